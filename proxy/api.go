@@ -1,0 +1,44 @@
+// Package proxy is respmeter's data path: a gnet event-loop server that accepts
+// Redis-protocol clients, gives each its own upstream connection on the same
+// event loop, frames requests and replies, matches them in order and records
+// per-command timings into a metrics.Set.
+//
+// Concurrency: every connection, its upstream and its in-flight FIFO belong to
+// one event loop and are touched only by that loop's goroutine. Start, Addr and
+// Stop may be called from any goroutine.
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+// Config configures a Proxy. The zero value is not usable: Listen and
+// Upstream are required.
+type Config struct {
+	// Listen is the client-facing address, host:port. Port 0 picks a free
+	// port; Addr reports the one chosen.
+	Listen string
+	// Upstream is the engine's address, host:port.
+	Upstream string
+	// Loops is the number of gnet event loops; 0 means one per CPU.
+	Loops int
+	// Measure turns timing and histograms on. With false the proxy only
+	// frames and forwards (the cost baseline for --measure=false).
+	Measure bool
+	// DrainTimeout bounds how long Stop waits for pending replies before
+	// closing connections. 0 means 5 s.
+	DrainTimeout time.Duration
+	// DialTimeout bounds an upstream dial. 0 means 2 s.
+	DialTimeout time.Duration
+	// Metrics receives the timings; it must have been created with at
+	// least Loops loops (metrics.NewSet). Nil disables recording.
+	Metrics *metrics.Set
+	// Logger receives the proxy's own log lines; nil discards them.
+	Logger *slog.Logger
+}
+
+var _ = context.Background

@@ -1,0 +1,326 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+// Errors returned by New, Start and Stop.
+var (
+	// ErrConfig wraps every configuration problem found by New.
+	ErrConfig = errors.New("proxy: bad config")
+	// ErrNotStarted is returned by Stop before Start.
+	ErrNotStarted = errors.New("proxy: not started")
+)
+
+// Proxy is a running (or ready to run) passthrough proxy. Create it with
+// New, then Start it; Stop ends it. Its methods may be called from any
+// goroutine.
+type Proxy struct {
+	gnet.BuiltinEventEngine
+
+	cfg    Config
+	log    *slog.Logger
+	base   time.Time // zero of the monotonic clock the loops use
+	dialer net.Dialer
+
+	eng     gnet.Engine
+	addr    string
+	booted  chan struct{}
+	runDone chan error
+
+	mu    sync.Mutex
+	loops map[gnet.EventLoop]*loop
+
+	draining atomic.Bool
+	inflight atomic.Int64 // requests sent and not yet answered, all loops
+	lingers  sync.WaitGroup
+}
+
+var _ gnet.EventHandler = (*Proxy)(nil)
+
+// loop is the per-event-loop state: only that loop's goroutine touches it.
+type loop struct {
+	el   gnet.EventLoop
+	m    *metrics.Loop // nil when not measuring
+	args [][]byte      // scratch for request arguments
+	done []doneRec     // scratch: requests answered in the current batch
+}
+
+// doneRec is a request whose reply completed in the current read batch; it
+// is recorded once the batch's reply bytes have been written to the client.
+type doneRec struct {
+	tIn, tSent, tReply int64
+	cmd                int
+	isErr              bool
+}
+
+// New checks cfg and returns a Proxy ready to Start.
+func New(cfg Config) (*Proxy, error) {
+	var errs []error
+	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
+	}
+	if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
+		errs = append(errs, fmt.Errorf("upstream %q: %v", cfg.Upstream, err))
+	}
+	if cfg.Loops < 0 {
+		errs = append(errs, fmt.Errorf("loops must be >= 0, got %d", cfg.Loops))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 5 * time.Second
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 2 * time.Second
+	}
+	if !cfg.Measure {
+		cfg.Metrics = nil
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	return &Proxy{
+		cfg:     cfg,
+		log:     lg.With("component", "proxy"),
+		base:    time.Now(),
+		dialer:  net.Dialer{Timeout: cfg.DialTimeout},
+		booted:  make(chan struct{}),
+		runDone: make(chan error, 1),
+		loops:   make(map[gnet.EventLoop]*loop),
+	}, nil
+}
+
+// Start listens on cfg.Listen and serves in the background. It returns once
+// the listener is up (or with the error that prevented it).
+func (p *Proxy) Start() error {
+	opts := []gnet.Option{
+		gnet.WithMulticore(true),
+		gnet.WithReusePort(false),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(gnetLogger{p.log}),
+	}
+	if p.cfg.Loops > 0 {
+		opts = append(opts, gnet.WithNumEventLoop(p.cfg.Loops))
+	}
+	go func() {
+		p.runDone <- gnet.Run(p, "tcp://"+p.cfg.Listen, opts...)
+	}()
+	select {
+	case <-p.booted:
+		return nil
+	case err := <-p.runDone:
+		if err == nil {
+			err = errors.New("proxy: engine stopped during start")
+		}
+		p.runDone <- err
+		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
+	}
+}
+
+// Addr returns the address the proxy listens on, with the port it chose
+// when cfg.Listen had port 0. Empty before Start.
+func (p *Proxy) Addr() string {
+	select {
+	case <-p.booted:
+		return p.addr
+	default:
+		return ""
+	}
+}
+
+// Stop stops accepting (new connections are closed at once), waits until
+// every pending request has been answered or cfg.DrainTimeout (or ctx)
+// expires, then closes all connections and the event loops.
+func (p *Proxy) Stop(ctx context.Context) error {
+	select {
+	case <-p.booted:
+	default:
+		return ErrNotStarted
+	}
+	p.draining.Store(true)
+	deadline := time.NewTimer(p.cfg.DrainTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for p.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-deadline.C:
+			p.log.Warn("drain timeout; closing with requests pending", "pending", p.inflight.Load())
+			break wait
+		case <-tick.C:
+		}
+	}
+	err := p.eng.Stop(ctx)
+	select {
+	case rerr := <-p.runDone:
+		if err == nil {
+			err = rerr
+		}
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	p.lingers.Wait()
+	return err
+}
+
+// OnBoot records the engine and the bound address.
+func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
+	p.eng = eng
+	p.addr = p.cfg.Listen
+	if fd, err := eng.Dup(); err == nil {
+		if sa, err := unix.Getsockname(fd); err == nil {
+			switch a := sa.(type) {
+			case *unix.SockaddrInet4:
+				p.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port))
+			case *unix.SockaddrInet6:
+				p.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port))
+			}
+		}
+		_ = unix.Close(fd)
+	}
+	close(p.booted)
+	return gnet.None
+}
+
+func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.loops[el]
+	if l == nil {
+		l = &loop{el: el, args: make([][]byte, 0, 16)}
+		if m := p.cfg.Metrics; m != nil {
+			l.m = m.Loop(len(p.loops) % m.Loops())
+		}
+		p.loops[el] = l
+	}
+	return l
+}
+
+// now reads the monotonic clock, in nanoseconds since the proxy was made.
+func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
+
+// OnOpen starts a client session (dialing its upstream) or completes one
+// (its upstream is up).
+func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if u, ok := c.Context().(*upLink); ok {
+		return nil, p.upstreamOpen(u.s, c)
+	}
+	if p.draining.Load() {
+		return nil, gnet.Close
+	}
+	s := newSession(p, c, p.loopFor(c.EventLoop()))
+	c.SetContext(s)
+	if m := p.cfg.Metrics; m != nil {
+		m.ClientOpened()
+	}
+	go p.dial(s, c.EventLoop())
+	return nil, gnet.None
+}
+
+// dial connects s's upstream off the loop, then hands the socket to s's
+// event loop (gnet Enroll), so the upstream's callbacks run on the same
+// goroutine as the client's. Failures come back to the loop via Execute.
+func (p *Proxy) dial(s *session, el gnet.EventLoop) {
+	fail := func(err error) {
+		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			s.dialFailed(err)
+			return nil
+		}))
+	}
+	conn, err := p.dialer.Dial("tcp", p.cfg.Upstream)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ch, err := el.Enroll(gnet.NewContext(context.Background(), &s.link), conn)
+	if err != nil {
+		_ = conn.Close()
+		fail(err)
+		return
+	}
+	if r := <-ch; r.Err != nil {
+		fail(r.Err)
+	}
+}
+
+// OnTraffic dispatches to the client or upstream side of a session.
+func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
+	switch x := c.Context().(type) {
+	case *session:
+		x.clientTraffic(c)
+	case *upLink:
+		x.s.upstreamTraffic(c)
+	default:
+		_, _ = c.Discard(-1)
+	}
+	return gnet.None
+}
+
+// OnClose ends the side of a session that closed.
+func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
+	switch x := c.Context().(type) {
+	case *session:
+		x.clientClosed(c, err)
+	case *upLink:
+		x.s.upstreamClosed(err)
+	}
+	return gnet.None
+}
+
+func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
+	if s.closed {
+		return gnet.Close
+	}
+	if m := p.cfg.Metrics; m != nil {
+		m.UpstreamOpened()
+	}
+	s.upstreamOpened(c)
+	return gnet.None
+}
+
+// upstreamError is the reply a pending request gets when its upstream is
+// unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.
+func upstreamError(addr, what string, err error) []byte {
+	msg := "ERR upstream " + addr + " " + what
+	if err != nil && !errors.Is(err, io.EOF) {
+		msg += ": " + err.Error()
+	}
+	msg = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, msg)
+	return []byte("-" + msg + "\r\n")
+}
+
+// gnetLogger sends gnet's own log lines to slog.
+type gnetLogger struct{ l *slog.Logger }
+
+func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug(fmt.Sprintf(f, a...), "source", "gnet") }
+func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug(fmt.Sprintf(f, a...), "source", "gnet") }
+func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn(fmt.Sprintf(f, a...), "source", "gnet") }
+func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "source", "gnet") }
+func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Error(fmt.Sprintf(f, a...), "source", "gnet") }

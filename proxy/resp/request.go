@@ -1,0 +1,280 @@
+package resp
+
+import (
+	"bytes"
+
+	"github.com/tidwall/redcon"
+)
+
+// Limits on requests, as in redis-server 7.0 (server.h).
+const (
+	// InlineMax is PROTO_INLINE_MAX_SIZE: the longest inline command, and the
+	// longest multibulk or bulk length header, in bytes.
+	InlineMax = 64 * 1024
+	// DefaultMaxBulkLen is the default proto-max-bulk-len (512 MiB).
+	DefaultMaxBulkLen = 512 * 1024 * 1024
+	// maxMultibulk is INT_MAX, the largest multibulk count Redis accepts.
+	maxMultibulk = 1<<31 - 1
+)
+
+// Kind is what a complete request frame turned out to be.
+type Kind uint8
+
+// Request kinds.
+const (
+	// KindMultibulk is a RESP array of bulk strings, what every client
+	// library sends.
+	KindMultibulk Kind = iota + 1
+	// KindInline is a line of space-separated words (telnet style).
+	KindInline
+	// KindEmpty is a request Redis consumes without a reply and without
+	// running anything: "*0\r\n", "*-1\r\n", an empty or blank inline line
+	// (the bare CRLF that redis-cli --pipe sends).
+	KindEmpty
+)
+
+// ProtocolError is a malformed request. Its text is exactly what
+// redis-server 7.0 puts after "-ERR " (networking.c, setProtocolError and
+// its callers), so that a client sees the same reply through the proxy as
+// directly. After a ProtocolError the connection must be closed once the
+// replies before it have been delivered, as Redis does.
+type ProtocolError string
+
+// Error returns "Protocol error: <reason>".
+func (e ProtocolError) Error() string { return "Protocol error: " + string(e) }
+
+// Reply returns the error reply Redis sends: "-ERR Protocol error: ...\r\n".
+func (e ProtocolError) Reply() []byte {
+	return []byte("-ERR " + e.Error() + "\r\n")
+}
+
+// The protocol errors of redis-server 7.0.
+const (
+	ErrInvalidMultibulkLen ProtocolError = "invalid multibulk length"
+	ErrInvalidBulkLen      ProtocolError = "invalid bulk length"
+	ErrTooBigInline        ProtocolError = "too big inline request"
+	ErrTooBigMbulkCount    ProtocolError = "too big mbulk count string"
+	ErrTooBigBulkCount     ProtocolError = "too big bulk count string"
+)
+
+// RequestScanner finds the end of the next request in a client's byte
+// stream and validates it as redis-server 7.0 does (processInlineBuffer and
+// processMultibulkBuffer), so malformed input gets Redis's own error text.
+//
+// Scan is resumable: when a frame is incomplete the scanner remembers how far
+// it got, and the next call (with the same frame start and more bytes)
+// continues from there, so a large request costs O(bytes) in total however
+// many reads it takes. The caller must pass the frame from its first byte on
+// every call until Scan returns a frame or an error.
+type RequestScanner struct {
+	// MaxBulkLen is proto-max-bulk-len; 0 means DefaultMaxBulkLen.
+	MaxBulkLen int64
+
+	pos     int   // bytes of the current frame already validated
+	nargs   int64 // multibulk count; 0 while the header is unread
+	argi    int64 // bulk arguments complete
+	bulklen int64 // length of the current bulk; -1 while its header is unread
+}
+
+// Reset forgets a partially scanned frame.
+func (s *RequestScanner) Reset() { *s = RequestScanner{MaxBulkLen: s.MaxBulkLen} }
+
+// Pending reports how many bytes of an unfinished frame have been validated.
+func (s *RequestScanner) Pending() int { return s.pos }
+
+// Scan looks for one complete request at the start of buf. It returns n > 0
+// and the frame's kind when buf[:n] is a complete request; n == 0 and a nil
+// error when more bytes are needed; or a ProtocolError for input Redis would
+// reject (the frame and everything after it must then be dropped).
+func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
+	if len(buf) == 0 {
+		return 0, 0, nil
+	}
+	if buf[0] != '*' {
+		return s.scanInline(buf)
+	}
+	if s.nargs == 0 {
+		r := bytes.IndexByte(buf[s.pos:], '\r')
+		if r < 0 {
+			if len(buf) > InlineMax {
+				return 0, 0, ErrTooBigMbulkCount
+			}
+			s.pos = len(buf)
+			return 0, 0, nil
+		}
+		r += s.pos
+		if r+1 >= len(buf) { // Redis waits for the byte after CR
+			s.pos = r
+			return 0, 0, nil
+		}
+		ll, ok := parseInt(buf[1:r])
+		if !ok || ll > maxMultibulk {
+			return 0, 0, ErrInvalidMultibulkLen
+		}
+		if ll <= 0 {
+			n = r + 2
+			s.Reset()
+			return n, KindEmpty, nil
+		}
+		s.nargs, s.pos, s.bulklen = ll, r+2, -1
+	}
+	maxBulk := s.MaxBulkLen
+	if maxBulk <= 0 {
+		maxBulk = DefaultMaxBulkLen
+	}
+	for s.argi < s.nargs {
+		if s.bulklen < 0 {
+			if s.pos >= len(buf) {
+				return 0, 0, nil
+			}
+			r := bytes.IndexByte(buf[s.pos:], '\r')
+			if r < 0 {
+				if len(buf)-s.pos > InlineMax {
+					return 0, 0, ErrTooBigBulkCount
+				}
+				return 0, 0, nil
+			}
+			r += s.pos
+			if r+1 >= len(buf) {
+				return 0, 0, nil
+			}
+			if buf[s.pos] != '$' {
+				c := buf[s.pos]
+				if c == '\r' || c == '\n' { // addReplyErrorFormat blanks newlines
+					c = ' '
+				}
+				return 0, 0, ProtocolError("expected '$', got '" + string(c) + "'")
+			}
+			ll, ok := parseInt(buf[s.pos+1 : r])
+			if !ok || ll < 0 || ll > maxBulk {
+				return 0, 0, ErrInvalidBulkLen
+			}
+			s.bulklen, s.pos = ll, r+2
+		}
+		// Redis skips the two bytes after the payload without checking them.
+		if int64(len(buf)-s.pos) < s.bulklen+2 {
+			return 0, 0, nil
+		}
+		s.pos += int(s.bulklen) + 2
+		s.argi++
+		s.bulklen = -1
+	}
+	n = s.pos
+	s.Reset()
+	return n, KindMultibulk, nil
+}
+
+func (s *RequestScanner) scanInline(buf []byte) (int, Kind, error) {
+	j := bytes.IndexByte(buf[s.pos:], '\n')
+	if j < 0 {
+		if len(buf) > InlineMax {
+			return 0, 0, ErrTooBigInline
+		}
+		s.pos = len(buf)
+		return 0, 0, nil
+	}
+	n := s.pos + j + 1
+	s.Reset()
+	for _, c := range buf[:n] {
+		if !isSpace(c) {
+			return n, KindInline, nil
+		}
+	}
+	return n, KindEmpty, nil
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'
+}
+
+// parseInt is Redis's string2ll: an optional '-', then digits with no
+// leading zero (except "0" itself), no '+', no spaces, within int64.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	if len(b) == 1 && b[0] == '0' {
+		return 0, true
+	}
+	neg := false
+	if b[0] == '-' {
+		neg = true
+		b = b[1:]
+		if len(b) == 0 {
+			return 0, false
+		}
+	}
+	if b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<63)/10 || v*10 > (1<<63)-d {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	if neg {
+		return -int64(v), true // v may be 1<<63: -int64 overflows to MinInt64, correct
+	}
+	if v > 1<<63-1 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// Args splits a complete request frame (as returned by Scan) into its
+// arguments, reusing argsbuf. The arguments alias frame. For multibulk
+// frames this is redcon.ReadNextCommand; inline frames are split on white
+// space (the proxy only needs the command and subcommand words, and forwards
+// the raw line for the engine to parse, quotes included).
+func Args(frame []byte, kind Kind, argsbuf [][]byte) [][]byte {
+	switch kind {
+	case KindMultibulk:
+		complete, args, _, _, err := redcon.ReadNextCommand(frame, argsbuf)
+		if complete && err == nil {
+			return args
+		}
+		// redcon insists on CRLF after every payload where Redis does not
+		// check; fall back to the scanner's view of the first argument.
+		return firstBulk(frame, argsbuf[:0])
+	case KindInline:
+		args := argsbuf[:0]
+		i := 0
+		for i < len(frame) {
+			for i < len(frame) && isSpace(frame[i]) {
+				i++
+			}
+			st := i
+			for i < len(frame) && !isSpace(frame[i]) {
+				i++
+			}
+			if i > st {
+				args = append(args, frame[st:i])
+			}
+		}
+		return args
+	}
+	return argsbuf[:0]
+}
+
+func firstBulk(frame []byte, args [][]byte) [][]byte {
+	r := bytes.IndexByte(frame, '\n')
+	if r < 0 || r+1 >= len(frame) || frame[r+1] != '$' {
+		return args
+	}
+	rest := frame[r+2:]
+	e := bytes.IndexByte(rest, '\r')
+	if e < 0 {
+		return args
+	}
+	n, ok := parseInt(rest[:e])
+	if !ok || n < 0 || int64(len(rest)-e-2) < n {
+		return args
+	}
+	return append(args, rest[e+2:e+2+int(n)])
+}

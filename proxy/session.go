@@ -1,0 +1,663 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// Reply modes set by CLIENT REPLY (https://redis.io/commands/client-reply).
+const (
+	replyOn uint8 = iota
+	replyOff
+	replySkipNext
+)
+
+// Subscription families; a confirmation's count is per family set as in
+// redis-server 7.0 pubsub.c: channels and patterns share one count
+// (clientSubscriptionsCount), shard channels have their own.
+const (
+	famChan uint8 = iota + 1
+	famPat
+	famShard
+)
+
+// session is one client connection and its private upstream connection.
+// Everything in it is touched only by the event loop both connections live
+// on.
+type session struct {
+	p      *Proxy
+	l      *loop
+	client gnet.Conn
+	link   upLink
+	up     gnet.Conn // nil until the upstream is open
+
+	scan    resp.RequestScanner
+	partial []byte // an incomplete request (or all input while the upstream dials), copied out of gnet's buffer
+	outq    []byte // complete requests waiting for the upstream to open
+	rf      *resp.ReplyFramer
+	q       fifo
+
+	replyMode  uint8
+	inMulti    bool
+	monitor    bool // MONITOR answered: '+<timestamp> ...' lines are a feed
+	raw        bool // SYNC/PSYNC answered: relay bytes unframed
+	chans      int64
+	pats       int64
+	shards     int64
+	stopRead   bool // QUIT or a protocol error seen: ignore further input
+	closeAfter bool // close the client once the fifo is empty
+	closed     bool // client gone (or being closed); upstream closed by us
+	upFailed   []byte
+	localErr   []byte // the protocol error reply held in the fifo
+	lastOut    int64  // when the last reply went out with nothing pending (think-time start)
+	linger     *linger
+}
+
+// upLink is the gnet context of a session's upstream connection.
+type upLink struct{ s *session }
+
+func newSession(p *Proxy, c gnet.Conn, l *loop) *session {
+	s := &session{p: p, l: l, client: c, rf: resp.NewReplyFramer()}
+	s.link.s = s
+	return s
+}
+
+func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
+
+// clientTraffic frames the client's requests, queues one fifo entry per
+// request that will be answered, and forwards the complete requests to the
+// upstream in one write.
+func (s *session) clientTraffic(c gnet.Conn) {
+	data, _ := c.Next(-1)
+	if s.closed || s.stopRead {
+		return
+	}
+	p := s.p
+	if m := p.cfg.Metrics; m != nil {
+		m.AddClientBytes(len(data), 0)
+	}
+	if s.raw {
+		s.toUpstream(data)
+		return
+	}
+	var now int64
+	measure := s.l.m != nil
+	if measure {
+		now = p.now()
+		if s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
+			s.l.m.Lock()
+			s.l.m.ThinkLocked(time.Duration(now - s.lastOut))
+			s.l.m.Unlock()
+		}
+	}
+	fromPartial := false
+	if len(s.partial) > 0 {
+		s.partial = append(s.partial, data...)
+		data, fromPartial = s.partial, true
+	}
+	first := s.q.len()
+	off := 0
+	for off < len(data) && !s.stopRead {
+		n, kind, err := s.scan.Scan(data[off:])
+		if err != nil {
+			s.protocolError(err)
+			break
+		}
+		if n == 0 {
+			break
+		}
+		frame := data[off : off+n]
+		off += n
+		if kind == resp.KindEmpty {
+			continue // forwarded too; the engine ignores it as well
+		}
+		s.l.args = resp.Args(frame, kind, s.l.args[:0])
+		if len(s.l.args) > 0 {
+			s.request(s.l.args, now)
+		}
+	}
+	added := s.q.len() - first
+	if off > 0 {
+		if s.upFailed != nil {
+			// nothing to forward to: answer what was queued
+		} else if s.up != nil {
+			_, _ = s.up.Write(data[:off])
+			if m := p.cfg.Metrics; m != nil {
+				m.AddUpstreamBytes(0, off)
+			}
+			if measure {
+				t := p.now()
+				for i := first; i < s.q.len(); i++ {
+					s.q.at(i).tSent = t
+				}
+			}
+		} else {
+			s.outq = append(s.outq, data[:off]...)
+		}
+	}
+	p.inflight.Add(int64(added))
+	// Keep the incomplete tail for the next read.
+	tail := data[off:]
+	switch {
+	case s.stopRead || len(tail) == 0:
+		s.partial = s.partial[:0]
+		s.scan.Reset()
+	case fromPartial:
+		s.partial = s.partial[:copy(s.partial, tail)]
+	default:
+		s.partial = append(s.partial[:0], tail...)
+	}
+	if s.upFailed != nil {
+		s.failPending(s.upFailed)
+		return
+	}
+	s.answerLocal()
+}
+
+// request classifies one complete request and queues what it will be
+// answered with. args alias the read buffer: nothing here may keep them.
+func (s *session) request(args [][]byte, now int64) {
+	id := command.Lookup(args[0])
+	e := pending{tIn: now, cmd: id}
+	isClientReply := false
+	switch id {
+	case command.Client:
+		if len(args) == 3 && !s.inMulti && eqFold(args[1], "reply") {
+			isClientReply = true
+			switch {
+			case eqFold(args[2], "on"):
+				s.replyMode = replyOn
+			case eqFold(args[2], "off"):
+				s.replyMode = replyOff
+				s.count(id)
+				return
+			case eqFold(args[2], "skip"):
+				if s.replyMode != replyOff {
+					s.replyMode = replySkipNext
+				}
+				s.count(id)
+				return
+			default:
+				isClientReply = false // an error reply
+			}
+		}
+	case command.Quit:
+		e.flags |= flagQuit
+		s.stopRead = true
+	case command.Monitor:
+		e.flags |= flagMonitor
+	case command.Reset:
+		e.flags |= flagReset
+		s.replyMode, s.inMulti = replyOn, false
+	case command.Multi:
+		s.inMulti = true
+	case command.Exec, command.Discard:
+		s.inMulti = false
+	case command.Sync, command.Psync:
+		e.flags |= flagSync
+	case command.Subscribe, command.Unsubscribe:
+		s.subRequest(&e, famChan, len(args)-1)
+	case command.Psubscribe, command.Punsubscribe:
+		s.subRequest(&e, famPat, len(args)-1)
+	case command.Ssubscribe, command.Sunsubscribe:
+		s.subRequest(&e, famShard, len(args)-1)
+	}
+	if id.Info().Flags.Has(command.FlagBlocking) {
+		e.flags |= flagBlocking
+	}
+	if !isClientReply {
+		switch s.replyMode {
+		case replyOff:
+			s.count(id)
+			return
+		case replySkipNext:
+			s.replyMode = replyOn
+			s.count(id)
+			return
+		}
+	}
+	s.q.push(e)
+}
+
+func (s *session) subRequest(e *pending, fam uint8, nargs int) {
+	if s.inMulti {
+		return // answered +QUEUED now, confirmations inside EXEC's reply
+	}
+	e.kind = kindSub
+	e.subFamily = fam
+	e.expect = int32(nargs)
+}
+
+// count records a request that gets no reply (CLIENT REPLY OFF/SKIP).
+func (s *session) count(id command.ID) {
+	if m := s.l.m; m != nil {
+		m.Lock()
+		m.CountLocked(int(id), false)
+		m.Unlock()
+	}
+}
+
+// protocolError queues Redis's error reply behind the requests already
+// sent, and stops reading: the client is closed once it has been answered.
+func (s *session) protocolError(err error) {
+	var pe resp.ProtocolError
+	if !errors.As(err, &pe) {
+		pe = resp.ProtocolError(err.Error())
+	}
+	s.localErr = pe.Reply()
+	s.q.push(pending{kind: kindLocal})
+	s.stopRead = true
+	if m := s.p.cfg.Metrics; m != nil {
+		m.ProtocolError()
+	}
+	s.p.log.Debug("client protocol error", "client", s.client.RemoteAddr().String(), "err", pe.Error())
+}
+
+// answerLocal writes proxy-made replies that have reached the head of the
+// fifo (only a protocol error, then the client is closed).
+func (s *session) answerLocal() {
+	for s.q.len() > 0 && s.q.front().kind == kindLocal {
+		s.q.pop()
+		s.p.inflight.Add(-1)
+		s.writeClient(s.localErr)
+		s.closeClient()
+	}
+}
+
+func (s *session) upstreamOpened(c gnet.Conn) {
+	s.up = c
+	if len(s.outq) > 0 {
+		_, _ = c.Write(s.outq)
+		if m := s.p.cfg.Metrics; m != nil {
+			m.AddUpstreamBytes(0, len(s.outq))
+		}
+		s.outq = nil
+	}
+	if s.l.m != nil {
+		t := s.p.now()
+		for i := 0; i < s.q.len(); i++ {
+			if e := s.q.at(i); e.tSent == 0 {
+				e.tSent = t
+			}
+		}
+	}
+}
+
+// upstreamTraffic relays the engine's bytes to the client as they arrive
+// (cut-through: a large reply is never held whole), framing them on the way
+// to match each complete reply with the oldest pending request.
+func (s *session) upstreamTraffic(c gnet.Conn) {
+	data, _ := c.Next(-1)
+	if s.closed && s.linger == nil {
+		return
+	}
+	p := s.p
+	if m := p.cfg.Metrics; m != nil {
+		m.AddUpstreamBytes(len(data), 0)
+	}
+	var now int64
+	measure := s.l.m != nil
+	if measure {
+		now = p.now()
+	}
+	done := s.l.done[:0]
+	off, flushed := 0, 0
+	popped := 0
+	for off < len(data) && !s.raw {
+		// SYNC/PSYNC: from its reply on, the connection carries an RDB
+		// payload (no trailing CRLF) and then the replication stream.
+		if s.q.len() > 0 && s.q.front().flags&flagSync != 0 && !s.rf.InFrame() {
+			e := s.q.pop()
+			popped++
+			done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now, cmd: int(e.cmd)})
+			s.raw = true
+			break
+		}
+		n, fin, err := s.rf.Feed(data[off:])
+		off += n
+		if err != nil {
+			p.log.Warn("bad reply from upstream; closing", "upstream", p.cfg.Upstream, "err", err)
+			s.writeClient(data[flushed:off])
+			s.closeBoth()
+			return
+		}
+		if !fin {
+			break
+		}
+		if e, ok := s.onFrame(s.rf.Frame()); ok {
+			popped++
+			if measure {
+				done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now,
+					cmd: int(e.cmd), isErr: s.rf.Frame().IsError()})
+			}
+			if e.flags&flagQuit != 0 {
+				s.closeAfter = true
+			}
+		}
+		if s.q.len() > 0 && s.q.front().kind == kindLocal {
+			s.writeClient(data[flushed:off])
+			flushed = off
+			s.answerLocal()
+		}
+	}
+	if s.raw {
+		off = len(data)
+	}
+	if off > flushed {
+		s.writeClient(data[flushed:off])
+	}
+	p.inflight.Add(-int64(popped))
+	if measure && len(done) > 0 {
+		tOut := p.now()
+		m := s.l.m
+		m.Lock()
+		for i := range done {
+			d := &done[i]
+			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent), d.isErr)
+		}
+		m.Unlock()
+		if s.q.len() == 0 {
+			s.lastOut = tOut
+		}
+	}
+	s.l.done = done[:0]
+	if s.closeAfter && s.q.len() == 0 {
+		s.closeClient()
+	}
+	if s.linger != nil && s.q.len() == 0 {
+		s.closeBoth()
+	}
+}
+
+// onFrame matches one complete reply. It returns the request it answered
+// and true, or false for a frame that answers nothing (a push, a pub/sub
+// message, a MONITOR line) or only part of a request (one of several
+// SUBSCRIBE confirmations).
+func (s *session) onFrame(f *resp.Frame) (pending, bool) {
+	switch {
+	case s.monitor && f.Type == '+' && len(f.Head) > 0 && f.Head[0] >= '0' && f.Head[0] <= '9':
+		return pending{}, false // a MONITOR line: "+1700000000.123456 [0 127.0.0.1:5000] ..."
+	case f.Type == '>' || (f.Type == '*' && (s.subscribed() || s.q.len() > 0 && s.q.front().kind == kindSub)):
+		fam, confirm, message := classifyPubsub(f.Head)
+		if message {
+			return pending{}, false
+		}
+		if confirm != 0 {
+			return s.confirmation(fam, confirm, f.Int)
+		}
+		if f.Type == '>' {
+			return pending{}, false // invalidate and other pushes
+		}
+	}
+	if s.q.len() == 0 || s.q.front().kind == kindLocal {
+		s.p.log.Debug("unmatched reply from upstream", "type", string(f.Type))
+		return pending{}, false
+	}
+	e := s.q.pop()
+	switch {
+	case e.flags&flagMonitor != 0 && f.Type == '+':
+		s.monitor = true
+	case e.flags&flagReset != 0:
+		s.monitor = false
+		s.chans, s.pats, s.shards = 0, 0, 0
+	}
+	return e, true
+}
+
+// confirmation handles a (p|s)(un)subscribe confirmation carrying the
+// client's new subscription count.
+func (s *session) confirmation(fam uint8, unsub int, count int64) (pending, bool) {
+	switch fam {
+	case famChan:
+		s.chans = max(0, count-s.pats)
+	case famPat:
+		s.pats = max(0, count-s.chans)
+	case famShard:
+		s.shards = count
+	}
+	if s.q.len() == 0 {
+		return pending{}, false
+	}
+	e := s.q.front()
+	if e.kind != kindSub || e.subFamily != fam {
+		return pending{}, false
+	}
+	if e.expect > 0 {
+		e.expect--
+		if e.expect > 0 {
+			return pending{}, false
+		}
+	} else if unsub > 1 { // UNSUBSCRIBE with no names: one per channel until none is left
+		var left int64
+		switch fam {
+		case famChan:
+			left = s.chans
+		case famPat:
+			left = s.pats
+		case famShard:
+			left = s.shards
+		}
+		if left > 0 {
+			return pending{}, false
+		}
+	}
+	return s.q.pop(), true
+}
+
+// classifyPubsub looks at the first element of an array or push. confirm is
+// 1 for a subscribe confirmation, 2 for an unsubscribe one (0: neither);
+// message is true for a delivered message.
+func classifyPubsub(head []byte) (fam uint8, confirm int, message bool) {
+	switch {
+	case eqFold(head, "message"), eqFold(head, "pmessage"), eqFold(head, "smessage"):
+		return 0, 0, true
+	case eqFold(head, "subscribe"):
+		return famChan, 1, false
+	case eqFold(head, "unsubscribe"):
+		return famChan, 2, false
+	case eqFold(head, "psubscribe"):
+		return famPat, 1, false
+	case eqFold(head, "punsubscribe"):
+		return famPat, 2, false
+	case eqFold(head, "ssubscribe"):
+		return famShard, 1, false
+	case eqFold(head, "sunsubscribe"):
+		return famShard, 2, false
+	}
+	return 0, 0, false
+}
+
+// writeClient sends b to the client (or, after the client half-closed, to
+// the lingering writer).
+func (s *session) writeClient(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if s.linger != nil {
+		s.linger.write(b)
+	} else if !s.closed {
+		_, _ = s.client.Write(b)
+	}
+	if m := s.p.cfg.Metrics; m != nil {
+		m.AddClientBytes(0, len(b))
+	}
+}
+
+// closeClient closes the client connection after what was written to it
+// has been flushed (gnet writes the outbound buffer before closing).
+func (s *session) closeClient() {
+	if s.linger != nil {
+		s.closeBoth()
+		return
+	}
+	if !s.closed {
+		_ = s.client.Close()
+	}
+}
+
+func (s *session) closeBoth() {
+	if s.linger != nil {
+		s.linger.close()
+		s.linger = nil
+	} else if !s.closed {
+		_ = s.client.Close()
+	}
+	s.closed = true
+	if s.up != nil {
+		_ = s.up.Close()
+	}
+}
+
+// failPending answers every pending request with reply (an upstream error)
+// in order, keeping a queued protocol error in its place, then closes the
+// client.
+func (s *session) failPending(reply []byte) {
+	n := s.q.len()
+	for s.q.len() > 0 {
+		e := s.q.pop()
+		if e.kind == kindLocal {
+			s.writeClient(s.localErr)
+			continue
+		}
+		s.writeClient(reply)
+		if m := s.l.m; m != nil {
+			m.Lock()
+			m.CountLocked(int(e.cmd), true)
+			m.Unlock()
+		}
+	}
+	s.p.inflight.Add(-int64(n))
+	s.closeClient()
+}
+
+// dialFailed runs on the loop when the upstream could not be reached.
+func (s *session) dialFailed(err error) {
+	if m := s.p.cfg.Metrics; m != nil {
+		m.UpstreamDialFailed()
+	}
+	s.p.log.Warn("upstream unreachable", "upstream", s.p.cfg.Upstream, "err", err)
+	s.upFailed = upstreamError(s.p.cfg.Upstream, "unreachable", err)
+	s.outq = nil
+	if s.closed {
+		return
+	}
+	if s.q.len() > 0 {
+		s.failPending(s.upFailed)
+	}
+	// Otherwise the next request gets the error (clientTraffic), so that
+	// a client that has not sent anything yet still sees why.
+}
+
+// upstreamClosed runs when the engine side closed: by the engine (QUIT,
+// CLIENT KILL, a crash) or by us.
+func (s *session) upstreamClosed(err error) {
+	if m := s.p.cfg.Metrics; m != nil {
+		m.UpstreamClosed()
+	}
+	s.up = nil
+	if s.closed && s.linger == nil {
+		return
+	}
+	if s.closeAfter || s.raw {
+		s.closeClient()
+		return
+	}
+	if s.rf.InFrame() {
+		// A reply was cut in two and its first part already relayed: no
+		// error reply can follow it on the same stream.
+		s.closeBoth()
+		return
+	}
+	if s.q.len() > 0 {
+		if m := s.p.cfg.Metrics; m != nil {
+			m.UpstreamLost()
+		}
+		s.p.log.Warn("upstream lost with requests pending", "upstream", s.p.cfg.Upstream, "pending", s.q.len())
+	}
+	s.failPending(upstreamError(s.p.cfg.Upstream, "connection lost", err))
+}
+
+// clientClosed runs when the client connection is gone. Its upstream is
+// closed too, so that a blocked command (BLPOP) cannot take an element for
+// a client that left, and no late reply can reach anybody else. One
+// exception: a client that half-closed (shutdown(SHUT_WR), as `nc -N` or a
+// script piping into redis-cli does) after sending non-blocking requests
+// still gets their replies, as it would from Redis: gnet closes the socket
+// on EOF, so the proxy keeps a duplicate of the descriptor and writes the
+// remaining replies through it before closing.
+func (s *session) clientClosed(c gnet.Conn, err error) {
+	if m := s.p.cfg.Metrics; m != nil {
+		m.ClientClosed()
+	}
+	if s.closed {
+		return
+	}
+	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.up != nil && !s.hasBlocking() && !s.p.draining.Load() {
+		if fd, derr := unix.Dup(c.Fd()); derr == nil {
+			s.linger = newLinger(s.p, fd)
+			s.stopRead = true
+			// Bound the wait: a reply that never comes must not keep the
+			// descriptor (and the upstream) forever.
+			el := c.EventLoop()
+			time.AfterFunc(s.p.cfg.DrainTimeout, func() {
+				_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+					if s.linger != nil {
+						s.closeBoth()
+					}
+					return nil
+				}))
+			})
+			return
+		}
+	}
+	s.closed = true
+	s.p.inflight.Add(-int64(s.q.len()))
+	s.q = fifo{}
+	if s.up != nil {
+		_ = s.up.Close()
+	}
+}
+
+func (s *session) hasBlocking() bool {
+	for i := 0; i < s.q.len(); i++ {
+		e := s.q.at(i)
+		if e.flags&(flagBlocking|flagMonitor|flagSync) != 0 || e.kind == kindSub {
+			return true
+		}
+	}
+	return s.monitor || s.subscribed() || s.raw
+}
+
+// toUpstream forwards raw bytes (replication mode).
+func (s *session) toUpstream(b []byte) {
+	if s.up != nil {
+		_, _ = s.up.Write(b)
+	} else {
+		s.outq = append(s.outq, b...)
+	}
+}
+
+// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
+func eqFold(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
+}
