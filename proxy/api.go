@@ -34,11 +34,33 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds an upstream dial. 0 means 2 s.
 	DialTimeout time.Duration
+	// ClientOutputLimit bounds, in bytes, the replies queued for one client
+	// that does not read them (Redis's client-output-buffer-limit): past it
+	// the client is disconnected. 0 means DefaultClientOutputLimit; -1
+	// means unlimited.
+	ClientOutputLimit int
+	// ClientQueryLimit bounds, in bytes, one client's unprocessed input:
+	// an incomplete request, or complete ones the upstream has not taken
+	// yet (Redis's client-query-buffer-limit). 0 means
+	// DefaultClientQueryLimit; -1 means unlimited.
+	ClientQueryLimit int
+	// MaxClients bounds concurrent client connections; one more is answered
+	// "-ERR max number of clients reached" and closed, as Redis does. 0
+	// means DefaultMaxClients; -1 means unlimited.
+	MaxClients int
 	// Metrics receives the timings; it must have been created with at
 	// least Loops loops (metrics.NewSet). Nil disables recording.
 	Metrics *metrics.Set
 	// Logger receives the proxy's own log lines; nil discards them.
 	Logger *slog.Logger
 }
+
+// Defaults, as in redis-server 7.0 (client-output-buffer-limit for normal
+// clients is unlimited there; a proxy needs a bound, so 64 MiB).
+const (
+	DefaultClientOutputLimit = 64 << 20
+	DefaultClientQueryLimit  = 1 << 30
+	DefaultMaxClients        = 10000
+)
 
 var _ = context.Background

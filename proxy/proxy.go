@@ -46,6 +46,7 @@ type Proxy struct {
 	loops map[gnet.EventLoop]*loop
 
 	draining atomic.Bool
+	clients  atomic.Int64 // open client connections
 	inflight atomic.Int64 // requests sent and not yet answered, all loops
 	lingers  sync.WaitGroup
 }
@@ -88,6 +89,15 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 2 * time.Second
+	}
+	if cfg.ClientOutputLimit == 0 {
+		cfg.ClientOutputLimit = DefaultClientOutputLimit
+	}
+	if cfg.ClientQueryLimit == 0 {
+		cfg.ClientQueryLimit = DefaultClientQueryLimit
+	}
+	if cfg.MaxClients == 0 {
+		cfg.MaxClients = DefaultMaxClients
 	}
 	if !cfg.Measure {
 		cfg.Metrics = nil
@@ -229,6 +239,13 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	if p.draining.Load() {
 		return nil, gnet.Close
+	}
+	if n := p.clients.Add(1); p.cfg.MaxClients > 0 && n > int64(p.cfg.MaxClients) {
+		p.clients.Add(-1)
+		if m := p.cfg.Metrics; m != nil {
+			m.ClientRejected()
+		}
+		return []byte("-ERR max number of clients reached\r\n"), gnet.Close
 	}
 	s := newSession(p, c, p.loopFor(c.EventLoop()))
 	c.SetContext(s)

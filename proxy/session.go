@@ -144,6 +144,11 @@ func (s *session) clientTraffic(c gnet.Conn) {
 		}
 	}
 	p.inflight.Add(int64(added))
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(data)-off+len(s.outq) > lim ||
+		lim > 0 && s.up != nil && s.up.OutboundBuffered() > lim {
+		s.evict("query_limit")
+		return
+	}
 	// Keep the incomplete tail for the next read.
 	tail := data[off:]
 	switch {
@@ -485,6 +490,11 @@ func (s *session) writeClient(b []byte) {
 		s.linger.write(b)
 	} else if !s.closed {
 		_, _ = s.client.Write(b)
+		// A client that does not read: its replies pile up in gnet's
+		// outbound buffer, which has no bound of its own.
+		if lim := s.p.cfg.ClientOutputLimit; lim > 0 && s.client.OutboundBuffered() > lim {
+			s.evict("output_limit")
+		}
 	}
 	if m := s.p.cfg.Metrics; m != nil {
 		m.AddClientBytes(0, len(b))
@@ -503,10 +513,26 @@ func (s *session) closeClient() {
 	}
 }
 
+// evict disconnects a client that crossed a memory limit (reason is a
+// bounded label: output_limit, query_limit).
+func (s *session) evict(reason string) {
+	if s.closed {
+		return
+	}
+	if m := s.p.cfg.Metrics; m != nil {
+		m.ClientEvicted(reason)
+	}
+	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
+	s.closeBoth()
+}
+
 func (s *session) closeBoth() {
 	if s.linger != nil {
+		// The client's OnClose has run already: settle its accounts here.
 		s.linger.close()
 		s.linger = nil
+		s.p.inflight.Add(-int64(s.q.len()))
+		s.q = fifo{}
 	} else if !s.closed {
 		_ = s.client.Close()
 	}
@@ -597,7 +623,10 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientClosed()
 	}
+	s.p.clients.Add(-1)
 	if s.closed {
+		s.p.inflight.Add(-int64(s.q.len()))
+		s.q = fifo{}
 		return
 	}
 	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.up != nil && !s.hasBlocking() && !s.p.draining.Load() {

@@ -14,6 +14,7 @@ package resp
 import (
 	"bytes"
 	"errors"
+	"math"
 )
 
 // ErrBadReply is returned by ReplyFramer.Feed for bytes that are not RESP2 or
@@ -155,7 +156,7 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 			if r.capture {
 				r.captureBytes(seg)
 			}
-			if r.typ == ':' && len(r.stack) == 1 {
+			if r.typ == ':' && r.countsInt() {
 				r.accumulate(seg)
 			}
 			i = end
@@ -168,7 +169,7 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				return i, false, r.fail(ErrBadReply)
 			}
 			i++
-			if r.typ == ':' && len(r.stack) == 1 && !r.stack[0].attr {
+			if r.typ == ':' && r.countsInt() {
 				v := r.num
 				if r.neg {
 					v = -v
@@ -183,7 +184,9 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 			i++
 			switch {
 			case c >= '0' && c <= '9':
-				if r.ndig > 18 {
+				// A length beyond int64 is malformed (it used to wrap
+				// negative and pass for a null).
+				if r.num > (math.MaxInt64-int64(c-'0'))/10 {
 					return i, false, r.fail(ErrBadReply)
 				}
 				r.num = r.num*10 + int64(c-'0')
@@ -261,7 +264,7 @@ func (r *ReplyFramer) begin() error {
 	if top && (r.typ == '+' || r.typ == '-') {
 		r.capture = true
 	} else if len(r.stack) == 1 && !r.stack[0].attr && r.elemIdx == 0 &&
-		(r.frame.Type == '*' || r.frame.Type == '>') {
+		(r.frame.Type == '*' || r.frame.Type == '>') && (r.typ == '$' || r.typ == '+') {
 		r.capture = true
 	}
 	switch r.typ {
@@ -303,7 +306,21 @@ func (r *ReplyFramer) header() (bool, error) {
 		return false, nil
 	}
 	// Aggregates.
+	if r.typ == '|' && n <= 0 {
+		// An empty attribute annotates the next value and, like any
+		// attribute, is not an element of its parent. There is no null
+		// attribute.
+		if n < 0 {
+			return false, r.fail(ErrBadReply)
+		}
+		r.state = stType
+		r.capture = false
+		return false, nil
+	}
 	if r.typ == '%' || r.typ == '|' {
+		if n > math.MaxInt64/2 {
+			return false, r.fail(ErrBadReply)
+		}
 		n *= 2
 	}
 	if n <= 0 {
@@ -348,6 +365,13 @@ func (r *ReplyFramer) itemDone() bool {
 		wasAttr = top.attr
 		r.stack = r.stack[:len(r.stack)-1]
 	}
+}
+
+// countsInt reports whether the ':' being parsed sits directly inside a
+// top-level '*' or '>' (see Frame.Int).
+func (r *ReplyFramer) countsInt() bool {
+	return len(r.stack) == 1 && !r.stack[0].attr &&
+		(r.frame.Type == '*' || r.frame.Type == '>')
 }
 
 func (r *ReplyFramer) captureBytes(b []byte) {

@@ -94,12 +94,12 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 		return s.scanInline(buf)
 	}
 	if s.nargs == 0 {
-		r := bytes.IndexByte(buf[s.pos:], '\r')
+		r, seen := strchr(buf[s.pos:], '\r')
 		if r < 0 {
 			if len(buf) > InlineMax {
 				return 0, 0, ErrTooBigMbulkCount
 			}
-			s.pos = len(buf)
+			s.pos += seen
 			return 0, 0, nil
 		}
 		r += s.pos
@@ -127,7 +127,7 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 			if s.pos >= len(buf) {
 				return 0, 0, nil
 			}
-			r := bytes.IndexByte(buf[s.pos:], '\r')
+			r, _ := strchr(buf[s.pos:], '\r')
 			if r < 0 {
 				if len(buf)-s.pos > InlineMax {
 					return 0, 0, ErrTooBigBulkCount
@@ -152,7 +152,8 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 			s.bulklen, s.pos = ll, r+2
 		}
 		// Redis skips the two bytes after the payload without checking them.
-		if int64(len(buf)-s.pos) < s.bulklen+2 {
+		// (Compared so that a MaxBulkLen near MaxInt64 cannot overflow.)
+		if s.bulklen > int64(len(buf)-s.pos)-2 {
 			return 0, 0, nil
 		}
 		s.pos += int(s.bulklen) + 2
@@ -165,22 +166,125 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 }
 
 func (s *RequestScanner) scanInline(buf []byte) (int, Kind, error) {
-	j := bytes.IndexByte(buf[s.pos:], '\n')
+	j, seen := strchr(buf[s.pos:], '\n')
 	if j < 0 {
 		if len(buf) > InlineMax {
 			return 0, 0, ErrTooBigInline
 		}
-		s.pos = len(buf)
+		s.pos += seen
 		return 0, 0, nil
 	}
 	n := s.pos + j + 1
 	s.Reset()
+	line := buf[:n-1]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	if !splitArgsOK(line) {
+		return 0, 0, errUnbalancedQuotes
+	}
 	for _, c := range buf[:n] {
 		if !isSpace(c) {
 			return n, KindInline, nil
 		}
 	}
 	return n, KindEmpty, nil
+}
+
+// errUnbalancedQuotes is the reply to an inline request that sdssplitargs
+// rejects (Redis logs it as "unbalanced quotes in inline request").
+const errUnbalancedQuotes ProtocolError = "unbalanced quotes in request"
+
+// strchr searches b for c the way Redis does, with strchr on its
+// NUL-terminated query buffer: a NUL byte ends the search, so a request with
+// a NUL before its CR (headers) or LF (inline) never completes and can only
+// end in a "too big" error. It returns the index of c or -1, and how many
+// leading bytes of b hold neither c nor NUL (where a later search resumes).
+func strchr(b []byte, c byte) (i, seen int) {
+	if len(b) > 0 && b[0] == 0 {
+		return -1, 0
+	}
+	i = bytes.IndexByte(b, c)
+	if i < 0 {
+		if z := bytes.IndexByte(b, 0); z >= 0 {
+			return -1, z
+		}
+		return -1, len(b)
+	}
+	if z := bytes.IndexByte(b[:i], 0); z >= 0 {
+		return -1, z
+	}
+	return i, i
+}
+
+// splitArgsOK reports whether redis-server's sdssplitargs accepts an inline
+// line (without its line ending): quotes must be closed, and a closing quote
+// must be followed by white space or the end of the line. The line holds no
+// NUL (see strchr), so the end of the slice stands for C's terminator.
+func splitArgsOK(line []byte) bool {
+	at := func(k int) byte {
+		if k < len(line) {
+			return line[k]
+		}
+		return 0
+	}
+	i := 0
+	for {
+		for i < len(line) && isSpace(line[i]) {
+			i++
+		}
+		if i >= len(line) {
+			return true
+		}
+		inq, insq := false, false
+		for done := false; !done; {
+			c := at(i)
+			switch {
+			case inq:
+				switch {
+				case c == '\\' && at(i+1) == 'x' && isHex(at(i+2)) && isHex(at(i+3)):
+					i += 3
+				case c == '\\' && at(i+1) != 0:
+					i++
+				case c == '"':
+					if n := at(i + 1); n != 0 && !isSpace(n) {
+						return false
+					}
+					done = true
+				case c == 0:
+					return false
+				}
+			case insq:
+				switch {
+				case c == '\\' && at(i+1) == '\'':
+					i++
+				case c == '\'':
+					if n := at(i + 1); n != 0 && !isSpace(n) {
+						return false
+					}
+					done = true
+				case c == 0:
+					return false
+				}
+			default:
+				switch c {
+				case ' ', '\n', '\r', '\t', 0:
+					done = true
+				case '"':
+					inq = true
+				case '\'':
+					insq = true
+				}
+			}
+			if i < len(line) {
+				i++
+			}
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 func isSpace(c byte) bool {
@@ -263,11 +367,13 @@ func Args(frame []byte, kind Kind, argsbuf [][]byte) [][]byte {
 }
 
 func firstBulk(frame []byte, args [][]byte) [][]byte {
-	r := bytes.IndexByte(frame, '\n')
-	if r < 0 || r+1 >= len(frame) || frame[r+1] != '$' {
+	// As in Scan (and Redis), a header ends at its CR and the byte after
+	// the CR is skipped unchecked.
+	r := bytes.IndexByte(frame, '\r')
+	if r < 0 || r+2 >= len(frame) || frame[r+2] != '$' {
 		return args
 	}
-	rest := frame[r+2:]
+	rest := frame[r+3:]
 	e := bytes.IndexByte(rest, '\r')
 	if e < 0 {
 		return args

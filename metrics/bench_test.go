@@ -1,0 +1,86 @@
+package metrics_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+// BenchmarkObserveLocked measures recording one timed command, within a
+// batch (lock held) and with a lock per command.
+func BenchmarkObserveLocked(b *testing.B) {
+	s := metrics.NewSet(1, testNames)
+	l := s.Loop(0)
+	l.Lock()
+	for cmd := range testNames { // warm up: allocate the histograms
+		l.ObserveLocked(cmd, time.Millisecond, 800*us, false)
+	}
+	l.Unlock()
+	b.Run("batched", func(b *testing.B) {
+		b.ReportAllocs()
+		l.Lock()
+		defer l.Unlock()
+		i := 0
+		for b.Loop() {
+			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, false)
+			i++
+		}
+	})
+	b.Run("lock-per-op", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			l.Lock()
+			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, false)
+			l.Unlock()
+			i++
+		}
+	})
+}
+
+// BenchmarkSnapshot measures merging the loops, with something new recorded
+// between rounds as between scrapes: Snapshot (copies the merged histograms)
+// and a Prometheus Gather (shares them, builds the buckets).
+func BenchmarkSnapshot(b *testing.B) {
+	for _, loops := range []int{1, 4} {
+		s := metrics.NewSet(loops, testNames)
+		for li := range loops {
+			l := s.Loop(li)
+			l.Lock()
+			for i := range 10000 {
+				l.ObserveLocked(i%len(testNames), time.Duration(50+i%5000)*us, time.Duration(20+i%4000)*us, false)
+			}
+			l.Unlock()
+		}
+		reg := prometheus.NewRegistry()
+		if err := s.Register(reg); err != nil {
+			b.Fatal(err)
+		}
+		for _, read := range []struct {
+			name string
+			fn   func()
+		}{
+			{"snapshot", func() { s.Snapshot() }},
+			{"gather", func() {
+				if _, err := reg.Gather(); err != nil {
+					b.Fatal(err)
+				}
+			}},
+		} {
+			b.Run(fmt.Sprintf("loops=%d/%s", loops, read.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					l := s.Loop(0)
+					l.Lock()
+					l.ObserveLocked(cmdGet, time.Millisecond, 900*us, false)
+					l.Unlock()
+					read.fn()
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package metrics
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewAdminMux returns a mux serving GET /metrics, the Prometheus exposition
+// of reg (promhttp.HandlerFor), and GET /stats, s.StatsHandler. The caller
+// registers s with reg (s.Register) along with any other collectors.
+// OpenMetrics is not offered because respmeter_client_connections and
+// respmeter_client_connections_total would clash there (see Set.Register);
+// the text and protobuf formats, the latter carrying native histograms, are.
+func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /stats", s.StatsHandler())
+	return mux
+}
+
+// StatsHandler returns a handler answering GET (and HEAD) with the Set's stats
+// as indented JSON, all durations in seconds:
+//
+//	{"commands": {"get": {"count": N, "errors": E, "phases": {"total": D, "upstream": D, "proxy": D}}},
+//	 "totals": {"count": N, "errors": E, "phases": {...}},
+//	 "think": D,
+//	 "connections": {"clients": N, "clients_total": N, "clients_rejected": N,
+//	                 "clients_evicted_output_limit": N, "clients_evicted_query_limit": N,
+//	                 "clients_evicted_other": N, "upstreams": N,
+//	                 "upstream_dial_errors": N, "upstream_lost": N, "protocol_errors": N},
+//	 "bytes": {"client_read": N, "client_written": N, "upstream_read": N, "upstream_written": N}}
+//
+// where D is {"count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"}.
+// Commands never counted are left out, as are phases of commands never timed.
+// Other methods get 405. The handler may serve concurrently with recording.
+func (s *Set) StatsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		var doc statsJSON
+		_ = s.view(func(sn *Snapshot) error {
+			doc = newStatsJSON(sn)
+			return nil
+		})
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodHead {
+			return
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(doc) // only fails when the client has gone
+	})
+}
+
+// statsJSON is the /stats document. Maps are encoded with sorted keys, so the
+// output is deterministic.
+type statsJSON struct {
+	Commands    map[string]commandJSON `json:"commands"`
+	Totals      commandJSON            `json:"totals"`
+	Think       durationsJSON          `json:"think"`
+	Connections connectionsJSON        `json:"connections"`
+	Bytes       bytesJSON              `json:"bytes"`
+}
+
+type commandJSON struct {
+	Count  int64                    `json:"count"`
+	Errors int64                    `json:"errors"`
+	Phases map[string]durationsJSON `json:"phases"`
+}
+
+// durationsJSON summarizes a Durations in seconds.
+type durationsJSON struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p99.9"`
+	P9999 float64 `json:"p99.99"`
+	Max   float64 `json:"max"`
+}
+
+type connectionsJSON struct {
+	Clients            int64 `json:"clients"`
+	ClientsTotal       int64 `json:"clients_total"`
+	ClientsRejected    int64 `json:"clients_rejected"`
+	EvictedOutputLimit int64 `json:"clients_evicted_output_limit"`
+	EvictedQueryLimit  int64 `json:"clients_evicted_query_limit"`
+	EvictedOther       int64 `json:"clients_evicted_other"`
+	Upstreams          int64 `json:"upstreams"`
+	UpstreamDialErrors int64 `json:"upstream_dial_errors"`
+	UpstreamLost       int64 `json:"upstream_lost"`
+	ProtocolErrors     int64 `json:"protocol_errors"`
+}
+
+type bytesJSON struct {
+	ClientRead      int64 `json:"client_read"`
+	ClientWritten   int64 `json:"client_written"`
+	UpstreamRead    int64 `json:"upstream_read"`
+	UpstreamWritten int64 `json:"upstream_written"`
+}
+
+func newStatsJSON(sn *Snapshot) statsJSON {
+	doc := statsJSON{
+		Commands: make(map[string]commandJSON),
+		Think:    newDurationsJSON(sn.Think),
+		Connections: connectionsJSON{
+			Clients:            sn.Counters.ClientConns,
+			ClientsTotal:       sn.Counters.ClientConnsTotal,
+			ClientsRejected:    sn.Counters.ClientsRejected,
+			EvictedOutputLimit: sn.Counters.ClientsEvictedOutputLimit,
+			EvictedQueryLimit:  sn.Counters.ClientsEvictedQueryLimit,
+			EvictedOther:       sn.Counters.ClientsEvictedOther,
+			Upstreams:          sn.Counters.UpstreamConns,
+			UpstreamDialErrors: sn.Counters.UpstreamDialErrors,
+			UpstreamLost:       sn.Counters.UpstreamLost,
+			ProtocolErrors:     sn.Counters.ProtocolErrors,
+		},
+		Bytes: bytesJSON{
+			ClientRead:      sn.Counters.ClientReadBytes,
+			ClientWritten:   sn.Counters.ClientWrittenBytes,
+			UpstreamRead:    sn.Counters.UpstreamReadBytes,
+			UpstreamWritten: sn.Counters.UpstreamWrittenBytes,
+		},
+	}
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Count > 0 {
+			doc.Commands[c.Name] = newCommandJSON(c)
+		}
+	}
+	totals := sn.Totals()
+	doc.Totals = newCommandJSON(&totals)
+	return doc
+}
+
+func newCommandJSON(c *CommandStats) commandJSON {
+	out := commandJSON{Count: c.Count, Errors: c.Errors, Phases: make(map[string]durationsJSON)}
+	for p, d := range c.Phases {
+		if d.Count() > 0 {
+			out.Phases[Phase(p).String()] = newDurationsJSON(d)
+		}
+	}
+	return out
+}
+
+func newDurationsJSON(d Durations) durationsJSON {
+	sec := func(pct float64) float64 { return d.Percentile(pct).Seconds() }
+	return durationsJSON{
+		Count: d.Count(),
+		Mean:  d.Mean().Seconds(),
+		P50:   sec(50),
+		P90:   sec(90),
+		P99:   sec(99),
+		P999:  sec(99.9),
+		P9999: sec(99.99),
+		Max:   d.Max().Seconds(),
+	}
+}

@@ -1,0 +1,272 @@
+package metrics
+
+import (
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// nativeSchema is the resolution of the exported native histograms: bucket
+// boundaries are 2^(i/2^nativeSchema) seconds, so schema 3 gives 8 buckets per
+// doubling (~9% wide), coarser than the HdrHistograms they come from.
+const nativeSchema = 3
+
+// classicBoundsMicros are the upper bounds of the classic histogram buckets,
+// in microseconds: 10 µs .. 10 s in 1-2.5-5 steps.
+func classicBoundsMicros() []int64 {
+	return []int64{
+		10, 25, 50, 100, 250, 500, // µs
+		1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, // ms
+		1_000_000, 2_500_000, 5_000_000, 10_000_000, // s
+	}
+}
+
+// Register registers one prometheus.Collector for the Set with reg. At each
+// scrape the collector merges the loops (as Snapshot does, but without copying
+// the histograms) and exports, in seconds and bytes:
+//
+//   - respmeter_command_duration_seconds{command,phase}: histogram with
+//     classic buckets (10 µs .. 10 s) and native buckets (schema 3) in the same
+//     series, only for (command, phase) pairs observed at least once;
+//   - respmeter_commands_total{command} and
+//     respmeter_command_errors_total{command}, for commands counted at least
+//     once;
+//   - respmeter_think_duration_seconds, histogram as above;
+//   - the connection and byte counters (see Counters), including
+//     respmeter_client_rejected_connections_total and
+//     respmeter_client_evictions_total{reason}, always all three reasons.
+//
+// Buckets are computed from the merged HdrHistograms: each recorded bucket
+// counts at its highest equivalent value, so a value lands at most 0.1% above
+// where it was observed. The series pair respmeter_client_connections (gauge)
+// and respmeter_client_connections_total (counter) clash in OpenMetrics, whose
+// counter family drops _total: expose them as Prometheus text or protobuf, as
+// NewAdminMux does.
+//
+// Register returns reg's error, such as prometheus.AlreadyRegisteredError if
+// the Set's collector is already registered with reg.
+func (s *Set) Register(reg prometheus.Registerer) error {
+	return reg.Register(newCollector(s))
+}
+
+// collector exports a Set's stats at scrape time.
+type collector struct {
+	s            *Set
+	boundsMicros []int64
+
+	duration, commands, errors, think                        *prometheus.Desc
+	clientConns, clientConnsTotal, upstreamConns             *prometheus.Desc
+	clientsRejected, clientEvictions                         *prometheus.Desc
+	dialErrors, lost, protocolErrors                         *prometheus.Desc
+	clientRead, clientWritten, upstreamRead, upstreamWritten *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+func newCollector(s *Set) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("respmeter_"+name, help, labels, nil)
+	}
+	return &collector{
+		s:            s,
+		boundsMicros: classicBoundsMicros(),
+		duration: d("command_duration_seconds",
+			"Duration of Redis commands through the proxy in seconds, by phase: "+
+				"total = request read from the client to reply written back, "+
+				"upstream = request sent to the engine to reply read, proxy = total - upstream. "+
+				"Recorded in whole microseconds (1us..1h, 3 significant digits).",
+			"command", "phase"),
+		commands: d("commands_total",
+			"Redis commands forwarded by the proxy, timed or not.", "command"),
+		errors: d("command_errors_total",
+			"Redis commands the engine answered with an error reply.", "command"),
+		think: d("think_duration_seconds",
+			"Think time of closed-loop clients in seconds: reply written to the next request read. "+
+				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
+		clientConns:      d("client_connections_open", "Client connections currently open."),
+		clientConnsTotal: d("client_connections_total", "Client connections accepted."),
+		clientsRejected:  d("client_rejected_connections_total", "Client connections refused because the client limit was reached."),
+		clientEvictions: d("client_evictions_total",
+			"Clients disconnected for crossing a memory limit, by reason (output_limit, query_limit, other).", "reason"),
+		upstreamConns: d("upstream_connections_open", "Upstream (engine) connections currently open."),
+		dialErrors:    d("upstream_dial_errors_total", "Failed attempts to connect to the engine."),
+		lost: d("upstream_lost_total",
+			"Upstream connections closed by the engine or the network while commands were pending."),
+		protocolErrors:  d("protocol_errors_total", "Client connections closed for sending malformed input."),
+		clientRead:      d("client_read_bytes_total", "Bytes read from clients."),
+		clientWritten:   d("client_written_bytes_total", "Bytes written to clients."),
+		upstreamRead:    d("upstream_read_bytes_total", "Bytes read from the engine."),
+		upstreamWritten: d("upstream_written_bytes_total", "Bytes written to the engine."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.duration, c.commands, c.errors, c.think,
+		c.clientConns, c.clientConnsTotal, c.upstreamConns,
+		c.clientsRejected, c.clientEvictions,
+		c.dialErrors, c.lost, c.protocolErrors,
+		c.clientRead, c.clientWritten, c.upstreamRead, c.upstreamWritten,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. Concurrent Collects are
+// serialized with each other and with the Set's other readers.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	_ = c.s.view(func(sn *Snapshot) error {
+		for i := range sn.Commands {
+			cs := &sn.Commands[i]
+			if cs.Count == 0 {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(cs.Count), cs.Name)
+			ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(cs.Errors), cs.Name)
+			for p, d := range cs.Phases {
+				if d.Count() > 0 {
+					ch <- newHistogramMetric(c.duration, c.boundsMicros, d, cs.Name, Phase(p).String())
+				}
+			}
+		}
+		ch <- newHistogramMetric(c.think, c.boundsMicros, sn.Think)
+
+		k := sn.Counters
+		for _, m := range []struct {
+			desc *prometheus.Desc
+			typ  prometheus.ValueType
+			v    int64
+		}{
+			{c.clientConns, prometheus.GaugeValue, k.ClientConns},
+			{c.clientConnsTotal, prometheus.CounterValue, k.ClientConnsTotal},
+			{c.clientsRejected, prometheus.CounterValue, k.ClientsRejected},
+			{c.upstreamConns, prometheus.GaugeValue, k.UpstreamConns},
+			{c.dialErrors, prometheus.CounterValue, k.UpstreamDialErrors},
+			{c.lost, prometheus.CounterValue, k.UpstreamLost},
+			{c.protocolErrors, prometheus.CounterValue, k.ProtocolErrors},
+			{c.clientRead, prometheus.CounterValue, k.ClientReadBytes},
+			{c.clientWritten, prometheus.CounterValue, k.ClientWrittenBytes},
+			{c.upstreamRead, prometheus.CounterValue, k.UpstreamReadBytes},
+			{c.upstreamWritten, prometheus.CounterValue, k.UpstreamWrittenBytes},
+		} {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.v))
+		}
+		for r, v := range []int64{k.ClientsEvictedOutputLimit, k.ClientsEvictedQueryLimit, k.ClientsEvictedOther} {
+			ch <- prometheus.MustNewConstMetric(c.clientEvictions, prometheus.CounterValue, float64(v), evictReason(r).String())
+		}
+		return nil
+	})
+}
+
+// histogramMetric is a prometheus.Metric for a histogram built at scrape
+// time, carrying classic and native buckets in one series
+// (prometheus.NewConstHistogram has classic buckets only).
+type histogramMetric struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	h      *dto.Histogram
+}
+
+var _ prometheus.Metric = (*histogramMetric)(nil)
+
+// Desc implements prometheus.Metric.
+func (m *histogramMetric) Desc() *prometheus.Desc { return m.desc }
+
+// Write implements prometheus.Metric.
+func (m *histogramMetric) Write(out *dto.Metric) error {
+	out.Label = m.labels
+	out.Histogram = m.h
+	return nil
+}
+
+// newHistogramMetric converts d to a Prometheus histogram in seconds with
+// classic buckets at boundsMicros (microseconds, ascending) and native
+// buckets of nativeSchema. Every bucket HdrHistogram recorded counts at its
+// highest equivalent value. labelValues follow desc's variable labels.
+func newHistogramMetric(desc *prometheus.Desc, boundsMicros []int64, d Durations, labelValues ...string) *histogramMetric {
+	classic := make([]uint64, len(boundsMicros)) // per bucket, not cumulative
+	var native nativeBuckets
+	if d.Count() > 0 {
+		j := 0
+		// Distribution lists every bucket up to the highest recorded one.
+		for _, bar := range d.Hist.Distribution() {
+			if bar.Count == 0 {
+				continue
+			}
+			for j < len(boundsMicros) && boundsMicros[j] < bar.To {
+				j++
+			}
+			if j < len(boundsMicros) {
+				classic[j] += uint64(bar.Count)
+			} // else only in the implicit +Inf bucket
+			native.add(nativeKey(float64(bar.To)/1e6), bar.Count)
+		}
+	}
+	h := &dto.Histogram{
+		SampleCount:   new(uint64(d.Count())),
+		SampleSum:     new(d.Sum.Seconds()),
+		Bucket:        make([]*dto.Bucket, len(boundsMicros)),
+		Schema:        new(int32(nativeSchema)),
+		ZeroThreshold: new(prometheus.DefNativeHistogramZeroThreshold),
+		ZeroCount:     new(uint64(0)), // nothing is recorded below 1 µs
+		PositiveSpan:  native.spans,
+		PositiveDelta: native.deltas,
+	}
+	var cum uint64
+	for i, ub := range boundsMicros {
+		cum += classic[i]
+		h.Bucket[i] = &dto.Bucket{CumulativeCount: new(cum), UpperBound: new(float64(ub) / 1e6)}
+	}
+	return &histogramMetric{desc: desc, labels: prometheus.MakeLabelPairs(desc, labelValues), h: h}
+}
+
+// nativeKey returns the index k of the native histogram bucket of schema
+// nativeSchema holding v > 0 seconds: the bucket (2^((k-1)/8), 2^(k/8)].
+// Powers of two map exactly; a value within float rounding of another
+// boundary could land in the neighbouring bucket, but no highest equivalent
+// value of our histograms comes that close (TestNativeKeyHdrValues).
+func nativeKey(v float64) int {
+	frac, exp := math.Frexp(v) // v = frac * 2^exp, 0.5 <= frac < 1
+	const perDoubling = 1 << nativeSchema
+	// log2(2*frac) is in [0, 1): the position of v within its doubling.
+	return (exp-1)*perDoubling + int(math.Ceil(math.Log2(2*frac)*perDoubling))
+}
+
+// nativeBuckets builds the spans and deltas of a native histogram from
+// buckets added in ascending key order, as client_golang's makeBuckets does:
+// gaps of up to two empty buckets are filled in rather than starting a span.
+type nativeBuckets struct {
+	spans  []*dto.BucketSpan
+	deltas []int64 // each bucket's count minus the previous bucket's
+	next   int     // key after the last bucket added
+	last   int64   // count of the last bucket added
+}
+
+// add adds count observations to bucket key, which must not be below the
+// last key added.
+func (b *nativeBuckets) add(key int, count int64) {
+	if len(b.spans) > 0 && key == b.next-1 { // same bucket as the last add
+		b.deltas[len(b.deltas)-1] += count
+		b.last += count
+		return
+	}
+	gap := key - b.next // the first span's offset is its absolute key
+	if len(b.spans) == 0 || gap > 2 {
+		b.spans = append(b.spans, &dto.BucketSpan{Offset: new(int32(gap)), Length: new(uint32(0))})
+	} else {
+		for range gap {
+			b.push(0)
+		}
+	}
+	b.push(count)
+	b.next = key + 1
+}
+
+// push appends a bucket holding count to the last span.
+func (b *nativeBuckets) push(count int64) {
+	*b.spans[len(b.spans)-1].Length++
+	b.deltas = append(b.deltas, count-b.last)
+	b.last = count
+}

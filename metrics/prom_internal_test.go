@@ -1,0 +1,151 @@
+package metrics
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestNativeKey(t *testing.T) {
+	tests := []struct {
+		v    float64 // seconds
+		want int
+	}{
+		{1, 0},
+		{2, 8},
+		{0.5, -8},
+		{1.0001, 1},
+		{1.09, 1},  // just below 2^(1/8) = 1.0905
+		{1.091, 2}, // just above
+		{1.1, 2},   // log2(1.1)*8 = 1.1
+		{1e-6, -159},
+		{1e-4, -106},
+		{1e-3, -79},
+		{2.000895, 9},
+		{3600, 95}, // log2(3600)*8 = 94.5
+	}
+	for _, tc := range tests {
+		got := nativeKey(tc.v)
+		if got != tc.want {
+			t.Errorf("nativeKey(%g) = %d, want %d", tc.v, got, tc.want)
+		}
+		// The bucket's bounds, as Prometheus defines them for schema 3.
+		lo, hi := math.Exp2(float64(got-1)/8), math.Exp2(float64(got)/8)
+		if !(tc.v > lo*(1-1e-15) && tc.v <= hi*(1+1e-15)) {
+			t.Errorf("nativeKey(%g) = %d: bucket (%g, %g] does not hold it", tc.v, got, lo, hi)
+		}
+	}
+}
+
+func TestNativeBuckets(t *testing.T) {
+	type bucket struct {
+		key   int
+		count int64
+	}
+	type span struct {
+		offset int32
+		length uint32
+	}
+	tests := []struct {
+		name   string
+		add    []bucket
+		spans  []span
+		deltas []int64
+	}{
+		{"empty", nil, nil, nil},
+		{"one", []bucket{{-5, 3}}, []span{{-5, 1}}, []int64{3}},
+		{"same key merges", []bucket{{4, 1}, {4, 2}, {5, 1}}, []span{{4, 2}}, []int64{3, -2}},
+		{"gap of two is filled", []bucket{{0, 2}, {3, 1}}, []span{{0, 4}}, []int64{2, -2, 0, 1}},
+		{"gap of three starts a span", []bucket{{0, 2}, {4, 1}}, []span{{0, 1}, {3, 1}}, []int64{2, -1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b nativeBuckets
+			for _, a := range tc.add {
+				b.add(a.key, a.count)
+			}
+			var spans []span
+			for _, s := range b.spans {
+				spans = append(spans, span{s.GetOffset(), s.GetLength()})
+			}
+			if !equal(spans, tc.spans) || !equal(b.deltas, tc.deltas) {
+				t.Errorf("spans %v deltas %v, want %v %v", spans, b.deltas, tc.spans, tc.deltas)
+			}
+		})
+	}
+}
+
+func equal[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestToMicros(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 1},
+		{-time.Second, 1},
+		{time.Nanosecond, 1},
+		{time.Microsecond, 1},
+		{time.Microsecond + 1, 2},
+		{1500 * time.Microsecond, 1500},
+		{time.Hour, histHighestMicros},
+		{time.Hour + time.Microsecond, histHighestMicros},
+	} {
+		if got := toMicros(tc.d); got != tc.want {
+			t.Errorf("toMicros(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestEmptyHistogramMetric(t *testing.T) {
+	c := newCollector(NewSet(1, nil))
+	m := newHistogramMetric(c.think, c.boundsMicros, Durations{})
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	h := out.GetHistogram()
+	if h.GetSampleCount() != 0 || len(h.GetPositiveSpan()) != 0 || h.GetZeroThreshold() == 0 || len(h.GetBucket()) != 19 {
+		t.Errorf("empty histogram: %v", h)
+	}
+}
+
+// TestNativeKeyHdrValues checks every value the collector converts (the
+// highest equivalent value of each HdrHistogram bucket, in seconds) against
+// the schema 3 boundaries with a margin far above float rounding, which
+// backs nativeKey's claim that rounding never matters here.
+func TestNativeKeyHdrValues(t *testing.T) {
+	var values []int64
+	for v := int64(1); v < 2048; v++ {
+		values = append(values, v)
+	}
+	for b := uint(1); ; b++ {
+		if int64(1024)<<b > histHighestMicros {
+			break
+		}
+		for sub := int64(1024); sub < 2048; sub++ {
+			values = append(values, sub<<b+(1<<b)-1)
+		}
+	}
+	const margin = 1e-12
+	for _, us := range values {
+		v := float64(us) / 1e6
+		k := nativeKey(v)
+		lo, hi := math.Exp2(float64(k-1)/8), math.Exp2(float64(k)/8)
+		if !(v > lo*(1+margin) && (v <= hi*(1-margin) || v == hi)) {
+			t.Errorf("%d us: key %d, bucket (%g, %g] too close or wrong", us, k, lo, hi)
+		}
+	}
+}

@@ -1,0 +1,325 @@
+// Package metrics records respmeter's per-command timings and connection
+// counters and exports them as Prometheus metrics, a /stats JSON document and
+// a memtier_benchmark-style text table.
+//
+// It is a leaf: callers identify commands by small integer IDs and give the
+// label for each ID once, in the names slice passed to NewSet. Labels never
+// come from client input.
+//
+// Units: durations are recorded in HdrHistograms in whole microseconds
+// (1 µs .. 1 h, 3 significant digits); everything exported (Prometheus,
+// /stats) is in seconds, and the text table is in milliseconds.
+//
+// Concurrency: each event loop owns one Loop and is its only writer. The loop
+// goroutine takes Loop.Lock once per read/write batch and calls the *Locked
+// methods in between; readers (Snapshot, the Prometheus collector, /stats,
+// WriteTable) take the same mutex briefly per loop to swap out its histograms
+// (a hot/cold swap, as in client_golang's histogram) and merge them outside
+// the loop's lock. Connection and byte counters are atomics that any
+// goroutine may update. There is no package-level state: every Set is
+// independent.
+package metrics
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Phase names one of the durations measured for each command.
+type Phase uint8
+
+const (
+	// PhaseTotal is t_out - t_in: from reading the request off the client
+	// connection to writing the reply back.
+	PhaseTotal Phase = iota
+	// PhaseUpstream is t_reply - t_sent: from sending the request to the
+	// engine to reading its reply.
+	PhaseUpstream
+	// PhaseProxy is total - upstream, clamped at 0: the time the proxy
+	// itself added.
+	PhaseProxy
+	// NumPhases is the number of phases; it is not a phase.
+	NumPhases
+)
+
+// String returns the phase's label value: "total", "upstream" or "proxy".
+func (p Phase) String() string {
+	switch p {
+	case PhaseTotal:
+		return "total"
+	case PhaseUpstream:
+		return "upstream"
+	case PhaseProxy:
+		return "proxy"
+	}
+	return fmt.Sprintf("Phase(%d)", uint8(p))
+}
+
+// Histogram geometry. Every histogram of a Set records whole microseconds with
+// this range and precision so that they can be merged bucket for bucket.
+const (
+	histLowestMicros  = 1             // 1 µs; smaller values are recorded as 1
+	histHighestMicros = 3_600_000_000 // 1 h; larger values are recorded as 1 h
+	histSigFigs       = 3
+)
+
+// newHistogram allocates an empty histogram of the Set geometry. With this
+// geometry a histogram holds ~190 KB of counts, which is why Loops create them
+// lazily, on the first observation of each (command, phase).
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(histLowestMicros, histHighestMicros, histSigFigs)
+}
+
+// toMicros converts d to the value recorded in a histogram: whole
+// microseconds rounded up, clamped to [1 µs, 1 h]. Rounding up keeps the
+// reported percentiles (HdrHistogram's highest equivalent values) from
+// understating a duration.
+func toMicros(d time.Duration) int64 {
+	us := (int64(d) + int64(time.Microsecond) - 1) / int64(time.Microsecond)
+	return min(max(us, histLowestMicros), histHighestMicros)
+}
+
+// Set holds the stats of all event loops of one proxy, plus its connection and
+// byte counters. Create it with NewSet; the zero value is not usable.
+//
+// All methods of Set are safe for concurrent use.
+type Set struct {
+	names []string
+	loops []*Loop
+
+	clientConns          atomic.Int64
+	clientConnsTotal     atomic.Int64
+	clientsRejected      atomic.Int64
+	clientsEvicted       [numEvictReasons]atomic.Int64 // by evictReason
+	upstreamConns        atomic.Int64
+	upstreamDialErrors   atomic.Int64
+	upstreamLost         atomic.Int64
+	protocolErrors       atomic.Int64
+	clientReadBytes      atomic.Int64
+	clientWrittenBytes   atomic.Int64
+	upstreamReadBytes    atomic.Int64
+	upstreamWrittenBytes atomic.Int64
+
+	merge merger // scrape-side state; see snapshot.go
+}
+
+// NewSet returns a Set with the given number of loops (at least 1; smaller
+// values are raised to 1). names[i] is the label of command ID i and
+// names[0] must be "other", the ID that unknown and out-of-range commands are
+// counted under; an empty names slice means just {"other"}. NewSet copies
+// names and panics if a name is empty or repeated, since that would produce
+// clashing Prometheus series.
+func NewSet(loops int, names []string) *Set {
+	if len(names) == 0 {
+		names = []string{"other"}
+	}
+	seen := make(map[string]bool, len(names))
+	for i, n := range names {
+		if n == "" || seen[n] {
+			panic(fmt.Sprintf("metrics: command name %d (%q) is empty or repeated", i, n))
+		}
+		seen[n] = true
+	}
+	loops = max(loops, 1)
+	s := &Set{names: append([]string(nil), names...), loops: make([]*Loop, loops)}
+	for i := range s.loops {
+		s.loops[i] = &Loop{cmds: make([]cmdStats, len(names))}
+	}
+	s.merge.init(loops, len(names))
+	return s
+}
+
+// Loop returns the stats of event loop i, 0 <= i < Loops(); it panics for
+// other i. The returned Loop is meant for that loop's goroutine only.
+func (s *Set) Loop(i int) *Loop { return s.loops[i] }
+
+// Loops returns the number of loops the Set was created with.
+func (s *Set) Loops() int { return len(s.loops) }
+
+// Names returns the command labels, indexed by command ID. The caller must not
+// modify the returned slice.
+func (s *Set) Names() []string { return s.names }
+
+// ClientOpened counts an accepted client connection: it raises the current
+// client connections and the accepted total.
+func (s *Set) ClientOpened() {
+	s.clientConns.Add(1)
+	s.clientConnsTotal.Add(1)
+}
+
+// ClientClosed counts a closed client connection.
+func (s *Set) ClientClosed() { s.clientConns.Add(-1) }
+
+// ClientRejected counts a client connection refused because the proxy's
+// client limit was reached (it is not counted by ClientOpened).
+func (s *Set) ClientRejected() { s.clientsRejected.Add(1) }
+
+// Reasons for ClientEvicted; they are the values of the reason label.
+const (
+	// EvictOutputLimit: the replies pending for the client crossed the output
+	// buffer limit.
+	EvictOutputLimit = "output_limit"
+	// EvictQueryLimit: the client's unparsed input crossed the query buffer
+	// limit.
+	EvictQueryLimit = "query_limit"
+)
+
+// evictReason indexes Set.clientsEvicted.
+type evictReason int
+
+const (
+	evictOutputLimit evictReason = iota
+	evictQueryLimit
+	evictOther
+	numEvictReasons
+)
+
+func (r evictReason) String() string {
+	switch r {
+	case evictOutputLimit:
+		return EvictOutputLimit
+	case evictQueryLimit:
+		return EvictQueryLimit
+	}
+	return "other"
+}
+
+// ClientEvicted counts a client disconnected for crossing a memory limit.
+// reason should be EvictOutputLimit or EvictQueryLimit; any other value is
+// counted as "other", so the label stays bounded. Call ClientClosed too.
+func (s *Set) ClientEvicted(reason string) {
+	r := evictOther
+	switch reason {
+	case EvictOutputLimit:
+		r = evictOutputLimit
+	case EvictQueryLimit:
+		r = evictQueryLimit
+	}
+	s.clientsEvicted[r].Add(1)
+}
+
+// UpstreamOpened counts an established upstream (engine) connection.
+func (s *Set) UpstreamOpened() { s.upstreamConns.Add(1) }
+
+// UpstreamClosed counts a closed upstream connection, for whatever reason.
+func (s *Set) UpstreamClosed() { s.upstreamConns.Add(-1) }
+
+// UpstreamDialFailed counts a failed attempt to connect to the engine.
+func (s *Set) UpstreamDialFailed() { s.upstreamDialErrors.Add(1) }
+
+// UpstreamLost counts an upstream connection closed by the engine or the
+// network while commands were still pending on it. Call UpstreamClosed too.
+func (s *Set) UpstreamLost() { s.upstreamLost.Add(1) }
+
+// ProtocolError counts a client that sent malformed input and was closed.
+func (s *Set) ProtocolError() { s.protocolErrors.Add(1) }
+
+// AddClientBytes adds in bytes read from and out bytes written to clients.
+func (s *Set) AddClientBytes(in, out int) {
+	s.clientReadBytes.Add(int64(in))
+	s.clientWrittenBytes.Add(int64(out))
+}
+
+// AddUpstreamBytes adds in bytes read from and out bytes written to the
+// engine.
+func (s *Set) AddUpstreamBytes(in, out int) {
+	s.upstreamReadBytes.Add(int64(in))
+	s.upstreamWrittenBytes.Add(int64(out))
+}
+
+// Loop holds the stats one event loop records. Only that loop's goroutine
+// records: it calls Lock once per read/write batch, then any number of
+// *Locked methods, then Unlock. Readers take the same mutex briefly to swap
+// histograms out (see Set.Snapshot), so the lock is uncontended except during
+// a scrape. Steady-state recording allocates nothing; the first observation
+// of each (command, phase) allocates its histogram.
+type Loop struct {
+	mu    sync.Mutex
+	cmds  []cmdStats // indexed by command ID
+	think timing
+}
+
+// cmdStats is one command's cumulative stats in one loop.
+type cmdStats struct {
+	count  int64 // commands counted, timed or not
+	errors int64 // of which answered with an error reply
+	phases [NumPhases]timing
+}
+
+// timing is one duration distribution in one loop.
+type timing struct {
+	// hist records microseconds since the last scrape swapped it out; nil
+	// until the first observation.
+	hist *hdrhistogram.Histogram
+	sum  time.Duration // cumulative exact sum of the observed durations (clamped at 0)
+}
+
+// observe records d, which must be >= 0.
+func (t *timing) observe(d time.Duration) {
+	if t.hist == nil {
+		t.hist = newHistogram() // first observation only: not steady state
+	}
+	t.sum += d
+	// toMicros keeps the value in range, so RecordValue cannot fail.
+	_ = t.hist.RecordValue(toMicros(d))
+}
+
+// Lock locks the Loop for a batch of *Locked calls. Only the owning event
+// loop's goroutine records; readers lock it internally.
+func (l *Loop) Lock() { l.mu.Lock() }
+
+// Unlock unlocks the Loop after a batch of *Locked calls.
+func (l *Loop) Unlock() { l.mu.Unlock() }
+
+// ObserveLocked records one timed command: total (t_out - t_in) and upstream
+// (t_reply - t_sent) durations, and proxy = total - upstream, clamped at 0,
+// each into the command's histogram for that phase; it also counts the
+// command, and an error if isErr (the engine answered with an error reply).
+// Negative durations count as 0. Histograms record whole microseconds,
+// rounded up and clamped to 1 µs .. 1 h (so 0 is recorded as 1 µs); the
+// exact sums behind the means are kept apart. A cmd outside the names slice
+// is counted as command 0 ("other"). The caller must hold the lock.
+func (l *Loop) ObserveLocked(cmd int, total, upstream time.Duration, isErr bool) {
+	c := l.cmd(cmd)
+	c.count++
+	if isErr {
+		c.errors++
+	}
+	total = max(total, 0)
+	upstream = max(upstream, 0)
+	c.phases[PhaseTotal].observe(total)
+	c.phases[PhaseUpstream].observe(upstream)
+	c.phases[PhaseProxy].observe(max(total-upstream, 0))
+}
+
+// CountLocked counts a command, and an error if isErr, without timing it; the
+// proxy uses it for commands it cannot time, such as ones without a reply. A
+// cmd outside the names slice is counted as command 0 ("other"). The caller
+// must hold the lock.
+func (l *Loop) CountLocked(cmd int, isErr bool) {
+	c := l.cmd(cmd)
+	c.count++
+	if isErr {
+		c.errors++
+	}
+}
+
+// ThinkLocked records a closed-loop client's think time d: from writing a
+// reply to the client to reading its next request. Negative d counts as 0,
+// clamped into the histogram range as in ObserveLocked. The caller must hold
+// the lock.
+func (l *Loop) ThinkLocked(d time.Duration) {
+	l.think.observe(max(d, 0))
+}
+
+// cmd returns the stats of command ID id, or of ID 0 if id is out of range.
+func (l *Loop) cmd(id int) *cmdStats {
+	if uint(id) >= uint(len(l.cmds)) {
+		id = 0
+	}
+	return &l.cmds[id]
+}

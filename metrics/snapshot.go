@@ -1,0 +1,270 @@
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Snapshot is a merged view of all loops of a Set at one moment. Its
+// histograms record microseconds; use the Durations helpers to read them as
+// time.Duration. A Snapshot returned by Set.Snapshot belongs to the caller and
+// does not change afterwards.
+type Snapshot struct {
+	// Commands has one entry per command ID, in ID order, including commands
+	// never seen (Count 0, nil histograms).
+	Commands []CommandStats
+	// Think is the distribution of closed-loop clients' think times.
+	Think Durations
+	// Counters holds the connection and byte counters.
+	Counters Counters
+}
+
+// CommandStats is one command's stats merged over all loops.
+type CommandStats struct {
+	Name   string // label from the names slice given to NewSet
+	Count  int64  // commands counted, timed (ObserveLocked) or not (CountLocked)
+	Errors int64  // commands answered with an error reply
+	// Phases holds the timed commands' durations, indexed by Phase.
+	Phases [NumPhases]Durations
+}
+
+// Observed reports whether the command was timed at least once, that is
+// whether its phase histograms hold any value.
+func (c *CommandStats) Observed() bool { return c.Phases[PhaseTotal].Count() > 0 }
+
+// Durations is a merged distribution of durations.
+type Durations struct {
+	// Hist records whole microseconds, 1 µs .. 1 h, with 3 significant
+	// digits; nil when nothing was observed. Its ValueAtQuantile takes a
+	// percent (0-100), not a rank (0-1).
+	Hist *hdrhistogram.Histogram
+	// Sum is the exact sum of the observed durations (negative ones counted
+	// as 0, not rounded to microseconds or clamped to the histogram range).
+	Sum time.Duration
+}
+
+// Count returns the number of observed durations.
+func (d Durations) Count() int64 {
+	if d.Hist == nil {
+		return 0
+	}
+	return d.Hist.TotalCount()
+}
+
+// Mean returns the exact mean of the observed durations (Sum / Count), or 0
+// if there are none.
+func (d Durations) Mean() time.Duration {
+	n := d.Count()
+	if n == 0 {
+		return 0
+	}
+	return d.Sum / time.Duration(n)
+}
+
+// Percentile returns the duration at percent pct (0-100, so 99.9 is the 99.9th
+// percentile): the highest value equivalent, at 3 significant digits, to the
+// one that pct percent of the observations are at or below. It returns 0 if
+// there are no observations.
+func (d Durations) Percentile(pct float64) time.Duration {
+	if d.Count() == 0 {
+		return 0
+	}
+	return time.Duration(d.Hist.ValueAtQuantile(pct)) * time.Microsecond
+}
+
+// Max returns the largest observed duration, as the highest value equivalent
+// to it at 3 significant digits, or 0 if there are no observations.
+func (d Durations) Max() time.Duration {
+	if d.Count() == 0 {
+		return 0
+	}
+	return time.Duration(d.Hist.Max()) * time.Microsecond
+}
+
+// merge adds o into d, allocating d.Hist if needed.
+func (d *Durations) merge(o Durations) {
+	d.Sum += o.Sum
+	if o.Count() == 0 {
+		return
+	}
+	if d.Hist == nil {
+		d.Hist = newHistogram()
+	}
+	d.Hist.Merge(o.Hist) // same geometry: nothing is dropped
+}
+
+// Counters are the connection and byte counters of a Set.
+type Counters struct {
+	ClientConns      int64 // client connections open now
+	ClientConnsTotal int64 // client connections accepted
+	ClientsRejected  int64 // client connections refused at the client limit
+	// Clients disconnected for crossing a memory limit (ClientEvicted), by reason.
+	ClientsEvictedOutputLimit int64
+	ClientsEvictedQueryLimit  int64
+	ClientsEvictedOther       int64
+	UpstreamConns             int64 // upstream connections open now
+	UpstreamDialErrors        int64 // failed upstream dials
+	UpstreamLost              int64 // upstream connections lost with commands pending
+	ProtocolErrors            int64 // clients closed for malformed input
+	ClientReadBytes           int64 // bytes read from clients
+	ClientWrittenBytes        int64 // bytes written to clients
+	UpstreamReadBytes         int64 // bytes read from the engine
+	UpstreamWrittenBytes      int64 // bytes written to the engine
+}
+
+// Totals returns the stats of all commands merged: summed counts and errors,
+// and per phase one histogram over every command. Its Name is empty.
+func (sn *Snapshot) Totals() CommandStats {
+	var t CommandStats
+	for i := range sn.Commands {
+		c := &sn.Commands[i]
+		t.Count += c.Count
+		t.Errors += c.Errors
+		for p := range t.Phases {
+			t.Phases[p].merge(c.Phases[p])
+		}
+	}
+	return t
+}
+
+// hists holds one histogram per phase.
+type hists [NumPhases]*hdrhistogram.Histogram
+
+// merger is the reading side of the hot/cold swap. A reader holding mu locks
+// each loop just long enough to exchange every non-empty histogram of the loop
+// for an empty spare, then, without the loop's lock, merges the swapped-out
+// histograms into the cumulative ones, resets them and keeps them as the next
+// spares. So a loop is stalled for a few pointer swaps per scrape, never for
+// a merge, and all histograms are allocated at most once.
+type merger struct {
+	mu          sync.Mutex
+	spares      [][]hists                 // [loop][cmd]: empty, or swapped out and not yet merged
+	thinkSpares []*hdrhistogram.Histogram // [loop]
+	cmds        []hists                   // [cmd]: cumulative, merged over loops
+	think       *hdrhistogram.Histogram   // cumulative, merged over loops
+}
+
+func (m *merger) init(loops, cmds int) {
+	m.spares = make([][]hists, loops)
+	for i := range m.spares {
+		m.spares[i] = make([]hists, cmds)
+	}
+	m.thinkSpares = make([]*hdrhistogram.Histogram, loops)
+	m.cmds = make([]hists, cmds)
+}
+
+// swap exchanges t's histogram for *spare if t's holds values. A missing
+// spare is allocated here, under the loop's lock; that happens once per
+// (loop, command, phase).
+func swap(t *timing, spare **hdrhistogram.Histogram) {
+	if t.hist == nil || t.hist.TotalCount() == 0 {
+		return
+	}
+	if *spare == nil {
+		*spare = newHistogram()
+	}
+	t.hist, *spare = *spare, t.hist
+}
+
+// drain merges a swapped-out histogram into *acc and resets it.
+func drain(spare *hdrhistogram.Histogram, acc **hdrhistogram.Histogram) {
+	if spare == nil || spare.TotalCount() == 0 {
+		return
+	}
+	if *acc == nil {
+		*acc = newHistogram()
+	}
+	(*acc).Merge(spare)
+	spare.Reset()
+}
+
+// mergeLocked folds every loop's new observations into the cumulative
+// histograms and returns a Snapshot that shares them: it is valid only while
+// s.merge.mu is held. The caller must hold s.merge.mu.
+func (s *Set) mergeLocked() *Snapshot {
+	m := &s.merge
+	sn := &Snapshot{Commands: make([]CommandStats, len(s.names))}
+	for i := range sn.Commands {
+		sn.Commands[i].Name = s.names[i]
+	}
+	for li, l := range s.loops {
+		spares := m.spares[li]
+		l.mu.Lock()
+		for ci := range l.cmds {
+			lc, sc := &l.cmds[ci], &sn.Commands[ci]
+			sc.Count += lc.count
+			sc.Errors += lc.errors
+			for p := range lc.phases {
+				sc.Phases[p].Sum += lc.phases[p].sum
+				swap(&lc.phases[p], &spares[ci][p])
+			}
+		}
+		sn.Think.Sum += l.think.sum
+		swap(&l.think, &m.thinkSpares[li])
+		l.mu.Unlock()
+
+		for ci := range spares {
+			for p := range spares[ci] {
+				drain(spares[ci][p], &m.cmds[ci][p])
+			}
+		}
+		drain(m.thinkSpares[li], &m.think)
+	}
+	for ci := range sn.Commands {
+		for p := range sn.Commands[ci].Phases {
+			sn.Commands[ci].Phases[p].Hist = m.cmds[ci][p]
+		}
+	}
+	sn.Think.Hist = m.think
+	sn.Counters = Counters{
+		ClientConns:               s.clientConns.Load(),
+		ClientConnsTotal:          s.clientConnsTotal.Load(),
+		ClientsRejected:           s.clientsRejected.Load(),
+		ClientsEvictedOutputLimit: s.clientsEvicted[evictOutputLimit].Load(),
+		ClientsEvictedQueryLimit:  s.clientsEvicted[evictQueryLimit].Load(),
+		ClientsEvictedOther:       s.clientsEvicted[evictOther].Load(),
+		UpstreamConns:             s.upstreamConns.Load(),
+		UpstreamDialErrors:        s.upstreamDialErrors.Load(),
+		UpstreamLost:              s.upstreamLost.Load(),
+		ProtocolErrors:            s.protocolErrors.Load(),
+		ClientReadBytes:           s.clientReadBytes.Load(),
+		ClientWrittenBytes:        s.clientWrittenBytes.Load(),
+		UpstreamReadBytes:         s.upstreamReadBytes.Load(),
+		UpstreamWrittenBytes:      s.upstreamWrittenBytes.Load(),
+	}
+	return sn
+}
+
+// view merges the loops and calls fn with a Snapshot that shares the Set's
+// cumulative histograms; fn must not keep it or modify it. Readers are
+// serialized.
+func (s *Set) view(fn func(*Snapshot) error) error {
+	s.merge.mu.Lock()
+	defer s.merge.mu.Unlock()
+	return fn(s.mergeLocked())
+}
+
+// Snapshot merges the stats of all loops, locking each only long enough to
+// swap its histograms out, and returns a copy owned by the caller. It may be
+// called from any goroutine, concurrently with recording. Each observed
+// (command, phase) costs one histogram copy (~190 KB) per call.
+func (s *Set) Snapshot() *Snapshot {
+	var out *Snapshot
+	_ = s.view(func(sn *Snapshot) error {
+		for ci := range sn.Commands {
+			for p := range sn.Commands[ci].Phases {
+				if h := sn.Commands[ci].Phases[p].Hist; h != nil {
+					sn.Commands[ci].Phases[p].Hist = h.Clone()
+				}
+			}
+		}
+		if sn.Think.Hist != nil {
+			sn.Think.Hist = sn.Think.Hist.Clone()
+		}
+		out = sn
+		return nil
+	})
+	return out
+}

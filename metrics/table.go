@@ -1,0 +1,118 @@
+package metrics
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// tablePcts returns the percentiles (percent, 0-100) in each phase block of
+// the table; a max column follows them.
+func tablePcts() []float64 { return []float64{50, 99, 99.9} }
+
+// WriteTable writes a memtier_benchmark-style latency table of the Set's
+// stats to w; see Snapshot.WriteTable. The Set is merged into a buffer first,
+// so a slow w does not hold up other readers.
+func (s *Set) WriteTable(w io.Writer) error {
+	var buf bytes.Buffer
+	_ = s.view(func(sn *Snapshot) error { return sn.WriteTable(&buf) })
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// WriteTable writes a memtier_benchmark-style text table to w: one row per
+// command counted, in command ID order, then a Totals row over all commands
+// merged. Columns are the command, its Ops (commands counted, timed or not)
+// and, for each phase (total, upstream, proxy), p50, p99, p99.9 and max in
+// milliseconds with 3 decimals; "-" marks a command that was never timed. If
+// think times were recorded, a line summarizing them follows. It returns the
+// first error from w.
+func (sn *Snapshot) WriteTable(w io.Writer) error {
+	const (
+		opsWidth = 12
+		colWidth = 10
+	)
+	pcts := tablePcts()
+	nameWidth := len("Command")
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Count > 0 {
+			nameWidth = max(nameWidth, len(c.Name))
+		}
+	}
+	blockWidth := (len(pcts) + 1) * (colWidth + 1) // columns of one phase, each with a leading space
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "Latency in milliseconds (ms), 3 decimals; Ops = commands counted, timed or not.\n")
+	fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; proxy = total - upstream.\n")
+	fmt.Fprintf(&b, "pN = Nth percentile (HdrHistogram, 3 significant digits).\n")
+
+	head := fmt.Sprintf("%-*s %*s", nameWidth, "", opsWidth, "")
+	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Ops")
+	for p := range NumPhases {
+		head += " |" + center(" "+p.String()+" (ms) ", blockWidth, '-')
+		cols += " |"
+		for _, pct := range pcts {
+			cols += fmt.Sprintf(" %*s", colWidth, fmt.Sprintf("p%g", pct))
+		}
+		cols += fmt.Sprintf(" %*s", colWidth, "max")
+	}
+	rule := strings.Repeat("=", len(cols))
+	b.WriteString(rule + "\n" + head + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
+
+	row := func(name string, c *CommandStats) {
+		fmt.Fprintf(&b, "%-*s %*d", nameWidth, name, opsWidth, c.Count)
+		for _, d := range c.Phases {
+			b.WriteString(" |")
+			for _, v := range append(percentiles(d, pcts), d.Max()) {
+				if d.Count() == 0 {
+					fmt.Fprintf(&b, " %*s", colWidth, "-")
+				} else {
+					fmt.Fprintf(&b, " %*.3f", colWidth, millis(v))
+				}
+			}
+		}
+		b.WriteString("\n")
+	}
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Count > 0 {
+			row(c.Name, c)
+		}
+	}
+	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+	totals := sn.Totals()
+	row("Totals", &totals)
+	b.WriteString(rule + "\n")
+
+	if t := sn.Think; t.Count() > 0 {
+		fmt.Fprintf(&b, "Think time (ms): count %d", t.Count())
+		for i, v := range percentiles(t, pcts) {
+			fmt.Fprintf(&b, ", p%g %.3f", pcts[i], millis(v))
+		}
+		fmt.Fprintf(&b, ", max %.3f\n", millis(t.Max()))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// percentiles returns d's value at each percent in pcts (0-100).
+func percentiles(d Durations, pcts []float64) []time.Duration {
+	out := make([]time.Duration, len(pcts))
+	for i, pct := range pcts {
+		out[i] = d.Percentile(pct)
+	}
+	return out
+}
+
+// millis converts d to milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// center pads s on both sides with fill to width runes (s is ASCII).
+func center(s string, width int, fill byte) string {
+	if len(s) >= width {
+		return s
+	}
+	left := (width - len(s)) / 2
+	return strings.Repeat(string(fill), left) + s + strings.Repeat(string(fill), width-len(s)-left)
+}

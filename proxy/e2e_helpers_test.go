@@ -1,0 +1,88 @@
+package proxy_test
+
+// Shared helpers of the end-to-end tests (e2e_*_test.go): each test starts
+// its own redis-server (internal/redistest) and an in-process proxy in
+// front of it (internal/redistest/proxytest), then uses the engine as the
+// oracle: the same bytes are sent directly and through the proxy and the
+// replies must be identical.
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+// env is one engine with one proxy in front of it.
+type env struct {
+	srv   *redistest.Server
+	p     *proxy.Proxy
+	paddr string
+	set   *metrics.Set
+}
+
+// setup starts redis-server with args and a proxy in front of it (it skips
+// t when redis-server is missing or -short is set).
+func setup(t *testing.T, args ...string) *env {
+	t.Helper()
+	return setupWith(t, nil, args...)
+}
+
+func setupWith(t *testing.T, mod func(*proxy.Config), args ...string) *env {
+	t.Helper()
+	srv := redistest.Start(t, args...)
+	p, set := proxytest.StartProxy(t, srv.Addr(), mod)
+	return &env{srv: srv, p: p, paddr: p.Addr(), set: set}
+}
+
+var cmd = redistest.Cmd
+
+// join concatenates requests into one write.
+func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// same runs the exchange against the engine and through the proxy, each on
+// a freshly flushed data set, and fails t unless the (masked) bytes and the
+// closed flags agree. It returns the direct (masked) bytes.
+func (e *env) same(t *testing.T, writes [][]byte, o redistest.ExchangeOptions, masks ...func([]byte) []byte) []byte {
+	t.Helper()
+	e.srv.DoT(t, "FLUSHALL")
+	direct, dClosed := redistest.Exchange(t, e.srv.Addr(), writes, o)
+	e.srv.DoT(t, "FLUSHALL")
+	via, pClosed := redistest.Exchange(t, e.paddr, writes, o)
+	for _, m := range masks {
+		direct, via = m(direct), m(via)
+	}
+	if !bytes.Equal(direct, via) || dClosed != pClosed {
+		t.Errorf("proxy differs from engine\n direct (closed=%v): %q\n proxy  (closed=%v): %q",
+			dClosed, redistest.Trunc(direct), pClosed, redistest.Trunc(via))
+	}
+	return direct
+}
+
+// healthy checks the proxy still serves a fresh connection.
+func (e *env) healthy(t *testing.T) {
+	t.Helper()
+	got, _ := redistest.Exchange(t, e.paddr, [][]byte{cmd("PING")},
+		redistest.ExchangeOptions{Want: 7, Timeout: 2 * time.Second})
+	if string(got) != "+PONG\r\n" {
+		t.Errorf("proxy unhealthy: PING on a fresh connection got %q", got)
+	}
+}
+
+// targets names the two ways to reach the engine, for tests that run the
+// same steps against each and compare.
+func (e *env) targets() []struct{ name, addr string } {
+	return []struct{ name, addr string }{{"direct", e.srv.Addr()}, {"proxy", e.paddr}}
+}
+
+// eq fails t unless got equals want.
+func eq(t *testing.T, what string, got []byte, want string) {
+	t.Helper()
+	if string(got) != want {
+		t.Errorf("%s:\n got  %q\n want %q", what, redistest.Trunc(got), redistest.Trunc([]byte(want)))
+	}
+}

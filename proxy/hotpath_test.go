@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// memConn is the part of gnet.Conn the session uses, in memory: Next hands
+// out what the test put in, Write collects what the session sends. Any
+// other method panics (the embedded interface is nil), which keeps the
+// benchmark honest about what the hot path touches.
+type memConn struct {
+	gnet.Conn
+	in  []byte
+	out []byte
+	ctx any
+}
+
+func (c *memConn) Next(int) ([]byte, error)    { b := c.in; c.in = nil; return b, nil }
+func (c *memConn) Write(b []byte) (int, error) { c.out = append(c.out, b...); return len(b), nil }
+func (c *memConn) Context() any                { return c.ctx }
+func (c *memConn) SetContext(v any)            { c.ctx = v }
+func (c *memConn) RemoteAddr() net.Addr        { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (c *memConn) Close() error                { return nil }
+
+// pair builds a session whose client and upstream are memConns.
+func pair(tb testing.TB, measure bool) (*session, *memConn, *memConn) {
+	tb.Helper()
+	set := metrics.NewSet(1, command.Names())
+	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure, Metrics: set})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cl, up := &memConn{}, &memConn{}
+	l := &loop{args: make([][]byte, 0, 16)}
+	if measure {
+		l.m = set.Loop(0)
+	}
+	s := newSession(p, cl, l)
+	s.upstreamOpened(up)
+	return s, cl, up
+}
+
+// roundTrip sends one request through the session and its reply back.
+func roundTrip(s *session, cl, up *memConn, req, reply []byte) {
+	cl.in = req
+	s.clientTraffic(cl)
+	up.out = up.out[:0]
+	up.in = reply
+	s.upstreamTraffic(up)
+	cl.out = cl.out[:0]
+}
+
+var (
+	getReq   = []byte("*2\r\n$3\r\nGET\r\n$5\r\nkey:a\r\n")
+	getReply = []byte("$5\r\nvalue\r\n")
+)
+
+// TestHotPathAllocs pins the steady-state per-command path (frame the
+// request, queue it, forward it, frame the reply, match it, relay it,
+// record its timings) at zero allocations.
+func TestHotPathAllocs(t *testing.T) {
+	for _, measure := range []bool{true, false} {
+		s, cl, up := pair(t, measure)
+		for i := 0; i < 100; i++ { // warm up: histograms, fifo, scratch slices
+			roundTrip(s, cl, up, getReq, getReply)
+		}
+		allocs := testing.AllocsPerRun(1000, func() { roundTrip(s, cl, up, getReq, getReply) })
+		if allocs != 0 {
+			t.Errorf("measure=%v: %v allocations per command, want 0", measure, allocs)
+		}
+	}
+}
+
+// TestSessionForwardsAndMatches checks the in-memory pair itself: bytes go
+// through unchanged, and the reply is matched to the request.
+func TestSessionForwardsAndMatches(t *testing.T) {
+	s, cl, up := pair(t, true)
+	cl.in = append(append([]byte{}, getReq...), getReq...)
+	s.clientTraffic(cl)
+	if string(up.out) != string(getReq)+string(getReq) {
+		t.Fatalf("upstream got %q", up.out)
+	}
+	if s.q.len() != 2 {
+		t.Fatalf("pending = %d, want 2", s.q.len())
+	}
+	up.in = append(append([]byte{}, getReply...), getReply[:3]...)
+	s.upstreamTraffic(up)
+	if s.q.len() != 1 {
+		t.Fatalf("pending after 1.5 replies = %d, want 1", s.q.len())
+	}
+	up.in = getReply[3:]
+	s.upstreamTraffic(up)
+	if s.q.len() != 0 || string(cl.out) != string(getReply)+string(getReply) {
+		t.Fatalf("pending %d, client got %q", s.q.len(), cl.out)
+	}
+}
+
+// BenchmarkHotPath is the whole per-command path on an in-memory pair.
+func BenchmarkHotPath(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		measure bool
+	}{{"measure", true}, {"forward-only", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, cl, up := pair(b, bc.measure)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				roundTrip(s, cl, up, getReq, getReply)
+			}
+		})
+	}
+}
