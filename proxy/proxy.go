@@ -180,16 +180,15 @@ wait:
 		case <-tick.C:
 		}
 	}
-	err := p.eng.Stop(ctx)
+	// gnet's Engine.Stop polls for the shutdown every 500 ms; Run returns
+	// as soon as the loops are down, so wait for that instead.
+	go func() { _ = p.eng.Stop(ctx) }()
+	var err error
 	select {
-	case rerr := <-p.runDone:
-		if err == nil {
-			err = rerr
-		}
+	case err = <-p.runDone:
+		p.runDone <- err
 	case <-ctx.Done():
-		if err == nil {
-			err = ctx.Err()
-		}
+		err = ctx.Err()
 	}
 	p.lingers.Wait()
 	return err

@@ -629,7 +629,7 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 		s.q = fifo{}
 		return
 	}
-	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.up != nil && !s.hasBlocking() && !s.p.draining.Load() {
+	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.upFailed == nil && !s.hasBlocking() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd)
 			s.stopRead = true
