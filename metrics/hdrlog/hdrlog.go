@@ -17,8 +17,9 @@
 // "<command>.<phase>" such as get.total or get.upstream. Timestamps are
 // seconds relative to BaseTime, with millisecond resolution. The histograms
 // record microseconds, as all of respmeter's do (package metrics), so a
-// reader must scale values by 1e6 to get seconds (HistogramLogProcessor
-// -outputValueUnitRatio 1e6; by 1e3 for milliseconds). The Interval_Max
+// reader must divide values by 1e6 to get seconds (HistogramLogProcessor
+// -outputValueUnitRatio 1e6, which is its default, made for nanoseconds to
+// milliseconds) or by 1e3 to get milliseconds. The Interval_Max
 // column is written by hdrhistogram-go, which always divides the maximum by
 // 1e6 (its "ms:ns" ratio, not settable): for microsecond histograms that
 // column is therefore in seconds. Readers ignore it and decode the

@@ -1,0 +1,175 @@
+package report
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Plot size; vgimg renders 96 dots per inch, so a PNG is 960×600 pixels.
+const (
+	plotWidth  = 10 * vg.Inch
+	plotHeight = 6.25 * vg.Inch
+)
+
+// ticksPerHalfDistance is the percentile resolution of the plotted lines,
+// as HdrHistogram's outputPercentileDistribution (and so its plotter) uses.
+const ticksPerHalfDistance = 5
+
+// Plot writes to path a percentile-distribution plot of logs, keyed by log
+// name, as HdrHistogram's plotter (plotFiles.html) draws them: the x axis is
+// the percentile on a log scale of 1/(1-p), ticked 0%, 90%, 99%, 99.9%, ...,
+// the y axis the latency in milliseconds (the logs' microseconds / 1000),
+// one line per tag with a non-empty histogram. Lines are named by tag, or by
+// "name: tag" when there is more than one log; a tag has one colour and a
+// log one dash pattern. The 100th percentile (the max), which has no finite
+// x, is drawn at the right end of the axis. The format follows path's
+// extension, .svg or .png; any other fails, as does a plot with no line.
+// Plot creates or truncates path, and removes it if it fails after that.
+func Plot(path string, logs map[string]*Log) (err error) {
+	var render func(p *plot.Plot, w io.Writer) error
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".png":
+		render = func(p *plot.Plot, w io.Writer) error {
+			c := vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
+			p.Draw(draw.New(c))
+			_, err := c.WriteTo(w)
+			return err
+		}
+	case ".svg":
+		render = func(p *plot.Plot, w io.Writer) error {
+			c := vgsvg.New(plotWidth, plotHeight)
+			p.Draw(draw.New(c))
+			_, err := c.WriteTo(w)
+			return err
+		}
+	default:
+		return fmt.Errorf("report: plot %s: unknown format %q (want .svg or .png)", path, ext)
+	}
+	p, err := newPlot(logs)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("report: plot: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("report: plot: %w", cerr)
+		}
+		if err != nil {
+			_ = os.Remove(path)
+		}
+	}()
+	if err := render(p, f); err != nil {
+		return fmt.Errorf("report: plot %s: %w", path, err)
+	}
+	return nil
+}
+
+// series is one plotted line: percentiles as 1/(1-p), latencies in ms.
+type series struct {
+	name    string
+	tag, lg int // colour and dash indexes
+	xys     plotter.XYs
+	hasMax  bool // the last point is the 100th percentile; its X is set last
+}
+
+func newPlot(logs map[string]*Log) (*plot.Plot, error) {
+	names := make([]string, 0, len(logs))
+	var tags []string
+	for name, l := range logs {
+		names = append(names, name)
+		tags = append(tags, l.Tags()...)
+	}
+	slices.Sort(names)
+	slices.Sort(tags)
+	tags = slices.Compact(tags)
+
+	var lines []series
+	maxX, maxY := 1.0, 0.0 // largest finite x, largest latency
+	for li, name := range names {
+		l := logs[name]
+		for _, tag := range l.Tags() {
+			h := l.hists[tag]
+			if h.TotalCount() == 0 {
+				continue
+			}
+			s := series{name: tagName(tag), tag: slices.Index(tags, tag), lg: li}
+			if len(logs) > 1 {
+				s.name = name + ": " + s.name
+			}
+			for _, b := range h.CumulativeDistributionWithTicks(ticksPerHalfDistance) {
+				x := 1 / (1 - b.Quantile/100)
+				if b.Quantile >= 100 || math.IsInf(x, 0) {
+					x, s.hasMax = math.Inf(1), true
+				} else {
+					maxX = max(maxX, x)
+				}
+				y := float64(b.ValueAt) / 1000
+				maxY = max(maxY, y)
+				s.xys = append(s.xys, plotter.XY{X: x, Y: y})
+			}
+			lines = append(lines, s)
+		}
+	}
+	if len(lines) == 0 {
+		return nil, errors.New("report: plot: no histogram with values to plot")
+	}
+	// The axis ends at the first power of 10 past every finite point (at
+	// least 99%), where the maxima are drawn.
+	xEnd := math.Pow(10, max(2, math.Floor(math.Log10(maxX))+1))
+
+	p := plot.New()
+	p.Title.Text = "Latency by Percentile Distribution"
+	p.X.Label.Text = "Percentile"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.TickerFunc(percentileTicks)
+	p.Y.Label.Text = "Latency (ms)"
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	for _, s := range lines {
+		if s.hasMax {
+			s.xys[len(s.xys)-1].X = xEnd
+		}
+		line, err := plotter.NewLine(s.xys)
+		if err != nil {
+			return nil, fmt.Errorf("report: plot %s: %w", s.name, err)
+		}
+		line.Color = plotutil.Color(s.tag)
+		line.Dashes = plotutil.Dashes(s.lg + s.tag/len(plotutil.DefaultColors))
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add(s.name, line)
+	}
+	p.X.Min, p.X.Max = 1, xEnd
+	p.Y.Min, p.Y.Max = 0, maxY*1.05 // headroom under the title
+	return p, nil
+}
+
+// percentileTicks marks each power of 10 of x = 1/(1-p) between min and max
+// with its percentile: 1 is 0%, 10 is 90%, 100 is 99%, 1000 is 99.9%...
+func percentileTicks(min, max float64) []plot.Tick {
+	var ticks []plot.Tick
+	for k := math.Ceil(math.Log10(min)); k <= math.Floor(math.Log10(max)+1e-9); k++ {
+		pct := 100 - 100/math.Pow(10, k)
+		label := strconv.FormatFloat(pct, 'f', int(math.Max(k-2, 0)), 64) + "%"
+		ticks = append(ticks, plot.Tick{Value: math.Pow(10, k), Label: label})
+	}
+	return ticks
+}

@@ -1,0 +1,177 @@
+// Package report is the engine of `respmeter report`: it loads HdrHistogram
+// interval logs (the "Histogram log format" of HdrHistogram's
+// HistogramLogWriter, as package metrics/hdrlog writes them), merges each
+// tag's intervals, and prints percentile tables (Log.Table), compares two
+// logs (Compare) or plots percentile distributions (Plot).
+//
+// Histogram values in the logs are microseconds, as respmeter records them;
+// the tables and plots show milliseconds. A Log does not change after Load,
+// so it may be read by several goroutines at once.
+package report
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Errors returned by Load, wrapped with details; test with errors.Is.
+var (
+	// ErrFormat reports input that is not an HdrHistogram interval log: a
+	// line that is neither a comment, the legend nor an interval line, or an
+	// interval whose histogram does not decode.
+	ErrFormat = errors.New("report: not an HdrHistogram log")
+	// ErrEmpty reports a log with no interval lines.
+	ErrEmpty = errors.New("report: no intervals in log")
+)
+
+// Untagged is the tag under which a Log keeps interval lines that have none
+// (a line without "Tag=").
+const Untagged = ""
+
+// Log is an HdrHistogram interval log with each tag's intervals merged into
+// one histogram. Its histograms record microseconds, as respmeter's do.
+type Log struct {
+	hists      map[string]*hdrhistogram.Histogram
+	start, end int64 // ms since the epoch
+	intervals  int
+}
+
+// Load reads an HdrHistogram interval log from r with hdrhistogram-go's
+// HistogramLogReader, merging all intervals of each tag. Comment lines
+// (including StartTime and BaseTime), the legend line and blank lines are
+// skipped. It fails with ErrFormat, naming the line, on input that is not
+// such a log, with ErrEmpty if there is no interval, and with r's error if
+// reading fails.
+func Load(r io.Reader) (*Log, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("report: reading log: %w", err)
+	}
+	// HistogramLogReader silently skips lines it does not recognize, so
+	// garbage would read as an empty log: check the lines first.
+	if err := checkLines(data); err != nil {
+		return nil, err
+	}
+	l := &Log{hists: make(map[string]*hdrhistogram.Histogram)}
+	rd := hdrhistogram.NewHistogramLogReader(bytes.NewReader(data))
+	for {
+		h, err := rd.NextIntervalHistogram()
+		if err != nil {
+			return nil, fmt.Errorf("%w: interval %d: %w", ErrFormat, l.intervals+1, err)
+		}
+		if h == nil {
+			break
+		}
+		l.add(h)
+	}
+	if l.intervals == 0 {
+		return nil, ErrEmpty
+	}
+	return l, nil
+}
+
+// checkLines reports the first line of data that is not blank, a comment
+// ("#..."), a legend ("\"StartTimestamp\",...") or an interval line
+// ("[Tag=T,]start,length,max,histogram").
+func checkLines(data []byte) error {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, len(data)+1) // lines as long as the input
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimRight(sc.Text(), "\r")
+		if line == "" || line[0] == '#' || line[0] == '"' || isIntervalLine(line) {
+			continue
+		}
+		if len(line) > 60 {
+			line = line[:60] + "..."
+		}
+		return fmt.Errorf("%w: line %d is not a comment, legend or [Tag=T,]start,length,max,histogram interval: %q",
+			ErrFormat, n, line)
+	}
+	return sc.Err()
+}
+
+func isIntervalLine(line string) bool {
+	if rest, ok := strings.CutPrefix(line, "Tag="); ok {
+		_, line, ok = strings.Cut(rest, ",")
+		if !ok {
+			return false
+		}
+	}
+	f := strings.SplitN(line, ",", 4)
+	if len(f) != 4 || f[3] == "" {
+		return false
+	}
+	for _, s := range f[:3] {
+		if _, err := strconv.ParseFloat(s, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// add merges the decoded interval h, which it may keep.
+func (l *Log) add(h *hdrhistogram.Histogram) {
+	if l.intervals == 0 || h.StartTimeMs() < l.start {
+		l.start = h.StartTimeMs()
+	}
+	if l.intervals == 0 || h.EndTimeMs() > l.end {
+		l.end = h.EndTimeMs()
+	}
+	l.intervals++
+	tag := h.Tag()
+	m, ok := l.hists[tag]
+	switch {
+	case !ok:
+		l.hists[tag] = h
+	case covers(m, h):
+		m.Merge(h)
+	default: // widen the layout so that nothing is dropped
+		w := hdrhistogram.New(
+			min(m.LowestTrackableValue(), h.LowestTrackableValue()),
+			max(m.HighestTrackableValue(), h.HighestTrackableValue()),
+			int(max(m.SignificantFigures(), h.SignificantFigures())))
+		w.Merge(m)
+		w.Merge(h)
+		l.hists[tag] = w
+	}
+}
+
+// covers reports whether m's layout holds all of h's values at h's precision.
+func covers(m, h *hdrhistogram.Histogram) bool {
+	return m.LowestTrackableValue() <= h.LowestTrackableValue() &&
+		m.HighestTrackableValue() >= h.HighestTrackableValue() &&
+		m.SignificantFigures() >= h.SignificantFigures()
+}
+
+// Tags returns the log's tags, sorted; Untagged ("") sorts first.
+func (l *Log) Tags() []string {
+	tags := make([]string, 0, len(l.hists))
+	for t := range l.hists {
+		tags = append(tags, t)
+	}
+	slices.Sort(tags)
+	return tags
+}
+
+// Histogram returns the merged histogram of tag's intervals, in
+// microseconds, or nil if the log has no such tag. It belongs to the Log:
+// do not modify it.
+func (l *Log) Histogram(tag string) *hdrhistogram.Histogram { return l.hists[tag] }
+
+// Intervals returns the number of interval lines read, over all tags.
+func (l *Log) Intervals() int { return l.intervals }
+
+// Start returns the earliest interval start time, to the millisecond.
+func (l *Log) Start() time.Time { return time.UnixMilli(l.start) }
+
+// End returns the latest interval end time, to the millisecond.
+func (l *Log) End() time.Time { return time.UnixMilli(l.end) }

@@ -1,0 +1,311 @@
+package report_test
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/respmeter/respmeter/metrics/hdrlog"
+	"github.com/respmeter/respmeter/metrics/report"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+var t0 = time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+
+// newHist returns a histogram shaped as package metrics makes them
+// (microseconds, 1 µs .. 1 h, 3 significant digits) holding values.
+func newHist(values ...int64) *hdrhistogram.Histogram {
+	h := hdrhistogram.New(1, 3_600_000_000, 3)
+	for _, v := range values {
+		if err := h.RecordValue(v); err != nil {
+			panic(err)
+		}
+	}
+	return h
+}
+
+// seq returns n values from, from+step, ...
+func seq(from, step int64, n int) []int64 {
+	vs := make([]int64, n)
+	for i := range vs {
+		vs[i] = from + int64(i)*step
+	}
+	return vs
+}
+
+// interval is one line of a test log: values recorded in second sec.
+type interval struct {
+	sec    int
+	tag    string
+	values []int64
+}
+
+// writeLog writes intervals with hdrlog.Writer and returns the log text.
+func writeLog(t *testing.T, intervals []interval) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := hdrlog.NewWriter(&buf, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iv := range intervals {
+		s := t0.Add(time.Duration(iv.sec) * time.Second)
+		if err := w.WriteInterval(s, s.Add(time.Second), iv.tag, newHist(iv.values...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func load(t *testing.T, data []byte) *report.Log {
+	t.Helper()
+	l, err := report.Load(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return l
+}
+
+// redis and valkey are two runs: get.total over two intervals, tags found
+// in only one of them, an empty histogram.
+var (
+	redis = []interval{
+		{0, "get.total", seq(100, 1, 1000)}, // 100..1099 µs
+		{0, "get.upstream", seq(50, 1, 1000)},
+		{0, "set.total", seq(200, 2, 500)},
+		{1, "get.total", seq(1100, 1, 1000)}, // 1100..2099 µs
+		{1, "get.upstream", seq(1050, 1, 1000)},
+		{1, "ping.total", nil},
+	}
+	valkey = []interval{
+		{0, "get.total", seq(90, 1, 1000)},
+		{0, "get.upstream", seq(40, 1, 1000)},
+		{0, "del.total", []int64{7, 8, 9, 250_000}},
+		{1, "get.total", seq(1000, 2, 1000)},
+		{1, "get.upstream", seq(1000, 2, 1000)},
+	}
+)
+
+func TestLoad(t *testing.T) {
+	l := load(t, writeLog(t, redis))
+	if got, want := strings.Join(l.Tags(), " "), "get.total get.upstream ping.total set.total"; got != want {
+		t.Errorf("Tags %q, want %q", got, want)
+	}
+	if l.Intervals() != len(redis) {
+		t.Errorf("Intervals %d, want %d", l.Intervals(), len(redis))
+	}
+	if !l.Start().Equal(t0) || !l.End().Equal(t0.Add(2*time.Second)) {
+		t.Errorf("Start..End %v..%v, want %v..%v", l.Start(), l.End(), t0, t0.Add(2*time.Second))
+	}
+	want := newHist(seq(100, 1, 2000)...) // both intervals
+	if got := l.Histogram("get.total"); !got.Equals(want) {
+		t.Errorf("get.total: count %d p50 %d max %d, want %d %d %d", got.TotalCount(),
+			got.ValueAtQuantile(50), got.Max(), want.TotalCount(), want.ValueAtQuantile(50), want.Max())
+	}
+	if l.Histogram("nope") != nil {
+		t.Error("Histogram of a missing tag is not nil")
+	}
+}
+
+// TestLoadWidens merges intervals of different layouts without dropping.
+func TestLoadWidens(t *testing.T) {
+	log := "#[BaseTime: 1700000000 (seconds since epoch)]\n"
+	var want []int64
+	for i, hi := range []int64{1000, 10_000_000, 100_000} {
+		h := hdrhistogram.New(1, hi, 2+i%2)
+		vs := []int64{hi / 2, hi}
+		for _, v := range vs {
+			_ = h.RecordValue(v)
+		}
+		want = append(want, vs...)
+		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log += "Tag=x,0.000,1.000,0.000," + string(enc) + "\n"
+	}
+	h := load(t, []byte(log)).Histogram("x")
+	if h.TotalCount() != int64(len(want)) || h.Max() < 10_000_000 || h.Min() > 500 {
+		t.Errorf("count %d min %d max %d", h.TotalCount(), h.Min(), h.Max())
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	header := string(writeLog(t, nil))
+	for _, tc := range []struct {
+		name, in string
+		want     error
+		msg      string
+	}{
+		{"garbage", "hello, world\n", report.ErrFormat, `line 1 is not a comment, legend or`},
+		{"garbage after header", header + "Tag=a,0.0,1.0,0.1,HIST\nnot a log line\n", report.ErrFormat, "line 6 "},
+		{"binary", "\x89PNG\r\n\x1a\n\x00\x00", report.ErrFormat, `line 1 is not a comment, legend or [Tag=T,]start,length,max,histogram interval: "\x89PNG"`},
+		{"bad number", header + "Tag=a,0.0,x,0.1,HIST\n", report.ErrFormat, "line 5"},
+		{"tag without comma", "Tag=a\n", report.ErrFormat, "line 1"},
+		{"bad histogram", header + "Tag=a,0.0,1.0,0.1,bm90IGEgaGlzdG9ncmFt\n", report.ErrFormat, "interval 1"},
+		{"empty", "", report.ErrEmpty, "no intervals"},
+		{"header only", header, report.ErrEmpty, "no intervals"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := report.Load(strings.NewReader(tc.in))
+			if l != nil || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("Load = %v, %v; want %v containing %q", l, err, tc.want, tc.msg)
+			}
+		})
+	}
+	readErr := errors.New("disk on fire")
+	if _, err := report.Load(iotest.ErrReader(readErr)); !errors.Is(err, readErr) {
+		t.Errorf("read error: %v", err)
+	}
+}
+
+func TestTable(t *testing.T) {
+	var buf bytes.Buffer
+	if err := load(t, writeLog(t, redis)).Table(&buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "table.golden", buf.Bytes())
+	// Spot check against the histogram itself: p99 of 100..2099 µs.
+	if want := newHist(seq(100, 1, 2000)...).ValueAtQuantile(99); !strings.Contains(buf.String(), "  2.079  ") || want != 2079 {
+		t.Errorf("get.total p99: want %d µs as 2.079 ms in\n%s", want, buf.String())
+	}
+}
+
+func TestCompare(t *testing.T) {
+	var buf bytes.Buffer
+	a, b := load(t, writeLog(t, redis)), load(t, writeLog(t, valkey))
+	if err := report.Compare(&buf, a, b, "redis", "valkey"); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "compare.golden", buf.Bytes())
+}
+
+func TestWriteError(t *testing.T) {
+	l := load(t, writeLog(t, redis))
+	if err := l.Table(errWriter{}); err == nil {
+		t.Error("Table: no error from a failing writer")
+	}
+	if err := report.Compare(errWriter{}, l, l, "", ""); err == nil {
+		t.Error("Compare: no error from a failing writer")
+	}
+}
+
+type errWriter struct{}
+
+func (errWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
+
+func TestPlot(t *testing.T) {
+	a, b := load(t, writeLog(t, redis)), load(t, writeLog(t, valkey))
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		logs map[string]*report.Log
+	}{
+		{"one", map[string]*report.Log{"redis": a}},
+		{"compare", map[string]*report.Log{"redis": a, "valkey": b}},
+	} {
+		t.Run(tc.name+"/png", func(t *testing.T) {
+			path := filepath.Join(dir, tc.name+".png")
+			if err := report.Plot(path, tc.logs); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			img, err := png.Decode(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := img.Bounds()
+			if r.Dx() == 0 || r.Dy() == 0 {
+				t.Fatalf("size %v", r)
+			}
+			first, same := img.At(r.Min.X, r.Min.Y), true
+			for y := r.Min.Y; y < r.Max.Y && same; y++ {
+				for x := r.Min.X; x < r.Max.X && same; x++ {
+					same = img.At(x, y) == first
+				}
+			}
+			if same {
+				t.Error("all pixels are the same")
+			}
+		})
+		t.Run(tc.name+"/svg", func(t *testing.T) {
+			path := filepath.Join(dir, tc.name+".svg")
+			if err := report.Plot(path, tc.logs); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"<svg", "99.99%", "get.total", "Latency (ms)"} {
+				if !bytes.Contains(data, []byte(want)) {
+					t.Errorf("SVG lacks %q", want)
+				}
+			}
+		})
+	}
+}
+
+func TestPlotErrors(t *testing.T) {
+	dir := t.TempDir()
+	a := load(t, writeLog(t, redis))
+	empty := load(t, writeLog(t, []interval{{0, "ping.total", nil}}))
+	for _, tc := range []struct {
+		name, file string
+		logs       map[string]*report.Log
+		msg        string
+	}{
+		{"unknown format", "x.gif", map[string]*report.Log{"a": a}, `unknown format ".gif"`},
+		{"no extension", "x", map[string]*report.Log{"a": a}, "unknown format"},
+		{"no logs", "x.png", nil, "no histogram"},
+		{"empty histograms", "x.svg", map[string]*report.Log{"a": empty}, "no histogram"},
+		{"bad dir", "nodir/x.png", map[string]*report.Log{"a": a}, "no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.file)
+			err := report.Plot(path, tc.logs)
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err %v, want one containing %q", err, tc.msg)
+			}
+			if _, serr := os.Stat(path); serr == nil {
+				t.Errorf("%s was created", tc.file)
+			}
+		})
+	}
+}
+
+// golden compares got with testdata/name, or rewrites that file with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
