@@ -1,0 +1,56 @@
+package routing
+
+import "bytes"
+
+// NumSlots is the number of hash slots of a Redis Cluster (Redis Cluster
+// specification, "Key distribution model"). Slots are 0 to NumSlots-1.
+const NumSlots = 16384
+
+// Slot returns the hash slot of key: CRC16 of the key, modulo NumSlots
+// (the mask 16383), as the Redis Cluster specification defines it in "Key
+// distribution model" (HASH_SLOT = CRC16(key) mod 16384) and "Hash tags".
+//
+// If the key contains a '{' and, after the first '{', a '}', and there is at
+// least one byte between the two, only the bytes between that first '{' and
+// the first '}' after it are hashed ("{user1000}.following" and
+// "{user1000}.followers" share a slot). Otherwise the whole key is hashed:
+// "foo{}{bar}" hashes whole, "foo{{bar}}" hashes "{bar", "foo{bar}{zap}"
+// hashes "bar". The empty key is slot 0. The CRC is CRC16-XMODEM
+// (polynomial 0x1021, initial value 0, no reflection, no final XOR), the
+// variant whose check value CRC16("123456789") is 0x31C3.
+//
+// Slot does not allocate or retain key.
+func Slot(key []byte) uint16 {
+	if i := bytes.IndexByte(key, '{'); i >= 0 {
+		if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return crc16(key) & (NumSlots - 1)
+}
+
+// crc16 returns the CRC16-XMODEM of b, one table lookup per byte.
+func crc16(b []byte) uint16 {
+	var crc uint16
+	for _, c := range b {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^c]
+	}
+	return crc
+}
+
+// crc16Table[i] is the CRC16-XMODEM of the single byte i: the remainder of
+// i<<8 divided by the polynomial 0x1021, bit by bit.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()
