@@ -17,7 +17,7 @@ func BenchmarkObserveLocked(b *testing.B) {
 	l := s.Loop(0)
 	l.Lock()
 	for cmd := range testNames { // warm up: allocate the histograms
-		l.ObserveLocked(cmd, time.Millisecond, 800*us, false)
+		l.ObserveLocked(cmd, time.Millisecond, 800*us, 800*us, false)
 	}
 	l.Unlock()
 	b.Run("batched", func(b *testing.B) {
@@ -26,7 +26,7 @@ func BenchmarkObserveLocked(b *testing.B) {
 		defer l.Unlock()
 		i := 0
 		for b.Loop() {
-			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, false)
+			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, time.Duration(50+i&511)*us, false)
 			i++
 		}
 	})
@@ -35,7 +35,7 @@ func BenchmarkObserveLocked(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			l.Lock()
-			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, false)
+			l.ObserveLocked(i&3, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, time.Duration(50+i&511)*us, false)
 			l.Unlock()
 			i++
 		}
@@ -52,7 +52,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			l := s.Loop(li)
 			l.Lock()
 			for i := range 10000 {
-				l.ObserveLocked(i%len(testNames), time.Duration(50+i%5000)*us, time.Duration(20+i%4000)*us, false)
+				l.ObserveLocked(i%len(testNames), time.Duration(50+i%5000)*us, time.Duration(20+i%4000)*us, time.Duration(20+i%4000)*us, false)
 			}
 			l.Unlock()
 		}
@@ -76,7 +76,7 @@ func BenchmarkSnapshot(b *testing.B) {
 				for b.Loop() {
 					l := s.Loop(0)
 					l.Lock()
-					l.ObserveLocked(cmdGet, time.Millisecond, 900*us, false)
+					l.ObserveLocked(cmdGet, time.Millisecond, 900*us, 900*us, false)
 					l.Unlock()
 					read.fn()
 				}

@@ -76,7 +76,7 @@ func TestStatsHandler(t *testing.T) {
 	}{
 		{"get count", float64(get.Count), 100},
 		{"get errors", float64(get.Errors), 1},
-		{"get phases", float64(len(get.Phases)), 3},
+		{"get phases", float64(len(get.Phases)), 5},
 		{"get total count", float64(get.Phases["total"].Count), 100},
 		{"get total mean", get.Phases["total"].Mean, sec(202)},
 		{"get total p50", get.Phases["total"].P50, sec(200)},

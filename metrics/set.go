@@ -42,11 +42,19 @@ const (
 	// PhaseProxy is total - upstream, clamped at 0: the time the proxy
 	// itself added.
 	PhaseProxy
+	// PhaseService is t_reply(i) - max(t_sent(i), t_reply(i-1)) on one
+	// connection: the part of upstream during which this command, not an
+	// earlier one of the same pipeline, was being answered.
+	PhaseService
+	// PhaseQueue is upstream - service, clamped at 0: the time the command
+	// waited upstream behind earlier commands of its own pipeline.
+	PhaseQueue
 	// NumPhases is the number of phases; it is not a phase.
 	NumPhases
 )
 
-// String returns the phase's label value: "total", "upstream" or "proxy".
+// String returns the phase's label value: "total", "upstream", "proxy",
+// "service" or "queue".
 func (p Phase) String() string {
 	switch p {
 	case PhaseTotal:
@@ -55,6 +63,10 @@ func (p Phase) String() string {
 		return "upstream"
 	case PhaseProxy:
 		return "proxy"
+	case PhaseService:
+		return "service"
+	case PhaseQueue:
+		return "queue"
 	}
 	return fmt.Sprintf("Phase(%d)", uint8(p))
 }
@@ -105,6 +117,33 @@ type Set struct {
 	upstreamWrittenBytes atomic.Int64
 
 	merge merger // scrape-side state; see snapshot.go
+
+	exclMu   sync.Mutex
+	excluded []bool // by command ID: left out of Totals
+}
+
+// ExcludeFromTotals marks commands whose durations say nothing about the
+// engine's responsiveness (blocking commands such as BLPOP, pub/sub, MONITOR)
+// so that Snapshot.Totals, the table's Totals row and the /stats totals leave
+// them out; they are still recorded and exported under their own names. IDs
+// out of range are ignored. Safe for concurrent use.
+func (s *Set) ExcludeFromTotals(ids ...int) {
+	s.exclMu.Lock()
+	defer s.exclMu.Unlock()
+	if s.excluded == nil {
+		s.excluded = make([]bool, len(s.names))
+	}
+	for _, id := range ids {
+		if id >= 0 && id < len(s.excluded) {
+			s.excluded[id] = true
+		}
+	}
+}
+
+func (s *Set) excludedCopy() []bool {
+	s.exclMu.Lock()
+	defer s.exclMu.Unlock()
+	return append([]bool(nil), s.excluded...)
 }
 
 // NewSet returns a Set with the given number of loops (at least 1; smaller
@@ -275,15 +314,16 @@ func (l *Loop) Lock() { l.mu.Lock() }
 // Unlock unlocks the Loop after a batch of *Locked calls.
 func (l *Loop) Unlock() { l.mu.Unlock() }
 
-// ObserveLocked records one timed command: total (t_out - t_in) and upstream
-// (t_reply - t_sent) durations, and proxy = total - upstream, clamped at 0,
-// each into the command's histogram for that phase; it also counts the
+// ObserveLocked records one timed command: total (t_out - t_in), upstream
+// (t_reply - t_sent) and service durations, proxy = total - upstream and
+// queue = upstream - service (both clamped at 0), each into the command's
+// histogram for that phase; it also counts the
 // command, and an error if isErr (the engine answered with an error reply).
 // Negative durations count as 0. Histograms record whole microseconds,
 // rounded up and clamped to 1 µs .. 1 h (so 0 is recorded as 1 µs); the
 // exact sums behind the means are kept apart. A cmd outside the names slice
 // is counted as command 0 ("other"). The caller must hold the lock.
-func (l *Loop) ObserveLocked(cmd int, total, upstream time.Duration, isErr bool) {
+func (l *Loop) ObserveLocked(cmd int, total, upstream, service time.Duration, isErr bool) {
 	c := l.cmd(cmd)
 	c.count++
 	if isErr {
@@ -294,6 +334,9 @@ func (l *Loop) ObserveLocked(cmd int, total, upstream time.Duration, isErr bool)
 	c.phases[PhaseTotal].observe(total)
 	c.phases[PhaseUpstream].observe(upstream)
 	c.phases[PhaseProxy].observe(max(total-upstream, 0))
+	service = min(max(service, 0), upstream)
+	c.phases[PhaseService].observe(service)
+	c.phases[PhaseQueue].observe(upstream - service)
 }
 
 // CountLocked counts a command, and an error if isErr, without timing it; the

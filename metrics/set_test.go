@@ -44,7 +44,7 @@ func record(s *metrics.Set, ops ...op) {
 		if o.untimed {
 			l.CountLocked(o.cmd, o.isErr)
 		} else {
-			l.ObserveLocked(o.cmd, o.total, o.upstream, o.isErr)
+			l.ObserveLocked(o.cmd, o.total, o.upstream, o.upstream, o.isErr)
 		}
 		l.Unlock()
 	}
@@ -90,7 +90,9 @@ func TestPhaseString(t *testing.T) {
 		{metrics.PhaseTotal, "total"},
 		{metrics.PhaseUpstream, "upstream"},
 		{metrics.PhaseProxy, "proxy"},
-		{metrics.NumPhases, "Phase(3)"},
+		{metrics.PhaseService, "service"},
+		{metrics.PhaseQueue, "queue"},
+		{metrics.NumPhases, "Phase(5)"},
 	} {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("Phase(%d).String() = %q, want %q", uint8(tc.p), got, tc.want)
@@ -350,8 +352,8 @@ func TestObserveLockedAllocs(t *testing.T) {
 	l := s.Loop(0)
 	observe := func() {
 		l.Lock()
-		l.ObserveLocked(cmdGet, 250*us, 200*us, false)
-		l.ObserveLocked(cmdSet, 3*time.Millisecond, 2*time.Millisecond, true)
+		l.ObserveLocked(cmdGet, 250*us, 200*us, 200*us, false)
+		l.ObserveLocked(cmdSet, 3*time.Millisecond, 2*time.Millisecond, 2*time.Millisecond, true)
 		l.CountLocked(cmdPing, false)
 		l.ThinkLocked(time.Millisecond)
 		l.Unlock()
@@ -389,7 +391,7 @@ func TestConcurrentSnapshot(t *testing.T) {
 					}
 					l.Lock()
 				}
-				l.ObserveLocked(i%len(testNames), time.Duration(i%5000)*us, time.Duration(i%3000)*us, i%7 == 0)
+				l.ObserveLocked(i%len(testNames), time.Duration(i%5000)*us, time.Duration(i%3000)*us, time.Duration(i%3000)*us, i%7 == 0)
 				l.ThinkLocked(time.Duration(i%10000) * us)
 			}
 			l.Unlock()
@@ -436,5 +438,34 @@ func TestConcurrentSnapshot(t *testing.T) {
 	}
 	if n := sn.Counters.ClientConnsTotal; n != loops {
 		t.Errorf("clients accepted %d, want %d", n, loops)
+	}
+}
+
+// TestServiceQueueAndExclusion checks the pipelining split (queue = upstream
+// - service, service clamped into [0, upstream]) and that commands excluded
+// from the totals are still recorded under their own name.
+func TestServiceQueueAndExclusion(t *testing.T) {
+	s := metrics.NewSet(1, testNames)
+	s.ExcludeFromTotals(cmdPing)
+	l := s.Loop(0)
+	l.Lock()
+	l.ObserveLocked(cmdGet, 900*us, 800*us, 200*us, false)  // queued 600 µs behind earlier replies
+	l.ObserveLocked(cmdGet, 900*us, 800*us, 2000*us, false) // service clamped to upstream: queue 0
+	l.ObserveLocked(cmdPing, 30*time.Second, 30*time.Second, 30*time.Second, false)
+	l.Unlock()
+	sn := s.Snapshot()
+	get := sn.Commands[cmdGet]
+	if got := get.Phases[metrics.PhaseService].Sum; got != 1000*us {
+		t.Errorf("service sum = %v, want 1ms", got)
+	}
+	if got := get.Phases[metrics.PhaseQueue].Sum; got != 600*us {
+		t.Errorf("queue sum = %v, want 600µs", got)
+	}
+	tot := sn.Totals()
+	if tot.Count != 2 || tot.Phases[metrics.PhaseTotal].Max() > time.Millisecond {
+		t.Errorf("totals: count %d, max %v; want 2 and <= 1ms (ping excluded)", tot.Count, tot.Phases[metrics.PhaseTotal].Max())
+	}
+	if sn.Commands[cmdPing].Count != 1 {
+		t.Errorf("ping count = %d, want 1 (still recorded under its own name)", sn.Commands[cmdPing].Count)
 	}
 }

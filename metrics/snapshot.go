@@ -19,6 +19,9 @@ type Snapshot struct {
 	Think Durations
 	// Counters holds the connection and byte counters.
 	Counters Counters
+	// Excluded marks, by command ID, the commands Totals leaves out (see
+	// Set.ExcludeFromTotals); nil when none are.
+	Excluded []bool
 }
 
 // CommandStats is one command's stats merged over all loops.
@@ -114,11 +117,15 @@ type Counters struct {
 	UpstreamWrittenBytes      int64 // bytes written to the engine
 }
 
-// Totals returns the stats of all commands merged: summed counts and errors,
-// and per phase one histogram over every command. Its Name is empty.
+// Totals returns the stats of all commands merged, except those excluded
+// with Set.ExcludeFromTotals: summed counts and errors, and per phase one
+// histogram over every command. Its Name is empty.
 func (sn *Snapshot) Totals() CommandStats {
 	var t CommandStats
 	for i := range sn.Commands {
+		if i < len(sn.Excluded) && sn.Excluded[i] {
+			continue
+		}
 		c := &sn.Commands[i]
 		t.Count += c.Count
 		t.Errors += c.Errors
@@ -185,7 +192,7 @@ func drain(spare *hdrhistogram.Histogram, acc **hdrhistogram.Histogram) {
 // s.merge.mu is held. The caller must hold s.merge.mu.
 func (s *Set) mergeLocked() *Snapshot {
 	m := &s.merge
-	sn := &Snapshot{Commands: make([]CommandStats, len(s.names))}
+	sn := &Snapshot{Commands: make([]CommandStats, len(s.names)), Excluded: s.excludedCopy()}
 	for i := range sn.Commands {
 		sn.Commands[i].Name = s.names[i]
 	}

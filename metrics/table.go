@@ -10,6 +10,10 @@ import (
 
 // tablePcts returns the percentiles (percent, 0-100) in each phase block of
 // the table; a max column follows them.
+// tablePhases are the phases the table shows (service and queue are in
+// /stats and /metrics).
+var tablePhases = [...]Phase{PhaseTotal, PhaseUpstream, PhaseProxy}
+
 func tablePcts() []float64 { return []float64{50, 99, 99.9} }
 
 // WriteTable writes a memtier_benchmark-style latency table of the Set's
@@ -50,7 +54,7 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 
 	head := fmt.Sprintf("%-*s %*s", nameWidth, "", opsWidth, "")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Ops")
-	for p := range NumPhases {
+	for _, p := range tablePhases {
 		head += " |" + center(" "+p.String()+" (ms) ", blockWidth, '-')
 		cols += " |"
 		for _, pct := range pcts {
@@ -63,7 +67,8 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 
 	row := func(name string, c *CommandStats) {
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, name, opsWidth, c.Count)
-		for _, d := range c.Phases {
+		for _, p := range tablePhases {
+			d := c.Phases[p]
 			b.WriteString(" |")
 			for _, v := range append(percentiles(d, pcts), d.Max()) {
 				if d.Count() == 0 {

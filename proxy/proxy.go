@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // Errors returned by New, Start and Stop.
@@ -65,6 +66,7 @@ type loop struct {
 // is recorded once the batch's reply bytes have been written to the client.
 type doneRec struct {
 	tIn, tSent, tReply int64
+	svcFrom            int64 // start of the service interval: max(t_sent, previous t_reply)
 	cmd                int
 	isErr              bool
 }
@@ -101,6 +103,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if !cfg.Measure {
 		cfg.Metrics = nil
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals()...)
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -314,6 +319,26 @@ func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
 	}
 	s.upstreamOpened(c)
 	return gnet.None
+}
+
+// ExcludedFromTotals lists the commands whose durations measure waiting for
+// something else, not the engine's service: commands the engine may block
+// (COMMAND INFO flag "blocking": BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD,
+// XREADGROUP, WAIT, ...), pub/sub commands (flag "pubsub"), MONITOR, SYNC and
+// PSYNC. They are recorded under their own names but left out of the
+// all-commands totals, so that a BLPOP 30 never drags a p99. XREAD and
+// XREADGROUP are left out even without BLOCK (the table flags the command,
+// not the call).
+func ExcludedFromTotals() []int {
+	var ids []int
+	for id := command.ID(0); int(id) < command.NumIDs(); id++ {
+		f := id.Info().Flags
+		if f.Has(command.FlagBlocking) || f.Has(command.FlagPubsub) ||
+			id == command.Monitor || id == command.Sync || id == command.Psync {
+			ids = append(ids, int(id))
+		}
+	}
+	return ids
 }
 
 // upstreamError is the reply a pending request gets when its upstream is

@@ -58,6 +58,7 @@ type session struct {
 	upFailed   []byte
 	localErr   []byte // the protocol error reply held in the fifo
 	lastOut    int64  // when the last reply went out with nothing pending (think-time start)
+	lastReply  int64  // t_reply of the previous reply (service-time start under pipelining)
 	linger     *linger
 }
 
@@ -322,7 +323,7 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 		if s.q.len() > 0 && s.q.front().flags&flagSync != 0 && !s.rf.InFrame() {
 			e := s.q.pop()
 			popped++
-			done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now, cmd: int(e.cmd)})
+			done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now, svcFrom: e.tSent, cmd: int(e.cmd)})
 			s.raw = true
 			break
 		}
@@ -340,8 +341,12 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 		if e, ok := s.onFrame(s.rf.Frame()); ok {
 			popped++
 			if measure {
+				// service starts when this request was sent or the previous
+				// reply completed, whichever is later (a pipelined request
+				// waits behind the ones before it).
 				done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now,
-					cmd: int(e.cmd), isErr: s.rf.Frame().IsError()})
+					svcFrom: max(e.tSent, s.lastReply), cmd: int(e.cmd), isErr: s.rf.Frame().IsError()})
+				s.lastReply = now
 			}
 			if e.flags&flagQuit != 0 {
 				s.closeAfter = true
@@ -366,7 +371,8 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 		m.Lock()
 		for i := range done {
 			d := &done[i]
-			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent), d.isErr)
+			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
+				time.Duration(d.tReply-d.svcFrom), d.isErr)
 		}
 		m.Unlock()
 		if s.q.len() == 0 {
