@@ -28,7 +28,7 @@ func (f frameRec) String() string {
 type feedResult struct {
 	Frames  []frameRec
 	Err     error // nil, ErrBadReply or ErrTooDeep
-	ErrAt   int   // input offset just past the byte that failed
+	ErrAt   int   // input offset where Feed stopped: past a bad type or length byte, before a bad CR or LF
 	InFrame bool  // input ended inside a reply
 }
 
@@ -202,10 +202,10 @@ func (p *refParser) valueCtx(d int, top, first, direct bool) error {
 					if p.pos >= len(p.in) {
 						return errRefShort
 					}
-					p.pos++
-					if p.in[p.pos-1] != c {
-						return ErrBadReply
+					if p.in[p.pos] != c {
+						return ErrBadReply // the framer stops before it
 					}
+					p.pos++
 				}
 				return nil
 			}
@@ -246,10 +246,10 @@ func (p *refParser) line() ([]byte, error) {
 	if p.pos >= len(p.in) {
 		return nil, errRefShort
 	}
-	p.pos++
-	if p.in[p.pos-1] != '\n' {
-		return nil, ErrBadReply
+	if p.in[p.pos] != '\n' {
+		return nil, ErrBadReply // the framer stops before a bad LF
 	}
+	p.pos++
 	return line, nil
 }
 
@@ -277,8 +277,11 @@ func (p *refParser) length() (int64, error) {
 			if p.pos >= len(p.in) {
 				return 0, errRefShort
 			}
+			if p.in[p.pos] != '\n' {
+				return 0, ErrBadReply // the framer stops before a bad LF
+			}
 			p.pos++
-			if p.in[p.pos-1] != '\n' || nd == 0 || neg && v != 1 {
+			if nd == 0 || neg && v != 1 {
 				return 0, ErrBadReply
 			}
 			if neg {
@@ -416,7 +419,7 @@ var replyCases = []replyCase{
 		frameRec{Type: '%', Len: 3}},
 	{"set", "~5\r\n+orange\r\n+apple\r\n#t\r\n:100\r\n:999\r\n", frameRec{Type: '~', Len: 5}},
 	{"set-empty", "~0\r\n", frameRec{Type: '~'}},
-	{"map-nested-attr", "%2\r\n$1\r\na\r\n|1\r\n+ttl\r\n:10\r\n:1\r\n|1\r\n+k\r\n|1\r\n+x\r\n+y\r\n$1\r\nb\r\n%1\r\n+n\r\n|1\r\n+m\r\n_\r\n:2\r\n",
+	{"map-nested-attr", "%2\r\n$1\r\na\r\n|1\r\n+ttl\r\n:10\r\n:1\r\n|1\r\n+k\r\n|1\r\n+x\r\n+y\r\n+v\r\n$1\r\nb\r\n%1\r\n+n\r\n|1\r\n+m\r\n_\r\n:2\r\n",
 		frameRec{Type: '%', Len: 2}},
 	{"attr-top", "|1\r\n+key-popularity\r\n%2\r\n$1\r\na\r\n,0.1923\r\n$1\r\nb\r\n,0.0012\r\n*2\r\n:2039123\r\n:9543892\r\n",
 		frameRec{Type: '*', Int: 9543892, Len: 2}},
@@ -495,10 +498,10 @@ func TestReplyFramerMalformed(t *testing.T) {
 		{"bulk-len-empty", "$\r\n", ErrBadReply, 3, 0},
 		{"bulk-len-minus", "$-\r\n", ErrBadReply, 4, 0},
 		{"bulk-len-space", "$1 \r\n", ErrBadReply, 3, 0},
-		{"bulk-len-cr-x", "$3\rX", ErrBadReply, 4, 0},
-		{"bulk-trailer", "$3\r\nabcXY", ErrBadReply, 8, 0},
-		{"bulk-trailer-lf", "$3\r\nabc\rX", ErrBadReply, 9, 0},
-		{"int-cr-x", ":1\rX", ErrBadReply, 4, 0},
+		{"bulk-len-cr-x", "$3\rX", ErrBadReply, 3, 0},
+		{"bulk-trailer", "$3\r\nabcXY", ErrBadReply, 7, 0},
+		{"bulk-trailer-lf", "$3\r\nabc\rX", ErrBadReply, 8, 0},
+		{"int-cr-x", ":1\rX", ErrBadReply, 3, 0},
 		{"bulk-neg2", "$-2\r\n", ErrBadReply, 5, 0},
 		{"bulk-neg0", "$-0\r\n", ErrBadReply, 5, 0},
 		{"bulk-double-minus", "$--1\r\n", ErrBadReply, 3, 0},
@@ -508,13 +511,13 @@ func TestReplyFramerMalformed(t *testing.T) {
 		{"push-neg3", ">-3\r\n", ErrBadReply, 5, 0},
 		{"len-trailing-minus", "*1-\r\n", ErrBadReply, 3, 0},
 		{"bulk-len-overflow", "$9999999999999999999\r\n", ErrBadReply, 20, 0},
-		{"array-len-overflow", "*99999999999999999999\r\n", ErrBadReply, 21, 0},
+		{"array-len-overflow", "*99999999999999999999\r\n", ErrBadReply, 20, 0},
 		{"map-len-overflow", "%4611686018427387904\r\n", ErrBadReply, 22, 0},
 		{"attr-len-overflow", "|4611686018427387904\r\n", ErrBadReply, 22, 0},
 		{"inside-array", "*2\r\n:1\r\nX", ErrBadReply, 9, 0},
 		{"inside-attr", "|1\r\n+a\r\n?", ErrBadReply, 9, 0},
 		{"after-frame", "+OK\r\n+OK\r\n@", ErrBadReply, 11, 2},
-		{"line-cr-cr", "+OK\r\r\n", ErrBadReply, 5, 0},
+		{"line-cr-cr", "+OK\r\r\n", ErrBadReply, 4, 0},
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, tc := range cases {

@@ -143,7 +143,9 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 				if c == '\r' || c == '\n' { // addReplyErrorFormat blanks newlines
 					c = ' '
 				}
-				return 0, 0, ProtocolError("expected '$', got '" + string(c) + "'")
+				// The raw byte, as Redis's %c writes it (string(c) would
+				// UTF-8 encode bytes >= 0x80).
+				return 0, 0, ProtocolError("expected '$', got '" + string([]byte{c}) + "'")
 			}
 			ll, ok := parseInt(buf[s.pos+1 : r])
 			if !ok || ll < 0 || ll > maxBulk {

@@ -1,0 +1,557 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scanRec is one non-waiting Scan result.
+type scanRec struct {
+	N    int
+	Kind Kind
+	Err  error
+}
+
+func (r scanRec) String() string { return fmt.Sprintf("(%d, %d, %v)", r.N, r.Kind, r.Err) }
+
+// scanCuts drives a fresh scanner over data that arrives in pieces ending at
+// cuts (len(data) is implied last), following the caller contract: each call
+// passes the current frame from its first byte up to what has arrived. It
+// returns every complete frame or error, and the offset of the unfinished
+// frame.
+func scanCuts(tb testing.TB, s *RequestScanner, data []byte, cuts []int) (recs []scanRec, rest int) {
+	tb.Helper()
+	off := 0
+	for ci := 0; ci <= len(cuts); ci++ {
+		end := len(data)
+		if ci < len(cuts) {
+			end = cuts[ci]
+		}
+		for off < end {
+			n, kind, err := s.Scan(data[off:end])
+			if err != nil {
+				if n != 0 {
+					tb.Fatalf("Scan returned n=%d with error %v", n, err)
+				}
+				return append(recs, scanRec{0, 0, err}), off
+			}
+			if n == 0 {
+				if kind != 0 {
+					tb.Fatalf("Scan returned kind %d without a frame", kind)
+				}
+				if s.Pending() > end-off {
+					tb.Fatalf("Pending() = %d > %d bytes passed", s.Pending(), end-off)
+				}
+				break
+			}
+			if n > end-off {
+				tb.Fatalf("Scan returned n=%d for %d bytes", n, end-off)
+			}
+			if s.Pending() != 0 {
+				tb.Fatalf("Pending() = %d after a complete frame", s.Pending())
+			}
+			recs = append(recs, scanRec{n, kind, nil})
+			off += n
+		}
+	}
+	return recs, off
+}
+
+func equalRecs(a, b []scanRec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkScanChunkings scans data whole, byte by byte and split in two at
+// every point, and requires the same results as want.
+func checkScanChunkings(t *testing.T, maxBulk int64, data []byte, want []scanRec, wantRest int) {
+	t.Helper()
+	check := func(how string, cuts []int) {
+		t.Helper()
+		got, rest := scanCuts(t, &RequestScanner{MaxBulkLen: maxBulk}, data, cuts)
+		if !equalRecs(got, want) || rest != wantRest {
+			t.Fatalf("%s: got %v rest %d, want %v rest %d", how, got, rest, want, wantRest)
+		}
+	}
+	check("whole", nil)
+	bytewise := make([]int, len(data))
+	for i := range bytewise {
+		bytewise[i] = i + 1
+	}
+	check("byte by byte", bytewise)
+	for k := 0; k <= len(data); k++ {
+		check(fmt.Sprintf("split at %d", k), []int{k})
+	}
+}
+
+type reqCase struct {
+	name string
+	in   string
+	kind Kind
+	args []string // nil for KindEmpty
+}
+
+func mb(args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b.String()
+}
+
+var (
+	value256 = strings.Repeat("v", 256)
+	reqCases = []reqCase{
+		{"ping", "*1\r\n$4\r\nPING\r\n", KindMultibulk, []string{"PING"}},
+		{"C-01-set-empty", "*3\r\n$3\r\nSET\r\n$5\r\nkey:a\r\n$0\r\n\r\n", KindMultibulk, []string{"SET", "key:a", ""}},
+		{"C-01-hset-empty", mb("HSET", "session:1", "field1", ""), KindMultibulk, []string{"HSET", "session:1", "field1", ""}},
+		{"C-01-get-empty-key", "*2\r\n$3\r\nGET\r\n$0\r\n\r\n", KindMultibulk, []string{"GET", ""}},
+		{"C-03-set", "*3\r\n$3\r\nSET\r\n$5\r\nkey:a\r\n$5\r\nval-a\r\n", KindMultibulk, []string{"SET", "key:a", "val-a"}},
+		{"C-03-bare-crlf", "\r\n", KindEmpty, nil},
+		{"C-03-echo", "*2\r\n$4\r\nECHO\r\n$20\r\n" + c03Payload + "\r\n", KindMultibulk, []string{"ECHO", c03Payload}},
+		{"C-04a-hset", "*4\r\n$4\r\nHSET\r\n$6\r\nhash:a\r\n$2\r\nf1\r\n$10\r\nabcdefghij\r\n", KindMultibulk,
+			[]string{"HSET", "hash:a", "f1", "abcdefghij"}},
+		{"C-09-star0", "*0\r\n", KindEmpty, nil},
+		{"C-09-star-neg1", "*-1\r\n", KindEmpty, nil},
+		{"star-neg5", "*-5\r\n", KindEmpty, nil},
+		{"blank-line", "   \r\n", KindEmpty, nil},
+		{"bare-lf", "\n", KindEmpty, nil},
+		{"tabs-line", "\t \v\f\r\n", KindEmpty, nil},
+		{"set-256", mb("SET", "key:a", value256), KindMultibulk, []string{"SET", "key:a", value256}},
+		{"set-70000", mb("SET", "big:a", strings.Repeat("x", 70000)), KindMultibulk, []string{"SET", "big:a", strings.Repeat("x", 70000)}},
+		{"max-multibulk", "*2147483647\r\n", 0, nil}, // valid, waits for its arguments
+		{"inline-ping", "PING\r\n", KindInline, []string{"PING"}},
+		{"inline-lf", "QUIT\n", KindInline, []string{"QUIT"}},
+		{"inline-spaces", "  SET   key:a\tval \r\n", KindInline, []string{"SET", "key:a", "val"}},
+		{"inline-dquotes", "SET key:a \"a b\"\r\n", KindInline, []string{"SET", "key:a", "\"a", "b\""}},
+		{"inline-squotes", "ECHO 'it\\'s'\r\n", KindInline, []string{"ECHO", "'it\\'s'"}},
+		{"inline-hex", "ECHO \"\\x41\\x4g\\\\\"\r\n", KindInline, []string{"ECHO", "\"\\x41\\x4g\\\\\""}},
+		{"inline-quote-midword", "SET k a\"b c\"\r\n", KindInline, []string{"SET", "k", "a\"b", "c\""}},
+		{"inline-empty-quotes", "\"\"\r\n", KindInline, []string{"\"\""}},
+		{"inline-cr-inside", "PING\rx\r\n", KindInline, []string{"PING", "x"}},
+		{"inline-dollar", "$4 PING\r\n", KindInline, []string{"$4", "PING"}},
+		// Redis skips the byte after each header CR and the two bytes after
+		// each payload without checking them.
+		{"unchecked-crlf", "*1\rX$4\rXPINGxx", KindMultibulk, []string{"PING"}},
+		{"bad-trailer-first-arg", "*2\r\n$3\r\nGET\r\n$1\r\nkXY", KindMultibulk, []string{"GET"}},
+	}
+)
+
+func TestRequestScannerFrames(t *testing.T) {
+	for _, tc := range reqCases {
+		t.Run(tc.name, func(t *testing.T) {
+			data := []byte(tc.in)
+			var want []scanRec
+			rest := 0
+			if tc.kind != 0 {
+				want, rest = []scanRec{{len(data), tc.kind, nil}}, len(data)
+			}
+			if len(data) < 1000 {
+				checkScanChunkings(t, 0, data, want, rest)
+			} else if got, r := scanCuts(t, &RequestScanner{}, data, []int{1, 100, 30000, 66000}); !equalRecs(got, want) || r != rest {
+				t.Fatalf("got %v rest %d, want %v rest %d", got, r, want, rest)
+			}
+			if tc.kind == 0 {
+				return
+			}
+			args := Args(data, tc.kind, nil)
+			if tc.kind == KindEmpty {
+				if len(args) != 0 {
+					t.Fatalf("Args of an empty request = %q", args)
+				}
+				return
+			}
+			var got []string
+			for _, a := range args {
+				got = append(got, string(a))
+			}
+			if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", tc.args) {
+				t.Fatalf("Args = %q, want %q", got, tc.args)
+			}
+		})
+	}
+}
+
+// TestRequestScannerPipeline scans every valid case back to back, then a
+// 20-command pipeline (C-04a), in every two-way split and byte by byte.
+func TestRequestScannerPipeline(t *testing.T) {
+	var data []byte
+	var want []scanRec
+	for _, tc := range reqCases {
+		if tc.kind == 0 || len(tc.in) > 1000 {
+			continue
+		}
+		data = append(data, tc.in...)
+		want = append(want, scanRec{len(tc.in), tc.kind, nil})
+	}
+	for i := 0; i < 20; i++ {
+		f := mb("HSET", "hash:a", "f"+strconv.Itoa(i), strings.Repeat("z", i))
+		data = append(data, f...)
+		want = append(want, scanRec{len(f), KindMultibulk, nil})
+	}
+	partial := "*3\r\n$3\r\nSET\r\n$1"
+	data = append(data, partial...)
+	checkScanChunkings(t, 0, data, want, len(data)-len(partial))
+}
+
+type badReq struct {
+	name string
+	in   []byte
+	err  error // nil: Redis waits for more bytes and so does the scanner
+}
+
+func badRequests() []badReq {
+	digits := func(n int) string { return strings.Repeat("1", n) }
+	return []badReq{
+		{"mbulk-abc", []byte("*abc\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-empty", []byte("*\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-plus", []byte("*+1\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-leading-zero", []byte("*01\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-minus-zero", []byte("*-0\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-space", []byte("*1 \r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-lf-only", []byte("*1\n$4\r\nPING\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-over-int-max", []byte("*2147483648\r\n"), ErrInvalidMultibulkLen},
+		{"mbulk-21-chars", []byte("*" + digits(21) + "\r\n"), ErrInvalidMultibulkLen},
+		{"bulk-neg5", []byte("*1\r\n$-5\r\n"), ErrInvalidBulkLen},
+		{"bulk-neg1", []byte("*1\r\n$-1\r\n"), ErrInvalidBulkLen},
+		{"bulk-abc", []byte("*1\r\n$abc\r\n"), ErrInvalidBulkLen},
+		{"bulk-empty", []byte("*1\r\n$\r\n"), ErrInvalidBulkLen},
+		{"bulk-over-max", []byte("*1\r\n$536870913\r\n"), ErrInvalidBulkLen},
+		{"bulk-overflow", []byte("*1\r\n$9223372036854775808\r\n"), ErrInvalidBulkLen},
+		{"expected-colon", []byte("*1\r\n:1\r\n"), ProtocolError("expected '$', got ':'")},
+		{"expected-plus-second", []byte("*2\r\n$1\r\na\r\n+b\r\n"), ProtocolError("expected '$', got '+'")},
+		{"expected-cr", []byte("*1\r\n\r\n\r\n"), ProtocolError("expected '$', got ' '")},
+		{"expected-lf", []byte("*1\r\n\n\r\n"), ProtocolError("expected '$', got ' '")},
+		{"expected-ff", []byte("*1\r\n\xff\r\n"), ProtocolError("expected '$', got '\xff'")},
+		{"too-big-inline", bytes.Repeat([]byte("A"), 70000), ErrTooBigInline},
+		{"too-big-mbulk-count", []byte("*" + digits(70000)), ErrTooBigMbulkCount},
+		{"too-big-bulk-count", []byte("*1\r\n$" + digits(70000)), ErrTooBigBulkCount},
+		{"unbalanced-dquote", []byte("\"foo\r\n"), errUnbalancedQuotes},
+		{"unbalanced-squote", []byte("SET a 'b\r\n"), errUnbalancedQuotes},
+		{"unbalanced-escaped-dquote", []byte("ECHO \"a\\\"\r\n"), errUnbalancedQuotes},
+		{"unbalanced-escaped-squote", []byte("ECHO 'a\\'\r\n"), errUnbalancedQuotes},
+		{"quote-then-char", []byte("SET a \"b\"c\r\n"), errUnbalancedQuotes},
+		{"squote-then-char", []byte("SET a 'b'c\r\n"), errUnbalancedQuotes},
+		// Redis finds line ends with strchr: a NUL hides them.
+		{"nul-inline", []byte("PING\x00\r\nPING\r\n"), nil},
+		{"nul-mbulk-count", []byte("*1\x00\r\n$4\r\nPING\r\n"), nil},
+		{"nul-bulk-header-start", []byte("*1\r\n\x00\r\n"), nil},
+		{"nul-bulk-count", []byte("*1\r\n$4\x00\r\nPING\r\n"), nil},
+		{"nul-inline-too-big", append([]byte("PING\x00\r\n"), bytes.Repeat([]byte("A"), 70000)...), ErrTooBigInline},
+		{"nul-mbulk-too-big", append([]byte("*1\x00\r\n"), bytes.Repeat([]byte("A"), 70000)...), ErrTooBigMbulkCount},
+		{"nul-bulk-too-big", append([]byte("*1\r\n$\x00\r\n"), bytes.Repeat([]byte("A"), 70000)...), ErrTooBigBulkCount},
+		// Valid and incomplete: Redis waits.
+		{"wait-bulk-at-max", []byte("*1\r\n$536870912\r\n"), nil},
+		{"wait-cr-at-end", []byte("*1\r"), nil},
+	}
+}
+
+// TestRequestScannerErrors checks the scanner's verdict on malformed input
+// (the texts are checked against redis-server in TestRequestScannerOracle),
+// fed whole and, for the short ones, in every split.
+func TestRequestScannerErrors(t *testing.T) {
+	for _, tc := range badRequests() {
+		t.Run(tc.name, func(t *testing.T) {
+			var want []scanRec
+			if tc.err != nil {
+				want = []scanRec{{0, 0, tc.err}}
+			}
+			if len(tc.in) < 1000 {
+				checkScanChunkings(t, 0, tc.in, want, 0)
+				return
+			}
+			// Long inputs: the "too big" errors depend on how much is
+			// buffered, as in Redis; any growth pattern ends in the error.
+			for _, cuts := range [][]int{nil, {1, 7, 65536}, {65537}} {
+				got, rest := scanCuts(t, &RequestScanner{}, tc.in, cuts)
+				if !equalRecs(got, want) || rest != 0 {
+					t.Fatalf("cuts %v: got %v rest %d, want %v", cuts, got, rest, want)
+				}
+			}
+		})
+	}
+}
+
+func TestProtocolErrorText(t *testing.T) {
+	for err, want := range map[ProtocolError]string{
+		ErrInvalidMultibulkLen: "-ERR Protocol error: invalid multibulk length\r\n",
+		ErrInvalidBulkLen:      "-ERR Protocol error: invalid bulk length\r\n",
+		ErrTooBigInline:        "-ERR Protocol error: too big inline request\r\n",
+		ErrTooBigMbulkCount:    "-ERR Protocol error: too big mbulk count string\r\n",
+		ErrTooBigBulkCount:     "-ERR Protocol error: too big bulk count string\r\n",
+		errUnbalancedQuotes:    "-ERR Protocol error: unbalanced quotes in request\r\n",
+	} {
+		if got := string(err.Reply()); got != want {
+			t.Errorf("Reply() = %q, want %q", got, want)
+		}
+		if got := err.Error(); "-ERR "+got+"\r\n" != want {
+			t.Errorf("Error() = %q", got)
+		}
+	}
+}
+
+func TestRequestScannerMaxBulkLen(t *testing.T) {
+	s := &RequestScanner{MaxBulkLen: 10}
+	if _, _, err := s.Scan([]byte("*1\r\n$11\r\n")); err != ErrInvalidBulkLen {
+		t.Fatalf("bulk of 11 with MaxBulkLen 10: err = %v", err)
+	}
+	s = &RequestScanner{MaxBulkLen: 10}
+	if n, _, err := s.Scan([]byte("*1\r\n$10\r\n0123456789\r\n")); n != 21 || err != nil {
+		t.Fatalf("bulk of 10 with MaxBulkLen 10: n=%d err=%v", n, err)
+	}
+	// proto-max-bulk-len may be set up to LLONG_MAX; the length check must
+	// not overflow (it returned a negative n).
+	for _, l := range []int64{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 2} {
+		s = &RequestScanner{MaxBulkLen: math.MaxInt64}
+		in := []byte("*1\r\n$" + strconv.FormatInt(l, 10) + "\r\nabc\r\n")
+		if n, kind, err := s.Scan(in); n != 0 || kind != 0 || err != nil {
+			t.Fatalf("bulk of %d: Scan = (%d, %d, %v), want to wait", l, n, kind, err)
+		}
+	}
+}
+
+func TestRequestScannerReset(t *testing.T) {
+	var s RequestScanner
+	s.MaxBulkLen = 5
+	if n, _, err := s.Scan([]byte("*2\r\n$3\r\nGET\r\n$1")); n != 0 || err != nil || s.Pending() == 0 {
+		t.Fatalf("partial: n=%d err=%v pending=%d", n, err, s.Pending())
+	}
+	s.Reset()
+	if s.Pending() != 0 || s.MaxBulkLen != 5 {
+		t.Fatalf("after Reset: pending=%d MaxBulkLen=%d", s.Pending(), s.MaxBulkLen)
+	}
+	in := []byte("PING\r\n")
+	if n, kind, err := s.Scan(in); n != len(in) || kind != KindInline || err != nil {
+		t.Fatalf("after Reset: (%d, %d, %v)", n, kind, err)
+	}
+	if n, kind, err := s.Scan(nil); n != 0 || kind != 0 || err != nil {
+		t.Fatalf("Scan(nil) = (%d, %d, %v)", n, kind, err)
+	}
+}
+
+func TestArgsReusesBuffer(t *testing.T) {
+	buf := make([][]byte, 0, 8)
+	frame := []byte(mb("SET", "key:a", "v"))
+	args := Args(frame, KindMultibulk, buf)
+	if len(args) != 3 || &args[0] != &buf[:1][0] {
+		t.Fatalf("Args did not reuse argsbuf: %q", args)
+	}
+	if &args[2][0] != &frame[len(frame)-3] {
+		t.Fatal("Args copied the argument instead of aliasing the frame")
+	}
+	if got := Args(frame, 0, buf); len(got) != 0 {
+		t.Fatalf("Args with kind 0 = %q", got)
+	}
+}
+
+func TestScanArgsAllocs(t *testing.T) {
+	var data []byte
+	for i := 0; i < 16; i++ {
+		data = append(data, mb("SET", "key:"+strconv.Itoa(i), value256)...)
+	}
+	var s RequestScanner
+	argsbuf := make([][]byte, 0, 8)
+	run := func() {
+		for off := 0; off < len(data); {
+			n, kind, err := s.Scan(data[off:])
+			if err != nil || n == 0 {
+				panic(fmt.Sprint(n, err))
+			}
+			argsbuf = Args(data[off:off+n], kind, argsbuf[:0])
+			off += n
+		}
+	}
+	if a := testing.AllocsPerRun(1000, run); a != 0 {
+		t.Fatalf("Scan+Args allocate %v times per pipeline", a)
+	}
+	inline := []byte("GET key:a\r\n")
+	if a := testing.AllocsPerRun(1000, func() {
+		n, kind, _ := s.Scan(inline)
+		argsbuf = Args(inline[:n], kind, argsbuf[:0])
+	}); a != 0 {
+		t.Fatalf("inline Scan+Args allocate %v times", a)
+	}
+}
+
+// startRedis runs /usr/bin/redis-server (or the one in PATH) on a free
+// loopback port without persistence and returns its address.
+func startRedis(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts redis-server; skipped with -short")
+	}
+	bin := "/usr/bin/redis-server"
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			t.Skip("redis-server not found in /usr/bin or PATH")
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
+		"--logfile", dir+"/redis.log")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if line == "+PONG\r\n" {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(dir + "/redis.log")
+			t.Fatalf("redis-server on %s not ready: %v\n%s", addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRequestScannerOracle sends each malformed request to a real
+// redis-server on a fresh connection and requires the scanner to give the
+// same answer: the same error reply, or, where Redis waits for more bytes,
+// no frame and no error.
+func TestRequestScannerOracle(t *testing.T) {
+	addr := startRedis(t)
+	for _, tc := range badRequests() {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(tc.in); err != nil {
+				t.Fatal(err)
+			}
+			wait := 5 * time.Second
+			if tc.err == nil {
+				wait = 300 * time.Millisecond
+			}
+			_ = c.SetReadDeadline(time.Now().Add(wait))
+			got, err := io.ReadAll(c)
+			var ne net.Error
+			timedOut := errors.As(err, &ne) && ne.Timeout()
+			if err != nil && !timedOut {
+				t.Fatalf("read: %v (got %q)", err, got)
+			}
+
+			n, _, serr := (&RequestScanner{}).Scan(tc.in)
+			if tc.err == nil {
+				if len(got) != 0 || !timedOut {
+					t.Fatalf("redis answered %q (closed: %v); the case says it waits", got, !timedOut)
+				}
+				if n != 0 || serr != nil {
+					t.Fatalf("scanner: n=%d err=%v; redis waits", n, serr)
+				}
+				return
+			}
+			if timedOut {
+				t.Fatalf("redis did not close the connection; got %q", got)
+			}
+			var perr ProtocolError
+			if !errors.As(serr, &perr) {
+				t.Fatalf("scanner: n=%d err=%v; redis said %q", n, serr, got)
+			}
+			if !bytes.Equal(perr.Reply(), got) {
+				t.Fatalf("scanner reply %q, redis %q", perr.Reply(), got)
+			}
+			if serr != tc.err {
+				t.Fatalf("scanner err %v, case says %v", serr, tc.err)
+			}
+		})
+	}
+}
+
+// TestRequestScannerOracleValid sends every valid case to redis-server,
+// followed by a marker PING: the number of replies before the marker must
+// match what the scanner says (one per multibulk or inline frame, none for
+// empty ones).
+func TestRequestScannerOracleValid(t *testing.T) {
+	addr := startRedis(t)
+	for _, tc := range reqCases {
+		if tc.kind == 0 {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			const marker = "$6\r\nMARKER\r\n"
+			if _, err := c.Write([]byte(tc.in + "*2\r\n$4\r\nPING\r\n" + marker)); err != nil {
+				t.Fatal(err)
+			}
+			rd := bufio.NewReader(c)
+			f := NewReplyFramer()
+			replies := 0
+			var cur []byte
+			for {
+				b, err := rd.ReadByte()
+				if err == io.EOF && replies == 1 && len(tc.args) > 0 && strings.EqualFold(tc.args[0], "QUIT") {
+					return // QUIT answers and closes before the marker
+				}
+				if err != nil {
+					t.Fatalf("after %d replies: %v", replies, err)
+				}
+				cur = append(cur, b)
+				_, done, ferr := f.Feed([]byte{b})
+				if ferr != nil {
+					t.Fatal(ferr)
+				}
+				if done {
+					if string(cur) == marker {
+						break
+					}
+					replies++
+					cur = cur[:0]
+				}
+			}
+			want := 1
+			if tc.kind == KindEmpty {
+				want = 0
+			}
+			if replies != want {
+				t.Fatalf("redis sent %d replies before PONG, scanner expects %d", replies, want)
+			}
+		})
+	}
+}
