@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runMainEnv, set to "1", makes the test binary run main instead of the
+// tests: the CLI tests re-execute the binary this way
+// (prometheus/prometheus:cmd/prometheus/main_test.go).
+const runMainEnv = "GO_TEST_RESPMETER_RUN_MAIN"
+
+// cliTimeout bounds every re-executed command.
+const cliTimeout = 60 * time.Second
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is one re-executed respmeter process.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	done           chan struct{} // closed once cmd has been waited for
+	code           int           // exit code, valid after done
+}
+
+// childEnv returns the test's environment without RESPMETER_* variables,
+// plus runMainEnv and extra ("KEY=value"; later entries win).
+func childEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RESPMETER_") && !strings.HasPrefix(kv, runMainEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, runMainEnv+"=1")
+	return append(env, extra...)
+}
+
+// start re-executes the test binary as respmeter with args and env, and
+// kills it in t.Cleanup if it is still running then.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(exe, args...)
+	p.cmd.Env = childEnv(env)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		p.code = 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.code = ee.ExitCode()
+		} else if err != nil {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			t.Logf("killed respmeter %q\nstdout:\n%s\nstderr:\n%s", args, p.stdout, p.stderr)
+		}
+	})
+	return p
+}
+
+// wait waits for p to exit and returns its exit code.
+func (p *proc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(cliTimeout):
+		t.Fatalf("respmeter did not exit within %v\nstdout:\n%s\nstderr:\n%s", cliTimeout, p.stdout, p.stderr)
+		return -1
+	}
+}
+
+// signal sends sig to p.
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// waitFor waits until re matches what p wrote to w (p.stdout or
+// p.stderr) and returns the submatches; it fails t on timeout or exit.
+func (p *proc) waitFor(t *testing.T, w *syncBuffer, re string) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(cliTimeout)
+	for {
+		if m := rx.FindStringSubmatch(w.String()); m != nil {
+			return m
+		}
+		exited := false
+		select {
+		case <-p.done:
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
+			// One last look: the output may have landed just before exit.
+			if m := rx.FindStringSubmatch(w.String()); m != nil {
+				return m
+			}
+			t.Fatalf("no match for %q (exited=%v)\nstdout:\n%s\nstderr:\n%s", re, exited, p.stdout, p.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runCLI runs respmeter with args and env to completion.
+func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	p := start(t, env, args...)
+	code = p.wait(t)
+	return p.stdout.String(), p.stderr.String(), code
+}
+
+// checkGolden compares got with testdata/name, or rewrites it under -update.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := "testdata/" + name
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./cmd/respmeter -update creates it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (go test ./cmd/respmeter -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"help_root.golden", []string{"--help"}},
+		{"help_proxy.golden", []string{"proxy", "--help"}},
+		{"help_demo.golden", []string{"demo", "--help"}},
+		{"help_version.golden", []string{"version", "--help"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := runCLI(t, nil, tc.args...)
+			if code != exitOK || stderr != "" {
+				t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+			}
+			checkGolden(t, tc.golden, stdout)
+			// "help <cmd>" says the same as "<cmd> --help".
+			if len(tc.args) == 2 {
+				alt, _, code := runCLI(t, nil, "help", tc.args[0])
+				if code != exitOK || alt != stdout {
+					t.Errorf("respmeter help %s: exit %d, output differs from --help:\n%s", tc.args[0], code, alt)
+				}
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"no command", nil, "Available Commands:"},
+		{"unknown command", []string{"proxx"}, `unknown command "proxx" for "respmeter" (did you mean "proxy"?)`},
+		{"unknown flag", []string{"proxy", "--lisen", "x"}, "unknown flag: --lisen"},
+		{"bad int", []string{"proxy", "--loops", "many"}, `invalid argument "many" for "--loops" flag`},
+		{"bad duration", []string{"proxy", "--drain-timeout", "5"}, `invalid argument "5" for "--drain-timeout" flag`},
+		{"bad bool", []string{"proxy", "--measure=maybe"}, `invalid argument "maybe" for "--measure" flag`},
+		{"negative loops", []string{"proxy", "--loops", "-1"}, `respmeter: --loops: key "loops": must be >= 0, got -1`},
+		{"bad listen", []string{"proxy", "--listen", "6380"}, `respmeter: --listen: key "listen": must be host:port, got "6380"`},
+		{"bad level", []string{"proxy", "--log-level", "loud"}, `--log-level: key "log_level": must be one of debug|info|warn|error, got "loud"`},
+		{"loop to self", []string{"proxy", "--listen", ":6379", "--upstream", "127.0.0.1:6379"}, `--upstream: key "upstream": must differ from listen`},
+		{"proxy argument", []string{"proxy", "extra"}, `unexpected argument "extra"`},
+		{"demo conns", []string{"demo", "--conns", "0"}, "--conns must be in 1..256, got 0"},
+		{"demo duration", []string{"demo", "--duration", "0s"}, "--duration must be in (0, 1h0m0s], got 0s"},
+		{"version argument", []string{"version", "x"}, `unexpected argument "x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := runCLI(t, nil, tc.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
+			}
+			// Configuration errors are self-explanatory; command-line ones get a hint.
+			if wantHint := tc.args != nil && !strings.Contains(tc.want, `key "`); wantHint != strings.Contains(stderr, "--help' for usage.") {
+				t.Errorf("want --help hint: %v; stderr:\n%s", wantHint, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout not empty:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func TestBadConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	bad := dir + "/bad.yaml"
+	writeFile(t, bad, "upstream: 127.0.0.1:6379\nloops: -1\nlisen: 127.0.0.1:6381\ndrain_timeout: 5\n")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"flag", nil, []string{"proxy", "--config", bad}, []string{
+			"respmeter: " + bad + `:2: key "loops": must be >= 0, got -1`,
+			"respmeter: " + bad + `:3: unknown key "lisen" (did you mean "listen"?)`,
+			"respmeter: " + bad + `:4: key "drain_timeout": must be a duration such as "250ms" or "5s", got "5"`,
+		}},
+		{"env", []string{"RESPMETER_CONFIG=" + bad}, []string{"proxy"}, []string{
+			bad + `:2: key "loops": must be >= 0, got -1`,
+		}},
+		{"check", nil, []string{"proxy", "--check", "--config", bad}, []string{
+			bad + `:2: key "loops": must be >= 0, got -1`,
+		}},
+		{"missing", nil, []string{"proxy", "--config", dir + "/nope.yaml"}, []string{
+			"respmeter: configs: open " + dir + "/nope.yaml: no such file or directory",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runCLI(t, tc.env, tc.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrecedence checks defaults < file < environment < explicit flags,
+// through --check, which prints the merged configuration.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/p.yaml"
+	writeFile(t, file, "listen: 127.0.0.1:7001\nupstream: 10.0.0.1:6379\nloops: 2\nlog_level: debug\nmeasure: false\n")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want []string
+	}{
+		{"defaults", nil, nil, []string{
+			"# configuration valid; sources: defaults\n", "listen: 127.0.0.1:6380\n", "loops: 0\n", "measure: true\n",
+		}},
+		{"file", nil, []string{"--config", file}, []string{
+			"sources: defaults, " + file + "\n", "listen: 127.0.0.1:7001\n", "upstream: 10.0.0.1:6379\n", "loops: 2\n",
+		}},
+		{"env over file", []string{"RESPMETER_LISTEN=127.0.0.1:7002", "RESPMETER_LOOPS=3", "RESPMETER_MEASURE=true", "RESPMETER_DRAIN_TIMEOUT=750ms", "RESPMETER_ADMIN="},
+			[]string{"--config", file}, []string{
+				"sources: defaults, " + file + ", RESPMETER_LISTEN, RESPMETER_LOOPS, RESPMETER_MEASURE, RESPMETER_DRAIN_TIMEOUT\n",
+				"listen: 127.0.0.1:7002\n", "upstream: 10.0.0.1:6379\n", "admin: 127.0.0.1:9121\n", "loops: 3\n",
+				"measure: true\n", "drain_timeout: 750ms\n", "log_level: debug\n",
+			}},
+		{"flags over env", []string{"RESPMETER_CONFIG=" + file, "RESPMETER_LISTEN=127.0.0.1:7002", "RESPMETER_LOOPS=3"},
+			[]string{"--loops", "4", "--measure=true", "--dial-timeout", "1s", "--admin", "off"}, []string{
+				"listen: 127.0.0.1:7002\n", "loops: 4\n", "measure: true\n", "dial_timeout: 1s\n", "admin: \"off\"\n", "log_level: debug\n",
+			}},
+		{"explicit default flag wins", []string{"RESPMETER_LOOPS=3"}, []string{"--loops", "0"}, []string{"loops: 0\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stdout, stderr, code := runCLI(t, tc.env, append([]string{"proxy", "--check"}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("stdout does not contain %q:\n%s", w, stdout)
+				}
+			}
+		})
+	}
+}
+
+func TestBadEnv(t *testing.T) {
+	for _, tc := range []struct{ env, want string }{
+		{"RESPMETER_LOOPS=many", `respmeter: RESPMETER_LOOPS: key "loops": must be an integer, got "many"`},
+		{"RESPMETER_MEASURE=maybe", `respmeter: RESPMETER_MEASURE: key "measure": must be true or false, got "maybe"`},
+		{"RESPMETER_DRAIN_TIMEOUT=5", `respmeter: RESPMETER_DRAIN_TIMEOUT: key "drain_timeout": must be a duration`},
+		{"RESPMETER_DIAL_TIMEOUT=-1s", `respmeter: RESPMETER_DIAL_TIMEOUT: key "dial_timeout": must be > 0, got -1s`},
+		{"RESPMETER_ADMIN=disabled", `respmeter: RESPMETER_ADMIN: key "admin": must be host:port or "off", got "disabled"`},
+		{"RESPMETER_LOG_FORMAT=xml", `respmeter: RESPMETER_LOG_FORMAT: key "log_format": must be one of text|json, got "xml"`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Parallel()
+			_, stderr, code := runCLI(t, []string{tc.env}, "proxy", "--check")
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want %d with %q in stderr:\n%s", code, exitUsage, tc.want, stderr)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	stdout, stderr, code := runCLI(t, nil, "version")
+	if code != exitOK || !regexp.MustCompile(`^respmeter \S+ go1\.\S+ \w+/\w+`).MatchString(stdout) {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// logAddr returns the pattern matching a text log line with msg and its
+// addr attribute, capturing the address.
+func logAddr(msg string) string {
+	return fmt.Sprintf(`msg="%s".* addr=(\S+)`, regexp.QuoteMeta(msg))
+}

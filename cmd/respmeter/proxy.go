@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/respmeter/respmeter/configs"
+)
+
+// configEnv names the environment variable that gives --config's default.
+const configEnv = configs.EnvPrefix + "CONFIG"
+
+// stopGrace is added to the drain timeout to bound a whole stop: the proxy
+// drains for at most DrainTimeout, then closing sockets and shutting the
+// admin server down get this much more.
+const stopGrace = time.Second
+
+// proxyFlags holds the proxy subcommand's flags. The configuration flags
+// only take effect when given explicitly (pflag's Changed); their defaults
+// are shown in --help but the config file and environment come first.
+type proxyFlags struct {
+	config       string
+	check        bool
+	listen       string
+	upstream     string
+	admin        string
+	loops        int
+	measure      bool
+	drainTimeout time.Duration
+	dialTimeout  time.Duration
+	logLevel     string
+	logFormat    string
+}
+
+// proxyCmd is "respmeter proxy".
+func (a *app) proxyCmd() *cobra.Command {
+	var f proxyFlags
+	cmd := &cobra.Command{
+		Use:   "proxy [flags]",
+		Short: "Run the measuring proxy in front of one Redis-compatible server",
+		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every
+command to --upstream and time it. Metrics are served on --admin at /metrics
+(Prometheus text) and /stats (JSON).
+
+Settings come from, lowest precedence first: built-in defaults, the --config
+file (YAML; see configs/passthrough.yaml), RESPMETER_* environment variables
+(RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ADMIN, RESPMETER_LOOPS,
+RESPMETER_MEASURE, RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT,
+RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT; RESPMETER_CONFIG names the file),
+then flags given on the command line.
+
+Signals: SIGUSR1 prints the latency table to stdout and keeps running.
+SIGINT or SIGTERM stops accepting clients, waits up to --drain-timeout for
+replies in flight, prints the table and exits 0; a second one cuts the wait
+short.`,
+		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
+  respmeter proxy --config /etc/respmeter/passthrough.yaml --admin 0.0.0.0:9121
+  respmeter proxy --config my.yaml --check`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
+	}
+	d := configs.Default()
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&f.config, "config", "", "YAML configuration `file` (default $"+configEnv+")")
+	fs.BoolVar(&f.check, "check", false, "validate the configuration, print the result and exit: 0 valid, 2 invalid")
+	fs.StringVar(&f.listen, "listen", d.Listen, "client-facing `host:port`; port 0 picks a free port")
+	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server")
+	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics and /stats, or \"off\"; port 0 picks a free port")
+	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
+	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "timeout of one connection attempt to the upstream")
+	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "minimum log `level`: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "log `format` on stderr: text or json")
+	return cmd
+}
+
+// runProxy resolves the configuration and either prints it (--check) or
+// serves until a signal or the context ends.
+func (a *app) runProxy(cmd *cobra.Command, f *proxyFlags) error {
+	cfg, sources, err := a.proxyConfig(cmd.Flags(), f)
+	if err != nil {
+		return configError(err)
+	}
+	if f.check {
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			return failure(err)
+		}
+		fmt.Fprintf(a.stdout, "# configuration valid; sources: %s\n%s", strings.Join(sources, ", "), out)
+		return nil
+	}
+	log := newLogger(a.stderr, cfg.LogLevel, cfg.LogFormat)
+	a.warnUnknownEnv(log)
+	return a.serve(cmd.Context(), cfg, log)
+}
+
+// proxyConfig merges defaults, the config file, the environment and the
+// flags given explicitly, validates the result and returns it with the list
+// of sources used ("defaults", the file, variables, flags). Every error is a
+// *configs.FieldError naming where the bad value came from.
+func (a *app) proxyConfig(fs *pflag.FlagSet, f *proxyFlags) (configs.Config, []string, error) {
+	cfg := configs.Default()
+	sources := []string{"defaults"}
+	origin := map[string]string{} // key -> where its value came from
+
+	path := f.config
+	if !fs.Changed("config") {
+		path, _ = a.lookupEnv(configEnv)
+	}
+	if path != "" {
+		var err error
+		if cfg, err = configs.Load(path); err != nil {
+			return cfg, nil, err
+		}
+		sources = append(sources, path)
+		for _, k := range configs.Keys() {
+			origin[k] = path
+		}
+	}
+
+	keys, err := cfg.ApplyEnv(a.lookupEnv)
+	if err != nil {
+		return cfg, nil, err
+	}
+	for _, k := range keys {
+		origin[k] = configs.EnvVar(k)
+		sources = append(sources, configs.EnvVar(k))
+	}
+
+	var errs []error
+	fs.Visit(func(fl *pflag.Flag) {
+		key := strings.ReplaceAll(fl.Name, "-", "_")
+		if !slices.Contains(configs.Keys(), key) {
+			return // --config, --check
+		}
+		if err := cfg.Set(key, fl.Value.String()); err != nil {
+			var fe *configs.FieldError
+			if errors.As(err, &fe) {
+				fe.Source = "--" + fl.Name
+			}
+			errs = append(errs, err)
+			return
+		}
+		origin[key] = "--" + fl.Name
+		sources = append(sources, "--"+fl.Name)
+	})
+	if len(errs) > 0 {
+		return cfg, nil, errors.Join(errs...)
+	}
+
+	if err := cfg.Validate(); err != nil {
+		fes := configs.FieldErrors(err)
+		out := make([]error, len(fes))
+		for i, fe := range fes {
+			fe.Source = origin[fe.Key] // "" for a default value
+			out[i] = fe
+		}
+		return cfg, nil, errors.Join(out...)
+	}
+	return cfg, sources, nil
+}
+
+// warnUnknownEnv logs every RESPMETER_* variable that is not a known
+// setting: most likely a typo that would otherwise go unnoticed.
+func (a *app) warnUnknownEnv(log *slog.Logger) {
+	known := map[string]bool{configEnv: true}
+	for _, k := range configs.Keys() {
+		known[configs.EnvVar(k)] = true
+	}
+	for _, kv := range a.environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, configs.EnvPrefix) && !known[name] {
+			log.Warn("unknown environment variable ignored", "component", "config", "name", name)
+		}
+	}
+}
+
+// serve runs the proxy until SIGINT, SIGTERM or ctx ends, printing the
+// latency table to stdout on SIGUSR1 and once more after the stop.
+func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	st, err := startStack(cfg, log)
+	if err != nil {
+		return failure(err)
+	}
+	mlog := log.With("component", "main")
+	probeUpstream(cfg, log.With("component", "proxy"))
+
+	code := exitOK
+	reason := ""
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			reason = "context done"
+			break wait
+		case err := <-st.adminErr:
+			mlog.Error("admin server failed", "err", err)
+			code, reason = exitFailure, "admin server failed"
+			break wait
+		case sig := <-sigs:
+			if sig == syscall.SIGUSR1 {
+				if err := st.set.WriteTable(a.stdout); err != nil {
+					mlog.Warn("write table", "err", err)
+				}
+				continue
+			}
+			reason = sig.String()
+			break wait
+		}
+	}
+
+	mlog.Info("stopping", "reason", reason, "drain_timeout", cfg.DrainTimeout.String())
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.DrainTimeout)+stopGrace)
+	defer cancel()
+	// A second SIGINT/SIGTERM cuts the drain short.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGUSR1 {
+					mlog.Warn("second signal: closing without waiting for replies", "signal", sig.String())
+					cancel()
+				}
+			case <-stopped:
+				return
+			}
+		}
+	}()
+	if err := st.stop(stopCtx); err != nil {
+		mlog.Error("unclean stop", "err", err)
+		code = exitFailure
+	}
+	if err := st.set.WriteTable(a.stdout); err != nil {
+		mlog.Warn("write table", "err", err)
+	}
+	mlog.Info("stopped")
+	if code != exitOK {
+		return failure(nil)
+	}
+	return nil
+}
+
+// probeUpstream dials the upstream once so that a wrong address shows up
+// in the log at start rather than on the first client. It never fails the
+// start: the engine may simply come up later.
+func probeUpstream(cfg configs.Config, log *slog.Logger) {
+	c, err := net.DialTimeout("tcp", cfg.Upstream, time.Duration(cfg.DialTimeout))
+	if err != nil {
+		log.Warn("upstream not reachable (yet); clients will get errors until it is", "upstream", cfg.Upstream, "err", err)
+		return
+	}
+	_ = c.Close()
+}

@@ -1,0 +1,316 @@
+// Package configs holds respmeter's configuration: the Config tree, its
+// defaults, a strict YAML loader whose errors carry file:line, per-key
+// overrides from strings (environment variables, command-line flags) and the
+// value and cross-field checks in Validate.
+//
+// Precedence, applied by the caller in this order: Default, the file (Load),
+// the environment (ApplyEnv), explicit flags (Set). Validate runs last on the
+// merged result.
+//
+// Nothing here is safe for concurrent mutation; a Config is built once at
+// start-up and then only read.
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Sentinel errors, wrapped by FieldError so callers can test with errors.Is.
+var (
+	// ErrUnknownKey marks a key that is not part of Config (a typo, usually).
+	ErrUnknownKey = errors.New("configs: unknown key")
+	// ErrInvalid marks a value that does not parse or fails a check.
+	ErrInvalid = errors.New("configs: invalid value")
+)
+
+// AdminOff is the Config.Admin value that disables the admin HTTP server.
+const AdminOff = "off"
+
+// MaxLoops is the largest accepted Config.Loops; more event loops than this
+// only cost memory (each loop carries its own histograms).
+const MaxLoops = 1024
+
+// Log levels and formats accepted by Config.LogLevel and Config.LogFormat.
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"text", "json"}
+)
+
+// Duration is a time.Duration written in configuration as a Go duration
+// string such as "250ms", "5s" or "1m30s" (time.ParseDuration). Bare numbers
+// are rejected: a unit is always required.
+type Duration time.Duration
+
+// String formats d like time.Duration.String ("5s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalYAML writes d as a duration string ("5s").
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalYAML reads a duration string from a scalar node.
+func (d *Duration) UnmarshalYAML(value *yaml.Node) error {
+	if value.Kind != yaml.ScalarNode || value.Tag == "!!null" {
+		return fmt.Errorf("must be a duration such as \"250ms\" or \"5s\", got %s", describeNode(value))
+	}
+	v, err := parseDuration(value.Value)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// parseDuration parses s with time.ParseDuration and rewords its errors.
+func parseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("must be a duration such as \"250ms\" or \"5s\", got %q", s)
+	}
+	return Duration(v), nil
+}
+
+// Config is the complete respmeter proxy configuration. Every field has a
+// default (see Default); YAML keys are given in the tags, environment
+// variables are RESPMETER_ plus the upper-cased key (RESPMETER_DRAIN_TIMEOUT)
+// and command-line flags are the key with '-' for '_' (--drain-timeout).
+type Config struct {
+	// Listen is the client-facing address, host:port. Default
+	// "127.0.0.1:6380". Port 0 picks a free port; an empty host listens on
+	// every interface.
+	Listen string `yaml:"listen"`
+	// Upstream is the Redis-compatible engine's address, host:port, port
+	// 1-65535. Default "127.0.0.1:6379". Must differ from Listen.
+	Upstream string `yaml:"upstream"`
+	// Admin is the HTTP address serving /metrics and /stats, host:port, or
+	// "off" to disable it. Default "127.0.0.1:9121". Port 0 picks a free
+	// port. Must differ from Listen unless either uses port 0.
+	Admin string `yaml:"admin"`
+	// Loops is the number of event loops, 0..MaxLoops; 0 (the default)
+	// means one per CPU.
+	Loops int `yaml:"loops"`
+	// Measure turns per-command timing on. Default true; false only frames
+	// and forwards (the baseline for measuring the proxy's own cost).
+	Measure bool `yaml:"measure"`
+	// DrainTimeout bounds how long a graceful stop waits for pending
+	// replies. Default 5s; must be > 0.
+	DrainTimeout Duration `yaml:"drain_timeout"`
+	// DialTimeout bounds one upstream dial. Default 2s; must be > 0.
+	DialTimeout Duration `yaml:"dial_timeout"`
+	// LogLevel is the minimum level logged: debug, info, warn or error.
+	// Default info.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is the log line format: text (logfmt) or json. Default text.
+	LogFormat string `yaml:"log_format"`
+}
+
+// Default returns the configuration used when nothing overrides it.
+func Default() Config {
+	return Config{
+		Listen:       "127.0.0.1:6380",
+		Upstream:     "127.0.0.1:6379",
+		Admin:        "127.0.0.1:9121",
+		Loops:        0,
+		Measure:      true,
+		DrainTimeout: Duration(5 * time.Second),
+		DialTimeout:  Duration(2 * time.Second),
+		LogLevel:     "info",
+		LogFormat:    "text",
+	}
+}
+
+// FieldError is one problem with one configuration key. Load, ApplyEnv, Set
+// and Validate return these, several at once through errors.Join; walk them
+// with errors.As or by unwrapping the join.
+type FieldError struct {
+	// Source says where the value came from: a file name, an environment
+	// variable ("RESPMETER_LOOPS"), a flag ("--loops"); "" when unknown.
+	Source string
+	// Line is the 1-based line in Source, 0 when not from a file.
+	Line int
+	// Key is the YAML key, e.g. "drain_timeout".
+	Key string
+	// Reason is the human-readable problem, e.g. "must be >= 0, got -1".
+	Reason string
+	// Err is ErrUnknownKey or ErrInvalid.
+	Err error
+}
+
+// Error formats e as "source:line: key "k": reason", leaving out the parts
+// that are unknown; unknown keys read "source:line: unknown key "k"".
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.Source != "" {
+		b.WriteString(e.Source)
+		if e.Line > 0 {
+			b.WriteString(":")
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
+	}
+	if errors.Is(e.Err, ErrUnknownKey) {
+		fmt.Fprintf(&b, "unknown key %q", e.Key)
+		if e.Reason != "" {
+			b.WriteString(" (" + e.Reason + ")")
+		}
+		return b.String()
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns ErrUnknownKey or ErrInvalid.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// invalid returns an ErrInvalid FieldError for key with no position.
+func invalid(key, format string, args ...any) *FieldError {
+	return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...), Err: ErrInvalid}
+}
+
+// FieldErrors flattens err (as returned by this package, possibly joined)
+// into its FieldErrors. Errors of other types are returned as FieldErrors
+// with only Reason set.
+func FieldErrors(err error) []*FieldError {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []*FieldError
+		for _, e := range j.Unwrap() {
+			out = append(out, FieldErrors(e)...)
+		}
+		return out
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return []*FieldError{fe}
+	}
+	return []*FieldError{{Reason: err.Error(), Err: err}}
+}
+
+// Validate checks every value and the combinations between them. It returns
+// nil or the errors.Join of one *FieldError (without Source) per problem.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(e *FieldError) {
+		if e != nil {
+			errs = append(errs, e)
+		}
+	}
+	add(checkHostPort("listen", c.Listen, 0, "host:port"))
+	add(checkHostPort("upstream", c.Upstream, 1, "host:port"))
+	if c.Admin != AdminOff {
+		add(checkHostPort("admin", c.Admin, 0, `host:port or "off"`))
+	}
+	switch {
+	case c.Loops < 0:
+		add(invalid("loops", "must be >= 0, got %d", c.Loops))
+	case c.Loops > MaxLoops:
+		add(invalid("loops", "must be <= %d, got %d", MaxLoops, c.Loops))
+	}
+	if c.DrainTimeout <= 0 {
+		add(invalid("drain_timeout", "must be > 0, got %s", c.DrainTimeout))
+	}
+	if c.DialTimeout <= 0 {
+		add(invalid("dial_timeout", "must be > 0, got %s", c.DialTimeout))
+	}
+	add(checkEnum("log_level", c.LogLevel, logLevels))
+	add(checkEnum("log_format", c.LogFormat, logFormats))
+
+	// Cross-field checks run only on addresses that parsed.
+	if len(errs) == 0 {
+		if sameAddr(c.Listen, c.Upstream) {
+			add(invalid("upstream", "must differ from listen (%q): the proxy would connect to itself", c.Listen))
+		}
+		if c.Admin != AdminOff && !hasPortZero(c.Admin) && !hasPortZero(c.Listen) && sameAddr(c.Listen, c.Admin) {
+			add(invalid("admin", "must differ from listen (%q)", c.Listen))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkHostPort checks that v is host:port with a numeric port in
+// minPort..65535; want describes the accepted forms for the message.
+func checkHostPort(key, v string, minPort int, want string) *FieldError {
+	if v == "" {
+		return invalid(key, "must be %s, got an empty string", want)
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return invalid(key, "must be %s, got %q", want, v)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < minPort || n > 65535 {
+		return invalid(key, "port must be a number in %d..65535, got %q", minPort, v)
+	}
+	return nil
+}
+
+// checkEnum checks that v is one of allowed.
+func checkEnum(key, v string, allowed []string) *FieldError {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return invalid(key, "must be one of %s, got %q", strings.Join(allowed, "|"), v)
+}
+
+// hasPortZero reports whether the host:port addr asks for a free port.
+func hasPortZero(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+// sameAddr reports whether the listen address and other (host:port) surely
+// name the same socket: same port and the same host, or a wildcard listen
+// host with a loopback or wildcard other host. A remote host on the same
+// port (a drop-in proxy on :6379 in front of redis.internal:6379) is fine.
+func sameAddr(listen, other string) bool {
+	hl, pl, errL := net.SplitHostPort(listen)
+	ho, po, errO := net.SplitHostPort(other)
+	if errL != nil || errO != nil || pl != po {
+		return false
+	}
+	nl, no := normHost(hl), normHost(ho)
+	switch {
+	case nl == no:
+		return true
+	case nl == "":
+		return IsLoopback(no)
+	case no == "":
+		return IsLoopback(nl)
+	}
+	return false
+}
+
+// normHost maps the wildcard spellings to "" and "localhost" to
+// "127.0.0.1"; other hosts are returned unchanged.
+func normHost(h string) string {
+	switch h {
+	case "", "0.0.0.0", "::":
+		return ""
+	case "localhost":
+		return "127.0.0.1"
+	}
+	return h
+}
+
+// IsLoopback reports whether host (no port) is "localhost" or a loopback IP.
+// The wildcard hosts ("", "0.0.0.0", "::") are not loopback.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
