@@ -62,11 +62,12 @@ func (s *Set) StatsHandler() http.Handler {
 // statsJSON is the /stats document. Maps are encoded with sorted keys, so the
 // output is deterministic.
 type statsJSON struct {
-	Commands    map[string]commandJSON `json:"commands"`
-	Totals      commandJSON            `json:"totals"`
-	Think       durationsJSON          `json:"think"`
-	Connections connectionsJSON        `json:"connections"`
-	Bytes       bytesJSON              `json:"bytes"`
+	Commands    map[string]commandJSON   `json:"commands"`
+	Totals      commandJSON              `json:"totals"`
+	Think       durationsJSON            `json:"think"`
+	TCPRTT      map[string]durationsJSON `json:"tcp_rtt"`
+	Connections connectionsJSON          `json:"connections"`
+	Bytes       bytesJSON                `json:"bytes"`
 }
 
 type commandJSON struct {
@@ -111,6 +112,10 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 	doc := statsJSON{
 		Commands: make(map[string]commandJSON),
 		Think:    newDurationsJSON(sn.Think),
+		TCPRTT: map[string]durationsJSON{
+			"client":   newDurationsJSON(sn.ClientRTT),
+			"upstream": newDurationsJSON(sn.UpstreamRTT),
+		},
 		Connections: connectionsJSON{
 			Clients:            sn.Counters.ClientConns,
 			ClientsTotal:       sn.Counters.ClientConnsTotal,

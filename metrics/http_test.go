@@ -17,11 +17,12 @@ import (
 
 // statsDoc mirrors the /stats document.
 type statsDoc struct {
-	Commands    map[string]commandDoc `json:"commands"`
-	Totals      commandDoc            `json:"totals"`
-	Think       durationsDoc          `json:"think"`
-	Connections map[string]int64      `json:"connections"`
-	Bytes       map[string]int64      `json:"bytes"`
+	Commands    map[string]commandDoc   `json:"commands"`
+	Totals      commandDoc              `json:"totals"`
+	Think       durationsDoc            `json:"think"`
+	TCPRTT      map[string]durationsDoc `json:"tcp_rtt"`
+	Connections map[string]int64        `json:"connections"`
+	Bytes       map[string]int64        `json:"bytes"`
 }
 
 type commandDoc struct {

@@ -55,7 +55,7 @@ type collector struct {
 	s            *Set
 	boundsMicros []int64
 
-	duration, commands, errors, think                        *prometheus.Desc
+	duration, commands, errors, think, tcpRTT                *prometheus.Desc
 	clientConns, clientConnsTotal, upstreamConns             *prometheus.Desc
 	clientsRejected, clientEvictions                         *prometheus.Desc
 	dialErrors, lost, protocolErrors                         *prometheus.Desc
@@ -74,7 +74,8 @@ func newCollector(s *Set) *collector {
 		duration: d("command_duration_seconds",
 			"Duration of Redis commands through the proxy in seconds, by phase: "+
 				"total = request read from the client to reply written back, "+
-				"upstream = request sent to the engine to reply read, proxy = total - upstream. "+
+				"upstream = request sent to the engine to reply read, proxy = total - upstream, "+
+				"service = reply read - max(request sent, previous reply read), queue = upstream - service. "+
 				"Recorded in whole microseconds (1us..1h, 3 significant digits).",
 			"command", "phase"),
 		commands: d("commands_total",
@@ -84,6 +85,9 @@ func newCollector(s *Set) *collector {
 		think: d("think_duration_seconds",
 			"Think time of closed-loop clients in seconds: reply written to the next request read. "+
 				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
+		tcpRTT: d("tcp_rtt_seconds",
+			"Kernel TCP round-trip time estimate (TCP_INFO tcpi_rtt) in seconds, sampled periodically "+
+				"on client and upstream sockets, by side.", "side"),
 		clientConns:      d("client_connections_open", "Client connections currently open."),
 		clientConnsTotal: d("client_connections_total", "Client connections accepted."),
 		clientsRejected:  d("client_rejected_connections_total", "Client connections refused because the client limit was reached."),
@@ -104,7 +108,7 @@ func newCollector(s *Set) *collector {
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.duration, c.commands, c.errors, c.think,
+		c.duration, c.commands, c.errors, c.think, c.tcpRTT,
 		c.clientConns, c.clientConnsTotal, c.upstreamConns,
 		c.clientsRejected, c.clientEvictions,
 		c.dialErrors, c.lost, c.protocolErrors,
@@ -132,6 +136,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		ch <- newHistogramMetric(c.think, c.boundsMicros, sn.Think)
+		if sn.ClientRTT.Count() > 0 {
+			ch <- newHistogramMetric(c.tcpRTT, c.boundsMicros, sn.ClientRTT, "client")
+		}
+		if sn.UpstreamRTT.Count() > 0 {
+			ch <- newHistogramMetric(c.tcpRTT, c.boundsMicros, sn.UpstreamRTT, "upstream")
+		}
 
 		k := sn.Counters
 		for _, m := range []struct {

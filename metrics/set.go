@@ -279,8 +279,16 @@ func (s *Set) AddUpstreamBytes(in, out int) {
 type Loop struct {
 	mu    sync.Mutex
 	cmds  []cmdStats // indexed by command ID
-	think timing
+	extra [numExtra]timing
 }
+
+// Per-loop distributions that are not per command.
+const (
+	extraThink       = iota // closed-loop think time
+	extraRTTClient          // TCP_INFO tcpi_rtt of client sockets
+	extraRTTUpstream        // TCP_INFO tcpi_rtt of upstream sockets
+	numExtra
+)
 
 // cmdStats is one command's cumulative stats in one loop.
 type cmdStats struct {
@@ -356,7 +364,18 @@ func (l *Loop) CountLocked(cmd int, isErr bool) {
 // clamped into the histogram range as in ObserveLocked. The caller must hold
 // the lock.
 func (l *Loop) ThinkLocked(d time.Duration) {
-	l.think.observe(max(d, 0))
+	l.extra[extraThink].observe(max(d, 0))
+}
+
+// TCPRTTLocked records the kernel's smoothed round-trip time estimate of a
+// socket (TCP_INFO tcpi_rtt, sampled periodically): of a client socket, or
+// of an upstream socket when upstream is true. The caller must hold the lock.
+func (l *Loop) TCPRTTLocked(upstream bool, rtt time.Duration) {
+	i := extraRTTClient
+	if upstream {
+		i = extraRTTUpstream
+	}
+	l.extra[i].observe(max(rtt, 0))
 }
 
 // cmd returns the stats of command ID id, or of ID 0 if id is out of range.

@@ -469,3 +469,21 @@ func TestServiceQueueAndExclusion(t *testing.T) {
 		t.Errorf("ping count = %d, want 1 (still recorded under its own name)", sn.Commands[cmdPing].Count)
 	}
 }
+
+// TestTCPRTT checks that socket RTT samples land by side.
+func TestTCPRTT(t *testing.T) {
+	s := metrics.NewSet(2, testNames)
+	for i, up := range []bool{false, true, true} {
+		l := s.Loop(i % 2)
+		l.Lock()
+		l.TCPRTTLocked(up, time.Duration(50+i)*us)
+		l.Unlock()
+	}
+	sn := s.Snapshot()
+	if sn.ClientRTT.Count() != 1 || sn.UpstreamRTT.Count() != 2 {
+		t.Fatalf("client %d, upstream %d samples; want 1 and 2", sn.ClientRTT.Count(), sn.UpstreamRTT.Count())
+	}
+	if got := sn.UpstreamRTT.Max(); got != 52*us {
+		t.Errorf("upstream max = %v, want 52µs", got)
+	}
+}

@@ -17,6 +17,9 @@ type Snapshot struct {
 	Commands []CommandStats
 	// Think is the distribution of closed-loop clients' think times.
 	Think Durations
+	// ClientRTT and UpstreamRTT are the kernel's TCP round-trip estimates
+	// (tcpi_rtt) sampled on client and upstream sockets.
+	ClientRTT, UpstreamRTT Durations
 	// Counters holds the connection and byte counters.
 	Counters Counters
 	// Excluded marks, by command ID, the commands Totals leaves out (see
@@ -136,6 +139,11 @@ func (sn *Snapshot) Totals() CommandStats {
 	return t
 }
 
+// extras returns the Snapshot's per-loop distributions in extra* order.
+func (sn *Snapshot) extras() [numExtra]*Durations {
+	return [numExtra]*Durations{&sn.Think, &sn.ClientRTT, &sn.UpstreamRTT}
+}
+
 // hists holds one histogram per phase.
 type hists [NumPhases]*hdrhistogram.Histogram
 
@@ -147,10 +155,10 @@ type hists [NumPhases]*hdrhistogram.Histogram
 // a merge, and all histograms are allocated at most once.
 type merger struct {
 	mu          sync.Mutex
-	spares      [][]hists                 // [loop][cmd]: empty, or swapped out and not yet merged
-	thinkSpares []*hdrhistogram.Histogram // [loop]
-	cmds        []hists                   // [cmd]: cumulative, merged over loops
-	think       *hdrhistogram.Histogram   // cumulative, merged over loops
+	spares      [][]hists                           // [loop][cmd]: empty, or swapped out and not yet merged
+	extraSpares [][numExtra]*hdrhistogram.Histogram // [loop]
+	cmds        []hists                             // [cmd]: cumulative, merged over loops
+	extra       [numExtra]*hdrhistogram.Histogram   // cumulative, merged over loops
 }
 
 func (m *merger) init(loops, cmds int) {
@@ -158,7 +166,7 @@ func (m *merger) init(loops, cmds int) {
 	for i := range m.spares {
 		m.spares[i] = make([]hists, cmds)
 	}
-	m.thinkSpares = make([]*hdrhistogram.Histogram, loops)
+	m.extraSpares = make([][numExtra]*hdrhistogram.Histogram, loops)
 	m.cmds = make([]hists, cmds)
 }
 
@@ -208,8 +216,11 @@ func (s *Set) mergeLocked() *Snapshot {
 				swap(&lc.phases[p], &spares[ci][p])
 			}
 		}
-		sn.Think.Sum += l.think.sum
-		swap(&l.think, &m.thinkSpares[li])
+		extraSums := sn.extras()
+		for x := range l.extra {
+			extraSums[x].Sum += l.extra[x].sum
+			swap(&l.extra[x], &m.extraSpares[li][x])
+		}
 		l.mu.Unlock()
 
 		for ci := range spares {
@@ -217,14 +228,18 @@ func (s *Set) mergeLocked() *Snapshot {
 				drain(spares[ci][p], &m.cmds[ci][p])
 			}
 		}
-		drain(m.thinkSpares[li], &m.think)
+		for x := range m.extraSpares[li] {
+			drain(m.extraSpares[li][x], &m.extra[x])
+		}
 	}
 	for ci := range sn.Commands {
 		for p := range sn.Commands[ci].Phases {
 			sn.Commands[ci].Phases[p].Hist = m.cmds[ci][p]
 		}
 	}
-	sn.Think.Hist = m.think
+	for x, d := range sn.extras() {
+		d.Hist = m.extra[x]
+	}
 	sn.Counters = Counters{
 		ClientConns:               s.clientConns.Load(),
 		ClientConnsTotal:          s.clientConnsTotal.Load(),
@@ -267,8 +282,10 @@ func (s *Set) Snapshot() *Snapshot {
 				}
 			}
 		}
-		if sn.Think.Hist != nil {
-			sn.Think.Hist = sn.Think.Hist.Clone()
+		for _, d := range sn.extras() {
+			if d.Hist != nil {
+				d.Hist = d.Hist.Clone()
+			}
 		}
 		out = sn
 		return nil

@@ -36,6 +36,7 @@ package slowlog
 import (
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -155,13 +156,13 @@ func (l *Log) Add(e Entry) {
 	// Copy everything outside the lock: the caller may have built the
 	// strings over memory it reuses (unsafe.String over a read buffer).
 	e.FirstKey, e.KeyTruncated = escapeKey(e.FirstKey, e.KeyTruncated)
-	e.Command = clone(e.Command)
-	e.Client = clone(e.Client)
-	e.ClientName = clone(e.ClientName)
+	e.Command = strings.Clone(e.Command)
+	e.Client = strings.Clone(e.Client)
+	e.ClientName = strings.Clone(e.ClientName)
 	if e.Phases != nil {
 		p := make(map[string]float64, len(e.Phases))
 		for k, v := range e.Phases {
-			p[clone(k)] = v
+			p[strings.Clone(k)] = v
 		}
 		e.Phases = p
 	}
@@ -183,7 +184,7 @@ func (l *Log) Add(e Entry) {
 // Entries returns the entries held, newest first (as SLOWLOG GET does). The
 // slice and the Phases maps are copies the caller may modify.
 func (l *Log) Entries() []Entry {
-	es := l.entries(-1)
+	es, _ := l.entries(-1)
 	for i := range es {
 		if es[i].Phases != nil {
 			p := make(map[string]float64, len(es[i].Phases))
@@ -196,10 +197,11 @@ func (l *Log) Entries() []Entry {
 	return es
 }
 
-// entries returns up to count entries (all if count < 0), newest first,
-// sharing their Phases maps with the ring; the maps are never written after
-// Add, so the caller may read them but must not modify them.
-func (l *Log) entries(count int) []Entry {
+// entries returns up to count entries (all if count < 0), newest first, and
+// the number held, both read under one lock. The entries share their Phases
+// maps with the ring; the maps are never written after Add, so the caller
+// may read them but must not modify them.
+func (l *Log) entries(count int) ([]Entry, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if count < 0 || count > l.n {
@@ -214,7 +216,7 @@ func (l *Log) entries(count int) []Entry {
 		}
 		out[k] = l.ring[i]
 	}
-	return out
+	return out, l.n
 }
 
 // Len returns the number of entries held, at most Capacity.
@@ -246,12 +248,4 @@ func escapeKey(key string, truncated bool) (string, bool) {
 	var buf [2 + 4*MaxKeyBytes]byte
 	q := strconv.AppendQuote(buf[:0], key)
 	return string(q[1 : len(q)-1]), truncated
-}
-
-// clone copies s so the Log never aliases the caller's memory.
-func clone(s string) string {
-	if s == "" {
-		return ""
-	}
-	return string(append([]byte(nil), s...))
 }
