@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 )
 
 // Config configures a Proxy. The zero value is not usable: Listen and
@@ -48,6 +49,14 @@ type Config struct {
 	// "-ERR max number of clients reached" and closed, as Redis does. 0
 	// means DefaultMaxClients; -1 means unlimited.
 	MaxClients int
+	// SlowLog, when not nil, receives every command whose total time is at
+	// least its threshold, with its phases, command name, first key (never
+	// a value or a credential) and client identity.
+	SlowLog *slowlog.Log
+	// TCPInfoInterval is how often each event loop samples the kernel's RTT
+	// estimate (TCP_INFO tcpi_rtt) of one client socket and its upstream
+	// socket. 0 means 1 s; negative disables sampling.
+	TCPInfoInterval time.Duration
 	// Metrics receives the timings; it must have been created with at
 	// least Loops loops (metrics.NewSet). Nil disables recording.
 	Metrics *metrics.Set

@@ -17,7 +17,7 @@ import (
 )
 
 // blockedClients returns the engine's blocked_clients count.
-func blockedClients(t *testing.T, srv *redistest.Server) int {
+func e2eBlockedClients(t *testing.T, srv *redistest.Server) int {
 	t.Helper()
 	info := fmt.Sprint(srv.DoT(t, "INFO", "clients"))
 	for _, line := range strings.Split(info, "\n") {
@@ -31,10 +31,10 @@ func blockedClients(t *testing.T, srv *redistest.Server) int {
 }
 
 // waitBlocked polls until the engine has want blocked clients (bounded).
-func waitBlocked(t *testing.T, srv *redistest.Server, want int, within time.Duration) bool {
+func e2eWaitBlocked(t *testing.T, srv *redistest.Server, want int, within time.Duration) bool {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for blockedClients(t, srv) != want {
+	for e2eBlockedClients(t, srv) != want {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -50,13 +50,14 @@ func waitBlocked(t *testing.T, srv *redistest.Server, want int, within time.Dura
 // the engine reports the client blocked, alternating FIN and RST.
 func TestF01ClientGoneWhileBlocked(t *testing.T) {
 	redistest.VerifyNoLeaks(t)
-	e := setup(t)
+	e := e2eSetup(t)
 	b := redistest.Dial(t, e.paddr)
 	const rounds = 50
+	var worst time.Duration // client close -> engine drops the blocked client
 	for i := 0; i < rounds; i++ {
 		a := redistest.Dial(t, e.paddr)
-		a.Send(t, cmd("BLPOP", "list:b", "0"))
-		if !waitBlocked(t, e.srv, 1, 3*time.Second) {
+		a.Send(t, respCmd("BLPOP", "list:b", "0"))
+		if !e2eWaitBlocked(t, e.srv, 1, 3*time.Second) {
 			t.Fatalf("round %d: BLPOP never blocked in the engine", i)
 		}
 		how := "FIN"
@@ -68,39 +69,47 @@ func TestF01ClientGoneWhileBlocked(t *testing.T) {
 		}
 		// The proxy must close the upstream connection that carries the
 		// blocked command; the engine then unblocks nobody.
-		if !waitBlocked(t, e.srv, 0, 2*time.Second) {
+		closedAt := time.Now()
+		if !e2eWaitBlocked(t, e.srv, 0, 2*time.Second) {
 			t.Fatalf("round %d (%s): engine still has a blocked client 2s after the client left: upstream connection not closed", i, how)
 		}
-		b.Roundtrip(t, cmd("RPUSH", "list:b", "item-1"), []byte(":1\r\n"))
+		worst = max(worst, time.Since(closedAt))
+		b.Roundtrip(t, respCmd("RPUSH", "list:b", "item-1"), []byte(":1\r\n"))
 		time.Sleep(100 * time.Millisecond)
-		b.Roundtrip(t, cmd("LLEN", "list:b"), []byte(":1\r\n"))
-		b.Roundtrip(t, cmd("DEL", "list:b"), []byte(":1\r\n"))
+		b.Roundtrip(t, respCmd("LLEN", "list:b"), []byte(":1\r\n"))
+		b.Roundtrip(t, respCmd("DEL", "list:b"), []byte(":1\r\n"))
+	}
+	t.Logf("slowest upstream close after the client left: %v", worst)
+	// Generous for a loaded machine under -race; a proxy that keeps the
+	// upstream until some timeout or drain shows seconds here.
+	if worst > 500*time.Millisecond {
+		t.Errorf("upstream closed up to %v after its client left, want well under 500ms", worst)
 	}
 	e.healthy(t)
 }
 
 // TestF01ClientGoneWhileBlockedRace is closer to the case as written: the
-// element is pushed shortly (20 ms) after the client closes, without
+// element is pushed shortly (100 ms) after the client closes, without
 // asking the engine whether it saw the close, and B checks that no late
-// reply leaks onto its connection. 20 ms is ample for a proxy that closes
-// the upstream when the client leaves; one that pools or keeps it loses
-// the element.
+// reply leaks onto its connection. 100 ms is ample for a proxy that closes
+// the upstream when the client leaves (TestF01ClientGoneWhileBlocked
+// measures that delay); one that pools or keeps it loses the element.
 func TestF01ClientGoneWhileBlockedRace(t *testing.T) {
 	redistest.VerifyNoLeaks(t)
-	e := setup(t)
+	e := e2eSetup(t)
 	b := redistest.Dial(t, e.paddr)
 	lost := 0
 	for i := 0; i < 20; i++ {
 		a := redistest.Dial(t, e.paddr)
-		a.Send(t, cmd("BLPOP", "list:c", "0"))
-		if !waitBlocked(t, e.srv, 1, 3*time.Second) {
+		a.Send(t, respCmd("BLPOP", "list:c", "0"))
+		if !e2eWaitBlocked(t, e.srv, 1, 3*time.Second) {
 			t.Fatalf("round %d: BLPOP never blocked", i)
 		}
 		_ = a.Close()
-		time.Sleep(20 * time.Millisecond)
-		b.Roundtrip(t, cmd("RPUSH", "list:c", "item-1"), []byte(":1\r\n"))
+		time.Sleep(100 * time.Millisecond)
+		b.Roundtrip(t, respCmd("RPUSH", "list:c", "item-1"), []byte(":1\r\n"))
 		time.Sleep(50 * time.Millisecond)
-		b.Send(t, cmd("LLEN", "list:c"))
+		b.Send(t, respCmd("LLEN", "list:c"))
 		f, err := b.ReadFrame(0)
 		if err != nil {
 			t.Fatalf("LLEN: %v", err)
@@ -110,7 +119,7 @@ func TestF01ClientGoneWhileBlockedRace(t *testing.T) {
 		} else if string(f) != ":1\r\n" {
 			t.Fatalf("round %d: LLEN reply %q (a late reply leaked?)", i, f)
 		}
-		b.Send(t, cmd("DEL", "list:c"))
+		b.Send(t, respCmd("DEL", "list:c"))
 		if _, err := b.ReadFrame(0); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +128,7 @@ func TestF01ClientGoneWhileBlockedRace(t *testing.T) {
 		}
 	}
 	if lost > 0 {
-		t.Errorf("%d of 20 elements pushed 20ms after the blocked client left were popped for nobody", lost)
+		t.Errorf("%d of 20 elements pushed 100ms after the blocked client left were popped for nobody", lost)
 	}
 	e.healthy(t)
 }
@@ -132,13 +141,13 @@ func TestUpstreamUnreachable(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	p, set := proxytest.StartProxy(t, redistest.ClosedAddr(t), nil)
 	for i := 0; i < 3; i++ {
-		got, closed := redistest.Exchange(t, p.Addr(), [][]byte{cmd("PING")}, redistest.ExchangeOptions{Timeout: 5 * time.Second})
+		got, closed := redistest.Exchange(t, p.Addr(), [][]byte{respCmd("PING")}, redistest.ExchangeOptions{Timeout: 5 * time.Second})
 		if !bytes.HasPrefix(got, []byte("-ERR upstream")) || !bytes.HasSuffix(got, []byte("\r\n")) || bytes.Count(got, []byte("\r\n")) != 1 || !closed {
 			t.Errorf("attempt %d: got %q closed=%v; want one -ERR upstream... line, then close", i, got, closed)
 		}
 	}
 	// Pipelined commands each get their error.
-	got, closed := redistest.Exchange(t, p.Addr(), [][]byte{join(cmd("PING"), cmd("GET", "k"), cmd("PING"))}, redistest.ExchangeOptions{Timeout: 5 * time.Second})
+	got, closed := redistest.Exchange(t, p.Addr(), [][]byte{respJoin(respCmd("PING"), respCmd("GET", "k"), respCmd("PING"))}, redistest.ExchangeOptions{Timeout: 5 * time.Second})
 	if lines := strings.Split(strings.TrimSuffix(string(got), "\r\n"), "\r\n"); len(lines) != 3 || !closed {
 		t.Errorf("pipeline: got %q closed=%v; want three -ERR upstream lines, then close", got, closed)
 	} else {
@@ -160,20 +169,20 @@ func TestUpstreamUnreachable(t *testing.T) {
 // proxy.
 func TestUpstreamKilledMidPipeline(t *testing.T) {
 	redistest.VerifyNoLeaks(t)
-	e := setup(t)
+	e := e2eSetup(t)
 	c := redistest.Dial(t, e.paddr)
 	other := redistest.Dial(t, e.paddr) // idle connection, also cut
-	other.Roundtrip(t, cmd("PING"), []byte("+PONG\r\n"))
-	c.Roundtrip(t, cmd("SET", "kill:k", "v"), []byte("+OK\r\n"))
+	other.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	c.Roundtrip(t, respCmd("SET", "kill:k", "v"), []byte("+OK\r\n"))
 	// Answered part of the pipeline first, then freeze the engine so that
 	// the rest stays pending, then kill it.
-	c.Send(t, join(cmd("GET", "kill:k"), cmd("PING")))
+	c.Send(t, respJoin(respCmd("GET", "kill:k"), respCmd("PING")))
 	c.Expect(t, []byte("$1\r\nv\r\n+PONG\r\n"), 0)
 	e.srv.Stop()
 	const pending = 10
 	var req []byte
 	for i := 0; i < pending; i++ {
-		req = append(req, cmd("GET", "kill:k")...)
+		req = append(req, respCmd("GET", "kill:k")...)
 	}
 	c.Send(t, req)
 	time.Sleep(100 * time.Millisecond) // let the proxy forward them
@@ -199,9 +208,9 @@ func TestUpstreamKilledMidPipeline(t *testing.T) {
 
 	e.srv.Restart()
 	n := redistest.Dial(t, e.paddr)
-	n.Roundtrip(t, cmd("PING"), []byte("+PONG\r\n"))
-	n.Roundtrip(t, cmd("SET", "kill:k", "again"), []byte("+OK\r\n"))
-	n.Roundtrip(t, cmd("GET", "kill:k"), []byte("$5\r\nagain\r\n"))
+	n.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	n.Roundtrip(t, respCmd("SET", "kill:k", "again"), []byte("+OK\r\n"))
+	n.Roundtrip(t, respCmd("GET", "kill:k"), []byte("$5\r\nagain\r\n"))
 	_ = n.Close()
 	_ = c.Close()
 	_ = other.Close()
@@ -212,12 +221,12 @@ func TestUpstreamKilledMidPipeline(t *testing.T) {
 // every reply arrives, in order.
 func TestUpstreamStalledThenResumed(t *testing.T) {
 	redistest.VerifyNoLeaks(t)
-	e := setup(t)
+	e := e2eSetup(t)
 	c := redistest.Dial(t, e.paddr)
 	e.srv.Stop()
 	var req, want []byte
 	for i := 0; i < 20; i++ {
-		req = append(req, cmd("INCR", "stall:n")...)
+		req = append(req, respCmd("INCR", "stall:n")...)
 		want = append(want, fmt.Sprintf(":%d\r\n", i+1)...)
 	}
 	c.Send(t, req)
@@ -233,9 +242,9 @@ func TestUpstreamStalledThenResumed(t *testing.T) {
 // protocol error bytes, then that connection (and only it) is closed.
 func TestClientMalformedInput(t *testing.T) {
 	redistest.VerifyNoLeaks(t)
-	e := setup(t)
+	e := e2eSetup(t)
 	bystander := redistest.Dial(t, e.paddr)
-	bystander.Roundtrip(t, cmd("SET", "mal:k", "1"), []byte("+OK\r\n"))
+	bystander.Roundtrip(t, respCmd("SET", "mal:k", "1"), []byte("+OK\r\n"))
 	for _, tc := range []struct{ name, in, want string }{
 		{"negative bulk length", "*1\r\n$-5\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
 		{"non-numeric array length", "*abc\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
@@ -248,12 +257,12 @@ func TestClientMalformedInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, o := range []redistest.ExchangeOptions{{Timeout: 3 * time.Second}, {Timeout: 3 * time.Second, Bytewise: true}} {
 				got := e.same(t, [][]byte{[]byte(tc.in)}, o)
-				eq(t, fmt.Sprintf("bytewise=%v", o.Bytewise), got, tc.want)
+				eqBytes(t, fmt.Sprintf("bytewise=%v", o.Bytewise), got, tc.want)
 			}
 		})
 	}
-	bystander.Roundtrip(t, cmd("GET", "mal:k"), []byte("$-1\r\n")) // flushed by e.same
-	bystander.Roundtrip(t, cmd("PING"), []byte("+PONG\r\n"))
+	bystander.Roundtrip(t, respCmd("GET", "mal:k"), []byte("$-1\r\n")) // flushed by e.same
+	bystander.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
 	e.healthy(t)
 	if n := e.set.Snapshot().Counters.ProtocolErrors; n < 7 {
 		t.Errorf("ProtocolErrors = %d, want >= 7", n)

@@ -18,7 +18,7 @@ import (
 )
 
 // env is one engine with one proxy in front of it.
-type env struct {
+type e2eEnv struct {
 	srv   *redistest.Server
 	p     *proxy.Proxy
 	paddr string
@@ -27,27 +27,27 @@ type env struct {
 
 // setup starts redis-server with args and a proxy in front of it (it skips
 // t when redis-server is missing or -short is set).
-func setup(t *testing.T, args ...string) *env {
+func e2eSetup(t *testing.T, args ...string) *e2eEnv {
 	t.Helper()
-	return setupWith(t, nil, args...)
+	return e2eSetupWith(t, nil, args...)
 }
 
-func setupWith(t *testing.T, mod func(*proxy.Config), args ...string) *env {
+func e2eSetupWith(t *testing.T, mod func(*proxy.Config), args ...string) *e2eEnv {
 	t.Helper()
 	srv := redistest.Start(t, args...)
 	p, set := proxytest.StartProxy(t, srv.Addr(), mod)
-	return &env{srv: srv, p: p, paddr: p.Addr(), set: set}
+	return &e2eEnv{srv: srv, p: p, paddr: p.Addr(), set: set}
 }
 
-var cmd = redistest.Cmd
+var respCmd = redistest.Cmd
 
 // join concatenates requests into one write.
-func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+func respJoin(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 // same runs the exchange against the engine and through the proxy, each on
 // a freshly flushed data set, and fails t unless the (masked) bytes and the
 // closed flags agree. It returns the direct (masked) bytes.
-func (e *env) same(t *testing.T, writes [][]byte, o redistest.ExchangeOptions, masks ...func([]byte) []byte) []byte {
+func (e *e2eEnv) same(t *testing.T, writes [][]byte, o redistest.ExchangeOptions, masks ...func([]byte) []byte) []byte {
 	t.Helper()
 	e.srv.DoT(t, "FLUSHALL")
 	direct, dClosed := redistest.Exchange(t, e.srv.Addr(), writes, o)
@@ -64,9 +64,9 @@ func (e *env) same(t *testing.T, writes [][]byte, o redistest.ExchangeOptions, m
 }
 
 // healthy checks the proxy still serves a fresh connection.
-func (e *env) healthy(t *testing.T) {
+func (e *e2eEnv) healthy(t *testing.T) {
 	t.Helper()
-	got, _ := redistest.Exchange(t, e.paddr, [][]byte{cmd("PING")},
+	got, _ := redistest.Exchange(t, e.paddr, [][]byte{respCmd("PING")},
 		redistest.ExchangeOptions{Want: 7, Timeout: 2 * time.Second})
 	if string(got) != "+PONG\r\n" {
 		t.Errorf("proxy unhealthy: PING on a fresh connection got %q", got)
@@ -75,14 +75,30 @@ func (e *env) healthy(t *testing.T) {
 
 // targets names the two ways to reach the engine, for tests that run the
 // same steps against each and compare.
-func (e *env) targets() []struct{ name, addr string } {
+func (e *e2eEnv) targets() []struct{ name, addr string } {
 	return []struct{ name, addr string }{{"direct", e.srv.Addr()}, {"proxy", e.paddr}}
 }
 
 // eq fails t unless got equals want.
-func eq(t *testing.T, what string, got []byte, want string) {
+func eqBytes(t *testing.T, what string, got []byte, want string) {
 	t.Helper()
 	if string(got) != want {
 		t.Errorf("%s:\n got  %q\n want %q", what, redistest.Trunc(got), redistest.Trunc([]byte(want)))
+	}
+}
+
+// waitCount polls set (up to 2 s) until command name has been counted at
+// least want times and returns its stats. The proxy records a command
+// after writing its reply, so a client can see the reply a moment before
+// the count moves.
+func e2eWaitCount(t *testing.T, set *metrics.Set, name string, want int) metrics.CommandStats {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c := proxytest.Command(t, set, name)
+		if c.Count >= int64(want) || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/respmeter/respmeter/routing/command"
+import (
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/routing/command"
+)
 
 // entry kinds: how a pending request is answered.
 const (
@@ -22,6 +25,8 @@ type pending struct {
 	expect    int32
 	subFamily uint8
 	flags     uint8
+	argc      int32          // arguments including the command name (for the slow log)
+	key       slowlog.KeyBuf // first key, only when the slow log is on
 }
 
 // pending.flags

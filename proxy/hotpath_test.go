@@ -27,6 +27,7 @@ func (c *memConn) Context() any                { return c.ctx }
 func (c *memConn) SetContext(v any)            { c.ctx = v }
 func (c *memConn) RemoteAddr() net.Addr        { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
 func (c *memConn) Close() error                { return nil }
+func (c *memConn) Fd() int                     { return -1 }
 func (c *memConn) OutboundBuffered() int       { return 0 }
 
 // pair builds a session whose client and upstream are memConns.

@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -60,6 +62,8 @@ type loop struct {
 	m    *metrics.Loop // nil when not measuring
 	args [][]byte      // scratch for request arguments
 	done []doneRec     // scratch: requests answered in the current batch
+	// nextRTT is when (p.now) this loop next samples TCP_INFO.
+	nextRTT int64
 }
 
 // doneRec is a request whose reply completed in the current read batch; it
@@ -69,6 +73,8 @@ type doneRec struct {
 	svcFrom            int64 // start of the service interval: max(t_sent, previous t_reply)
 	cmd                int
 	isErr              bool
+	argc               int32
+	key                slowlog.KeyBuf
 }
 
 // New checks cfg and returns a Proxy ready to Start.
@@ -97,6 +103,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.ClientQueryLimit == 0 {
 		cfg.ClientQueryLimit = DefaultClientQueryLimit
+	}
+	if cfg.TCPInfoInterval == 0 {
+		cfg.TCPInfoInterval = time.Second
+	}
+	if cfg.SlowLog != nil && !cfg.SlowLog.Enabled() {
+		cfg.SlowLog = nil
 	}
 	if cfg.MaxClients == 0 {
 		cfg.MaxClients = DefaultMaxClients
@@ -340,6 +352,39 @@ func ExcludedFromTotals() []int {
 	}
 	return ids
 }
+
+// keyPos returns the index in args of the command's first key by its key
+// spec, or -1. Only used when the slow log is on.
+func keyPos(id command.ID, args [][]byte) int {
+	info := id.Info()
+	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
+		return info.FirstKey
+	}
+	if k, ok := routing.FirstKey(args); ok && len(k) > 0 {
+		for i := 1; i < len(args); i++ {
+			if len(args[i]) > 0 && &args[i][0] == &k[0] {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// sampleRTT records the kernel's RTT estimate of one session's sockets.
+func (l *loop) sampleRTT(s *session) {
+	for i, c := range [2]gnetFder{s.client, s.up} {
+		if c == nil || (i == 0 && s.closed) {
+			continue
+		}
+		ti, err := unix.GetsockoptTCPInfo(c.Fd(), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || ti.Rtt == 0 {
+			continue
+		}
+		l.m.TCPRTTLocked(i == 1, time.Duration(ti.Rtt)*time.Microsecond)
+	}
+}
+
+type gnetFder interface{ Fd() int }
 
 // upstreamError is the reply a pending request gets when its upstream is
 // unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.

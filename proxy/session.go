@@ -9,6 +9,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -59,6 +60,7 @@ type session struct {
 	localErr   []byte // the protocol error reply held in the fifo
 	lastOut    int64  // when the last reply went out with nothing pending (think-time start)
 	lastReply  int64  // t_reply of the previous reply (service-time start under pipelining)
+	name       string // CLIENT SETNAME, for the slow log
 	linger     *linger
 }
 
@@ -172,10 +174,18 @@ func (s *session) clientTraffic(c gnet.Conn) {
 // answered with. args alias the read buffer: nothing here may keep them.
 func (s *session) request(args [][]byte, now int64) {
 	id := command.Lookup(args[0])
-	e := pending{tIn: now, cmd: id}
+	e := pending{tIn: now, cmd: id, argc: int32(len(args))}
+	if s.p.cfg.SlowLog != nil {
+		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
+			e.key.Set(k)
+		}
+	}
 	isClientReply := false
 	switch id {
 	case command.Client:
+		if len(args) == 3 && eqFold(args[1], "setname") {
+			s.name = string(args[2])
+		}
 		if len(args) == 3 && !s.inMulti && eqFold(args[1], "reply") {
 			isClientReply = true
 			switch {
@@ -193,6 +203,12 @@ func (s *session) request(args [][]byte, now int64) {
 				return
 			default:
 				isClientReply = false // an error reply
+			}
+		}
+	case command.Hello:
+		for i := 2; i+1 < len(args); i++ {
+			if eqFold(args[i], "setname") {
+				s.name = string(args[i+1])
 			}
 		}
 	case command.Quit:
@@ -345,7 +361,8 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 				// reply completed, whichever is later (a pipelined request
 				// waits behind the ones before it).
 				done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now,
-					svcFrom: max(e.tSent, s.lastReply), cmd: int(e.cmd), isErr: s.rf.Frame().IsError()})
+					svcFrom: max(e.tSent, s.lastReply), cmd: int(e.cmd), isErr: s.rf.Frame().IsError(),
+					argc: e.argc, key: e.key})
 				s.lastReply = now
 			}
 			if e.flags&flagQuit != 0 {
@@ -374,7 +391,18 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
 				time.Duration(d.tReply-d.svcFrom), d.isErr)
 		}
+		if tOut >= s.l.nextRTT && p.cfg.TCPInfoInterval > 0 {
+			s.l.nextRTT = tOut + int64(p.cfg.TCPInfoInterval)
+			s.l.sampleRTT(s)
+		}
 		m.Unlock()
+		if sl := p.cfg.SlowLog; sl != nil {
+			for i := range done {
+				if d := &done[i]; time.Duration(tOut-d.tIn) >= sl.Threshold() {
+					s.slow(sl, d, tOut)
+				}
+			}
+		}
 		if s.q.len() == 0 {
 			s.lastOut = tOut
 		}
@@ -386,6 +414,30 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 	if s.linger != nil && s.q.len() == 0 {
 		s.closeBoth()
 	}
+}
+
+// slow adds a command to the slow log (rare: allocations are fine here).
+func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
+	total := time.Duration(tOut - d.tIn)
+	upstream := time.Duration(d.tReply - d.tSent)
+	service := min(time.Duration(d.tReply-d.svcFrom), upstream)
+	e := slowlog.Entry{
+		Command:    command.ID(d.cmd).Name(),
+		Args:       int(d.argc),
+		ClientName: s.name,
+		Phases: map[string]float64{
+			"total":    total.Seconds(),
+			"upstream": upstream.Seconds(),
+			"proxy":    max(total-upstream, 0).Seconds(),
+			"service":  service.Seconds(),
+			"queue":    max(upstream-service, 0).Seconds(),
+		},
+	}
+	if a := s.client.RemoteAddr(); a != nil {
+		e.Client = a.String()
+	}
+	d.key.Fill(&e)
+	sl.Add(e)
 }
 
 // onFrame matches one complete reply. It returns the request it answered

@@ -1,0 +1,36 @@
+package proxytest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+func TestStartProxy(t *testing.T) {
+	srv := redistest.Start(t)
+	p, set := proxytest.StartProxy(t, srv.Addr(), nil)
+	c := redistest.Dial(t, p.Addr())
+	c.Roundtrip(t, redistest.Cmd("SET", "k", "v"), []byte("+OK\r\n"))
+	c.Roundtrip(t, redistest.Cmd("GET", "k"), []byte("$1\r\nv\r\n"))
+	deadline := time.Now().Add(2 * time.Second)
+	for proxytest.Command(t, set, "get").Count != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("get not counted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	proxytest.Stop(t, p)
+	proxytest.Stop(t, p) // idempotent; the cleanup does nothing more
+}
+
+func TestStartProxyNoMeasure(t *testing.T) {
+	srv := redistest.Start(t)
+	p, set := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) { c.Measure = false; c.Loops = 1 })
+	if set != nil {
+		t.Fatalf("Set returned with measuring off")
+	}
+	redistest.Dial(t, p.Addr()).Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+}

@@ -1,0 +1,354 @@
+// Package redistest runs real redis-server processes and raw RESP clients for
+// respmeter's integration tests.
+//
+// The engine is the oracle: a test sends the same bytes to redis-server
+// directly and through the proxy (Exchange, Dial) and compares what comes
+// back. Start skips the calling test when redis-server is not installed or
+// when -short is set, so integration tests need no guard of their own.
+//
+// Concurrency: a *Server may be used from several goroutines, but methods
+// that take a testing.TB (Start, Restart, Do, Client) report failures with
+// t.Fatalf and so must be called from the test's own goroutine. The Conn
+// methods that return errors may be called from any goroutine.
+//
+// This package must not import respmeter's proxy: package proxy's own
+// (internal) tests may import it. The in-process proxy helper lives in the
+// sub-package proxytest.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ServerBinary is the engine binary Start looks up in PATH.
+const ServerBinary = "redis-server"
+
+// startTimeout bounds how long Start and Restart wait for the first PING.
+const startTimeout = 10 * time.Second
+
+// Server is one redis-server child process bound to 127.0.0.1.
+// It is killed and reaped by a t.Cleanup registered in Start.
+type Server struct {
+	t        testing.TB
+	bin      string
+	dir      string
+	port     int
+	args     []string // extra arguments given to Start
+	password string   // from --requirepass, used by Client and Do
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has been reaped
+	gen    int           // incremented by every (re)start; names the log file
+	client *redis.Client
+}
+
+// SkipIfUnavailable skips t when -short is set or redis-server is not in
+// PATH, and returns the binary's path otherwise.
+func SkipIfUnavailable(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("redistest: integration test skipped with -short")
+	}
+	bin, err := exec.LookPath(ServerBinary)
+	if err != nil {
+		t.Skipf("redistest: %s not found in PATH: %v", ServerBinary, err)
+	}
+	return bin
+}
+
+// Start runs redis-server on a free loopback port in a fresh t.TempDir with
+// persistence off (`--save ” --appendonly no --bind 127.0.0.1 --port N`)
+// followed by args (for example "--enable-debug-command", "yes"), waits
+// until it answers PING (at most 10 s) and registers a cleanup that kills
+// it and waits for it to exit. It skips t when redis-server is missing or
+// -short is set, and fails t when the server does not come up.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin := SkipIfUnavailable(t)
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			s.password = args[i+1]
+		}
+	}
+	t.Cleanup(s.cleanup)
+	// A free port found by listening on :0 can be taken by someone else
+	// before redis-server binds it; try a few ports before giving up.
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.port, err = FreePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if err = s.launch(); err == nil {
+			return s
+		}
+	}
+	t.Fatalf("redistest: %v", err)
+	return nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ClosedAddr returns a loopback address on which nothing listens (a port
+// that was free a moment ago), for pointing a proxy at a dead upstream.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	p, err := FreePort()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+}
+
+// launch starts the process on s.port and waits for PING. It leaves no
+// process behind when it fails.
+func (s *Server) launch() error {
+	s.mu.Lock()
+	s.gen++
+	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.gen))
+	s.mu.Unlock()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child keeps its own copy of the descriptor
+	argv := []string{
+		"--save", "", "--appendonly", "no",
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+		"--dir", s.dir, "--daemonize", "no",
+	}
+	argv = append(argv, s.args...)
+	cmd := exec.Command(s.bin, argv...)
+	cmd.Dir = s.dir
+	// *os.File outputs make exec start no copying goroutines.
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server on port %d exited during start-up: %s",
+				s.port, tail(logPath, 5))
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s",
+				s.port, startTimeout, tail(logPath, 5))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ping sends an inline PING and accepts any complete reply line: with
+// --requirepass the engine answers -NOAUTH, which still proves it is up.
+func ping(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
+		return fmt.Errorf("unexpected PING reply %q", line)
+	}
+	return nil
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Addr returns the server's address, "127.0.0.1:port".
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Port returns the server's TCP port; it stays the same across Restart.
+func (s *Server) Port() int { return s.port }
+
+// Dir returns the server's working directory.
+func (s *Server) Dir() string { return s.dir }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		s.t.Fatalf("redistest: no redis-server process to signal")
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
+}
+
+// Stop freezes the server with SIGSTOP: connections stay open and the
+// kernel still accepts bytes, but nothing is answered until Cont.
+func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+
+// Cont resumes a server frozen by Stop (SIGCONT).
+func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
+
+// Kill sends SIGKILL and waits until the process is gone (at most 10 s).
+// Its sockets are closed by the kernel (RST where unread data is pending).
+// Kill on a server that is not running does nothing.
+func (s *Server) Kill() {
+	s.t.Helper()
+	if err := s.kill(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+}
+
+func (s *Server) kill() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("redis-server pid %d did not exit after SIGKILL", cmd.Process.Pid)
+	}
+}
+
+// Restart kills the server (if running) and starts a new one with the same
+// arguments on the same port, waiting for PING. The data set starts empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.kill(); err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+	// The old listener is gone with the process; redis-server sets
+	// SO_REUSEADDR, so TIME_WAIT connections on the port do not block it.
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = s.launch(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+func (s *Server) cleanup() {
+	s.mu.Lock()
+	c := s.client
+	s.client = nil
+	s.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+	if err := s.kill(); err != nil {
+		s.t.Errorf("redistest: %v", err)
+	}
+}
+
+// Client returns a go-redis client (RESP3, the library default) connected
+// directly to the server, for set-up and checks. It is created on first use
+// and closed by the cleanup. It authenticates with --requirepass if given.
+func (s *Server) Client() *redis.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil {
+		s.client = redis.NewClient(&redis.Options{
+			Addr:            s.Addr(),
+			Password:        s.password,
+			DisableIdentity: true, // keep CLIENT SETINFO out of MONITOR output
+			MaxRetries:      -1,
+			DialTimeout:     2 * time.Second,
+			ReadTimeout:     5 * time.Second,
+			WriteTimeout:    5 * time.Second,
+		})
+	}
+	return s.client
+}
+
+// Do runs one command on Client and returns its result; a nil reply gives
+// nil. Any other error fails the test, so call Do from the test goroutine
+// and use Client().Do where an error is an expected outcome.
+func (s *Server) Do(args ...any) any {
+	s.t.Helper()
+	return s.DoT(s.t, args...)
+}
+
+// DoT is Do reporting failures to t, for use inside subtests.
+func (s *Server) DoT(t testing.TB, args ...any) any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := s.Client().Do(ctx, args...).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("redistest: %v: %v", args, err)
+	}
+	return v
+}
+
+// Flush empties every database (FLUSHALL) so that an exchange can be
+// replayed against the same server with the same starting state.
+func (s *Server) Flush() {
+	s.t.Helper()
+	s.Do("FLUSHALL")
+}
