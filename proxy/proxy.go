@@ -211,6 +211,10 @@ wait:
 	return err
 }
 
+// InFlight returns the number of requests sent by clients and not yet
+// answered, over all loops (for Little's law: L = λW).
+func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+
 // OnBoot records the engine and the bound address.
 func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	p.eng = eng
