@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"unsafe"
+
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -28,6 +30,10 @@ type pending struct {
 	argc      int32          // arguments including the command name (for the slow log)
 	key       slowlog.KeyBuf // first key, only when the slow log is on
 }
+
+// pendingSize is the memory one queued request costs, counted against the
+// client's query limit.
+const pendingSize = int(unsafe.Sizeof(pending{}))
 
 // pending.flags
 const (

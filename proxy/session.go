@@ -147,7 +147,10 @@ func (s *session) clientTraffic(c gnet.Conn) {
 		}
 	}
 	p.inflight.Add(int64(added))
-	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(data)-off+len(s.outq) > lim ||
+	// Unprocessed input: the incomplete tail, requests waiting for the
+	// upstream to open or to take them, and the bookkeeping of requests in
+	// flight (a client pipelining into a stalled engine grows all three).
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(data)-off+len(s.outq)+s.q.len()*pendingSize > lim ||
 		lim > 0 && s.up != nil && s.up.OutboundBuffered() > lim {
 		s.evict("query_limit")
 		return
