@@ -1,0 +1,71 @@
+package proxy_test
+
+import (
+	"bytes"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+// TestOutputLimitEvictsSlowReader: a client that pipelines GETs of a large
+// value and reads nothing is disconnected once the replies queued for it
+// cross ClientOutputLimit; a neighbour on the same proxy keeps working.
+func TestOutputLimitEvictsSlowReader(t *testing.T) {
+	e := e2eSetupWith(t, func(c *proxy.Config) { c.ClientOutputLimit = 4 << 20 })
+	e.srv.DoT(t, "SET", "big:a", strings.Repeat("x", 1<<20))
+
+	slow, err := net.Dial("tcp", e.paddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	_ = slow.(*net.TCPConn).SetReadBuffer(4096)
+	req := bytes.Repeat(respCmd("GET", "big:a"), 64) // 64 MiB of replies, never read
+	if _, err := slow.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.set.Snapshot().Counters.ClientsEvictedOutputLimit == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("slow reader not evicted within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Its connection is closed: reading drains at most what was queued, then EOF.
+	_ = slow.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var n int
+	buf := make([]byte, 1<<16)
+	for {
+		k, err := slow.Read(buf)
+		n += k
+		if err != nil {
+			break
+		}
+	}
+	if n >= 64<<20 {
+		t.Errorf("slow reader received all %d bytes: not evicted", n)
+	}
+	e.healthy(t)
+}
+
+// TestMaxClients: past MaxClients a connection gets Redis's error and is
+// closed; the existing ones keep working.
+func TestMaxClients(t *testing.T) {
+	e := e2eSetupWith(t, func(c *proxy.Config) { c.MaxClients = 2 })
+	a, b := redistest.Dial(t, e.paddr), redistest.Dial(t, e.paddr)
+	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	b.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	c := redistest.Dial(t, e.paddr)
+	got, closed := c.ReadToClose(2 * time.Second)
+	if string(got) != "-ERR max number of clients reached\r\n" || !closed {
+		t.Errorf("third client got %q (closed %v)", got, closed)
+	}
+	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	if n := e.set.Snapshot().Counters.ClientsRejected; n != 1 {
+		t.Errorf("rejected = %d, want 1", n)
+	}
+}
