@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -51,7 +52,8 @@ func (v value) err() error {
 
 // readValue reads one complete RESP2 reply from r. It returns errProtocol
 // (wrapped) for bytes that are not RESP2 or break a limit, and r's error
-// (io.EOF, a timeout, ...) when the reply is cut short.
+// (io.EOF, io.ErrUnexpectedEOF inside a bulk string, a timeout, ...) when the
+// reply is cut short.
 func readValue(r *bufio.Reader) (value, error) {
 	return readValueDepth(r, 0)
 }
@@ -83,7 +85,7 @@ func readValueDepth(r *bufio.Reader, depth int) (value, error) {
 			break
 		}
 		buf := make([]byte, n+2)
-		if _, err := readFull(r, buf); err != nil {
+		if _, err := io.ReadFull(r, buf); err != nil {
 			return value{}, err
 		}
 		if buf[n] != '\r' || buf[n+1] != '\n' {
@@ -131,18 +133,6 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("%w: line not ended by CRLF", errProtocol)
 	}
 	return line[:len(line)-2], nil
-}
-
-func readFull(r *bufio.Reader, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := r.Read(buf[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 func parseInt(b []byte) (int64, error) {

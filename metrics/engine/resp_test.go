@@ -71,7 +71,7 @@ func TestReadValue(t *testing.T) {
 				if split == "bytewise" {
 					r = iotest.OneByteReader(r)
 				}
-				br := bufio.NewReaderSize(r, 16)
+				br := bufio.NewReaderSize(r, maxLineLen)
 				got, err := readValue(br)
 				if err != nil {
 					t.Fatalf("%s: %v", split, err)
@@ -109,7 +109,7 @@ func TestReadValueBad(t *testing.T) {
 		{"line too long", long, errProtocol},
 		{"too deep", deep, errProtocol},
 		{"cut line", "+PON", io.EOF},
-		{"cut bulk", "$5\r\nab", io.EOF},
+		{"cut bulk", "$5\r\nab", io.ErrUnexpectedEOF},
 		{"cut array", "*2\r\n:1\r\n", io.EOF},
 	}
 	for _, tt := range tests {
@@ -145,7 +145,7 @@ func TestReadValueCapturedSplits(t *testing.T) {
 		}
 		for range 20 {
 			r := &chunkReader{b: b, rng: rng}
-			got, err := readValue(bufio.NewReaderSize(r, 16))
+			got, err := readValue(bufio.NewReaderSize(r, maxLineLen))
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s: split read: %v", path, err)
 			}
