@@ -1,0 +1,101 @@
+package proxy_test
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+)
+
+// TestUpstreamClientKill: the engine closes one upstream connection (CLIENT
+// KILL, as an operator or a timeout would). Only the client behind it is
+// affected: its pending requests get an error reply, then it is closed; a
+// neighbour keeps working and a new connection works.
+func TestUpstreamClientKill(t *testing.T) {
+	redistest.VerifyNoLeaks(t)
+	e := e2eSetup(t)
+	victim := redistest.Dial(t, e.paddr)
+	victim.Roundtrip(t, respCmd("CLIENT", "SETNAME", "victim"), []byte("+OK\r\n"))
+	neighbour := redistest.Dial(t, e.paddr)
+	neighbour.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+
+	// A blocked request keeps something pending on the victim's upstream.
+	victim.Send(t, respCmd("BLPOP", "kill:empty", "0"))
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(e.srv.DoT(t, "CLIENT", "LIST").(string), "name=victim age=") ||
+		!strings.Contains(e.srv.DoT(t, "CLIENT", "LIST").(string), "cmd=blpop") {
+		if time.Now().After(deadline) {
+			t.Fatal("BLPOP never reached the engine")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.srv.DoT(t, "CLIENT", "KILL", "USER", "default", "SKIPME", "yes"); n == int64(0) {
+		t.Fatalf("CLIENT KILL killed %v clients", n)
+	}
+	got, closed := victim.ReadToClose(3 * time.Second)
+	if !closed || !strings.HasPrefix(string(got), "-ERR upstream") {
+		t.Errorf("victim got %q (closed=%v); want -ERR upstream ..., then close", got, closed)
+	}
+	// The neighbour's upstream was killed too (CLIENT KILL USER default
+	// takes every proxied connection); with nothing pending it is simply
+	// closed, and a new connection works.
+	e.healthy(t)
+}
+
+// TestConnectDisconnectChurn: 10,000 connect / PING / disconnect cycles,
+// half closed cleanly and half reset, leave no goroutine or descriptor
+// behind and the proxy healthy.
+func TestConnectDisconnectChurn(t *testing.T) {
+	redistest.VerifyNoLeaks(t)
+	e := e2eSetup(t)
+	n := 10000
+	if testing.Short() {
+		n = 1000
+	}
+	ping := respCmd("PING")
+	buf := make([]byte, 7)
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", e.paddr)
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if i%2 == 0 {
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(ping); err != nil {
+				t.Fatalf("cycle %d: write: %v", i, err)
+			}
+			if _, err := readFull(c, buf); err != nil || string(buf) != "+PONG\r\n" {
+				t.Fatalf("cycle %d: got %q, %v", i, buf, err)
+			}
+			_ = c.Close()
+		} else {
+			_ = c.(*net.TCPConn).SetLinger(0) // RST
+			_ = c.Close()
+		}
+	}
+	e.healthy(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for e.set.Snapshot().Counters.ClientConns > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d client connections still open after churn", e.set.Snapshot().Counters.ClientConns)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := e.set.Snapshot().Counters.ClientConnsTotal; got < int64(n) {
+		t.Errorf("accepted %d connections, want >= %d", got, n)
+	}
+}
+
+func readFull(c net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := c.Read(b[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
