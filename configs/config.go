@@ -37,6 +37,22 @@ const AdminOff = "off"
 // only cost memory (each loop carries its own histograms).
 const MaxLoops = 1024
 
+// MaxSlowlogLen is the largest accepted Config.SlowlogLen: the ring is
+// allocated whole at start (about 200 bytes per entry before strings).
+const MaxSlowlogLen = 1 << 20
+
+// Lower bounds of the periodic work, so that a typo ("1us") cannot turn a
+// background task into a busy loop. Each interval of the verdict and the
+// HdrHistogram log takes a Snapshot, which copies every histogram.
+const (
+	// MinProbeInterval bounds Config.ProbeInterval when it is not 0.
+	MinProbeInterval = time.Millisecond
+	// MinEnginePoll bounds Config.EnginePoll when it is not 0.
+	MinEnginePoll = 10 * time.Millisecond
+	// MinHDRInterval bounds Config.HDRInterval.
+	MinHDRInterval = 10 * time.Millisecond
+)
+
 // Log levels and formats accepted by Config.LogLevel and Config.LogFormat.
 var (
 	logLevels  = []string{"debug", "info", "warn", "error"}
@@ -108,6 +124,39 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is the log line format: text (logfmt) or json. Default text.
 	LogFormat string `yaml:"log_format"`
+	// ClientOutputLimit bounds the replies queued for one client that does
+	// not read them; past it the client is disconnected (Redis's
+	// client-output-buffer-limit). Default 64MiB; 0 means unlimited.
+	ClientOutputLimit Size `yaml:"client_output_limit"`
+	// ClientQueryLimit bounds one client's unprocessed input (Redis's
+	// client-query-buffer-limit). Default 1GiB; 0 means unlimited.
+	ClientQueryLimit Size `yaml:"client_query_limit"`
+	// MaxClients bounds concurrent client connections; more are answered
+	// "-ERR max number of clients reached". Default 10000; 0 means
+	// unlimited.
+	MaxClients int `yaml:"max_clients"`
+	// ProbeInterval is how often a PING on a side connection measures the
+	// round trip to the upstream. Default 100ms; 0 disables the probe;
+	// otherwise at least MinProbeInterval.
+	ProbeInterval Duration `yaml:"probe_interval"`
+	// EnginePoll is how often the upstream's own statistics (LATENCY
+	// HISTOGRAM, INFO commandstats, INFO latencystats) are polled on a side
+	// connection. Default 5s; 0 disables polling; otherwise at least
+	// MinEnginePoll.
+	EnginePoll Duration `yaml:"engine_poll"`
+	// SlowlogThreshold is the total time from which a command is kept in
+	// the slow log (/slowlog). Default 10ms; 0 keeps every command; a
+	// negative value disables the slow log.
+	SlowlogThreshold Duration `yaml:"slowlog_threshold"`
+	// SlowlogLen is the number of slow commands kept, 1..MaxSlowlogLen.
+	// Default 128.
+	SlowlogLen int `yaml:"slowlog_len"`
+	// HDRLog is the file the HdrHistogram interval log is written to, one
+	// interval every HDRInterval; "" (the default) writes none.
+	HDRLog string `yaml:"hdr_log"`
+	// HDRInterval is the interval of the HdrHistogram log and of the
+	// verdict (where the time went). Default 1s; at least MinHDRInterval.
+	HDRInterval Duration `yaml:"hdr_interval"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -122,6 +171,16 @@ func Default() Config {
 		DialTimeout:  Duration(2 * time.Second),
 		LogLevel:     "info",
 		LogFormat:    "text",
+
+		ClientOutputLimit: 64 * MiB,
+		ClientQueryLimit:  GiB,
+		MaxClients:        10000,
+		ProbeInterval:     Duration(100 * time.Millisecond),
+		EnginePoll:        Duration(5 * time.Second),
+		SlowlogThreshold:  Duration(10 * time.Millisecond),
+		SlowlogLen:        128,
+		HDRLog:            "",
+		HDRInterval:       Duration(time.Second),
 	}
 }
 
@@ -225,6 +284,24 @@ func (c *Config) Validate() error {
 	}
 	add(checkEnum("log_level", c.LogLevel, logLevels))
 	add(checkEnum("log_format", c.LogFormat, logFormats))
+	if c.ClientOutputLimit < 0 {
+		add(invalid("client_output_limit", "must be >= 0 (0 means unlimited), got %d", c.ClientOutputLimit))
+	}
+	if c.ClientQueryLimit < 0 {
+		add(invalid("client_query_limit", "must be >= 0 (0 means unlimited), got %d", c.ClientQueryLimit))
+	}
+	if c.MaxClients < 0 {
+		add(invalid("max_clients", "must be >= 0 (0 means unlimited), got %d", c.MaxClients))
+	}
+	add(checkPeriod("probe_interval", c.ProbeInterval, MinProbeInterval, true))
+	add(checkPeriod("engine_poll", c.EnginePoll, MinEnginePoll, true))
+	add(checkPeriod("hdr_interval", c.HDRInterval, MinHDRInterval, false))
+	switch {
+	case c.SlowlogLen <= 0:
+		add(invalid("slowlog_len", "must be > 0, got %d", c.SlowlogLen))
+	case c.SlowlogLen > MaxSlowlogLen:
+		add(invalid("slowlog_len", "must be <= %d, got %d", MaxSlowlogLen, c.SlowlogLen))
+	}
 
 	// Cross-field checks run only on addresses that parsed.
 	if len(errs) == 0 {
@@ -251,6 +328,25 @@ func checkHostPort(key, v string, minPort int, want string) *FieldError {
 	n, err := strconv.Atoi(port)
 	if err != nil || n < minPort || n > 65535 {
 		return invalid(key, "port must be a number in %d..65535, got %q", minPort, v)
+	}
+	return nil
+}
+
+// checkPeriod checks that d is at least lowest, or 0 when zeroOff (0 then
+// turns the task off).
+func checkPeriod(key string, d Duration, lowest time.Duration, zeroOff bool) *FieldError {
+	switch {
+	case zeroOff && d == 0:
+		return nil
+	case d < 0 && zeroOff:
+		return invalid(key, "must be >= 0 (0 disables), got %s", d)
+	case d <= 0:
+		return invalid(key, "must be > 0, got %s", d)
+	case time.Duration(d) < lowest:
+		if zeroOff {
+			return invalid(key, "must be 0 (off) or at least %s, got %s", lowest, d)
+		}
+		return invalid(key, "must be at least %s, got %s", lowest, d)
 	}
 	return nil
 }

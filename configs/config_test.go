@@ -193,6 +193,21 @@ func TestSet(t *testing.T) {
 		{key: "measure", val: "maybe", wantErr: `key "measure": must be true or false, got "maybe"`},
 		{key: "dial_timeout", val: "2", wantErr: `key "dial_timeout": must be a duration such as "250ms" or "5s", got "2"`},
 		{key: "colour", val: "blue", wantErr: `unknown key "colour"`},
+		{key: "client_output_limit", val: "512KiB", check: func(c Config) bool { return c.ClientOutputLimit == 512*KiB }},
+		{key: "client_query_limit", val: "2000000", check: func(c Config) bool { return c.ClientQueryLimit == 2_000_000 }},
+		{key: "client_query_limit", val: "0", check: func(c Config) bool { return c.ClientQueryLimit == 0 }},
+		{key: "max_clients", val: "0", check: func(c Config) bool { return c.MaxClients == 0 }},
+		{key: "probe_interval", val: "20ms", check: func(c Config) bool { return c.ProbeInterval == Duration(20*time.Millisecond) }},
+		{key: "engine_poll", val: "0s", check: func(c Config) bool { return c.EnginePoll == 0 }},
+		{key: "slowlog_threshold", val: "-1s", check: func(c Config) bool { return c.SlowlogThreshold == Duration(-time.Second) }},
+		{key: "slowlog_len", val: "7", check: func(c Config) bool { return c.SlowlogLen == 7 }},
+		{key: "hdr_log", val: "/tmp/x.hlog", check: func(c Config) bool { return c.HDRLog == "/tmp/x.hlog" }},
+		{key: "hdr_interval", val: "200ms", check: func(c Config) bool { return c.HDRInterval == Duration(200*time.Millisecond) }},
+		{key: "client_output_limit", val: "64M", wantErr: `key "client_output_limit": must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB" (KB/MB/GB are powers of 1000), got "64M"`},
+		{key: "client_query_limit", val: "-1", wantErr: `key "client_query_limit": must be >= 0 (0 means unlimited), got "-1"`},
+		{key: "max_clients", val: "lots", wantErr: `key "max_clients": must be an integer, got "lots"`},
+		{key: "probe_interval", val: "100", wantErr: `key "probe_interval": must be a duration such as "250ms" or "5s", got "100"`},
+		{key: "slowlog_len", val: "1e3", wantErr: `key "slowlog_len": must be an integer, got "1e3"`},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			c := Default()
@@ -212,11 +227,20 @@ func TestSet(t *testing.T) {
 
 func TestApplyEnv(t *testing.T) {
 	env := map[string]string{
-		"RESPMETER_LISTEN":        "127.0.0.1:7000",
-		"RESPMETER_LOOPS":         "3",
-		"RESPMETER_MEASURE":       "false",
-		"RESPMETER_DRAIN_TIMEOUT": "1s",
-		"RESPMETER_ADMIN":         "", // empty counts as unset
+		"RESPMETER_LISTEN":              "127.0.0.1:7000",
+		"RESPMETER_LOOPS":               "3",
+		"RESPMETER_MEASURE":             "false",
+		"RESPMETER_DRAIN_TIMEOUT":       "1s",
+		"RESPMETER_ADMIN":               "", // empty counts as unset
+		"RESPMETER_CLIENT_OUTPUT_LIMIT": "1MiB",
+		"RESPMETER_CLIENT_QUERY_LIMIT":  "10MB",
+		"RESPMETER_MAX_CLIENTS":         "50",
+		"RESPMETER_PROBE_INTERVAL":      "0s",
+		"RESPMETER_ENGINE_POLL":         "1s",
+		"RESPMETER_SLOWLOG_THRESHOLD":   "1ms",
+		"RESPMETER_SLOWLOG_LEN":         "8",
+		"RESPMETER_HDR_LOG":             "out.hlog",
+		"RESPMETER_HDR_INTERVAL":        "2s",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c := Default()
@@ -224,21 +248,26 @@ func TestApplyEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"listen", "loops", "measure", "drain_timeout"}; !slices.Equal(keys, want) {
+	if want := []string{"listen", "loops", "measure", "drain_timeout", "client_output_limit", "client_query_limit",
+		"max_clients", "probe_interval", "engine_poll", "slowlog_threshold", "slowlog_len", "hdr_log", "hdr_interval"}; !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
 	want := Default()
 	want.Listen, want.Loops, want.Measure, want.DrainTimeout = "127.0.0.1:7000", 3, false, Duration(time.Second)
+	want.ClientOutputLimit, want.ClientQueryLimit, want.MaxClients = MiB, 10_000_000, 50
+	want.ProbeInterval, want.EnginePoll, want.SlowlogThreshold = 0, Duration(time.Second), Duration(time.Millisecond)
+	want.SlowlogLen, want.HDRLog, want.HDRInterval = 8, "out.hlog", Duration(2*time.Second)
 	if c != want {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 
-	env = map[string]string{"RESPMETER_LOOPS": "many", "RESPMETER_DIAL_TIMEOUT": "3"}
+	env = map[string]string{"RESPMETER_LOOPS": "many", "RESPMETER_DIAL_TIMEOUT": "3", "RESPMETER_CLIENT_OUTPUT_LIMIT": "lots"}
 	c = Default()
 	_, err = c.ApplyEnv(lookup)
 	got := err.Error()
 	wantErr := "RESPMETER_LOOPS: key \"loops\": must be an integer, got \"many\"\n" +
-		"RESPMETER_DIAL_TIMEOUT: key \"dial_timeout\": must be a duration such as \"250ms\" or \"5s\", got \"3\""
+		"RESPMETER_DIAL_TIMEOUT: key \"dial_timeout\": must be a duration such as \"250ms\" or \"5s\", got \"3\"\n" +
+		"RESPMETER_CLIENT_OUTPUT_LIMIT: key \"client_output_limit\": " + sizeWant + ", got \"lots\""
 	if got != wantErr {
 		t.Errorf("err =\n%s\nwant\n%s", got, wantErr)
 	}
@@ -306,5 +335,119 @@ func TestEditDistance(t *testing.T) {
 		if got := editDistance(tc.a, tc.b); got != tc.want {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    Size
+		wantErr string
+	}{
+		{in: "0", want: 0},
+		{in: "1048576", want: MiB},
+		{in: "512KiB", want: 512 * KiB},
+		{in: "64MiB", want: 64 * MiB},
+		{in: " 64 mib ", want: 64 * MiB},
+		{in: "1GiB", want: GiB},
+		{in: "2TiB", want: 2 * TiB},
+		{in: "100B", want: 100},
+		{in: "1KB", want: 1000},
+		{in: "5MB", want: 5_000_000},
+		{in: "1gb", want: 1_000_000_000},
+		{in: "3TB", want: 3_000_000_000_000},
+		{in: "8388607TiB", want: 8388607 * TiB},
+		{in: "8388608TiB", wantErr: `must be at most 9223372036854775807 bytes (8EiB), got "8388608TiB"`},
+		{in: "99999999999999999999", wantErr: `must be at most`},
+		{in: "-1", wantErr: `must be >= 0 (0 means unlimited), got "-1"`},
+		{in: "", wantErr: `must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB" (KB/MB/GB are powers of 1000), got ""`},
+		{in: "MiB", wantErr: `got "MiB"`},
+		{in: "1.5GiB", wantErr: `got "1.5GiB"`},
+		{in: "64m", wantErr: `got "64m"`},
+		{in: "64 MiB/s", wantErr: `got "64 MiB/s"`},
+		{in: "+5", wantErr: `got "+5"`},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSize(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParseSize = %d, %v; want error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParseSize = %d, %v; want %d", got, err, tc.want)
+			}
+			// String and YAML round trips.
+			if back, err := ParseSize(got.String()); err != nil || back != got {
+				t.Errorf("ParseSize(%q) = %d, %v; want %d", got.String(), back, err, got)
+			}
+			out, err := yaml.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var y Size
+			if err := yaml.Unmarshal(out, &y); err != nil || y != got {
+				t.Errorf("YAML round trip through %q: %d, %v", out, y, err)
+			}
+		})
+	}
+}
+
+func TestSizeString(t *testing.T) {
+	for s, want := range map[Size]string{
+		0: "0", 1: "1", 1000: "1000", KiB: "1KiB", 1536: "1536", 64 * MiB: "64MiB",
+		GiB: "1GiB", 3 * TiB: "3TiB", 1024 * TiB: "1024TiB",
+	} {
+		if got := s.String(); got != want {
+			t.Errorf("Size(%d).String() = %q, want %q", int64(s), got, want)
+		}
+	}
+}
+
+func TestValidateBackground(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string
+	}{
+		{"all off", func(c *Config) {
+			c.ClientOutputLimit, c.ClientQueryLimit, c.MaxClients = 0, 0, 0
+			c.ProbeInterval, c.EnginePoll, c.SlowlogThreshold = 0, 0, Duration(-time.Nanosecond)
+		}, ""},
+		{"slowlog everything", func(c *Config) { c.SlowlogThreshold = 0 }, ""},
+		{"smallest", func(c *Config) {
+			c.ProbeInterval = Duration(MinProbeInterval)
+			c.EnginePoll = Duration(MinEnginePoll)
+			c.HDRInterval = Duration(MinHDRInterval)
+			c.SlowlogLen = 1
+		}, ""},
+		{"largest slowlog", func(c *Config) { c.SlowlogLen = MaxSlowlogLen }, ""},
+		{"negative output", func(c *Config) { c.ClientOutputLimit = -1 }, `key "client_output_limit": must be >= 0 (0 means unlimited), got -1`},
+		{"negative query", func(c *Config) { c.ClientQueryLimit = -2 }, `key "client_query_limit": must be >= 0 (0 means unlimited), got -2`},
+		{"negative clients", func(c *Config) { c.MaxClients = -1 }, `key "max_clients": must be >= 0 (0 means unlimited), got -1`},
+		{"negative probe", func(c *Config) { c.ProbeInterval = -1 }, `key "probe_interval": must be >= 0 (0 disables), got -1ns`},
+		{"tiny probe", func(c *Config) { c.ProbeInterval = Duration(time.Microsecond) }, `key "probe_interval": must be 0 (off) or at least 1ms, got 1µs`},
+		{"negative poll", func(c *Config) { c.EnginePoll = Duration(-time.Second) }, `key "engine_poll": must be >= 0 (0 disables), got -1s`},
+		{"tiny poll", func(c *Config) { c.EnginePoll = Duration(time.Millisecond) }, `key "engine_poll": must be 0 (off) or at least 10ms, got 1ms`},
+		{"zero hdr interval", func(c *Config) { c.HDRInterval = 0 }, `key "hdr_interval": must be > 0, got 0s`},
+		{"tiny hdr interval", func(c *Config) { c.HDRInterval = Duration(time.Millisecond) }, `key "hdr_interval": must be at least 10ms, got 1ms`},
+		{"zero slowlog", func(c *Config) { c.SlowlogLen = 0 }, `key "slowlog_len": must be > 0, got 0`},
+		{"huge slowlog", func(c *Config) { c.SlowlogLen = MaxSlowlogLen + 1 }, `key "slowlog_len": must be <= 1048576, got 1048577`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mod(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -19,7 +19,7 @@ import (
 const EnvPrefix = "RESPMETER_"
 
 // field ties one YAML key to its Config field. ptr returns a *string, *int,
-// *bool or *Duration into c.
+// *bool, *Duration or *Size into c.
 type field struct {
 	key string
 	ptr func(c *Config) any
@@ -36,6 +36,15 @@ var fields = []field{
 	{"dial_timeout", func(c *Config) any { return &c.DialTimeout }},
 	{"log_level", func(c *Config) any { return &c.LogLevel }},
 	{"log_format", func(c *Config) any { return &c.LogFormat }},
+	{"client_output_limit", func(c *Config) any { return &c.ClientOutputLimit }},
+	{"client_query_limit", func(c *Config) any { return &c.ClientQueryLimit }},
+	{"max_clients", func(c *Config) any { return &c.MaxClients }},
+	{"probe_interval", func(c *Config) any { return &c.ProbeInterval }},
+	{"engine_poll", func(c *Config) any { return &c.EnginePoll }},
+	{"slowlog_threshold", func(c *Config) any { return &c.SlowlogThreshold }},
+	{"slowlog_len", func(c *Config) any { return &c.SlowlogLen }},
+	{"hdr_log", func(c *Config) any { return &c.HDRLog }},
+	{"hdr_interval", func(c *Config) any { return &c.HDRInterval }},
 }
 
 // lookupField returns the field for key, or false.
@@ -205,6 +214,10 @@ func setNode(ptr any, v *yaml.Node) string {
 		if err := p.UnmarshalYAML(v); err != nil {
 			return err.Error()
 		}
+	case *Size:
+		if err := p.UnmarshalYAML(v); err != nil {
+			return err.Error()
+		}
 	default:
 		panic(fmt.Sprintf("configs: field of unhandled type %T", ptr))
 	}
@@ -235,6 +248,12 @@ func setString(ptr any, s string) string {
 			return err.Error()
 		}
 		*p = d
+	case *Size:
+		n, err := ParseSize(s)
+		if err != nil {
+			return err.Error()
+		}
+		*p = n
 	default:
 		panic(fmt.Sprintf("configs: field of unhandled type %T", ptr))
 	}
@@ -259,7 +278,8 @@ func describeNode(n *yaml.Node) string {
 	return "nothing"
 }
 
-// Set parses value (flag or environment syntax: "250ms", "true", "4") into
+// Set parses value (flag or environment syntax: "250ms", "true", "4",
+// "64MiB") into
 // the field for key. It returns a *FieldError without Source on an unknown
 // key or a bad value; Validate still has to run on the result.
 func (c *Config) Set(key, value string) error {

@@ -29,8 +29,10 @@ const (
 	demoMaxDuration = time.Hour
 	// demoPipeline is the number of GETs in each pipelined batch.
 	demoPipeline = 16
-	// demoScrapeTimeout bounds each GET of /metrics and /stats.
+	// demoScrapeTimeout bounds each GET of /metrics, /stats and /slowlog.
 	demoScrapeTimeout = 5 * time.Second
+	// demoEnginePoll is the demo's --engine-poll.
+	demoEnginePoll = 500 * time.Millisecond
 )
 
 // demoFlags holds the demo subcommand's flags.
@@ -51,7 +53,9 @@ when there is none, an embedded miniredis; put the proxy in front of it on a
 free port with the admin server on another; drive a mixed load through it with
 --conns connections for --duration (SET, GET, INCR, HSET, HGETALL, LPUSH,
 LRANGE, LTRIM; every other connection also sends pipelines of 16 GETs); check
-/metrics and /stats; stop everything and print the latency table.`,
+/metrics, /stats and /slowlog; stop everything and print the latency table,
+the verdict (where the request cycle went: client, path, engine, proxy) and
+the mean time per command in each of those.`,
 		Example: `  respmeter demo
   respmeter demo --duration 10s --conns 32`,
 		Args: noArgs,
@@ -73,7 +77,8 @@ LRANGE, LTRIM; every other connection also sends pipelines of 16 GETs); check
 }
 
 // runDemo runs the demo; SIGINT/SIGTERM end the load early and still stop
-// everything in order.
+// everything in order. The stack runs with the default settings except for
+// free ports and a faster engine poll (none for miniredis).
 func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
@@ -93,6 +98,12 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 
 	cfg := configs.Default()
 	cfg.Listen, cfg.Upstream, cfg.Admin = "127.0.0.1:0", eng.addr, "127.0.0.1:0"
+	// Poll the engine often enough for a few seconds of load to show its
+	// own times; miniredis has no statistics to poll.
+	cfg.EnginePoll = configs.Duration(demoEnginePoll)
+	if eng.embedded {
+		cfg.EnginePoll = 0
+	}
 	if err := cfg.Validate(); err != nil {
 		return failure(err)
 	}
@@ -116,6 +127,7 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	fmt.Fprintf(a.stdout, "proxy: %s (%d event loops)\n", st.proxy.Addr(), st.loops)
 	fmt.Fprintf(a.stdout, "metrics: %s/metrics\n", base)
 	fmt.Fprintf(a.stdout, "stats: %s/stats\n", base)
+	fmt.Fprintf(a.stdout, "slowlog: %s/slowlog\n", base)
 	fmt.Fprintf(a.stdout, "load: %d connections for %v: SET GET INCR HSET HGETALL LPUSH LRANGE LTRIM, pipelines of %d GETs on every other connection\n",
 		f.conns, f.duration, demoPipeline)
 
@@ -129,12 +141,17 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	if err != nil {
 		return failure(err)
 	}
-	fmt.Fprintf(a.stdout, "scraped: /metrics (%d respmeter_ samples), /stats (%d bytes of JSON)\n\n", samples, len(statsBytes))
+	slowBytes, err := fetch(ctx, base+"/slowlog")
+	if err != nil {
+		return failure(err)
+	}
+	fmt.Fprintf(a.stdout, "scraped: /metrics (%d respmeter_ samples), /stats (%d bytes of JSON), /slowlog (%d bytes of JSON)\n\n",
+		samples, len(statsBytes), len(slowBytes))
 
 	if err := stopStack(); err != nil {
 		return failure(err)
 	}
-	if err := st.set.WriteTable(a.stdout); err != nil {
+	if err := st.writeTables(a.stdout); err != nil {
 		return failure(err)
 	}
 	rate := float64(res.commands) / res.elapsed.Seconds()

@@ -41,6 +41,9 @@ type engine struct {
 	desc string
 	// stop shuts it down and waits until it is gone; call it exactly once.
 	stop func() error
+	// embedded is true for miniredis, which has no INFO commandstats or
+	// LATENCY HISTOGRAM to poll.
+	embedded bool
 }
 
 // startEngine starts redis-server from PATH on a free loopback port, in a
@@ -66,9 +69,10 @@ func startMiniredis(why string) (*engine, error) {
 		return nil, fmt.Errorf("start embedded miniredis: %w", err)
 	}
 	return &engine{
-		addr: m.Addr(),
-		desc: fmt.Sprintf("embedded miniredis (%s)", why),
-		stop: func() error { m.Close(); return nil },
+		addr:     m.Addr(),
+		desc:     fmt.Sprintf("embedded miniredis (%s)", why),
+		stop:     func() error { m.Close(); return nil },
+		embedded: true,
 	}, nil
 }
 

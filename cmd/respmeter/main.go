@@ -3,7 +3,8 @@
 // and records per-command latency, exposed as Prometheus metrics and a
 // percentile table.
 //
-// Subcommands: proxy (run the proxy), demo (a self-contained tour), version.
+// Subcommands: proxy (run the proxy), demo (a self-contained tour), report
+// (summarize HdrHistogram interval logs), version.
 // Run "respmeter --help" for details. Exit codes: 0 success, 1 runtime
 // failure, 2 usage or configuration error.
 package main

@@ -229,6 +229,19 @@ func TestUsageErrors(t *testing.T) {
 		{"bad level", []string{"proxy", "--log-level", "loud"}, `--log-level: key "log_level": must be one of debug|info|warn|error, got "loud"`},
 		{"loop to self", []string{"proxy", "--listen", ":6379", "--upstream", "127.0.0.1:6379"}, `--upstream: key "upstream": must differ from listen`},
 		{"proxy argument", []string{"proxy", "extra"}, `unexpected argument "extra"`},
+		{"bad size unit", []string{"proxy", "--client-output-limit", "64M"},
+			`invalid argument "64M" for "--client-output-limit" flag: must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB"`},
+		{"negative size", []string{"proxy", "--client-query-limit", "-1"},
+			`invalid argument "-1" for "--client-query-limit" flag: must be >= 0 (0 means unlimited), got "-1"`},
+		{"fractional size", []string{"proxy", "--client-query-limit=1.5GiB"}, `invalid argument "1.5GiB" for "--client-query-limit" flag`},
+		{"negative max clients", []string{"proxy", "--max-clients", "-1"}, `respmeter: --max-clients: key "max_clients": must be >= 0 (0 means unlimited), got -1`},
+		{"bad max clients", []string{"proxy", "--max-clients", "lots"}, `invalid argument "lots" for "--max-clients" flag`},
+		{"negative probe", []string{"proxy", "--probe-interval", "-1s"}, `respmeter: --probe-interval: key "probe_interval": must be >= 0 (0 disables), got -1s`},
+		{"tiny poll", []string{"proxy", "--engine-poll", "1us"}, `respmeter: --engine-poll: key "engine_poll": must be 0 (off) or at least 10ms, got 1µs`},
+		{"unitless threshold", []string{"proxy", "--slowlog-threshold", "10"}, `invalid argument "10" for "--slowlog-threshold" flag`},
+		{"zero slowlog", []string{"proxy", "--slowlog-len", "0"}, `respmeter: --slowlog-len: key "slowlog_len": must be > 0, got 0`},
+		{"zero hdr interval", []string{"proxy", "--hdr-interval", "0s"}, `respmeter: --hdr-interval: key "hdr_interval": must be > 0, got 0s`},
+		{"hdr log without file", []string{"proxy", "--hdr-log"}, `flag needs an argument: --hdr-log`},
 		{"demo conns", []string{"demo", "--conns", "0"}, "--conns must be in 1..256, got 0"},
 		{"demo duration", []string{"demo", "--duration", "0s"}, "--duration must be in (0, 1h0m0s], got 0s"},
 		{"version argument", []string{"version", "x"}, `unexpected argument "x"`},
@@ -257,6 +270,10 @@ func TestBadConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	bad := dir + "/bad.yaml"
 	writeFile(t, bad, "upstream: 127.0.0.1:6379\nloops: -1\nlisen: 127.0.0.1:6381\ndrain_timeout: 5\n")
+	bad2 := dir + "/bad2.yaml"
+	writeFile(t, bad2, "# the settings added with the probe, poller, slow log and verdict\n"+
+		"client_output_limit: 64 megs\nclient_query_limit: -1\nmax_clients: -1\nprobe_interval: -100ms\n"+
+		"engine_poll: 5\nslowlog_threshold: [10ms]\nslowlog_len: 0\nhdr_log: {path: x}\nhdr_interval: 1ms\n")
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -273,6 +290,17 @@ func TestBadConfigFile(t *testing.T) {
 		}},
 		{"check", nil, []string{"proxy", "--check", "--config", bad}, []string{
 			bad + `:2: key "loops": must be >= 0, got -1`,
+		}},
+		{"new keys", nil, []string{"proxy", "--config", bad2}, []string{
+			"respmeter: " + bad2 + `:2: key "client_output_limit": must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB" (KB/MB/GB are powers of 1000), got "64 megs"`,
+			"respmeter: " + bad2 + `:3: key "client_query_limit": must be >= 0 (0 means unlimited), got "-1"`,
+			"respmeter: " + bad2 + `:4: key "max_clients": must be >= 0 (0 means unlimited), got -1`,
+			"respmeter: " + bad2 + `:5: key "probe_interval": must be >= 0 (0 disables), got -100ms`,
+			"respmeter: " + bad2 + `:6: key "engine_poll": must be a duration such as "250ms" or "5s", got "5"`,
+			"respmeter: " + bad2 + `:7: key "slowlog_threshold": must be a duration such as "250ms" or "5s", got a list`,
+			"respmeter: " + bad2 + `:8: key "slowlog_len": must be > 0, got 0`,
+			"respmeter: " + bad2 + `:9: key "hdr_log": must be a string, got a mapping`,
+			"respmeter: " + bad2 + `:10: key "hdr_interval": must be at least 10ms, got 1ms`,
 		}},
 		{"missing", nil, []string{"proxy", "--config", dir + "/nope.yaml"}, []string{
 			"respmeter: configs: open " + dir + "/nope.yaml: no such file or directory",
@@ -306,6 +334,9 @@ func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/p.yaml"
 	writeFile(t, file, "listen: 127.0.0.1:7001\nupstream: 10.0.0.1:6379\nloops: 2\nlog_level: debug\nmeasure: false\n")
+	file2 := dir + "/p2.yaml"
+	writeFile(t, file2, "client_output_limit: 512KiB\nclient_query_limit: 100MB\nmax_clients: 0\nprobe_interval: 0s\n"+
+		"engine_poll: 1s\nslowlog_threshold: -1s\nslowlog_len: 16\nhdr_log: /tmp/from-file.hlog\nhdr_interval: 2s\n")
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -329,6 +360,41 @@ func TestPrecedence(t *testing.T) {
 				"listen: 127.0.0.1:7002\n", "loops: 4\n", "measure: true\n", "dial_timeout: 1s\n", "admin: \"off\"\n", "log_level: debug\n",
 			}},
 		{"explicit default flag wins", []string{"RESPMETER_LOOPS=3"}, []string{"--loops", "0"}, []string{"loops: 0\n"}},
+		{"new keys defaults", nil, nil, []string{
+			"client_output_limit: 64MiB\n", "client_query_limit: 1GiB\n", "max_clients: 10000\n",
+			"probe_interval: 100ms\n", "engine_poll: 5s\n", "slowlog_threshold: 10ms\n", "slowlog_len: 128\n",
+			"hdr_log: \"\"\n", "hdr_interval: 1s\n",
+		}},
+		{"new keys from the file", nil, []string{"--config", file2}, []string{
+			"client_output_limit: 512KiB\n", "client_query_limit: 100000000\n", "max_clients: 0\n",
+			"probe_interval: 0s\n", "engine_poll: 1s\n", "slowlog_threshold: -1s\n", "slowlog_len: 16\n",
+			"hdr_log: /tmp/from-file.hlog\n", "hdr_interval: 2s\n",
+		}},
+		{"new keys from env over the file", []string{
+			"RESPMETER_CONFIG=" + file2, "RESPMETER_CLIENT_OUTPUT_LIMIT=1MB", "RESPMETER_CLIENT_QUERY_LIMIT=0",
+			"RESPMETER_MAX_CLIENTS=5", "RESPMETER_PROBE_INTERVAL=20ms", "RESPMETER_ENGINE_POLL=0s",
+			"RESPMETER_SLOWLOG_THRESHOLD=0s", "RESPMETER_SLOWLOG_LEN=3", "RESPMETER_HDR_LOG=/tmp/from-env.hlog",
+			"RESPMETER_HDR_INTERVAL=250ms",
+		}, nil, []string{
+			"RESPMETER_CLIENT_OUTPUT_LIMIT, RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS, RESPMETER_PROBE_INTERVAL, " +
+				"RESPMETER_ENGINE_POLL, RESPMETER_SLOWLOG_THRESHOLD, RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG, RESPMETER_HDR_INTERVAL\n",
+			"client_output_limit: 1000000\n", "client_query_limit: 0\n", "max_clients: 5\n",
+			"probe_interval: 20ms\n", "engine_poll: 0s\n", "slowlog_threshold: 0s\n", "slowlog_len: 3\n",
+			"hdr_log: /tmp/from-env.hlog\n", "hdr_interval: 250ms\n",
+		}},
+		{"new keys from flags over env", []string{
+			"RESPMETER_CONFIG=" + file2, "RESPMETER_CLIENT_OUTPUT_LIMIT=1MB", "RESPMETER_MAX_CLIENTS=5", "RESPMETER_HDR_LOG=/tmp/from-env.hlog",
+		}, []string{
+			"--client-output-limit", "2GiB", "--client-query-limit", "1024", "--max-clients", "7", "--probe-interval", "50ms",
+			"--engine-poll", "200ms", "--slowlog-threshold", "-1ms", "--slowlog-len", "9", "--hdr-log", "/tmp/from-flag.hlog",
+			"--hdr-interval", "200ms",
+		}, []string{
+			"client_output_limit: 2GiB\n", "client_query_limit: 1KiB\n", "max_clients: 7\n",
+			"probe_interval: 50ms\n", "engine_poll: 200ms\n", "slowlog_threshold: -1ms\n", "slowlog_len: 9\n",
+			"hdr_log: /tmp/from-flag.hlog\n", "hdr_interval: 200ms\n",
+		}},
+		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
+			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -353,6 +419,14 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_DIAL_TIMEOUT=-1s", `respmeter: RESPMETER_DIAL_TIMEOUT: key "dial_timeout": must be > 0, got -1s`},
 		{"RESPMETER_ADMIN=disabled", `respmeter: RESPMETER_ADMIN: key "admin": must be host:port or "off", got "disabled"`},
 		{"RESPMETER_LOG_FORMAT=xml", `respmeter: RESPMETER_LOG_FORMAT: key "log_format": must be one of text|json, got "xml"`},
+		{"RESPMETER_CLIENT_OUTPUT_LIMIT=64M", `respmeter: RESPMETER_CLIENT_OUTPUT_LIMIT: key "client_output_limit": must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB" (KB/MB/GB are powers of 1000), got "64M"`},
+		{"RESPMETER_CLIENT_QUERY_LIMIT=-1", `respmeter: RESPMETER_CLIENT_QUERY_LIMIT: key "client_query_limit": must be >= 0 (0 means unlimited), got "-1"`},
+		{"RESPMETER_MAX_CLIENTS=-2", `respmeter: RESPMETER_MAX_CLIENTS: key "max_clients": must be >= 0 (0 means unlimited), got -2`},
+		{"RESPMETER_PROBE_INTERVAL=100", `respmeter: RESPMETER_PROBE_INTERVAL: key "probe_interval": must be a duration such as "250ms" or "5s", got "100"`},
+		{"RESPMETER_ENGINE_POLL=-5s", `respmeter: RESPMETER_ENGINE_POLL: key "engine_poll": must be >= 0 (0 disables), got -5s`},
+		{"RESPMETER_SLOWLOG_THRESHOLD=slow", `respmeter: RESPMETER_SLOWLOG_THRESHOLD: key "slowlog_threshold": must be a duration such as "250ms" or "5s", got "slow"`},
+		{"RESPMETER_SLOWLOG_LEN=2000000", `respmeter: RESPMETER_SLOWLOG_LEN: key "slowlog_len": must be <= 1048576, got 2000000`},
+		{"RESPMETER_HDR_INTERVAL=-1s", `respmeter: RESPMETER_HDR_INTERVAL: key "hdr_interval": must be > 0, got -1s`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Parallel()

@@ -43,6 +43,33 @@ type proxyFlags struct {
 	dialTimeout  time.Duration
 	logLevel     string
 	logFormat    string
+
+	clientOutputLimit sizeFlag
+	clientQueryLimit  sizeFlag
+	maxClients        int
+	probeInterval     time.Duration
+	enginePoll        time.Duration
+	slowlogThreshold  time.Duration
+	slowlogLen        int
+	hdrLog            string
+	hdrInterval       time.Duration
+}
+
+// sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
+// "512KiB", "100MB" or plain bytes.
+type sizeFlag struct{ v configs.Size }
+
+var _ pflag.Value = (*sizeFlag)(nil)
+
+func (f *sizeFlag) String() string { return f.v.String() }
+func (f *sizeFlag) Type() string   { return "size" }
+func (f *sizeFlag) Set(s string) error {
+	v, err := configs.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	f.v = v
+	return nil
 }
 
 // proxyCmd is "respmeter proxy".
@@ -53,19 +80,37 @@ func (a *app) proxyCmd() *cobra.Command {
 		Short: "Run the measuring proxy in front of one Redis-compatible server",
 		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every
 command to --upstream and time it. Metrics are served on --admin at /metrics
-(Prometheus text) and /stats (JSON).
+(Prometheus text), /stats (JSON, with the engine poller's and the PING
+probe's stats and the latest verdict) and /slowlog (JSON, commands slower
+than --slowlog-threshold with their phases).
+
+On side connections of their own, a PING every --probe-interval measures the
+round trip to the upstream, and the engine's own statistics (LATENCY
+HISTOGRAM, INFO commandstats, INFO latencystats) are polled every
+--engine-poll. Every --hdr-interval the verdict says where the request cycle
+went: client (think time), path (upstream minus engine time), engine and
+proxy, with Little's law checked; --hdr-log also writes every interval's
+histograms to an HdrHistogram log ("respmeter report" reads it).
 
 Settings come from, lowest precedence first: built-in defaults, the --config
 file (YAML; see configs/passthrough.yaml), RESPMETER_* environment variables
-(RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ADMIN, RESPMETER_LOOPS,
-RESPMETER_MEASURE, RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT,
-RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT; RESPMETER_CONFIG names the file),
-then flags given on the command line.
+(RESPMETER_ plus the upper-cased YAML key: RESPMETER_LISTEN,
+RESPMETER_UPSTREAM, RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
+RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL,
+RESPMETER_LOG_FORMAT, RESPMETER_CLIENT_OUTPUT_LIMIT,
+RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS,
+RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL, RESPMETER_SLOWLOG_THRESHOLD,
+RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG, RESPMETER_HDR_INTERVAL;
+RESPMETER_CONFIG names the file), then flags given on the command line.
 
-Signals: SIGUSR1 prints the latency table to stdout and keeps running.
-SIGINT or SIGTERM stops accepting clients, waits up to --drain-timeout for
-replies in flight, prints the table and exits 0; a second one cuts the wait
-short.`,
+Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
+1024) or KB, MB, GB (powers of 1000).
+
+Signals: SIGUSR1 prints to stdout the latency table, the verdict since start
+and that of the latest interval with requests, and a table of mean times per
+command (total, upstream, engine, path, proxy), and keeps running. SIGINT or
+SIGTERM stops accepting clients, waits up to --drain-timeout for replies in
+flight, prints the same and exits 0; a second one cuts the wait short.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
   respmeter proxy --config /etc/respmeter/passthrough.yaml --admin 0.0.0.0:9121
   respmeter proxy --config my.yaml --check`,
@@ -79,13 +124,23 @@ short.`,
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print the result and exit: 0 valid, 2 invalid")
 	fs.StringVar(&f.listen, "listen", d.Listen, "client-facing `host:port`; port 0 picks a free port")
 	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server")
-	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics and /stats, or \"off\"; port 0 picks a free port")
+	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
 	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "timeout of one connection attempt to the upstream")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "log `format` on stderr: text or json")
+	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit
+	fs.Var(&f.clientOutputLimit, "client-output-limit", "replies queued for a client that does not read before it is disconnected; 0 means unlimited")
+	fs.Var(&f.clientQueryLimit, "client-query-limit", "unprocessed input of one client before it is disconnected; 0 means unlimited")
+	fs.IntVar(&f.maxClients, "max-clients", d.MaxClients, "concurrent client connections; 0 means unlimited")
+	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream; 0 disables it")
+	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics; 0 disables it")
+	fs.DurationVar(&f.slowlogThreshold, "slowlog-threshold", time.Duration(d.SlowlogThreshold), "commands at least this slow go to /slowlog; 0 logs all, negative disables")
+	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
+	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")
+	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
 	return cmd
 }
 
@@ -191,7 +246,8 @@ func (a *app) warnUnknownEnv(log *slog.Logger) {
 }
 
 // serve runs the proxy until SIGINT, SIGTERM or ctx ends, printing the
-// latency table to stdout on SIGUSR1 and once more after the stop.
+// latency table and the verdict to stdout on SIGUSR1 and once more after
+// the stop.
 func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
@@ -218,7 +274,7 @@ wait:
 			break wait
 		case sig := <-sigs:
 			if sig == syscall.SIGUSR1 {
-				if err := st.set.WriteTable(a.stdout); err != nil {
+				if err := st.writeTables(a.stdout); err != nil {
 					mlog.Warn("write table", "err", err)
 				}
 				continue
@@ -251,7 +307,7 @@ wait:
 		mlog.Error("unclean stop", "err", err)
 		code = exitFailure
 	}
-	if err := st.set.WriteTable(a.stdout); err != nil {
+	if err := st.writeTables(a.stdout); err != nil {
 		mlog.Warn("write table", "err", err)
 	}
 	mlog.Info("stopped")

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,6 +187,10 @@ func TestPortInUse(t *testing.T) {
 	}{
 		{"listen", []string{"--listen", busy, "--admin", "off"}, "respmeter: proxy: listen " + busy},
 		{"admin", []string{"--listen", "127.0.0.1:0", "--admin", busy}, "respmeter: admin: listen tcp " + busy},
+		{"admin with hdr log", []string{"--listen", "127.0.0.1:0", "--admin", busy, "--hdr-log", filepath.Join(t.TempDir(), "x.hlog")},
+			"respmeter: admin: listen tcp " + busy},
+		{"listen with hdr log", []string{"--listen", busy, "--admin", "off", "--hdr-log", filepath.Join(t.TempDir(), "x.hlog")},
+			"respmeter: proxy: listen " + busy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runCLI(t, nil, append([]string{"proxy", "--upstream", dead}, tc.args...)...)
@@ -237,5 +246,346 @@ func TestDemo(t *testing.T) {
 				t.Errorf("engine at %s still accepts connections after demo exited", m[1])
 			}
 		})
+	}
+}
+
+// getJSON GETs url and decodes its JSON body into v.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	body := httpGet(t, url)
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: not JSON: %v\n%s", url, err, body)
+	}
+}
+
+// statsDoc is the part of /stats TestProxyObservability reads.
+type statsDoc struct {
+	Commands map[string]json.RawMessage `json:"commands"`
+	Engine   *struct {
+		Sources  []string `json:"sources"`
+		Polls    int64    `json:"polls"`
+		Errors   int64    `json:"errors"`
+		Commands map[string]struct {
+			Calls    int64   `json:"calls"`
+			Mean     float64 `json:"mean"`
+			LastMean float64 `json:"last_mean"`
+		} `json:"commands"`
+	} `json:"engine"`
+	Probe *struct {
+		Count  int64   `json:"count"`
+		Mean   float64 `json:"mean"`
+		Errors int64   `json:"errors"`
+	} `json:"probe"`
+	Verdict *struct {
+		IntervalSeconds float64            `json:"interval_seconds"`
+		Requests        int64              `json:"requests"`
+		CycleSeconds    float64            `json:"cycle_seconds"`
+		Shares          map[string]float64 `json:"shares"`
+		Bound           string             `json:"bound"`
+		EngineKnown     bool               `json:"engine_known"`
+		Little          bool               `json:"little"`
+		L               *float64           `json:"l"`
+		LambdaW         *float64           `json:"lambda_w"`
+		String          string             `json:"string"`
+	} `json:"verdict"`
+}
+
+// TestProxyObservability runs "respmeter proxy" with a fast probe, engine
+// poll and verdict in front of a real redis-server: /slowlog records a
+// DEBUG SLEEP with its phases, /stats gains "engine", "probe" and
+// "verdict", /metrics the probe histogram, --hdr-log is written, and
+// SIGTERM prints the verdict and the "where the time went" table.
+func TestProxyObservability(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes") // skips without redis-server or with -short
+	hlog := filepath.Join(t.TempDir(), "proxy.hlog")
+	p := start(t, nil, "proxy",
+		"--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0", "--loops", "2",
+		"--hdr-interval", "200ms", "--engine-poll", "200ms", "--probe-interval", "20ms",
+		"--slowlog-threshold", "10ms", "--slowlog-len", "8", "--hdr-log", hlog, "--log-level", "debug")
+	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
+	defer c.Close()
+	if err := c.Do(ctx, "DEBUG", "SLEEP", "0.02").Err(); err != nil {
+		t.Fatalf("DEBUG SLEEP through the proxy: %v", err)
+	}
+
+	// /slowlog: the DEBUG SLEEP, with its phases.
+	var slow struct {
+		ThresholdSeconds float64 `json:"threshold_seconds"`
+		Capacity         int     `json:"capacity"`
+		Entries          []struct {
+			Command string             `json:"command"`
+			Args    int                `json:"args"`
+			Client  string             `json:"client"`
+			Phases  map[string]float64 `json:"phases_seconds"`
+		} `json:"entries"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	found := false
+	for !found {
+		if time.Now().After(deadline) {
+			t.Fatalf("/slowlog has no debug entry:\n%s", httpGet(t, admin+"/slowlog"))
+		}
+		getJSON(t, admin+"/slowlog", &slow)
+		for _, e := range slow.Entries {
+			if e.Command != "debug" {
+				continue
+			}
+			found = true
+			if e.Args != 3 || e.Client == "" {
+				t.Errorf("debug entry: args %d, client %q; want 3 and an address", e.Args, e.Client)
+			}
+			if e.Phases["total"] < 0.02 || e.Phases["upstream"] < 0.02 {
+				t.Errorf("debug entry phases %v: want total and upstream >= 20ms", e.Phases)
+			}
+			if _, ok := e.Phases["proxy"]; !ok {
+				t.Errorf("debug entry phases %v: no proxy phase", e.Phases)
+			}
+		}
+	}
+	if slow.ThresholdSeconds != 0.01 || slow.Capacity != 8 {
+		t.Errorf("/slowlog threshold %v, capacity %d; want 0.01 and 8 (the flags)", slow.ThresholdSeconds, slow.Capacity)
+	}
+
+	// Load in the background until the verdict has requests and engine
+	// time: that takes two polls and an interval after them.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	loadDone := make(chan error, 1)
+	go func() {
+		for i := 0; loadCtx.Err() == nil; i++ {
+			if err := c.Set(ctx, "k", i, 0).Err(); err != nil {
+				loadDone <- err
+				return
+			}
+			if err := c.Get(ctx, "k").Err(); err != nil {
+				loadDone <- err
+				return
+			}
+		}
+		loadDone <- nil
+	}()
+	var stats statsDoc
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		var raw map[string]json.RawMessage
+		body := httpGet(t, admin+"/stats")
+		if err := json.Unmarshal([]byte(body), &raw); err != nil {
+			t.Fatalf("/stats is not JSON: %v", err)
+		}
+		for _, k := range []string{"commands", "totals", "think", "connections", "bytes", "engine", "probe", "verdict"} {
+			if _, ok := raw[k]; !ok {
+				t.Fatalf("/stats has no %q key:\n%s", k, body)
+			}
+		}
+		stats = statsDoc{}
+		_ = json.Unmarshal([]byte(body), &stats)
+		if v := stats.Verdict; v != nil && v.Requests > 0 && v.EngineKnown && stats.Probe != nil && stats.Probe.Count > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no verdict with requests and engine time within 20s:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopLoad()
+	if err := <-loadDone; err != nil {
+		t.Fatalf("load through the proxy: %v", err)
+	}
+
+	v := stats.Verdict
+	if v.IntervalSeconds < 0.1 || v.IntervalSeconds > 2 {
+		t.Errorf("verdict interval %vs, want about 0.2s", v.IntervalSeconds)
+	}
+	sum := 0.0
+	for _, k := range []string{"client", "path", "engine", "proxy"} {
+		share, ok := v.Shares[k]
+		if !ok || share < 0 || share > 1 {
+			t.Errorf("verdict share %q = %v (present %v), want 0..1", k, share, ok)
+		}
+		sum += share
+	}
+	if sum < 0.99 || sum > 1.01 {
+		t.Errorf("verdict shares %v sum to %v, want 1", v.Shares, sum)
+	}
+	if v.CycleSeconds <= 0 || !strings.HasSuffix(v.Bound, "-bound") || !v.Little || v.L == nil || v.LambdaW == nil ||
+		!strings.HasPrefix(v.String, "cycle ") || !strings.Contains(v.String, "Little: L ") {
+		t.Errorf("verdict %+v", v)
+	}
+	e := stats.Engine
+	if e == nil || e.Polls < 2 || !slices.Contains(e.Sources, "latency_histogram") || !slices.Contains(e.Sources, "commandstats") {
+		t.Fatalf("engine %+v: want >= 2 polls from latency_histogram and commandstats", e)
+	}
+	if d := e.Commands["debug"]; d.Calls != 1 || d.Mean < 0.019 {
+		t.Errorf("engine debug: %+v, want 1 call of >= 19ms", d)
+	}
+	if g := e.Commands["get"]; g.Calls == 0 {
+		t.Errorf("engine get: %+v, want calls", g)
+	}
+	if stats.Probe.Errors != 0 || stats.Probe.Mean <= 0 {
+		t.Errorf("probe %+v", stats.Probe)
+	}
+
+	metricsBody := httpGet(t, admin+"/metrics")
+	for _, want := range []string{
+		"respmeter_upstream_probe_seconds_count{upstream=",
+		`respmeter_engine_commands_total{command="debug"} 1`,
+	} {
+		if !strings.Contains(metricsBody, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	out := p.stdout.String()
+	for _, re := range []string{
+		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(engine not polled\)) \| proxy \d+% — (client|path|engine|proxy)-bound; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
+		`(?m)^Command +Timed +total +upstream +engine +path +proxy$`,
+		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
+		`(?m)^Totals +[1-9]\d* `,
+		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
+		`(?m)^think: mean \d+\.\d{3} ms over [1-9]\d* gaps`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("stdout has no match for %s:\n%s\nstderr:\n%s", re, out, p.stderr)
+		}
+	}
+	// DEBUG SLEEP 0.02: the engine's own 20ms, next to the upstream's.
+	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no debug row with an engine time:\n%s", out)
+	}
+	if up, eng := parseFloat(t, m[2]), parseFloat(t, m[3]); eng < 19 || eng > up {
+		t.Errorf("debug: upstream %s ms, engine %s ms; want 19 <= engine <= upstream", m[2], m[3])
+	}
+	if i, j := strings.Index(out, tableHeader), strings.Index(out, "\nverdict: "); i < 0 || j < i {
+		t.Errorf("the verdict does not follow the latency table:\n%s", out)
+	}
+
+	// The HdrHistogram log was written and closed with the last interval.
+	data, err := os.ReadFile(hlog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"#[Histogram log format version 1.3]", "Tag=get.total,", "Tag=debug.upstream,"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s lacks %q:\n%s", hlog, want, data)
+		}
+	}
+}
+
+func parseFloat(t *testing.T, s string) float64 {
+	t.Helper()
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestProxyLimits checks that --max-clients and --client-query-limit reach
+// the proxy, and that --probe-interval 0, --engine-poll 0 and a negative
+// --slowlog-threshold turn those off.
+func TestProxyLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	p := start(t, []string{"RESPMETER_MAX_CLIENTS=1"}, "proxy",
+		"--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
+		"--client-query-limit", "1KiB", "--probe-interval", "0s", "--engine-poll", "0s", "--slowlog-threshold", "-1s",
+		"--hdr-interval", "50ms")
+	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	c1, r1 := dial()
+	if _, err := c1.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := r1.ReadString('\n'); line != "+PONG\r\n" {
+		t.Fatalf("first client: %q, %v", line, err)
+	}
+	_, r2 := dial()
+	if line, err := r2.ReadString('\n'); line != "-ERR max number of clients reached\r\n" {
+		t.Errorf("second client with --max-clients 1: %q, %v", line, err)
+	}
+	// More than 1KiB of an unfinished request: the client is evicted.
+	if _, err := c1.Write([]byte("*2\r\n$3\r\nSET\r\n$4000\r\n" + strings.Repeat("x", 2000))); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(r1); len(b) != 0 || err != nil {
+		t.Errorf("client over --client-query-limit: read %q, %v; want EOF", b, err)
+	}
+	want := `respmeter_client_evictions_total{reason="query_limit"} 1`
+	deadline := time.Now().Add(5 * time.Second)
+	for body := ""; !strings.Contains(body, want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %s:\n%s", want, body)
+		}
+		body = httpGet(t, admin+"/metrics")
+		if strings.Contains(body, "respmeter_upstream_probe_seconds") || strings.Contains(body, "respmeter_engine_") {
+			t.Fatalf("probe or engine metrics with --probe-interval 0 --engine-poll 0:\n%s", body)
+		}
+	}
+
+	var stats map[string]json.RawMessage
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		getJSON(t, admin+"/stats", &stats)
+		if string(stats["verdict"]) != "null" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/stats verdict still null after 5s with --hdr-interval 50ms")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if string(stats["engine"]) != "null" || string(stats["probe"]) != "null" {
+		t.Errorf("/stats engine %s, probe %s; want null when off", stats["engine"], stats["probe"])
+	}
+	var slow struct {
+		ThresholdSeconds float64 `json:"threshold_seconds"`
+	}
+	getJSON(t, admin+"/slowlog", &slow)
+	if slow.ThresholdSeconds != -1 {
+		t.Errorf("/slowlog threshold_seconds %v with --slowlog-threshold -1s, want -1 (disabled)", slow.ThresholdSeconds)
+	}
+
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
+	}
+	out := p.stdout.String()
+	for _, want := range []string{"\nverdict: ", "probe: off (--probe-interval 0)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +\d+\.\d{4}$`).MatchString(out) {
+		t.Errorf("no ping row with unknown engine and path:\n%s", out)
+	}
+}
+
+// TestHDRLogBadPath: an --hdr-log that cannot be created is a runtime
+// failure, exit 1, before anything listens.
+func TestHDRLogBadPath(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "no", "such", "dir", "x.hlog")
+	_, stderr, code := runCLI(t, nil, "proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+		"--upstream", redistest.ClosedAddr(t), "--hdr-log", bad)
+	if code != exitFailure || !strings.Contains(stderr, "respmeter: ") || !strings.Contains(stderr, bad) ||
+		strings.Contains(stderr, "listening") {
+		t.Errorf("exit %d, want %d naming %s and nothing listening\nstderr:\n%s", code, exitFailure, bad, stderr)
 	}
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +19,8 @@ import (
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/metrics"
+	engstats "github.com/respmeter/respmeter/metrics/engine"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -24,12 +29,17 @@ import (
 // request's headers (a slow-loris guard; scrapes send theirs at once).
 const adminReadHeaderTimeout = 10 * time.Second
 
-// stack is one running proxy with its metrics Set and admin HTTP server,
-// as both the proxy and the demo subcommands run it. Its methods are called
-// from the goroutine that started it.
+// stack is one running proxy with its metrics Set, slow log, background
+// tasks (PING probe, engine poller, verdict, HdrHistogram log) and admin
+// HTTP server, as both the proxy and the demo subcommands run it. Its
+// methods are called from the goroutine that started it.
 type stack struct {
-	set   *metrics.Set
-	proxy *proxy.Proxy
+	set     *metrics.Set
+	proxy   *proxy.Proxy
+	slowlog *slowlog.Log
+	// analyzer computes the verdict and owns the probe and poller (nil
+	// when off).
+	analyzer *analyzer
 	// loops is the number of event loops actually used (cfg.Loops, or one
 	// per CPU when that is 0).
 	loops int
@@ -40,6 +50,11 @@ type stack struct {
 	// adminErr receives the error that ended the admin server's Serve, if
 	// it ends before stop.
 	adminErr chan error
+	// cancelBg ends the background goroutines, which bg tracks.
+	cancelBg context.CancelFunc
+	bg       sync.WaitGroup
+	// stopHDRLog ends the HdrHistogram log; nil when --hdr-log is "".
+	stopHDRLog func() error
 }
 
 // newLogger returns a slog logger writing level-and-above lines to w as
@@ -55,15 +70,23 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-// startStack builds the metrics registry, starts the proxy on cfg.Listen and
+// startStack builds the metrics registry and the slow log, opens the
+// HdrHistogram log (cfg.HDRLog), starts the proxy on cfg.Listen, the PING
+// probe, the engine poller and the verdict on goroutines of their own, and
 // the admin server on cfg.Admin (unless "off"), and logs where each
 // listens. On error nothing is left running.
-func startStack(cfg configs.Config, log *slog.Logger) (*stack, error) {
+func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	loops := cfg.Loops
 	if loops == 0 {
 		loops = runtime.NumCPU()
 	}
-	st := &stack{loops: loops, set: metrics.NewSet(loops, command.Names()), adminErr: make(chan error, 1)}
+	names := command.Names()
+	st := &stack{
+		loops:    loops,
+		set:      metrics.NewSet(loops, names),
+		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
+		adminErr: make(chan error, 1),
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -72,9 +95,50 @@ func startStack(cfg configs.Config, log *slog.Logger) (*stack, error) {
 	if err := st.set.Register(reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	an := &analyzer{
+		set:        st.set,
+		log:        log.With("component", "verdict"),
+		interval:   time.Duration(cfg.HDRInterval),
+		probeEvery: time.Duration(cfg.ProbeInterval),
+		pollEvery:  time.Duration(cfg.EnginePoll),
+		started:    time.Now(),
+	}
+	if cfg.ProbeInterval > 0 {
+		an.probe = engstats.NewProbe(cfg.Upstream, time.Duration(cfg.ProbeInterval), log)
+		if err := an.probe.Register(reg); err != nil {
+			return nil, fmt.Errorf("register probe metrics: %w", err)
+		}
+	}
+	if cfg.EnginePoll > 0 {
+		an.poller = engstats.NewPoller(cfg.Upstream, time.Duration(cfg.EnginePoll), names, log)
+		if err := an.poller.Register(reg); err != nil {
+			return nil, fmt.Errorf("register engine metrics: %w", err)
+		}
+	}
+	st.analyzer = an
+	bgCtx, cancelBg := context.WithCancel(context.Background())
+	st.cancelBg = cancelBg
+	defer func() {
+		if err != nil {
+			cancelBg()
+		}
+	}()
 
-	// Bind the admin port first: a port in use then fails the start before
-	// anything has been announced as listening.
+	// Open the files and bind the admin port first: a bad path or a port
+	// in use then fails the start before anything has been announced as
+	// listening.
+	if cfg.HDRLog != "" {
+		stop, herr := startHDRLog(bgCtx, st.set, cfg.HDRLog, time.Duration(cfg.HDRInterval), log)
+		if herr != nil {
+			return nil, herr
+		}
+		st.stopHDRLog = stop
+		defer func() {
+			if err != nil { // the named result: a later step failed
+				_ = stop()
+			}
+		}()
+	}
 	var adminLn net.Listener
 	if cfg.Admin != configs.AdminOff {
 		ln, err := net.Listen("tcp", cfg.Admin)
@@ -84,14 +148,18 @@ func startStack(cfg configs.Config, log *slog.Logger) (*stack, error) {
 		adminLn = ln
 	}
 	p, err := proxy.New(proxy.Config{
-		Listen:       cfg.Listen,
-		Upstream:     cfg.Upstream,
-		Loops:        loops,
-		Measure:      cfg.Measure,
-		DrainTimeout: time.Duration(cfg.DrainTimeout),
-		DialTimeout:  time.Duration(cfg.DialTimeout),
-		Metrics:      st.set,
-		Logger:       log,
+		Listen:            cfg.Listen,
+		Upstream:          cfg.Upstream,
+		Loops:             loops,
+		Measure:           cfg.Measure,
+		DrainTimeout:      time.Duration(cfg.DrainTimeout),
+		DialTimeout:       time.Duration(cfg.DialTimeout),
+		ClientOutputLimit: proxyLimit(int64(cfg.ClientOutputLimit)),
+		ClientQueryLimit:  proxyLimit(int64(cfg.ClientQueryLimit)),
+		MaxClients:        proxyLimit(int64(cfg.MaxClients)),
+		SlowLog:           st.slowlog,
+		Metrics:           st.set,
+		Logger:            log,
 	})
 	if err == nil {
 		err = p.Start()
@@ -103,17 +171,31 @@ func startStack(cfg configs.Config, log *slog.Logger) (*stack, error) {
 		return nil, err
 	}
 	st.proxy = p
+	an.inFlight = p.InFlight
 	log.Info("proxy listening", "component", "proxy", "addr", p.Addr(), "upstream", cfg.Upstream,
 		"loops", loops, "measure", cfg.Measure)
 
+	if an.probe != nil {
+		st.bg.Go(func() { an.probe.Run(bgCtx) })
+	}
+	if an.poller != nil {
+		st.bg.Go(func() { an.poller.Run(bgCtx) })
+	}
+	st.bg.Go(func() { an.sample(bgCtx) })
+	st.bg.Go(func() { an.run(bgCtx) })
+
 	alog := log.With("component", "admin")
 	if adminLn == nil {
-		alog.Info("admin server off: no /metrics or /stats")
+		alog.Info("admin server off: no /metrics, /stats or /slowlog")
 		return st, nil
 	}
 	st.adminAddr = adminLn.Addr().String()
+	mux := http.NewServeMux()
+	mux.Handle("/stats", extendStats(st.set.StatsHandler(), an.statsExtra))
+	mux.Handle("/slowlog", st.slowlog.Handler())
+	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	st.admin = &http.Server{
-		Handler:           metrics.NewAdminMux(st.set, reg),
+		Handler:           mux,
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ErrorLog:          slog.NewLogLogger(alog.Handler(), slog.LevelWarn),
 	}
@@ -122,21 +204,98 @@ func startStack(cfg configs.Config, log *slog.Logger) (*stack, error) {
 			st.adminErr <- err
 		}
 	}()
-	alog.Info("admin listening", "addr", st.adminAddr, "metrics", "/metrics", "stats", "/stats")
+	alog.Info("admin listening", "addr", st.adminAddr, "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
 	if host, _, _ := net.SplitHostPort(cfg.Admin); !configs.IsLoopback(host) {
-		alog.Warn("admin address is not loopback: /metrics and /stats are reachable from other hosts, without authentication",
+		alog.Warn("admin address is not loopback: /metrics, /stats and /slowlog are reachable from other hosts, without authentication",
 			"addr", cfg.Admin)
 	}
 	return st, nil
 }
 
+// proxyLimit maps a configured limit, where 0 means unlimited, to
+// proxy.Config's convention, where 0 means the default and -1 unlimited.
+// Values beyond int saturate.
+func proxyLimit(v int64) int {
+	if v == 0 {
+		return -1
+	}
+	return int(min(v, int64(^uint(0)>>1)))
+}
+
+// extendStats returns a handler serving inner's JSON document (metrics'
+// /stats) with the keys of extra() added at the top level. Requests other
+// than GET and HEAD, and answers other than 200, are inner's own.
+func extendStats(inner http.Handler, extra func() map[string]any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		get := r.Clone(r.Context())
+		get.Method = http.MethodGet
+		rec := &recorder{header: http.Header{}, code: http.StatusOK}
+		inner.ServeHTTP(rec, get)
+		var doc map[string]json.RawMessage
+		if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &doc) != nil {
+			for k, v := range rec.header {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.code)
+			_, _ = w.Write(rec.body.Bytes())
+			return
+		}
+		for k, v := range extra() {
+			b, err := json.Marshal(v)
+			if err != nil {
+				http.Error(w, "stats: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			doc[k] = b
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodHead {
+			return
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(doc) // only fails when the client has gone
+	})
+}
+
+// recorder is a minimal http.ResponseWriter capturing an answer in memory
+// (net/http/httptest is avoided: it registers a command-line flag).
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+
 // stop stops the proxy (no new clients, pending replies drained within the
-// proxy's drain timeout) and then the admin server, both bounded by ctx. It
-// returns the errors of both, joined.
+// proxy's drain timeout), then the background tasks (probe, poller,
+// verdict), the HdrHistogram log (which writes its last interval) and the
+// admin server, all bounded by ctx. It returns their errors, joined.
 func (st *stack) stop(ctx context.Context) error {
 	var errs []error
 	if err := st.proxy.Stop(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop proxy: %w", err))
+	}
+	st.cancelBg()
+	done := make(chan struct{})
+	go func() { st.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("stop probe, poller and verdict: %w", ctx.Err()))
+	}
+	if st.stopHDRLog != nil {
+		if err := st.stopHDRLog(); err != nil {
+			errs = append(errs, fmt.Errorf("stop hdr log: %w", err))
+		}
 	}
 	if st.admin != nil {
 		if err := st.admin.Shutdown(ctx); err != nil {
@@ -145,4 +304,13 @@ func (st *stack) stop(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeTables writes the latency table, the verdict and the "where the time
+// went" table to w.
+func (st *stack) writeTables(w io.Writer) error {
+	if err := st.set.WriteTable(w); err != nil {
+		return err
+	}
+	return st.analyzer.writeVerdict(w)
 }

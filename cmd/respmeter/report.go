@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/respmeter/respmeter/metrics/report"
+)
+
+// reportOptions are the flags of "respmeter report".
+type reportOptions struct {
+	compare string   // second log; "" for a single-log table
+	plot    string   // plot file, .svg or .png; "" for none
+	names   []string // names of FILE and --compare FILE2
+}
+
+// newReportCmd returns the "respmeter report" command, writing tables to
+// stdout. stderr is where cobra writes its own messages (the command sets
+// it as its error output); the command's errors are returned as
+// *exitError, with exitUsage for bad arguments and for logs that cannot be
+// opened or read (the message names the file) and exitFailure for a plot
+// that cannot be written.
+func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o reportOptions
+	cmd := &cobra.Command{
+		Use:   "report FILE [--compare FILE2] [--plot OUT.svg|OUT.png] [--names A,B]",
+		Short: "Summarize, compare or plot HdrHistogram interval logs",
+		Long: `Read an HdrHistogram interval log, such as the one the proxy writes, merge
+the intervals of each tag and print one row of latency percentiles per tag:
+count, p50, p90, p99, p99.9, p99.99 and max.
+
+Tags are <command>.<phase>: get.total, get.upstream, get.proxy, get.service,
+get.queue and so on for every command seen, plus think for the clients' think
+time between a reply and their next request. Untagged intervals are shown as
+(untagged).
+
+Units: the log's histograms hold microseconds (respmeter records whole
+microseconds, 1 µs .. 1 h, 3 significant digits); the tables and plots show
+milliseconds with 3 decimals. Each percentile is the highest value
+equivalent to it at the histogram's precision.
+
+With --compare FILE2, print the two logs side by side instead: for every tag
+of either log, one row per figure with FILE's value, FILE2's value and their
+ratio FILE2/FILE (above 1: FILE2 is slower, or for count did more). The
+columns are named after the files' base names without extension, or after
+--names.
+
+With --plot, also write the latency-by-percentile distribution of every tag
+(of both logs with --compare) as SVG or PNG, chosen by the extension, in the
+style of HdrHistogram's plotter.
+
+The log is HdrHistogram's interval log format (version 1.3), so it can also be
+read by HdrHistogram's HistogramLogProcessor (its default
+-outputValueUnitRatio 1000000 turns microseconds into seconds; use 1000 for
+milliseconds), HdrHistogramVisualizer and hdrhistogram-go's
+HistogramLogReader. Its Interval_Max column is in seconds, as hdrhistogram-go
+writes it; the histograms themselves are microseconds.
+
+Exit codes: 0 success, 1 the plot could not be written, 2 usage error or a log
+that cannot be opened or read.`,
+		Example: `  respmeter report run.hlog
+  respmeter report redis.hlog --compare valkey.hlog
+  respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError(cmd, fmt.Errorf("%s takes exactly one log FILE, got %d arguments", cmd.CommandPath(), len(args)))
+			}
+			return nil
+		},
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runReport(cmd, stdout, args[0], o)
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError(cmd, err) })
+	fl := cmd.Flags()
+	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
+	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
+	fl.StringSliceVar(&o.names, "names", nil, "names of FILE and FILE2 with --compare, as `A,B` (default: the files' base names)")
+	return cmd
+}
+
+// runReport is the body of "respmeter report FILE".
+func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOptions) error {
+	// Check the whole command line before reading anything.
+	if o.plot != "" {
+		if ext := strings.ToLower(filepath.Ext(o.plot)); ext != ".svg" && ext != ".png" {
+			return usageError(cmd, fmt.Errorf("--plot %s: the file name must end in .svg or .png", o.plot))
+		}
+	}
+	var nameA, nameB string
+	switch {
+	case cmd.Flags().Changed("names") && o.compare == "":
+		return usageError(cmd, errors.New("--names names the two logs of --compare; give --compare FILE2 too"))
+	case cmd.Flags().Changed("names"):
+		for i := range o.names {
+			o.names[i] = strings.TrimSpace(o.names[i])
+		}
+		if len(o.names) != 2 || o.names[0] == "" || o.names[1] == "" || o.names[0] == o.names[1] {
+			return usageError(cmd, fmt.Errorf("--names must be two different non-empty names A,B, got %q", strings.Join(o.names, ",")))
+		}
+		nameA, nameB = o.names[0], o.names[1]
+	case o.compare != "":
+		nameA, nameB = defaultNames(file, o.compare)
+	}
+
+	a, err := loadLog(file)
+	if err != nil {
+		return err
+	}
+	if o.compare == "" {
+		if err := a.Table(stdout); err != nil {
+			return failure(fmt.Errorf("writing the table: %w", err))
+		}
+		return writePlot(o.plot, map[string]*report.Log{filepath.Base(file): a})
+	}
+	b, err := loadLog(o.compare)
+	if err != nil {
+		return err
+	}
+	if err := report.Compare(stdout, a, b, nameA, nameB); err != nil {
+		return failure(fmt.Errorf("writing the comparison: %w", err))
+	}
+	return writePlot(o.plot, map[string]*report.Log{nameA: a, nameB: b})
+}
+
+// loadLog reads the interval log at path. Its errors name path and are
+// usage errors (exit 2): the input is what is wrong.
+func loadLog(path string) (*report.Log, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("report: %w", err)}
+	}
+	defer f.Close()
+	l, err := report.Load(f)
+	if err != nil {
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", path, err)}
+	}
+	return l, nil
+}
+
+// writePlot writes the plot of logs to path, if path is not empty.
+func writePlot(path string, logs map[string]*report.Log) error {
+	if path == "" {
+		return nil
+	}
+	if err := report.Plot(path, logs); err != nil {
+		return failure(err)
+	}
+	return nil
+}
+
+// defaultNames names two logs for the comparison: their base names without
+// extension ("runs/redis.hlog" is "redis"), or, where those are equal, the
+// base names, then the paths as given; the same path twice gives "FILE" and
+// "FILE (2)".
+func defaultNames(a, b string) (string, string) {
+	stem := func(p string) string {
+		base := filepath.Base(p)
+		if s := strings.TrimSuffix(base, filepath.Ext(base)); s != "" {
+			return s
+		}
+		return base
+	}
+	for _, name := range []func(string) string{stem, filepath.Base, func(p string) string { return p }} {
+		if na, nb := name(a), name(b); na != nb {
+			return na, nb
+		}
+	}
+	return a, b + " (2)"
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/png"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+// execReport runs "respmeter report args..." in-process and returns its
+// output and exit code. Once the CLI registers the report command it goes
+// through run, as a user would; until then through a root made here that
+// reports errors as run does.
+func execReport(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb, lookupEnv: func(string) (string, bool) { return "", false }, environ: func() []string { return nil }}
+	if slices.ContainsFunc(a.rootCmd().Commands(), func(c *cobra.Command) bool { return c.Name() == "report" }) {
+		code = a.run(context.Background(), append([]string{"report"}, args...))
+		return out.String(), errb.String(), code
+	}
+	root := &cobra.Command{Use: "respmeter", SilenceErrors: true, SilenceUsage: true}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.AddCommand(newReportCmd(&out, &errb))
+	root.SetArgs(append([]string{"report"}, args...))
+	err := root.Execute()
+	if err == nil {
+		return out.String(), errb.String(), exitOK
+	}
+	// As app.run does.
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: exitUsage, err: err, hint: "Run 'respmeter --help' for usage."}
+	}
+	if ee.err != nil {
+		for _, line := range errorLines(ee.err) {
+			errb.WriteString("respmeter: " + line + "\n")
+		}
+	}
+	if ee.hint != "" {
+		errb.WriteString(ee.hint + "\n")
+	}
+	return out.String(), errb.String(), ee.code
+}
+
+// writeRunLog writes the interval log of one run to dir/name with
+// startHDRLog: the batches recorded on a fresh Set across two intervals,
+// the second written by stop.
+func writeRunLog(t *testing.T, dir, name string, first, second []batch) string {
+	t.Helper()
+	set := metrics.NewSet(1, hdrTestNames)
+	path := filepath.Join(dir, name)
+	stop, err := startHDRLog(context.Background(), set, path, 20*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed(set, first...)
+	waitLines(t, path, "get.total", 1)
+	feed(set, second...)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testRuns writes two runs' logs, redis.hlog and valkey.hlog, to a
+// temporary directory. valkey is slower on GET, has no think times and
+// has PING, which redis has not.
+func testRuns(t *testing.T) (redis, valkey string) {
+	t.Helper()
+	dir := t.TempDir()
+	redis = writeRunLog(t, dir, "redis.hlog",
+		[]batch{{cmd: hdrGet, n: 1000}, {cmd: hdrSet, n: 400, think: 100}},
+		[]batch{{cmd: hdrGet, n: 500, scale: 1.5}, {cmd: hdrSet, n: 100}})
+	valkey = writeRunLog(t, dir, "valkey.hlog",
+		[]batch{{cmd: hdrGet, n: 1000, scale: 1.25}, {cmd: hdrSet, n: 400}},
+		[]batch{{cmd: hdrGet, n: 500, scale: 2}, {cmd: hdrSet, n: 100}, {cmd: hdrPing, n: 10, scale: 0.1}})
+	return redis, valkey
+}
+
+func TestReportTable(t *testing.T) {
+	redis, _ := testRuns(t)
+	stdout, stderr, code := execReport(t, redis)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	checkGolden(t, "report_table.golden", stdout)
+}
+
+func TestReportCompare(t *testing.T) {
+	redis, valkey := testRuns(t)
+	stdout, stderr, code := execReport(t, redis, "--compare", valkey)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	checkGolden(t, "report_compare.golden", stdout)
+
+	named, stderr, code := execReport(t, redis, "--compare", valkey, "--names", "before, after")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("--names: exit %d, stderr:\n%s", code, stderr)
+	}
+	header, body, _ := strings.Cut(named, "\n")
+	_, wantBody, _ := strings.Cut(stdout, "\n")
+	if f := strings.Fields(header); !slices.Equal(f, []string{"tag", "stat", "before", "after", "after/before"}) || body != wantBody {
+		t.Errorf("--names before,after: header %q; output\n%s\nwant the rows of\n%s", header, named, stdout)
+	}
+}
+
+func TestReportPlot(t *testing.T) {
+	redis, valkey := testRuns(t)
+	dir := t.TempDir()
+
+	pngPath := filepath.Join(dir, "redis.png")
+	stdout, stderr, code := execReport(t, redis, "--plot", pngPath)
+	if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "tag ") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", pngPath, err)
+	}
+	if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+		t.Errorf("%s: %v, too small", pngPath, b)
+	}
+
+	svgPath := filepath.Join(dir, "cmp.svg")
+	stdout, stderr, code = execReport(t, redis, "--compare", valkey, "--plot", svgPath)
+	if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "tag ") {
+		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	svg, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "redis: get.total", "valkey: ping.total"} {
+		if !bytes.Contains(svg, []byte(want)) {
+			t.Errorf("%s does not contain %q", svgPath, want)
+		}
+	}
+}
+
+func TestReportErrors(t *testing.T) {
+	redis, _ := testRuns(t)
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.hlog")
+	garbage := filepath.Join(dir, "garbage.hlog")
+	writeFile(t, garbage, "this is not\nan HdrHistogram log\n")
+	headerOnly := filepath.Join(dir, "empty.hlog")
+	writeFile(t, headerOnly, "#[Histogram log format version 1.3]\n\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n")
+	badHist := filepath.Join(dir, "badhist.hlog")
+	writeFile(t, badHist, "Tag=get.total,0.000,1.000,0.001,HISTFAAAAnotbase64!!\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want []string // in stderr
+	}{
+		{"missing file", []string{missing}, exitUsage, []string{"respmeter: report: open " + missing + ": no such file or directory"}},
+		{"missing compare", []string{redis, "--compare", missing}, exitUsage, []string{missing + ": no such file"}},
+		{"garbage", []string{garbage}, exitUsage, []string{"respmeter: " + garbage + ": report: not an HdrHistogram log: line 1", `"this is not"`}},
+		{"garbage compare", []string{redis, "--compare", garbage}, exitUsage, []string{garbage + ": report: not an HdrHistogram log"}},
+		{"no intervals", []string{headerOnly}, exitUsage, []string{headerOnly + ": report: no intervals in log"}},
+		{"bad histogram", []string{badHist}, exitUsage, []string{badHist + ": report: not an HdrHistogram log: interval 1"}},
+		{"directory", []string{dir}, exitUsage, []string{dir}},
+		{"no file", nil, exitUsage, []string{"takes exactly one log FILE, got 0 arguments", "Run 'respmeter report --help' for usage."}},
+		{"two files", []string{redis, redis}, exitUsage, []string{"got 2 arguments"}},
+		{"unknown flag", []string{redis, "--plto", "x.svg"}, exitUsage, []string{"unknown flag: --plto", "--help' for usage."}},
+		{"plot format", []string{redis, "--plot", filepath.Join(dir, "p.jpg")}, exitUsage, []string{"p.jpg: the file name must end in .svg or .png"}},
+		{"names without compare", []string{redis, "--names", "a,b"}, exitUsage, []string{"give --compare FILE2 too"}},
+		{"one name", []string{redis, "--compare", redis, "--names", "a"}, exitUsage, []string{`--names must be two different non-empty names A,B, got "a"`}},
+		{"same names", []string{redis, "--compare", redis, "--names", "a,a"}, exitUsage, []string{`got "a,a"`}},
+		{"plot unwritable", []string{redis, "--plot", filepath.Join(dir, "no", "p.svg")}, exitFailure, []string{filepath.Join(dir, "no", "p.svg")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := execReport(t, tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+				}
+			}
+			// Input errors are found before anything is printed.
+			if tc.code == exitUsage && stdout != "" {
+				t.Errorf("stdout not empty:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func TestReportHelp(t *testing.T) {
+	stdout, stderr, code := execReport(t, "--help")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	checkGolden(t, "report_help.golden", stdout)
+	for _, want := range []string{"<command>.<phase>", "microseconds", "milliseconds", "HistogramLogProcessor", "hdrhistogram-go"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("help does not mention %q", want)
+		}
+	}
+}
+
+func TestReportDefaultNames(t *testing.T) {
+	for _, tc := range []struct{ a, b, wantA, wantB string }{
+		{"runs/redis.hlog", "runs/valkey.hlog", "redis", "valkey"},
+		{"x.hlog", "x.log", "x.hlog", "x.log"},
+		{"a/run.hlog", "b/run.hlog", "a/run.hlog", "b/run.hlog"},
+		{"run.hlog", "run.hlog", "run.hlog", "run.hlog (2)"},
+		{".hlog", "b", ".hlog", "b"},
+	} {
+		if a, b := defaultNames(tc.a, tc.b); a != tc.wantA || b != tc.wantB {
+			t.Errorf("defaultNames(%q, %q) = %q, %q; want %q, %q", tc.a, tc.b, a, b, tc.wantA, tc.wantB)
+		}
+	}
+}

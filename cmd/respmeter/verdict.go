@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/respmeter/respmeter/metrics"
+	engstats "github.com/respmeter/respmeter/metrics/engine"
+	"github.com/respmeter/respmeter/metrics/split"
+)
+
+// inFlightSample is how often the analyzer samples the proxy's requests in
+// flight for Little's law; the interval's L is the mean of the samples.
+const inFlightSample = 10 * time.Millisecond
+
+// verdictRecord is the verdict of one interval with what it was computed
+// from.
+type verdictRecord struct {
+	End      time.Time
+	Interval split.Interval
+	Verdict  split.Verdict
+}
+
+// analyzer computes, every interval, where the time of the proxied requests
+// went (metrics/split): from two cumulative Snapshots of the Set, the
+// Poller's engine means and the proxy's requests in flight sampled every
+// inFlightSample. It runs on goroutines of its own (run and sample) and only
+// reads Snapshots and atomics: nothing of it is on the proxy's hot path.
+//
+// run and sample are called once each; the other methods may be called
+// from any goroutine.
+type analyzer struct {
+	set      *metrics.Set
+	log      *slog.Logger
+	inFlight func() int64     // proxy.Proxy.InFlight
+	poller   *engstats.Poller // nil when --engine-poll is 0
+	probe    *engstats.Probe  // nil when --probe-interval is 0
+	interval time.Duration
+	// probeEvery and pollEvery are the configured intervals, for /stats.
+	probeEvery, pollEvery time.Duration
+
+	started time.Time
+
+	mu   sync.Mutex
+	last *verdictRecord // the latest interval; nil before the first
+	busy *verdictRecord // the latest interval with requests
+	// In-flight samples: sums and counts of the current interval and since
+	// start.
+	ivSum, ivN, allSum, allN int64
+}
+
+// sample samples the requests in flight every inFlightSample until ctx is
+// done. It is a goroutine of its own so that a slow Snapshot in run does
+// not leave gaps in the samples.
+func (a *analyzer) sample(ctx context.Context) {
+	tick := time.NewTicker(inFlightSample)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			v := a.inFlight()
+			a.mu.Lock()
+			a.ivSum += v
+			a.ivN++
+			a.allSum += v
+			a.allN++
+			a.mu.Unlock()
+		}
+	}
+}
+
+// run computes a verdict every a.interval until ctx is done.
+func (a *analyzer) run(ctx context.Context) {
+	tick := time.NewTicker(a.interval)
+	defer tick.Stop()
+	prev, start := a.set.Snapshot(), time.Now()
+	a.mu.Lock()
+	a.ivSum, a.ivN = 0, 0
+	a.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		cur := a.set.Snapshot()
+		a.mu.Lock()
+		sum, n := a.ivSum, a.ivN
+		a.ivSum, a.ivN = 0, 0
+		a.mu.Unlock()
+		iv := split.FromSnapshots(prev, cur)
+		iv.Length = now.Sub(start)
+		if a.poller != nil {
+			iv.EngineMean = engineMean(prev, cur, func(cmd string) (time.Duration, bool) {
+				mean, _, ok := a.poller.EngineMean(cmd)
+				return mean, ok
+			})
+		}
+		if n > 0 {
+			iv.InFlight = float64(sum) / float64(n)
+		}
+		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
+		a.log.Debug("verdict", "interval", iv.Length, "requests", iv.Requests, "in_flight_samples", n,
+			"engine_mean", iv.EngineMean, "verdict", rec.Verdict.String())
+		a.mu.Lock()
+		a.last = rec
+		if iv.Requests > 0 {
+			a.busy = rec
+		}
+		a.mu.Unlock()
+		prev, start = cur, now
+	}
+}
+
+// engineMean returns the engine's mean execution time per request between
+// the snapshots prev (nil: since start) and cur: the engine's per-command
+// means (meanOf), weighted by the number of requests of each command timed
+// in between. Commands left out of the totals (blocking, pub/sub) and
+// commands the engine said nothing about do not count. 0 when the engine
+// knows none of the commands.
+func engineMean(prev, cur *metrics.Snapshot, meanOf func(cmd string) (time.Duration, bool)) time.Duration {
+	var weighted float64
+	var requests int64
+	for i := range cur.Commands {
+		if i < len(cur.Excluded) && cur.Excluded[i] {
+			continue
+		}
+		n := cur.Commands[i].Phases[metrics.PhaseTotal].Count()
+		if prev != nil && i < len(prev.Commands) {
+			n -= prev.Commands[i].Phases[metrics.PhaseTotal].Count()
+		}
+		if n <= 0 {
+			continue
+		}
+		mean, ok := meanOf(cur.Commands[i].Name)
+		if !ok {
+			continue
+		}
+		weighted += float64(mean) * float64(n)
+		requests += n
+	}
+	if requests == 0 {
+		return 0
+	}
+	return time.Duration(weighted / float64(requests))
+}
+
+// latest returns the verdict of the latest interval, nil before the first.
+func (a *analyzer) latest() *verdictRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+// engineMeans returns the engine's mean execution time per command label
+// since the Poller's first poll (INFO commandstats); empty when the Poller
+// is off or has not polled twice.
+func (a *analyzer) engineMeans() map[string]time.Duration {
+	means := map[string]time.Duration{}
+	if a.poller != nil {
+		for _, c := range a.poller.Stats().Commands {
+			if c.Calls > 0 {
+				means[c.Command] = c.Time / time.Duration(c.Calls)
+			}
+		}
+	}
+	return means
+}
+
+// sinceStart returns the verdict over everything since start, from the
+// snapshot sn: engine means since the Poller's first poll, in-flight
+// samples since start. It matches the cumulative tables printed with it.
+func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Duration) split.Verdict {
+	iv := split.FromSnapshots(nil, sn)
+	iv.Length = time.Since(a.started)
+	iv.EngineMean = engineMean(nil, sn, func(cmd string) (time.Duration, bool) {
+		m, ok := means[cmd]
+		return m, ok
+	})
+	a.mu.Lock()
+	if a.allN > 0 {
+		iv.InFlight = float64(a.allSum) / float64(a.allN)
+	}
+	a.mu.Unlock()
+	return iv.Verdict()
+}
+
+// sharesJSON are a verdict's shares of the request cycle, 0..1.
+type sharesJSON struct {
+	Client float64 `json:"client"`
+	Path   float64 `json:"path"`
+	Engine float64 `json:"engine"`
+	Proxy  float64 `json:"proxy"`
+}
+
+// verdictJSON is /stats "verdict": the latest interval's split.Verdict.
+type verdictJSON struct {
+	End             time.Time  `json:"end"`
+	IntervalSeconds float64    `json:"interval_seconds"`
+	Requests        int64      `json:"requests"`
+	CycleSeconds    float64    `json:"cycle_seconds"`
+	Shares          sharesJSON `json:"shares"`
+	Bound           string     `json:"bound"`
+	// EngineKnown is false when the poller gave no engine time; then the
+	// path share holds all of upstream.
+	EngineKnown       bool    `json:"engine_known"`
+	EngineMeanSeconds float64 `json:"engine_mean_seconds"`
+	// Little's law: L is the mean number of requests in flight (sampled),
+	// LambdaW throughput x mean latency; Little is false when L was not
+	// sampled.
+	Little  bool    `json:"little"`
+	L       float64 `json:"l"`
+	LambdaW float64 `json:"lambda_w"`
+	String  string  `json:"string"`
+}
+
+// verdictDoc returns the latest verdict for /stats, nil before the first
+// interval.
+func (a *analyzer) verdictDoc() *verdictJSON {
+	rec := a.latest()
+	if rec == nil {
+		return nil
+	}
+	v := rec.Verdict
+	return &verdictJSON{
+		End:               rec.End,
+		IntervalSeconds:   rec.Interval.Length.Seconds(),
+		Requests:          rec.Interval.Requests,
+		CycleSeconds:      v.Cycle.Seconds(),
+		Shares:            sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, Proxy: v.Proxy},
+		Bound:             v.Bound,
+		EngineKnown:       v.EngineKnown,
+		EngineMeanSeconds: rec.Interval.EngineMean.Seconds(),
+		Little:            v.Little,
+		L:                 v.L,
+		LambdaW:           v.LambdaW,
+		String:            v.String(),
+	}
+}
+
+// probeJSON is /stats "probe": the PING probe's round trips, in seconds.
+type probeJSON struct {
+	IntervalSeconds float64 `json:"interval_seconds"`
+	Count           int64   `json:"count"`
+	Mean            float64 `json:"mean"`
+	P50             float64 `json:"p50"`
+	P99             float64 `json:"p99"`
+	Max             float64 `json:"max"`
+	Errors          int64   `json:"errors"`
+	LastError       string  `json:"last_error"`
+}
+
+// probeDoc returns the probe's stats for /stats, nil when it is off.
+func (a *analyzer) probeDoc() *probeJSON {
+	if a.probe == nil {
+		return nil
+	}
+	s := a.probe.Stats()
+	return &probeJSON{
+		IntervalSeconds: a.probeEvery.Seconds(),
+		Count:           s.Count,
+		Mean:            s.Mean.Seconds(),
+		P50:             s.P50.Seconds(),
+		P99:             s.P99.Seconds(),
+		Max:             s.Max.Seconds(),
+		Errors:          s.Errors,
+		LastError:       s.LastErr,
+	}
+}
+
+// engineTotalsJSON is the engine's work over all commands (INFO
+// commandstats): since the first poll and over the last poll interval.
+type engineTotalsJSON struct {
+	Calls       int64   `json:"calls"`
+	Seconds     float64 `json:"seconds"`
+	LastCalls   int64   `json:"last_calls"`
+	LastSeconds float64 `json:"last_seconds"`
+}
+
+// engineCommandJSON is the engine's view of one command label, in seconds;
+// see engstats.CommandStats.
+type engineCommandJSON struct {
+	Calls     int64   `json:"calls"`
+	Seconds   float64 `json:"seconds"`
+	Mean      float64 `json:"mean"`
+	LastCalls int64   `json:"last_calls"`
+	LastMean  float64 `json:"last_mean"`
+	P50       float64 `json:"p50"`
+	P99       float64 `json:"p99"`
+	PctSource string  `json:"pct_source,omitempty"`
+}
+
+// engineJSON is /stats "engine": the Poller's summary.
+type engineJSON struct {
+	IntervalSeconds     float64                      `json:"interval_seconds"`
+	Sources             []string                     `json:"sources"`
+	LastPoll            *time.Time                   `json:"last_poll"`
+	LastIntervalSeconds float64                      `json:"last_interval_seconds"`
+	Polls               int64                        `json:"polls"`
+	Errors              int64                        `json:"errors"`
+	LastError           string                       `json:"last_error"`
+	Totals              engineTotalsJSON             `json:"totals"`
+	Commands            map[string]engineCommandJSON `json:"commands"`
+}
+
+// engineDoc returns the Poller's stats for /stats, nil when it is off.
+func (a *analyzer) engineDoc() *engineJSON {
+	if a.poller == nil {
+		return nil
+	}
+	s := a.poller.Stats()
+	t := a.poller.Totals()
+	doc := &engineJSON{
+		IntervalSeconds:     a.pollEvery.Seconds(),
+		Sources:             append([]string{}, s.Sources...),
+		LastIntervalSeconds: s.LastInterval.Seconds(),
+		Polls:               s.Polls,
+		Errors:              s.Errors,
+		LastError:           s.LastErr,
+		Totals: engineTotalsJSON{
+			Calls: t.Calls, Seconds: t.Time.Seconds(), LastCalls: t.LastCalls, LastSeconds: t.LastTime.Seconds(),
+		},
+		Commands: make(map[string]engineCommandJSON, len(s.Commands)),
+	}
+	if !s.LastPoll.IsZero() {
+		lp := s.LastPoll
+		doc.LastPoll = &lp
+	}
+	for _, c := range s.Commands {
+		cj := engineCommandJSON{
+			Calls: c.Calls, Seconds: c.Time.Seconds(), LastCalls: c.LastCalls, LastMean: c.LastMean.Seconds(),
+			P50: c.P50.Seconds(), P99: c.P99.Seconds(), PctSource: c.PctSource,
+		}
+		if c.Calls > 0 {
+			cj.Mean = (c.Time / time.Duration(c.Calls)).Seconds()
+		}
+		doc.Commands[c.Command] = cj
+	}
+	return doc
+}
+
+// statsExtra returns the keys the proxy adds to metrics' /stats document:
+// "engine", "probe" and "verdict", each null when off or not yet known.
+func (a *analyzer) statsExtra() map[string]any {
+	return map[string]any{
+		"engine":  a.engineDoc(),
+		"probe":   a.probeDoc(),
+		"verdict": a.verdictDoc(),
+	}
+}
+
+// writeVerdict writes, after the latency table, the "verdict:" line (since
+// start, like the table), a line with the verdict of the latest interval
+// that had requests, and the "where the time went" table: per command, the
+// mean total, upstream, engine (the engine's own INFO commandstats; "-"
+// when unknown), path (upstream - engine) and proxy times since start in
+// milliseconds, then the probe's mean PING round trip and the mean think
+// time.
+func (a *analyzer) writeVerdict(w io.Writer) error {
+	sn := a.set.Snapshot()
+	engineMeans := a.engineMeans()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nverdict: %s\n", a.sinceStart(sn, engineMeans))
+	a.mu.Lock()
+	busy := a.busy
+	a.mu.Unlock()
+	if busy != nil {
+		noun := "requests"
+		if busy.Interval.Requests == 1 {
+			noun = "request"
+		}
+		fmt.Fprintf(&b, "latest interval with requests (%v, %d %s, ended %v ago): %s\n",
+			busy.Interval.Length.Round(time.Millisecond), busy.Interval.Requests, noun,
+			time.Since(busy.End).Round(time.Millisecond), busy.Verdict)
+	}
+
+	nameWidth := len("Command")
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Observed() {
+			nameWidth = max(nameWidth, len(c.Name))
+		}
+	}
+	const opsWidth, colWidth = 12, 10
+	fmt.Fprintf(&b, "\nWhere the time went: means since start in ms; Timed = commands timed; engine = the engine's own\n")
+	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); path = upstream - engine (network, kernel, queueing).\n")
+	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
+	for _, h := range []string{"total", "upstream", "engine", "path", "proxy"} {
+		cols += fmt.Sprintf(" %*s", colWidth, h)
+	}
+	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	dash := fmt.Sprintf(" %*s", colWidth, "-")
+	row := func(name string, c *metrics.CommandStats, eng time.Duration, engKnown bool) {
+		fmt.Fprintf(&b, "%-*s %*d", nameWidth, name, opsWidth, c.Phases[metrics.PhaseTotal].Count())
+		up := c.Phases[metrics.PhaseUpstream].Mean()
+		b.WriteString(ms(c.Phases[metrics.PhaseTotal].Mean()) + ms(up))
+		if engKnown {
+			b.WriteString(ms(eng) + ms(up-eng))
+		} else {
+			b.WriteString(dash + dash)
+		}
+		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + "\n")
+	}
+	// Totals' engine mean is the per-command means weighted by requests,
+	// and only when the engine reported on every command in the totals.
+	var weighted float64
+	allKnown, rows := true, false
+	for i := range sn.Commands {
+		c := &sn.Commands[i]
+		if !c.Observed() {
+			continue
+		}
+		eng, ok := engineMeans[c.Name]
+		row(c.Name, c, eng, ok)
+		if i < len(sn.Excluded) && sn.Excluded[i] {
+			continue
+		}
+		rows = true
+		allKnown = allKnown && ok
+		weighted += float64(eng) * float64(c.Phases[metrics.PhaseTotal].Count())
+	}
+	if rows {
+		t := sn.Totals()
+		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+		eng := time.Duration(0)
+		if n := t.Phases[metrics.PhaseTotal].Count(); n > 0 {
+			eng = time.Duration(weighted / float64(n))
+		}
+		row("Totals", &t, eng, allKnown)
+	}
+	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+
+	switch {
+	case a.probe == nil:
+		b.WriteString("probe: off (--probe-interval 0)\n")
+	default:
+		s := a.probe.Stats()
+		if s.Count == 0 {
+			fmt.Fprintf(&b, "probe: no PING answered yet (%d errors", s.Errors)
+			if s.LastErr != "" {
+				fmt.Fprintf(&b, "; last: %s", s.LastErr)
+			}
+			b.WriteString(")\n")
+		} else {
+			fmt.Fprintf(&b, "probe: PING round trip mean %.3f ms, p99 %.3f ms over %d PINGs, %d errors\n",
+				millis(s.Mean), millis(s.P99), s.Count, s.Errors)
+		}
+	}
+	if n := sn.Think.Count(); n > 0 {
+		fmt.Fprintf(&b, "think: mean %.3f ms over %d gaps between a reply and the next request\n", millis(sn.Think.Mean()), n)
+	} else {
+		b.WriteString("think: none recorded\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// millis returns d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+func TestProxyLimit(t *testing.T) {
+	for in, want := range map[int64]int{0: -1, 1: 1, 64 << 20: 64 << 20, math.MaxInt64: math.MaxInt} {
+		if got := proxyLimit(in); got != want {
+			t.Errorf("proxyLimit(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// testSet returns a one-loop Set with commands other, get, set and blpop
+// (left out of the totals), and a function recording n commands of id with
+// the given phases.
+func testSet() (*metrics.Set, func(id, n int, total, upstream time.Duration)) {
+	set := metrics.NewSet(1, []string{"other", "get", "set", "blpop"})
+	set.ExcludeFromTotals(3)
+	return set, func(id, n int, total, upstream time.Duration) {
+		l := set.Loop(0)
+		l.Lock()
+		for range n {
+			l.ObserveLocked(id, total, upstream, upstream, false)
+		}
+		l.Unlock()
+	}
+}
+
+func TestEngineMean(t *testing.T) {
+	set, observe := testSet()
+	observe(1, 10, time.Millisecond, 500*time.Microsecond)
+	prev := set.Snapshot()
+	observe(1, 30, time.Millisecond, 500*time.Microsecond) // get: 30 in the interval
+	observe(2, 10, time.Millisecond, 500*time.Microsecond) // set: 10
+	observe(3, 5, time.Second, time.Second)                // blpop: excluded
+	cur := set.Snapshot()
+	means := map[string]time.Duration{"get": 10 * time.Microsecond, "set": 50 * time.Microsecond, "blpop": time.Second}
+	meanOf := func(cmd string) (time.Duration, bool) { m, ok := means[cmd]; return m, ok }
+
+	// (30*10 + 10*50) / 40 = 20µs.
+	if got := engineMean(prev, cur, meanOf); got != 20*time.Microsecond {
+		t.Errorf("interval: %v, want 20µs", got)
+	}
+	// Since start: (40*10 + 10*50) / 50 = 18µs.
+	if got := engineMean(nil, cur, meanOf); got != 18*time.Microsecond {
+		t.Errorf("since start: %v, want 18µs", got)
+	}
+	// Commands the engine knows nothing of do not count.
+	delete(means, "set")
+	if got := engineMean(prev, cur, meanOf); got != 10*time.Microsecond {
+		t.Errorf("without set: %v, want 10µs", got)
+	}
+	if got := engineMean(cur, cur, meanOf); got != 0 {
+		t.Errorf("empty interval: %v, want 0", got)
+	}
+	if got := engineMean(prev, cur, func(string) (time.Duration, bool) { return 0, false }); got != 0 {
+		t.Errorf("engine knows nothing: %v, want 0", got)
+	}
+}
+
+// TestAnalyzer runs the analyzer for a few intervals with neither probe nor
+// poller and checks the verdict it serves and prints.
+func TestAnalyzer(t *testing.T) {
+	set, observe := testSet()
+	var inFlight int64 = 2
+	a := &analyzer{
+		set: set, log: slog.New(slog.DiscardHandler), inFlight: func() int64 { return inFlight },
+		interval: 50 * time.Millisecond, started: time.Now(),
+	}
+	if doc := a.statsExtra(); doc["verdict"].(*verdictJSON) != nil || doc["engine"].(*engineJSON) != nil || doc["probe"].(*probeJSON) != nil {
+		t.Fatalf("before the first interval, with probe and poller off: %v, want nils", doc)
+	}
+	var buf bytes.Buffer
+	if err := a.writeVerdict(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "\nverdict: no requests in the interval\n") || strings.Contains(out, "latest interval") ||
+		!strings.Contains(out, "probe: off (--probe-interval 0)\n") || !strings.Contains(out, "think: none recorded\n") {
+		t.Errorf("idle output:\n%s", out)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.run(ctx) })
+	wg.Go(func() { a.sample(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		observe(1, 10, 2*time.Millisecond, time.Millisecond)
+		if rec := a.latest(); rec != nil && rec.Interval.Requests > 0 && rec.Verdict.Little {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no verdict with requests and in-flight samples: %+v", a.latest())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	v := a.statsExtra()["verdict"].(*verdictJSON)
+	if v.Bound != "proxy-bound" && v.Bound != "path-bound" || v.EngineKnown || v.L != 2 || v.Requests == 0 ||
+		math.Abs(v.Shares.Client+v.Shares.Path+v.Shares.Engine+v.Shares.Proxy-1) > 1e-9 || v.String == "" {
+		t.Errorf("verdict %+v", v)
+	}
+	cancel()
+	wg.Wait()
+
+	buf.Reset()
+	if err := a.writeVerdict(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, re := range []string{
+		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(engine not polled\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
+		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended \d+ms ago\): cycle 2ms: `,
+		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +1\.0000$`,
+		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +1\.0000$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no match for %s:\n%s", re, out)
+		}
+	}
+}
+
+func TestExtendStats(t *testing.T) {
+	set, observe := testSet()
+	observe(1, 1, time.Millisecond, time.Millisecond)
+	h := extendStats(set.StatsHandler(), func() map[string]any {
+		return map[string]any{"verdict": nil, "probe": map[string]int{"count": 3}}
+	})
+	do := func(method string) (*http.Response, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, "/stats", nil))
+		res := rec.Result()
+		body, _ := io.ReadAll(res.Body)
+		return res, string(body)
+	}
+	res, body := do(http.MethodGet)
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET: %s, %v\n%s", res.Status, err, body)
+	}
+	if string(doc["verdict"]) != "null" || !strings.Contains(string(doc["probe"]), `"count": 3`) ||
+		!strings.Contains(string(doc["commands"]), `"get"`) || doc["totals"] == nil {
+		t.Errorf("GET /stats:\n%s", body)
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	if res, body := do(http.MethodHead); res.StatusCode != http.StatusOK || body != "" || res.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("HEAD: %s, body %q", res.Status, body)
+	}
+	if res, _ := do(http.MethodPost); res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST: %s, Allow %q", res.Status, res.Header.Get("Allow"))
+	}
+}
