@@ -303,6 +303,7 @@ type timing struct {
 	// until the first observation.
 	hist *hdrhistogram.Histogram
 	sum  time.Duration // cumulative exact sum of the observed durations (clamped at 0)
+	n    int64         // cumulative count of observations
 }
 
 // observe records d, which must be >= 0.
@@ -311,6 +312,7 @@ func (t *timing) observe(d time.Duration) {
 		t.hist = newHistogram() // first observation only: not steady state
 	}
 	t.sum += d
+	t.n++
 	// toMicros keeps the value in range, so RecordValue cannot fail.
 	_ = t.hist.RecordValue(toMicros(d))
 }

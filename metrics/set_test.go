@@ -487,3 +487,33 @@ func TestTCPRTT(t *testing.T) {
 		t.Errorf("upstream max = %v, want 52µs", got)
 	}
 }
+
+// TestSumsMatchSnapshot: the cheap Sums agree with a full Snapshot on
+// counts, sums, means and totals.
+func TestSumsMatchSnapshot(t *testing.T) {
+	s := metrics.NewSet(2, testNames)
+	s.ExcludeFromTotals(cmdPing)
+	for i := 0; i < 100; i++ {
+		l := s.Loop(i % 2)
+		l.Lock()
+		l.ObserveLocked(cmdGet+i%3, time.Duration(100+i)*us, time.Duration(50+i)*us, time.Duration(10+i)*us, i%10 == 0)
+		l.ThinkLocked(time.Duration(i) * us)
+		l.Unlock()
+	}
+	sums, snap := s.Sums(), s.Snapshot()
+	for ci := range snap.Commands {
+		for p := range snap.Commands[ci].Phases {
+			a, b := sums.Commands[ci].Phases[p], snap.Commands[ci].Phases[p]
+			if a.Count() != b.Count() || a.Sum != b.Sum || a.Mean() != b.Mean() {
+				t.Errorf("%s/%v: sums (%d, %v) vs snapshot (%d, %v)", snap.Commands[ci].Name, metrics.Phase(p), a.Count(), a.Sum, b.Count(), b.Sum)
+			}
+		}
+	}
+	ta, tb := sums.Totals(), snap.Totals()
+	if ta.Phases[metrics.PhaseTotal].Count() != tb.Phases[metrics.PhaseTotal].Count() || ta.Phases[metrics.PhaseTotal].Sum != tb.Phases[metrics.PhaseTotal].Sum {
+		t.Errorf("totals differ: %+v vs %+v", ta.Phases[metrics.PhaseTotal].Count(), tb.Phases[metrics.PhaseTotal].Count())
+	}
+	if sums.Think.Count() != 100 || sums.Think.Sum != snap.Think.Sum {
+		t.Errorf("think: %d %v vs %v", sums.Think.Count(), sums.Think.Sum, snap.Think.Sum)
+	}
+}

@@ -49,12 +49,15 @@ type Durations struct {
 	// Sum is the exact sum of the observed durations (negative ones counted
 	// as 0, not rounded to microseconds or clamped to the histogram range).
 	Sum time.Duration
+	// N is the number of observations when Hist is nil (Set.Sums); with a
+	// histogram, Count reads it from the histogram.
+	N int64
 }
 
 // Count returns the number of observed durations.
 func (d Durations) Count() int64 {
 	if d.Hist == nil {
-		return 0
+		return d.N
 	}
 	return d.Hist.TotalCount()
 }
@@ -92,6 +95,10 @@ func (d Durations) Max() time.Duration {
 // merge adds o into d, allocating d.Hist if needed.
 func (d *Durations) merge(o Durations) {
 	d.Sum += o.Sum
+	if o.Hist == nil {
+		d.N += o.N
+		return
+	}
 	if o.Count() == 0 {
 		return
 	}
@@ -255,6 +262,38 @@ func (s *Set) mergeLocked() *Snapshot {
 		ClientWrittenBytes:        s.clientWrittenBytes.Load(),
 		UpstreamReadBytes:         s.upstreamReadBytes.Load(),
 		UpstreamWrittenBytes:      s.upstreamWrittenBytes.Load(),
+	}
+	return sn
+}
+
+// Sums returns the counts and exact sums of every command's phases and of
+// the per-loop distributions (think time, TCP RTT), without touching any
+// histogram: a cheap Snapshot whose Durations have a nil Hist and N set, so
+// Count, Mean and Totals work but percentiles do not. It locks each loop
+// only to read its counters. Use it for per-interval arithmetic (the
+// verdict) where a full Snapshot's histogram copies would cost too much.
+func (s *Set) Sums() *Snapshot {
+	sn := &Snapshot{Commands: make([]CommandStats, len(s.names)), Excluded: s.excludedCopy()}
+	for i := range sn.Commands {
+		sn.Commands[i].Name = s.names[i]
+	}
+	extras := sn.extras()
+	for _, l := range s.loops {
+		l.mu.Lock()
+		for ci := range l.cmds {
+			lc, sc := &l.cmds[ci], &sn.Commands[ci]
+			sc.Count += lc.count
+			sc.Errors += lc.errors
+			for p := range lc.phases {
+				sc.Phases[p].Sum += lc.phases[p].sum
+				sc.Phases[p].N += lc.phases[p].n
+			}
+		}
+		for x := range l.extra {
+			extras[x].Sum += l.extra[x].sum
+			extras[x].N += l.extra[x].n
+		}
+		l.mu.Unlock()
 	}
 	return sn
 }

@@ -80,7 +80,7 @@ func (a *analyzer) sample(ctx context.Context) {
 func (a *analyzer) run(ctx context.Context) {
 	tick := time.NewTicker(a.interval)
 	defer tick.Stop()
-	prev, start := a.set.Snapshot(), time.Now()
+	prev, start := a.set.Sums(), time.Now() // counts and sums only: no histogram copies
 	a.mu.Lock()
 	a.ivSum, a.ivN = 0, 0
 	a.mu.Unlock()
@@ -91,7 +91,7 @@ func (a *analyzer) run(ctx context.Context) {
 		case <-tick.C:
 		}
 		now := time.Now()
-		cur := a.set.Snapshot()
+		cur := a.set.Sums()
 		a.mu.Lock()
 		sum, n := a.ivSum, a.ivN
 		a.ivSum, a.ivN = 0, 0

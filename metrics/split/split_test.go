@@ -30,14 +30,14 @@ func TestVerdict(t *testing.T) {
 			bound: "engine-bound", cycle: 6000 * us,
 		},
 		{
-			name: "engine unknown",
-			iv:   Interval{Requests: 1, Total: 100 * us, Upstream: 90 * us, Proxy: 10 * us, InFlight: -1},
+			name:  "engine unknown",
+			iv:    Interval{Requests: 1, Total: 100 * us, Upstream: 90 * us, Proxy: 10 * us, InFlight: -1},
 			bound: "path-bound", cycle: 100 * us,
 			want: "cycle 100µs: client 0% | path 90% | engine n/a (engine not polled) | proxy 10% — path-bound",
 		},
 		{
-			name: "engine capped at upstream",
-			iv:   Interval{Requests: 1, Total: 100 * us, Upstream: 90 * us, Proxy: 10 * us, EngineMean: time.Second, InFlight: -1},
+			name:  "engine capped at upstream",
+			iv:    Interval{Requests: 1, Total: 100 * us, Upstream: 90 * us, Proxy: 10 * us, EngineMean: time.Second, InFlight: -1},
 			bound: "engine-bound", cycle: 100 * us,
 		},
 		{name: "idle", iv: Interval{}, bound: "idle", want: "no requests in the interval"},
