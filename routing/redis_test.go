@@ -6,64 +6,27 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
 )
 
 // startClusterRedis runs a cluster-enabled redis-server without persistence
-// in t.TempDir() on a free port, waits until it answers PING and returns a
-// connection to it. It skips the test with -short or when redis-server is
-// not in PATH. The node owns no slots: COMMAND GETKEYS and CLUSTER KEYSLOT
-// need none.
+// (internal/redistest) and returns a connection to it. It skips the test with
+// -short or when redis-server is not in PATH. The node owns no slots:
+// COMMAND GETKEYS and CLUSTER KEYSLOT need none.
 func startClusterRedis(t *testing.T) *respConn {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipping redis-server oracle test in -short mode")
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("skipping oracle test: redis-server not in PATH")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv := redistest.Start(t, "--cluster-enabled", "yes")
+	rc, err := dialRESP(srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", dir+"/redis.log")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rc, err := dialRESP(addr)
-		if err == nil {
-			var r []reply
-			r, err = rc.pipeline([][][]byte{{[]byte("PING")}})
-			if err == nil && r[0].str == "PONG" {
-				t.Cleanup(func() { rc.c.Close() })
-				return rc
-			}
-			rc.c.Close()
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(dir + "/redis.log")
-			t.Fatalf("redis-server on %s not ready: %v\n%s", addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	t.Cleanup(func() { rc.c.Close() })
+	return rc
 }
 
 // respConn is a minimal RESP2 client for the oracle tests.

@@ -8,12 +8,12 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
 )
 
 // scanRec is one non-waiting Scan result.
@@ -392,55 +392,12 @@ func TestScanArgsAllocs(t *testing.T) {
 	}
 }
 
-// startRedis runs /usr/bin/redis-server (or the one in PATH) on a free
-// loopback port without persistence and returns its address.
+// startRedis runs redis-server on a free loopback port without persistence
+// (internal/redistest) and returns its address; it skips with -short or
+// without redis-server.
 func startRedis(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts redis-server; skipped with -short")
-	}
-	bin := "/usr/bin/redis-server"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("redis-server"); err != nil {
-			t.Skip("redis-server not found in /usr/bin or PATH")
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
-		"--logfile", dir+"/redis.log")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write([]byte("*1\r\n$4\r\nPING\r\n"))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if line == "+PONG\r\n" {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(dir + "/redis.log")
-			t.Fatalf("redis-server on %s not ready: %v\n%s", addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return redistest.Start(t).Addr()
 }
 
 // TestRequestScannerOracle sends each malformed request to a real

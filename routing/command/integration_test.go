@@ -6,56 +6,22 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/redistest"
+
 	"github.com/respmeter/respmeter/routing/command/internal/cmdgen"
 )
 
-// startRedis runs redis-server without persistence in a temp dir on a free
-// port, waits for PING and returns its address. It skips the test with -short
-// or when redis-server is not in PATH.
+// startRedis runs redis-server on a free loopback port without persistence
+// (internal/redistest) and returns its address; it skips with -short or
+// without redis-server.
 func startRedis(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("skipping redis-server integration test in -short mode")
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("skipping: redis-server not in PATH")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", dir+"/redis.log")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		reply, err := rawDo(addr, "PING")
-		if err == nil && reply == "+PONG" {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(dir + "/redis.log")
-			t.Fatalf("redis-server on %s not ready: %v %q\n%s", addr, err, reply, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return redistest.Start(t).Addr()
 }
 
 // rawDo sends one RESP2 command and returns the first reply line.
