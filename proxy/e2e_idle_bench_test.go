@@ -105,4 +105,3 @@ func rss(tb testing.TB) int64 {
 	tb.Fatal("no VmRSS in /proc/self/status")
 	return 0
 }
-

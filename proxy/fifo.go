@@ -42,6 +42,7 @@ const (
 	flagBlocking                   // may block in the engine (BLPOP, WAIT, ...)
 	flagReset                      // RESET: leaves subscribe and monitor mode
 	flagSync                       // SYNC/PSYNC: the connection turns into a replication stream
+	flagSetName                    // sets the client name (s.names holds it) if it succeeds
 )
 
 // fifo is a ring of pending requests in the order they were sent; the engine

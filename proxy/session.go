@@ -57,10 +57,11 @@ type session struct {
 	closeAfter bool // close the client once the fifo is empty
 	closed     bool // client gone (or being closed); upstream closed by us
 	upFailed   []byte
-	localErr   []byte // the protocol error reply held in the fifo
-	lastOut    int64  // when the last reply went out with nothing pending (think-time start)
-	lastReply  int64  // t_reply of the previous reply (service-time start under pipelining)
-	name       string // CLIENT SETNAME, for the slow log
+	localErr   []byte   // the protocol error reply held in the fifo
+	lastOut    int64    // when the last reply went out with nothing pending (think-time start)
+	lastReply  int64    // t_reply of the previous reply (service-time start under pipelining)
+	name       string   // CLIENT SETNAME / HELLO SETNAME that succeeded, for the slow log
+	names      []string // names of SETNAME requests in flight, oldest first
 	linger     *linger
 }
 
@@ -128,25 +129,30 @@ func (s *session) clientTraffic(c gnet.Conn) {
 		}
 	}
 	added := s.q.len() - first
+	// Count the new requests as in flight before the write: from t_in on
+	// they are (Little's law uses this count).
+	p.inflight.Add(int64(added))
 	if off > 0 {
 		if s.upFailed != nil {
 			// nothing to forward to: answer what was queued
 		} else if s.up != nil {
-			_, _ = s.up.Write(data[:off])
-			if m := p.cfg.Metrics; m != nil {
-				m.AddUpstreamBytes(0, off)
-			}
+			// t_sent is read just before the write: once the bytes are in
+			// the socket the engine may answer (and, on a busy machine,
+			// run) before a clock read that follows the write.
 			if measure {
 				t := p.now()
 				for i := first; i < s.q.len(); i++ {
 					s.q.at(i).tSent = t
 				}
 			}
+			_, _ = s.up.Write(data[:off])
+			if m := p.cfg.Metrics; m != nil {
+				m.AddUpstreamBytes(0, off)
+			}
 		} else {
 			s.outq = append(s.outq, data[:off]...)
 		}
 	}
-	p.inflight.Add(int64(added))
 	// Unprocessed input: the incomplete tail, requests waiting for the
 	// upstream to open or to take them, and the bookkeeping of requests in
 	// flight (a client pipelining into a stalled engine grows all three).
@@ -187,7 +193,7 @@ func (s *session) request(args [][]byte, now int64) {
 	switch id {
 	case command.Client:
 		if len(args) == 3 && eqFold(args[1], "setname") {
-			s.name = string(args[2])
+			s.setName(&e, args[2])
 		}
 		if len(args) == 3 && !s.inMulti && eqFold(args[1], "reply") {
 			isClientReply = true
@@ -209,9 +215,18 @@ func (s *session) request(args [][]byte, now int64) {
 			}
 		}
 	case command.Hello:
-		for i := 2; i+1 < len(args); i++ {
-			if eqFold(args[i], "setname") {
-				s.name = string(args[i+1])
+		// HELLO [protover [AUTH username password] [SETNAME clientname]],
+		// options parsed in order as Redis does, so AUTH's arguments are
+		// never mistaken for a name.
+		for i := 2; i < len(args); {
+			switch {
+			case eqFold(args[i], "auth") && i+2 < len(args):
+				i += 3
+			case eqFold(args[i], "setname") && i+1 < len(args):
+				s.setName(&e, args[i+1])
+				i += 2
+			default:
+				i = len(args)
 			}
 		}
 	case command.Quit:
@@ -250,6 +265,17 @@ func (s *session) request(args [][]byte, now int64) {
 		}
 	}
 	s.q.push(e)
+}
+
+// setName remembers a client name a request sets (CLIENT SETNAME, HELLO
+// SETNAME) until its reply says whether it took effect. Only used by the
+// slow log; names are not credentials.
+func (s *session) setName(e *pending, name []byte) {
+	if s.p.cfg.SlowLog == nil {
+		return
+	}
+	e.flags |= flagSetName
+	s.names = append(s.names, string(name))
 }
 
 func (s *session) subRequest(e *pending, fam uint8, nargs int) {
@@ -299,20 +325,20 @@ func (s *session) answerLocal() {
 
 func (s *session) upstreamOpened(c gnet.Conn) {
 	s.up = c
-	if len(s.outq) > 0 {
-		_, _ = c.Write(s.outq)
-		if m := s.p.cfg.Metrics; m != nil {
-			m.AddUpstreamBytes(0, len(s.outq))
-		}
-		s.outq = nil
-	}
-	if s.l.m != nil {
+	if s.l.m != nil { // t_sent before the write, as in clientTraffic
 		t := s.p.now()
 		for i := 0; i < s.q.len(); i++ {
 			if e := s.q.at(i); e.tSent == 0 {
 				e.tSent = t
 			}
 		}
+	}
+	if len(s.outq) > 0 {
+		_, _ = c.Write(s.outq)
+		if m := s.p.cfg.Metrics; m != nil {
+			m.AddUpstreamBytes(0, len(s.outq))
+		}
+		s.outq = nil
 	}
 }
 
@@ -468,6 +494,12 @@ func (s *session) onFrame(f *resp.Frame) (pending, bool) {
 		return pending{}, false
 	}
 	e := s.q.pop()
+	if e.flags&flagSetName != 0 && len(s.names) > 0 {
+		if !f.IsError() {
+			s.name = s.names[0]
+		}
+		s.names = s.names[1:]
+	}
 	switch {
 	case e.flags&flagMonitor != 0 && f.Type == '+':
 		s.monitor = true
