@@ -12,15 +12,17 @@ import (
 // hands reply bytes to a goroutine that writes them through the Go runtime's
 // poller. Used only in that rare case: the fast path never sees it.
 type linger struct {
-	ch chan []byte
+	ch     chan []byte
+	queued int  // bytes handed to the writer (loop side only)
+	limit  int  // ClientOutputLimit; <= 0 unlimited
+	broken bool // stopped taking bytes: the client gets a prefix of its stream
 }
 
-// lingerQueue bounds the reply chunks queued for a half-closed client; when
-// it is full the client is not reading and the rest is dropped.
-const lingerQueue = 256
+// lingerQueue bounds the reply chunks queued for a half-closed client.
+const lingerQueue = 4096
 
-func newLinger(p *Proxy, fd int) *linger {
-	l := &linger{ch: make(chan []byte, lingerQueue)}
+func newLinger(p *Proxy, fd int, limit int) *linger {
+	l := &linger{ch: make(chan []byte, lingerQueue), limit: limit}
 	f := os.NewFile(uintptr(fd), "client")
 	conn, err := net.FileConn(f) // dups fd again
 	_ = f.Close()
@@ -43,11 +45,23 @@ func newLinger(p *Proxy, fd int) *linger {
 	return l
 }
 
-// write queues a copy of b (b aliases the loop's read buffer).
+// write queues a copy of b (b aliases the loop's read buffer). When the
+// client does not read fast enough (the queue or the output limit is full)
+// it stops taking bytes for good, so the client sees a prefix of its reply
+// stream and then EOF, never a stream with a gap.
 func (l *linger) write(b []byte) {
+	if l.broken {
+		return
+	}
+	l.queued += len(b)
+	if l.limit > 0 && l.queued > l.limit {
+		l.broken = true
+		return
+	}
 	select {
 	case l.ch <- append([]byte(nil), b...):
 	default:
+		l.broken = true
 	}
 }
 

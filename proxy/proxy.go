@@ -140,6 +140,7 @@ func (p *Proxy) Start() error {
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReusePort(false),
+		gnet.WithReuseAddr(true), // restart on the same port despite TIME-WAIT sockets
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(gnetLogger{p.log}),
 	}

@@ -48,6 +48,8 @@ type session struct {
 
 	replyMode  uint8
 	inMulti    bool
+	resp3      bool // HELLO 3 answered: pub/sub messages come as pushes, never as arrays
+	wantResp3  bool // HELLO 3 sent (the request side's view, ahead of the reply)
 	monitor    bool // MONITOR answered: '+<timestamp> ...' lines are a feed
 	raw        bool // SYNC/PSYNC answered: relay bytes unframed
 	chans      int64
@@ -63,6 +65,7 @@ type session struct {
 	name       string   // CLIENT SETNAME / HELLO SETNAME that succeeded, for the slow log
 	names      []string // names of SETNAME requests in flight, oldest first
 	linger     *linger
+	overSince  time.Time // when the client's queued replies went over the output limit
 }
 
 // upLink is the gnet context of a session's upstream connection.
@@ -85,6 +88,15 @@ func (s *session) clientTraffic(c gnet.Conn) {
 		return
 	}
 	p := s.p
+	if p.draining.Load() {
+		// Shutting down: no new requests; the client is closed once the
+		// ones it already sent are answered.
+		s.stopRead, s.closeAfter = true, true
+		if s.q.len() == 0 {
+			s.closeClient()
+		}
+		return
+	}
 	if m := p.cfg.Metrics; m != nil {
 		m.AddClientBytes(len(data), 0)
 	}
@@ -195,7 +207,7 @@ func (s *session) request(args [][]byte, now int64) {
 		if len(args) == 3 && eqFold(args[1], "setname") {
 			s.setName(&e, args[2])
 		}
-		if len(args) == 3 && !s.inMulti && eqFold(args[1], "reply") {
+		if len(args) == 3 && !s.inMulti && !s.resp2Subscribed() && eqFold(args[1], "reply") {
 			isClientReply = true
 			switch {
 			case eqFold(args[2], "on"):
@@ -218,6 +230,14 @@ func (s *session) request(args [][]byte, now int64) {
 		// HELLO [protover [AUTH username password] [SETNAME clientname]],
 		// options parsed in order as Redis does, so AUTH's arguments are
 		// never mistaken for a name.
+		if len(args) >= 2 {
+			switch string(args[1]) {
+			case "3":
+				s.wantResp3 = true
+			case "2":
+				s.wantResp3 = false
+			}
+		}
 		for i := 2; i < len(args); {
 			switch {
 			case eqFold(args[i], "auth") && i+2 < len(args):
@@ -236,9 +256,11 @@ func (s *session) request(args [][]byte, now int64) {
 		e.flags |= flagMonitor
 	case command.Reset:
 		e.flags |= flagReset
-		s.replyMode, s.inMulti = replyOn, false
+		s.replyMode, s.inMulti, s.wantResp3 = replyOn, false, false
 	case command.Multi:
-		s.inMulti = true
+		if !s.resp2Subscribed() { // rejected in a RESP2 subscribed context
+			s.inMulti = true
+		}
 	case command.Exec, command.Discard:
 		s.inMulti = false
 	case command.Sync, command.Psync:
@@ -253,7 +275,9 @@ func (s *session) request(args [][]byte, now int64) {
 	if id.Info().Flags.Has(command.FlagBlocking) {
 		e.flags |= flagBlocking
 	}
-	if !isClientReply {
+	if !isClientReply && e.kind != kindSub {
+		// (P|S)(UN)SUBSCRIBE confirmations are sent even under CLIENT
+		// REPLY OFF/SKIP (redis-server 7.0 pubsub.c writes them as pushes).
 		switch s.replyMode {
 		case replyOff:
 			s.count(id)
@@ -265,6 +289,25 @@ func (s *session) request(args [][]byte, now int64) {
 		}
 	}
 	s.q.push(e)
+}
+
+// resp2Subscribed reports whether requests now being sent reach a RESP2
+// connection in subscribe mode (subscribed, or a SUBSCRIBE still in
+// flight), where Redis accepts only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET.
+func (s *session) resp2Subscribed() bool {
+	if s.wantResp3 {
+		return false
+	}
+	if s.subscribed() {
+		return true
+	}
+	for i := 0; i < s.q.len(); i++ {
+		if e := s.q.at(i); e.kind == kindSub && e.cmd != command.Unsubscribe &&
+			e.cmd != command.Punsubscribe && e.cmd != command.Sunsubscribe {
+			return true
+		}
+	}
+	return false
 }
 
 // setName remembers a client name a request sets (CLIENT SETNAME, HELLO
@@ -365,7 +408,7 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 	for off < len(data) && !s.raw {
 		// SYNC/PSYNC: from its reply on, the connection carries an RDB
 		// payload (no trailing CRLF) and then the replication stream.
-		if s.q.len() > 0 && s.q.front().flags&flagSync != 0 && !s.rf.InFrame() {
+		if s.q.len() > 0 && s.q.front().flags&flagSync != 0 && !s.rf.InFrame() && data[off] != '-' {
 			e := s.q.pop()
 			popped++
 			done = append(done, doneRec{tIn: e.tIn, tSent: e.tSent, tReply: now, svcFrom: e.tSent, cmd: int(e.cmd)})
@@ -440,7 +483,7 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 	if s.closeAfter && s.q.len() == 0 {
 		s.closeClient()
 	}
-	if s.linger != nil && s.q.len() == 0 {
+	if s.linger != nil && (s.q.len() == 0 || s.blockedAtHead()) {
 		s.closeBoth()
 	}
 }
@@ -477,7 +520,7 @@ func (s *session) onFrame(f *resp.Frame) (pending, bool) {
 	switch {
 	case s.monitor && f.Type == '+' && len(f.Head) > 0 && f.Head[0] >= '0' && f.Head[0] <= '9':
 		return pending{}, false // a MONITOR line: "+1700000000.123456 [0 127.0.0.1:5000] ..."
-	case f.Type == '>' || (f.Type == '*' && (s.subscribed() || s.q.len() > 0 && s.q.front().kind == kindSub)):
+	case f.Type == '>' || (f.Type == '*' && !s.resp3 && (s.subscribed() || s.q.len() > 0 && s.q.front().kind == kindSub)):
 		fam, confirm, message := classifyPubsub(f.Head)
 		if message {
 			return pending{}, false
@@ -504,8 +547,12 @@ func (s *session) onFrame(f *resp.Frame) (pending, bool) {
 	case e.flags&flagMonitor != 0 && f.Type == '+':
 		s.monitor = true
 	case e.flags&flagReset != 0:
-		s.monitor = false
+		s.monitor, s.resp3 = false, false
 		s.chans, s.pats, s.shards = 0, 0, 0
+	case e.cmd == command.Hello && f.Type == '%':
+		s.resp3 = true
+	case e.cmd == command.Hello && f.Type == '*':
+		s.resp3 = false
 	}
 	return e, true
 }
@@ -585,8 +632,8 @@ func (s *session) writeClient(b []byte) {
 		_, _ = s.client.Write(b)
 		// A client that does not read: its replies pile up in gnet's
 		// outbound buffer, which has no bound of its own.
-		if lim := s.p.cfg.ClientOutputLimit; lim > 0 && s.client.OutboundBuffered() > lim {
-			s.evict("output_limit")
+		if lim := s.p.cfg.ClientOutputLimit; lim > 0 {
+			s.checkOutput(lim)
 		}
 	}
 	if m := s.p.cfg.Metrics; m != nil {
@@ -603,6 +650,27 @@ func (s *session) closeClient() {
 	}
 	if !s.closed {
 		_ = s.client.Close()
+	}
+}
+
+// checkOutput enforces the client output limit the way Redis's
+// client-output-buffer-limit does with a hard and a soft limit: replies
+// queued beyond 2 x limit evict at once; beyond limit they evict only when
+// they stay there for 1 s. A client that reads a large reply as fast as it
+// can passes over the soft limit briefly (the engine writes faster than a
+// client reads, and gnet cannot pause reading the engine); one that stops
+// reading does not come back under it.
+func (s *session) checkOutput(lim int) {
+	n := s.client.OutboundBuffered()
+	switch {
+	case n <= lim:
+		s.overSince = time.Time{}
+	case n > 2*lim:
+		s.evict("output_limit")
+	case s.overSince.IsZero():
+		s.overSince = time.Now()
+	case time.Since(s.overSince) > time.Second:
+		s.evict("output_limit")
 	}
 }
 
@@ -630,9 +698,7 @@ func (s *session) closeBoth() {
 		_ = s.client.Close()
 	}
 	s.closed = true
-	if s.up != nil {
-		_ = s.up.Close()
-	}
+	s.shutdownUpstream()
 }
 
 // failPending answers every pending request with reply (an upstream error)
@@ -678,8 +744,8 @@ func (s *session) dialFailed(err error) {
 // upstreamClosed runs when the engine side closed: by the engine (QUIT,
 // CLIENT KILL, a crash) or by us.
 func (s *session) upstreamClosed(err error) {
-	if m := s.p.cfg.Metrics; m != nil {
-		m.UpstreamClosed()
+	if m := s.p.cfg.Metrics; m != nil && s.up != nil {
+		m.UpstreamClosed() // only the ones upstreamOpened counted
 	}
 	s.up = nil
 	if s.closed && s.linger == nil {
@@ -722,14 +788,14 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 		s.q = fifo{}
 		return
 	}
-	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.upFailed == nil && !s.hasBlocking() && !s.p.draining.Load() {
+	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.upFailed == nil && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
-			s.linger = newLinger(s.p, fd)
+			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
 			s.stopRead = true
 			// Bound the wait: a reply that never comes must not keep the
 			// descriptor (and the upstream) forever.
 			el := c.EventLoop()
-			time.AfterFunc(s.p.cfg.DrainTimeout, func() {
+			time.AfterFunc(lingerTimeout, func() {
 				_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 					if s.linger != nil {
 						s.closeBoth()
@@ -743,19 +809,32 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 	s.closed = true
 	s.p.inflight.Add(-int64(s.q.len()))
 	s.q = fifo{}
+	s.shutdownUpstream()
+}
+
+// lingerTimeout bounds how long a half-closed client's replies are waited
+// for.
+const lingerTimeout = 60 * time.Second
+
+// shutdownUpstream closes the upstream connection. The FIN is sent at once
+// (shutdown(2)), not at gnet's next loop iteration, so that the engine frees
+// the client's blocked command (BLPOP) before anything else can reach it.
+func (s *session) shutdownUpstream() {
 	if s.up != nil {
+		_ = unix.Shutdown(s.up.Fd(), unix.SHUT_RDWR)
 		_ = s.up.Close()
 	}
 }
 
-func (s *session) hasBlocking() bool {
-	for i := 0; i < s.q.len(); i++ {
-		e := s.q.at(i)
-		if e.flags&(flagBlocking|flagMonitor|flagSync) != 0 || e.kind == kindSub {
-			return true
-		}
+// blockedAtHead reports whether the oldest pending request may block in the
+// engine (or turns the connection into a feed): Redis would be stuck on it
+// when it reads the client's EOF, and would free the client then.
+func (s *session) blockedAtHead() bool {
+	if s.q.len() == 0 {
+		return s.monitor || s.subscribed() || s.raw
 	}
-	return s.monitor || s.subscribed() || s.raw
+	e := s.q.front()
+	return e.flags&(flagBlocking|flagMonitor|flagSync) != 0 || e.kind == kindSub || s.monitor || s.subscribed() || s.raw
 }
 
 // toUpstream forwards raw bytes (replication mode).

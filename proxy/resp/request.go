@@ -349,23 +349,61 @@ func Args(frame []byte, kind Kind, argsbuf [][]byte) [][]byte {
 		// check; fall back to the scanner's view of the first argument.
 		return firstBulk(frame, argsbuf[:0])
 	case KindInline:
-		args := argsbuf[:0]
-		i := 0
-		for i < len(frame) {
-			for i < len(frame) && isSpace(frame[i]) {
-				i++
-			}
-			st := i
-			for i < len(frame) && !isSpace(frame[i]) {
-				i++
-			}
-			if i > st {
-				args = append(args, frame[st:i])
-			}
-		}
-		return args
+		return inlineArgs(frame, argsbuf[:0])
 	}
 	return argsbuf[:0]
+}
+
+// inlineArgs splits an inline request into words where Redis's
+// sdssplitargs puts the boundaries: white space separates words, except
+// inside double quotes (where a backslash escapes the next byte) or single
+// quotes (where \' is a quote). A word that is one quoted section, such as
+// "QUIT" or 'a b', is returned without its quotes; any other word is
+// returned as it stands. Escapes are not decoded: the proxy only classifies
+// the request, and the engine parses the raw line.
+func inlineArgs(frame []byte, args [][]byte) [][]byte {
+	i := 0
+	for i < len(frame) {
+		for i < len(frame) && isSpace(frame[i]) {
+			i++
+		}
+		if i >= len(frame) {
+			break
+		}
+		st, closed := i, -1 // closed: where the first quoted section ended
+		var inq byte
+		for i < len(frame) {
+			c := frame[i]
+			if inq != 0 {
+				if c == '\\' && i+1 < len(frame) && (inq == '"' || frame[i+1] == '\'') {
+					i += 2
+					continue
+				}
+				if c == inq {
+					inq = 0
+					if closed < 0 {
+						closed = i
+					}
+				}
+				i++
+				continue
+			}
+			if isSpace(c) {
+				break
+			}
+			if c == '"' || c == '\'' {
+				inq = c
+			}
+			i++
+		}
+		end := min(i, len(frame))
+		word := frame[st:end]
+		if q := word[0]; (q == '"' || q == '\'') && closed == end-1 {
+			word = word[1 : len(word)-1]
+		}
+		args = append(args, word)
+	}
+	return args
 }
 
 func firstBulk(frame []byte, args [][]byte) [][]byte {
