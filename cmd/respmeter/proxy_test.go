@@ -444,7 +444,7 @@ func TestProxyObservability(t *testing.T) {
 	}
 	out := p.stdout.String()
 	for _, re := range []string{
-		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(engine not polled\)) \| proxy \d+% — (client|path|engine|proxy)-bound; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
+		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\)) \| proxy \d+% — (client|path|engine|proxy)-bound; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
 		`(?m)^Command +Timed +total +upstream +engine +path +proxy$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 type reportOptions struct {
 	compare string   // second log; "" for a single-log table
 	plot    string   // plot file, .svg or .png; "" for none
+	tags    string   // regular expression selecting tags; "" for all
 	names   []string // names of FILE and --compare FILE2
 }
 
@@ -85,6 +87,7 @@ that cannot be opened or read.`,
 	fl := cmd.Flags()
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
+	fl.StringVar(&o.tags, "tags", "", "only tags matching this regular `EXPR` (e.g. '^get\\.' or '\\.total$'); a plot of more than 10 tags defaults to '\\.total$'")
 	fl.StringSliceVar(&o.names, "names", nil, "names of FILE and FILE2 with --compare, as `A,B` (default: the files' base names)")
 	return cmd
 }
@@ -96,6 +99,14 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		if ext := strings.ToLower(filepath.Ext(o.plot)); ext != ".svg" && ext != ".png" {
 			return usageError(cmd, fmt.Errorf("--plot %s: the file name must end in .svg or .png", o.plot))
 		}
+	}
+	var tagRe *regexp.Regexp
+	if o.tags != "" {
+		re, err := regexp.Compile(o.tags)
+		if err != nil {
+			return usageError(cmd, fmt.Errorf("--tags %q: %v", o.tags, err))
+		}
+		tagRe = re
 	}
 	var nameA, nameB string
 	switch {
@@ -113,7 +124,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		nameA, nameB = defaultNames(file, o.compare)
 	}
 
-	a, err := loadLog(file)
+	a, err := loadLog(file, tagRe)
 	if err != nil {
 		return err
 	}
@@ -121,21 +132,26 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		if err := a.Table(stdout); err != nil {
 			return failure(fmt.Errorf("writing the table: %w", err))
 		}
-		return writePlot(o.plot, map[string]*report.Log{filepath.Base(file): a})
+		return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{filepath.Base(file): a})
 	}
-	b, err := loadLog(o.compare)
+	b, err := loadLog(o.compare, tagRe)
 	if err != nil {
 		return err
 	}
 	if err := report.Compare(stdout, a, b, nameA, nameB); err != nil {
 		return failure(fmt.Errorf("writing the comparison: %w", err))
 	}
-	return writePlot(o.plot, map[string]*report.Log{nameA: a, nameB: b})
+	return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{nameA: a, nameB: b})
 }
+
+// plotTagLimit is how many tags a plot shows before it keeps only the
+// ".total" ones (unless --tags chose): beyond that the lines and the
+// legend cannot be told apart.
+const plotTagLimit = 10
 
 // loadLog reads the interval log at path. Its errors name path and are
 // usage errors (exit 2): the input is what is wrong.
-func loadLog(path string) (*report.Log, error) {
+func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("report: %w", err)}
@@ -145,13 +161,28 @@ func loadLog(path string) (*report.Log, error) {
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", path, err)}
 	}
+	if tagRe != nil {
+		l = l.Filter(tagRe.MatchString)
+	}
 	return l, nil
 }
 
 // writePlot writes the plot of logs to path, if path is not empty.
-func writePlot(path string, logs map[string]*report.Log) error {
+func writePlot(cmd *cobra.Command, path string, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
 	if path == "" {
 		return nil
+	}
+	if tagRe == nil {
+		n := 0
+		for _, l := range logs {
+			n = max(n, len(l.Tags()))
+		}
+		if n > plotTagLimit {
+			fmt.Fprintf(cmd.ErrOrStderr(), "report: %d tags; plotting the .total ones (choose others with --tags)\n", n)
+			for name, l := range logs {
+				logs[name] = l.Filter(func(t string) bool { return strings.HasSuffix(t, ".total") })
+			}
+		}
 	}
 	if err := report.Plot(path, logs); err != nil {
 		return failure(err)

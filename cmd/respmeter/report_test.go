@@ -124,7 +124,8 @@ func TestReportPlot(t *testing.T) {
 
 	pngPath := filepath.Join(dir, "redis.png")
 	stdout, stderr, code := execReport(t, redis, "--plot", pngPath)
-	if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "tag ") {
+	// 11 tags: more than a plot shows, so only the .total ones are drawn, and said so.
+	if code != exitOK || !strings.Contains(stderr, "plotting the .total ones") || !strings.HasPrefix(stdout, "tag ") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	f, err := os.Open(pngPath)
@@ -141,7 +142,7 @@ func TestReportPlot(t *testing.T) {
 	}
 
 	svgPath := filepath.Join(dir, "cmp.svg")
-	stdout, stderr, code = execReport(t, redis, "--compare", valkey, "--plot", svgPath)
+	stdout, stderr, code = execReport(t, redis, "--compare", valkey, "--plot", svgPath, "--tags", `\.total$`)
 	if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "tag ") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -230,5 +231,43 @@ func TestReportDefaultNames(t *testing.T) {
 		if a, b := defaultNames(tc.a, tc.b); a != tc.wantA || b != tc.wantB {
 			t.Errorf("defaultNames(%q, %q) = %q, %q; want %q, %q", tc.a, tc.b, a, b, tc.wantA, tc.wantB)
 		}
+	}
+}
+
+// TestReportTags: --tags keeps the tags a regular expression matches, in
+// tables and plots; a bad expression is a usage error.
+func TestReportTags(t *testing.T) {
+	redis, _ := testRuns(t)
+	all, _, _ := execReport(t, redis)
+	stdout, stderr, code := execReport(t, redis, "--tags", `\.total$`)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	tags := func(table string) map[string]bool {
+		m := map[string]bool{}
+		for _, line := range strings.Split(table, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && (strings.Contains(f[0], ".") || f[0] == "think") {
+				m[f[0]] = true
+			}
+		}
+		return m
+	}
+	got := tags(stdout)
+	var kept, dropped int
+	for tag := range tags(all) {
+		switch want := strings.HasSuffix(tag, ".total"); {
+		case got[tag] && want:
+			kept++
+		case !got[tag] && !want:
+			dropped++
+		default:
+			t.Errorf("tag %q kept=%v", tag, got[tag])
+		}
+	}
+	if kept == 0 || dropped == 0 {
+		t.Errorf("kept %d rows, dropped %d: the filter did nothing testable", kept, dropped)
+	}
+	if _, stderr, code := execReport(t, redis, "--tags", "("); code != exitUsage || !strings.Contains(stderr, "--tags") {
+		t.Errorf("bad expression: exit %d, stderr %q", code, stderr)
 	}
 }

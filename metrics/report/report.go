@@ -153,6 +153,18 @@ func covers(m, h *hdrhistogram.Histogram) bool {
 }
 
 // Tags returns the log's tags, sorted; Untagged ("") sorts first.
+// Filter returns a Log holding only the tags keep accepts (histograms are
+// shared, not copied).
+func (l *Log) Filter(keep func(tag string) bool) *Log {
+	out := &Log{hists: make(map[string]*hdrhistogram.Histogram), start: l.start, end: l.end, intervals: l.intervals}
+	for t, h := range l.hists {
+		if keep(t) {
+			out.hists[t] = h
+		}
+	}
+	return out
+}
+
 func (l *Log) Tags() []string {
 	tags := make([]string, 0, len(l.hists))
 	for t := range l.hists {

@@ -143,7 +143,7 @@ func (v Verdict) String() string {
 	var b strings.Builder
 	eng := fmt.Sprintf("%.0f%%", 100*v.Engine)
 	if !v.EngineKnown {
-		eng = "n/a (engine not polled)"
+		eng = "n/a (no engine stats for these commands)"
 	}
 	fmt.Fprintf(&b, "cycle %v: client %.0f%% | path %.0f%% | engine %s | proxy %.0f%% — %s",
 		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, 100*v.Proxy, v.Bound)

@@ -33,7 +33,7 @@ func TestVerdict(t *testing.T) {
 			name:  "engine unknown",
 			iv:    Interval{Requests: 1, Total: 100 * us, Upstream: 90 * us, Proxy: 10 * us, InFlight: -1},
 			bound: "path-bound", cycle: 100 * us,
-			want: "cycle 100µs: client 0% | path 90% | engine n/a (engine not polled) | proxy 10% — path-bound",
+			want: "cycle 100µs: client 0% | path 90% | engine n/a (no engine stats for these commands) | proxy 10% — path-bound",
 		},
 		{
 			name:  "engine capped at upstream",
