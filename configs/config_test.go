@@ -2,7 +2,6 @@ package configs
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,28 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/goldenfile"
+
 	"gopkg.in/yaml.v3"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// checkGolden compares got with the golden file at path, or rewrites it
-// under -update.
+// checkGolden compares got with the file at path (-update rewrites it).
 func checkGolden(t *testing.T, path, got string) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./configs -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (go test ./configs -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
+	goldenfile.Check(t, path, []byte(got))
 }
 
 func TestGoodConfigs(t *testing.T) {

@@ -2,18 +2,16 @@ package metrics_test
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/goldenfile"
+
 	"github.com/respmeter/respmeter/metrics"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // Command IDs of testNames.
 const (
@@ -60,26 +58,10 @@ func span(loop, cmd, from, to int) []op {
 	return ops
 }
 
-// golden compares got with testdata/name, or rewrites the file with -update.
+// golden compares got with testdata/name (-update rewrites it).
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("output differs from %s (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }
 
 func TestPhaseString(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/goldenfile"
 )
 
 // runMainEnv, set to "1", makes the test binary run main instead of the
@@ -23,8 +24,6 @@ const runMainEnv = "GO_TEST_RESPMETER_RUN_MAIN"
 
 // cliTimeout bounds every re-executed command.
 const cliTimeout = 60 * time.Second
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
 
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) == "1" {
@@ -165,23 +164,10 @@ func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	return p.stdout.String(), p.stderr.String(), code
 }
 
-// checkGolden compares got with testdata/name, or rewrites it under -update.
+// checkGolden compares got with testdata/name (-update rewrites it).
 func checkGolden(t *testing.T, name, got string) {
 	t.Helper()
-	path := "testdata/" + name
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./cmd/respmeter -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (go test ./cmd/respmeter -update rewrites it)\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
+	goldenfile.Check(t, "testdata/"+name, []byte(got))
 }
 
 func TestHelp(t *testing.T) {

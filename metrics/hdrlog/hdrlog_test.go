@@ -3,19 +3,17 @@ package hdrlog_test
 import (
 	"bytes"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/goldenfile"
+
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // newHist returns a histogram shaped as package metrics makes them:
 // microseconds, 1 µs .. 1 h, 3 significant digits.
@@ -204,24 +202,8 @@ func TestDelta(t *testing.T) {
 	}
 }
 
-// golden compares got with testdata/name, or rewrites that file with -update.
+// golden compares got with testdata/name (-update rewrites it).
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }

@@ -3,7 +3,6 @@ package report_test
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -12,13 +11,13 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/goldenfile"
+
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var t0 = time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 
@@ -288,24 +287,8 @@ func TestPlotErrors(t *testing.T) {
 	}
 }
 
-// golden compares got with testdata/name, or rewrites that file with -update.
+// golden compares got with testdata/name (-update rewrites it).
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }
