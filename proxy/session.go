@@ -450,12 +450,19 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 	if s.raw {
 		off = len(data)
 	}
+	// t_out is read just before the write, as t_sent is: once the bytes are
+	// in the client's socket the client may see them (and, on a busy
+	// machine, run) before a clock read that follows the write, and the
+	// proxy would book more than the client itself saw.
+	var tOut int64
+	if measure && len(done) > 0 {
+		tOut = p.now()
+	}
 	if off > flushed {
 		s.writeClient(data[flushed:off])
 	}
 	p.inflight.Add(-int64(popped))
 	if measure && len(done) > 0 {
-		tOut := p.now()
 		m := s.l.m
 		m.Lock()
 		for i := range done {
