@@ -242,3 +242,32 @@ func TestRestartOnSamePort(t *testing.T) {
 		t.Errorf("PING via the restarted proxy: %q", got)
 	}
 }
+
+// TestEngineProtocolErrorClose: requests the proxy accepts but the engine
+// rejects as malformed (here Redis 7.0's limit on unauthenticated
+// multibulk requests of a requirepass engine) get the engine's error, then
+// the close, exactly as directly: no upstream-lost errors appended for the
+// requests behind it.
+func TestEngineProtocolErrorClose(t *testing.T) {
+	t.Parallel()
+	e := e2eSetup(t, "--requirepass", "pw")
+	args := []string{"DEL"}
+	for i := 0; i < 20; i++ {
+		args = append(args, "k"+strings.Repeat("x", i))
+	}
+	writes := [][]byte{respJoin(respCmd(args...), respCmd("PING"))}
+	o := redistest.ExchangeOptions{Timeout: 3 * time.Second}
+	direct, dClosed := redistest.Exchange(t, e.srv.Addr(), writes, o)
+	via, pClosed := redistest.Exchange(t, e.paddr, writes, o)
+	if !strings.HasPrefix(string(direct), "-ERR Protocol error") {
+		t.Fatalf("engine answered %q; this test needs its unauthenticated-request limit", direct)
+	}
+	if !bytes.Equal(direct, via) || dClosed != pClosed {
+		t.Errorf("proxy differs from engine\n direct (closed=%v): %q\n proxy  (closed=%v): %q", dClosed, direct, pClosed, via)
+	}
+	// A script's error that merely looks like it does not close anything.
+	c := redistest.Dial(t, e.paddr)
+	c.Roundtrip(t, respCmd("AUTH", "pw"), []byte("+OK\r\n"))
+	c.Roundtrip(t, respCmd("EVAL", "return redis.error_reply('ERR Protocol error: fake')", "0"), []byte("-ERR Protocol error: fake\r\n"))
+	c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+}

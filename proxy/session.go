@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -66,6 +67,9 @@ type session struct {
 	names      []string // names of SETNAME requests in flight, oldest first
 	linger     *linger
 	overSince  time.Time // when the client's queued replies went over the output limit
+	// engineProtoErr: the last reply was the engine's "-ERR Protocol error"
+	// (it closes the connection after it).
+	engineProtoErr bool
 }
 
 // upLink is the gnet context of a session's upstream connection.
@@ -426,6 +430,12 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 		if !fin {
 			break
 		}
+		// The engine rejects a request it cannot parse with "-ERR Protocol
+		// error: ..." and closes the connection: if the close follows, no
+		// error replies of ours may come after it (see upstreamClosed). A
+		// script may return such an error too; any later reply clears it.
+		f := s.rf.Frame()
+		s.engineProtoErr = f.Type == '-' && bytes.HasPrefix(f.Head, engineProtoErr)
 		if e, ok := s.onFrame(s.rf.Frame()); ok {
 			popped++
 			if measure {
@@ -518,6 +528,11 @@ func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
 	d.key.Fill(&e)
 	sl.Add(e)
 }
+
+// engineProtoErr starts the error Redis sends before closing a connection
+// on a request it cannot parse ("ERR Protocol error: ..."), as much of it as
+// a Frame.Head holds.
+var engineProtoErr = []byte("ERR Protocol err")
 
 // onFrame matches one complete reply. It returns the request it answered
 // and true, or false for a frame that answers nothing (a push, a pub/sub
@@ -758,7 +773,7 @@ func (s *session) upstreamClosed(err error) {
 	if s.closed && s.linger == nil {
 		return
 	}
-	if s.closeAfter || s.raw {
+	if s.closeAfter || s.raw || s.engineProtoErr {
 		s.closeClient()
 		return
 	}
