@@ -36,18 +36,36 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 // where D is {"count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"}.
 // Commands never counted are left out, as are phases of commands never timed.
 // Other methods get 405. The handler may serve concurrently with recording.
-func (s *Set) StatsHandler() http.Handler {
+func (s *Set) StatsHandler() http.Handler { return s.StatsHandlerWith(nil) }
+
+// StatsHandlerWith is StatsHandler with more top-level sections: the keys of
+// extra() (called once per request; nil for none) are added to the document,
+// each value encoded as JSON. Keys that /stats already has are not replaced.
+func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		var doc statsJSON
+		var stats statsJSON
 		_ = s.view(func(sn *Snapshot) error {
-			doc = newStatsJSON(sn)
+			stats = newStatsJSON(sn)
 			return nil
 		})
+		var doc any = stats
+		if extra != nil {
+			m := map[string]any{
+				"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
+				"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
+			}
+			for k, v := range extra() {
+				if _, taken := m[k]; !taken {
+					m[k] = v
+				}
+			}
+			doc = m
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method == http.MethodHead {

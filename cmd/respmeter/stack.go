@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -191,7 +189,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.adminAddr = adminLn.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/stats", extendStats(st.set.StatsHandler(), an.statsExtra))
+	mux.Handle("/stats", st.set.StatsHandlerWith(an.statsExtra))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	st.admin = &http.Server{
@@ -221,59 +219,6 @@ func proxyLimit(v int64) int {
 	}
 	return int(min(v, int64(^uint(0)>>1)))
 }
-
-// extendStats returns a handler serving inner's JSON document (metrics'
-// /stats) with the keys of extra() added at the top level. Requests other
-// than GET and HEAD, and answers other than 200, are inner's own.
-func extendStats(inner http.Handler, extra func() map[string]any) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			inner.ServeHTTP(w, r)
-			return
-		}
-		get := r.Clone(r.Context())
-		get.Method = http.MethodGet
-		rec := &recorder{header: http.Header{}, code: http.StatusOK}
-		inner.ServeHTTP(rec, get)
-		var doc map[string]json.RawMessage
-		if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &doc) != nil {
-			for k, v := range rec.header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.code)
-			_, _ = w.Write(rec.body.Bytes())
-			return
-		}
-		for k, v := range extra() {
-			b, err := json.Marshal(v)
-			if err != nil {
-				http.Error(w, "stats: "+err.Error(), http.StatusInternalServerError)
-				return
-			}
-			doc[k] = b
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if r.Method == http.MethodHead {
-			return
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(doc) // only fails when the client has gone
-	})
-}
-
-// recorder is a minimal http.ResponseWriter capturing an answer in memory
-// (net/http/httptest is avoided: it registers a command-line flag).
-type recorder struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header         { return r.header }
-func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
-func (r *recorder) WriteHeader(code int)        { r.code = code }
 
 // stop stops the proxy (no new clients, pending replies drained within the
 // proxy's drain timeout), then the background tasks (probe, poller,

@@ -136,11 +136,11 @@ func TestAnalyzer(t *testing.T) {
 	}
 }
 
-func TestExtendStats(t *testing.T) {
+func TestStatsHandlerWith(t *testing.T) {
 	set, observe := testSet()
 	observe(1, 1, time.Millisecond, time.Millisecond)
-	h := extendStats(set.StatsHandler(), func() map[string]any {
-		return map[string]any{"verdict": nil, "probe": map[string]int{"count": 3}}
+	h := set.StatsHandlerWith(func() map[string]any {
+		return map[string]any{"verdict": nil, "probe": map[string]int{"count": 3}, "totals": "not replaced"}
 	})
 	do := func(method string) (*http.Response, string) {
 		t.Helper()
@@ -156,7 +156,7 @@ func TestExtendStats(t *testing.T) {
 		t.Fatalf("GET: %s, %v\n%s", res.Status, err, body)
 	}
 	if string(doc["verdict"]) != "null" || !strings.Contains(string(doc["probe"]), `"count": 3`) ||
-		!strings.Contains(string(doc["commands"]), `"get"`) || doc["totals"] == nil {
+		!strings.Contains(string(doc["commands"]), `"get"`) || !strings.Contains(string(doc["totals"]), `"count"`) {
 		t.Errorf("GET /stats:\n%s", body)
 	}
 	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
