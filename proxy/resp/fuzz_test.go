@@ -105,7 +105,9 @@ func checkArgs(t *testing.T, frame []byte, kind Kind) {
 		}
 		// Quoted sections can only join white-space separated fields, and
 		// every argument lies within the frame.
-		if len(args) > len(bytes.Fields(frame)) {
+		// (Redis's white space is ASCII only: " \t\r\n\v\f", not U+00A0
+		// or U+0085 as bytes.Fields would have it.)
+		if len(args) > len(bytes.FieldsFunc(frame, func(r rune) bool { return r < 0x80 && isSpace(byte(r)) })) {
 			t.Fatalf("Args(%q) = %q: more words than fields", frame, args)
 		}
 		for _, a := range args {
