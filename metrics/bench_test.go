@@ -84,3 +84,25 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkShardObserveLocked measures recording one timed command and its
+// batch for a shard, within a batch (lock held).
+func BenchmarkShardObserveLocked(b *testing.B) {
+	s := metrics.NewSet(1, testNames)
+	shards := []int{s.Shard("127.0.0.1:7001"), s.Shard("127.0.0.1:7002"), s.Shard("127.0.0.1:7003")}
+	l := s.Loop(0)
+	l.Lock()
+	defer l.Unlock()
+	for _, sh := range shards { // warm up: allocate the histograms
+		l.ShardObserveLocked(sh, time.Millisecond, 800*us, 800*us, false)
+		l.ShardBatchLocked(sh, 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		sh := shards[i%len(shards)]
+		l.ShardObserveLocked(sh, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, time.Duration(50+i&511)*us, false)
+		l.ShardBatchLocked(sh, 1+i&15)
+		i++
+	}
+}

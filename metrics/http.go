@@ -31,10 +31,21 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 //	                 "clients_evicted_output_limit": N, "clients_evicted_query_limit": N,
 //	                 "clients_evicted_other": N, "upstreams": N,
 //	                 "upstream_dial_errors": N, "upstream_lost": N, "protocol_errors": N},
-//	 "bytes": {"client_read": N, "client_written": N, "upstream_read": N, "upstream_written": N}}
+//	 "bytes": {"client_read": N, "client_written": N, "upstream_read": N, "upstream_written": N},
+//	 "shards": [{"shard": "127.0.0.1:7001", "commands": N, "errors": E,
+//	             "total": P, "upstream": P,
+//	             "batch": {"count": N, "mean": X, "p50": N, "p99": N}}],
+//	 "routing": {"redirects_moved": N, "redirects_ask": N, "pinned_misroutes": N,
+//	             "crossslot_replies": N, "redirect_penalty": D,
+//	             "handoffs": {"pubsub": N, "monitor": N, "blocking": N,
+//	                          "transaction": N, "state": N, "other": N}}}
 //
-// where D is {"count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"}.
+// where D is {"count", "mean", "p50", "p90", "p99", "p99.9", "p99.99", "max"}
+// and P is {"p50", "p99", "p99.9"}, in seconds like every duration here.
 // Commands never counted are left out, as are phases of commands never timed.
+// "shards" lists every registered shard (Set.Shard) in index order, an empty
+// array when there are none; a batch holds commands per upstream write
+// (unit-less, mean exact, percentiles at 3 significant digits).
 // Other methods get 405. The handler may serve concurrently with recording.
 func (s *Set) StatsHandler() http.Handler { return s.StatsHandlerWith(nil) }
 
@@ -58,6 +69,7 @@ func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
 			m := map[string]any{
 				"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
 				"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
+				"shards": stats.Shards, "routing": stats.Routing,
 			}
 			for k, v := range extra() {
 				if _, taken := m[k]; !taken {
@@ -86,6 +98,42 @@ type statsJSON struct {
 	TCPRTT      map[string]durationsJSON `json:"tcp_rtt"`
 	Connections connectionsJSON          `json:"connections"`
 	Bytes       bytesJSON                `json:"bytes"`
+	Shards      []shardJSON              `json:"shards"`
+	Routing     routingJSON              `json:"routing"`
+}
+
+// shardJSON is one entry of "shards".
+type shardJSON struct {
+	Shard    string         `json:"shard"`
+	Commands int64          `json:"commands"`
+	Errors   int64          `json:"errors"`
+	Total    percentileJSON `json:"total"`
+	Upstream percentileJSON `json:"upstream"`
+	Batch    batchJSON      `json:"batch"`
+}
+
+// percentileJSON is a short summary of a Durations, in seconds.
+type percentileJSON struct {
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99.9"`
+}
+
+// batchJSON summarizes a shard's commands per upstream write.
+type batchJSON struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   int64   `json:"p50"`
+	P99   int64   `json:"p99"`
+}
+
+type routingJSON struct {
+	RedirectsMoved   int64            `json:"redirects_moved"`
+	RedirectsAsk     int64            `json:"redirects_ask"`
+	PinnedMisroutes  int64            `json:"pinned_misroutes"`
+	CrossSlotReplies int64            `json:"crossslot_replies"`
+	RedirectPenalty  durationsJSON    `json:"redirect_penalty"`
+	Handoffs         map[string]int64 `json:"handoffs"`
 }
 
 type commandJSON struct {
@@ -152,6 +200,34 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 			UpstreamRead:    sn.Counters.UpstreamReadBytes,
 			UpstreamWritten: sn.Counters.UpstreamWrittenBytes,
 		},
+		Shards: make([]shardJSON, 0, len(sn.Shards)),
+		Routing: routingJSON{
+			RedirectsMoved:   sn.Routing.RedirectsMoved,
+			RedirectsAsk:     sn.Routing.RedirectsAsk,
+			PinnedMisroutes:  sn.Routing.PinnedMisroutes,
+			CrossSlotReplies: sn.Routing.CrossSlotReplies,
+			RedirectPenalty:  newDurationsJSON(sn.RedirectPenalty),
+			Handoffs:         make(map[string]int64, numHandoffReasons),
+		},
+	}
+	for r, v := range sn.Routing.handoffs() {
+		doc.Routing.Handoffs[handoffReason(r).String()] = v
+	}
+	for i := range sn.Shards {
+		ss := &sn.Shards[i]
+		doc.Shards = append(doc.Shards, shardJSON{
+			Shard:    ss.Name,
+			Commands: ss.Count,
+			Errors:   ss.Errors,
+			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
+			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
+			Batch: batchJSON{
+				Count: ss.Batch.Count(),
+				Mean:  ss.Batch.Mean(),
+				P50:   ss.Batch.Percentile(50),
+				P99:   ss.Batch.Percentile(99),
+			},
+		})
 	}
 	for i := range sn.Commands {
 		if c := &sn.Commands[i]; c.Count > 0 {
@@ -184,5 +260,13 @@ func newDurationsJSON(d Durations) durationsJSON {
 		P999:  sec(99.9),
 		P9999: sec(99.99),
 		Max:   d.Max().Seconds(),
+	}
+}
+
+func newPercentileJSON(d Durations) percentileJSON {
+	return percentileJSON{
+		P50:  d.Percentile(50).Seconds(),
+		P99:  d.Percentile(99).Seconds(),
+		P999: d.Percentile(99.9).Seconds(),
 	}
 }

@@ -23,6 +23,37 @@ type statsDoc struct {
 	TCPRTT      map[string]durationsDoc `json:"tcp_rtt"`
 	Connections map[string]int64        `json:"connections"`
 	Bytes       map[string]int64        `json:"bytes"`
+	Shards      []shardDoc              `json:"shards"`
+	Routing     routingDoc              `json:"routing"`
+}
+
+type shardDoc struct {
+	Shard    string        `json:"shard"`
+	Commands int64         `json:"commands"`
+	Errors   int64         `json:"errors"`
+	Total    percentileDoc `json:"total"`
+	Upstream percentileDoc `json:"upstream"`
+	Batch    struct {
+		Count int64   `json:"count"`
+		Mean  float64 `json:"mean"`
+		P50   int64   `json:"p50"`
+		P99   int64   `json:"p99"`
+	} `json:"batch"`
+}
+
+type percentileDoc struct {
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99.9"`
+}
+
+type routingDoc struct {
+	RedirectsMoved   int64            `json:"redirects_moved"`
+	RedirectsAsk     int64            `json:"redirects_ask"`
+	PinnedMisroutes  int64            `json:"pinned_misroutes"`
+	CrossSlotReplies int64            `json:"crossslot_replies"`
+	RedirectPenalty  durationsDoc     `json:"redirect_penalty"`
+	Handoffs         map[string]int64 `json:"handoffs"`
 }
 
 type commandDoc struct {
@@ -107,6 +138,10 @@ func TestStatsHandler(t *testing.T) {
 	}
 	if !strings.Contains(body, `"p99.9":`) || !strings.Contains(body, `"upstream_dial_errors": 0`) {
 		t.Errorf("body lacks expected keys:\n%s", body)
+	}
+	// No shard registered: an empty array, not null; routing all zero.
+	if !strings.Contains(body, `"shards": []`) || len(doc.Routing.Handoffs) != 6 || doc.Routing.RedirectsMoved != 0 {
+		t.Errorf("shards/routing without shards: %+v %+v", doc.Shards, doc.Routing)
 	}
 }
 

@@ -3,6 +3,7 @@ package metrics
 import (
 	"math"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -22,6 +23,16 @@ func classicBoundsMicros() []int64 {
 	}
 }
 
+// batchBounds are the upper bounds of the classic buckets of the batch
+// histogram, in commands per upstream write: powers of two, 1 .. 1024.
+func batchBounds() []int64 {
+	out := make([]int64, 0, 11)
+	for b := int64(1); b <= 1024; b *= 2 {
+		out = append(out, b)
+	}
+	return out
+}
+
 // Register registers one prometheus.Collector for the Set with reg. At each
 // scrape the collector merges the loops (as Snapshot does, but without copying
 // the histograms) and exports, in seconds and bytes:
@@ -35,7 +46,21 @@ func classicBoundsMicros() []int64 {
 //   - respmeter_think_duration_seconds, histogram as above;
 //   - the connection and byte counters (see Counters), including
 //     respmeter_client_rejected_connections_total and
-//     respmeter_client_evictions_total{reason}, always all three reasons.
+//     respmeter_client_evictions_total{reason}, always all three reasons;
+//   - per registered shard (Set.Shard; none when no shard is registered):
+//     respmeter_shard_commands_total{shard} and
+//     respmeter_shard_command_errors_total{shard}, even at 0;
+//     respmeter_shard_command_duration_seconds{shard,phase}, histogram as
+//     the command one, for (shard, phase) pairs observed at least once; and
+//     respmeter_upstream_batch_commands{shard}, histogram of the commands per
+//     upstream write (unit-less; classic buckets 1, 2, 4 .. 1024, native
+//     schema 3), for shards with at least one write;
+//   - the routing counters (see RoutingCounters), always:
+//     respmeter_redirects_total{kind} (moved, ask),
+//     respmeter_pinned_misroutes_total, respmeter_crossslot_replies_total and
+//     respmeter_handoffs_total{reason} (pubsub, monitor, blocking,
+//     transaction, state, other), and the histogram
+//     respmeter_redirect_penalty_seconds.
 //
 // Buckets are computed from the merged HdrHistograms: each recorded bucket
 // counts at its highest equivalent value, so a value lands at most 0.1% above
@@ -54,12 +79,16 @@ func (s *Set) Register(reg prometheus.Registerer) error {
 type collector struct {
 	s            *Set
 	boundsMicros []int64
+	batchBounds  []int64 // commands
 
 	duration, commands, errors, think, tcpRTT                *prometheus.Desc
 	clientConns, clientConnsTotal, upstreamConns             *prometheus.Desc
 	clientsRejected, clientEvictions                         *prometheus.Desc
 	dialErrors, lost, protocolErrors                         *prometheus.Desc
 	clientRead, clientWritten, upstreamRead, upstreamWritten *prometheus.Desc
+
+	shardDuration, shardCommands, shardErrors, batch                 *prometheus.Desc
+	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -71,6 +100,7 @@ func newCollector(s *Set) *collector {
 	return &collector{
 		s:            s,
 		boundsMicros: classicBoundsMicros(),
+		batchBounds:  batchBounds(),
 		duration: d("command_duration_seconds",
 			"Duration of Redis commands through the proxy in seconds, by phase: "+
 				"total = request read from the client to reply written back, "+
@@ -102,6 +132,32 @@ func newCollector(s *Set) *collector {
 		clientWritten:   d("client_written_bytes_total", "Bytes written to clients."),
 		upstreamRead:    d("upstream_read_bytes_total", "Bytes read from the engine."),
 		upstreamWritten: d("upstream_written_bytes_total", "Bytes written to the engine."),
+
+		shardDuration: d("shard_command_duration_seconds",
+			"Duration of Redis commands through the proxy in seconds, by upstream shard (its address) and phase, "+
+				"with the phases of respmeter_command_duration_seconds. "+
+				"Recorded in whole microseconds (1us..1h, 3 significant digits).",
+			"shard", "phase"),
+		shardCommands: d("shard_commands_total",
+			"Redis commands the proxy sent to each upstream shard (its address), timed or not.", "shard"),
+		shardErrors: d("shard_command_errors_total",
+			"Redis commands an upstream shard (its address) answered with an error reply.", "shard"),
+		batch: d("upstream_batch_commands",
+			"Commands carried by one write to a shard's upstream connection (effective pipeline depth), "+
+				"a unit-less count; recorded with 3 significant digits, above 1048576 as 1048576.",
+			"shard"),
+		redirects: d("redirects_total",
+			"MOVED and ASK redirects the proxy followed, by kind (moved, ask).", "kind"),
+		redirectPenalty: d("redirect_penalty_seconds",
+			"Extra time in seconds that commands spent because of a MOVED or ASK redirect. "+
+				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
+		pinnedMisroutes: d("pinned_misroutes_total",
+			"Commands sent, in pinned routing, to a shard that does not own their key's hash slot."),
+		crossSlot: d("crossslot_replies_total",
+			"Commands the proxy answered with -CROSSSLOT itself, without sending them upstream."),
+		handoffs: d("handoffs_total",
+			"Clients moved to a private upstream connection, by reason "+
+				"(pubsub, monitor, blocking, transaction, state, other).", "reason"),
 	}
 }
 
@@ -113,6 +169,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.clientsRejected, c.clientEvictions,
 		c.dialErrors, c.lost, c.protocolErrors,
 		c.clientRead, c.clientWritten, c.upstreamRead, c.upstreamWritten,
+		c.shardDuration, c.shardCommands, c.shardErrors, c.batch,
+		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs,
 	} {
 		ch <- d
 	}
@@ -142,6 +200,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if sn.UpstreamRTT.Count() > 0 {
 			ch <- newHistogramMetric(c.tcpRTT, c.boundsMicros, sn.UpstreamRTT, "upstream")
 		}
+		for i := range sn.Shards {
+			ss := &sn.Shards[i]
+			ch <- prometheus.MustNewConstMetric(c.shardCommands, prometheus.CounterValue, float64(ss.Count), ss.Name)
+			ch <- prometheus.MustNewConstMetric(c.shardErrors, prometheus.CounterValue, float64(ss.Errors), ss.Name)
+			for p, d := range ss.Phases {
+				if d.Count() > 0 {
+					ch <- newHistogramMetric(c.shardDuration, c.boundsMicros, d, ss.Name, Phase(p).String())
+				}
+			}
+			if ss.Batch.Count() > 0 {
+				ch <- newCountsMetric(c.batch, c.batchBounds, ss.Batch, ss.Name)
+			}
+		}
+		ch <- newHistogramMetric(c.redirectPenalty, c.boundsMicros, sn.RedirectPenalty)
 
 		k := sn.Counters
 		for _, m := range []struct {
@@ -160,11 +232,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			{c.clientWritten, prometheus.CounterValue, k.ClientWrittenBytes},
 			{c.upstreamRead, prometheus.CounterValue, k.UpstreamReadBytes},
 			{c.upstreamWritten, prometheus.CounterValue, k.UpstreamWrittenBytes},
+			{c.pinnedMisroutes, prometheus.CounterValue, sn.Routing.PinnedMisroutes},
+			{c.crossSlot, prometheus.CounterValue, sn.Routing.CrossSlotReplies},
 		} {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.v))
 		}
 		for r, v := range []int64{k.ClientsEvictedOutputLimit, k.ClientsEvictedQueryLimit, k.ClientsEvictedOther} {
 			ch <- prometheus.MustNewConstMetric(c.clientEvictions, prometheus.CounterValue, float64(v), evictReason(r).String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.RedirectsMoved), "moved")
+		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.RedirectsAsk), "ask")
+		for r, v := range sn.Routing.handoffs() {
+			ch <- prometheus.MustNewConstMetric(c.handoffs, prometheus.CounterValue, float64(v), handoffReason(r).String())
 		}
 		return nil
 	})
@@ -196,28 +275,47 @@ func (m *histogramMetric) Write(out *dto.Metric) error {
 // buckets of nativeSchema. Every bucket HdrHistogram recorded counts at its
 // highest equivalent value. labelValues follow desc's variable labels.
 func newHistogramMetric(desc *prometheus.Desc, boundsMicros []int64, d Durations, labelValues ...string) *histogramMetric {
-	classic := make([]uint64, len(boundsMicros)) // per bucket, not cumulative
+	return buildHistogramMetric(desc, boundsMicros, 1e6, d.Hist, d.Count(), d.Sum.Seconds(), labelValues)
+}
+
+// newCountsMetric converts c to a Prometheus histogram of unit-less counts
+// with classic buckets at bounds (ascending) and native buckets of
+// nativeSchema, as newHistogramMetric does for durations.
+func newCountsMetric(desc *prometheus.Desc, bounds []int64, c Counts, labelValues ...string) *histogramMetric {
+	return buildHistogramMetric(desc, bounds, 1, c.Hist, c.Count(), float64(c.Sum), labelValues)
+}
+
+// buildHistogramMetric converts hist, whose values are in units of
+// 1/perUnit of the exported unit (1e6 for microseconds exported as seconds,
+// 1 for counts), to a Prometheus histogram with classic buckets at bounds
+// (in hist's units, ascending) and native buckets of nativeSchema; count and
+// sum (in the exported unit) are the sample count and sum. hist may be nil
+// when count is 0.
+func buildHistogramMetric(desc *prometheus.Desc, bounds []int64, perUnit float64, hist *hdrhistogram.Histogram,
+	count int64, sum float64, labelValues []string,
+) *histogramMetric {
+	classic := make([]uint64, len(bounds)) // per bucket, not cumulative
 	var native nativeBuckets
-	if d.Count() > 0 {
+	if count > 0 {
 		j := 0
 		// Distribution lists every bucket up to the highest recorded one.
-		for _, bar := range d.Hist.Distribution() {
+		for _, bar := range hist.Distribution() {
 			if bar.Count == 0 {
 				continue
 			}
-			for j < len(boundsMicros) && boundsMicros[j] < bar.To {
+			for j < len(bounds) && bounds[j] < bar.To {
 				j++
 			}
-			if j < len(boundsMicros) {
+			if j < len(bounds) {
 				classic[j] += uint64(bar.Count)
 			} // else only in the implicit +Inf bucket
-			native.add(nativeKey(float64(bar.To)/1e6), bar.Count)
+			native.add(nativeKey(float64(bar.To)/perUnit), bar.Count)
 		}
 	}
 	h := &dto.Histogram{
-		SampleCount:   new(uint64(d.Count())),
-		SampleSum:     new(d.Sum.Seconds()),
-		Bucket:        make([]*dto.Bucket, len(boundsMicros)),
+		SampleCount:   new(uint64(count)),
+		SampleSum:     new(sum),
+		Bucket:        make([]*dto.Bucket, len(bounds)),
 		Schema:        new(int32(nativeSchema)),
 		ZeroThreshold: new(prometheus.DefNativeHistogramZeroThreshold),
 		ZeroCount:     new(uint64(0)), // nothing is recorded below 1 µs
@@ -225,9 +323,9 @@ func newHistogramMetric(desc *prometheus.Desc, boundsMicros []int64, d Durations
 		PositiveDelta: native.deltas,
 	}
 	var cum uint64
-	for i, ub := range boundsMicros {
+	for i, ub := range bounds {
 		cum += classic[i]
-		h.Bucket[i] = &dto.Bucket{CumulativeCount: new(cum), UpperBound: new(float64(ub) / 1e6)}
+		h.Bucket[i] = &dto.Bucket{CumulativeCount: new(cum), UpperBound: new(float64(ub) / perUnit)}
 	}
 	return &histogramMetric{desc: desc, labels: prometheus.MakeLabelPairs(desc, labelValues), h: h}
 }

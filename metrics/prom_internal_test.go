@@ -149,3 +149,50 @@ func TestNativeKeyHdrValues(t *testing.T) {
 		}
 	}
 }
+
+// TestNativeKeyBatchValues is TestNativeKeyHdrValues for the batch
+// histogram: every highest equivalent value of its geometry (1 .. 1<<20 at 3
+// significant digits), exported as a plain count, lands clear of the schema
+// 3 boundaries.
+func TestNativeKeyBatchValues(t *testing.T) {
+	h := newBatchHistogram()
+	var values []int64
+	for v := int64(1); v < 2048; v++ {
+		values = append(values, v)
+	}
+	for b := uint(1); int64(1024)<<b <= batchHighest; b++ {
+		for sub := int64(1024); sub < 2048; sub++ {
+			values = append(values, sub<<b+(1<<b)-1)
+		}
+	}
+	const margin = 1e-12
+	for _, v := range values {
+		if v <= batchHighest {
+			// The values are the histogram's own highest equivalents.
+			if err := h.RecordValue(v); err != nil {
+				t.Fatalf("RecordValue(%d): %v", v, err)
+			}
+		}
+		k := nativeKey(float64(v))
+		lo, hi := math.Exp2(float64(k-1)/8), math.Exp2(float64(k)/8)
+		if !(float64(v) > lo*(1+margin) && (float64(v) <= hi*(1-margin) || float64(v) == hi)) {
+			t.Errorf("%d: key %d, bucket (%g, %g] too close or wrong", v, k, lo, hi)
+		}
+	}
+	checked := make(map[int64]bool, len(values))
+	for _, v := range values {
+		checked[v] = true
+	}
+	for _, bar := range h.Distribution() {
+		if bar.Count != 0 && !checked[bar.To] {
+			t.Errorf("bucket [%d, %d]: highest equivalent value not among the checked ones", bar.From, bar.To)
+		}
+	}
+}
+
+func TestBatchBounds(t *testing.T) {
+	want := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	if got := batchBounds(); !equal(got, want) {
+		t.Errorf("batchBounds() = %v, want %v", got, want)
+	}
+}

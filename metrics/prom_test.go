@@ -168,6 +168,14 @@ func TestOnlyObservedSeries(t *testing.T) {
 		{"respmeter_think_duration_seconds", 1},
 		{"respmeter_client_connections_open", 1},
 		{"respmeter_client_evictions_total", 3}, // every reason, even at 0
+		{"respmeter_redirects_total", 2},        // moved and ask, even at 0
+		{"respmeter_handoffs_total", 6},         // every reason, even at 0
+		{"respmeter_redirect_penalty_seconds", 1},
+		// No shard registered: no shard series at all.
+		{"respmeter_shard_commands_total", 0},
+		{"respmeter_shard_command_errors_total", 0},
+		{"respmeter_shard_command_duration_seconds", 0},
+		{"respmeter_upstream_batch_commands", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got, err := testutil.GatherAndCount(reg, tc.name); err != nil || got != tc.want {
@@ -175,8 +183,11 @@ func TestOnlyObservedSeries(t *testing.T) {
 			}
 		})
 	}
-	if n := testutil.CollectAndCount(collectorOf(t, s)); n != 5+2+2+1+11+3 {
-		t.Errorf("CollectAndCount = %d, want %d", n, 5+2+2+1+11+3)
+	// 11 counters and gauges, 3 evictions; routing: 2 redirects, the
+	// penalty histogram, misroutes, crossslot and 6 handoffs.
+	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6
+	if n := testutil.CollectAndCount(collectorOf(t, s)); n != want {
+		t.Errorf("CollectAndCount = %d, want %d", n, want)
 	}
 	errs := findMetric(t, reg, "respmeter_command_errors_total", map[string]string{"command": "set"})
 	if v := errs.GetCounter().GetValue(); v != 1 {
@@ -223,6 +234,27 @@ func populated() *metrics.Set {
 		l.ThinkLocked(d)
 		l.Unlock()
 	}
+	a, b := s.Shard("127.0.0.1:7001"), s.Shard("127.0.0.1:7002")
+	s.Shard("127.0.0.1:7003") // registered, never used
+	l0, l1 := s.Loop(0), s.Loop(1)
+	l0.Lock()
+	l0.ShardObserveLocked(a, 120*us, 80*us, 80*us, false)
+	l0.ShardBatchLocked(a, 1)
+	l0.ShardObserveLocked(b, 3*time.Millisecond, 2*time.Millisecond, time.Millisecond, true)
+	l0.ShardCountLocked(b, false)
+	l0.ShardBatchLocked(b, 2)
+	l0.Unlock()
+	l1.Lock()
+	l1.ShardObserveLocked(a, 480*us, 400*us, 300*us, false)
+	l1.ShardBatchLocked(a, 3)
+	l1.RedirectPenaltyLocked(1500 * us)
+	l1.Unlock()
+	s.Redirect(false)
+	s.Redirect(true)
+	s.PinnedMisroute()
+	s.CrossSlot()
+	s.Handoff("pubsub")
+	s.Handoff("transaction")
 	s.ClientOpened()
 	s.ClientOpened()
 	s.ClientClosed()

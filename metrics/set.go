@@ -18,6 +18,12 @@
 // the loop's lock. Connection and byte counters are atomics that any
 // goroutine may update. There is no package-level state: every Set is
 // independent.
+//
+// With hash-slot routing, each command is also recorded for the shard
+// (upstream) it went to, under a small index that Set.Shard gives each
+// shard's address, as commands are under their IDs: per-shard phases,
+// counts and upstream batch sizes, plus routing counters (redirects,
+// misroutes, CROSSSLOT replies, handoffs). See shard.go.
 package metrics
 
 import (
@@ -115,6 +121,9 @@ type Set struct {
 	clientWrittenBytes   atomic.Int64
 	upstreamReadBytes    atomic.Int64
 	upstreamWrittenBytes atomic.Int64
+
+	shards  shardRegistry // shard labels; see shard.go
+	routing routingCounters
 
 	merge merger // scrape-side state; see snapshot.go
 
@@ -275,18 +284,24 @@ func (s *Set) AddUpstreamBytes(in, out int) {
 // *Locked methods, then Unlock. Readers take the same mutex briefly to swap
 // histograms out (see Set.Snapshot), so the lock is uncontended except during
 // a scrape. Steady-state recording allocates nothing; the first observation
-// of each (command, phase) allocates its histogram.
+// of each (command, phase), (shard, phase) and shard batch allocates its
+// histogram, and the first shard observation of a loop its table of shards.
 type Loop struct {
 	mu    sync.Mutex
 	cmds  []cmdStats // indexed by command ID
 	extra [numExtra]timing
+	// shards is indexed by shard index (Set.Shard); nil until the first
+	// shard observation, then grown up to the index seen, within a backing
+	// array of MaxShards+1 entries allocated once (see Loop.shard).
+	shards []shardStats
 }
 
 // Per-loop distributions that are not per command.
 const (
-	extraThink       = iota // closed-loop think time
-	extraRTTClient          // TCP_INFO tcpi_rtt of client sockets
-	extraRTTUpstream        // TCP_INFO tcpi_rtt of upstream sockets
+	extraThink           = iota // closed-loop think time
+	extraRTTClient              // TCP_INFO tcpi_rtt of client sockets
+	extraRTTUpstream            // TCP_INFO tcpi_rtt of upstream sockets
+	extraRedirectPenalty        // extra time of commands redirected by MOVED/ASK
 	numExtra
 )
 
@@ -339,14 +354,21 @@ func (l *Loop) ObserveLocked(cmd int, total, upstream, service time.Duration, is
 	if isErr {
 		c.errors++
 	}
+	observePhases(&c.phases, total, upstream, service)
+}
+
+// observePhases records one timed command into phases by ObserveLocked's
+// rules: negative durations count as 0, proxy = total - upstream and queue =
+// upstream - service (both clamped at 0), service clamped into [0, upstream].
+func observePhases(phases *[NumPhases]timing, total, upstream, service time.Duration) {
 	total = max(total, 0)
 	upstream = max(upstream, 0)
-	c.phases[PhaseTotal].observe(total)
-	c.phases[PhaseUpstream].observe(upstream)
-	c.phases[PhaseProxy].observe(max(total-upstream, 0))
+	phases[PhaseTotal].observe(total)
+	phases[PhaseUpstream].observe(upstream)
+	phases[PhaseProxy].observe(max(total-upstream, 0))
 	service = min(max(service, 0), upstream)
-	c.phases[PhaseService].observe(service)
-	c.phases[PhaseQueue].observe(upstream - service)
+	phases[PhaseService].observe(service)
+	phases[PhaseQueue].observe(upstream - service)
 }
 
 // CountLocked counts a command, and an error if isErr, without timing it; the

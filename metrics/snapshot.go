@@ -20,8 +20,17 @@ type Snapshot struct {
 	// ClientRTT and UpstreamRTT are the kernel's TCP round-trip estimates
 	// (tcpi_rtt) sampled on client and upstream sockets.
 	ClientRTT, UpstreamRTT Durations
+	// RedirectPenalty is the distribution of the extra time commands spent
+	// because of a MOVED or ASK redirect (Loop.RedirectPenaltyLocked).
+	RedirectPenalty Durations
+	// Shards has one entry per registered shard, indexed by shard index
+	// (Set.Shard), including shards never seen (Count 0, nil histograms);
+	// empty when no shard is registered.
+	Shards []ShardStats
 	// Counters holds the connection and byte counters.
 	Counters Counters
+	// Routing holds the hash-slot routing counters.
+	Routing RoutingCounters
 	// Excluded marks, by command ID, the commands Totals leaves out (see
 	// Set.ExcludeFromTotals); nil when none are.
 	Excluded []bool
@@ -148,11 +157,17 @@ func (sn *Snapshot) Totals() CommandStats {
 
 // extras returns the Snapshot's per-loop distributions in extra* order.
 func (sn *Snapshot) extras() [numExtra]*Durations {
-	return [numExtra]*Durations{&sn.Think, &sn.ClientRTT, &sn.UpstreamRTT}
+	return [numExtra]*Durations{&sn.Think, &sn.ClientRTT, &sn.UpstreamRTT, &sn.RedirectPenalty}
 }
 
 // hists holds one histogram per phase.
 type hists [NumPhases]*hdrhistogram.Histogram
+
+// shardHists holds the histograms of one shard.
+type shardHists struct {
+	phases hists
+	batch  *hdrhistogram.Histogram
+}
 
 // merger is the reading side of the hot/cold swap. A reader holding mu locks
 // each loop just long enough to exchange every non-empty histogram of the loop
@@ -166,6 +181,10 @@ type merger struct {
 	extraSpares [][numExtra]*hdrhistogram.Histogram // [loop]
 	cmds        []hists                             // [cmd]: cumulative, merged over loops
 	extra       [numExtra]*hdrhistogram.Histogram   // cumulative, merged over loops
+	// Shards have a fixed number of slots (MaxShards+1 shardHists of
+	// pointers, ~3 KB per loop) so that registering one needs no growth here.
+	shardSpares [][MaxShards + 1]shardHists // [loop][shard]
+	shards      [MaxShards + 1]shardHists   // [shard]: cumulative, merged over loops
 }
 
 func (m *merger) init(loops, cmds int) {
@@ -175,30 +194,32 @@ func (m *merger) init(loops, cmds int) {
 	}
 	m.extraSpares = make([][numExtra]*hdrhistogram.Histogram, loops)
 	m.cmds = make([]hists, cmds)
+	m.shardSpares = make([][MaxShards + 1]shardHists, loops)
 }
 
-// swap exchanges t's histogram for *spare if t's holds values. A missing
-// spare is allocated here, under the loop's lock; that happens once per
-// (loop, command, phase).
-func swap(t *timing, spare **hdrhistogram.Histogram) {
-	if t.hist == nil || t.hist.TotalCount() == 0 {
+// swap exchanges the histogram *h for *spare if *h holds values. A missing
+// spare is allocated here, under the loop's lock, with *h's geometry; that
+// happens once per (loop, command or shard, phase or batch).
+func swap(h, spare **hdrhistogram.Histogram) {
+	if *h == nil || (*h).TotalCount() == 0 {
 		return
 	}
 	if *spare == nil {
-		*spare = newHistogram()
+		*spare = newLike(*h)
 	}
-	t.hist, *spare = *spare, t.hist
+	*h, *spare = *spare, *h
 }
 
-// drain merges a swapped-out histogram into *acc and resets it.
+// drain merges a swapped-out histogram into *acc, allocating it with the
+// spare's geometry if needed, and resets it.
 func drain(spare *hdrhistogram.Histogram, acc **hdrhistogram.Histogram) {
 	if spare == nil || spare.TotalCount() == 0 {
 		return
 	}
 	if *acc == nil {
-		*acc = newHistogram()
+		*acc = newLike(spare)
 	}
-	(*acc).Merge(spare)
+	(*acc).Merge(spare) // same geometry: nothing is dropped
 	spare.Reset()
 }
 
@@ -207,12 +228,9 @@ func drain(spare *hdrhistogram.Histogram, acc **hdrhistogram.Histogram) {
 // s.merge.mu is held. The caller must hold s.merge.mu.
 func (s *Set) mergeLocked() *Snapshot {
 	m := &s.merge
-	sn := &Snapshot{Commands: make([]CommandStats, len(s.names)), Excluded: s.excludedCopy()}
-	for i := range sn.Commands {
-		sn.Commands[i].Name = s.names[i]
-	}
+	sn := s.newSnapshot()
 	for li, l := range s.loops {
-		spares := m.spares[li]
+		spares, shardSpares := m.spares[li], &m.shardSpares[li]
 		l.mu.Lock()
 		for ci := range l.cmds {
 			lc, sc := &l.cmds[ci], &sn.Commands[ci]
@@ -220,13 +238,26 @@ func (s *Set) mergeLocked() *Snapshot {
 			sc.Errors += lc.errors
 			for p := range lc.phases {
 				sc.Phases[p].Sum += lc.phases[p].sum
-				swap(&lc.phases[p], &spares[ci][p])
+				swap(&lc.phases[p].hist, &spares[ci][p])
 			}
 		}
 		extraSums := sn.extras()
 		for x := range l.extra {
 			extraSums[x].Sum += l.extra[x].sum
-			swap(&l.extra[x], &m.extraSpares[li][x])
+			swap(&l.extra[x].hist, &m.extraSpares[li][x])
+		}
+		// Shards registered after sn was made wait for the next merge: their
+		// histograms stay in the loop, their counters are cumulative.
+		for si := range min(len(l.shards), len(sn.Shards)) {
+			ls, ss, sp := &l.shards[si], &sn.Shards[si], &shardSpares[si]
+			ss.Count += ls.count
+			ss.Errors += ls.errors
+			for p := range ls.phases {
+				ss.Phases[p].Sum += ls.phases[p].sum
+				swap(&ls.phases[p].hist, &sp.phases[p])
+			}
+			ss.Batch.Sum += ls.batch.sum
+			swap(&ls.batch.hist, &sp.batch)
 		}
 		l.mu.Unlock()
 
@@ -238,6 +269,13 @@ func (s *Set) mergeLocked() *Snapshot {
 		for x := range m.extraSpares[li] {
 			drain(m.extraSpares[li][x], &m.extra[x])
 		}
+		for si := range sn.Shards {
+			sp, acc := &shardSpares[si], &m.shards[si]
+			for p := range sp.phases {
+				drain(sp.phases[p], &acc.phases[p])
+			}
+			drain(sp.batch, &acc.batch)
+		}
 	}
 	for ci := range sn.Commands {
 		for p := range sn.Commands[ci].Phases {
@@ -247,6 +285,14 @@ func (s *Set) mergeLocked() *Snapshot {
 	for x, d := range sn.extras() {
 		d.Hist = m.extra[x]
 	}
+	for si := range sn.Shards {
+		ss, acc := &sn.Shards[si], &m.shards[si]
+		for p := range ss.Phases {
+			ss.Phases[p].Hist = acc.phases[p]
+		}
+		ss.Batch.Hist = acc.batch
+	}
+	sn.Routing = s.routing.load()
 	sn.Counters = Counters{
 		ClientConns:               s.clientConns.Load(),
 		ClientConnsTotal:          s.clientConnsTotal.Load(),
@@ -273,10 +319,7 @@ func (s *Set) mergeLocked() *Snapshot {
 // only to read its counters. Use it for per-interval arithmetic (the
 // verdict) where a full Snapshot's histogram copies would cost too much.
 func (s *Set) Sums() *Snapshot {
-	sn := &Snapshot{Commands: make([]CommandStats, len(s.names)), Excluded: s.excludedCopy()}
-	for i := range sn.Commands {
-		sn.Commands[i].Name = s.names[i]
-	}
+	sn := s.newSnapshot()
 	extras := sn.extras()
 	for _, l := range s.loops {
 		l.mu.Lock()
@@ -293,7 +336,38 @@ func (s *Set) Sums() *Snapshot {
 			extras[x].Sum += l.extra[x].sum
 			extras[x].N += l.extra[x].n
 		}
+		for si := range min(len(l.shards), len(sn.Shards)) {
+			ls, ss := &l.shards[si], &sn.Shards[si]
+			ss.Count += ls.count
+			ss.Errors += ls.errors
+			for p := range ls.phases {
+				ss.Phases[p].Sum += ls.phases[p].sum
+				ss.Phases[p].N += ls.phases[p].n
+			}
+			ss.Batch.Sum += ls.batch.sum
+			ss.Batch.N += ls.batch.n
+		}
 		l.mu.Unlock()
+	}
+	sn.Routing = s.routing.load()
+	return sn
+}
+
+// newSnapshot returns an empty Snapshot with the command and shard names
+// filled in: one CommandStats per command ID, one ShardStats per shard
+// registered now.
+func (s *Set) newSnapshot() *Snapshot {
+	shards := s.shards.list()
+	sn := &Snapshot{
+		Commands: make([]CommandStats, len(s.names)),
+		Shards:   make([]ShardStats, len(shards)),
+		Excluded: s.excludedCopy(),
+	}
+	for i := range sn.Commands {
+		sn.Commands[i].Name = s.names[i]
+	}
+	for i := range sn.Shards {
+		sn.Shards[i].Name = shards[i]
 	}
 	return sn
 }
@@ -310,7 +384,8 @@ func (s *Set) view(fn func(*Snapshot) error) error {
 // Snapshot merges the stats of all loops, locking each only long enough to
 // swap its histograms out, and returns a copy owned by the caller. It may be
 // called from any goroutine, concurrently with recording. Each observed
-// (command, phase) costs one histogram copy (~190 KB) per call.
+// (command or shard, phase) costs one histogram copy (~190 KB) per call, each
+// shard's batch histogram ~90 KB.
 func (s *Set) Snapshot() *Snapshot {
 	var out *Snapshot
 	_ = s.view(func(sn *Snapshot) error {
@@ -324,6 +399,17 @@ func (s *Set) Snapshot() *Snapshot {
 		for _, d := range sn.extras() {
 			if d.Hist != nil {
 				d.Hist = d.Hist.Clone()
+			}
+		}
+		for si := range sn.Shards {
+			ss := &sn.Shards[si]
+			for p := range ss.Phases {
+				if h := ss.Phases[p].Hist; h != nil {
+					ss.Phases[p].Hist = h.Clone()
+				}
+			}
+			if h := ss.Batch.Hist; h != nil {
+				ss.Batch.Hist = h.Clone()
 			}
 		}
 		out = sn

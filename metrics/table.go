@@ -31,8 +31,11 @@ func (s *Set) WriteTable(w io.Writer) error {
 // merged. Columns are the command, its Ops (commands counted, timed or not)
 // and, for each phase (total, upstream, proxy), p50, p99, p99.9 and max in
 // milliseconds with 3 decimals; "-" marks a command that was never timed. If
-// think times were recorded, a line summarizing them follows. It returns the
-// first error from w.
+// think times were recorded, a line summarizing them follows. If shards are
+// registered (Set.Shard), a second, short table follows with one row per
+// shard, in index order: Ops, p50 and p99 of the total time in whole
+// microseconds, and the mean commands per upstream write ("-" when never
+// timed or never written to). It returns the first error from w.
 func (sn *Snapshot) WriteTable(w io.Writer) error {
 	const (
 		opsWidth = 12
@@ -97,8 +100,44 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, ", max %.3f\n", millis(t.Max()))
 	}
+	sn.writeShardTable(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeShardTable writes the per-shard table of WriteTable to b, or nothing
+// if no shard is registered.
+func (sn *Snapshot) writeShardTable(b *strings.Builder) {
+	if len(sn.Shards) == 0 {
+		return
+	}
+	const (
+		opsWidth = 12
+		colWidth = 15
+	)
+	nameWidth := len("Shard")
+	for i := range sn.Shards {
+		nameWidth = max(nameWidth, len(sn.Shards[i].Name))
+	}
+	cols := fmt.Sprintf("%-*s %*s | %*s %*s | %*s", nameWidth, "Shard", opsWidth, "Ops",
+		colWidth, "p50 total (us)", colWidth, "p99 total (us)", colWidth, "mean batch")
+	rule := strings.Repeat("=", len(cols))
+	fmt.Fprintf(b, "\nPer shard: total latency in microseconds (us); batch = commands per upstream write.\n")
+	b.WriteString(rule + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
+	for i := range sn.Shards {
+		ss := &sn.Shards[i]
+		p50, p99, batch := "-", "-", "-"
+		if d := ss.Phases[PhaseTotal]; d.Count() > 0 {
+			p50 = fmt.Sprint(d.Percentile(50).Microseconds())
+			p99 = fmt.Sprint(d.Percentile(99).Microseconds())
+		}
+		if ss.Batch.Count() > 0 {
+			batch = fmt.Sprintf("%.2f", ss.Batch.Mean())
+		}
+		fmt.Fprintf(b, "%-*s %*d | %*s %*s | %*s\n", nameWidth, ss.Name, opsWidth, ss.Count,
+			colWidth, p50, colWidth, p99, colWidth, batch)
+	}
+	b.WriteString(rule + "\n")
 }
 
 // percentiles returns d's value at each percent in pcts (0-100).

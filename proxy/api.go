@@ -23,8 +23,26 @@ type Config struct {
 	// Listen is the client-facing address, host:port. Port 0 picks a free
 	// port; Addr reports the one chosen.
 	Listen string
-	// Upstream is the engine's address, host:port.
+	// Upstream is the engine's address, host:port (Route "" or RouteNone).
 	Upstream string
+	// Route is RouteNone (the default when empty: every connection goes
+	// to Upstream), RouteSlots or RoutePinned; the last two need Shards or
+	// Cluster.
+	Route string
+	// Shards are standalone engines, host:port, that split the 16384 hash
+	// slots in contiguous ranges as "redis-cli --cluster create" assigns
+	// them (3 shards: 0-5460, 5461-10922, 10923-16383).
+	Shards []string
+	// Cluster is the address of one node of a Redis/Valkey Cluster, whose
+	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at Start and
+	// refreshed every TopologyRefresh and after a MOVED reply.
+	Cluster string
+	// TopologyRefresh is how often the cluster's shard map is re-read.
+	// 0 means 30 s.
+	TopologyRefresh time.Duration
+	// PinBy picks the shard of a client connection under RoutePinned:
+	// PinConnection (round-robin at connect; the default) or PinFirstKey.
+	PinBy string
 	// Loops is the number of gnet event loops; 0 means one per CPU.
 	Loops int
 	// Measure turns timing and histograms on. With false the proxy only

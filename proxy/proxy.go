@@ -17,6 +17,7 @@ import (
 
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -48,6 +49,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
 
+	router *router
+
 	draining atomic.Bool
 	clients  atomic.Int64 // open client connections
 	inflight atomic.Int64 // requests sent and not yet answered, all loops
@@ -64,6 +67,17 @@ type loop struct {
 	done []doneRec     // scratch: requests answered in the current batch
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
+
+	// Routed sessions' scratch and pool (see rsession.go).
+	rpool   []*rentry
+	keys    [][]byte
+	slots   []uint16
+	group   []int32
+	elems   [][]byte
+	elems2  [][]byte
+	num     []byte
+	scratch []byte
+	sf      *resp.ReplyFramer
 }
 
 // doneRec is a request whose reply completed in the current read batch; it
@@ -83,8 +97,44 @@ func New(cfg Config) (*Proxy, error) {
 	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
 	}
-	if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
-		errs = append(errs, fmt.Errorf("upstream %q: %v", cfg.Upstream, err))
+	var topo *routing.Topology
+	switch cfg.Route {
+	case "", RouteNone:
+		cfg.Route = RouteNone
+		if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
+			errs = append(errs, fmt.Errorf("upstream %q: %v", cfg.Upstream, err))
+		}
+	case RouteSlots, RoutePinned:
+		switch {
+		case len(cfg.Shards) > 0 && cfg.Cluster != "":
+			errs = append(errs, fmt.Errorf("route %s: give shards or cluster, not both", cfg.Route))
+		case len(cfg.Shards) > 0:
+			for _, a := range cfg.Shards {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					errs = append(errs, fmt.Errorf("shard %q: %v", a, err))
+				}
+			}
+			t, err := routing.EvenSplit(cfg.Shards)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			topo = t
+		case cfg.Cluster != "":
+			if _, _, err := net.SplitHostPort(cfg.Cluster); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %q: %v", cfg.Cluster, err))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("route %s needs shards or a cluster seed", cfg.Route))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("route %q: want %s, %s or %s", cfg.Route, RouteNone, RouteSlots, RoutePinned))
+	}
+	switch cfg.PinBy {
+	case "":
+		cfg.PinBy = PinConnection
+	case PinConnection, PinFirstKey:
+	default:
+		errs = append(errs, fmt.Errorf("pin-by %q: want %s or %s", cfg.PinBy, PinConnection, PinFirstKey))
 	}
 	if cfg.Loops < 0 {
 		errs = append(errs, fmt.Errorf("loops must be >= 0, got %d", cfg.Loops))
@@ -103,6 +153,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.ClientQueryLimit == 0 {
 		cfg.ClientQueryLimit = DefaultClientQueryLimit
+	}
+	if cfg.TopologyRefresh <= 0 {
+		cfg.TopologyRefresh = 30 * time.Second
 	}
 	if cfg.TCPInfoInterval == 0 {
 		cfg.TCPInfoInterval = time.Second
@@ -123,7 +176,7 @@ func New(cfg Config) (*Proxy, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{
+	p := &Proxy{
 		cfg:     cfg,
 		log:     lg.With("component", "proxy"),
 		base:    time.Now(),
@@ -131,12 +184,29 @@ func New(cfg Config) (*Proxy, error) {
 		booted:  make(chan struct{}),
 		runDone: make(chan error, 1),
 		loops:   make(map[gnet.EventLoop]*loop),
-	}, nil
+	}
+	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
+	if topo != nil {
+		p.router.view.Store(newTopoView(topo))
+	}
+	return p, nil
 }
 
 // Start listens on cfg.Listen and serves in the background. It returns once
 // the listener is up (or with the error that prevented it).
 func (p *Proxy) Start() error {
+	if p.cfg.Cluster != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
+		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("proxy: cluster %s: %w", p.cfg.Cluster, err)
+		}
+		p.router.view.Store(newTopoView(t))
+		rctx, stop := context.WithCancel(context.Background())
+		p.router.stop = stop
+		go p.router.run(rctx, p.cfg.Cluster, p.cfg.TopologyRefresh)
+	}
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReusePort(false),
@@ -209,6 +279,10 @@ wait:
 		err = ctx.Err()
 	}
 	p.lingers.Wait()
+	if p.router.stop != nil {
+		p.router.stop()
+		<-p.router.done
+	}
 	return err
 }
 
@@ -240,7 +314,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{el: el, args: make([][]byte, 0, 16)}
+		l = &loop{el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24)}
 		if m := p.cfg.Metrics; m != nil {
 			l.m = m.Loop(len(p.loops) % m.Loops())
 		}
@@ -255,8 +329,11 @@ func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 // OnOpen starts a client session (dialing its upstream) or completes one
 // (its upstream is up).
 func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	if u, ok := c.Context().(*upLink); ok {
+	switch u := c.Context().(type) {
+	case *upLink:
 		return nil, p.upstreamOpen(u.s, c)
+	case *rlink:
+		return nil, u.opened(c)
 	}
 	if p.draining.Load() {
 		return nil, gnet.Close
@@ -268,12 +345,18 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		}
 		return []byte("-ERR max number of clients reached\r\n"), gnet.Close
 	}
-	s := newSession(p, c, p.loopFor(c.EventLoop()))
-	c.SetContext(s)
 	if m := p.cfg.Metrics; m != nil {
 		m.ClientOpened()
 	}
-	go p.dial(s, c.EventLoop())
+	if p.cfg.Route == RouteSlots {
+		c.SetContext(newRSession(p, c, p.loopFor(c.EventLoop())))
+		return nil, gnet.None
+	}
+	s := newSession(p, c, p.loopFor(c.EventLoop()))
+	c.SetContext(s)
+	if !s.pinDeferred {
+		go p.dial(s, c.EventLoop())
+	}
 	return nil, gnet.None
 }
 
@@ -287,7 +370,7 @@ func (p *Proxy) dial(s *session, el gnet.EventLoop) {
 			return nil
 		}))
 	}
-	conn, err := p.dialer.Dial("tcp", p.cfg.Upstream)
+	conn, err := p.dialer.Dial("tcp", s.upAddr)
 	if err != nil {
 		fail(err)
 		return
@@ -310,6 +393,10 @@ func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 		x.clientTraffic(c)
 	case *upLink:
 		x.s.upstreamTraffic(c)
+	case *rsession:
+		x.clientTraffic(c)
+	case *rlink:
+		x.traffic(c)
 	default:
 		_, _ = c.Discard(-1)
 	}
@@ -323,6 +410,10 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 		x.clientClosed(c, err)
 	case *upLink:
 		x.s.upstreamClosed(err)
+	case *rsession:
+		x.clientClosed()
+	case *rlink:
+		x.closed(err)
 	}
 	return gnet.None
 }

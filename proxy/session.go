@@ -12,6 +12,7 @@ import (
 
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -70,15 +71,87 @@ type session struct {
 	// engineProtoErr: the last reply was the engine's "-ERR Protocol error"
 	// (it closes the connection after it).
 	engineProtoErr bool
+
+	upAddr string // the engine (or, under RoutePinned, the shard) this client's upstream goes to
+	// pinShard is the shard index under RoutePinned (-1 otherwise);
+	// pinDeferred: PinFirstKey and no keyed command seen yet, so the
+	// upstream is not dialed (requests wait in outq).
+	pinShard    int
+	pinDeferred bool
+	mshard      int // metrics shard index of upAddr; -1 when not measuring
 }
 
 // upLink is the gnet context of a session's upstream connection.
 type upLink struct{ s *session }
 
 func newSession(p *Proxy, c gnet.Conn, l *loop) *session {
-	s := &session{p: p, l: l, client: c, rf: resp.NewReplyFramer()}
+	s := &session{p: p, l: l, client: c, rf: resp.NewReplyFramer(), upAddr: p.cfg.Upstream, pinShard: -1, mshard: -1}
 	s.link.s = s
+	if p.cfg.Route == RoutePinned {
+		if p.cfg.PinBy == PinFirstKey {
+			s.pinDeferred = true
+		} else {
+			s.pin(-1)
+		}
+	}
+	if m := p.cfg.Metrics; m != nil && !s.pinDeferred {
+		s.mshard = m.Shard(s.upAddr)
+	}
 	return s
+}
+
+// pin binds the session to shard (under RoutePinned), or to the next live
+// shard round-robin when shard < 0.
+func (s *session) pin(shard int) {
+	v := s.p.router.load()
+	if shard < 0 && len(v.live) > 0 {
+		shard = v.live[int(s.p.router.pinNext.Add(1)%uint64(len(v.live)))]
+	}
+	if shard < 0 {
+		shard = 0
+	}
+	s.pinShard, s.upAddr, s.pinDeferred = shard, v.t.Addrs[shard], false
+	if m := s.p.cfg.Metrics; m != nil {
+		s.mshard = m.Shard(s.upAddr)
+	}
+}
+
+// pinCheck, under RoutePinned, binds a deferred session to the shard of
+// the first key it uses (or round-robin at its first keyless command that
+// is not connection set-up), and counts commands whose key's slot belongs
+// to another shard than the session's.
+func (s *session) pinCheck(id command.ID, args [][]byte) {
+	k, ok := routing.FirstKey(args)
+	if !ok {
+		if s.pinDeferred && !setupCommand(id) {
+			s.pin(-1)
+			go s.p.dial(s, s.client.EventLoop())
+		}
+		return
+	}
+	v := s.p.router.load()
+	shard := v.t.Shard(routing.Slot(k))
+	if s.pinDeferred {
+		s.pin(shard)
+		go s.p.dial(s, s.client.EventLoop())
+		return
+	}
+	if shard != s.pinShard {
+		if m := s.p.cfg.Metrics; m != nil {
+			m.PinnedMisroute()
+		}
+	}
+}
+
+// setupCommand reports whether id is connection set-up that a client sends
+// before its first real command (HELLO, AUTH, SELECT, CLIENT, READONLY).
+func setupCommand(id command.ID) bool {
+	switch id {
+	case command.Hello, command.Auth, command.Select, command.Client, command.Ping,
+		command.Readonly, command.Readwrite:
+		return true
+	}
+	return false
 }
 
 func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
@@ -164,6 +237,11 @@ func (s *session) clientTraffic(c gnet.Conn) {
 			_, _ = s.up.Write(data[:off])
 			if m := p.cfg.Metrics; m != nil {
 				m.AddUpstreamBytes(0, off)
+				if measure && added > 0 && s.mshard >= 0 {
+					s.l.m.Lock()
+					s.l.m.ShardBatchLocked(s.mshard, added)
+					s.l.m.Unlock()
+				}
 			}
 		} else {
 			s.outq = append(s.outq, data[:off]...)
@@ -200,6 +278,9 @@ func (s *session) clientTraffic(c gnet.Conn) {
 func (s *session) request(args [][]byte, now int64) {
 	id := command.Lookup(args[0])
 	e := pending{tIn: now, cmd: id, argc: int32(len(args))}
+	if s.pinShard >= 0 || s.pinDeferred {
+		s.pinCheck(id, args)
+	}
 	if s.p.cfg.SlowLog != nil {
 		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
 			e.key.Set(k)
@@ -384,6 +465,11 @@ func (s *session) upstreamOpened(c gnet.Conn) {
 		_, _ = c.Write(s.outq)
 		if m := s.p.cfg.Metrics; m != nil {
 			m.AddUpstreamBytes(0, len(s.outq))
+			if s.l.m != nil && s.q.len() > 0 && s.mshard >= 0 {
+				s.l.m.Lock()
+				s.l.m.ShardBatchLocked(s.mshard, s.q.len())
+				s.l.m.Unlock()
+			}
 		}
 		s.outq = nil
 	}
@@ -422,7 +508,7 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 		n, fin, err := s.rf.Feed(data[off:])
 		off += n
 		if err != nil {
-			p.log.Warn("bad reply from upstream; closing", "upstream", p.cfg.Upstream, "err", err)
+			p.log.Warn("bad reply from upstream; closing", "upstream", s.upAddr, "err", err)
 			s.writeClient(data[flushed:off])
 			s.closeBoth()
 			return
@@ -479,6 +565,10 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 			d := &done[i]
 			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
 				time.Duration(d.tReply-d.svcFrom), d.isErr)
+			if s.mshard >= 0 {
+				m.ShardObserveLocked(s.mshard, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
+					time.Duration(d.tReply-d.svcFrom), d.isErr)
+			}
 		}
 		if tOut >= s.l.nextRTT && p.cfg.TCPInfoInterval > 0 {
 			s.l.nextRTT = tOut + int64(p.cfg.TCPInfoInterval)
@@ -750,8 +840,8 @@ func (s *session) dialFailed(err error) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.UpstreamDialFailed()
 	}
-	s.p.log.Warn("upstream unreachable", "upstream", s.p.cfg.Upstream, "err", err)
-	s.upFailed = upstreamError(s.p.cfg.Upstream, "unreachable", err)
+	s.p.log.Warn("upstream unreachable", "upstream", s.upAddr, "err", err)
+	s.upFailed = upstreamError(s.upAddr, "unreachable", err)
 	s.outq = nil
 	if s.closed {
 		return
@@ -787,9 +877,9 @@ func (s *session) upstreamClosed(err error) {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.UpstreamLost()
 		}
-		s.p.log.Warn("upstream lost with requests pending", "upstream", s.p.cfg.Upstream, "pending", s.q.len())
+		s.p.log.Warn("upstream lost with requests pending", "upstream", s.upAddr, "pending", s.q.len())
 	}
-	s.failPending(upstreamError(s.p.cfg.Upstream, "connection lost", err))
+	s.failPending(upstreamError(s.upAddr, "connection lost", err))
 }
 
 // clientClosed runs when the client connection is gone. Its upstream is

@@ -1,0 +1,231 @@
+package proxy_test
+
+// Hash-slot routing (--route slots, --route pinned) over three standalone
+// shards. The oracle is one standalone engine holding the same data: a
+// routed client must see what a single engine would answer.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// startShards starts n standalone engines.
+func startShards(t *testing.T, n int) ([]*redistest.Server, []string) {
+	t.Helper()
+	var srvs []*redistest.Server
+	var addrs []string
+	for range n {
+		s := redistest.Start(t)
+		srvs = append(srvs, s)
+		addrs = append(addrs, s.Addr())
+	}
+	return srvs, addrs
+}
+
+func startRouted(t *testing.T, route string, shards []string, mod func(*proxy.Config)) (*proxy.Proxy, *metrics.Set) {
+	t.Helper()
+	return proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route = route
+		c.Shards = shards
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+func goRedis(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DisableIdentity: true,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// routedWorkload runs the same commands on c and returns what each gave,
+// as printable strings. keys spread over all three shards.
+func routedWorkload(t *testing.T, c *redis.Client) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	rec := func(cmd redis.Cmder) {
+		out = append(out, fmt.Sprintf("%v", cmd.Args())+" => "+cmdString(cmd))
+	}
+	for i := range 60 {
+		rec(c.Set(ctx, fmt.Sprintf("key:%d", i), fmt.Sprintf("v%d", i), 0))
+	}
+	rec(c.Set(ctx, "key:a", "1", 0))
+	rec(c.Set(ctx, "key:b", "2", 0))
+	rec(c.Set(ctx, "key:c", "3", 0))
+	rec(c.MGet(ctx, "{a}1", "{b}1"))
+	rec(c.MGet(ctx, "key:c", "key:a", "key:c", "key:b", "missing:x"))
+	rec(c.Exists(ctx, "key:a", "key:a", "key:b"))
+	rec(c.Touch(ctx, "key:a", "key:b", "key:c", "nope"))
+	rec(c.MSet(ctx, "m:1", "a", "m:2", "b", "m:3", "c", "{t}m4", "d"))
+	rec(c.MGet(ctx, "m:1", "m:2", "m:3", "{t}m4"))
+	rec(c.Del(ctx, "key:a", "key:a"))
+	rec(c.Unlink(ctx, "m:1", "m:2", "zz"))
+	rec(c.RPush(ctx, "{t}k1", "a", "b"))
+	rec(c.LRange(ctx, "{t}k1", 0, -1))
+	rec(c.LMPop(ctx, "left", 1, "{t}k1", "{t}k2"))
+	rec(c.Eval(ctx, "return KEYS[1]", []string{"key:b"}, "arg-1"))
+	rec(c.Eval(ctx, "return {KEYS[1],KEYS[2]}", []string{"{t}k1", "{t}k2"}))
+	rec(c.Eval(ctx, "return 1", nil))
+	rec(c.Eval(ctx, "return 1", []string{"key:b"}, "x", "y"))
+	rec(c.Do(ctx, "EVAL", "return 1", "5", "key:a"))
+	rec(c.Do(ctx, "EVAL", "return 1", "-1"))
+	rec(c.Incr(ctx, "counter"))
+	rec(c.IncrBy(ctx, "counter", 41))
+	rec(c.HSet(ctx, "h:1", "f", "v", "g", "w"))
+	rec(c.HGetAll(ctx, "h:1"))
+	rec(c.Ping(ctx))
+	rec(c.Echo(ctx, "hello"))
+	rec(c.DBSize(ctx))
+	// A pipeline spanning all shards, answered in order.
+	cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 40 {
+			p.Get(ctx, fmt.Sprintf("key:%d", i))
+			p.Incr(ctx, fmt.Sprintf("cnt:%d", i%7))
+			if i%10 == 0 {
+				p.MGet(ctx, fmt.Sprintf("key:%d", i), fmt.Sprintf("key:%d", i+1), "missing")
+			}
+		}
+		return nil
+	})
+	for _, cmd := range cmds {
+		rec(cmd)
+	}
+	// A transaction on one hash tag.
+	tx, _ := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "{user1}name", "ann", 0)
+		p.Incr(ctx, "{user1}visits")
+		p.Get(ctx, "{user1}name")
+		return nil
+	})
+	for _, cmd := range tx {
+		rec(cmd)
+	}
+	// KEYS and a full SCAN, sorted (order differs between engines).
+	ks, err := c.Keys(ctx, "*").Result()
+	sort.Strings(ks)
+	out = append(out, fmt.Sprintf("KEYS * => %v %v", ks, err))
+	var scanned []string
+	var cur uint64
+	for {
+		page, next, err := c.Scan(ctx, cur, "*", 7).Result()
+		if err != nil {
+			t.Fatalf("SCAN %d: %v", cur, err)
+		}
+		scanned = append(scanned, page...)
+		if cur = next; cur == 0 {
+			break
+		}
+	}
+	sort.Strings(scanned)
+	out = append(out, fmt.Sprintf("SCAN => %v", scanned))
+	rec(c.FlushDB(ctx))
+	rec(c.DBSize(ctx))
+	return out
+}
+
+func cmdString(cmd redis.Cmder) string {
+	if err := cmd.Err(); err != nil {
+		return "error: " + err.Error()
+	}
+	switch c := cmd.(type) {
+	case *redis.MapStringStringCmd:
+		m := c.Val()
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		s := ""
+		for _, k := range keys {
+			s += k + "=" + m[k] + " "
+		}
+		return s
+	}
+	return fmt.Sprintf("%v", cmd)
+}
+
+func TestRouteSlotsMatchesOneEngine(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	oracle := redistest.Start(t)
+	p, set := startRouted(t, proxy.RouteSlots, addrs, nil)
+
+	want := routedWorkload(t, goRedis(t, oracle.Addr()))
+	got := routedWorkload(t, goRedis(t, p.Addr()))
+	if len(got) != len(want) {
+		t.Fatalf("%d results through the proxy, %d direct", len(got), len(want))
+	}
+	for i := range want {
+		if testing.Verbose() && i%9 == 0 {
+			t.Logf("%s", got[i])
+		}
+		if got[i] != want[i] {
+			t.Errorf("result %d differs\n one engine: %s\n routed:     %s", i, want[i], got[i])
+		}
+	}
+	// The keys were spread: every shard served commands.
+	snap := set.Snapshot()
+	served := map[string]int64{}
+	for _, sh := range snap.Shards {
+		served[sh.Name] = sh.Count
+	}
+	for _, s := range srvs {
+		if served[s.Addr()] == 0 {
+			t.Errorf("shard %s served no command (%v)", s.Addr(), served)
+		}
+	}
+}
+
+// TestRouteSlotsKeysLandOnTheirShard checks placement: after writes through
+// the proxy, each key is on the shard that owns its slot, and only there.
+func TestRouteSlotsKeysLandOnTheirShard(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, err := routing.EvenSplit(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goRedis(t, p.Addr())
+	ctx := context.Background()
+	keys := []string{"", "key:a", "key:b", "key:c", "{a}1", "{b}1", "foo{}{bar}", "foo{{bar}}zap", "abc{", "\x00\xff"}
+	for i := range 200 {
+		keys = append(keys, fmt.Sprintf("k%d", i))
+	}
+	for _, k := range keys {
+		if err := c.Set(ctx, k, "x", 0).Err(); err != nil {
+			t.Fatalf("SET %q: %v", k, err)
+		}
+	}
+	for _, k := range keys {
+		owner := topo.Shard(routing.Slot([]byte(k)))
+		for i, s := range srvs {
+			n, err := s.Client().Exists(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(0); i == owner {
+				want = 1
+				if n != want {
+					t.Errorf("key %q (slot %d) missing on its owner %d", k, routing.Slot([]byte(k)), i)
+				}
+			} else if n != want {
+				t.Errorf("key %q (slot %d) on shard %d, owner is %d", k, routing.Slot([]byte(k)), i, owner)
+			}
+		}
+	}
+}

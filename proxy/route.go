@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/respmeter/respmeter/routing"
+)
+
+// Routing modes (Config.Route).
+const (
+	// RouteNone forwards every client connection to Config.Upstream.
+	RouteNone = "none"
+	// RouteSlots routes every command by the hash slot of its keys (Redis
+	// Cluster specification, "Key distribution model") to the shard that
+	// owns the slot, as a cluster client does.
+	RouteSlots = "slots"
+	// RoutePinned binds each client connection to one shard and sends all
+	// of its commands there, pipelines intact: the perfectly routed ceiling.
+	RoutePinned = "pinned"
+)
+
+// Pin policies (Config.PinBy) for RoutePinned.
+const (
+	// PinConnection assigns shards to client connections round-robin at
+	// connect.
+	PinConnection = "connection"
+	// PinFirstKey assigns a client connection the shard of the first key
+	// it uses (requests before it are held).
+	PinFirstKey = "first-key"
+)
+
+// topoView is one immutable topology with what the proxy derives from it.
+type topoView struct {
+	t *routing.Topology
+	// live lists the shard indexes that own at least one slot, ascending:
+	// the shards a broadcast (DBSIZE, KEYS, FLUSHALL, SCAN) visits.
+	live []int
+}
+
+func newTopoView(t *routing.Topology) *topoView {
+	owns := make([]bool, len(t.Addrs))
+	for slot := 0; slot < routing.NumSlots; slot++ {
+		if i := t.Shard(uint16(slot)); i >= 0 {
+			owns[i] = true
+		}
+	}
+	v := &topoView{t: t}
+	for i, ok := range owns {
+		if ok {
+			v.live = append(v.live, i)
+		}
+	}
+	return v
+}
+
+// router holds the shard map shared by all event loops. Loops read it
+// without locks (an atomic pointer to an immutable view); a MOVED reply or
+// a refresh replaces the view.
+type router struct {
+	p       *Proxy
+	cluster bool // the map comes from a real cluster: refresh it, follow MOVED/ASK
+	view    atomic.Pointer[topoView]
+	nudge   chan struct{}
+	pinNext atomic.Uint64
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func (r *router) load() *topoView { return r.view.Load() }
+
+// moved applies a MOVED redirect to the map (copy on write) and asks for a
+// refresh, since one moved slot usually means more.
+func (r *router) moved(slot uint16, addr string) {
+	for {
+		old := r.view.Load()
+		if old.t.Shard(slot) >= 0 && old.t.Addrs[old.t.Shard(slot)] == addr {
+			break
+		}
+		if r.view.CompareAndSwap(old, newTopoView(old.t.WithSlot(slot, addr))) {
+			r.p.log.Info("slot moved", "slot", slot, "to", addr)
+			break
+		}
+	}
+	r.requestRefresh()
+}
+
+// requestRefresh asks the refresher for a new map soon (never blocks).
+func (r *router) requestRefresh() {
+	if !r.cluster {
+		return
+	}
+	select {
+	case r.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// run refreshes the map from the cluster every interval, and soon after a
+// nudge (at most every 100 ms), until ctx ends.
+func (r *router) run(ctx context.Context, seed string, every time.Duration) {
+	defer close(r.done)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.nudge:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		r.refresh(ctx, seed)
+	}
+}
+
+// refresh fetches the map from the seed or, failing that, any known node.
+func (r *router) refresh(ctx context.Context, seed string) {
+	old := r.view.Load()
+	addrs := append([]string{seed}, old.t.Addrs...)
+	var lastErr error
+	for _, a := range addrs {
+		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for {
+			cur := r.view.Load()
+			if r.view.CompareAndSwap(cur, newTopoView(t.Rebase(cur.t))) {
+				return
+			}
+		}
+	}
+	r.p.log.Warn("cluster topology refresh failed", "err", lastErr)
+}

@@ -1,0 +1,1064 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/routing"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// A routed session (Config.Route = RouteSlots) is one client connection
+// whose commands go to the shard that owns their hash slot, over one
+// upstream connection per shard (an rlink, opened on first use on the
+// client's event loop). Replies go back to the client in request order: a
+// reply that completes before the ones ahead of it is held (copied) until
+// they are out, so a slow shard holds up later replies to that client, as
+// it would for any cluster client that pipelines.
+//
+// Every request is an rentry in the session's queue, answered by one or
+// more parts: one part for a single-slot command, one per slot group for a
+// multi-key fan-out (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH), one per shard
+// for a broadcast (DBSIZE, KEYS, FLUSHALL, ...). Each link keeps a FIFO of
+// the parts it was sent, since an engine answers in order.
+
+// Reply aggregation of a routed request (rentry.agg).
+const (
+	aggRelay  uint8 = iota // one part: its reply as is
+	aggLocal               // answered by the proxy (out holds the reply)
+	aggSum                 // integer replies summed (DEL, EXISTS, TOUCH, UNLINK, DBSIZE)
+	aggAllOK               // the first part's reply unless a part failed (MSET, FLUSHALL, SCRIPT LOAD)
+	aggMGet                // MGET: elements put back in request order
+	aggConcat              // arrays concatenated (KEYS)
+	aggScan                // SCAN: the engine's cursor re-encoded with the shard
+)
+
+// rentry.flags
+const (
+	eQuit    uint8 = 1 << iota // QUIT: close the client after this reply
+	eInTx                      // queued inside MULTI: redirects are relayed, not followed
+	eWritten                   // the reply went to the client's write buffer directly
+	eExecAbort                 // EXEC of an aborted transaction: answer EXECABORT
+)
+
+// rentry is one client request of a routed session.
+type rentry struct {
+	s                  *rsession
+	tIn, tSent, tReply int64 // ns on the proxy's clock; tSent is the first part's
+	svc                int64 // longest part service time (ns)
+	penalty            int64 // extra time spent following redirects (ns)
+	cmd                command.ID
+	agg                uint8
+	flags              uint8
+	ready              bool
+	left               int32   // parts not answered yet
+	ps                 []rpart // reused across requests
+	out                []byte  // the reply, once ready (reused)
+	scanPos, scanN     int     // aggScan: position in the live shard list, and its length
+}
+
+// rpart is the part of a request sent to one shard.
+type rpart struct {
+	link    *rlink
+	req     []byte  // the request bytes, kept to re-send on MOVED/ASK or once a held request is released
+	pos     []int32 // aggMGet: positions of this part's keys in the request
+	reply   []byte  // the part's reply (multi-part requests, or one that waits behind others)
+	tSent   int64
+	svcFrom int64
+	tReply  int64
+	redirAt int64 // when the first redirect arrived
+	hops    int8
+	mshard  int
+}
+
+// maxRedirects bounds the redirects followed for one request, as cluster
+// clients do (go-redis: 3 by default; redis-cli -c: 5 ... ); past it the
+// engine's redirect is relayed.
+const maxRedirects = 5
+
+// state commands replayed, in this order, on every shard connection a
+// routed session opens after they were sent.
+const (
+	stAuth = iota
+	stHello
+	stSelect
+	stReadMode // READONLY / READWRITE
+	stName     // CLIENT SETNAME
+	numStates
+)
+
+type rsession struct {
+	p      *Proxy
+	l      *loop
+	client gnet.Conn
+
+	scan    resp.RequestScanner
+	partial []byte
+	q       ring[*rentry]
+	links   []*rlink // by topology shard index
+	extra   []*rlink // links to nodes outside the map (ASK targets)
+	touched []*rlink // links with requests to write at the end of the batch
+	home    int      // shard of keyless commands
+	state   [numStates][]byte
+	held    []*rentry // requests waiting for a shard: ASKING (goes with the next command), MULTI before its first key
+
+	tx struct {
+		on      bool
+		slot    int // -1: not known yet
+		shard   int
+		aborted bool
+	}
+
+	wbuf       []byte    // replies to write at the end of the callback
+	done       []*rentry // requests whose replies are in wbuf, for timing
+	buffered   int    // bytes of replies held behind slower ones
+	stopRead   bool
+	closeAfter bool
+	closed     bool
+	lastOut    int64
+	overSince  time.Time
+}
+
+func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
+	s := &rsession{p: p, l: l, client: c}
+	v := p.router.load()
+	if len(v.live) > 0 {
+		s.home = v.live[int(p.router.pinNext.Add(1)%uint64(len(v.live)))]
+	}
+	s.tx.slot = -1
+	return s
+}
+
+// newEntry takes an entry from the loop's pool.
+func (s *rsession) newEntry(id command.ID, now int64) *rentry {
+	var e *rentry
+	if n := len(s.l.rpool); n > 0 {
+		e = s.l.rpool[n-1]
+		s.l.rpool = s.l.rpool[:n-1]
+	} else {
+		e = new(rentry)
+	}
+	e.s, e.tIn, e.cmd = s, now, id
+	s.q.push(e)
+	s.p.inflight.Add(1)
+	return e
+}
+
+// recycle returns e to the loop's pool, keeping its buffers unless large.
+func (l *loop) recycle(e *rentry) {
+	ps := e.ps[:0]
+	for i := range e.ps[:cap(e.ps)] {
+		p := &e.ps[:cap(e.ps)][i]
+		p.link = nil
+		if cap(p.req) > 64<<10 {
+			p.req = nil
+		}
+		if cap(p.reply) > 64<<10 {
+			p.reply = nil
+		}
+	}
+	out := e.out[:0]
+	if cap(out) > 64<<10 {
+		out = nil
+	}
+	*e = rentry{ps: ps, out: out}
+	l.rpool = append(l.rpool, e)
+}
+
+// part adds a part to e and returns it.
+func (e *rentry) part() *rpart {
+	if len(e.ps) < cap(e.ps) {
+		e.ps = e.ps[:len(e.ps)+1]
+	} else {
+		e.ps = append(e.ps, rpart{})
+	}
+	p := &e.ps[len(e.ps)-1]
+	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
+	p.tSent, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, -1
+	e.left++
+	return p
+}
+
+// local answers e with reply, from the proxy.
+func (s *rsession) local(e *rentry, reply []byte) {
+	e.agg = aggLocal
+	e.out = append(e.out[:0], reply...)
+	e.ready = true
+}
+
+// clientTraffic frames the client's requests and routes each one.
+func (s *rsession) clientTraffic(c gnet.Conn) {
+	data, _ := c.Next(-1)
+	if s.closed || s.stopRead {
+		return
+	}
+	p := s.p
+	if p.draining.Load() {
+		s.stopRead, s.closeAfter = true, true
+		s.flush()
+		return
+	}
+	if m := p.cfg.Metrics; m != nil {
+		m.AddClientBytes(len(data), 0)
+	}
+	now := p.now()
+	if m := s.l.m; m != nil && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
+		m.Lock()
+		m.ThinkLocked(time.Duration(now - s.lastOut))
+		m.Unlock()
+	}
+	fromPartial := false
+	if len(s.partial) > 0 {
+		s.partial = append(s.partial, data...)
+		data, fromPartial = s.partial, true
+	}
+	v := p.router.load()
+	off := 0
+	for off < len(data) && !s.stopRead {
+		n, kind, err := s.scan.Scan(data[off:])
+		if err != nil {
+			var pe resp.ProtocolError
+			if !errors.As(err, &pe) {
+				pe = resp.ProtocolError(err.Error())
+			}
+			s.local(s.newEntry(command.Other, now), pe.Reply())
+			s.stopRead, s.closeAfter = true, true
+			if m := p.cfg.Metrics; m != nil {
+				m.ProtocolError()
+			}
+			break
+		}
+		if n == 0 {
+			break
+		}
+		frame := data[off : off+n]
+		off += n
+		if kind == resp.KindEmpty {
+			continue
+		}
+		s.l.args = resp.Args(frame, kind, s.l.args[:0])
+		if len(s.l.args) > 0 {
+			s.route(v, s.l.args, frame, now)
+		}
+	}
+	tail := data[off:]
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*pendingSize > lim {
+		s.evict("query_limit")
+		return
+	}
+	switch {
+	case s.stopRead || len(tail) == 0:
+		s.partial = s.partial[:0]
+		s.scan.Reset()
+	case fromPartial:
+		s.partial = s.partial[:copy(s.partial, tail)]
+	default:
+		s.partial = append(s.partial[:0], tail...)
+	}
+	s.flush()
+}
+
+// route classifies one request and queues it on the shard(s) that answer
+// it. args and frame alias the read buffer: what must outlive the call is
+// copied.
+func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) {
+	id := command.Lookup(args[0])
+	e := s.newEntry(id, now)
+	if s.tx.on {
+		e.flags |= eInTx
+	}
+	switch id {
+	case command.Quit:
+		s.local(e, okReply)
+		e.flags |= eQuit
+		s.stopRead = true
+		return
+	case command.Subscribe, command.Psubscribe, command.Ssubscribe, command.Unsubscribe,
+		command.Punsubscribe, command.Sunsubscribe, command.Monitor, command.Sync, command.Psync:
+		s.local(e, []byte("-ERR respmeter: "+id.Name()+" is not supported with --route slots; use --route pinned or none\r\n"))
+		return
+	case command.Asking:
+		s.hold(e, frame) // travels with the next command, to its shard
+		return
+	case command.Multi:
+		if s.tx.on {
+			break // the engine answers "ERR MULTI calls can not be nested"
+		}
+		s.tx.on = true
+		e.flags |= eInTx
+		if s.tx.slot < 0 {
+			s.hold(e, frame) // sent with the transaction's first keyed command
+			return
+		}
+		s.send(e, s.tx.shard, frame)
+		return
+	case command.Exec, command.Discard:
+		if !s.tx.on {
+			break
+		}
+		shard := s.home
+		if s.tx.slot >= 0 {
+			shard = s.tx.shard
+		}
+		if id == command.Exec && s.tx.aborted {
+			e.flags |= eExecAbort
+			frame = discardReq
+		}
+		s.tx.on, s.tx.aborted, s.tx.slot = false, false, -1
+		s.send(e, shard, frame)
+		return
+	case command.Unwatch:
+		if !s.tx.on {
+			shard := s.home
+			if s.tx.slot >= 0 {
+				shard = s.tx.shard
+			}
+			s.tx.slot = -1
+			s.send(e, shard, frame)
+			return
+		}
+	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
+		s.stateCmd(e, id, args, frame)
+		return
+	case command.Client:
+		if len(args) >= 3 && eqFold(args[1], "setname") {
+			s.stateCmd(e, id, args, frame)
+			return
+		}
+		if len(args) >= 2 && eqFold(args[1], "reply") {
+			s.local(e, []byte("-ERR respmeter: CLIENT REPLY is not supported with --route slots\r\n"))
+			return
+		}
+	case command.Reset:
+		s.state = [numStates][]byte{}
+		s.tx.on, s.tx.aborted, s.tx.slot = false, false, -1
+		s.broadcastState(e, frame)
+		return
+	}
+	keys, err := routing.Keys(args, s.l.keys[:0])
+	s.l.keys = keys[:0]
+	if err != nil || len(keys) == 0 {
+		s.keyless(v, e, id, args, frame)
+		return
+	}
+	slot := routing.Slot(keys[0])
+	for _, k := range keys[1:] {
+		if routing.Slot(k) != slot {
+			if !s.tx.on && s.fanout(v, e, id, args) {
+				return
+			}
+			s.crossSlot(e)
+			return
+		}
+	}
+	shard := v.t.Shard(slot)
+	if shard < 0 {
+		s.local(e, []byte("-CLUSTERDOWN Hash slot not served\r\n"))
+		return
+	}
+	if s.tx.on || id == command.Watch {
+		switch {
+		case s.tx.slot < 0:
+			s.tx.slot, s.tx.shard = int(slot), shard
+		case int(slot) != s.tx.slot:
+			// Redis Cluster refuses keys of another slot inside a
+			// transaction (and WATCH of them); the EXEC then fails.
+			s.crossSlot(e)
+			return
+		default:
+			shard = s.tx.shard
+		}
+	}
+	s.send(e, shard, frame)
+}
+
+var (
+	okReply       = []byte("+OK\r\n")
+	discardReq    = []byte("*1\r\n$7\r\nDISCARD\r\n")
+	askingReq     = []byte("*1\r\n$6\r\nASKING\r\n")
+	crossSlotErr  = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
+	execAbortErr  = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
+	redirectMoved = []byte("MOVED ")
+	redirectAsk   = []byte("ASK ")
+)
+
+func (s *rsession) crossSlot(e *rentry) {
+	if s.tx.on {
+		s.tx.aborted = true
+	}
+	if m := s.p.cfg.Metrics; m != nil {
+		m.CrossSlot()
+	}
+	s.local(e, crossSlotErr)
+}
+
+// hold keeps a request until the next routed command picks its shard.
+func (s *rsession) hold(e *rentry, frame []byte) {
+	p := e.part()
+	p.req = append(p.req, frame...)
+	s.held = append(s.held, e)
+}
+
+// send queues e's request on shard, after any held requests (which go to
+// the same shard, in order).
+func (s *rsession) send(e *rentry, shard int, frame []byte) {
+	ln := s.link(shard)
+	s.release(ln)
+	p := e.part()
+	if s.p.router.cluster {
+		p.req = append(p.req, frame...)
+	}
+	ln.queue(e, len(e.ps)-1, frame)
+}
+
+// release sends the held requests to ln.
+func (s *rsession) release(ln *rlink) {
+	for _, h := range s.held {
+		ln.queue(h, 0, h.ps[0].req)
+	}
+	clear(s.held)
+	s.held = s.held[:0]
+}
+
+// keyless routes a command that names no keys (or whose keys the engine
+// will refuse: it answers those itself). The policy follows the command
+// tips of Redis 7 (COMMAND DOCS "request_policy"/"response_policy"):
+//
+//   - DBSIZE, and all_shards/all_nodes commands whose response policy is
+//     agg_sum: sent to every shard, integer replies summed;
+//   - FLUSHALL, FLUSHDB, SCRIPT LOAD/FLUSH, FUNCTION LOAD/DELETE/FLUSH/
+//     RESTORE, LATENCY RESET, SLOWLOG RESET, MEMORY PURGE (all_succeeded):
+//     sent to every shard, the first reply unless one is an error;
+//   - KEYS: sent to every shard, arrays concatenated;
+//   - SCAN: one shard at a time, the cursor encoding the shard;
+//   - everything else (PING, ECHO, INFO, CONFIG, RANDOMKEY, CLIENT, WAIT,
+//     EVAL with 0 keys, a request with a bad numkeys, ...): the session's
+//     home shard, chosen round-robin at connect. Inside a transaction they
+//     go to the transaction's shard.
+func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
+	if s.tx.on {
+		if s.tx.slot < 0 {
+			s.hold(e, frame)
+			return
+		}
+		s.send(e, s.tx.shard, frame)
+		return
+	}
+	info := id.Info()
+	if len(args) > 1 && info.Subcommands != nil {
+		if sub := info.Subcommand(args[1]); sub != nil {
+			info = sub
+		}
+	}
+	var reqAll, sum, allOK bool
+	for _, t := range info.Tips {
+		switch t {
+		case "request_policy:all_shards", "request_policy:all_nodes":
+			reqAll = true
+		case "response_policy:agg_sum":
+			sum = true
+		case "response_policy:all_succeeded":
+			allOK = true
+		}
+	}
+	switch {
+	case id == command.Scan:
+		if s.scanRoute(v, e, args) {
+			return
+		}
+	case id == command.Keys && len(args) == 2:
+		s.broadcast(v, e, aggConcat, frame)
+		return
+	case reqAll && sum && id != command.Ping:
+		s.broadcast(v, e, aggSum, frame)
+		return
+	case reqAll && allOK && id != command.Ping && id != command.Config:
+		s.broadcast(v, e, aggAllOK, frame)
+		return
+	}
+	s.send(e, s.home, frame)
+}
+
+// broadcast sends frame to every live shard.
+func (s *rsession) broadcast(v *topoView, e *rentry, agg uint8, frame []byte) {
+	if len(v.live) == 0 {
+		s.local(e, []byte("-CLUSTERDOWN no shard serves any slot\r\n"))
+		return
+	}
+	e.agg = agg
+	for _, shard := range v.live {
+		ln := s.link(shard)
+		s.release(ln)
+		e.part()
+		ln.queue(e, len(e.ps)-1, frame)
+	}
+}
+
+// scanRoute sends SCAN to the shard its cursor names. The client's cursor
+// is engineCursor*N + k, where k is the position of the shard in the list
+// of live shards (N of them): cursor 0 starts on the first shard with
+// cursor 0, and when a shard's iteration ends the next one starts, so one
+// full iteration returns every key of every shard exactly once (under the
+// guarantees of SCAN, as long as the shard map does not change). A cursor
+// that is not a number goes to the home shard, which refuses it.
+func (s *rsession) scanRoute(v *topoView, e *rentry, args [][]byte) bool {
+	n := len(v.live)
+	c, err := strconv.ParseUint(string(args[1]), 10, 64)
+	if err != nil || n == 0 {
+		return false
+	}
+	k := int(c % uint64(n))
+	e.agg, e.scanPos, e.scanN = aggScan, k, n
+	b := s.l.scratch[:0]
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, "\r\n"...)
+	b = appendBulk(b, args[0])
+	b = appendBulk(b, strconv.AppendUint(s.l.num[:0], c/uint64(n), 10))
+	for _, a := range args[2:] {
+		b = appendBulk(b, a)
+	}
+	s.l.scratch = b
+	s.send(e, v.live[k], b)
+	return true
+}
+
+func appendBulk(b, a []byte) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(a)), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, a...)
+	return append(b, "\r\n"...)
+}
+
+// stateCmd handles a connection-state command (AUTH, HELLO, SELECT,
+// READONLY/READWRITE, CLIENT SETNAME): the home shard answers it, every
+// shard connection already open gets it too (its reply dropped), and it is
+// replayed first on every shard connection opened later.
+func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+	if s.tx.on {
+		s.keyless(s.p.router.load(), e, id, args, frame)
+		return
+	}
+	var k int
+	switch id {
+	case command.Auth:
+		k = stAuth
+	case command.Hello:
+		k = stHello
+	case command.Select:
+		k = stSelect
+	case command.Readonly, command.Readwrite:
+		k = stReadMode
+	default:
+		k = stName
+	}
+	s.state[k] = append(s.state[k][:0], frame...)
+	s.broadcastState(e, frame)
+}
+
+// broadcastState sends frame to the home shard (whose reply the client
+// gets) and to every other open shard connection (replies dropped).
+func (s *rsession) broadcastState(e *rentry, frame []byte) {
+	home := s.link(s.home)
+	for _, ln := range s.links {
+		if ln != nil && ln != home {
+			ln.queue(nil, 0, frame)
+		}
+	}
+	for _, ln := range s.extra {
+		ln.queue(nil, 0, frame)
+	}
+	s.send(e, s.home, frame)
+}
+
+// link returns the session's connection to shard, opening it if needed.
+func (s *rsession) link(shard int) *rlink {
+	if shard < len(s.links) && s.links[shard] != nil {
+		return s.links[shard]
+	}
+	for shard >= len(s.links) {
+		s.links = append(s.links, nil)
+	}
+	ln := s.newLink(shard, s.p.router.load().t.Addrs[shard])
+	s.links[shard] = ln
+	return ln
+}
+
+// linkAddr returns the session's connection to addr (a node that may be
+// outside the map: an ASK target).
+func (s *rsession) linkAddr(addr string) *rlink {
+	v := s.p.router.load()
+	if i := v.t.Index(addr); i >= 0 {
+		return s.link(i)
+	}
+	for _, ln := range s.extra {
+		if ln.addr == addr {
+			return ln
+		}
+	}
+	ln := s.newLink(-1, addr)
+	s.extra = append(s.extra, ln)
+	return ln
+}
+
+func (s *rsession) newLink(shard int, addr string) *rlink {
+	ln := &rlink{s: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
+	if m := s.p.cfg.Metrics; m != nil {
+		ln.mshard = m.Shard(addr)
+	}
+	// The connection state comes first: AUTH, HELLO, SELECT, ...
+	for _, st := range s.state {
+		if len(st) > 0 {
+			ln.queue(nil, 0, st)
+		}
+	}
+	go s.p.dialLink(ln, s.client.EventLoop())
+	return ln
+}
+
+// dropLink forgets a failed link, so that the next command opens a new one.
+func (s *rsession) dropLink(ln *rlink) {
+	if ln.idx >= 0 && ln.idx < len(s.links) && s.links[ln.idx] == ln {
+		s.links[ln.idx] = nil
+	}
+	for i, x := range s.extra {
+		if x == ln {
+			s.extra = append(s.extra[:i], s.extra[i+1:]...)
+			break
+		}
+	}
+	for i, x := range s.touched {
+		if x == ln {
+			s.touched = append(s.touched[:i], s.touched[i+1:]...)
+			break
+		}
+	}
+}
+
+// fanout splits a multi-key MGET, MSET, DEL, UNLINK, EXISTS or TOUCH whose
+// keys hash to several slots into one request per slot (as a cluster client
+// does; a cluster node refuses keys of two slots even when it owns both),
+// and reports whether it did. The replies are merged in finish.
+func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte) bool {
+	step := 1
+	switch id {
+	case command.Mget:
+		e.agg = aggMGet
+	case command.Mset:
+		e.agg, step = aggAllOK, 2
+		if len(args)%2 != 1 {
+			return false
+		}
+	case command.Del, command.Unlink, command.Exists, command.Touch:
+		e.agg = aggSum
+	default:
+		return false
+	}
+	// Group the keys by slot: part i of e serves slot slots[i].
+	slots := s.l.slots[:0]
+	group := s.l.group[:0]
+	for i := 1; i < len(args); i += step {
+		slot := routing.Slot(args[i])
+		g := -1
+		for j, sl := range slots {
+			if sl == slot {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			if v.t.Shard(slot) < 0 {
+				s.l.slots, s.l.group = slots, group
+				e.agg = aggRelay
+				s.local(e, []byte("-CLUSTERDOWN Hash slot not served\r\n"))
+				return true
+			}
+			g = len(slots)
+			slots = append(slots, slot)
+		}
+		group = append(group, int32(g))
+	}
+	s.l.slots, s.l.group = slots, group
+	for g, slot := range slots {
+		n := 0
+		for _, x := range group {
+			if int(x) == g {
+				n++
+			}
+		}
+		p := e.part()
+		b := append(p.req, '*')
+		b = strconv.AppendInt(b, int64(n*step+1), 10)
+		b = append(b, "\r\n"...)
+		b = appendBulk(b, args[0])
+		for ki, x := range group {
+			if int(x) != g {
+				continue
+			}
+			a := 1 + ki*step
+			b = appendBulk(b, args[a])
+			if step == 2 {
+				b = appendBulk(b, args[a+1])
+			}
+			p.pos = append(p.pos, int32(ki))
+		}
+		p.req = b
+		ln := s.link(v.t.Shard(slot))
+		s.release(ln)
+		ln.queue(e, len(e.ps)-1, b)
+	}
+	return true
+}
+
+// flush writes what the links have queued, then the replies that are ready
+// at the head of the queue, and records their timings.
+func (s *rsession) flush() {
+	if s.closed {
+		return
+	}
+	if len(s.touched) > 0 {
+		var t int64
+		if s.l.m != nil {
+			t = s.p.now()
+		}
+		for _, ln := range s.touched {
+			ln.write(t)
+		}
+		clear(s.touched)
+		s.touched = s.touched[:0]
+	}
+	s.advance()
+	done := s.done
+	if len(done) == 0 && len(s.wbuf) == 0 {
+		if s.closeAfter && s.q.len() == 0 {
+			_ = s.client.Close()
+		}
+		return
+	}
+	var tOut int64
+	if s.l.m != nil {
+		tOut = s.p.now()
+	}
+	if len(s.wbuf) > 0 {
+		_, _ = s.client.Write(s.wbuf)
+		if m := s.p.cfg.Metrics; m != nil {
+			m.AddClientBytes(0, len(s.wbuf))
+		}
+		if cap(s.wbuf) > 1<<20 {
+			s.wbuf = nil
+		} else {
+			s.wbuf = s.wbuf[:0]
+		}
+	}
+	s.p.inflight.Add(-int64(len(done)))
+	if m := s.l.m; m != nil {
+		m.Lock()
+		for _, e := range done {
+			isErr := len(e.out) > 0 && (e.out[0] == '-' || e.out[0] == '!')
+			if e.flags&eWritten != 0 {
+				isErr = false // relayed directly: only errors are held, so not one
+			}
+			if e.tSent == 0 || e.tReply == 0 {
+				m.CountLocked(int(e.cmd), isErr)
+				continue
+			}
+			total := time.Duration(tOut - e.tIn)
+			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
+			for i := range e.ps {
+				p := &e.ps[i]
+				if p.mshard >= 0 && p.tReply > 0 {
+					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
+						time.Duration(p.tReply-p.svcFrom), isErr)
+				}
+			}
+			if e.penalty > 0 {
+				m.RedirectPenaltyLocked(time.Duration(e.penalty))
+			}
+		}
+		m.Unlock()
+		if s.q.len() == 0 {
+			s.lastOut = tOut
+		}
+	}
+	for i, e := range done {
+		s.l.recycle(e)
+		done[i] = nil
+	}
+	s.done = done[:0]
+	if lim := s.p.cfg.ClientOutputLimit; lim > 0 {
+		s.checkOutput(lim)
+	}
+	if s.closeAfter && s.q.len() == 0 && !s.closed {
+		_ = s.client.Close()
+	}
+}
+
+// checkOutput applies the client output limit (see session.checkOutput) to
+// the replies gnet holds for the client plus those held behind a slower
+// shard.
+func (s *rsession) checkOutput(lim int) {
+	n := s.client.OutboundBuffered() + s.buffered
+	switch {
+	case n <= lim:
+		s.overSince = time.Time{}
+	case n > 2*lim:
+		s.evict("output_limit")
+	case s.overSince.IsZero():
+		s.overSince = time.Now()
+	case time.Since(s.overSince) > time.Second:
+		s.evict("output_limit")
+	}
+}
+
+func (s *rsession) evict(reason string) {
+	if s.closed {
+		return
+	}
+	if m := s.p.cfg.Metrics; m != nil {
+		m.ClientEvicted(reason)
+	}
+	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
+	_ = s.client.Close()
+	s.shutdown()
+}
+
+// clientClosed ends the session: its shard connections are closed at once
+// (a blocked BLPOP must not pop an element for a client that left).
+func (s *rsession) clientClosed() {
+	if m := s.p.cfg.Metrics; m != nil {
+		m.ClientClosed()
+	}
+	s.p.clients.Add(-1)
+	s.shutdown()
+}
+
+func (s *rsession) shutdown() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	clear(s.done)
+	s.done = s.done[:0]
+	s.p.inflight.Add(-int64(s.q.len()))
+	for s.q.len() > 0 {
+		s.q.pop() // not recycled: a link may still point at it
+	}
+	for _, ln := range s.links {
+		if ln != nil {
+			ln.shutdown()
+		}
+	}
+	for _, ln := range s.extra {
+		ln.shutdown()
+	}
+}
+
+// complete records the reply of part i of e, and finishes e when it was
+// the last part.
+func (s *rsession) complete(e *rentry, i int, reply []byte, now int64) {
+	p := &e.ps[i]
+	p.tReply = now
+	if p.redirAt > 0 {
+		e.penalty = max(e.penalty, now-p.redirAt)
+	}
+	if svc := now - p.svcFrom; svc > e.svc {
+		e.svc = svc
+	}
+	e.tReply = max(e.tReply, now)
+	e.left--
+	if e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&eExecAbort == 0 {
+		// The common case: the reply is next in line; no copy beyond the
+		// write buffer.
+		s.wbuf = append(s.wbuf, reply...)
+		e.flags |= eWritten
+		e.ready = true
+		s.advance()
+		return
+	}
+	p.reply = append(p.reply[:0], reply...)
+	s.buffered += len(reply)
+	if e.left > 0 {
+		return
+	}
+	s.buffered -= s.finish(e)
+	s.buffered += len(e.out)
+	s.advance()
+}
+
+// advance moves the replies that are ready at the head of the queue to the
+// write buffer, oldest first, and onto s.done for timing.
+func (s *rsession) advance() {
+	for s.q.len() > 0 && s.q.front().ready {
+		e := s.q.pop()
+		if e.flags&eWritten == 0 {
+			s.wbuf = append(s.wbuf, e.out...)
+			s.buffered -= len(e.out)
+		}
+		s.done = append(s.done, e)
+		if e.flags&eQuit != 0 {
+			s.closeAfter = true
+		}
+	}
+}
+
+// finish merges the parts' replies of e into e.out and returns the bytes
+// the parts held.
+func (s *rsession) finish(e *rentry) (held int) {
+	for i := range e.ps {
+		held += len(e.ps[i].reply)
+	}
+	e.ready = true
+	if e.flags&eExecAbort != 0 {
+		e.out = append(e.out[:0], execAbortErr...)
+		return held
+	}
+	// A part that failed fails the whole request, as a cluster client
+	// reports it (the first error in part order).
+	if e.agg != aggRelay {
+		for i := range e.ps {
+			if r := e.ps[i].reply; len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+				e.out = append(e.out[:0], r...)
+				return held
+			}
+		}
+	}
+	switch e.agg {
+	case aggRelay, aggAllOK:
+		e.out = append(e.out[:0], e.ps[0].reply...)
+	case aggSum:
+		var sum int64
+		for i := range e.ps {
+			r := e.ps[i].reply
+			n, ok := parseIntReply(r)
+			if !ok {
+				e.out = append(e.out[:0], r...)
+				return held
+			}
+			sum += n
+		}
+		e.out = append(e.out[:0], ':')
+		e.out = strconv.AppendInt(e.out, sum, 10)
+		e.out = append(e.out, "\r\n"...)
+	case aggMGet:
+		n := 0
+		for i := range e.ps {
+			n += len(e.ps[i].pos)
+		}
+		elems := s.l.elems[:0]
+		for range n {
+			elems = append(elems, nil)
+		}
+		for i := range e.ps {
+			p := &e.ps[i]
+			got, ok := splitArray(s.l.sf, p.reply, s.l.elems2[:0])
+			s.l.elems2 = got[:0]
+			if !ok || len(got) != len(p.pos) {
+				e.out = append(e.out[:0], p.reply...)
+				return held
+			}
+			for j, pos := range p.pos {
+				elems[pos] = got[j]
+			}
+		}
+		e.out = append(e.out[:0], '*')
+		e.out = strconv.AppendInt(e.out, int64(n), 10)
+		e.out = append(e.out, "\r\n"...)
+		for _, el := range elems {
+			e.out = append(e.out, el...)
+		}
+		clear(elems)
+		s.l.elems = elems[:0]
+	case aggConcat:
+		n := 0
+		e.out = e.out[:0]
+		for i := range e.ps {
+			r := e.ps[i].reply
+			cnt, body, ok := arrayBody(r)
+			if !ok {
+				e.out = append(e.out[:0], r...)
+				return held
+			}
+			n += cnt
+			e.out = append(e.out, body...)
+		}
+		hdr := strconv.AppendInt(append(s.l.num[:0], '*'), int64(n), 10)
+		hdr = append(hdr, "\r\n"...)
+		e.out = append(e.out, hdr...)
+		copy(e.out[len(hdr):], e.out[:len(e.out)-len(hdr)])
+		copy(e.out, hdr)
+	case aggScan:
+		r := e.ps[0].reply
+		got, ok := splitArray(s.l.sf, r, s.l.elems2[:0])
+		s.l.elems2 = got[:0]
+		var c uint64
+		var err error
+		if ok && len(got) == 2 && len(got[0]) > 0 && got[0][0] == '$' {
+			line := got[0][bytes.IndexByte(got[0], '\n')+1:]
+			c, err = strconv.ParseUint(string(bytes.TrimSuffix(line, []byte("\r\n"))), 10, 64)
+		}
+		if !ok || len(got) != 2 || err != nil {
+			e.out = append(e.out[:0], r...)
+			return held
+		}
+		var next uint64
+		switch {
+		case c != 0:
+			next = c*uint64(e.scanN) + uint64(e.scanPos)
+		case e.scanPos+1 < e.scanN:
+			next = uint64(e.scanPos + 1)
+		}
+		cur := strconv.AppendUint(s.l.num[:0], next, 10)
+		e.out = append(e.out[:0], "*2\r\n"...)
+		e.out = appendBulk(e.out, cur)
+		e.out = append(e.out, got[1]...)
+	}
+	return held
+}
+
+// parseIntReply reads an integer reply ":n\r\n".
+func parseIntReply(r []byte) (int64, bool) {
+	if len(r) < 4 || r[0] != ':' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
+	return n, err == nil
+}
+
+// arrayBody splits an array reply "*n\r\n<elements>" into n and the
+// elements' bytes.
+func arrayBody(r []byte) (int, []byte, bool) {
+	if len(r) < 4 || r[0] != '*' {
+		return 0, nil, false
+	}
+	i := bytes.IndexByte(r, '\n')
+	n, err := strconv.Atoi(string(r[1 : i-1]))
+	if err != nil || n < 0 {
+		return 0, nil, false
+	}
+	return n, r[i+1:], true
+}
+
+// splitArray appends to dst the complete elements of the array reply r,
+// each as its bytes.
+func splitArray(f *resp.ReplyFramer, r []byte, dst [][]byte) ([][]byte, bool) {
+	n, body, ok := arrayBody(r)
+	if !ok {
+		return dst, false
+	}
+	for i := 0; i < n; i++ {
+		f.Reset()
+		k, fin, err := f.Feed(body)
+		if err != nil || !fin {
+			return dst, false
+		}
+		dst = append(dst, body[:k])
+		body = body[k:]
+	}
+	return dst, len(body) == 0
+}
