@@ -53,10 +53,42 @@ const (
 	MinHDRInterval = 10 * time.Millisecond
 )
 
-// Log levels and formats accepted by Config.LogLevel and Config.LogFormat.
+// MinTopologyRefresh bounds Config.TopologyRefresh: every refresh dials a
+// cluster node and reads its whole shard map.
+const MinTopologyRefresh = time.Second
+
+// MaxShards is the largest accepted number of Config.Shards: Redis Cluster
+// is designed for up to 1000 masters.
+const MaxShards = 1000
+
+// Routing modes accepted by Config.Route; the same strings as proxy's
+// RouteNone, RouteSlots and RoutePinned.
+const (
+	// RouteNone forwards every client connection to Config.Upstream.
+	RouteNone = "none"
+	// RouteSlots sends each command to the shard owning its keys' hash slot.
+	RouteSlots = "slots"
+	// RoutePinned binds each client connection to one shard.
+	RoutePinned = "pinned"
+)
+
+// Pin policies accepted by Config.PinBy under RoutePinned; the same strings
+// as proxy's PinConnection and PinFirstKey.
+const (
+	// PinConnection assigns shards to client connections round-robin (the
+	// default).
+	PinConnection = "connection"
+	// PinFirstKey assigns a connection the shard of the first key it uses.
+	PinFirstKey = "first-key"
+)
+
+// Log levels, log formats, routing modes and pin policies accepted by
+// Config.LogLevel, Config.LogFormat, Config.Route and Config.PinBy.
 var (
-	logLevels  = []string{"debug", "info", "warn", "error"}
-	logFormats = []string{"text", "json"}
+	logLevels   = []string{"debug", "info", "warn", "error"}
+	logFormats  = []string{"text", "json"}
+	routes      = []string{RouteNone, RouteSlots, RoutePinned}
+	pinPolicies = []string{PinConnection, PinFirstKey}
 )
 
 // Duration is a time.Duration written in configuration as a Go duration
@@ -102,8 +134,34 @@ type Config struct {
 	// every interface.
 	Listen string `yaml:"listen"`
 	// Upstream is the Redis-compatible engine's address, host:port, port
-	// 1-65535. Default "127.0.0.1:6379". Must differ from Listen.
+	// 1-65535. Default "127.0.0.1:6379". Used only with Route "none", and
+	// then must differ from Listen.
 	Upstream string `yaml:"upstream"`
+	// Route is how commands find their engine: "none" (the default; every
+	// connection goes to Upstream), "slots" (each command to the shard that
+	// owns its keys' hash slot) or "pinned" (each client connection to one
+	// shard). "slots" and "pinned" need exactly one of Shards and Cluster.
+	Route string `yaml:"route"`
+	// Shards are standalone engines, host:port each, splitting the 16384
+	// hash slots in contiguous ranges as "redis-cli --cluster create" would
+	// (3 shards: 0-5460, 5461-10922, 10923-16383). At most MaxShards, no
+	// duplicates, none equal to Listen. Only with Route "slots" or
+	// "pinned". Default empty. In the environment and in --shards: a
+	// comma-separated list.
+	Shards []string `yaml:"shards"`
+	// Cluster is host:port of one node of a Redis or Valkey Cluster, whose
+	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at start,
+	// every TopologyRefresh and after a MOVED reply. Only with Route
+	// "slots" or "pinned". Default "".
+	Cluster string `yaml:"cluster"`
+	// TopologyRefresh is how often the Cluster's shard map is re-read.
+	// Default 30s; at least MinTopologyRefresh. Unused without Cluster.
+	TopologyRefresh Duration `yaml:"topology_refresh"`
+	// PinBy picks the shard of a client connection under Route "pinned":
+	// "connection" (round-robin at connect) or "first-key" (the shard of
+	// the first key the connection uses). Default "", which means
+	// "connection"; any other value needs Route "pinned".
+	PinBy string `yaml:"pin_by"`
 	// Admin is the HTTP address serving /metrics and /stats, host:port, or
 	// "off" to disable it. Default "127.0.0.1:9121". Port 0 picks a free
 	// port. Must differ from Listen unless either uses port 0.
@@ -164,6 +222,7 @@ func Default() Config {
 	return Config{
 		Listen:       "127.0.0.1:6380",
 		Upstream:     "127.0.0.1:6379",
+		Route:        RouteNone,
 		Admin:        "127.0.0.1:9121",
 		Loops:        0,
 		Measure:      true,
@@ -181,8 +240,14 @@ func Default() Config {
 		SlowlogLen:        128,
 		HDRLog:            "",
 		HDRInterval:       Duration(time.Second),
+
+		TopologyRefresh: Duration(30 * time.Second),
 	}
 }
+
+// Routed reports whether c routes over shards (Route "slots" or "pinned")
+// rather than forwarding to Upstream.
+func (c *Config) Routed() bool { return c.Route == RouteSlots || c.Route == RoutePinned }
 
 // FieldError is one problem with one configuration key. Load, ApplyEnv, Set
 // and Validate return these, several at once through errors.Join; walk them
@@ -199,6 +264,14 @@ type FieldError struct {
 	Reason string
 	// Err is ErrUnknownKey or ErrInvalid.
 	Err error
+
+	// entry is the 1-based entry of a list key (shards) at fault, 0 for
+	// the whole key; Parse then reports that entry's line.
+	entry int
+	// about lists the other keys a cross-field check read: Parse drops the
+	// error when one of them failed to decode (it then held its default,
+	// and the error would be about a value nobody wrote).
+	about []string
 }
 
 // Error formats e as "source:line: key "k": reason", leaving out the parts
@@ -235,6 +308,12 @@ func invalid(key, format string, args ...any) *FieldError {
 	return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...), Err: ErrInvalid}
 }
 
+// reads records the other keys the check behind e read (see about).
+func (e *FieldError) reads(keys ...string) *FieldError {
+	e.about = append(e.about, keys...)
+	return e
+}
+
 // FieldErrors flattens err (as returned by this package, possibly joined)
 // into its FieldErrors. Errors of other types are returned as FieldErrors
 // with only Reason set.
@@ -267,6 +346,11 @@ func (c *Config) Validate() error {
 	}
 	add(checkHostPort("listen", c.Listen, 0, "host:port"))
 	add(checkHostPort("upstream", c.Upstream, 1, "host:port"))
+	add(checkEnum("route", c.Route, routes))
+	add(checkPeriod("topology_refresh", c.TopologyRefresh, MinTopologyRefresh, false))
+	for _, e := range c.checkRouting() {
+		add(e)
+	}
 	if c.Admin != AdminOff {
 		add(checkHostPort("admin", c.Admin, 0, `host:port or "off"`))
 	}
@@ -305,14 +389,91 @@ func (c *Config) Validate() error {
 
 	// Cross-field checks run only on addresses that parsed.
 	if len(errs) == 0 {
-		if sameAddr(c.Listen, c.Upstream) {
-			add(invalid("upstream", "must differ from listen (%q): the proxy would connect to itself", c.Listen))
+		if !c.Routed() && sameAddr(c.Listen, c.Upstream) {
+			add(invalid("upstream", "must differ from listen (%q): the proxy would connect to itself", c.Listen).reads("listen", "route"))
 		}
 		if c.Admin != AdminOff && !hasPortZero(c.Admin) && !hasPortZero(c.Listen) && sameAddr(c.Listen, c.Admin) {
-			add(invalid("admin", "must differ from listen (%q)", c.Listen))
+			add(invalid("admin", "must differ from listen (%q)", c.Listen).reads("listen"))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRouting checks Shards, Cluster and PinBy: each address a dialable
+// host:port that is not the listen address, no shard twice; and against
+// Route: with "none" none of them may be set; with "slots" or "pinned"
+// exactly one of Shards and Cluster must be; PinBy only with "pinned". An
+// unknown Route is left to Validate's enum check.
+func (c *Config) checkRouting() []*FieldError {
+	var errs []*FieldError
+	if len(c.Shards) > MaxShards {
+		errs = append(errs, invalid("shards", "must list at most %d addresses, got %d", MaxShards, len(c.Shards)))
+	}
+	seen := make(map[string]int, len(c.Shards))
+	for i, a := range c.Shards {
+		if e := checkDialAddr("shards", a, c.Listen); e != nil {
+			e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
+			e.entry = i + 1
+			errs = append(errs, e)
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			e := invalid("shards", "entry %d repeats entry %d (%q)", i+1, j+1, a)
+			e.entry = i + 1
+			errs = append(errs, e)
+			continue
+		}
+		seen[a] = i
+	}
+	if c.Cluster != "" {
+		if e := checkDialAddr("cluster", c.Cluster, c.Listen); e != nil {
+			errs = append(errs, e)
+		}
+	}
+	switch c.Route {
+	case RouteNone:
+		if len(c.Shards) > 0 {
+			errs = append(errs, invalid("shards", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+		}
+		if c.Cluster != "" {
+			errs = append(errs, invalid("cluster", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+		}
+	case RouteSlots, RoutePinned:
+		switch {
+		case len(c.Shards) > 0 && c.Cluster != "":
+			errs = append(errs, invalid("cluster", "give shards or cluster, not both (route %s)", c.Route).reads("shards"))
+		case len(c.Shards) == 0 && c.Cluster == "":
+			errs = append(errs, invalid("route", "route %s needs shards (standalone engines) or cluster (a cluster node)", c.Route).
+				reads("shards", "cluster"))
+		}
+	default:
+		return errs // the route itself is reported by the enum check
+	}
+	switch {
+	case c.PinBy == "":
+	case c.Route != RoutePinned:
+		errs = append(errs, invalid("pin_by", "needs route pinned, got route %q", c.Route).reads("route"))
+	default:
+		if e := checkEnum("pin_by", c.PinBy, pinPolicies); e != nil {
+			errs = append(errs, e)
+		}
+	}
+	return errs
+}
+
+// checkDialAddr checks that v is an address to connect to, host:port with
+// a non-empty host and a port in 1..65535, that is not the listen address.
+func checkDialAddr(key, v, listen string) *FieldError {
+	if e := checkHostPort(key, v, 1, "host:port"); e != nil {
+		return e
+	}
+	if host, _, _ := net.SplitHostPort(v); host == "" {
+		return invalid(key, "must be host:port with a host, got %q", v)
+	}
+	if sameAddr(listen, v) {
+		return invalid(key, "%q is the listen address: the proxy would connect to itself", v).reads("listen")
+	}
+	return nil
 }
 
 // checkHostPort checks that v is host:port with a numeric port in

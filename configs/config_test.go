@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +80,7 @@ func TestPassthrough(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("%s = %+v, want the defaults %+v", file, c, Default())
 	}
 	data, err := os.ReadFile(file)
@@ -194,6 +195,20 @@ func TestSet(t *testing.T) {
 		{key: "max_clients", val: "lots", wantErr: `key "max_clients": must be an integer, got "lots"`},
 		{key: "probe_interval", val: "100", wantErr: `key "probe_interval": must be a duration such as "250ms" or "5s", got "100"`},
 		{key: "slowlog_len", val: "1e3", wantErr: `key "slowlog_len": must be an integer, got "1e3"`},
+		{key: "route", val: "slots", check: func(c Config) bool { return c.Route == RouteSlots }},
+		{key: "shards", val: "127.0.0.1:7000, 127.0.0.1:7001 ,[::1]:7002", check: func(c Config) bool {
+			return slices.Equal(c.Shards, []string{"127.0.0.1:7000", "127.0.0.1:7001", "[::1]:7002"})
+		}},
+		{key: "shards", val: "127.0.0.1:7000", check: func(c Config) bool { return slices.Equal(c.Shards, []string{"127.0.0.1:7000"}) }},
+		{key: "shards", val: " ", check: func(c Config) bool { return c.Shards == nil }},
+		{key: "cluster", val: "10.0.0.1:7000", check: func(c Config) bool { return c.Cluster == "10.0.0.1:7000" }},
+		{key: "topology_refresh", val: "5s", check: func(c Config) bool { return c.TopologyRefresh == Duration(5*time.Second) }},
+		{key: "pin_by", val: "first-key", check: func(c Config) bool { return c.PinBy == PinFirstKey }},
+		{key: "shards", val: "127.0.0.1:7000,,127.0.0.1:7001",
+			wantErr: `key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000,,127.0.0.1:7001" (entry 2 is empty)`},
+		{key: "shards", val: "127.0.0.1:7000,",
+			wantErr: `key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
+		{key: "topology_refresh", val: "30", wantErr: `key "topology_refresh": must be a duration such as "250ms" or "5s", got "30"`},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			c := Default()
@@ -227,6 +242,11 @@ func TestApplyEnv(t *testing.T) {
 		"RESPMETER_SLOWLOG_LEN":         "8",
 		"RESPMETER_HDR_LOG":             "out.hlog",
 		"RESPMETER_HDR_INTERVAL":        "2s",
+		"RESPMETER_ROUTE":               "pinned",
+		"RESPMETER_SHARDS":              "127.0.0.1:7001,127.0.0.1:7002",
+		"RESPMETER_TOPOLOGY_REFRESH":    "10s",
+		"RESPMETER_PIN_BY":              "first-key",
+		"RESPMETER_CLUSTER":             "",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c := Default()
@@ -234,7 +254,7 @@ func TestApplyEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"listen", "loops", "measure", "drain_timeout", "client_output_limit", "client_query_limit",
+	if want := []string{"listen", "route", "shards", "topology_refresh", "pin_by", "loops", "measure", "drain_timeout", "client_output_limit", "client_query_limit",
 		"max_clients", "probe_interval", "engine_poll", "slowlog_threshold", "slowlog_len", "hdr_log", "hdr_interval"}; !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
@@ -243,21 +263,29 @@ func TestApplyEnv(t *testing.T) {
 	want.ClientOutputLimit, want.ClientQueryLimit, want.MaxClients = MiB, 10_000_000, 50
 	want.ProbeInterval, want.EnginePoll, want.SlowlogThreshold = 0, Duration(time.Second), Duration(time.Millisecond)
 	want.SlowlogLen, want.HDRLog, want.HDRInterval = 8, "out.hlog", Duration(2*time.Second)
-	if c != want {
+	want.Route, want.Shards, want.TopologyRefresh, want.PinBy = RoutePinned, []string{"127.0.0.1:7001", "127.0.0.1:7002"},
+		Duration(10*time.Second), PinFirstKey
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 
-	env = map[string]string{"RESPMETER_LOOPS": "many", "RESPMETER_DIAL_TIMEOUT": "3", "RESPMETER_CLIENT_OUTPUT_LIMIT": "lots"}
+	env = map[string]string{"RESPMETER_LOOPS": "many", "RESPMETER_DIAL_TIMEOUT": "3", "RESPMETER_CLIENT_OUTPUT_LIMIT": "lots",
+		"RESPMETER_SHARDS": ",127.0.0.1:7000"}
 	c = Default()
 	_, err = c.ApplyEnv(lookup)
 	got := err.Error()
-	wantErr := "RESPMETER_LOOPS: key \"loops\": must be an integer, got \"many\"\n" +
+	wantErr := "RESPMETER_SHARDS: key \"shards\": must be a comma-separated list of host:port such as " +
+		"\"127.0.0.1:7000,127.0.0.1:7001\", got \",127.0.0.1:7000\" (entry 1 is empty)\n" +
+		"RESPMETER_LOOPS: key \"loops\": must be an integer, got \"many\"\n" +
 		"RESPMETER_DIAL_TIMEOUT: key \"dial_timeout\": must be a duration such as \"250ms\" or \"5s\", got \"3\"\n" +
 		"RESPMETER_CLIENT_OUTPUT_LIMIT: key \"client_output_limit\": " + sizeWant + ", got \"lots\""
 	if got != wantErr {
 		t.Errorf("err =\n%s\nwant\n%s", got, wantErr)
 	}
-	if c != Default() {
+	if !reflect.DeepEqual(c, Default()) {
 		t.Errorf("bad values changed the config: %+v", c)
 	}
 }
@@ -435,5 +463,166 @@ func TestValidateBackground(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestValidateRouting covers route, shards, cluster, topology_refresh and
+// pin_by and how they combine with each other and with listen and upstream.
+func TestValidateRouting(t *testing.T) {
+	three := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	many := make([]string, MaxShards+1)
+	for i := range many {
+		many[i] = "10.0.0.1:" + strconv.Itoa(10000+i)
+	}
+	for _, tc := range []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string // exact; "" for valid
+	}{
+		{"default is none", func(*Config) {}, ""},
+		{"slots over shards", func(c *Config) { c.Route, c.Shards = RouteSlots, three }, ""},
+		{"slots over a cluster", func(c *Config) { c.Route, c.Cluster = RouteSlots, "10.0.0.1:7000" }, ""},
+		{"pinned by first key", func(c *Config) { c.Route, c.Shards, c.PinBy = RoutePinned, three, PinFirstKey }, ""},
+		{"pinned by connection", func(c *Config) { c.Route, c.Cluster, c.PinBy = RoutePinned, "db:7000", PinConnection }, ""},
+		{"routed: default upstream on the listen address", func(c *Config) {
+			c.Listen, c.Route, c.Shards = ":6379", RouteSlots, three
+		}, ""},
+		{"routed: upstream unused but still host:port", func(c *Config) {
+			c.Route, c.Shards, c.Upstream = RouteSlots, three, "db"
+		}, `key "upstream": must be host:port, got "db"`},
+		{"none: upstream on the listen address", func(c *Config) { c.Listen = ":6379" },
+			`key "upstream": must differ from listen (":6379"): the proxy would connect to itself`},
+		{"largest shard count", func(c *Config) { c.Route, c.Shards = RouteSlots, many[:MaxShards] }, ""},
+		{"too many shards", func(c *Config) { c.Route, c.Shards = RouteSlots, many },
+			`key "shards": must list at most 1000 addresses, got 1001`},
+		{"bad route", func(c *Config) { c.Route = "cluster" }, `key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"empty route", func(c *Config) { c.Route = "" }, `key "route": must be one of none|slots|pinned, got ""`},
+		{"slots without shards", func(c *Config) { c.Route = RouteSlots },
+			`key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
+		{"pinned without shards", func(c *Config) { c.Route, c.Shards = RoutePinned, []string{} },
+			`key "route": route pinned needs shards (standalone engines) or cluster (a cluster node)`},
+		{"both", func(c *Config) { c.Route, c.Shards, c.Cluster = RouteSlots, three, "10.0.0.1:7000" },
+			`key "cluster": give shards or cluster, not both (route slots)`},
+		{"shards without route", func(c *Config) { c.Shards = three }, `key "shards": needs route slots or pinned, got route "none"`},
+		{"cluster without route", func(c *Config) { c.Cluster = "db:7000" }, `key "cluster": needs route slots or pinned, got route "none"`},
+		{"pin_by without route", func(c *Config) { c.PinBy = PinConnection }, `key "pin_by": needs route pinned, got route "none"`},
+		{"pin_by with slots", func(c *Config) { c.Route, c.Shards, c.PinBy = RouteSlots, three, PinFirstKey },
+			`key "pin_by": needs route pinned, got route "slots"`},
+		{"bad pin_by", func(c *Config) { c.Route, c.Shards, c.PinBy = RoutePinned, three, "random" },
+			`key "pin_by": must be one of connection|first-key, got "random"`},
+		{"shard without port", func(c *Config) { c.Route, c.Shards = RouteSlots, []string{"127.0.0.1:7000", "db"} },
+			`key "shards": entry 2: must be host:port, got "db"`},
+		{"shard without host", func(c *Config) { c.Route, c.Shards = RouteSlots, []string{":7000"} },
+			`key "shards": entry 1: must be host:port with a host, got ":7000"`},
+		{"shard port 0", func(c *Config) { c.Route, c.Shards = RouteSlots, []string{"db:0"} },
+			`key "shards": entry 1: port must be a number in 1..65535, got "db:0"`},
+		{"duplicate shard", func(c *Config) { c.Route, c.Shards = RouteSlots, append(three, "127.0.0.1:7001") },
+			`key "shards": entry 4 repeats entry 2 ("127.0.0.1:7001")`},
+		{"shard is the listener", func(c *Config) { c.Listen, c.Route, c.Shards = "0.0.0.0:7001", RouteSlots, three },
+			`key "shards": entry 2: "127.0.0.1:7001" is the listen address: the proxy would connect to itself`},
+		{"cluster is the listener", func(c *Config) { c.Route, c.Cluster = RouteSlots, "localhost:6380" },
+			`key "cluster": "localhost:6380" is the listen address: the proxy would connect to itself`},
+		{"bad cluster", func(c *Config) { c.Route, c.Cluster = RouteSlots, "10.0.0.1" },
+			`key "cluster": must be host:port, got "10.0.0.1"`},
+		{"smallest refresh", func(c *Config) { c.TopologyRefresh = Duration(MinTopologyRefresh) }, ""},
+		{"tiny refresh", func(c *Config) { c.TopologyRefresh = Duration(time.Millisecond) },
+			`key "topology_refresh": must be at least 1s, got 1ms`},
+		{"zero refresh", func(c *Config) { c.TopologyRefresh = 0 }, `key "topology_refresh": must be > 0, got 0s`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mod(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			for _, fe := range FieldErrors(err) {
+				if !errors.Is(fe, ErrInvalid) {
+					t.Errorf("%q does not wrap ErrInvalid", fe)
+				}
+			}
+		})
+	}
+}
+
+// TestParseRoutingLines: routing errors point at the line of the key that
+// is wrong, and a check that read an undecodable key stays quiet.
+func TestParseRoutingLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"needs shards: on the route line", "listen: 127.0.0.1:6380\nroute: slots\n",
+			`x.yaml:2: key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
+		{"shards not a list: one error", "route: slots\nshards: 127.0.0.1:7000\n",
+			`x.yaml:2: key "shards": must be a list of host:port strings such as [127.0.0.1:7000, 127.0.0.1:7001], got "127.0.0.1:7000"`},
+		{"shards entry null", "route: slots\nshards:\n  - 127.0.0.1:7000\n  -\n",
+			`x.yaml:4: key "shards": must be a list of host:port strings such as [127.0.0.1:7000, 127.0.0.1:7001], got no value as entry 2`},
+		{"route undecodable: pin_by quiet", "route: [slots]\npin_by: first-key\n",
+			`x.yaml:1: key "route": must be a string, got a list`},
+		{"listen undecodable: shard check quiet", "listen: {}\nroute: slots\nshards: [127.0.0.1:6380]\n",
+			`x.yaml:1: key "listen": must be a string, got a mapping`},
+		{"alias list", "a: &a [127.0.0.1:7000, 127.0.0.1:7001]\n", `x.yaml:1: unknown key "a"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.yaml))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// An anchored list used as shards.
+	c, err := Parse("x.yaml", []byte("route: slots\nshards: &s [127.0.0.1:7000, 127.0.0.1:7001]\n"))
+	if err != nil || !slices.Equal(c.Shards, []string{"127.0.0.1:7000", "127.0.0.1:7001"}) {
+		t.Fatalf("anchored list: %v, %v", c.Shards, err)
+	}
+}
+
+// TestClusterExample checks configs/cluster.yaml: it loads, routes by slot
+// over the three shards it documents, and its commented-out alternatives
+// (a cluster seed instead of shards; pinned by first key) load too.
+func TestClusterExample(t *testing.T) {
+	const file = "cluster.yaml"
+	c, err := Load(file)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := Default()
+	want.Route = RouteSlots
+	want.Shards = []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("%s = %+v, want %+v", file, c, want)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	// Swap shards for the commented cluster seed, and slots for pinned.
+	i := strings.Index(text, "\nshards:\n")
+	j := i + strings.Index(text[i+1:], "127.0.0.1:7002\n") + 1
+	if i < 0 || j < i+1 {
+		t.Fatalf("%s: no shards list found", file)
+	}
+	alt := text[:i+1] + text[j+len("127.0.0.1:7002\n"):]
+	for _, line := range []string{"# cluster: 127.0.0.1:7000\n", "# topology_refresh: 30s\n", "# pin_by: first-key\n"} {
+		if !strings.Contains(alt, line) {
+			t.Fatalf("%s lacks the commented line %q", file, line)
+		}
+		alt = strings.Replace(alt, line, strings.TrimPrefix(line, "# "), 1)
+	}
+	alt = strings.Replace(alt, "\nroute: slots\n", "\nroute: pinned\n", 1)
+	c, err = Parse(file+" (alternatives)", []byte(alt))
+	if err != nil {
+		t.Fatalf("the commented alternatives do not load: %v\n%s", err, alt)
+	}
+	if c.Route != RoutePinned || c.Cluster != "127.0.0.1:7000" || c.Shards != nil || c.PinBy != PinFirstKey ||
+		c.TopologyRefresh != Duration(30*time.Second) {
+		t.Errorf("alternatives: %+v", c)
 	}
 }

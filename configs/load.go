@@ -19,7 +19,7 @@ import (
 const EnvPrefix = "RESPMETER_"
 
 // field ties one YAML key to its Config field. ptr returns a *string, *int,
-// *bool, *Duration or *Size into c.
+// *bool, *Duration, *Size or *[]string into c.
 type field struct {
 	key string
 	ptr func(c *Config) any
@@ -29,6 +29,11 @@ type field struct {
 var fields = []field{
 	{"listen", func(c *Config) any { return &c.Listen }},
 	{"upstream", func(c *Config) any { return &c.Upstream }},
+	{"route", func(c *Config) any { return &c.Route }},
+	{"shards", func(c *Config) any { return &c.Shards }},
+	{"cluster", func(c *Config) any { return &c.Cluster }},
+	{"topology_refresh", func(c *Config) any { return &c.TopologyRefresh }},
+	{"pin_by", func(c *Config) any { return &c.PinBy }},
 	{"admin", func(c *Config) any { return &c.Admin }},
 	{"loops", func(c *Config) any { return &c.Loops }},
 	{"measure", func(c *Config) any { return &c.Measure }},
@@ -92,10 +97,13 @@ func Parse(name string, data []byte) (Config, error) {
 		bad[e.Key] = true
 	}
 	for _, e := range FieldErrors(c.Validate()) {
-		if bad[e.Key] {
+		if bad[e.Key] || slices.ContainsFunc(e.about, func(k string) bool { return bad[k] }) {
 			continue // already reported as undecodable; c holds the default
 		}
 		e.Source, e.Line = name, lines[e.Key]
+		if l, ok := lines[entryKey(e.Key, e.entry)]; ok && e.entry > 0 {
+			e.Line = l // the list entry at fault rather than its key
+		}
 		errs = append(errs, e)
 	}
 	if len(errs) == 0 {
@@ -109,11 +117,16 @@ func Parse(name string, data []byte) (Config, error) {
 	return Config{}, errors.Join(joined...)
 }
 
+// entryKey names the entry n (1-based) of the list key in decode's line
+// map: "shards[2]".
+func entryKey(key string, n int) string { return key + "[" + strconv.Itoa(n) + "]" }
+
 // yamlLineRE pulls the line out of yaml.v3 syntax errors ("yaml: line 3: ...").
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // decode overlays the YAML document in data onto c and returns the line of
-// each key it set. Keys that fail keep their value in c.
+// each key it set, and of each entry of a list (entryKey). Keys that fail
+// keep their value in c.
 //
 // The document goes through a yaml.Decoder with KnownFields(true), but into
 // a yaml.Node: walking the mapping ourselves is what lets every unknown or
@@ -179,24 +192,49 @@ func decode(c *Config, name string, data []byte) (map[string]int, []*FieldError)
 		if v.Kind == yaml.AliasNode && v.Alias != nil {
 			v = v.Alias
 		}
-		if reason := setNode(f.ptr(c), v); reason != "" {
-			errs = append(errs, fail(v.Line, key, false, "%s", reason))
+		if reason, at := setNode(f.ptr(c), v); reason != "" {
+			errs = append(errs, fail(at.Line, key, false, "%s", reason))
+		} else if v.Kind == yaml.SequenceNode {
+			for i, item := range v.Content {
+				lines[entryKey(key, i+1)] = item.Line
+			}
 		}
 	}
 	return lines, errs
 }
 
-// setNode decodes the scalar v into ptr (from field.ptr) and returns "" or
-// the reason it could not.
-func setNode(ptr any, v *yaml.Node) string {
+// listWant describes the accepted forms of a list key, for error messages.
+const listWant = "must be a list of host:port strings such as [127.0.0.1:7000, 127.0.0.1:7001]"
+
+// setNode decodes v into ptr (from field.ptr): a scalar, or a sequence of
+// scalars for a *[]string. It returns "" or the reason it could not, with
+// the node at fault (v, or the bad entry of a list).
+func setNode(ptr any, v *yaml.Node) (string, *yaml.Node) {
+	if p, ok := ptr.(*[]string); ok {
+		if v.Kind != yaml.SequenceNode {
+			return listWant + ", got " + describeNode(v), v
+		}
+		var list []string // nil for [], as in Default
+		for i, item := range v.Content {
+			if item.Kind == yaml.AliasNode && item.Alias != nil {
+				item = item.Alias
+			}
+			if item.Kind != yaml.ScalarNode || item.Tag == "!!null" || item.Value == "" {
+				return fmt.Sprintf("%s, got %s as entry %d", listWant, describeNode(item), i+1), item
+			}
+			list = append(list, item.Value)
+		}
+		*p = list
+		return "", v
+	}
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
 		switch ptr.(type) {
 		case *string:
-			return "must be a string, got " + describeNode(v)
+			return "must be a string, got " + describeNode(v), v
 		case *int:
-			return "must be an integer, got " + describeNode(v)
+			return "must be an integer, got " + describeNode(v), v
 		case *bool:
-			return "must be true or false, got " + describeNode(v)
+			return "must be true or false, got " + describeNode(v), v
 		}
 	}
 	switch p := ptr.(type) {
@@ -204,24 +242,24 @@ func setNode(ptr any, v *yaml.Node) string {
 		*p = v.Value
 	case *int:
 		if v.Tag != "!!int" || v.Decode(p) != nil {
-			return "must be an integer, got " + describeNode(v)
+			return "must be an integer, got " + describeNode(v), v
 		}
 	case *bool:
 		if v.Decode(p) != nil {
-			return "must be true or false, got " + describeNode(v)
+			return "must be true or false, got " + describeNode(v), v
 		}
 	case *Duration:
 		if err := p.UnmarshalYAML(v); err != nil {
-			return err.Error()
+			return err.Error(), v
 		}
 	case *Size:
 		if err := p.UnmarshalYAML(v); err != nil {
-			return err.Error()
+			return err.Error(), v
 		}
 	default:
 		panic(fmt.Sprintf("configs: field of unhandled type %T", ptr))
 	}
-	return ""
+	return "", v
 }
 
 // setString parses s into ptr (from field.ptr) and returns "" or the reason
@@ -254,10 +292,34 @@ func setString(ptr any, s string) string {
 			return err.Error()
 		}
 		*p = n
+	case *[]string:
+		list, err := parseList(s)
+		if err != "" {
+			return err
+		}
+		*p = list
 	default:
 		panic(fmt.Sprintf("configs: field of unhandled type %T", ptr))
 	}
 	return ""
+}
+
+// parseList splits the comma-separated list s ("a:1, b:2") into its
+// trimmed entries; "" (or only spaces) is the empty list, nil as in
+// Default. An empty entry
+// ("a:1,,b:2", a trailing comma) is an error: it returns the reason.
+func parseList(s string) ([]string, string) {
+	if strings.TrimSpace(s) == "" {
+		return nil, ""
+	}
+	parts := strings.Split(s, ",")
+	for i, part := range parts {
+		parts[i] = strings.TrimSpace(part)
+		if parts[i] == "" {
+			return nil, fmt.Sprintf("must be a comma-separated list of host:port such as \"127.0.0.1:7000,127.0.0.1:7001\", got %q (entry %d is empty)", s, i+1)
+		}
+	}
+	return parts, ""
 }
 
 // describeNode names what a YAML node holds, for error messages.
@@ -279,8 +341,7 @@ func describeNode(n *yaml.Node) string {
 }
 
 // Set parses value (flag or environment syntax: "250ms", "true", "4",
-// "64MiB") into
-// the field for key. It returns a *FieldError without Source on an unknown
+// "64MiB", "a:1,b:2" for a list) into the field for key. It returns a *FieldError without Source on an unknown
 // key or a bad value; Validate still has to run on the result.
 func (c *Config) Set(key, value string) error {
 	f, ok := lookupField(key)

@@ -40,6 +40,16 @@ type Config struct {
 	// TopologyRefresh is how often the cluster's shard map is re-read.
 	// 0 means 30 s.
 	TopologyRefresh time.Duration
+	// UpstreamMode is UpstreamPrivate (the default: one upstream
+	// connection per client connection, per shard) or UpstreamShared:
+	// requests of the clients of one event loop are pipelined onto
+	// UpstreamConns shared connections per shard (per protocol), replies
+	// demultiplexed in order; a client that needs connection state moves to
+	// private connections (see rsession.needsPause). Not with RoutePinned.
+	UpstreamMode string
+	// UpstreamConns is the number of shared upstream connections per event
+	// loop, per shard and protocol (RESP2, RESP3); 0 means 1.
+	UpstreamConns int
 	// PinBy picks the shard of a client connection under RoutePinned:
 	// PinConnection (round-robin at connect; the default) or PinFirstKey.
 	PinBy string

@@ -8,6 +8,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"os"
 	"testing"
 	"time"
 
@@ -102,3 +103,7 @@ func e2eWaitCount(t *testing.T, set *metrics.Set, name string, want int) metrics
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// sharedMode reports whether the suite runs with shared upstream
+// connections (RESPMETER_TEST_UPSTREAM_MODE=shared, see proxytest).
+func sharedMode() bool { return os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") == "shared" }

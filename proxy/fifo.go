@@ -9,9 +9,10 @@ import (
 
 // entry kinds: how a pending request is answered.
 const (
-	kindReply uint8 = iota // one reply from the engine
-	kindSub                // (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE: one confirmation per channel
-	kindLocal              // answered by the proxy itself (a protocol error), then close
+	kindReply   uint8 = iota // one reply from the engine
+	kindSub                  // (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE: one confirmation per channel
+	kindLocal                // answered by the proxy itself (a protocol error), then close
+	kindDiscard              // a replayed state command after a handoff: its reply is dropped
 )
 
 // pending is one request sent (or about to be sent) upstream and not yet

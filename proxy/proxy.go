@@ -49,7 +49,8 @@ type Proxy struct {
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
 
-	router *router
+	router     *router
+	sharedNext atomic.Uint64
 
 	draining atomic.Bool
 	clients  atomic.Int64 // open client connections
@@ -69,6 +70,11 @@ type loop struct {
 	nextRTT int64
 
 	// Routed sessions' scratch and pool (see rsession.go).
+	p       *Proxy
+	touched []*rlink    // links with requests to write at the end of the callback
+	dirty   []*rsession // sessions with replies to write at the end of the callback
+	resume  []*rsession // sessions whose pause ended (handoffs)
+	shared  []*rlink    // shared upstream connections (see loop.sharedLink)
 	rpool   []*rentry
 	keys    [][]byte
 	slots   []uint16
@@ -129,6 +135,23 @@ func New(cfg Config) (*Proxy, error) {
 	default:
 		errs = append(errs, fmt.Errorf("route %q: want %s, %s or %s", cfg.Route, RouteNone, RouteSlots, RoutePinned))
 	}
+	switch cfg.UpstreamMode {
+	case "":
+		cfg.UpstreamMode = UpstreamPrivate
+	case UpstreamPrivate:
+	case UpstreamShared:
+		if cfg.Route == RoutePinned {
+			errs = append(errs, fmt.Errorf("upstream mode shared does not apply to route pinned"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("upstream mode %q: want %s or %s", cfg.UpstreamMode, UpstreamPrivate, UpstreamShared))
+	}
+	if cfg.UpstreamConns < 0 {
+		errs = append(errs, fmt.Errorf("upstream conns must be >= 0, got %d", cfg.UpstreamConns))
+	}
+	if cfg.UpstreamConns == 0 {
+		cfg.UpstreamConns = 1
+	}
 	switch cfg.PinBy {
 	case "":
 		cfg.PinBy = PinConnection
@@ -186,6 +209,9 @@ func New(cfg Config) (*Proxy, error) {
 		loops:   make(map[gnet.EventLoop]*loop),
 	}
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
+	if topo == nil && cfg.Route == RouteNone {
+		topo, _ = routing.EvenSplit([]string{cfg.Upstream}) // one shard: the upstream
+	}
 	if topo != nil {
 		p.router.view.Store(newTopoView(topo))
 	}
@@ -314,7 +340,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24)}
+		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24)}
 		if m := p.cfg.Metrics; m != nil {
 			l.m = m.Loop(len(p.loops) % m.Loops())
 		}
@@ -348,7 +374,7 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if m := p.cfg.Metrics; m != nil {
 		m.ClientOpened()
 	}
-	if p.cfg.Route == RouteSlots {
+	if p.cfg.Route == RouteSlots || p.cfg.UpstreamMode == UpstreamShared {
 		c.SetContext(newRSession(p, c, p.loopFor(c.EventLoop())))
 		return nil, gnet.None
 	}
@@ -411,7 +437,7 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *upLink:
 		x.s.upstreamClosed(err)
 	case *rsession:
-		x.clientClosed()
+		x.clientClosed(c, err)
 	case *rlink:
 		x.closed(err)
 	}

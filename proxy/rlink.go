@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -17,10 +16,13 @@ import (
 // reply belongs to (a nil entry: a reply to drop, such as the replies to
 // replayed AUTH/HELLO or to the ASKING sent before an ASK retry).
 type rlink struct {
-	s      *rsession
-	idx    int    // topology shard index; -1 for a node outside the map
-	addr   string // host:port
-	mshard int    // metrics shard index; -1 when not measuring
+	p      *Proxy
+	l      *loop
+	owner  *rsession // nil for a loop's shared link (Config.UpstreamMode "shared")
+	idx    int       // topology shard index; -1 for a node outside the map
+	resp3  bool      // a shared link speaking RESP3 (HELLO 3 sent first)
+	addr   string    // host:port
+	mshard int       // metrics shard index; -1 when not measuring
 	c      gnet.Conn
 	rf     *resp.ReplyFramer
 	q      ring[rref]
@@ -29,9 +31,11 @@ type rlink struct {
 	cur    []byte // the reply being received, when it spans reads
 	// lastReply is when the previous reply completed (service of a
 	// pipelined request starts there).
-	lastReply int64
-	touched   bool
-	dead      bool
+	lastReply      int64
+	touched        bool
+	dead           bool
+	engineProtoErr bool      // the last reply was the engine's protocol error
+	protoErrBy     *rsession // the client whose request it answered
 }
 
 type rref struct {
@@ -50,7 +54,7 @@ func (ln *rlink) queue(e *rentry, part int, req []byte) {
 	}
 	if !ln.touched {
 		ln.touched = true
-		ln.s.touched = append(ln.s.touched, ln)
+		ln.l.touched = append(ln.l.touched, ln)
 	}
 }
 
@@ -70,16 +74,14 @@ func (ln *rlink) write(t int64) {
 		}
 		p := &r.e.ps[r.part]
 		p.tSent, p.mshard = t, ln.mshard
-		p.svcFrom = max(t, ln.lastReply)
 		if r.e.tSent == 0 {
 			r.e.tSent = t
 		}
 	}
 	_, _ = ln.c.Write(ln.wb)
-	p := ln.s.p
-	if m := p.cfg.Metrics; m != nil {
+	if m := ln.p.cfg.Metrics; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
-		if lm := ln.s.l.m; lm != nil && ln.mshard >= 0 {
+		if lm := ln.l.m; lm != nil && ln.mshard >= 0 {
 			lm.Lock()
 			lm.ShardBatchLocked(ln.mshard, ln.wn)
 			lm.Unlock()
@@ -95,16 +97,16 @@ func (ln *rlink) write(t int64) {
 
 // opened runs when the dial completed.
 func (ln *rlink) opened(c gnet.Conn) gnet.Action {
-	if ln.s.closed || ln.dead {
+	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return gnet.Close
 	}
 	ln.c = c
-	if m := ln.s.p.cfg.Metrics; m != nil {
+	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamOpened()
 	}
 	var t int64
-	if ln.s.l.m != nil {
-		t = ln.s.p.now()
+	if ln.l.m != nil {
+		t = ln.p.now()
 	}
 	ln.write(t)
 	return gnet.None
@@ -113,20 +115,19 @@ func (ln *rlink) opened(c gnet.Conn) gnet.Action {
 // traffic frames the shard's replies and hands each to its request.
 func (ln *rlink) traffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
-	s := ln.s
-	if s.closed || ln.dead {
+	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
-	if m := s.p.cfg.Metrics; m != nil {
+	if m := ln.p.cfg.Metrics; m != nil {
 		m.AddUpstreamBytes(len(data), 0)
 	}
-	now := s.p.now()
+	now := ln.p.now()
 	for off := 0; off < len(data); {
 		n, fin, err := ln.rf.Feed(data[off:])
 		chunk := data[off : off+n]
 		off += n
 		if err != nil {
-			s.p.log.Warn("bad reply from upstream; closing", "upstream", ln.addr, "err", err)
+			ln.p.log.Warn("bad reply from upstream; closing", "upstream", ln.addr, "err", err)
 			ln.fail(upstreamError(ln.addr, "sent a bad reply", nil), true)
 			_ = c.Close()
 			break
@@ -147,31 +148,45 @@ func (ln *rlink) traffic(c gnet.Conn) {
 			ln.cur = ln.cur[:0]
 		}
 	}
-	s.flush()
+	ln.l.flushAll()
 }
 
 // onReply matches one complete reply with the oldest request of the link.
 func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
-	s := ln.s
 	if f.Type == '>' {
-		// A RESP3 push (client tracking): out of band, passed on as is.
-		s.wbuf = append(s.wbuf, frame...)
+		// A RESP3 push (client tracking): out of band, passed on as is
+		// to the link's owner (a shared link has none to give it to).
+		if s := ln.owner; s != nil {
+			s.wbuf = append(s.wbuf, frame...)
+			s.markDirty()
+		}
 		return
 	}
 	if ln.q.len() == 0 {
-		s.p.log.Debug("unmatched reply from upstream", "upstream", ln.addr, "type", string(f.Type))
+		ln.p.log.Debug("unmatched reply from upstream", "upstream", ln.addr, "type", string(f.Type))
 		return
 	}
 	r := ln.q.pop()
-	if r.e == nil {
-		return // a replayed state command's reply, or ASKING's +OK
-	}
+	prev := ln.lastReply
 	ln.lastReply = now
+	// The engine's "-ERR Protocol error: ..." is followed by its close: no
+	// error replies of ours may follow it (see closed).
+	ln.engineProtoErr = f.Type == '-' && bytes.HasPrefix(f.Head, engineProtoErr)
+	if ln.engineProtoErr && r.e != nil {
+		ln.protoErrBy = r.e.s
+	}
+	if r.e == nil || r.e.s.closed {
+		return // a replayed state command's reply, ASKING's +OK, or a client that left
+	}
 	e := r.e
+	// Service starts when the request was sent or the previous reply on
+	// this connection completed, whichever is later (a pipelined request
+	// waits behind the ones before it).
+	e.ps[r.part].svcFrom = max(e.ps[r.part].tSent, prev)
 	if f.Type == '-' && e.flags&eInTx == 0 && ln.redirect(e, int(r.part), frame, now) {
 		return
 	}
-	s.complete(e, int(r.part), frame, now)
+	e.s.complete(e, int(r.part), frame, now)
 }
 
 // redirect follows a -MOVED or -ASK reply (Redis Cluster specification,
@@ -193,7 +208,7 @@ func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
 	if !ok {
 		return false
 	}
-	s := ln.s
+	s := e.s
 	router := s.p.router
 	if m := s.p.cfg.Metrics; m != nil {
 		m.Redirect(rd.Ask)
@@ -214,64 +229,80 @@ func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
 }
 
 // fail answers every request waiting on the link with reply, and forgets
-// the link. With lost (the connection broke with requests in flight) the
-// client is closed once it has its replies: what the engine did with them
-// is unknown.
+// the link. With lost, a client that had requests on it is closed once it
+// has its replies, as a passthrough client is: what the engine did with
+// them is unknown (or, unreachable, the client learns it at once).
 func (ln *rlink) fail(reply []byte, lost bool) {
 	if ln.dead {
 		return
 	}
 	ln.dead = true
-	s := ln.s
-	s.dropLink(ln)
-	s.p.router.requestRefresh()
-	now := s.p.now()
+	if ln.owner != nil {
+		ln.owner.dropLink(ln)
+	} else {
+		ln.l.dropShared(ln)
+	}
+	ln.p.router.requestRefresh()
+	now := ln.p.now()
 	pending := 0
 	for ln.q.len() > 0 {
 		r := ln.q.pop()
-		if r.e == nil || s.closed {
+		if r.e == nil || r.e.s.closed || r.e.s.closeNow {
 			continue
 		}
 		pending++
+		s := r.e.s
 		s.complete(r.e, int(r.part), reply, now)
+		if lost {
+			// What the engine did with the request is unknown: the
+			// client is closed once it has its replies.
+			s.closeAfter, s.stopRead = true, true
+		}
 	}
-	if lost && pending > 0 {
-		if m := s.p.cfg.Metrics; m != nil {
+	if lost && pending > 0 && ln.c != nil {
+		if m := ln.p.cfg.Metrics; m != nil {
 			m.UpstreamLost()
 		}
-		s.p.log.Warn("upstream lost with requests pending", "upstream", ln.addr, "pending", pending)
-		s.closeAfter, s.stopRead = true, true
+		ln.p.log.Warn("upstream lost with requests pending", "upstream", ln.addr, "pending", pending)
 	}
-	s.flush()
+	ln.l.flushAll()
 }
 
 // closed runs when the shard connection closed.
 func (ln *rlink) closed(err error) {
-	if m := ln.s.p.cfg.Metrics; m != nil && ln.c != nil {
+	if m := ln.p.cfg.Metrics; m != nil && ln.c != nil {
 		m.UpstreamClosed()
 	}
-	if ln.s.closed || ln.dead {
+	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
-	if ln.rf.InFrame() {
-		// Part of a reply is lost: nothing sensible can follow.
-		ln.dead = true
-		ln.s.evictQuiet()
-		return
+	if s := ln.protoErrBy; ln.engineProtoErr && s != nil && !s.closed {
+		// The engine refused a request it could not parse and closed the
+		// connection, as it would have closed the client's own: that
+		// client gets what is ready and is closed the same way, with no
+		// errors of ours after the engine's. (On a shared connection the
+		// other clients' requests on it fail as on any lost connection.)
+		s.stopRead, s.closeNow = true, true
+		s.markDirty()
+	}
+	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
+		// Part of a reply is lost (it is held whole before it is relayed,
+		// so the client has none of it): the request fails as the others.
+		ln.p.log.Warn("upstream closed in the middle of a reply", "upstream", ln.addr)
 	}
 	ln.fail(upstreamError(ln.addr, "connection lost", err), true)
 }
 
 // dialFailed runs on the loop when the shard could not be reached.
 func (ln *rlink) dialFailed(err error) {
-	if m := ln.s.p.cfg.Metrics; m != nil {
+	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamDialFailed()
 	}
-	if ln.s.closed || ln.dead {
+	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
-	ln.s.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
-	ln.fail(upstreamError(ln.addr, "unreachable", err), false)
+	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
+	ln.fail(upstreamError(ln.addr, "unreachable", err), true)
 }
 
 // shutdown closes the connection at once (see session.shutdownUpstream).
@@ -281,16 +312,6 @@ func (ln *rlink) shutdown() {
 		_ = unix.Shutdown(ln.c.Fd(), unix.SHUT_RDWR)
 		_ = ln.c.Close()
 	}
-}
-
-// evictQuiet closes the client and its shard connections without a reply
-// (a reply was cut in two and part of it may have been relayed already).
-func (s *rsession) evictQuiet() {
-	if s.closed {
-		return
-	}
-	_ = s.client.Close()
-	s.shutdown()
 }
 
 // dialLink connects a shard link off the loop and enrolls it on el.
@@ -316,5 +337,3 @@ func (p *Proxy) dialLink(ln *rlink, el gnet.EventLoop) {
 		fail(r.Err)
 	}
 }
-
-var _ = time.Second

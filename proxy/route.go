@@ -21,6 +21,12 @@ const (
 	RoutePinned = "pinned"
 )
 
+// Upstream connection modes (Config.UpstreamMode).
+const (
+	UpstreamPrivate = "private"
+	UpstreamShared  = "shared"
+)
+
 // Pin policies (Config.PinBy) for RoutePinned.
 const (
 	// PinConnection assigns shards to client connections round-robin at

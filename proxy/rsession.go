@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"strconv"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -40,10 +44,10 @@ const (
 
 // rentry.flags
 const (
-	eQuit    uint8 = 1 << iota // QUIT: close the client after this reply
-	eInTx                      // queued inside MULTI: redirects are relayed, not followed
-	eWritten                   // the reply went to the client's write buffer directly
-	eExecAbort                 // EXEC of an aborted transaction: answer EXECABORT
+	eQuit      uint8 = 1 << iota // QUIT: close the client after this reply
+	eInTx                        // queued inside MULTI: redirects are relayed, not followed
+	eWritten                     // the reply went to the client's write buffer directly
+	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
 )
 
 // rentry is one client request of a routed session.
@@ -56,10 +60,14 @@ type rentry struct {
 	agg                uint8
 	flags              uint8
 	ready              bool
-	left               int32   // parts not answered yet
-	ps                 []rpart // reused across requests
-	out                []byte  // the reply, once ready (reused)
-	scanPos, scanN     int     // aggScan: position in the live shard list, and its length
+	left               int32          // parts not answered yet
+	ps                 []rpart        // reused across requests
+	out                []byte         // the reply, once ready (reused)
+	scanPos, scanN     int            // aggScan: position in the live shard list, and its length
+	argc               int32          // arguments including the name (slow log)
+	key                slowlog.KeyBuf // first key, only with the slow log on
+	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
+	isErr              bool           // the reply relayed directly (eWritten) was an error
 }
 
 // rpart is the part of a request sent to one shard.
@@ -102,7 +110,6 @@ type rsession struct {
 	q       ring[*rentry]
 	links   []*rlink // by topology shard index
 	extra   []*rlink // links to nodes outside the map (ASK targets)
-	touched []*rlink // links with requests to write at the end of the batch
 	home    int      // shard of keyless commands
 	state   [numStates][]byte
 	held    []*rentry // requests waiting for a shard: ASKING (goes with the next command), MULTI before its first key
@@ -114,12 +121,30 @@ type rsession struct {
 		aborted bool
 	}
 
+	// shared: requests go to the loop's shared upstream connections
+	// (Config.UpstreamMode "shared") until a stateful command moves the
+	// client to private ones; resp3 selects the RESP3 shared connection;
+	// slot picks one of Config.UpstreamConns.
+	shared bool
+	resp3  bool
+	slot   int
+	// paused: a request needs the requests in flight answered first
+	// (pauseWait, pausePrivate, pausePassthrough); it and everything
+	// after it wait in hbuf.
+	paused      uint8
+	pauseReason string
+	hbuf        []byte
+
 	wbuf       []byte    // replies to write at the end of the callback
 	done       []*rentry // requests whose replies are in wbuf, for timing
-	buffered   int    // bytes of replies held behind slower ones
+	dirty      bool      // on the loop's dirty list: flush at the end of the callback
+	buffered   int       // bytes of replies held behind slower ones
 	stopRead   bool
 	closeAfter bool
+	closeNow   bool // close once what is ready is written (engine protocol error)
 	closed     bool
+	linger     *linger // the client half-closed: replies go through it
+	name       string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut    int64
 	overSince  time.Time
 }
@@ -131,7 +156,178 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 		s.home = v.live[int(p.router.pinNext.Add(1)%uint64(len(v.live)))]
 	}
 	s.tx.slot = -1
+	if p.cfg.UpstreamMode == UpstreamShared {
+		s.shared = true
+		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
+	}
 	return s
+}
+
+// Pause kinds (rsession.paused).
+const (
+	pauseWait        uint8 = iota + 1 // then go on as before
+	pausePrivate                      // then use private upstream connections
+	pausePassthrough                  // then become a passthrough session on one private connection
+)
+
+// needsPause says whether a request must wait for the requests in flight
+// before it is sent, and what happens then:
+//
+//   - SUBSCRIBE and the other pub/sub commands, MONITOR, SYNC/PSYNC and
+//     CLIENT REPLY turn the connection into something else than a
+//     request/reply stream: the client becomes a passthrough session on a
+//     private connection (to its home shard, or for SSUBSCRIBE the
+//     channel's shard), connection state replayed first.
+//   - With shared upstream connections, a command that changes the
+//     connection's state or may block it moves the client to private
+//     connections for the rest of its life: MULTI, WATCH, blocking
+//     commands (BLPOP, WAIT, ...), AUTH, HELLO with AUTH or SETNAME,
+//     SELECT of a non-zero db, READONLY/READWRITE, RESET and CLIENT
+//     subcommands that set or report per-connection state (SETNAME,
+//     TRACKING, CACHING, NO-EVICT, NO-TOUCH, ID, INFO, GETNAME, GETREDIR,
+//     TRACKINGINFO: a client id must stay the client's own). HELLO 2/3 alone only switches the shared connection used,
+//     after the requests in flight.
+//
+// Waiting first keeps the order of effects: nothing sent on the new
+// connection can overtake what is still queued on the old one.
+func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
+	switch id {
+	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
+		command.Ssubscribe, command.Sunsubscribe:
+		return pausePassthrough, "pubsub"
+	case command.Monitor:
+		return pausePassthrough, "monitor"
+	case command.Sync, command.Psync:
+		return pausePassthrough, "other"
+	case command.Client:
+		if len(args) >= 2 && eqFold(args[1], "reply") {
+			return pausePassthrough, "state"
+		}
+	}
+	if !s.shared {
+		return 0, ""
+	}
+	switch id {
+	case command.Multi, command.Watch:
+		return pausePrivate, "transaction"
+	case command.Auth, command.Select, command.Readonly, command.Readwrite, command.Reset:
+		if id == command.Select && len(args) == 2 && string(args[1]) == "0" {
+			return 0, ""
+		}
+		return pausePrivate, "state"
+	case command.Hello:
+		if len(args) > 2 {
+			return pausePrivate, "state"
+		}
+		if s.q.len() > 0 && len(args) == 2 && (args[1][0] == '3') != s.resp3 {
+			return pauseWait, ""
+		}
+		return 0, ""
+	case command.Client:
+		if len(args) >= 2 {
+			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "id", "info", "getname", "getredir", "trackinginfo"} {
+				if eqFold(args[1], sub) {
+					return pausePrivate, "state"
+				}
+			}
+		}
+	}
+	if id.Info().Flags.Has(command.FlagBlocking) {
+		return pausePrivate, "blocking"
+	}
+	return 0, ""
+}
+
+// resume runs once the requests in flight before a pause are answered.
+func (s *rsession) resume() {
+	if s.closed || s.paused == 0 {
+		return
+	}
+	kind, reason := s.paused, s.pauseReason
+	if kind != pauseWait {
+		if m := s.p.cfg.Metrics; m != nil {
+			m.Handoff(reason)
+		}
+	}
+	if kind == pausePassthrough {
+		s.toPassthrough()
+		return
+	}
+	if kind == pausePrivate {
+		s.shared = false
+	}
+	s.paused = 0
+	data := s.hbuf
+	s.hbuf = nil
+	s.clientData(data)
+}
+
+// toPassthrough hands the client connection to a passthrough session on a
+// new private upstream connection, with the connection state replayed
+// first (its replies dropped), then the held input.
+func (s *rsession) toPassthrough() {
+	v := s.p.router.load()
+	shard := s.home
+	if s.p.cfg.Route == RouteSlots {
+		var sc resp.RequestScanner
+		if n, kind, err := sc.Scan(s.hbuf); err == nil && n > 0 {
+			s.l.args = resp.Args(s.hbuf[:n], kind, s.l.args[:0])
+		} else {
+			s.l.args = s.l.args[:0]
+		}
+		if len(s.l.args) >= 2 && command.Lookup(s.l.args[0]) == command.Ssubscribe {
+			if sh := v.t.Shard(routing.Slot(s.l.args[1])); sh >= 0 {
+				shard = sh
+			}
+		}
+	}
+	ns := newSession(s.p, s.client, s.l)
+	ns.upAddr = v.t.Addrs[shard]
+	if m := s.p.cfg.Metrics; m != nil {
+		ns.mshard = m.Shard(ns.upAddr)
+	}
+	ns.lastOut = s.lastOut
+	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
+	// Keep the client's own connection to that shard when it has one
+	// idle: its id (CLIENT ID, tracking redirects) stays the same.
+	var keep *rlink
+	if !s.shared && shard < len(s.links) {
+		if ln := s.links[shard]; ln != nil && ln.c != nil && !ln.dead && ln.q.len() == 0 && !ln.rf.InFrame() && len(ln.wb) == 0 {
+			keep = ln
+			s.links[shard] = nil
+		}
+	}
+	if keep == nil {
+		for _, st := range s.state {
+			if len(st) > 0 {
+				ns.outq = append(ns.outq, st...)
+				ns.q.push(pending{kind: kindDiscard})
+				s.p.inflight.Add(1)
+			}
+		}
+	}
+	data := s.hbuf
+	s.hbuf = nil
+	// The routed session ends here; its other private links close, the
+	// client connection stays.
+	s.closed = true
+	for _, ln := range s.links {
+		if ln != nil {
+			ln.shutdown()
+		}
+	}
+	for _, ln := range s.extra {
+		ln.shutdown()
+	}
+	s.client.SetContext(ns)
+	if keep != nil {
+		keep.dead = true // the rlink is done; the connection lives on
+		keep.c.SetContext(&ns.link)
+		ns.up = keep.c
+	} else {
+		go s.p.dial(ns, s.client.EventLoop())
+	}
+	ns.clientData(data)
 }
 
 // newEntry takes an entry from the loop's pool.
@@ -194,13 +390,28 @@ func (s *rsession) local(e *rentry, reply []byte) {
 // clientTraffic frames the client's requests and routes each one.
 func (s *rsession) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
+	s.clientData(data)
+}
+
+// clientData processes bytes from the client.
+func (s *rsession) clientData(data []byte) {
 	if s.closed || s.stopRead {
 		return
 	}
 	p := s.p
+	if s.paused != 0 {
+		// Waiting for the requests in flight before a handoff: hold the
+		// input (bounded by the query limit).
+		s.hbuf = append(s.hbuf, data...)
+		if lim := p.cfg.ClientQueryLimit; lim > 0 && len(s.hbuf) > lim {
+			s.evict("query_limit")
+		}
+		return
+	}
 	if p.draining.Load() {
 		s.stopRead, s.closeAfter = true, true
-		s.flush()
+		s.markDirty()
+		s.l.flushAll()
 		return
 	}
 	if m := p.cfg.Metrics; m != nil {
@@ -231,6 +442,7 @@ func (s *rsession) clientTraffic(c gnet.Conn) {
 			if m := p.cfg.Metrics; m != nil {
 				m.ProtocolError()
 			}
+			p.log.Debug("client protocol error", "client", s.client.RemoteAddr().String(), "err", pe.Error())
 			break
 		}
 		if n == 0 {
@@ -242,8 +454,11 @@ func (s *rsession) clientTraffic(c gnet.Conn) {
 			continue
 		}
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
-		if len(s.l.args) > 0 {
-			s.route(v, s.l.args, frame, now)
+		if len(s.l.args) > 0 && s.route(v, s.l.args, frame, now) {
+			// This request and all after it wait (see needsPause).
+			s.hbuf = append(s.hbuf[:0], data[off-n:]...)
+			off = len(data)
+			break
 		}
 	}
 	tail := data[off:]
@@ -252,7 +467,7 @@ func (s *rsession) clientTraffic(c gnet.Conn) {
 		return
 	}
 	switch {
-	case s.stopRead || len(tail) == 0:
+	case s.stopRead || len(tail) == 0 || s.paused != 0:
 		s.partial = s.partial[:0]
 		s.scan.Reset()
 	case fromPartial:
@@ -260,15 +475,27 @@ func (s *rsession) clientTraffic(c gnet.Conn) {
 	default:
 		s.partial = append(s.partial[:0], tail...)
 	}
-	s.flush()
+	s.markDirty()
+	s.l.flushAll()
 }
 
 // route classifies one request and queues it on the shard(s) that answer
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
-func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) {
+func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := command.Lookup(args[0])
+	if kind, reason := s.needsPause(id, args); kind != 0 {
+		s.paused, s.pauseReason = kind, reason
+		return true
+	}
 	e := s.newEntry(id, now)
+	e.argc = int32(len(args))
+	if s.p.cfg.SlowLog != nil {
+		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
+			e.key.Set(k)
+		}
+		e.setName = setNameArg(id, args)
+	}
 	if s.tx.on {
 		e.flags |= eInTx
 	}
@@ -278,10 +505,34 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) {
 		e.flags |= eQuit
 		s.stopRead = true
 		return
-	case command.Subscribe, command.Psubscribe, command.Ssubscribe, command.Unsubscribe,
-		command.Punsubscribe, command.Sunsubscribe, command.Monitor, command.Sync, command.Psync:
-		s.local(e, []byte("-ERR respmeter: "+id.Name()+" is not supported with --route slots; use --route pinned or none\r\n"))
+	case command.Hello:
+		if s.shared {
+			// HELLO [2|3] without AUTH or SETNAME: the shared connection
+			// of that protocol answers it (see needsPause).
+			if len(args) >= 2 {
+				s.resp3 = args[1][0] == '3'
+			}
+			s.state[stHello] = append(s.state[stHello][:0], frame...)
+			s.send(e, 0, frame)
+			return
+		}
+	}
+	if s.p.cfg.Route == RouteNone {
+		switch id {
+		case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
+			s.stateCmd(e, id, args, frame)
+		case command.Client:
+			if len(args) >= 3 && eqFold(args[1], "setname") {
+				s.stateCmd(e, id, args, frame)
+				return
+			}
+			s.send(e, 0, frame)
+		default:
+			s.send(e, 0, frame)
+		}
 		return
+	}
+	switch id {
 	case command.Asking:
 		s.hold(e, frame) // travels with the next command, to its shard
 		return
@@ -330,10 +581,6 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) {
 			s.stateCmd(e, id, args, frame)
 			return
 		}
-		if len(args) >= 2 && eqFold(args[1], "reply") {
-			s.local(e, []byte("-ERR respmeter: CLIENT REPLY is not supported with --route slots\r\n"))
-			return
-		}
 	case command.Reset:
 		s.state = [numStates][]byte{}
 		s.tx.on, s.tx.aborted, s.tx.slot = false, false, -1
@@ -375,10 +622,12 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) {
 		}
 	}
 	s.send(e, shard, frame)
+	return
 }
 
 var (
 	okReply       = []byte("+OK\r\n")
+	hello3Req     = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
 	discardReq    = []byte("*1\r\n$7\r\nDISCARD\r\n")
 	askingReq     = []byte("*1\r\n$6\r\nASKING\r\n")
 	crossSlotErr  = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
@@ -558,6 +807,9 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 	default:
 		k = stName
 	}
+	if id == command.Hello && len(args) >= 2 {
+		s.resp3 = args[1][0] == '3'
+	}
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
 }
@@ -579,6 +831,9 @@ func (s *rsession) broadcastState(e *rentry, frame []byte) {
 
 // link returns the session's connection to shard, opening it if needed.
 func (s *rsession) link(shard int) *rlink {
+	if s.shared {
+		return s.l.sharedLink(shard, s.resp3, s.slot)
+	}
 	if shard < len(s.links) && s.links[shard] != nil {
 		return s.links[shard]
 	}
@@ -608,7 +863,7 @@ func (s *rsession) linkAddr(addr string) *rlink {
 }
 
 func (s *rsession) newLink(shard int, addr string) *rlink {
-	ln := &rlink{s: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
+	ln := &rlink{p: s.p, l: s.l, owner: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
 	if m := s.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
@@ -630,12 +885,6 @@ func (s *rsession) dropLink(ln *rlink) {
 	for i, x := range s.extra {
 		if x == ln {
 			s.extra = append(s.extra[:i], s.extra[i+1:]...)
-			break
-		}
-	}
-	for i, x := range s.touched {
-		if x == ln {
-			s.touched = append(s.touched[:i], s.touched[i+1:]...)
 			break
 		}
 	}
@@ -716,29 +965,141 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte) 
 	return true
 }
 
-// flush writes what the links have queued, then the replies that are ready
-// at the head of the queue, and records their timings.
+// setNameArg returns the client name a CLIENT SETNAME or HELLO ... SETNAME
+// request sets, or "".
+func setNameArg(id command.ID, args [][]byte) string {
+	switch {
+	case id == command.Client && len(args) == 3 && eqFold(args[1], "setname"):
+		return string(args[2])
+	case id == command.Hello:
+		for i := 2; i < len(args); {
+			switch {
+			case eqFold(args[i], "auth") && i+2 < len(args):
+				i += 3
+			case eqFold(args[i], "setname") && i+1 < len(args):
+				return string(args[i+1])
+			default:
+				i = len(args)
+			}
+		}
+	}
+	return ""
+}
+
+// slow adds a command to the slow log (rare: allocations are fine here).
+func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
+	total := time.Duration(tOut - e.tIn)
+	upstream := time.Duration(e.tReply - e.tSent)
+	service := min(time.Duration(e.svc), upstream)
+	en := slowlog.Entry{
+		Command:    e.cmd.Name(),
+		Args:       int(e.argc),
+		ClientName: s.name,
+		Phases: map[string]float64{
+			"total":    total.Seconds(),
+			"upstream": upstream.Seconds(),
+			"proxy":    max(total-upstream, 0).Seconds(),
+			"service":  service.Seconds(),
+			"queue":    max(upstream-service, 0).Seconds(),
+		},
+	}
+	if a := s.client.RemoteAddr(); a != nil {
+		en.Client = a.String()
+	}
+	e.key.Fill(&en)
+	sl.Add(en)
+}
+
+// markDirty puts s on its loop's list of sessions to flush at the end of
+// the callback.
+func (s *rsession) markDirty() {
+	if !s.dirty {
+		s.dirty = true
+		s.l.dirty = append(s.l.dirty, s)
+	}
+}
+
+// flushAll ends a callback: it writes what the links have queued (one write
+// per link), then each touched session's ready replies (one write per
+// client).
+func (l *loop) flushAll() {
+	if len(l.touched) > 0 {
+		var t int64
+		if l.m != nil {
+			t = l.p.now()
+		}
+		for i, ln := range l.touched {
+			if !ln.dead {
+				ln.write(t)
+			}
+			ln.touched = false
+			l.touched[i] = nil
+		}
+		l.touched = l.touched[:0]
+	}
+	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
+		s := l.dirty[i]
+		s.dirty = false
+		s.flush()
+		l.dirty[i] = nil
+	}
+	l.dirty = l.dirty[:0]
+	// Handoffs last: resume processes held input, which flushes again.
+	for len(l.resume) > 0 {
+		s := l.resume[0]
+		l.resume = append(l.resume[:0], l.resume[1:]...)
+		s.resume()
+	}
+}
+
+// sharedLink returns the loop's shared connection number k (of
+// Config.UpstreamConns) to shard for the given protocol, opening it if
+// needed.
+func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
+	n := l.p.cfg.UpstreamConns
+	i := shard*2*n + k
+	if resp3 {
+		i += n
+	}
+	for i >= len(l.shared) {
+		l.shared = append(l.shared, nil)
+	}
+	if ln := l.shared[i]; ln != nil {
+		return ln
+	}
+	addr := l.p.router.load().t.Addrs[shard]
+	ln := &rlink{p: l.p, l: l, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1, resp3: resp3}
+	if m := l.p.cfg.Metrics; m != nil {
+		ln.mshard = m.Shard(addr)
+	}
+	if resp3 {
+		ln.queue(nil, 0, hello3Req)
+	}
+	l.shared[i] = ln
+	go l.p.dialLink(ln, l.el)
+	return ln
+}
+
+// dropShared forgets a failed shared link.
+func (l *loop) dropShared(ln *rlink) {
+	for i, x := range l.shared {
+		if x == ln {
+			l.shared[i] = nil
+		}
+	}
+}
+
+// flush writes the replies that are ready at the head of the queue and
+// records their timings.
 func (s *rsession) flush() {
 	if s.closed {
 		return
 	}
-	if len(s.touched) > 0 {
-		var t int64
-		if s.l.m != nil {
-			t = s.p.now()
-		}
-		for _, ln := range s.touched {
-			ln.write(t)
-		}
-		clear(s.touched)
-		s.touched = s.touched[:0]
-	}
 	s.advance()
 	done := s.done
 	if len(done) == 0 && len(s.wbuf) == 0 {
-		if s.closeAfter && s.q.len() == 0 {
-			_ = s.client.Close()
-		}
+		s.closeIfDone()
+		s.maybeResume()
 		return
 	}
 	var tOut int64
@@ -746,7 +1107,11 @@ func (s *rsession) flush() {
 		tOut = s.p.now()
 	}
 	if len(s.wbuf) > 0 {
-		_, _ = s.client.Write(s.wbuf)
+		if s.linger != nil {
+			s.linger.write(s.wbuf)
+		} else {
+			_, _ = s.client.Write(s.wbuf)
+		}
 		if m := s.p.cfg.Metrics; m != nil {
 			m.AddClientBytes(0, len(s.wbuf))
 		}
@@ -760,10 +1125,7 @@ func (s *rsession) flush() {
 	if m := s.l.m; m != nil {
 		m.Lock()
 		for _, e := range done {
-			isErr := len(e.out) > 0 && (e.out[0] == '-' || e.out[0] == '!')
-			if e.flags&eWritten != 0 {
-				isErr = false // relayed directly: only errors are held, so not one
-			}
+			isErr := e.isErr || e.flags&eWritten == 0 && len(e.out) > 0 && (e.out[0] == '-' || e.out[0] == '!')
 			if e.tSent == 0 || e.tReply == 0 {
 				m.CountLocked(int(e.cmd), isErr)
 				continue
@@ -785,17 +1147,52 @@ func (s *rsession) flush() {
 		if s.q.len() == 0 {
 			s.lastOut = tOut
 		}
+		if sl := s.p.cfg.SlowLog; sl != nil {
+			for _, e := range done {
+				if e.setName != "" && !e.isErr && !(e.flags&eWritten == 0 && len(e.out) > 0 && e.out[0] == '-') {
+					s.name = e.setName
+				}
+				if e.tSent > 0 && e.tReply > 0 && time.Duration(tOut-e.tIn) >= sl.Threshold() {
+					s.slow(sl, e, tOut)
+				}
+			}
+		}
 	}
 	for i, e := range done {
 		s.l.recycle(e)
 		done[i] = nil
 	}
 	s.done = done[:0]
-	if lim := s.p.cfg.ClientOutputLimit; lim > 0 {
+	if lim := s.p.cfg.ClientOutputLimit; lim > 0 && s.linger == nil {
 		s.checkOutput(lim)
 	}
-	if s.closeAfter && s.q.len() == 0 && !s.closed {
-		_ = s.client.Close()
+	s.closeIfDone()
+	s.maybeResume()
+}
+
+// closeIfDone closes the client when it asked for it (QUIT), when its
+// replies were all that was left (a broken upstream, a half-closed
+// client), or at once after an engine protocol error.
+func (s *rsession) closeIfDone() {
+	if s.closed {
+		return
+	}
+	if s.closeNow || s.closeAfter && s.q.len() == 0 ||
+		s.linger != nil && (s.q.len() == 0 && s.paused == 0 || s.blockedAtHead()) {
+		if s.linger != nil {
+			s.linger.close()
+			s.linger = nil
+		} else {
+			_ = s.client.Close()
+		}
+		s.shutdown()
+	}
+}
+
+// maybeResume queues s for resume once its requests in flight are answered.
+func (s *rsession) maybeResume() {
+	if s.paused != 0 && s.q.len() == 0 && !s.closed {
+		s.l.resume = append(s.l.resume, s)
 	}
 }
 
@@ -824,18 +1221,56 @@ func (s *rsession) evict(reason string) {
 		m.ClientEvicted(reason)
 	}
 	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
-	_ = s.client.Close()
+	if s.linger != nil {
+		s.linger.close()
+		s.linger = nil
+	} else {
+		_ = s.client.Close()
+	}
 	s.shutdown()
 }
 
 // clientClosed ends the session: its shard connections are closed at once
 // (a blocked BLPOP must not pop an element for a client that left).
-func (s *rsession) clientClosed() {
+func (s *rsession) clientClosed(c gnet.Conn, err error) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientClosed()
 	}
 	s.p.clients.Add(-1)
+	// A client that half-closed after sending requests still gets their
+	// replies, as from Redis (see session.clientClosed), up to a request
+	// that may block (Redis frees a blocked client on EOF).
+	if !s.closed && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
+		if fd, derr := unix.Dup(c.Fd()); derr == nil {
+			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
+			if s.paused == pausePassthrough {
+				// It would turn into a subscriber or a feed that nobody
+				// reads: Redis drops such a client on EOF.
+				s.paused, s.hbuf = 0, nil
+			}
+			el := c.EventLoop()
+			time.AfterFunc(lingerTimeout, func() {
+				_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+					if s.linger != nil {
+						s.linger.close()
+						s.linger = nil
+						s.shutdown()
+					}
+					return nil
+				}))
+			})
+			s.markDirty()
+			s.l.flushAll()
+			return
+		}
+	}
 	s.shutdown()
+}
+
+// blockedAtHead reports whether the oldest request in flight may block in
+// the engine.
+func (s *rsession) blockedAtHead() bool {
+	return s.q.len() > 0 && s.q.front().cmd.Info().Flags.Has(command.FlagBlocking)
 }
 
 func (s *rsession) shutdown() {
@@ -843,6 +1278,10 @@ func (s *rsession) shutdown() {
 		return
 	}
 	s.closed = true
+	if s.linger != nil {
+		s.linger.close()
+		s.linger = nil
+	}
 	clear(s.done)
 	s.done = s.done[:0]
 	s.p.inflight.Add(-int64(s.q.len()))
@@ -872,11 +1311,13 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64) {
 	}
 	e.tReply = max(e.tReply, now)
 	e.left--
+	s.markDirty()
 	if e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&eExecAbort == 0 {
 		// The common case: the reply is next in line; no copy beyond the
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
 		e.flags |= eWritten
+		e.isErr = len(reply) > 0 && (reply[0] == '-' || reply[0] == '!')
 		e.ready = true
 		s.advance()
 		return

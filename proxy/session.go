@@ -72,6 +72,8 @@ type session struct {
 	// (it closes the connection after it).
 	engineProtoErr bool
 
+	discarding bool // inside the reply to a kindDiscard request
+
 	upAddr string // the engine (or, under RoutePinned, the shard) this client's upstream goes to
 	// pinShard is the shard index under RoutePinned (-1 otherwise);
 	// pinDeferred: PinFirstKey and no keyed command seen yet, so the
@@ -161,6 +163,12 @@ func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
 // upstream in one write.
 func (s *session) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
+	s.clientData(data)
+}
+
+// clientData processes bytes from the client (read now, or held by a
+// routed session that handed the client over).
+func (s *session) clientData(data []byte) {
 	if s.closed || s.stopRead {
 		return
 	}
@@ -505,13 +513,31 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 			s.raw = true
 			break
 		}
+		if !s.rf.InFrame() && s.q.len() > 0 && s.q.front().kind == kindDiscard {
+			// The reply to a replayed state command: not the client's.
+			s.writeClient(data[flushed:off])
+			flushed = off
+			s.discarding = true
+		}
 		n, fin, err := s.rf.Feed(data[off:])
 		off += n
 		if err != nil {
 			p.log.Warn("bad reply from upstream; closing", "upstream", s.upAddr, "err", err)
-			s.writeClient(data[flushed:off])
+			if !s.discarding {
+				s.writeClient(data[flushed:off])
+			}
 			s.closeBoth()
 			return
+		}
+		if s.discarding {
+			flushed = off
+			if !fin {
+				break
+			}
+			s.discarding = false
+			s.q.pop()
+			popped++
+			continue
 		}
 		if !fin {
 			break
@@ -822,6 +848,9 @@ func (s *session) failPending(reply []byte) {
 		e := s.q.pop()
 		if e.kind == kindLocal {
 			s.writeClient(s.localErr)
+			continue
+		}
+		if e.kind == kindDiscard {
 			continue
 		}
 		s.writeClient(reply)

@@ -19,7 +19,7 @@ const noShard = math.MaxUint16
 
 // MaxShards is the most addresses a Topology can index (0 to MaxShards-1):
 // shard indices are stored as uint16 and 0xFFFF marks an unassigned slot.
-const MaxShards = noShard
+const MaxShards = 1<<16 - 1
 
 // Errors of EvenSplit.
 var (

@@ -228,6 +228,29 @@ func TestUsageErrors(t *testing.T) {
 		{"zero slowlog", []string{"proxy", "--slowlog-len", "0"}, `respmeter: --slowlog-len: key "slowlog_len": must be > 0, got 0`},
 		{"zero hdr interval", []string{"proxy", "--hdr-interval", "0s"}, `respmeter: --hdr-interval: key "hdr_interval": must be > 0, got 0s`},
 		{"hdr log without file", []string{"proxy", "--hdr-log"}, `flag needs an argument: --hdr-log`},
+		{"bad route", []string{"proxy", "--route", "cluster"}, `respmeter: --route: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"route without shards", []string{"proxy", "--route", "slots"},
+			`respmeter: --route: key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
+		{"shards without route", []string{"proxy", "--shards", "127.0.0.1:7000"},
+			`respmeter: --shards: key "shards": needs route slots or pinned, got route "none"`},
+		{"cluster without route", []string{"proxy", "--cluster", "127.0.0.1:7000"},
+			`respmeter: --cluster: key "cluster": needs route slots or pinned, got route "none"`},
+		{"shards and cluster", []string{"proxy", "--route", "pinned", "--shards", "127.0.0.1:7000", "--cluster", "127.0.0.1:7001"},
+			`respmeter: --cluster: key "cluster": give shards or cluster, not both (route pinned)`},
+		{"pin-by with slots", []string{"proxy", "--route", "slots", "--shards", "127.0.0.1:7000", "--pin-by", "first-key"},
+			`respmeter: --pin-by: key "pin_by": needs route pinned, got route "slots"`},
+		{"bad pin-by", []string{"proxy", "--route", "pinned", "--shards", "127.0.0.1:7000", "--pin-by", "random"},
+			`respmeter: --pin-by: key "pin_by": must be one of connection|first-key, got "random"`},
+		{"empty shard", []string{"proxy", "--route", "slots", "--shards", "127.0.0.1:7000,,127.0.0.1:7001"},
+			`respmeter: --shards: key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000,,127.0.0.1:7001" (entry 2 is empty)`},
+		{"duplicate shard", []string{"proxy", "--route", "slots", "--shards", "127.0.0.1:7000", "--shards", "127.0.0.1:7000"},
+			`respmeter: --shards: key "shards": entry 2 repeats entry 1 ("127.0.0.1:7000")`},
+		{"shard is the listener", []string{"proxy", "--route", "slots", "--listen", ":7001", "--shards", "127.0.0.1:7000,localhost:7001"},
+			`respmeter: --shards: key "shards": entry 2: "localhost:7001" is the listen address: the proxy would connect to itself`},
+		{"bad cluster", []string{"proxy", "--route", "slots", "--cluster", "7000"}, `respmeter: --cluster: key "cluster": must be host:port, got "7000"`},
+		{"tiny topology refresh", []string{"proxy", "--topology-refresh", "10ms"},
+			`respmeter: --topology-refresh: key "topology_refresh": must be at least 1s, got 10ms`},
+		{"unitless topology refresh", []string{"proxy", "--topology-refresh", "30"}, `invalid argument "30" for "--topology-refresh" flag`},
 		{"demo conns", []string{"demo", "--conns", "0"}, "--conns must be in 1..256, got 0"},
 		{"demo duration", []string{"demo", "--duration", "0s"}, "--duration must be in (0, 1h0m0s], got 0s"},
 		{"version argument", []string{"version", "x"}, `unexpected argument "x"`},
@@ -260,6 +283,11 @@ func TestBadConfigFile(t *testing.T) {
 	writeFile(t, bad2, "# the settings added with the probe, poller, slow log and verdict\n"+
 		"client_output_limit: 64 megs\nclient_query_limit: -1\nmax_clients: -1\nprobe_interval: -100ms\n"+
 		"engine_poll: 5\nslowlog_threshold: [10ms]\nslowlog_len: 0\nhdr_log: {path: x}\nhdr_interval: 1ms\n")
+	bad3 := dir + "/bad3.yaml"
+	writeFile(t, bad3, "# the routing keys\nroute: cluster\nshards:\n  - 127.0.0.1:7000\n  - \"7001\"\n  - 127.0.0.1:7000\n"+
+		"topology_refresh: 30\n")
+	bad4 := dir + "/bad4.yaml"
+	writeFile(t, bad4, "shards: [127.0.0.1:7000]\npin_by: connection\n")
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -287,6 +315,20 @@ func TestBadConfigFile(t *testing.T) {
 			"respmeter: " + bad2 + `:8: key "slowlog_len": must be > 0, got 0`,
 			"respmeter: " + bad2 + `:9: key "hdr_log": must be a string, got a mapping`,
 			"respmeter: " + bad2 + `:10: key "hdr_interval": must be at least 10ms, got 1ms`,
+		}},
+		{"routing keys", nil, []string{"proxy", "--config", bad3}, []string{
+			"respmeter: " + bad3 + `:2: key "route": must be one of none|slots|pinned, got "cluster"`,
+			"respmeter: " + bad3 + `:5: key "shards": entry 2: must be host:port, got "7001"`,
+			"respmeter: " + bad3 + `:6: key "shards": entry 3 repeats entry 1 ("127.0.0.1:7000")`,
+			"respmeter: " + bad3 + `:7: key "topology_refresh": must be a duration such as "250ms" or "5s", got "30"`,
+		}},
+		{"routing combinations", nil, []string{"proxy", "--config", bad4}, []string{
+			"respmeter: " + bad4 + `:1: key "shards": needs route slots or pinned, got route "none"`,
+			"respmeter: " + bad4 + `:2: key "pin_by": needs route pinned, got route "none"`,
+		}},
+		// The file is checked on its own, before the flags apply.
+		{"file checked before the flags", nil, []string{"proxy", "--config", bad4, "--route", "pinned"}, []string{
+			"respmeter: " + bad4 + `:1: key "shards": needs route slots or pinned, got route "none"`,
 		}},
 		{"missing", nil, []string{"proxy", "--config", dir + "/nope.yaml"}, []string{
 			"respmeter: configs: open " + dir + "/nope.yaml: no such file or directory",
@@ -320,6 +362,8 @@ func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/p.yaml"
 	writeFile(t, file, "listen: 127.0.0.1:7001\nupstream: 10.0.0.1:6379\nloops: 2\nlog_level: debug\nmeasure: false\n")
+	file3 := dir + "/p3.yaml"
+	writeFile(t, file3, "route: slots\nshards: [127.0.0.1:7000, 127.0.0.1:7001]\ntopology_refresh: 10s\n")
 	file2 := dir + "/p2.yaml"
 	writeFile(t, file2, "client_output_limit: 512KiB\nclient_query_limit: 100MB\nmax_clients: 0\nprobe_interval: 0s\n"+
 		"engine_poll: 1s\nslowlog_threshold: -1s\nslowlog_len: 16\nhdr_log: /tmp/from-file.hlog\nhdr_interval: 2s\n")
@@ -379,6 +423,32 @@ func TestPrecedence(t *testing.T) {
 			"probe_interval: 50ms\n", "engine_poll: 200ms\n", "slowlog_threshold: -1ms\n", "slowlog_len: 9\n",
 			"hdr_log: /tmp/from-flag.hlog\n", "hdr_interval: 200ms\n",
 		}},
+		{"routing defaults", nil, nil, []string{
+			"upstream: 127.0.0.1:6379\nroute: none\nshards: []\ncluster: \"\"\ntopology_refresh: 30s\npin_by: \"\"\n",
+		}},
+		{"routing from the file", nil, []string{"--config", file3}, []string{
+			"sources: defaults, " + file3 + "\n",
+			"route: slots\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\ntopology_refresh: 10s\npin_by: \"\"\n",
+		}},
+		{"routing from env over the file", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_ROUTE=pinned",
+			"RESPMETER_SHARDS=127.0.0.1:7100, 127.0.0.1:7101,127.0.0.1:7102", "RESPMETER_PIN_BY=first-key", "RESPMETER_TOPOLOGY_REFRESH=1m"}, nil, []string{
+			"sources: defaults, " + file3 + ", RESPMETER_ROUTE, RESPMETER_SHARDS, RESPMETER_TOPOLOGY_REFRESH, RESPMETER_PIN_BY\n",
+			"route: pinned\nshards:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n    - 127.0.0.1:7102\ncluster: \"\"\ntopology_refresh: 1m0s\npin_by: first-key\n",
+		}},
+		{"routing from flags over env", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_SHARDS=127.0.0.1:7100", "RESPMETER_PIN_BY=first-key"},
+			[]string{"--route", "pinned", "--shards", "127.0.0.1:7200,127.0.0.1:7201", "--shards", "127.0.0.1:7202", "--pin-by", "connection",
+				"--topology-refresh", "2s"}, []string{
+				"RESPMETER_SHARDS, RESPMETER_PIN_BY, --route, --shards, --pin-by, --topology-refresh\n",
+				"route: pinned\nshards:\n    - 127.0.0.1:7200\n    - 127.0.0.1:7201\n    - 127.0.0.1:7202\ncluster: \"\"\ntopology_refresh: 2s\npin_by: connection\n",
+			}},
+		{"cluster flag with shards cleared", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_PIN_BY=first-key"},
+			[]string{"--shards=", "--cluster", "10.0.0.5:7000", "--pin-by="}, []string{
+				"route: slots\nshards: []\ncluster: 10.0.0.5:7000\ntopology_refresh: 10s\npin_by: \"\"\n",
+			}},
+		{"routed: the default upstream may be the listen address", nil,
+			[]string{"--listen", ":6379", "--route", "slots", "--shards", "10.0.0.1:6379"}, []string{
+				"listen: :6379\nupstream: 127.0.0.1:6379\nroute: slots\nshards:\n    - 10.0.0.1:6379\n",
+			}},
 		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
 			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},
 	} {
@@ -413,6 +483,12 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_SLOWLOG_THRESHOLD=slow", `respmeter: RESPMETER_SLOWLOG_THRESHOLD: key "slowlog_threshold": must be a duration such as "250ms" or "5s", got "slow"`},
 		{"RESPMETER_SLOWLOG_LEN=2000000", `respmeter: RESPMETER_SLOWLOG_LEN: key "slowlog_len": must be <= 1048576, got 2000000`},
 		{"RESPMETER_HDR_INTERVAL=-1s", `respmeter: RESPMETER_HDR_INTERVAL: key "hdr_interval": must be > 0, got -1s`},
+		{"RESPMETER_ROUTE=cluster", `respmeter: RESPMETER_ROUTE: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"RESPMETER_SHARDS=127.0.0.1:7000,", `respmeter: RESPMETER_SHARDS: key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
+		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots or pinned, got route "none"`},
+		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots or pinned, got route "none"`},
+		{"RESPMETER_PIN_BY=first-key", `respmeter: RESPMETER_PIN_BY: key "pin_by": needs route pinned, got route "none"`},
+		{"RESPMETER_TOPOLOGY_REFRESH=1ms", `respmeter: RESPMETER_TOPOLOGY_REFRESH: key "topology_refresh": must be at least 1s, got 1ms`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Parallel()

@@ -32,11 +32,18 @@ const stopGrace = time.Second
 // only take effect when given explicitly (pflag's Changed); their defaults
 // are shown in --help but the config file and environment come first.
 type proxyFlags struct {
-	config       string
-	check        bool
-	listen       string
-	upstream     string
-	admin        string
+	config   string
+	check    bool
+	listen   string
+	upstream string
+	admin    string
+
+	route           string
+	shards          []string
+	cluster         string
+	topologyRefresh time.Duration
+	pinBy           string
+
 	loops        int
 	measure      bool
 	drainTimeout time.Duration
@@ -77,25 +84,50 @@ func (a *app) proxyCmd() *cobra.Command {
 	var f proxyFlags
 	cmd := &cobra.Command{
 		Use:   "proxy [flags]",
-		Short: "Run the measuring proxy in front of one Redis-compatible server",
+		Short: "Run the measuring proxy in front of one Redis-compatible server or several shards",
 		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every
 command to --upstream and time it. Metrics are served on --admin at /metrics
 (Prometheus text), /stats (JSON, with the engine poller's and the PING
 probe's stats and the latest verdict) and /slowlog (JSON, commands slower
 than --slowlog-threshold with their phases).
 
+Hash-slot routing (--route) spreads the commands over several engines
+instead of --upstream, which is then not used:
+  --route slots   each command goes to the shard that owns the hash slot of
+                  its keys, as a cluster client would send it. MGET, MSET,
+                  DEL, UNLINK, EXISTS and TOUCH over several slots are split
+                  per slot and their replies merged; other multi-key
+                  commands over several slots get -CROSSSLOT. Pub/sub,
+                  MONITOR, SYNC and CLIENT REPLY are refused (use pinned or
+                  none).
+  --route pinned  each client connection is bound to one shard, by
+                  --pin-by: connection (round-robin at connect, the default)
+                  or first-key (the shard of its first key).
+The shards are either --shards, standalone engines that split the 16384
+slots in contiguous ranges in the order given (as "redis-cli --cluster
+create" would: 3 shards own 0-5460, 5461-10922, 10923-16383), or --cluster,
+one node of a Redis/Valkey Cluster whose shard map is read at start, every
+--topology-refresh and after a MOVED reply (MOVED and ASK are followed).
+/metrics, /stats and the table gain per-shard rows.
+
 On side connections of their own, a PING every --probe-interval measures the
 round trip to the upstream, and the engine's own statistics (LATENCY
 HISTOGRAM, INFO commandstats, INFO latencystats) are polled every
---engine-poll. Every --hdr-interval the verdict says where the request cycle
-went: client (think time), path (upstream minus engine time), engine and
-proxy, with Little's law checked; --hdr-log also writes every interval's
-histograms to an HdrHistogram log ("respmeter report" reads it).
+--engine-poll. With --route slots or pinned the PING goes to the first shard
+(or the --cluster node) and stands for the path to all of them; the engine
+poll is off, since one engine's statistics cannot be matched with requests
+spread over several (and split into per-slot sub-requests), so engine and
+path are not told apart. Every --hdr-interval the verdict says where the
+request cycle went: client (think time), path (upstream minus engine time),
+engine and proxy, with Little's law checked; --hdr-log also writes every
+interval's histograms to an HdrHistogram log ("respmeter report" reads it).
 
 Settings come from, lowest precedence first: built-in defaults, the --config
-file (YAML; see configs/passthrough.yaml), RESPMETER_* environment variables
-(RESPMETER_ plus the upper-cased YAML key: RESPMETER_LISTEN,
-RESPMETER_UPSTREAM, RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
+file (YAML; see configs/passthrough.yaml and configs/cluster.yaml),
+RESPMETER_* environment variables (RESPMETER_ plus the upper-cased YAML key:
+RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ROUTE, RESPMETER_SHARDS
+(comma-separated), RESPMETER_CLUSTER, RESPMETER_TOPOLOGY_REFRESH,
+RESPMETER_PIN_BY, RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
 RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL,
 RESPMETER_LOG_FORMAT, RESPMETER_CLIENT_OUTPUT_LIMIT,
 RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS,
@@ -106,14 +138,18 @@ RESPMETER_CONFIG names the file), then flags given on the command line.
 Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
 1024) or KB, MB, GB (powers of 1000).
 
-Signals: SIGUSR1 prints to stdout the latency table, the verdict since start
-and that of the latest interval with requests, and a table of mean times per
-command (total, upstream, engine, path, proxy), and keeps running. SIGINT or
-SIGTERM stops accepting clients, waits up to --drain-timeout for replies in
-flight, prints the same and exits 0; a second one cuts the wait short.`,
+Signals: SIGUSR1 prints to stdout the latency table (with a per-shard table
+when routing), the verdict since start and that of the latest interval with
+requests, and a table of mean times per command (total, upstream, engine,
+path, proxy), and keeps running. SIGINT or SIGTERM stops accepting clients,
+waits up to --drain-timeout for replies in flight, prints the same and exits
+0; a second one cuts the wait short.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
   respmeter proxy --config /etc/respmeter/passthrough.yaml --admin 0.0.0.0:9121
-  respmeter proxy --config my.yaml --check`,
+  respmeter proxy --config my.yaml --check
+  respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
+  respmeter proxy --route slots --cluster 127.0.0.1:7000
+  respmeter proxy --route pinned --pin-by first-key --shards 127.0.0.1:7000,127.0.0.1:7001`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
 	}
@@ -123,7 +159,12 @@ flight, prints the same and exits 0; a second one cuts the wait short.`,
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file` (default $"+configEnv+")")
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print the result and exit: 0 valid, 2 invalid")
 	fs.StringVar(&f.listen, "listen", d.Listen, "client-facing `host:port`; port 0 picks a free port")
-	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server")
+	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server (--route none only)")
+	fs.StringVar(&f.route, "route", d.Route, "routing `mode`: none (everything to --upstream), slots (each command to its hash slot's shard) or pinned (each connection to one shard)")
+	fs.StringSliceVar(&f.shards, "shards", d.Shards, "comma-separated `host:port,...` of standalone engines that split the hash slots in this order (--route slots or pinned)")
+	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots or pinned)")
+	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "how often the --cluster shard map is re-read (also after MOVED)")
+	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
 	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
 	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
@@ -135,8 +176,8 @@ flight, prints the same and exits 0; a second one cuts the wait short.`,
 	fs.Var(&f.clientOutputLimit, "client-output-limit", "replies queued for a client that does not read before it is disconnected; 0 means unlimited")
 	fs.Var(&f.clientQueryLimit, "client-query-limit", "unprocessed input of one client before it is disconnected; 0 means unlimited")
 	fs.IntVar(&f.maxClients, "max-clients", d.MaxClients, "concurrent client connections; 0 means unlimited")
-	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream; 0 disables it")
-	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics; 0 disables it")
+	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream (the first shard or the --cluster node when routing); 0 disables it")
+	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics; 0 disables it (off with --route slots or pinned)")
 	fs.DurationVar(&f.slowlogThreshold, "slowlog-threshold", time.Duration(d.SlowlogThreshold), "commands at least this slow go to /slowlog; 0 logs all, negative disables")
 	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
 	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")
@@ -203,7 +244,11 @@ func (a *app) proxyConfig(fs *pflag.FlagSet, f *proxyFlags) (configs.Config, []s
 		if !slices.Contains(configs.Keys(), key) {
 			return // --config, --check
 		}
-		if err := cfg.Set(key, fl.Value.String()); err != nil {
+		value := fl.Value.String()
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			value = strings.Join(sv.GetSlice(), ",") // String() is "[a,b]"
+		}
+		if err := cfg.Set(key, value); err != nil {
 			var fe *configs.FieldError
 			if errors.As(err, &fe) {
 				fe.Source = "--" + fl.Name
@@ -258,7 +303,7 @@ func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) e
 		return failure(err)
 	}
 	mlog := log.With("component", "main")
-	probeUpstream(cfg, log.With("component", "proxy"))
+	probeUpstreams(cfg, log.With("component", "proxy"))
 
 	code := exitOK
 	reason := ""
@@ -317,14 +362,21 @@ wait:
 	return nil
 }
 
-// probeUpstream dials the upstream once so that a wrong address shows up
-// in the log at start rather than on the first client. It never fails the
-// start: the engine may simply come up later.
-func probeUpstream(cfg configs.Config, log *slog.Logger) {
-	c, err := net.DialTimeout("tcp", cfg.Upstream, time.Duration(cfg.DialTimeout))
-	if err != nil {
-		log.Warn("upstream not reachable (yet); clients will get errors until it is", "upstream", cfg.Upstream, "err", err)
-		return
+// probeUpstreams dials the upstream, or each of --shards, once so that a
+// wrong address shows up in the log at start rather than on the first
+// client. It never fails the start: an engine may simply come up later. A
+// --cluster node needs no probe: the proxy read the shard map from it.
+func probeUpstreams(cfg configs.Config, log *slog.Logger) {
+	addrs := []string{cfg.Upstream}
+	if cfg.Routed() {
+		addrs = cfg.Shards
 	}
-	_ = c.Close()
+	for _, addr := range addrs {
+		c, err := net.DialTimeout("tcp", addr, time.Duration(cfg.DialTimeout))
+		if err != nil {
+			log.Warn("upstream not reachable (yet); clients will get errors until it is", "upstream", addr, "err", err)
+			continue
+		}
+		_ = c.Close()
+	}
 }

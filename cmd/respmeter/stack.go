@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +74,9 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // HdrHistogram log (cfg.HDRLog), starts the proxy on cfg.Listen, the PING
 // probe, the engine poller and the verdict on goroutines of their own, and
 // the admin server on cfg.Admin (unless "off"), and logs where each
-// listens. On error nothing is left running.
+// listens. Under hash-slot routing (cfg.Routed) the probe measures the
+// first shard or the cluster node (probeAddr) and the engine poller does
+// not run. On error nothing is left running.
 func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	loops := cfg.Loops
 	if loops == 0 {
@@ -102,12 +106,18 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		started:    time.Now(),
 	}
 	if cfg.ProbeInterval > 0 {
-		an.probe = engstats.NewProbe(cfg.Upstream, time.Duration(cfg.ProbeInterval), log)
+		an.probe = engstats.NewProbe(probeAddr(cfg), time.Duration(cfg.ProbeInterval), log)
 		if err := an.probe.Register(reg); err != nil {
 			return nil, fmt.Errorf("register probe metrics: %w", err)
 		}
 	}
-	if cfg.EnginePoll > 0 {
+	switch {
+	case cfg.EnginePoll > 0 && cfg.Routed():
+		// One engine's statistics cannot be matched with requests spread
+		// over several, and split into per-slot sub-requests there.
+		log.Info("engine poll off under hash-slot routing: upstream time is not split into engine and path",
+			"component", "engine-poll", "route", cfg.Route, "engine_poll", cfg.EnginePoll.String())
+	case cfg.EnginePoll > 0:
 		an.poller = engstats.NewPoller(cfg.Upstream, time.Duration(cfg.EnginePoll), names, log)
 		if err := an.poller.Register(reg); err != nil {
 			return nil, fmt.Errorf("register engine metrics: %w", err)
@@ -145,9 +155,14 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		}
 		adminLn = ln
 	}
-	p, err := proxy.New(proxy.Config{
+	pcfg := proxy.Config{
 		Listen:            cfg.Listen,
 		Upstream:          cfg.Upstream,
+		Route:             cfg.Route,
+		Shards:            cfg.Shards,
+		Cluster:           cfg.Cluster,
+		TopologyRefresh:   time.Duration(cfg.TopologyRefresh),
+		PinBy:             cfg.PinBy,
 		Loops:             loops,
 		Measure:           cfg.Measure,
 		DrainTimeout:      time.Duration(cfg.DrainTimeout),
@@ -158,7 +173,11 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		SlowLog:           st.slowlog,
 		Metrics:           st.set,
 		Logger:            log,
-	})
+	}
+	if cfg.Routed() {
+		pcfg.Upstream = "" // not used: the shards are
+	}
+	p, err := proxy.New(pcfg)
 	if err == nil {
 		err = p.Start()
 	}
@@ -170,8 +189,19 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.proxy = p
 	an.inFlight = p.InFlight
-	log.Info("proxy listening", "component", "proxy", "addr", p.Addr(), "upstream", cfg.Upstream,
-		"loops", loops, "measure", cfg.Measure)
+	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
+	switch {
+	case !cfg.Routed():
+		attrs = append(attrs, "upstream", cfg.Upstream)
+	case cfg.Cluster != "":
+		attrs = append(attrs, "cluster", cfg.Cluster, "topology_refresh", cfg.TopologyRefresh.String())
+	default:
+		attrs = append(attrs, "shards", strings.Join(cfg.Shards, ","))
+	}
+	if cfg.Route == configs.RoutePinned {
+		attrs = append(attrs, "pin_by", cmp.Or(cfg.PinBy, configs.PinConnection))
+	}
+	log.Info("proxy listening", append(attrs, "loops", loops, "measure", cfg.Measure)...)
 
 	if an.probe != nil {
 		st.bg.Go(func() { an.probe.Run(bgCtx) })
@@ -208,6 +238,19 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			"addr", cfg.Admin)
 	}
 	return st, nil
+}
+
+// probeAddr returns the engine the PING probe measures: the upstream, or
+// under --route slots or pinned the first shard or the cluster node, whose
+// round trip stands for the path to every shard.
+func probeAddr(cfg configs.Config) string {
+	switch {
+	case !cfg.Routed():
+		return cfg.Upstream
+	case len(cfg.Shards) > 0:
+		return cfg.Shards[0]
+	}
+	return cfg.Cluster
 }
 
 // proxyLimit maps a configured limit, where 0 means unlimited, to

@@ -52,8 +52,14 @@ func StartProxy(t testing.TB, upstream string, mod func(*proxy.Config)) (*proxy.
 		DialTimeout:  time.Second,
 		Logger:       slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: level})),
 	}
+	// RESPMETER_TEST_UPSTREAM_MODE=shared runs the same tests with
+	// shared (multiplexed) upstream connections.
+	cfg.UpstreamMode = os.Getenv("RESPMETER_TEST_UPSTREAM_MODE")
 	if mod != nil {
 		mod(&cfg)
+	}
+	if cfg.Route == proxy.RoutePinned {
+		cfg.UpstreamMode = "" // shared does not apply to pinned
 	}
 	if cfg.Measure && cfg.Metrics == nil {
 		loops := cfg.Loops

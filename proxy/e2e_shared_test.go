@@ -1,0 +1,132 @@
+package proxy_test
+
+// Shared (multiplexed) upstream connections: --upstream-mode shared. The
+// whole e2e suite also runs in this mode (RESPMETER_TEST_UPSTREAM_MODE=
+// shared, see .ci/run); these tests cover what only this mode does.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+func sharedSetup(t *testing.T, args ...string) *e2eEnv {
+	t.Helper()
+	return e2eSetupWith(t, func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1
+	}, args...)
+}
+
+// TestSharedMovesStatefulClientsToPrivate: a client that issues MULTI,
+// BLPOP and SUBSCRIBE in the middle of a pipeline is moved to a private
+// connection without losing or reordering a reply (the engine is the
+// oracle), and each move is counted.
+func TestSharedMovesStatefulClientsToPrivate(t *testing.T) {
+	e := sharedSetup(t)
+	pipeline := respJoin(
+		respCmd("SET", "sh:a", "1"),
+		respCmd("INCR", "sh:n"),
+		respCmd("MULTI"),
+		respCmd("INCR", "sh:n"),
+		respCmd("GET", "sh:a"),
+		respCmd("EXEC"),
+		respCmd("GET", "sh:n"),
+	)
+	e.same(t, [][]byte{pipeline}, redistest.ExchangeOptions{Want: len("+OK\r\n:1\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:2\r\n$1\r\n1\r\n$1\r\n2\r\n")})
+	blocking := respJoin(
+		respCmd("RPUSH", "sh:l", "x"),
+		respCmd("BLPOP", "sh:l", "sh:empty", "1"),
+		respCmd("BLPOP", "sh:empty", "0.1"),
+		respCmd("PING"),
+	)
+	e.same(t, [][]byte{blocking}, redistest.ExchangeOptions{Want: len(":1\r\n*2\r\n$4\r\nsh:l\r\n$1\r\nx\r\n*-1\r\n+PONG\r\n")})
+	sub := respJoin(
+		respCmd("GET", "sh:a"),
+		respCmd("SUBSCRIBE", "sh:ch"),
+		respCmd("PING"),
+	)
+	e.same(t, [][]byte{sub}, redistest.ExchangeOptions{Want: len("$-1\r\n*3\r\n$9\r\nsubscribe\r\n$5\r\nsh:ch\r\n:1\r\n*2\r\n$4\r\npong\r\n$0\r\n\r\n")})
+	r := e.set.Snapshot().Routing
+	if r.HandoffsTransaction != 1 || r.HandoffsBlocking != 1 || r.HandoffsPubSub != 1 {
+		t.Errorf("handoffs: %+v, want 1 transaction, 1 blocking, 1 pubsub", r)
+	}
+}
+
+// TestSharedSubscriberGetsMessages: after the move, the subscriber gets
+// messages published by another client.
+func TestSharedSubscriberGetsMessages(t *testing.T) {
+	e := sharedSetup(t)
+	sub := redistest.Dial(t, e.paddr)
+	defer sub.Close()
+	sub.Roundtrip(t, respCmd("SET", "k", "v"), []byte("+OK\r\n"))
+	sub.Roundtrip(t, respCmd("SUBSCRIBE", "news"), []byte("*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"))
+	pub := redistest.Dial(t, e.paddr)
+	defer pub.Close()
+	pub.Roundtrip(t, respCmd("PUBLISH", "news", "hi"), []byte(":1\r\n"))
+	sub.Expect(t, []byte("*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n"), 0)
+}
+
+// TestSharedManyClientsNoCrossTalk: clients of one loop share one upstream
+// connection; each still gets exactly its own replies, in order.
+func TestSharedManyClientsNoCrossTalk(t *testing.T) {
+	e := sharedSetup(t)
+	const clients, rounds, depth = 40, 50, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := redistest.DialConn(e.paddr, 5*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close()
+			for r := range rounds {
+				var req, want []byte
+				for i := range depth {
+					v := fmt.Sprintf("c%d-r%d-i%d", c, r, i)
+					req = append(req, respCmd("ECHO", v)...)
+					want = append(want, fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)...)
+				}
+				if err := conn.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				got, err := conn.ReadN(len(want), 5*time.Second)
+				if err != nil || string(got) != string(want) {
+					errs <- fmt.Errorf("client %d round %d: got %q, want %q (%v)", c, r, got, want, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// One shared connection (RESP2) on the one loop served all of them.
+	clist := e.srv.Do("CLIENT", "LIST").(string)
+	if n := strings.Count(clist, "\n"); n > 2 {
+		t.Errorf("engine sees %d connections, want the shared one (and ours):\n%s", n, clist)
+	}
+	sums := e.set.Snapshot().Shards
+	var cmds, batches int64
+	for _, sh := range sums {
+		cmds += sh.Batch.Sum
+		batches += sh.Batch.Count()
+	}
+	if cmds != clients*rounds*depth {
+		t.Errorf("batches carried %d commands, want %d", cmds, clients*rounds*depth)
+	}
+	_ = context.Background
+}
