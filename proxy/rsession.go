@@ -264,7 +264,9 @@ func (s *rsession) resume() {
 
 // toPassthrough hands the client connection to a passthrough session on a
 // new private upstream connection, with the connection state replayed
-// first (its replies dropped), then the held input.
+// first (its replies dropped), then the held input. The connection goes to
+// the home shard, or for SUBSCRIBE and SSUBSCRIBE to the shard of the first
+// channel's slot (where PUBLISH and SPUBLISH of it are routed).
 func (s *rsession) toPassthrough() {
 	v := s.p.router.load()
 	shard := s.home
@@ -275,7 +277,7 @@ func (s *rsession) toPassthrough() {
 		} else {
 			s.l.args = s.l.args[:0]
 		}
-		if len(s.l.args) >= 2 && command.Lookup(s.l.args[0]) == command.Ssubscribe {
+		if id := command.Lookup(s.l.args[0]); len(s.l.args) >= 2 && (id == command.Ssubscribe || id == command.Subscribe) {
 			if sh := v.t.Shard(routing.Slot(s.l.args[1])); sh >= 0 {
 				shard = sh
 			}
@@ -685,6 +687,10 @@ func (s *rsession) release(ln *rlink) {
 //     sent to every shard, the first reply unless one is an error;
 //   - KEYS: sent to every shard, arrays concatenated;
 //   - SCAN: one shard at a time, the cursor encoding the shard;
+//   - PUBLISH: the shard of the channel's slot, where SUBSCRIBE to that
+//     channel (its first one) takes a subscriber (standalone shards do not
+//     forward messages to each other as a cluster bus does; PSUBSCRIBE
+//     stays on the home shard and sees only what is published there);
 //   - everything else (PING, ECHO, INFO, CONFIG, RANDOMKEY, CLIENT, WAIT,
 //     EVAL with 0 keys, a request with a bad numkeys, ...): the session's
 //     home shard, chosen round-robin at connect. Inside a transaction they
@@ -716,6 +722,14 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 		}
 	}
 	switch {
+	case id == command.Publish && len(args) == 3:
+		// By the channel's slot, as SUBSCRIBE is (see toPassthrough), so
+		// that standalone shards, which do not forward messages to each
+		// other as a cluster's bus does, deliver them.
+		if sh := v.t.Shard(routing.Slot(args[1])); sh >= 0 {
+			s.send(e, sh, frame)
+			return
+		}
 	case id == command.Scan:
 		if s.scanRoute(v, e, args) {
 			return

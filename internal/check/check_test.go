@@ -12,6 +12,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy"
 )
 
 func TestResolve(t *testing.T) {
@@ -310,6 +311,52 @@ func TestRunThroughRespmeter(t *testing.T) {
 	t.Logf("through respmeter: %d commands, %d mismatches in %v (%.0f cmds/s)", proxied.Commands, proxied.Mismatches, proxied.Duration, rate(proxied))
 	if n := dbsize(t, s); n != 0 {
 		t.Errorf("%d keys left after the clean-up", n)
+	}
+}
+
+// TestRunThroughRespmeterRouted: the same check through --route slots over
+// three shards (every pipeline splits into per-shard pipelines whose
+// replies are put back in order), and through shared upstream
+// connections.
+func TestRunThroughRespmeterRouted(t *testing.T) {
+	redistest.VerifyNoLeaks(t)
+	var shards []*redistest.Server
+	var addrs []string
+	for range 3 {
+		s := redistest.Start(t)
+		shards = append(shards, s)
+		addrs = append(addrs, s.Addr())
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*proxy.Config)
+	}{
+		{"slots", func(c *proxy.Config) { c.Route, c.Shards = proxy.RouteSlots, addrs }},
+		{"slots+shared", func(c *proxy.Config) {
+			c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, addrs, proxy.UpstreamShared
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, set := proxytest.StartProxy(t, "", tc.mod)
+			o := DefaultOptions(p.Addr())
+			o.Conns, o.Commands, o.Seed = 100, 50_000, 5
+			res := runOK(t, o)
+			t.Logf("%s: %d commands, %d mismatches, %d error replies in %v (%.0f cmds/s)", tc.name, res.Commands, res.Mismatches, res.ErrorReplies, res.Duration, rate(res))
+			for _, s := range shards {
+				if n := dbsize(t, s); n != 0 {
+					t.Errorf("%d keys left on %s after the clean-up", n, s.Addr())
+				}
+			}
+			served := 0
+			for _, sh := range set.Snapshot().Shards {
+				if sh.Count > 0 {
+					served++
+				}
+			}
+			if served != 3 {
+				t.Errorf("%d shards served commands, want 3", served)
+			}
+		})
 	}
 }
 
