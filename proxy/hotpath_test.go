@@ -7,6 +7,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -29,6 +30,7 @@ func (c *memConn) RemoteAddr() net.Addr        { return &net.TCPAddr{IP: net.IPv
 func (c *memConn) Close() error                { return nil }
 func (c *memConn) Fd() int                     { return -1 }
 func (c *memConn) OutboundBuffered() int       { return 0 }
+func (c *memConn) EventLoop() gnet.EventLoop   { return nil }
 
 // pair builds a session whose client and upstream are memConns.
 func pair(tb testing.TB, measure bool) (*session, *memConn, *memConn) {
@@ -115,6 +117,105 @@ func BenchmarkHotPath(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				roundTrip(s, cl, up, getReq, getReply)
+			}
+		})
+	}
+}
+
+// routedPair builds a routed session (--route slots over three shards, or
+// with shared upstream connections) whose client and shard connections are
+// memConns, and returns it with the connection of shard 0 (key:a's owner).
+func routedPair(tb testing.TB, shared bool) (*rsession, *memConn, *rlink) {
+	tb.Helper()
+	set := metrics.NewSet(1, command.Names())
+	cfg := Config{Listen: "127.0.0.1:0", Route: RouteSlots, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"},
+		Measure: true, Metrics: set}
+	if shared {
+		cfg.UpstreamMode = UpstreamShared
+	}
+	p, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := p.loopFor(nil)
+	l.m = set.Loop(0)
+	cl := &memConn{}
+	s := newRSession(p, cl, l)
+	s.home = 0
+	var ln *rlink
+	for i, addr := range cfg.Shards {
+		x := &rlink{p: p, l: l, idx: i, addr: addr, rf: resp.NewReplyFramer(), mshard: set.Shard(addr), c: &memConn{}}
+		if shared {
+			for len(l.shared) <= i*2 {
+				l.shared = append(l.shared, nil)
+			}
+			l.shared[i*2] = x
+		} else {
+			x.owner = s
+			s.links = append(s.links, x)
+		}
+		if i == 0 {
+			ln = x
+		}
+	}
+	return s, cl, ln
+}
+
+func routedRoundTrip(s *rsession, cl *memConn, ln *rlink, req, reply []byte) {
+	up := ln.c.(*memConn)
+	cl.in = req
+	s.clientTraffic(cl)
+	up.out = up.out[:0]
+	up.in = reply
+	ln.traffic(up)
+	cl.out = cl.out[:0]
+}
+
+// TestRoutedHotPathAllocs pins the routed per-command path (route by slot,
+// queue on the shard's link, match, put back in order, record the command
+// and shard timings) at zero allocations, private and shared.
+func TestRoutedHotPathAllocs(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		s, cl, ln := routedPair(t, shared)
+		routedRoundTrip(s, cl, ln, getReq, getReply)
+		if string(cl.out) != "" { // cleared by roundTrip; check one by hand
+			t.Fatal("unexpected")
+		}
+		cl.in = getReq
+		s.clientTraffic(cl)
+		up := ln.c.(*memConn)
+		if string(up.out) != string(getReq) {
+			t.Fatalf("shared=%v: shard 0 got %q", shared, up.out)
+		}
+		up.out, up.in = up.out[:0], getReply
+		ln.traffic(up)
+		if string(cl.out) != string(getReply) {
+			t.Fatalf("shared=%v: client got %q", shared, cl.out)
+		}
+		cl.out = cl.out[:0]
+		for i := 0; i < 100; i++ {
+			routedRoundTrip(s, cl, ln, getReq, getReply)
+		}
+		allocs := testing.AllocsPerRun(1000, func() { routedRoundTrip(s, cl, ln, getReq, getReply) })
+		if allocs != 0 {
+			t.Errorf("shared=%v: %v allocations per command, want 0", shared, allocs)
+		}
+	}
+}
+
+// BenchmarkRoutedHotPath is the routed per-command path on in-memory
+// connections.
+func BenchmarkRoutedHotPath(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		name := "slots"
+		if shared {
+			name = "slots-shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			s, cl, ln := routedPair(b, shared)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				routedRoundTrip(s, cl, ln, getReq, getReply)
 			}
 		})
 	}
