@@ -242,6 +242,7 @@ func TestClusterR05FanOut(t *testing.T) {
 		{cmdStr("MSET", "key:a", "1", "key:b", "2", "key:c", "3"), "+OK\r\n"},
 		{cmdStr("UNLINK", "key:a", "key:b", "key:c", "key:c"), ":3\r\n"},
 		{cmdStr("SUNIONSTORE", "key:a", "key:b"), "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{cmdStr("MSET", "key:a", "1", "key:b"), "-ERR wrong number of arguments for 'mset' command\r\n"},
 	})
 	// Stop the owner of key:b (M3): MSET must fail, never +OK.
 	cl.Nodes[cl.Owner(int(routing.Slot([]byte("key:b"))))].Kill()
@@ -449,5 +450,38 @@ func TestRouteEffectiveDepth(t *testing.T) {
 				t.Errorf("%s: mean effective depth %.2f, want %.2f..%.2f", tc.route, mean, tc.lo, tc.hi)
 			}
 		})
+	}
+}
+
+// TestClusterTransactions: MULTI/EXEC and WATCH go to the shard of the
+// transaction's first command (its key's owner; the home shard for a
+// keyless one); a key of another slot inside the transaction gets
+// CROSSSLOT and the EXEC fails with EXECABORT, as in Redis Cluster.
+func TestClusterTransactions(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	p, _ := startClusterProxy(t, cl, nil)
+	roundtrips(t, p.Addr(), [][2]string{
+		{cmdStr("WATCH", "{t}w"), "+OK\r\n"},
+		{cmdStr("MULTI"), "+OK\r\n"},
+		{cmdStr("SET", "{t}a", "1"), "+QUEUED\r\n"},
+		{cmdStr("INCR", "{t}n"), "+QUEUED\r\n"},
+		{cmdStr("EXEC"), "*2\r\n+OK\r\n:1\r\n"},
+		{cmdStr("MULTI"), "+OK\r\n"},
+		{cmdStr("PING"), "+QUEUED\r\n"},
+		{cmdStr("EXEC"), "*1\r\n+PONG\r\n"},
+		{cmdStr("MULTI"), "+OK\r\n"},
+		{cmdStr("SET", "{t}a", "2"), "+QUEUED\r\n"},
+		{cmdStr("SET", "key:a", "2"), "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{cmdStr("EXEC"), "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		{cmdStr("GET", "{t}a"), "$1\r\n1\r\n"},
+		{cmdStr("MULTI"), "+OK\r\n"},
+		{cmdStr("DISCARD"), "+OK\r\n"},
+	})
+	// The first transaction ran on the owner of {t}; the aborted one was
+	// discarded there.
+	owner := cl.Nodes[cl.Owner(int(routing.Slot([]byte("{t}"))))]
+	info := owner.Do("INFO", "commandstats").(string)
+	if !containsLine(info, "cmdstat_exec:calls=1,") || !containsLine(info, "cmdstat_watch:calls=1,") || !containsLine(info, "cmdstat_discard:calls=1,") {
+		t.Errorf("WATCH/EXEC/DISCARD not on the owner of {t}:\n%s", info)
 	}
 }

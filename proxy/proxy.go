@@ -84,6 +84,7 @@ type loop struct {
 	num     []byte
 	scratch []byte
 	sf      *resp.ReplyFramer
+	hscan   resp.RequestScanner // splits held requests
 }
 
 // doneRec is a request whose reply completed in the current read batch; it

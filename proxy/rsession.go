@@ -112,12 +112,12 @@ type rsession struct {
 	extra   []*rlink // links to nodes outside the map (ASK targets)
 	home    int      // shard of keyless commands
 	state   [numStates][]byte
-	held    []*rentry // requests waiting for a shard: ASKING (goes with the next command), MULTI before its first key
+	held    []byte   // requests answered already, waiting for the next command's shard: ASKING, MULTI
 
 	tx struct {
 		on      bool
 		slot    int // -1: not known yet
-		shard   int
+		shard   int // -1: not known yet
 		aborted bool
 	}
 
@@ -155,7 +155,7 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 	if len(v.live) > 0 {
 		s.home = v.live[int(p.router.pinNext.Add(1)%uint64(len(v.live)))]
 	}
-	s.tx.slot = -1
+	s.tx.slot, s.tx.shard = -1, -1
 	if p.cfg.UpstreamMode == UpstreamShared {
 		s.shared = true
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
@@ -536,7 +536,10 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	}
 	switch id {
 	case command.Asking:
-		s.hold(e, frame) // travels with the next command, to its shard
+		// Answered now (a client waits for it), sent with the next
+		// command, on its connection.
+		s.hold(frame)
+		s.local(e, okReply)
 		return
 	case command.Multi:
 		if s.tx.on {
@@ -544,8 +547,11 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		}
 		s.tx.on = true
 		e.flags |= eInTx
-		if s.tx.slot < 0 {
-			s.hold(e, frame) // sent with the transaction's first keyed command
+		if s.tx.shard < 0 {
+			// The shard is the one of the transaction's first command:
+			// MULTI is answered now and sent ahead of that command.
+			s.hold(frame)
+			s.local(e, okReply)
 			return
 		}
 		s.send(e, s.tx.shard, frame)
@@ -554,24 +560,24 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		if !s.tx.on {
 			break
 		}
-		shard := s.home
-		if s.tx.slot >= 0 {
-			shard = s.tx.shard
+		shard := s.tx.shard
+		if shard < 0 {
+			shard = s.home
 		}
 		if id == command.Exec && s.tx.aborted {
 			e.flags |= eExecAbort
 			frame = discardReq
 		}
-		s.tx.on, s.tx.aborted, s.tx.slot = false, false, -1
+		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
 		s.send(e, shard, frame)
 		return
 	case command.Unwatch:
 		if !s.tx.on {
-			shard := s.home
-			if s.tx.slot >= 0 {
-				shard = s.tx.shard
+			shard := s.tx.shard
+			if shard < 0 {
+				shard = s.home
 			}
-			s.tx.slot = -1
+			s.tx.slot, s.tx.shard = -1, -1
 			s.send(e, shard, frame)
 			return
 		}
@@ -585,7 +591,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		}
 	case command.Reset:
 		s.state = [numStates][]byte{}
-		s.tx.on, s.tx.aborted, s.tx.slot = false, false, -1
+		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
 		s.broadcastState(e, frame)
 		return
 	}
@@ -598,7 +604,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	slot := routing.Slot(keys[0])
 	for _, k := range keys[1:] {
 		if routing.Slot(k) != slot {
-			if !s.tx.on && s.fanout(v, e, id, args) {
+			if !s.tx.on && s.fanout(v, e, id, args, frame) {
 				return
 			}
 			s.crossSlot(e)
@@ -611,12 +617,15 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		return
 	}
 	if s.tx.on || id == command.Watch {
+		// A transaction (and WATCH before it) stays on one slot, as in
+		// Redis Cluster: a key of another slot gets CROSSSLOT and the
+		// EXEC then fails.
 		switch {
-		case s.tx.slot < 0:
+		case s.tx.shard < 0:
 			s.tx.slot, s.tx.shard = int(slot), shard
+		case s.tx.slot < 0 && shard == s.tx.shard:
+			s.tx.slot = int(slot) // the transaction began with keyless commands on this shard
 		case int(slot) != s.tx.slot:
-			// Redis Cluster refuses keys of another slot inside a
-			// transaction (and WATCH of them); the EXEC then fails.
 			s.crossSlot(e)
 			return
 		default:
@@ -648,11 +657,11 @@ func (s *rsession) crossSlot(e *rentry) {
 	s.local(e, crossSlotErr)
 }
 
-// hold keeps a request until the next routed command picks its shard.
-func (s *rsession) hold(e *rentry, frame []byte) {
-	p := e.part()
-	p.req = append(p.req, frame...)
-	s.held = append(s.held, e)
+// hold keeps a request already answered by the proxy (MULTI, ASKING) to
+// send ahead of the next routed command, on its connection; the engine's
+// reply to it is dropped.
+func (s *rsession) hold(frame []byte) {
+	s.held = append(s.held, frame...)
 }
 
 // send queues e's request on shard, after any held requests (which go to
@@ -669,10 +678,15 @@ func (s *rsession) send(e *rentry, shard int, frame []byte) {
 
 // release sends the held requests to ln.
 func (s *rsession) release(ln *rlink) {
-	for _, h := range s.held {
-		ln.queue(h, 0, h.ps[0].req)
+	for len(s.held) > 0 {
+		n, _, _ := s.l.hscan.Scan(s.held)
+		s.l.hscan.Reset()
+		if n <= 0 {
+			break
+		}
+		ln.queue(nil, 0, s.held[:n])
+		s.held = s.held[n:]
 	}
-	clear(s.held)
 	s.held = s.held[:0]
 }
 
@@ -697,9 +711,8 @@ func (s *rsession) release(ln *rlink) {
 //     go to the transaction's shard.
 func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
-		if s.tx.slot < 0 {
-			s.hold(e, frame)
-			return
+		if s.tx.shard < 0 {
+			s.tx.shard = s.home
 		}
 		s.send(e, s.tx.shard, frame)
 		return
@@ -908,7 +921,7 @@ func (s *rsession) dropLink(ln *rlink) {
 // keys hash to several slots into one request per slot (as a cluster client
 // does; a cluster node refuses keys of two slots even when it owns both),
 // and reports whether it did. The replies are merged in finish.
-func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte) bool {
+func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) bool {
 	step := 1
 	switch id {
 	case command.Mget:
@@ -916,7 +929,10 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte) 
 	case command.Mset:
 		e.agg, step = aggAllOK, 2
 		if len(args)%2 != 1 {
-			return false
+			// The engine checks the arity before the slots: let it answer.
+			e.agg = aggRelay
+			s.send(e, s.home, frame)
+			return true
 		}
 	case command.Del, command.Unlink, command.Exists, command.Touch:
 		e.agg = aggSum
@@ -1385,7 +1401,9 @@ func (s *rsession) finish(e *rentry) (held int) {
 	}
 	switch e.agg {
 	case aggRelay, aggAllOK:
-		e.out = append(e.out[:0], e.ps[0].reply...)
+		// Swap buffers instead of copying: the part's buffer becomes the
+		// reply.
+		e.out, e.ps[0].reply = e.ps[0].reply, e.out[:0]
 	case aggSum:
 		var sum int64
 		for i := range e.ps {
