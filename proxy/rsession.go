@@ -112,7 +112,7 @@ type rsession struct {
 	extra   []*rlink // links to nodes outside the map (ASK targets)
 	home    int      // shard of keyless commands
 	state   [numStates][]byte
-	held    []byte   // requests answered already, waiting for the next command's shard: ASKING, MULTI
+	held    []byte // requests answered already, waiting for the next command's shard: ASKING, MULTI
 
 	tx struct {
 		on      bool
