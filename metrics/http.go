@@ -133,6 +133,7 @@ type routingJSON struct {
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
 	RedirectPenalty  durationsJSON    `json:"redirect_penalty"`
+	ReorderWait      durationsJSON    `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`
 }
 
@@ -207,6 +208,7 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 			PinnedMisroutes:  sn.Routing.PinnedMisroutes,
 			CrossSlotReplies: sn.Routing.CrossSlotReplies,
 			RedirectPenalty:  newDurationsJSON(sn.RedirectPenalty),
+			ReorderWait:      newDurationsJSON(sn.ReorderWait),
 			Handoffs:         make(map[string]int64, numHandoffReasons),
 		},
 	}

@@ -53,6 +53,7 @@ type routingDoc struct {
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
 	RedirectPenalty  durationsDoc     `json:"redirect_penalty"`
+	ReorderWait      durationsDoc     `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`
 }
 

@@ -89,6 +89,7 @@ type collector struct {
 
 	shardDuration, shardCommands, shardErrors, batch                 *prometheus.Desc
 	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs *prometheus.Desc
+	reorderWait                                                      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -115,6 +116,10 @@ func newCollector(s *Set) *collector {
 		think: d("think_duration_seconds",
 			"Think time of closed-loop clients in seconds: reply written to the next request read. "+
 				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
+		reorderWait: d("reorder_wait_seconds",
+			"Under hash-slot routing, time in seconds from a command's reply being complete to its "+
+				"being written to the client: the wait behind the same client's earlier commands on "+
+				"slower shards (head-of-line blocking). Recorded in whole microseconds (1us..1h, 3 significant digits)."),
 		tcpRTT: d("tcp_rtt_seconds",
 			"Kernel TCP round-trip time estimate (TCP_INFO tcpi_rtt) in seconds, sampled periodically "+
 				"on client and upstream sockets, by side.", "side"),
@@ -170,7 +175,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.dialErrors, c.lost, c.protocolErrors,
 		c.clientRead, c.clientWritten, c.upstreamRead, c.upstreamWritten,
 		c.shardDuration, c.shardCommands, c.shardErrors, c.batch,
-		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs,
+		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs, c.reorderWait,
 	} {
 		ch <- d
 	}
@@ -214,6 +219,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		ch <- newHistogramMetric(c.redirectPenalty, c.boundsMicros, sn.RedirectPenalty)
+		ch <- newHistogramMetric(c.reorderWait, c.boundsMicros, sn.ReorderWait)
 
 		k := sn.Counters
 		for _, m := range []struct {

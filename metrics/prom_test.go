@@ -171,6 +171,7 @@ func TestOnlyObservedSeries(t *testing.T) {
 		{"respmeter_redirects_total", 2},        // moved and ask, even at 0
 		{"respmeter_handoffs_total", 6},         // every reason, even at 0
 		{"respmeter_redirect_penalty_seconds", 1},
+		{"respmeter_reorder_wait_seconds", 1},
 		// No shard registered: no shard series at all.
 		{"respmeter_shard_commands_total", 0},
 		{"respmeter_shard_command_errors_total", 0},
@@ -184,8 +185,9 @@ func TestOnlyObservedSeries(t *testing.T) {
 		})
 	}
 	// 11 counters and gauges, 3 evictions; routing: 2 redirects, the
-	// penalty histogram, misroutes, crossslot and 6 handoffs.
-	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6
+	// penalty histogram, misroutes, crossslot, 6 handoffs and the reorder
+	// wait histogram.
+	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6 + 1
 	if n := testutil.CollectAndCount(collectorOf(t, s)); n != want {
 		t.Errorf("CollectAndCount = %d, want %d", n, want)
 	}

@@ -302,6 +302,7 @@ const (
 	extraRTTClient              // TCP_INFO tcpi_rtt of client sockets
 	extraRTTUpstream            // TCP_INFO tcpi_rtt of upstream sockets
 	extraRedirectPenalty        // extra time of commands redirected by MOVED/ASK
+	extraReorderWait            // routed: a complete reply waiting for earlier ones (head of line)
 	numExtra
 )
 

@@ -210,6 +210,14 @@ func (l *Loop) ShardBatchLocked(shard int, n int) {
 	}
 }
 
+// ReorderWaitLocked records d, the time a routed command's complete reply
+// waited before it was written to the client (behind earlier replies of the
+// same client from slower shards: head-of-line blocking). Negative d counts
+// as 0. The caller must hold the lock.
+func (l *Loop) ReorderWaitLocked(d time.Duration) {
+	l.extra[extraReorderWait].observe(max(d, 0))
+}
+
 // RedirectPenaltyLocked records d, the extra time a command spent because
 // of a MOVED or ASK redirect: from the redirect's arrival to the final
 // reply, or however the caller measures what the redirect cost. Negative d

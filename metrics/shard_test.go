@@ -684,3 +684,19 @@ func TestShardConcurrentGrowth(t *testing.T) {
 		t.Errorf("shard_commands_total series: %d, %v", got, err)
 	}
 }
+
+// TestReorderWait: the head-of-line wait is recorded and merged like the
+// other per-loop distributions.
+func TestReorderWait(t *testing.T) {
+	s := metrics.NewSet(2, []string{"other"})
+	for i, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, -time.Second} {
+		l := s.Loop(i % 2)
+		l.Lock()
+		l.ReorderWaitLocked(d)
+		l.Unlock()
+	}
+	w := s.Snapshot().ReorderWait
+	if w.Count() != 3 || w.Max() < 3*time.Millisecond || w.Max() > 3100*time.Microsecond || w.Sum != 4*time.Millisecond {
+		t.Errorf("reorder wait: count %d max %v sum %v, want 3, 3ms, 4ms (negative as 0)", w.Count(), w.Max(), w.Sum)
+	}
+}

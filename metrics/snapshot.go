@@ -23,6 +23,12 @@ type Snapshot struct {
 	// RedirectPenalty is the distribution of the extra time commands spent
 	// because of a MOVED or ASK redirect (Loop.RedirectPenaltyLocked).
 	RedirectPenalty Durations
+	// ReorderWait is the distribution, under hash-slot routing, of the time
+	// from a command's reply being complete to its being written to the
+	// client: the wait behind earlier commands of the same client still
+	// out on slower shards (head-of-line blocking), plus the write itself
+	// (Loop.ReorderWaitLocked).
+	ReorderWait Durations
 	// Shards has one entry per registered shard, indexed by shard index
 	// (Set.Shard), including shards never seen (Count 0, nil histograms);
 	// empty when no shard is registered.
@@ -157,7 +163,7 @@ func (sn *Snapshot) Totals() CommandStats {
 
 // extras returns the Snapshot's per-loop distributions in extra* order.
 func (sn *Snapshot) extras() [numExtra]*Durations {
-	return [numExtra]*Durations{&sn.Think, &sn.ClientRTT, &sn.UpstreamRTT, &sn.RedirectPenalty}
+	return [numExtra]*Durations{&sn.Think, &sn.ClientRTT, &sn.UpstreamRTT, &sn.RedirectPenalty, &sn.ReorderWait}
 }
 
 // hists holds one histogram per phase.

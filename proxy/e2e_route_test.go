@@ -229,3 +229,25 @@ func TestRouteSlotsKeysLandOnTheirShard(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteSlotsHeadOfLine: a slow command on one shard holds up the
+// replies of the same client's later commands on other shards (replies go
+// back in request order), and that wait is reported as reorder wait.
+func TestRouteSlotsHeadOfLine(t *testing.T) {
+	_, addrs := startShards(t, 3)
+	p, set := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, redistest.Cmd("SET", "key:b", "2"), []byte("+OK\r\n"))
+	c.Roundtrip(t, redistest.Cmd("SET", "key:c", "3"), []byte("+OK\r\n"))
+	start := time.Now()
+	c.Send(t, append(append(redistest.Cmd("BLPOP", "key:a", "0.2"), redistest.Cmd("GET", "key:b")...), redistest.Cmd("GET", "key:c")...))
+	c.Expect(t, []byte("*-1\r\n$1\r\n2\r\n$1\r\n3\r\n"), 5*time.Second)
+	if d := time.Since(start); d < 190*time.Millisecond {
+		t.Errorf("replies after %v, want them behind the 200 ms BLPOP", d)
+	}
+	w := set.Snapshot().ReorderWait
+	if w.Count() < 2 || w.Max() < 150*time.Millisecond {
+		t.Errorf("reorder wait: count %d max %v, want 2 GETs that waited >= 150 ms", w.Count(), w.Max())
+	}
+}

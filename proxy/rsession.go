@@ -1172,6 +1172,9 @@ func (s *rsession) flush() {
 			if e.penalty > 0 {
 				m.RedirectPenaltyLocked(time.Duration(e.penalty))
 			}
+			if s.p.cfg.Route == RouteSlots {
+				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
+			}
 		}
 		m.Unlock()
 		if s.q.len() == 0 {
