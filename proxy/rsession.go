@@ -1164,7 +1164,7 @@ func (s *rsession) flush() {
 			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
 			for i := range e.ps {
 				p := &e.ps[i]
-				if p.mshard >= 0 && p.tReply > 0 {
+				if p.mshard >= 0 && p.tReply > 0 && s.p.cfg.Route != RouteNone {
 					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
 				}

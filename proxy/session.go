@@ -591,7 +591,10 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 			d := &done[i]
 			m.ObserveLocked(d.cmd, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
 				time.Duration(d.tReply-d.svcFrom), d.isErr)
-			if s.mshard >= 0 {
+			// Per-shard phases only when there are shards: with one
+			// upstream (route none) they would repeat the totals, at the
+			// cost of five more histogram records per command.
+			if s.mshard >= 0 && p.cfg.Route != RouteNone {
 				m.ShardObserveLocked(s.mshard, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
 					time.Duration(d.tReply-d.svcFrom), d.isErr)
 			}
