@@ -82,13 +82,26 @@ const (
 	PinFirstKey = "first-key"
 )
 
-// Log levels, log formats, routing modes and pin policies accepted by
-// Config.LogLevel, Config.LogFormat, Config.Route and Config.PinBy.
+// Upstream connection modes accepted by Config.UpstreamMode; the same
+// strings as proxy's UpstreamPrivate and UpstreamShared.
+const (
+	// UpstreamPrivate gives every client connection upstream connections
+	// of its own (the default).
+	UpstreamPrivate = "private"
+	// UpstreamShared pipelines the requests of the clients of one event
+	// loop onto a few shared upstream connections.
+	UpstreamShared = "shared"
+)
+
+// Log levels, log formats, routing modes, pin policies and upstream modes
+// accepted by Config.LogLevel, Config.LogFormat, Config.Route, Config.PinBy
+// and Config.UpstreamMode.
 var (
-	logLevels   = []string{"debug", "info", "warn", "error"}
-	logFormats  = []string{"text", "json"}
-	routes      = []string{RouteNone, RouteSlots, RoutePinned}
-	pinPolicies = []string{PinConnection, PinFirstKey}
+	logLevels     = []string{"debug", "info", "warn", "error"}
+	logFormats    = []string{"text", "json"}
+	routes        = []string{RouteNone, RouteSlots, RoutePinned}
+	pinPolicies   = []string{PinConnection, PinFirstKey}
+	upstreamModes = []string{UpstreamPrivate, UpstreamShared}
 )
 
 // Duration is a time.Duration written in configuration as a Go duration
@@ -162,6 +175,21 @@ type Config struct {
 	// the first key the connection uses). Default "", which means
 	// "connection"; any other value needs Route "pinned".
 	PinBy string `yaml:"pin_by"`
+	// UpstreamMode is how client connections reach the engines: "private"
+	// (the default; each client connection has upstream connections of
+	// its own, one per shard it uses) or "shared" (the requests of the
+	// clients of one event loop are pipelined onto UpstreamConns shared
+	// connections per shard, replies demultiplexed in order; a client
+	// that needs connection state, such as MULTI, a blocking command or
+	// SELECT, moves to private connections). "shared" changes the
+	// workload the engine sees (fewer, fuller reads) and is not allowed
+	// with Route "pinned".
+	UpstreamMode string `yaml:"upstream_mode"`
+	// UpstreamConns is the number of shared upstream connections per event
+	// loop, per shard and per protocol (RESP2, RESP3) with UpstreamMode
+	// "shared". Default 1; 0 also means 1; must be >= 0. Unused with
+	// "private".
+	UpstreamConns int `yaml:"upstream_conns"`
 	// Admin is the HTTP address serving /metrics and /stats, host:port, or
 	// "off" to disable it. Default "127.0.0.1:9121". Port 0 picks a free
 	// port. Must differ from Listen unless either uses port 0.
@@ -223,6 +251,7 @@ func Default() Config {
 		Listen:       "127.0.0.1:6380",
 		Upstream:     "127.0.0.1:6379",
 		Route:        RouteNone,
+		UpstreamMode: UpstreamPrivate,
 		Admin:        "127.0.0.1:9121",
 		Loops:        0,
 		Measure:      true,
@@ -242,6 +271,7 @@ func Default() Config {
 		HDRInterval:       Duration(time.Second),
 
 		TopologyRefresh: Duration(30 * time.Second),
+		UpstreamConns:   1,
 	}
 }
 
@@ -351,6 +381,10 @@ func (c *Config) Validate() error {
 	for _, e := range c.checkRouting() {
 		add(e)
 	}
+	add(c.checkUpstreamMode())
+	if c.UpstreamConns < 0 {
+		add(invalid("upstream_conns", "must be >= 0 (0 means 1), got %d", c.UpstreamConns))
+	}
 	if c.Admin != AdminOff {
 		add(checkHostPort("admin", c.Admin, 0, `host:port or "off"`))
 	}
@@ -459,6 +493,20 @@ func (c *Config) checkRouting() []*FieldError {
 		}
 	}
 	return errs
+}
+
+// checkUpstreamMode checks UpstreamMode: one of upstreamModes, and
+// "shared" only with Route "none" or "slots" (a pinned connection already
+// has exactly one upstream connection, its shard's). An unknown Route is
+// left to Validate's enum check.
+func (c *Config) checkUpstreamMode() *FieldError {
+	if e := checkEnum("upstream_mode", c.UpstreamMode, upstreamModes); e != nil {
+		return e
+	}
+	if c.UpstreamMode == UpstreamShared && c.Route == RoutePinned {
+		return invalid("upstream_mode", "shared needs route none or slots, got route %q", c.Route).reads("route")
+	}
+	return nil
 }
 
 // checkDialAddr checks that v is an address to connect to, host:port with

@@ -209,6 +209,10 @@ func TestSet(t *testing.T) {
 		{key: "shards", val: "127.0.0.1:7000,",
 			wantErr: `key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
 		{key: "topology_refresh", val: "30", wantErr: `key "topology_refresh": must be a duration such as "250ms" or "5s", got "30"`},
+		{key: "upstream_mode", val: "shared", check: func(c Config) bool { return c.UpstreamMode == UpstreamShared }},
+		{key: "upstream_conns", val: "4", check: func(c Config) bool { return c.UpstreamConns == 4 }},
+		{key: "upstream_conns", val: "0", check: func(c Config) bool { return c.UpstreamConns == 0 }},
+		{key: "upstream_conns", val: "some", wantErr: `key "upstream_conns": must be an integer, got "some"`},
 	} {
 		t.Run(tc.key+"="+tc.val, func(t *testing.T) {
 			c := Default()
@@ -247,6 +251,8 @@ func TestApplyEnv(t *testing.T) {
 		"RESPMETER_TOPOLOGY_REFRESH":    "10s",
 		"RESPMETER_PIN_BY":              "first-key",
 		"RESPMETER_CLUSTER":             "",
+		"RESPMETER_UPSTREAM_MODE":       "private",
+		"RESPMETER_UPSTREAM_CONNS":      "3",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c := Default()
@@ -254,7 +260,7 @@ func TestApplyEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"listen", "route", "shards", "topology_refresh", "pin_by", "loops", "measure", "drain_timeout", "client_output_limit", "client_query_limit",
+	if want := []string{"listen", "route", "shards", "topology_refresh", "pin_by", "upstream_mode", "upstream_conns", "loops", "measure", "drain_timeout", "client_output_limit", "client_query_limit",
 		"max_clients", "probe_interval", "engine_poll", "slowlog_threshold", "slowlog_len", "hdr_log", "hdr_interval"}; !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
@@ -265,6 +271,7 @@ func TestApplyEnv(t *testing.T) {
 	want.SlowlogLen, want.HDRLog, want.HDRInterval = 8, "out.hlog", Duration(2*time.Second)
 	want.Route, want.Shards, want.TopologyRefresh, want.PinBy = RoutePinned, []string{"127.0.0.1:7001", "127.0.0.1:7002"},
 		Duration(10*time.Second), PinFirstKey
+	want.UpstreamMode, want.UpstreamConns = UpstreamPrivate, 3
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
@@ -273,12 +280,13 @@ func TestApplyEnv(t *testing.T) {
 	}
 
 	env = map[string]string{"RESPMETER_LOOPS": "many", "RESPMETER_DIAL_TIMEOUT": "3", "RESPMETER_CLIENT_OUTPUT_LIMIT": "lots",
-		"RESPMETER_SHARDS": ",127.0.0.1:7000"}
+		"RESPMETER_SHARDS": ",127.0.0.1:7000", "RESPMETER_UPSTREAM_CONNS": "1.5"}
 	c = Default()
 	_, err = c.ApplyEnv(lookup)
 	got := err.Error()
 	wantErr := "RESPMETER_SHARDS: key \"shards\": must be a comma-separated list of host:port such as " +
 		"\"127.0.0.1:7000,127.0.0.1:7001\", got \",127.0.0.1:7000\" (entry 1 is empty)\n" +
+		"RESPMETER_UPSTREAM_CONNS: key \"upstream_conns\": must be an integer, got \"1.5\"\n" +
 		"RESPMETER_LOOPS: key \"loops\": must be an integer, got \"many\"\n" +
 		"RESPMETER_DIAL_TIMEOUT: key \"dial_timeout\": must be a duration such as \"250ms\" or \"5s\", got \"3\"\n" +
 		"RESPMETER_CLIENT_OUTPUT_LIMIT: key \"client_output_limit\": " + sizeWant + ", got \"lots\""
@@ -551,6 +559,53 @@ func TestValidateRouting(t *testing.T) {
 	}
 }
 
+// TestValidateUpstreamMode covers upstream_mode and upstream_conns and how
+// upstream_mode combines with route.
+func TestValidateUpstreamMode(t *testing.T) {
+	three := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	for _, tc := range []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string // exact; "" for valid
+	}{
+		{"default is private", func(*Config) {}, ""},
+		{"shared in front of one engine", func(c *Config) { c.UpstreamMode, c.UpstreamConns = UpstreamShared, 4 }, ""},
+		{"shared with slots", func(c *Config) { c.Route, c.Shards, c.UpstreamMode = RouteSlots, three, UpstreamShared }, ""},
+		{"shared, 0 conns means 1", func(c *Config) { c.UpstreamMode, c.UpstreamConns = UpstreamShared, 0 }, ""},
+		{"private with pinned", func(c *Config) { c.Route, c.Shards, c.UpstreamMode = RoutePinned, three, UpstreamPrivate }, ""},
+		{"conns unused with private", func(c *Config) { c.UpstreamConns = 8 }, ""},
+		{"shared with pinned", func(c *Config) { c.Route, c.Shards, c.UpstreamMode = RoutePinned, three, UpstreamShared },
+			`key "upstream_mode": shared needs route none or slots, got route "pinned"`},
+		{"bad mode", func(c *Config) { c.UpstreamMode = "multiplexed" },
+			`key "upstream_mode": must be one of private|shared, got "multiplexed"`},
+		{"empty mode", func(c *Config) { c.UpstreamMode = "" }, `key "upstream_mode": must be one of private|shared, got ""`},
+		{"negative conns", func(c *Config) { c.UpstreamMode, c.UpstreamConns = UpstreamShared, -1 },
+			`key "upstream_conns": must be >= 0 (0 means 1), got -1`},
+		{"bad route: no mode error", func(c *Config) { c.Route, c.UpstreamMode = "cluster", UpstreamShared },
+			`key "route": must be one of none|slots|pinned, got "cluster"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.mod(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			for _, fe := range FieldErrors(err) {
+				if !errors.Is(fe, ErrInvalid) {
+					t.Errorf("%q does not wrap ErrInvalid", fe)
+				}
+			}
+		})
+	}
+}
+
 // TestParseRoutingLines: routing errors point at the line of the key that
 // is wrong, and a check that read an undecodable key stays quiet.
 func TestParseRoutingLines(t *testing.T) {
@@ -568,6 +623,11 @@ func TestParseRoutingLines(t *testing.T) {
 		{"listen undecodable: shard check quiet", "listen: {}\nroute: slots\nshards: [127.0.0.1:6380]\n",
 			`x.yaml:1: key "listen": must be a string, got a mapping`},
 		{"alias list", "a: &a [127.0.0.1:7000, 127.0.0.1:7001]\n", `x.yaml:1: unknown key "a"`},
+		{"shared with pinned: on the upstream_mode line", "route: pinned\nshards: [127.0.0.1:7000]\nupstream_mode: shared\n",
+			`x.yaml:3: key "upstream_mode": shared needs route none or slots, got route "pinned"`},
+		{"route undecodable: upstream_mode quiet", "route: {pinned: 1}\nupstream_mode: shared\n",
+			`x.yaml:1: key "route": must be a string, got a mapping`},
+		{"upstream_mode typo", "upstream_mod: shared\n", `x.yaml:1: unknown key "upstream_mod" (did you mean "upstream_mode"?)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("x.yaml", []byte(tc.yaml))

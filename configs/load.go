@@ -34,6 +34,8 @@ var fields = []field{
 	{"cluster", func(c *Config) any { return &c.Cluster }},
 	{"topology_refresh", func(c *Config) any { return &c.TopologyRefresh }},
 	{"pin_by", func(c *Config) any { return &c.PinBy }},
+	{"upstream_mode", func(c *Config) any { return &c.UpstreamMode }},
+	{"upstream_conns", func(c *Config) any { return &c.UpstreamConns }},
 	{"admin", func(c *Config) any { return &c.Admin }},
 	{"loops", func(c *Config) any { return &c.Loops }},
 	{"measure", func(c *Config) any { return &c.Measure }},

@@ -1164,9 +1164,13 @@ func (s *rsession) flush() {
 			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
 			for i := range e.ps {
 				p := &e.ps[i]
-				if p.mshard >= 0 && p.tReply > 0 && s.p.cfg.Route != RouteNone {
+				switch {
+				case p.mshard < 0 || p.tReply == 0:
+				case s.p.cfg.Route != RouteNone:
 					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
+				default:
+					m.ShardCountLocked(p.mshard, isErr)
 				}
 			}
 			if e.penalty > 0 {

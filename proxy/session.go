@@ -594,9 +594,13 @@ func (s *session) upstreamTraffic(c gnet.Conn) {
 			// Per-shard phases only when there are shards: with one
 			// upstream (route none) they would repeat the totals, at the
 			// cost of five more histogram records per command.
-			if s.mshard >= 0 && p.cfg.Route != RouteNone {
-				m.ShardObserveLocked(s.mshard, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
-					time.Duration(d.tReply-d.svcFrom), d.isErr)
+			if s.mshard >= 0 {
+				if p.cfg.Route != RouteNone {
+					m.ShardObserveLocked(s.mshard, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
+						time.Duration(d.tReply-d.svcFrom), d.isErr)
+				} else {
+					m.ShardCountLocked(s.mshard, d.isErr)
+				}
 			}
 		}
 		if tOut >= s.l.nextRTT && p.cfg.TCPInfoInterval > 0 {

@@ -251,6 +251,13 @@ func TestUsageErrors(t *testing.T) {
 		{"tiny topology refresh", []string{"proxy", "--topology-refresh", "10ms"},
 			`respmeter: --topology-refresh: key "topology_refresh": must be at least 1s, got 10ms`},
 		{"unitless topology refresh", []string{"proxy", "--topology-refresh", "30"}, `invalid argument "30" for "--topology-refresh" flag`},
+		{"bad upstream mode", []string{"proxy", "--upstream-mode", "multiplexed"},
+			`respmeter: --upstream-mode: key "upstream_mode": must be one of private|shared, got "multiplexed"`},
+		{"shared with pinned", []string{"proxy", "--route", "pinned", "--shards", "127.0.0.1:7000", "--upstream-mode", "shared"},
+			`respmeter: --upstream-mode: key "upstream_mode": shared needs route none or slots, got route "pinned"`},
+		{"negative upstream conns", []string{"proxy", "--upstream-mode", "shared", "--upstream-conns", "-1"},
+			`respmeter: --upstream-conns: key "upstream_conns": must be >= 0 (0 means 1), got -1`},
+		{"bad upstream conns", []string{"proxy", "--upstream-conns", "two"}, `invalid argument "two" for "--upstream-conns" flag`},
 		{"demo conns", []string{"demo", "--conns", "0"}, "--conns must be in 1..256, got 0"},
 		{"demo duration", []string{"demo", "--duration", "0s"}, "--duration must be in (0, 1h0m0s], got 0s"},
 		{"version argument", []string{"version", "x"}, `unexpected argument "x"`},
@@ -288,6 +295,10 @@ func TestBadConfigFile(t *testing.T) {
 		"topology_refresh: 30\n")
 	bad4 := dir + "/bad4.yaml"
 	writeFile(t, bad4, "shards: [127.0.0.1:7000]\npin_by: connection\n")
+	bad5 := dir + "/bad5.yaml"
+	writeFile(t, bad5, "# the upstream mode keys\nroute: pinned\nshards: [127.0.0.1:7000]\nupstream_mode: shared\nupstream_conns: -2\n")
+	bad6 := dir + "/bad6.yaml"
+	writeFile(t, bad6, "upstream_mode: mux\nupstream_conns: 1.5\n")
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -325,6 +336,18 @@ func TestBadConfigFile(t *testing.T) {
 		{"routing combinations", nil, []string{"proxy", "--config", bad4}, []string{
 			"respmeter: " + bad4 + `:1: key "shards": needs route slots or pinned, got route "none"`,
 			"respmeter: " + bad4 + `:2: key "pin_by": needs route pinned, got route "none"`,
+		}},
+		{"upstream mode keys", nil, []string{"proxy", "--config", bad5}, []string{
+			"respmeter: " + bad5 + `:4: key "upstream_mode": shared needs route none or slots, got route "pinned"`,
+			"respmeter: " + bad5 + `:5: key "upstream_conns": must be >= 0 (0 means 1), got -2`,
+		}},
+		{"upstream mode values", nil, []string{"proxy", "--config", bad6}, []string{
+			"respmeter: " + bad6 + `:1: key "upstream_mode": must be one of private|shared, got "mux"`,
+			"respmeter: " + bad6 + `:2: key "upstream_conns": must be an integer, got "1.5"`,
+		}},
+		// The environment and flags cannot repair the file.
+		{"upstream mode file checked before the flags", nil, []string{"proxy", "--config", bad5, "--route", "slots", "--upstream-conns", "1"}, []string{
+			"respmeter: " + bad5 + `:4: key "upstream_mode": shared needs route none or slots, got route "pinned"`,
 		}},
 		// The file is checked on its own, before the flags apply.
 		{"file checked before the flags", nil, []string{"proxy", "--config", bad4, "--route", "pinned"}, []string{
@@ -364,6 +387,8 @@ func TestPrecedence(t *testing.T) {
 	writeFile(t, file, "listen: 127.0.0.1:7001\nupstream: 10.0.0.1:6379\nloops: 2\nlog_level: debug\nmeasure: false\n")
 	file3 := dir + "/p3.yaml"
 	writeFile(t, file3, "route: slots\nshards: [127.0.0.1:7000, 127.0.0.1:7001]\ntopology_refresh: 10s\n")
+	file4 := dir + "/p4.yaml"
+	writeFile(t, file4, "upstream_mode: shared\nupstream_conns: 2\n")
 	file2 := dir + "/p2.yaml"
 	writeFile(t, file2, "client_output_limit: 512KiB\nclient_query_limit: 100MB\nmax_clients: 0\nprobe_interval: 0s\n"+
 		"engine_poll: 1s\nslowlog_threshold: -1s\nslowlog_len: 16\nhdr_log: /tmp/from-file.hlog\nhdr_interval: 2s\n")
@@ -449,6 +474,25 @@ func TestPrecedence(t *testing.T) {
 			[]string{"--listen", ":6379", "--route", "slots", "--shards", "10.0.0.1:6379"}, []string{
 				"listen: :6379\nupstream: 127.0.0.1:6379\nroute: slots\nshards:\n    - 10.0.0.1:6379\n",
 			}},
+		{"upstream mode defaults", nil, nil, []string{"pin_by: \"\"\nupstream_mode: private\nupstream_conns: 1\n"}},
+		{"upstream mode from the file", nil, []string{"--config", file4}, []string{
+			"sources: defaults, " + file4 + "\n", "upstream_mode: shared\nupstream_conns: 2\n",
+		}},
+		{"upstream mode from env over the file", []string{"RESPMETER_CONFIG=" + file4, "RESPMETER_UPSTREAM_CONNS=0",
+			"RESPMETER_ROUTE=slots", "RESPMETER_SHARDS=127.0.0.1:7000"}, nil, []string{
+			"sources: defaults, " + file4 + ", RESPMETER_ROUTE, RESPMETER_SHARDS, RESPMETER_UPSTREAM_CONNS\n",
+			"route: slots\n", "upstream_mode: shared\nupstream_conns: 0\n",
+		}},
+		{"upstream mode from flags over env", []string{"RESPMETER_CONFIG=" + file4, "RESPMETER_UPSTREAM_MODE=private", "RESPMETER_UPSTREAM_CONNS=3"},
+			[]string{"--upstream-mode", "shared", "--upstream-conns", "4"}, []string{
+				"RESPMETER_UPSTREAM_MODE, RESPMETER_UPSTREAM_CONNS, --upstream-mode, --upstream-conns\n",
+				"upstream_mode: shared\nupstream_conns: 4\n",
+			}},
+		// A pinned route is fine once a flag turns the file's shared mode off.
+		{"flag turns shared off for pinned", []string{"RESPMETER_CONFIG=" + file4},
+			[]string{"--route", "pinned", "--shards", "127.0.0.1:7000", "--upstream-mode", "private"}, []string{
+				"route: pinned\n", "upstream_mode: private\nupstream_conns: 2\n",
+			}},
 		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
 			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},
 	} {
@@ -489,6 +533,9 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots or pinned, got route "none"`},
 		{"RESPMETER_PIN_BY=first-key", `respmeter: RESPMETER_PIN_BY: key "pin_by": needs route pinned, got route "none"`},
 		{"RESPMETER_TOPOLOGY_REFRESH=1ms", `respmeter: RESPMETER_TOPOLOGY_REFRESH: key "topology_refresh": must be at least 1s, got 1ms`},
+		{"RESPMETER_UPSTREAM_MODE=mux", `respmeter: RESPMETER_UPSTREAM_MODE: key "upstream_mode": must be one of private|shared, got "mux"`},
+		{"RESPMETER_UPSTREAM_CONNS=-1", `respmeter: RESPMETER_UPSTREAM_CONNS: key "upstream_conns": must be >= 0 (0 means 1), got -1`},
+		{"RESPMETER_UPSTREAM_CONNS=many", `respmeter: RESPMETER_UPSTREAM_CONNS: key "upstream_conns": must be an integer, got "many"`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Parallel()

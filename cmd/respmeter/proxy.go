@@ -43,6 +43,8 @@ type proxyFlags struct {
 	cluster         string
 	topologyRefresh time.Duration
 	pinBy           string
+	upstreamMode    string
+	upstreamConns   int
 
 	loops        int
 	measure      bool
@@ -98,8 +100,11 @@ instead of --upstream, which is then not used:
                   DEL, UNLINK, EXISTS and TOUCH over several slots are split
                   per slot and their replies merged; other multi-key
                   commands over several slots get -CROSSSLOT. Pub/sub,
-                  MONITOR, SYNC and CLIENT REPLY are refused (use pinned or
-                  none).
+                  MONITOR, SYNC/PSYNC and CLIENT REPLY hand the client over
+                  to a private connection to its home shard (SUBSCRIBE and
+                  SSUBSCRIBE: the first channel's shard, where PUBLISH of
+                  it goes), its connection state replayed first;
+                  everything it sends afterwards goes to that shard.
   --route pinned  each client connection is bound to one shard, by
                   --pin-by: connection (round-robin at connect, the default)
                   or first-key (the shard of its first key).
@@ -109,6 +114,19 @@ create" would: 3 shards own 0-5460, 5461-10922, 10923-16383), or --cluster,
 one node of a Redis/Valkey Cluster whose shard map is read at start, every
 --topology-refresh and after a MOVED reply (MOVED and ASK are followed).
 /metrics, /stats and the table gain per-shard rows.
+
+--upstream-mode shared pipelines the requests of all clients of one event
+loop onto --upstream-conns shared connections per engine (per shard with
+--route slots) and protocol, instead of giving each client connection
+upstream connections of its own, and matches the replies back in order. The
+engine then sees fewer, fuller reads: not the clients' own workload, hence
+an explicit option. Timing works the same; respmeter_upstream_batch_commands
+shows the batching. A client that needs connection state (MULTI, WATCH,
+blocking commands, AUTH, SELECT of a non-zero db, READONLY, RESET, CLIENT
+SETNAME or TRACKING, ...) moves to private connections for the rest of its
+life, and pub/sub, MONITOR, SYNC and CLIENT REPLY to a private passthrough
+connection; respmeter_handoffs_total{reason} counts the moves. Not with
+--route pinned.
 
 On side connections of their own, a PING every --probe-interval measures the
 round trip to the upstream, and the engine's own statistics (LATENCY
@@ -127,12 +145,13 @@ file (YAML; see configs/passthrough.yaml and configs/cluster.yaml),
 RESPMETER_* environment variables (RESPMETER_ plus the upper-cased YAML key:
 RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ROUTE, RESPMETER_SHARDS
 (comma-separated), RESPMETER_CLUSTER, RESPMETER_TOPOLOGY_REFRESH,
-RESPMETER_PIN_BY, RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
-RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL,
-RESPMETER_LOG_FORMAT, RESPMETER_CLIENT_OUTPUT_LIMIT,
-RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS,
-RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL, RESPMETER_SLOWLOG_THRESHOLD,
-RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG, RESPMETER_HDR_INTERVAL;
+RESPMETER_PIN_BY, RESPMETER_UPSTREAM_MODE, RESPMETER_UPSTREAM_CONNS,
+RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE, RESPMETER_DRAIN_TIMEOUT,
+RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT,
+RESPMETER_CLIENT_OUTPUT_LIMIT, RESPMETER_CLIENT_QUERY_LIMIT,
+RESPMETER_MAX_CLIENTS, RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL,
+RESPMETER_SLOWLOG_THRESHOLD, RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG,
+RESPMETER_HDR_INTERVAL;
 RESPMETER_CONFIG names the file), then flags given on the command line.
 
 Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
@@ -149,7 +168,8 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
   respmeter proxy --config my.yaml --check
   respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000
-  respmeter proxy --route pinned --pin-by first-key --shards 127.0.0.1:7000,127.0.0.1:7001`,
+  respmeter proxy --route pinned --pin-by first-key --shards 127.0.0.1:7000,127.0.0.1:7001
+  respmeter proxy --upstream 127.0.0.1:6379 --upstream-mode shared --upstream-conns 2`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
 	}
@@ -165,6 +185,8 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
 	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots or pinned)")
 	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "how often the --cluster shard map is re-read (also after MOVED)")
 	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
+	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "upstream connection `mode`: private (each client connection its own) or shared (the clients of an event loop pipelined onto --upstream-conns connections; not with --route pinned)")
+	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared upstream connections per event loop, engine (shard) and protocol with --upstream-mode shared; 0 means 1")
 	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
 	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")

@@ -21,8 +21,9 @@ import (
 	"github.com/respmeter/respmeter/routing"
 )
 
-// TestRouteConstants pins configs' spellings of the routing modes and pin
-// policies to proxy's: stack.go passes them through unchanged.
+// TestRouteConstants pins configs' spellings of the routing modes, pin
+// policies and upstream modes to proxy's: stack.go passes them through
+// unchanged.
 func TestRouteConstants(t *testing.T) {
 	for _, p := range [][2]string{
 		{configs.RouteNone, proxy.RouteNone},
@@ -30,6 +31,8 @@ func TestRouteConstants(t *testing.T) {
 		{configs.RoutePinned, proxy.RoutePinned},
 		{configs.PinConnection, proxy.PinConnection},
 		{configs.PinFirstKey, proxy.PinFirstKey},
+		{configs.UpstreamPrivate, proxy.UpstreamPrivate},
+		{configs.UpstreamShared, proxy.UpstreamShared},
 	} {
 		if p[0] != p[1] {
 			t.Errorf("configs says %q, proxy says %q", p[0], p[1])
@@ -98,7 +101,7 @@ func TestProxyRouteSlots(t *testing.T) {
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "2",
 		"--route", "slots", "--shards", strings.Join(shards, ","),
 		"--probe-interval", "20ms", "--hdr-interval", "100ms", "--drain-timeout", "2s")
-	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots shards=(\S+) loops=2 measure=true\n`)
+	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots shards=(\S+) upstream_mode=private loops=2 measure=true\n`)
 	addr := m[1]
 	if m[2] != strings.Join(shards, ",") {
 		t.Errorf("proxy listening: shards=%s, want %s", m[2], strings.Join(shards, ","))
@@ -214,7 +217,7 @@ func TestProxyRoutePinned(t *testing.T) {
 	shards := []string{srvs[0].Addr(), srvs[1].Addr()}
 	p := start(t, []string{"RESPMETER_SHARDS=" + strings.Join(shards, ",")}, "proxy",
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "1", "--route", "pinned", "--pin-by", "first-key")
-	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=pinned shards=(\S+) pin_by=first-key `)
+	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=pinned shards=(\S+) pin_by=first-key upstream_mode=private `)
 	if m[2] != strings.Join(shards, ",") {
 		t.Errorf("proxy listening: shards=%s, want %s", m[2], strings.Join(shards, ","))
 	}
@@ -276,7 +279,7 @@ func TestProxyRouteCluster(t *testing.T) {
 	p := start(t, nil, "proxy",
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "2",
 		"--route", "slots", "--cluster", seed, "--topology-refresh", "1m", "--probe-interval", "20ms")
-	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots cluster=(\S+) topology_refresh=1m0s loops=2 `)
+	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots cluster=(\S+) topology_refresh=1m0s upstream_mode=private loops=2 `)
 	if m[2] != seed {
 		t.Errorf("proxy listening: cluster=%s, want %s", m[2], seed)
 	}

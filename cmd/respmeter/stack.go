@@ -163,6 +163,8 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		Cluster:           cfg.Cluster,
 		TopologyRefresh:   time.Duration(cfg.TopologyRefresh),
 		PinBy:             cfg.PinBy,
+		UpstreamMode:      cfg.UpstreamMode,
+		UpstreamConns:     cfg.UpstreamConns,
 		Loops:             loops,
 		Measure:           cfg.Measure,
 		DrainTimeout:      time.Duration(cfg.DrainTimeout),
@@ -200,6 +202,10 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	if cfg.Route == configs.RoutePinned {
 		attrs = append(attrs, "pin_by", cmp.Or(cfg.PinBy, configs.PinConnection))
+	}
+	attrs = append(attrs, "upstream_mode", cfg.UpstreamMode)
+	if cfg.UpstreamMode == configs.UpstreamShared {
+		attrs = append(attrs, "upstream_conns", max(cfg.UpstreamConns, 1))
 	}
 	log.Info("proxy listening", append(attrs, "loops", loops, "measure", cfg.Measure)...)
 
