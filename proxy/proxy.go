@@ -50,6 +50,7 @@ type Proxy struct {
 	loops map[gnet.EventLoop]*loop
 
 	router     *router
+	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
 	sharedNext atomic.Uint64
 
 	draining atomic.Bool
@@ -222,6 +223,9 @@ func New(cfg Config) (*Proxy, error) {
 // Start listens on cfg.Listen and serves in the background. It returns once
 // the listener is up (or with the error that prevented it).
 func (p *Proxy) Start() error {
+	if p.cfg.Route != RouteNone {
+		p.fetchCommands()
+	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
 		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout)
@@ -256,6 +260,28 @@ func (p *Proxy) Start() error {
 		}
 		p.runDone <- err
 		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
+	}
+}
+
+// fetchCommands reads the engine's COMMAND INFO (from the first shard or
+// the cluster seed) so that commands the built-in table (redis-server
+// 7.0's) does not know are still routed by their key specs. Without it
+// (the engine refuses, or is down) the built-in table alone is used.
+func (p *Proxy) fetchCommands() {
+	addr := p.cfg.Cluster
+	if addr == "" && len(p.cfg.Shards) > 0 {
+		addr = p.cfg.Shards[0]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*p.cfg.DialTimeout)
+	defer cancel()
+	infos, err := command.FetchInfo(ctx, addr, 2*p.cfg.DialTimeout)
+	if err != nil {
+		p.log.Warn("engine command table not read; routing uses the built-in one", "engine", addr, "err", err)
+		return
+	}
+	p.resolver = routing.NewResolver(infos)
+	if names := p.resolver.Names(); len(names) > 0 {
+		p.log.Info("engine commands routed by the engine's key specs", "engine", addr, "commands", len(names))
 	}
 }
 

@@ -595,7 +595,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		s.broadcastState(e, frame)
 		return
 	}
-	keys, err := routing.Keys(args, s.l.keys[:0])
+	keys, err := s.p.resolver.Keys(args, s.l.keys[:0])
 	s.l.keys = keys[:0]
 	if err != nil || len(keys) == 0 {
 		s.keyless(v, e, id, args, frame)

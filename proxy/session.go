@@ -123,7 +123,7 @@ func (s *session) pin(shard int) {
 // is not connection set-up), and counts commands whose key's slot belongs
 // to another shard than the session's.
 func (s *session) pinCheck(id command.ID, args [][]byte) {
-	k, ok := routing.FirstKey(args)
+	k, ok := s.p.resolver.FirstKey(args)
 	if !ok {
 		if s.pinDeferred && !setupCommand(id) {
 			s.pin(-1)

@@ -116,9 +116,12 @@ var errBadSpec = errors.New("routing: key spec does not apply")
 //     it with atoi and its spec walk truncates it to a C int, so GETKEYS
 //     names keys for "EVAL s 1x k", "EVAL s 01 k" or numkeys 4294967297,
 //     all of which the engine refuses.
+//
+// Keys knows only the built-in table of redis-server 7.0; Resolver.Keys
+// also finds the keys of commands that only the engine knows.
 func Keys(args [][]byte, dst [][]byte) ([][]byte, error) {
 	kl := keyList{dst: dst[:0], all: true}
-	err := collect(args, &kl)
+	err := collect(nil, args, &kl)
 	return kl.dst, err
 }
 
@@ -127,7 +130,7 @@ func Keys(args [][]byte, dst [][]byte) ([][]byte, error) {
 // allocate.
 func FirstKey(args [][]byte) ([]byte, bool) {
 	var kl keyList
-	if err := collect(args, &kl); err != nil || kl.n == 0 {
+	if err := collect(nil, args, &kl); err != nil || kl.n == 0 {
 		return nil, false
 	}
 	return kl.first, true
@@ -158,16 +161,19 @@ func (kl *keyList) reset() {
 	kl.n = 0
 }
 
-// collect puts the keys of args into kl (see Keys).
-func collect(args [][]byte, kl *keyList) error {
+// collect puts the keys of args into kl (see Keys), taking what the
+// built-in table lacks from r (see Resolver; nil r: the table only).
+func collect(r *Resolver, args [][]byte, kl *keyList) error {
 	if len(args) == 0 {
 		return nil
 	}
 	id := command.Lookup(args[0])
-	if id == command.Other {
+	var info *command.Info
+	if id != command.Other {
+		info = id.Info()
+	} else if info = r.command(args[0]); info == nil {
 		return nil
 	}
-	info := id.Info()
 	if !arityOK(info.Arity, len(args)) {
 		return ErrWrongArity
 	}
@@ -175,7 +181,15 @@ func collect(args [][]byte, kl *keyList) error {
 		if len(args) < 2 {
 			return nil // e.g. bare COMMAND (arity -1)
 		}
-		if info = info.Subcommand(args[1]); info == nil {
+		var sub *command.Info
+		if id != command.Other {
+			if sub = info.Subcommand(args[1]); sub == nil {
+				sub = r.subcommand(id, args[1])
+			}
+		} else {
+			sub = r.lookup(info.Subcommands, args[1])
+		}
+		if info = sub; info == nil {
 			return nil // the engine answers "unknown subcommand"
 		}
 		if !arityOK(info.Arity, len(args)) {

@@ -8,6 +8,10 @@
 // meaning of every field is that of the Redis docs for COMMAND INFO and
 // "Command key specifications". Do not edit the table by hand.
 //
+// FetchInfo reads the same kind of entries from a running engine, for the
+// commands this table does not know (routing.Resolver uses them only for
+// those); it never changes the table.
+//
 // IDs are dense (0 to NumIDs()-1) and sorted by name, with Other = 0 shared by
 // every unknown command, so they suit array-indexed counters and a bounded set
 // of metric labels (Names). They are stable only within one generated table:
@@ -15,8 +19,9 @@
 // persist an ID or send it over the wire; persist Name() instead.
 //
 // Concurrency: everything here is immutable after package initialization and
-// safe for concurrent use. Callers must not modify an *Info, its slices or its
-// Subcommands map.
+// safe for concurrent use. Callers must not modify an *Info of the table, its
+// slices or its Subcommands map (the entries FetchInfo returns are the
+// caller's).
 package command
 
 import "strings"

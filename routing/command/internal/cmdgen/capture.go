@@ -15,6 +15,7 @@ import (
 // Capture dials a redis-server at addr (host:port), switches to RESP3 with
 // HELLO 3 and returns its COMMAND INFO (all commands, with subcommands and key
 // specs) and version. It sets a deadline of timeout on the whole exchange.
+// Entries are decoded by DecodeCommand in strict mode.
 func Capture(addr string, timeout time.Duration) (*File, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
@@ -24,12 +25,12 @@ func Capture(addr string, timeout time.Duration) (*File, error) {
 	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, fmt.Errorf("cmdgen: set deadline: %w", err)
 	}
-	c := &client{w: conn, r: bufio.NewReader(conn)}
+	c := NewConn(conn)
 
-	if _, err := c.do("HELLO", "3"); err != nil {
+	if _, err := c.Do("HELLO", "3"); err != nil {
 		return nil, err
 	}
-	v, err := c.do("INFO", "server")
+	v, err := c.Do("INFO", "server")
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func Capture(addr string, timeout time.Duration) (*File, error) {
 	if version == "" {
 		return nil, fmt.Errorf("cmdgen: INFO server has no redis_version")
 	}
-	v, err = c.do("COMMAND", "INFO")
+	v, err = c.Do("COMMAND", "INFO")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func Capture(addr string, timeout time.Duration) (*File, error) {
 		if e == nil { // COMMAND INFO answers nil for unknown names; none asked
 			continue
 		}
-		cmd, err := toCommand(e)
+		cmd, err := DecodeCommand(e, false)
 		if err != nil {
 			return nil, err
 		}
@@ -80,11 +81,37 @@ func sortCommands(cmds []*Command) {
 	}
 }
 
-// toCommand converts one COMMAND INFO element (a 10-element array in Redis 7.0).
-func toCommand(v any) (*Command, error) {
+// DecodeCommand converts one element of a COMMAND INFO (or COMMAND) reply
+// into a Command. It is the one decoder of command entries: Capture uses it
+// for the generator's JSON, and package command's FetchInfo for the table of
+// a running engine. It takes the reply as Conn.Do decodes it in either
+// protocol: a key spec and its begin_search and find_keys are RESP3 maps
+// (map[string]any) or, over RESP2, flat arrays of alternating keys and
+// values. Names are lower-cased ("client|reply" for a subcommand); empty
+// lists are empty, not nil, slices.
+//
+// With lax false the entry must have the shape of Redis 7.0: exactly 10
+// elements (name, arity, flags, first key, last key, step, ACL categories,
+// tips, key specs, subcommands) and only the key spec fields 7.0 sends, as
+// the capture wants. With lax true (an engine of another version or kind)
+// it also accepts 6 to 9 elements (Redis 5 and 6, Dragonfly: the missing
+// trailing fields are empty) and more than 10 (the extra ones ignored), and
+// ignores key spec fields it does not know. Both modes decode an entry of
+// Redis 7.0 to the same Command; both fail on a field of the wrong type.
+func DecodeCommand(v any, lax bool) (*Command, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 10 {
-		return nil, fmt.Errorf("cmdgen: command entry: got %T of len %d, want 10-element array", v, len(a))
+	if !ok || (!lax && len(a) != 10) || len(a) < 6 {
+		want := "10"
+		if lax {
+			want = "at least 6"
+		}
+		return nil, fmt.Errorf("cmdgen: command entry: got %T of len %d, want %s-element array", v, len(a), want)
+	}
+	field := func(i int) any { // a missing trailing field reads as nil: empty
+		if i < len(a) {
+			return a[i]
+		}
+		return nil
 	}
 	name, ok := a[0].(string)
 	if !ok {
@@ -109,29 +136,29 @@ func toCommand(v any) (*Command, error) {
 	if c.Step, err = toInt(a[5]); err != nil {
 		return nil, wrap("step", err)
 	}
-	if c.ACLCategories, err = toStrings(a[6]); err != nil {
+	if c.ACLCategories, err = toStrings(field(6)); err != nil {
 		return nil, wrap("acl categories", err)
 	}
-	if c.Tips, err = toStrings(a[7]); err != nil {
+	if c.Tips, err = toStrings(field(7)); err != nil {
 		return nil, wrap("tips", err)
 	}
-	specs, ok := a[8].([]any)
-	if !ok && a[8] != nil {
-		return nil, wrap("key specs", fmt.Errorf("got %T, want array", a[8]))
+	specs, ok := field(8).([]any)
+	if !ok && field(8) != nil {
+		return nil, wrap("key specs", fmt.Errorf("got %T, want array", field(8)))
 	}
 	for _, s := range specs {
-		ks, err := toKeySpec(s)
+		ks, err := toKeySpec(s, lax)
 		if err != nil {
 			return nil, wrap("key spec", err)
 		}
 		c.KeySpecs = append(c.KeySpecs, ks)
 	}
-	subs, ok := a[9].([]any)
-	if !ok && a[9] != nil {
-		return nil, wrap("subcommands", fmt.Errorf("got %T, want array", a[9]))
+	subs, ok := field(9).([]any)
+	if !ok && field(9) != nil {
+		return nil, wrap("subcommands", fmt.Errorf("got %T, want array", field(9)))
 	}
 	for _, s := range subs {
-		sc, err := toCommand(s)
+		sc, err := DecodeCommand(s, lax)
 		if err != nil {
 			return nil, err
 		}
@@ -140,14 +167,39 @@ func toCommand(v any) (*Command, error) {
 	return c, nil
 }
 
-func toKeySpec(v any) (*KeySpec, error) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("got %T, want map", v)
+// asMap returns v as a map: a RESP3 map as is, or a RESP2 flat array of
+// alternating string keys and values (how the server sends a map to a RESP2
+// client); a later duplicate key wins.
+func asMap(v any) (map[string]any, error) {
+	switch v := v.(type) {
+	case map[string]any:
+		return v, nil
+	case []any:
+		if len(v)%2 != 0 {
+			return nil, fmt.Errorf("got array of odd length %d, want map or key/value array", len(v))
+		}
+		m := make(map[string]any, len(v)/2)
+		for i := 0; i < len(v); i += 2 {
+			k, ok := v[i].(string)
+			if !ok {
+				return nil, fmt.Errorf("map key: got %T, want string", v[i])
+			}
+			m[k] = v[i+1]
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("got %T, want map", v)
+}
+
+// toKeySpec converts one key spec; lax ignores fields it does not know (see
+// DecodeCommand).
+func toKeySpec(v any, lax bool) (*KeySpec, error) {
+	m, err := asMap(v)
+	if err != nil {
+		return nil, err
 	}
 	ks := &KeySpec{}
 	for k, val := range m {
-		var err error
 		switch k {
 		case "notes":
 			s, ok := val.(string)
@@ -159,7 +211,7 @@ func toKeySpec(v any) (*KeySpec, error) {
 			ks.Flags, err = toStrings(val)
 		case "begin_search":
 			var spec map[string]any
-			ks.BeginSearch.Type, spec, err = typedSpec(val)
+			ks.BeginSearch.Type, spec, err = typedSpec(val, lax)
 			for sk, sv := range spec {
 				if err != nil {
 					break
@@ -176,12 +228,14 @@ func toKeySpec(v any) (*KeySpec, error) {
 					}
 					ks.BeginSearch.Spec.Keyword = &s
 				default:
-					err = fmt.Errorf("begin_search: unknown field %q", sk)
+					if !lax {
+						err = fmt.Errorf("begin_search: unknown field %q", sk)
+					}
 				}
 			}
 		case "find_keys":
 			var spec map[string]any
-			ks.FindKeys.Type, spec, err = typedSpec(val)
+			ks.FindKeys.Type, spec, err = typedSpec(val, lax)
 			for sk, sv := range spec {
 				if err != nil {
 					break
@@ -198,11 +252,15 @@ func toKeySpec(v any) (*KeySpec, error) {
 				case "firstkey":
 					ks.FindKeys.Spec.FirstKey, err = toIntPtr(sv)
 				default:
-					err = fmt.Errorf("find_keys: unknown field %q", sk)
+					if !lax {
+						err = fmt.Errorf("find_keys: unknown field %q", sk)
+					}
 				}
 			}
 		default:
-			err = fmt.Errorf("unknown field %q", k)
+			if !lax {
+				err = fmt.Errorf("unknown field %q", k)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -214,21 +272,21 @@ func toKeySpec(v any) (*KeySpec, error) {
 	return ks, nil
 }
 
-// typedSpec splits a {type, spec} map.
-func typedSpec(v any) (string, map[string]any, error) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return "", nil, fmt.Errorf("got %T, want map", v)
+// typedSpec splits a {type, spec} map; lax allows other fields besides.
+func typedSpec(v any, lax bool) (string, map[string]any, error) {
+	m, err := asMap(v)
+	if err != nil {
+		return "", nil, err
 	}
 	typ, ok := m["type"].(string)
 	if !ok {
 		return "", nil, fmt.Errorf("type: got %T", m["type"])
 	}
-	spec, ok := m["spec"].(map[string]any)
-	if !ok {
-		return "", nil, fmt.Errorf("spec: got %T", m["spec"])
+	spec, err := asMap(m["spec"])
+	if err != nil {
+		return "", nil, fmt.Errorf("spec: %w", err)
 	}
-	if len(m) != 2 {
+	if len(m) != 2 && !lax {
 		return "", nil, fmt.Errorf("got %d fields, want type and spec", len(m))
 	}
 	return typ, spec, nil
@@ -263,24 +321,46 @@ func toStrings(v any) ([]string, error) {
 	return out, nil
 }
 
-// client is a minimal RESP3 client, enough for the capture: one request at
-// a time, replies decoded into nil, string, int64, float64, bool, []any (arrays,
-// sets, pushes) and map[string]any.
-type client struct {
+// Conn is a minimal RESP client, enough for Capture and for package
+// command's FetchInfo: one request at a time, replies decoded into nil,
+// string, int64, float64, bool, []any (arrays, sets, pushes),
+// map[string]any (maps) and ServerError (error replies, returned as errors
+// by Do). It speaks RESP2 until HELLO 3 is sent through it, and decodes
+// RESP3 types whenever they come. It is not safe for concurrent use.
+type Conn struct {
 	w io.Writer
 	r *bufio.Reader
 }
 
-// maxLen bounds every length the server announces, so a confused peer cannot
-// make the capture allocate without bound.
-const maxLen = 64 << 20
+// NewConn returns a Conn that writes requests to rw and reads replies
+// from it. Deadlines and closing are the caller's.
+func NewConn(rw io.ReadWriter) *Conn {
+	return &Conn{w: rw, r: bufio.NewReader(rw)}
+}
+
+// Bounds of the reader: a confused or hostile peer cannot make it allocate
+// without bound (maxLen bounds every announced length) or recurse without
+// bound (maxDepth; COMMAND INFO nests 8 deep: reply, entry, subcommands,
+// entry, key specs, key spec, begin_search, spec, value).
+const (
+	maxLen   = 64 << 20
+	maxDepth = 16
+)
+
+// ErrProtocol is wrapped by Do's error when the reply is not RESP, nests
+// deeper than the reader allows or announces a length over its bound.
+var ErrProtocol = errors.New("cmdgen: malformed RESP reply")
 
 // ServerError is an error reply from the server.
 type ServerError string
 
 func (e ServerError) Error() string { return "cmdgen: server error: " + string(e) }
 
-func (c *client) do(args ...string) (any, error) {
+// Do sends args as one command and reads its reply. An error reply comes
+// back as an error wrapping ServerError (errors.As gives its text); a reply
+// that is not RESP gives an error wrapping ErrProtocol; other errors are the
+// I/O errors, wrapped.
+func (c *Conn) Do(args ...string) (any, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -289,7 +369,7 @@ func (c *client) do(args ...string) (any, error) {
 	if _, err := io.WriteString(c.w, b.String()); err != nil {
 		return nil, fmt.Errorf("cmdgen: write %s: %w", args[0], err)
 	}
-	v, err := c.read()
+	v, err := c.read(0)
 	if err != nil {
 		return nil, fmt.Errorf("cmdgen: read reply to %s: %w", args[0], err)
 	}
@@ -299,24 +379,27 @@ func (c *client) do(args ...string) (any, error) {
 	return v, nil
 }
 
-func (c *client) line() (string, error) {
+func (c *Conn) line() (string, error) {
 	s, err := c.r.ReadString('\n')
 	if err != nil {
 		return "", err
 	}
 	if !strings.HasSuffix(s, "\r\n") {
-		return "", errors.New("line not terminated by CRLF")
+		return "", fmt.Errorf("%w: line not terminated by CRLF", ErrProtocol)
 	}
 	return s[:len(s)-2], nil
 }
 
-func (c *client) read() (any, error) {
+func (c *Conn) read(depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d", ErrProtocol, maxDepth)
+	}
 	l, err := c.line()
 	if err != nil {
 		return nil, err
 	}
 	if l == "" {
-		return nil, errors.New("empty line")
+		return nil, fmt.Errorf("%w: empty line", ErrProtocol)
 	}
 	typ, rest := l[0], l[1:]
 	switch typ {
@@ -325,9 +408,17 @@ func (c *client) read() (any, error) {
 	case '-':
 		return ServerError(rest), nil
 	case ':':
-		return strconv.ParseInt(rest, 10, 64)
+		n, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bad integer %q", ErrProtocol, rest)
+		}
+		return n, nil
 	case ',':
-		return strconv.ParseFloat(rest, 64)
+		f, err := strconv.ParseFloat(rest, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bad double %q", ErrProtocol, rest)
+		}
+		return f, nil
 	case '(':
 		return rest, nil
 	case '#':
@@ -358,7 +449,7 @@ func (c *client) read() (any, error) {
 		}
 		a := make([]any, 0, min(n, 1024))
 		for range n {
-			v, err := c.read()
+			v, err := c.read(depth + 1)
 			if err != nil {
 				return nil, err
 			}
@@ -372,33 +463,33 @@ func (c *client) read() (any, error) {
 		}
 		m := make(map[string]any, min(n, 1024))
 		for range n {
-			k, err := c.read()
+			k, err := c.read(depth + 1)
 			if err != nil {
 				return nil, err
 			}
 			ks, ok := k.(string)
 			if !ok {
-				return nil, fmt.Errorf("map key: got %T, want string", k)
+				return nil, fmt.Errorf("%w: map key: got %T, want string", ErrProtocol, k)
 			}
-			if m[ks], err = c.read(); err != nil {
+			if m[ks], err = c.read(depth + 1); err != nil {
 				return nil, err
 			}
 		}
 		if typ == '|' { // attribute: metadata for the next reply, dropped
-			return c.read()
+			return c.read(depth)
 		}
 		return m, nil
 	}
-	return nil, fmt.Errorf("unknown RESP type byte %q", typ)
+	return nil, fmt.Errorf("%w: unknown RESP type byte %q", ErrProtocol, typ)
 }
 
 func parseLen(s string) (int, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("bad length %q: %w", s, err)
+	if err != nil || n < -1 {
+		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, s)
 	}
 	if n > maxLen {
-		return 0, fmt.Errorf("length %d over limit %d", n, maxLen)
+		return 0, fmt.Errorf("%w: length %d over limit %d", ErrProtocol, n, maxLen)
 	}
 	return n, nil
 }

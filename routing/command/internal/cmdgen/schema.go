@@ -6,6 +6,10 @@
 // fields in the order the server sends them, key specs kept as the server's
 // nested begin_search/find_keys maps. Only the capture step talks to a server;
 // generation reads the checked-in JSON and nothing else.
+//
+// The RESP client (Conn) and the entry decoder (DecodeCommand) are shared with
+// package command's FetchInfo, which reads a running engine's table over
+// RESP2, so that the capture and the runtime fetch decode entries alike.
 package cmdgen
 
 import (

@@ -1,0 +1,319 @@
+package routing
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// renamed returns a copy of the built-in entry of name (a command, or
+// "parent|sub") called newName, its subcommands renamed along.
+func renamed(t testing.TB, name, newName string) *command.Info {
+	t.Helper()
+	parent, sub, _ := strings.Cut(name, "|")
+	info := command.Lookup([]byte(parent)).Info()
+	if sub != "" {
+		info = info.Subcommands[sub]
+	}
+	if info == nil || info.Name != name {
+		t.Fatalf("no built-in entry %q", name)
+	}
+	c := *info
+	c.Name = newName
+	if c.Subcommands != nil {
+		c.Subcommands = map[string]*command.Info{}
+		for s, si := range info.Subcommands {
+			c.Subcommands[s] = renamed(t, si.Name, newName+"|"+s)
+		}
+	}
+	return &c
+}
+
+// testEngine is an engine table with commands the built-in one lacks:
+// copies of built-in entries under new names, a subcommand added to OBJECT,
+// a legacy (Redis 6 style) entry and a different entry for GET, which must
+// be ignored.
+func testEngine(t testing.TB) map[string]*command.Info {
+	t.Helper()
+	object := renamed(t, "object", "object")
+	object.Subcommands["mysub"] = renamed(t, "object|encoding", "object|mysub")
+	get := renamed(t, "get", "get")
+	get.KeySpecs = []command.KeySpec{{
+		BeginSearch: command.BeginSearch{Type: command.BeginSearchIndex, Index: 2},
+		FindKeys:    command.FindKeys{Type: command.FindKeysRange, Step: 1},
+	}}
+	return map[string]*command.Info{
+		"mycmd":   renamed(t, "getdel", "mycmd"),
+		"MyRead":  renamed(t, "xread", "myread"), // keyword STREAMS, range with limit
+		"myeval":  renamed(t, "eval", "myeval"),  // keynum
+		"myxinfo": renamed(t, "xinfo", "myxinfo"),
+		"object":  object,
+		"get":     get,
+		"mymset6": {Name: "mymset6", Arity: -3, Flags: command.FlagWrite, FirstKey: 1, LastKey: -1, Step: 2},
+		"myget6":  {Name: "myget6", Arity: 2, Flags: command.FlagReadonly, FirstKey: 1, LastKey: 1, Step: 1},
+		"mymove6": {Name: "mymove6", Arity: -2, Flags: command.FlagMovablekeys, FirstKey: 1, LastKey: 1, Step: 1},
+		"nil":     nil,
+	}
+}
+
+func TestResolverEngineOnly(t *testing.T) {
+	r := NewResolver(testEngine(t))
+	for _, tc := range []struct {
+		line string
+		want []string
+		err  error
+	}{
+		{line: "MYCMD key:a", want: []string{"key:a"}},
+		{line: "mycmd key:a", want: []string{"key:a"}},
+		{line: "MyCmd ''", want: []string{""}},
+		{line: "MYCMD", err: ErrWrongArity},
+		{line: "MYCMD a b", err: ErrWrongArity},
+		{line: "MYREAD COUNT 1 STREAMS a b 0 0", want: []string{"a", "b"}},
+		{line: "myread streams a 0", want: []string{"a"}},
+		{line: "MYREAD COUNT 1 a 0", err: ErrNoKeys}, // no STREAMS; no XREAD fallback rule
+		{line: "MYEVAL s 2 a b x", want: []string{"a", "b"}},
+		{line: "MYEVAL s 0"},
+		{line: "MYEVAL s -1", err: ErrNumKeysNegative},
+		{line: "MYXINFO STREAM s", want: []string{"s"}},
+		{line: "MYXINFO stream s FULL", want: []string{"s"}},
+		{line: "MYXINFO HELP"},
+		{line: "MYXINFO NOSUCH s"},
+		{line: "MYXINFO", err: ErrWrongArity},
+		{line: "MYXINFO STREAM", err: ErrWrongArity},
+		{line: "OBJECT MYSUB k", want: []string{"k"}},
+		{line: "object mysub k", want: []string{"k"}},
+		{line: "OBJECT MYSUB", err: ErrWrongArity},
+		{line: "OBJECT ENCODING k", want: []string{"k"}},
+		{line: "GET a", want: []string{"a"}}, // built-in entry, not the engine's
+		{line: "MYMSET6 a 1 b 2", want: []string{"a", "b"}},
+		{line: "MYGET6 a", want: []string{"a"}},
+		{line: "MYMOVE6 a b"}, // movablekeys: legacy positions not trusted
+		{line: "NIL a"},
+		{line: "NOSUCH a"},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			args := argv(tc.line)
+			got, err := r.Keys(args, nil)
+			if !errors.Is(err, tc.err) || (err == nil) != (tc.err == nil) {
+				t.Fatalf("Resolver.Keys(%s) error = %v, want %v", tc.line, err, tc.err)
+			}
+			if tc.want == nil {
+				tc.want = []string{}
+			}
+			if s := strs(got); !slices.Equal(s, tc.want) {
+				t.Fatalf("Resolver.Keys(%s) = %q, want %q", tc.line, s, tc.want)
+			}
+			assertAliases(t, args, got)
+			fk, ok := r.FirstKey(args)
+			if ok != (len(got) > 0) || (ok && !sameSlice(fk, got[0])) {
+				t.Errorf("Resolver.FirstKey(%s) = %q, %v; Keys gave %q", tc.line, fk, ok, strs(got))
+			}
+			// The built-in table alone knows none of the engine's additions.
+			if command.Lookup(args[0]) == command.Other || strings.EqualFold(tc.line, "object mysub k") {
+				if keys, _ := Keys(args, nil); len(keys) != 0 {
+					t.Errorf("routing.Keys(%s) = %q, want none", tc.line, strs(keys))
+				}
+			}
+		})
+	}
+	want := []string{"myeval", "myget6", "mymove6", "mymset6", "mycmd", "myread", "myxinfo", "object|mysub"}
+	slices.Sort(want)
+	if got := r.Names(); !slices.Equal(got, want) {
+		t.Errorf("Names() = %q, want %q", got, want)
+	}
+}
+
+// TestResolverRenamedTable renames every keyed built-in command without a
+// fallback rule of its own and wants the Resolver to find, for every key
+// case and oracle sample, what Keys finds for the original name.
+func TestResolverRenamedTable(t *testing.T) {
+	fallback := map[command.ID]bool{command.Sort: true, command.SortRo: true, command.Migrate: true,
+		command.Xread: true, command.Xreadgroup: true}
+	engine := map[string]*command.Info{}
+	for i := 1; i < command.NumIDs(); i++ {
+		id := command.ID(i)
+		if !fallback[id] {
+			engine["x-"+id.Name()] = renamed(t, id.Name(), "x-"+id.Name())
+		}
+	}
+	r := NewResolver(engine)
+	lines := slices.Concat(oracleSamples, func() []string {
+		var out []string
+		for _, tc := range keyCases {
+			out = append(out, tc.line)
+		}
+		return out
+	}())
+	checked := 0
+	for _, line := range lines {
+		args := argv(line)
+		if fallback[command.Lookup(args[0])] || command.Lookup(args[0]) == command.Other {
+			continue
+		}
+		want, wantErr := Keys(args, nil)
+		args[0] = append([]byte("x-"), args[0]...)
+		got, err := r.Keys(args, nil)
+		if err != wantErr || !slices.Equal(strs(got), strs(want)) {
+			t.Errorf("Resolver.Keys(x-%s) = %q, %v; Keys(%s) = %q, %v", line, strs(got), err, line, strs(want), wantErr)
+		}
+		if k, _ := Keys(args, nil); len(k) != 0 {
+			t.Errorf("routing.Keys(x-%s) = %q, want none", line, strs(k))
+		}
+		checked++
+	}
+	if checked < 200 {
+		t.Errorf("only %d samples checked", checked)
+	}
+}
+
+// TestResolverNilIsKeys: a nil Resolver, and one of a nil or empty engine
+// table, answer exactly as Keys and FirstKey.
+func TestResolverNilIsKeys(t *testing.T) {
+	var samples [][][]byte
+	for _, tc := range keyCases {
+		samples = append(samples, argv(tc.line))
+	}
+	for _, line := range oracleSamples {
+		samples = append(samples, argv(line))
+	}
+	samples = append(samples, binarySamples...)
+	samples = append(samples, nil, [][]byte{}, [][]byte{nil}, argv("MYCMD k"))
+	for name, r := range map[string]*Resolver{
+		"nil": nil, "nil map": NewResolver(nil), "empty map": NewResolver(map[string]*command.Info{}),
+	} {
+		for _, args := range samples {
+			want, wantErr := Keys(args, nil)
+			got, err := r.Keys(args, nil)
+			if err != wantErr || !slices.Equal(strs(got), strs(want)) {
+				t.Errorf("%s: Resolver.Keys(%q) = %q, %v; Keys = %q, %v", name, args, strs(got), err, strs(want), wantErr)
+			}
+			wk, wok := FirstKey(args)
+			if k, ok := r.FirstKey(args); ok != wok || !sameSlice(k, wk) {
+				t.Errorf("%s: Resolver.FirstKey(%q) = %q, %v; FirstKey = %q, %v", name, args, k, ok, wk, wok)
+			}
+		}
+		if n := r.Names(); len(n) != 0 {
+			t.Errorf("%s: Names() = %q", name, n)
+		}
+	}
+}
+
+// TestResolverAllocs pins zero allocations for known commands (as Keys) and
+// for the engine's commands, unknown names and overlong names.
+func TestResolverAllocs(t *testing.T) {
+	r := NewResolver(testEngine(t))
+	dst := make([][]byte, 0, 16)
+	for _, line := range []string{
+		"GET key:a", "MSET a 1 b 2 c 3", "EVAL s 2 a b x", "OBJECT ENCODING k", "XREAD COUNT 1 STREAMS a b 0 0",
+		"GET", "NOSUCH x", "MYCMD k", "MyRead STREAMS a b 0 0", "OBJECT MYSUB k", "MYXINFO STREAM s",
+		"MYMSET6 a 1 b 2", strings.Repeat("X", 100) + " k", "OBJECT " + strings.Repeat("y", 100) + " k",
+	} {
+		args := argv(line)
+		if n := testing.AllocsPerRun(100, func() { r.Keys(args, dst) }); n != 0 {
+			t.Errorf("Resolver.Keys(%.40s) allocates %v times, want 0", line, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { r.FirstKey(args) }); n != 0 {
+			t.Errorf("Resolver.FirstKey(%.40s) allocates %v times, want 0", line, n)
+		}
+	}
+	// A name longer than the fold buffer that the engine has: one allocation
+	// at most, and found.
+	long := strings.Repeat("z", foldLen+10)
+	rl := NewResolver(map[string]*command.Info{long: renamed(t, "getdel", long)})
+	args := argv(strings.ToUpper(long) + " k")
+	if k, ok := rl.FirstKey(args); !ok || string(k) != "k" {
+		t.Errorf("long engine name: FirstKey = %q, %v", k, ok)
+	}
+	if n := testing.AllocsPerRun(100, func() { rl.FirstKey(args) }); n > 1 {
+		t.Errorf("long engine name allocates %v times, want at most 1", n)
+	}
+}
+
+// TestResolverRedis builds a Resolver from a real redis-server 7.0: its table
+// is the built-in one, so the Resolver adds nothing and answers as Keys.
+func TestResolverRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	engine, err := command.FetchInfo(context.Background(), srv.Addr(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewResolver(engine)
+	if v, _ := srv.Do("INFO", "server").(string); strings.Contains(v, "redis_version:"+command.ServerVersion+"\r\n") {
+		if n := r.Names(); len(n) != 0 {
+			t.Errorf("Names() = %q, want none from a %s engine", n, command.ServerVersion)
+		}
+	}
+	for _, tc := range keyCases {
+		args := argv(tc.line)
+		want, wantErr := Keys(args, nil)
+		if got, err := r.Keys(args, nil); err != wantErr || !slices.Equal(strs(got), strs(want)) {
+			t.Errorf("Resolver.Keys(%s) = %q, %v; Keys = %q, %v", tc.line, strs(got), err, strs(want), wantErr)
+		}
+	}
+	// The engine's own GETDEL entry, renamed, routes like GETDEL.
+	mine := *engine["getdel"]
+	mine.Name = "mycmd"
+	r = NewResolver(map[string]*command.Info{"mycmd": &mine})
+	if k, ok := r.FirstKey(argv("MYCMD key:a")); !ok || string(k) != "key:a" {
+		t.Errorf("engine GETDEL as mycmd: FirstKey = %q, %v", k, ok)
+	}
+	if _, ok := FirstKey(argv("MYCMD key:a")); ok {
+		t.Error("routing.FirstKey found a key of mycmd")
+	}
+}
+
+func FuzzResolverKeys(f *testing.F) {
+	for _, tc := range keyCases {
+		f.Add([]byte(strings.ReplaceAll(tc.line, " ", "\n")))
+	}
+	f.Add([]byte("MYREAD\nSTREAMS\na\n0"))
+	f.Add([]byte("OBJECT\nMYSUB\nk"))
+	r := NewResolver(testEngine(f))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1024 {
+			return
+		}
+		args := bytes.Split(data, []byte("\n"))
+		keys, err := r.Keys(args, nil)
+		if err != nil && len(keys) != 0 {
+			t.Fatalf("Resolver.Keys(%q) = %q with error %v", args, keys, err)
+		}
+		assertAliases(t, args, keys)
+		fk, ok := r.FirstKey(args)
+		if ok != (len(keys) > 0) || (ok && !sameSlice(fk, keys[0])) {
+			t.Fatalf("Resolver.FirstKey(%q) = %q, %v; Keys = %q", args, fk, ok, keys)
+		}
+		if len(args) > 0 && command.Lookup(args[0]) != command.Other && !(len(args) > 1 && strings.EqualFold(string(args[1]), "mysub")) {
+			want, wantErr := Keys(args, nil)
+			if err != wantErr || !slices.Equal(strs(keys), strs(want)) {
+				t.Fatalf("built-in command %q: Resolver %q, %v; Keys %q, %v", args, strs(keys), err, strs(want), wantErr)
+			}
+		}
+	})
+}
+
+func BenchmarkResolverKeys(b *testing.B) {
+	r := NewResolver(testEngine(b))
+	for _, bc := range []struct{ name, line string }{
+		{"GET", "GET key:a"},
+		{"engine", "MYCMD key:a"},
+		{"unknown", "NOSUCHCMD key:a"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			args := argv(bc.line)
+			dst := make([][]byte, 0, 16)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				dst, _ = r.Keys(args, dst)
+			}
+		})
+	}
+}
