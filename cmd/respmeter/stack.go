@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"strings"
 	"sync"
@@ -228,6 +229,13 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	mux.Handle("/stats", st.set.StatsHandlerWith(an.statsExtra))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
+	// Go's profiler, as caddy's admin endpoint serves it: the admin address
+	// is loopback unless told otherwise (and warned about then).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	st.admin = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: adminReadHeaderTimeout,
