@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sort"
 	"testing"
 	"time"
@@ -249,5 +250,55 @@ func TestRouteSlotsHeadOfLine(t *testing.T) {
 	w := set.Snapshot().ReorderWait
 	if w.Count() < 2 || w.Max() < 150*time.Millisecond {
 		t.Errorf("reorder wait: count %d max %v, want 2 GETs that waited >= 150 ms", w.Count(), w.Max())
+	}
+}
+
+// TestRouteSlotsPubSub: under --route slots a subscriber (go-redis, RESP3)
+// is handed to a private connection on its channel's shard, where
+// PUBLISH of that channel is routed too; MONITOR is handed over likewise.
+func TestRouteSlotsPubSub(t *testing.T) {
+	_, addrs := startShards(t, 3)
+	p, set := startRouted(t, proxy.RouteSlots, addrs, nil)
+	ctx := context.Background()
+	sub := goRedis(t, p.Addr())
+	pub := goRedis(t, p.Addr())
+	// Three channels, each on another shard.
+	chans := []string{"chan:a", "key:b", "key:c"}
+	for _, ch := range chans {
+		ps := sub.Subscribe(ctx, ch)
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatalf("SUBSCRIBE %s: %v", ch, err)
+		}
+		if n, err := pub.Publish(ctx, ch, "hello "+ch).Result(); err != nil || n != 1 {
+			t.Fatalf("PUBLISH %s: %d receivers, %v", ch, n, err)
+		}
+		msg, err := ps.ReceiveMessage(ctx)
+		if err != nil || msg.Channel != ch || msg.Payload != "hello "+ch {
+			t.Fatalf("message on %s: %+v %v", ch, msg, err)
+		}
+		_ = ps.Close()
+	}
+	if r := set.Snapshot().Routing; r.HandoffsPubSub != int64(len(chans)) {
+		t.Errorf("pub/sub handoffs: %d, want %d", r.HandoffsPubSub, len(chans))
+	}
+	// The publisher kept routing normally meanwhile.
+	if err := pub.Set(ctx, "key:b", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := pub.Get(ctx, "key:b").Result(); err != nil || v != "x" {
+		t.Fatalf("GET after pub/sub: %q %v", v, err)
+	}
+	// MONITOR through the proxy sees a command sent on the same shard.
+	mon := redistest.Dial(t, p.Addr())
+	defer mon.Close()
+	mon.Roundtrip(t, redistest.Cmd("MONITOR"), []byte("+OK\r\n"))
+	for _, k := range []string{"key:a", "key:b", "key:c"} { // one of them is on the monitor's home shard
+		if err := pub.Get(ctx, k).Err(); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+	}
+	line, err := mon.ReadFrame(5 * time.Second)
+	if err != nil || !strings.Contains(string(line), `"get"`) {
+		t.Errorf("MONITOR line %q, %v", line, err)
 	}
 }
