@@ -8,8 +8,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
