@@ -302,3 +302,48 @@ func TestRouteSlotsPubSub(t *testing.T) {
 		t.Errorf("MONITOR line %q, %v", line, err)
 	}
 }
+
+// TestRouteSlotsShardKilled: one shard dies with requests pending on it:
+// those get -ERR upstream ... and their client is closed once answered;
+// a client with nothing on that shard carries on; after the restart, the
+// proxy serves the shard again without a restart of its own.
+func TestRouteSlotsShardKilled(t *testing.T) {
+	redistest.VerifyNoLeaks(t)
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, _ := routing.EvenSplit(addrs)
+	var victimKey, safeKey string
+	for i := 0; victimKey == "" || safeKey == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		switch topo.Shard(routing.Slot([]byte(k))) {
+		case 2:
+			victimKey = k
+		case 0:
+			safeKey = k
+		}
+	}
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	other := redistest.Dial(t, p.Addr())
+	defer other.Close()
+	c.Roundtrip(t, redistest.Cmd("SET", victimKey, "v"), []byte("+OK\r\n"))
+	other.Roundtrip(t, redistest.Cmd("SET", safeKey, "s"), []byte("+OK\r\n"))
+	srvs[2].Stop() // SIGSTOP: requests stay pending
+	c.Send(t, append(redistest.Cmd("GET", safeKey), redistest.Cmd("GET", victimKey)...))
+	time.Sleep(100 * time.Millisecond)
+	srvs[2].Kill()
+	got, closed := c.ReadToClose(5 * time.Second)
+	if !closed || !strings.HasPrefix(string(got), "$1\r\ns\r\n-ERR upstream "+addrs[2]+" connection lost") {
+		t.Errorf("client with a request on the dead shard: %q closed=%v", got, closed)
+	}
+	other.Roundtrip(t, redistest.Cmd("GET", safeKey), []byte("$1\r\ns\r\n"))
+	other.Send(t, redistest.Cmd("GET", victimKey))
+	if b, err := other.ReadFrame(5 * time.Second); err != nil || !strings.HasPrefix(string(b), "-ERR upstream "+addrs[2]+" unreachable") {
+		t.Errorf("GET on the dead shard: %q %v", b, err)
+	}
+	srvs[2].Restart()
+	n := redistest.Dial(t, p.Addr())
+	defer n.Close()
+	n.Roundtrip(t, redistest.Cmd("SET", victimKey, "again"), []byte("+OK\r\n"))
+	n.Roundtrip(t, redistest.Cmd("MGET", victimKey, safeKey), []byte("*2\r\n$5\r\nagain\r\n$1\r\ns\r\n"))
+}
