@@ -1,0 +1,586 @@
+#!/usr/bin/env bash
+# bench/peers.sh - respmeter against other Redis-protocol proxies (issue 6), loopback only.
+#
+# Starts ONE redis-server (persistence off), loads the key space, then every target at once:
+#   direct               client -> redis-server
+#   twemproxy            client -> nutcracker (one pool, redis: true, server_connections: 1) -> redis
+#   haproxy              client -> haproxy (mode tcp, nbthread PROXY_THREADS) -> redis
+#   predixy              client -> predixy (StandaloneServerPool, WorkerThreads PROXY_THREADS) -> redis
+#   respmeter            client -> respmeter proxy (defaults: 1 upstream conn per client conn) -> redis
+#   respmeter-shared     client -> respmeter proxy --upstream-mode shared -> redis
+#   respmeter-nomeasure  client -> respmeter proxy --measure=false (frame and forward only) -> redis
+# twemproxy, predixy and respmeter-shared pipeline all clients onto few engine connections;
+# haproxy and respmeter (default) give each client connection its own. respmeter runs with
+# --loops PROXY_THREADS; twemproxy has one thread.
+#
+# Cells, per target, pipeline P in PIPELINES and repetition (REPS, targets interleaved):
+#   memtier     (only when MEMTIER names a memtier_benchmark) THREADS x CLIENTS connections,
+#               --ratio=1:10 (set:get), DATA_SIZE-byte values, uniform random keys, TEST_TIME s
+#   rb          redis-benchmark --threads THREADS -c THREADS*CLIENTS -t set,get -n RB_N -d DATA_SIZE
+#               -r KEYS -P P: redis-benchmark runs its SET test, then its GET test, with equal
+#               counts (it cannot mix 1:10); ops/s = 2*RB_N over the time of both
+#   rtt         the unloaded round trip: redis-benchmark -c 1 -P 1 -t get -n RTT_N, p50 and mean
+#               (and, with MEMTIER, memtier 1 thread x 1 connection, --ratio=1:10, RTT_TIME s)
+# Each cell records ops/s, p50/p99, and the CPU (utime+stime from /proc/PID/stat, before/after)
+# of the proxy and of redis-server, as µs per operation; also "other CPU": the CPU time of every
+# process outside the cell (busy time from /proc/stat minus client, proxy and redis-server), in %
+# of all cores over the cell, since the machine may be shared. The summary gives medians over
+# REPS (with the ops/s spread), ratios to direct, haproxy and predixy, and the issue-6 targets:
+#   respmeter (passthrough) >= 1.25x haproxy ops/s at P1 and >= 1.1x at P16, proxy CPU µs/op
+#     <= haproxy's, added round trip (p50 over direct) <= 12 µs
+#   respmeter-shared >= 1.05x predixy ops/s at P1 and P16, CPU µs/op <= predixy's
+#   respmeter CPU µs/op <= 1.1x respmeter-nomeasure's (measurement on vs --measure=false)
+# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark).
+#
+# Requirements: bash, redis-server, redis-cli, redis-benchmark 7.x (redis-server redis-tools),
+# nutcracker and haproxy (Debian packages), python3, awk, go (unless RESPMETER names a built
+# binary). Optional: MEMTIER, PREDIXY (/work/shared/bench/setup-peers.sh builds both from git
+# directories, e.g. PEERS=/tmp/peers MEMTIER_GIT=... PREDIXY_GIT=... SKIP_APT=1 setup-peers.sh).
+# A target whose program is missing is reported as "not run".
+#
+# Env knobs (defaults):
+#   REPS=3 TEST_TIME=6 KEYS=200000 DATA_SIZE=256 THREADS=4 CLIENTS=25 PIPELINES="1 16"
+#   RB_N=100000 RTT_N=20000 RTT_TIME=3 PROXY_THREADS=$(nproc)
+#   TARGETS="direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"
+#   MEMTIER= PREDIXY= RESPMETER= (default: go build ./cmd/respmeter into OUT)
+#   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy)
+#   BASE_PORT=27600 (uses BASE_PORT..BASE_PORT+20)  OUT=$(mktemp -d)
+# Duration: about 34 s per target and repetition with MEMTIER, 15 s without: 7 targets x 3
+# repetitions took 708 s on 2 busy cores (about 5 minutes without memtier).
+#
+# Output: OUT/cells.csv (every cell), OUT/summary.md (the tables; also on stdout), OUT/env.txt.
+# Example (abridged; see BENCHMARKS.md for a full run):
+#   | target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | redis µs/op | other CPU | runs |
+#   | haproxy | 1 | 19696 ±6% | 0.61 | 1.00 | 0.73 | 4.607 | 14.463 | 35.4 | 20.8 | 19 % | 3/3 |
+#   | passthrough ops/s ≥ 1.1× haproxy, P16 | 1.30× (139323 vs 107196) | met |
+#
+# Safety: every address is 127.0.0.1; runs are bounded by -n/--test-time and `timeout`; only the
+# processes this script started are stopped, by PID, on exit.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+
+REPS=${REPS:-3}
+TEST_TIME=${TEST_TIME:-6}
+KEYS=${KEYS:-200000}
+DATA_SIZE=${DATA_SIZE:-256}
+THREADS=${THREADS:-4}
+CLIENTS=${CLIENTS:-25}
+PIPELINES=${PIPELINES:-"1 16"}
+RB_N=${RB_N:-100000}
+RTT_N=${RTT_N:-20000}
+RTT_TIME=${RTT_TIME:-3}
+PROXY_THREADS=${PROXY_THREADS:-$(nproc)}
+TARGETS=${TARGETS:-"direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"}
+MEMTIER=${MEMTIER:-}
+PREDIXY=${PREDIXY:-}
+NUTCRACKER=${NUTCRACKER:-$(command -v nutcracker || echo /usr/sbin/nutcracker)}
+HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
+REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
+REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli || true)}
+REDIS_BENCH=${REDIS_BENCH:-$(command -v redis-benchmark || true)}
+BASE_PORT=${BASE_PORT:-27600}
+OUT=${OUT:-$(mktemp -d /tmp/peers-bench.XXXXXX)}
+
+REDIS_PORT=$BASE_PORT
+declare -A PORT=(
+  [direct]=$BASE_PORT
+  [twemproxy]=$((BASE_PORT + 1))
+  [haproxy]=$((BASE_PORT + 2))
+  [predixy]=$((BASE_PORT + 3))
+  [respmeter]=$((BASE_PORT + 4))
+  [respmeter-shared]=$((BASE_PORT + 5))
+  [respmeter-nomeasure]=$((BASE_PORT + 6))
+)
+declare -A ADMIN=(
+  [respmeter]=$((BASE_PORT + 14))
+  [respmeter-shared]=$((BASE_PORT + 15))
+  [respmeter-nomeasure]=$((BASE_PORT + 16))
+)
+TWEM_STATS_PORT=$((BASE_PORT + 11))
+declare -A PID=()
+STARTED=()
+CLK_TCK=$(getconf CLK_TCK)
+NCPU=$(nproc)
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+cleanup() {
+  local p i
+  for p in "${STARTED[@]:-}"; do
+    [ -n "$p" ] && kill "$p" 2>/dev/null || true
+  done
+  for p in "${STARTED[@]:-}"; do
+    [ -n "$p" ] || continue
+    for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for b in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCH"; do
+  [ -n "$b" ] && [ -x "$b" ] || die "redis-server, redis-cli and redis-benchmark are needed (apt-get install -y redis-server redis-tools)"
+done
+command -v python3 >/dev/null || die "python3 is needed"
+[ -z "$MEMTIER" ] || [ -x "$MEMTIER" ] || die "MEMTIER=$MEMTIER is not executable"
+mkdir -p "$OUT"/{raw,logs,conf}
+log "results -> $OUT"
+
+declare -A SKIP=()
+active=()
+for t in $TARGETS; do
+  case $t in
+    direct | respmeter | respmeter-shared | respmeter-nomeasure) ;;
+    twemproxy) [ -x "$NUTCRACKER" ] || SKIP[$t]="no nutcracker (apt-get install -y nutcracker)" ;;
+    haproxy) [ -x "$HAPROXY" ] || SKIP[$t]="no haproxy (apt-get install -y haproxy)" ;;
+    predixy) [ -n "$PREDIXY" ] && [ -x "$PREDIXY" ] || SKIP[$t]="PREDIXY unset or not executable" ;;
+    *) die "unknown target $t" ;;
+  esac
+  if [ -n "${SKIP[$t]:-}" ]; then log "not run: $t: ${SKIP[$t]}"; else active+=("$t"); fi
+done
+for t in "${active[@]}"; do
+  for p in "${PORT[$t]}" ${ADMIN[$t]:-}; do
+    if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then die "port $p for $t is in use (set BASE_PORT)"; fi
+  done
+done
+
+if [ -z "${RESPMETER:-}" ]; then
+  RESPMETER=$OUT/respmeter
+  log "building respmeter"
+  (cd "$ROOT" && go build -o "$RESPMETER" ./cmd/respmeter)
+fi
+
+{
+  echo "date_utc: $(date -u +%FT%TZ)"
+  echo "kernel: $(uname -srm)"
+  echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), nproc $NCPU (shared by clients, proxies and redis-server)"
+  echo "go: $(go version 2>/dev/null || echo n/a)"
+  echo "respmeter: $RESPMETER, built $(date -u -r "$RESPMETER" +%FT%TZ); repo at run start: HEAD $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'), $(cd "$ROOT" && git status --porcelain 2>/dev/null | grep -c . || true) changed files"
+  echo "redis-server: $("$REDIS_SERVER" --version)"
+  echo "redis-benchmark: $("$REDIS_BENCH" --version)"
+  [ -n "$MEMTIER" ] && echo "memtier_benchmark: $("$MEMTIER" --version | head -1)"
+  [ -x "$NUTCRACKER" ] && echo "nutcracker: $("$NUTCRACKER" --version 2>&1 | head -1)"
+  [ -x "$HAPROXY" ] && echo "haproxy: $("$HAPROXY" -v | head -1)"
+  [ -n "$PREDIXY" ] && [ -x "$PREDIXY" ] && echo "predixy: $("$PREDIXY" --version 2>&1 | head -1)"
+  echo "params: REPS=$REPS TEST_TIME=$TEST_TIME KEYS=$KEYS DATA_SIZE=$DATA_SIZE THREADS=$THREADS CLIENTS=$CLIENTS PIPELINES='$PIPELINES' RB_N=$RB_N RTT_N=$RTT_N RTT_TIME=$RTT_TIME PROXY_THREADS=$PROXY_THREADS"
+  echo "targets: ${active[*]}"
+  for t in "${!SKIP[@]}"; do echo "not run: $t: ${SKIP[$t]}"; done
+  echo "uptime before: $(uptime)"
+} >"$OUT/env.txt"
+cat "$OUT/env.txt" >&2
+
+start_bg() { # name cmd...
+  local name=$1
+  shift
+  "$@" >"$OUT/logs/$name.log" 2>&1 &
+  LAST_PID=$!
+  STARTED+=("$LAST_PID")
+}
+
+wait_ping() { # name port pid
+  local i
+  for i in $(seq 100); do
+    kill -0 "$3" 2>/dev/null || die "$1 (pid $3) exited during start-up; see $OUT/logs/$1.log"
+    [ "$("$REDIS_CLI" -h 127.0.0.1 -p "$2" ping 2>/dev/null)" = PONG ] && return 0
+    sleep 0.1
+  done
+  die "$1 did not answer PING on 127.0.0.1:$2 within 10 s"
+}
+
+ticks() { # utime+stime of a pid and its threads (and child processes), clock ticks
+  local pid=$1 s total=0 c
+  if s=$(cat "/proc/$pid/stat" 2>/dev/null); then
+    s=${s##*) }
+    # shellcheck disable=SC2086
+    set -- $s
+    total=$((${12} + ${13}))
+  fi
+  for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+    total=$((total + $(ticks "$c")))
+  done
+  echo "$total"
+}
+
+child_ticks() { # utime+stime of this shell's waited-for children (the benchmark clients)
+  local s
+  s=$(cat /proc/$$/stat)
+  s=${s##*) }
+  # shellcheck disable=SC2086
+  set -- $s
+  echo $((${14} + ${15}))
+}
+
+busy_ticks() { # all CPUs, busy = total - idle - iowait, from /proc/stat
+  local _c u n s i w q sq st rest
+  read -r _c u n s i w q sq st rest </proc/stat
+  echo $((u + n + s + q + sq + st))
+}
+
+# --- redis-server and key space ------------------------------------------------------------------
+start_bg redis "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+  --daemonize no --dir "$OUT" --dbfilename dump-unused.rdb
+REDIS_PID=$LAST_PID
+PID[direct]=$REDIS_PID
+wait_ping redis "$REDIS_PORT" "$REDIS_PID"
+log "loading $KEYS keys x $DATA_SIZE B (redis-benchmark's key:NNNNNNNNNNNN and memtier's memtier-N)"
+awk -v n="$KEYS" -v ds="$DATA_SIZE" 'BEGIN {
+  v = sprintf("%*s", ds, ""); gsub(/ /, "x", v)
+  for (i = 0; i < n; i++) {
+    k = sprintf("key:%012d", i)
+    printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, ds, v
+    k = "memtier-" (i + 1)
+    printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", length(k), k, ds, v
+  }
+}' | "$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" --pipe >"$OUT/logs/preload.log" 2>&1 || die "preload failed"
+echo "dbsize: $("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" dbsize)" >>"$OUT/env.txt"
+
+# --- targets ---------------------------------------------------------------------------------------
+start_target() {
+  local t=$1 port=${PORT[$1]} cfg
+  case $t in
+    direct) return 0 ;;
+    twemproxy)
+      cfg=$OUT/conf/nutcracker.yml
+      cat >"$cfg" <<EOF
+bench:
+  listen: 127.0.0.1:$port
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  auto_eject_hosts: false
+  preconnect: true
+  timeout: 10000
+  server_connections: 1
+  servers:
+   - 127.0.0.1:$REDIS_PORT:1
+EOF
+      "$NUTCRACKER" -t -c "$cfg" >"$OUT/logs/nutcracker-test.log" 2>&1 || die "nutcracker config test failed"
+      start_bg twemproxy "$NUTCRACKER" -c "$cfg" -a 127.0.0.1 -s "$TWEM_STATS_PORT" -v 4 -o "$OUT/logs/nutcracker.out"
+      ;;
+    haproxy)
+      cfg=$OUT/conf/haproxy.cfg
+      cat >"$cfg" <<EOF
+global
+  nbthread $PROXY_THREADS
+  maxconn 4000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 120s
+  timeout server 120s
+frontend fe_redis
+  bind 127.0.0.1:$port
+  default_backend be_redis
+backend be_redis
+  server r1 127.0.0.1:$REDIS_PORT
+EOF
+      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/haproxy-check.log" 2>&1 || die "haproxy config check failed"
+      start_bg haproxy "$HAPROXY" -db -f "$cfg"
+      ;;
+    predixy)
+      cfg=$OUT/conf/predixy.conf
+      cat >"$cfg" <<EOF
+Name bench-predixy
+Bind 127.0.0.1:$port
+WorkerThreads $PROXY_THREADS
+ClientTimeout 300
+LogVerbSample 0
+LogDebugSample 0
+LogInfoSample 0
+LogNoticeSample 1
+LogWarnSample 1
+LogErrorSample 1
+Authority {
+    Auth {
+        Mode write
+    }
+}
+StandaloneServerPool {
+    Databases 1
+    Hash crc16
+    Distribution modula
+    MasterReadPriority 100
+    RefreshMethod fixed
+    ServerTimeout 0
+    ServerFailureLimit 10
+    ServerRetryTimeout 1
+    Group g1 {
+        + 127.0.0.1:$REDIS_PORT
+    }
+}
+EOF
+      start_bg predixy "$PREDIXY" "$cfg"
+      ;;
+    respmeter | respmeter-shared | respmeter-nomeasure)
+      local extra=()
+      [ "$t" = respmeter-shared ] && extra=(--upstream-mode shared)
+      [ "$t" = respmeter-nomeasure ] && extra=(--measure=false)
+      echo "$RESPMETER proxy --listen 127.0.0.1:$port --upstream 127.0.0.1:$REDIS_PORT --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
+      start_bg "$t" "$RESPMETER" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$REDIS_PORT" \
+        --admin "127.0.0.1:${ADMIN[$t]}" --loops "$PROXY_THREADS" --log-level warn "${extra[@]}"
+      ;;
+  esac
+  PID[$t]=$LAST_PID
+  wait_ping "$t" "$port" "${PID[$t]}"
+  log "$t pid ${PID[$t]} on 127.0.0.1:$port"
+}
+for t in "${active[@]}"; do start_target "$t"; done
+
+# --- cells -----------------------------------------------------------------------------------------
+CELLS=$OUT/cells.csv
+echo "rep,target,tool,pipeline,ops_per_sec,avg_ms,p50_ms,p99_ms,set_p50_ms,set_p99_ms,ops,proxy_s,redis_s,client_s,busy_s,wall_s,rc" >"$CELLS"
+
+# cell REP TARGET TOOL PIPELINE: one benchmark run, appended to cells.csv.
+cell() {
+  local rep=$1 t=$2 tool=$3 pl=$4 port=${PORT[$2]} tag="$3_$2_p$4_r$1" rcode=0
+  local pb pa rb ra cb ca bb ba t0 t1
+  pb=0
+  [ "$t" != direct ] && pb=$(ticks "${PID[$t]}")
+  rb=$(ticks "$REDIS_PID")
+  cb=$(child_ticks)
+  bb=$(busy_ticks)
+  t0=$(date +%s.%N)
+  case $tool in
+    memtier)
+      timeout $((TEST_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" --protocol=redis -t "$THREADS" -c "$CLIENTS" \
+        --test-time="$TEST_TIME" --ratio=1:10 --key-pattern=R:R --key-minimum=1 --key-maximum="$KEYS" \
+        -d "$DATA_SIZE" --pipeline="$pl" --distinct-client-seed --hide-histogram --print-percentiles=50,99 \
+        --json-out-file="$OUT/raw/$tag.json" >"$OUT/raw/$tag.txt" 2>&1 || rcode=$?
+      ;;
+    memtier-rtt)
+      timeout $((RTT_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" --protocol=redis -t 1 -c 1 \
+        --test-time="$RTT_TIME" --ratio=1:10 --key-pattern=R:R --key-minimum=1 --key-maximum="$KEYS" \
+        -d "$DATA_SIZE" --pipeline=1 --hide-histogram --print-percentiles=50,99 \
+        --json-out-file="$OUT/raw/$tag.json" >"$OUT/raw/$tag.txt" 2>&1 || rcode=$?
+      ;;
+    rb)
+      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" --threads "$THREADS" -c $((THREADS * CLIENTS)) \
+        -t set,get -n "$RB_N" -r "$KEYS" -d "$DATA_SIZE" -P "$pl" --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
+      ;;
+    rb-rtt)
+      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" -c 1 -P 1 -t get -n "$RTT_N" -r "$KEYS" -d "$DATA_SIZE" \
+        --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
+      ;;
+  esac
+  t1=$(date +%s.%N)
+  pa=0
+  [ "$t" != direct ] && pa=$(ticks "${PID[$t]}")
+  ra=$(ticks "$REDIS_PID")
+  ca=$(child_ticks)
+  ba=$(busy_ticks)
+  [ "$rcode" -eq 0 ] || log "WARN: $tag exited $rcode"
+  python3 - "$OUT/raw/$tag" "$tool" "$rep" "$t" "$pl" "$((pa - pb))" "$((ra - rb))" "$((ca - cb))" "$((ba - bb))" \
+    "$CLK_TCK" "$t0" "$t1" "$rcode" "$RB_N" "$RTT_N" >>"$CELLS" <<'PY'
+import csv, json, sys
+stem, tool, rep, t, pl, dp, dr, dc, db, hz, t0, t1, rc, rb_n, rtt_n = sys.argv[1:]
+hz = float(hz)
+nan = float("nan")
+ops_s = avg = p50 = p99 = sp50 = sp99 = nan
+ops = 0
+try:
+    if tool.startswith("memtier"):
+        tot = json.load(open(stem + ".json"))["ALL STATS"]["Totals"]
+        pct = tot.get("Percentile Latencies", {})
+        ops_s, avg = tot["Ops/sec"], tot.get("Average Latency", nan)
+        p50, p99 = pct.get("p50.00", nan), pct.get("p99.00", nan)
+        ops = int(tot.get("Count") or 0)
+        # the JSON's "Average Latency" is rounded to whole ms: take the text table's Totals row
+        head = None
+        for ln in open(stem + ".txt"):
+            w = ln.split()
+            if w[:1] == ["Type"]:
+                head = w
+            elif w[:1] == ["Totals"] and head:
+                i = 1 + sum(1 for x in head[1:head.index("Avg.")] if x.endswith("/sec"))
+                avg = float(w[i])
+    else:
+        rows = {r["test"]: r for r in csv.DictReader(open(stem + ".csv"))}
+        if tool == "rb":
+            n = int(rb_n)
+            s, g = rows["SET"], rows["GET"]
+            ops = 2 * n
+            ops_s = ops / (n / float(s["rps"]) + n / float(g["rps"]))
+            avg = (float(s["avg_latency_ms"]) + float(g["avg_latency_ms"])) / 2
+            p50, p99 = float(g["p50_latency_ms"]), float(g["p99_latency_ms"])
+            sp50, sp99 = float(s["p50_latency_ms"]), float(s["p99_latency_ms"])
+        else:
+            g = rows["GET"]
+            ops = int(rtt_n)
+            ops_s, avg = float(g["rps"]), float(g["avg_latency_ms"])
+            p50, p99 = float(g["p50_latency_ms"]), float(g["p99_latency_ms"])
+except Exception as e:  # a failed run leaves NaN and rc says why
+    rc = rc if rc != "0" else "parse:" + type(e).__name__
+print(f"{rep},{t},{tool},{pl},{ops_s:.1f},{avg:.4f},{p50:.4f},{p99:.4f},{sp50:.4f},{sp99:.4f},{ops},"
+      f"{int(dp)/hz:.2f},{int(dr)/hz:.2f},{int(dc)/hz:.2f},{int(db)/hz:.2f},{float(t1)-float(t0):.2f},{rc}")
+PY
+  tail -1 "$CELLS" >&2
+}
+
+check_alive() {
+  local t
+  for t in "${active[@]}"; do kill -0 "${PID[$t]}" 2>/dev/null || die "$t (pid ${PID[$t]}) died; see $OUT/logs/$t.log"; done
+}
+
+T0=$(date +%s)
+for rep in $(seq "$REPS"); do
+  for t in "${active[@]}"; do
+    check_alive
+    for pl in $PIPELINES; do
+      [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier "$pl"
+      cell "$rep" "$t" rb "$pl"
+    done
+    cell "$rep" "$t" rb-rtt 1
+    [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier-rtt 1
+  done
+done
+T1=$(date +%s)
+{
+  echo "duration: $((T1 - T0)) s"
+  echo "uptime after: $(uptime)"
+} >>"$OUT/env.txt"
+
+# --- summary ---------------------------------------------------------------------------------------
+python3 - "$OUT" "$NCPU" "${active[*]}" "$TARGETS" <<'PY' | tee "$OUT/summary.md"
+import csv, math, statistics, sys
+out, ncpu, active, wanted = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+nan = float("nan")
+rows = list(csv.DictReader(open(out + "/cells.csv")))
+
+def f(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return nan
+
+def med(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else nan
+
+def fmt(x, nd=2):
+    return "n/a" if math.isnan(x) else f"{x:.{nd}f}"
+
+cells = {}
+for r in rows:
+    cells.setdefault((r["target"], r["tool"], r["pipeline"]), []).append(r)
+
+def stat(t, tool, pl):
+    rs = cells.get((t, tool, str(pl)), [])
+    ok = [r for r in rs if r["rc"] == "0"]
+    if not ok:
+        return None
+    def per_op(key):
+        return med([f(r[key]) * 1e6 / f(r["ops"]) if f(r["ops"]) > 0 else nan for r in ok])
+    def other(r):
+        own = f(r["proxy_s"]) + f(r["redis_s"]) + f(r["client_s"])
+        return max(0.0, (f(r["busy_s"]) - own) / (f(r["wall_s"]) * ncpu) * 100)
+    ops = [f(r["ops_per_sec"]) for r in ok]
+    m = med(ops)
+    spread = max(abs(max(ops) - m), abs(m - min(ops))) / m * 100 if len(ops) > 1 and m else nan
+    return dict(ops=m, spread=spread, avg=med([f(r["avg_ms"]) for r in ok]),
+                p50=med([f(r["p50_ms"]) for r in ok]), p99=med([f(r["p99_ms"]) for r in ok]),
+                sp50=med([f(r["set_p50_ms"]) for r in ok]), sp99=med([f(r["set_p99_ms"]) for r in ok]),
+                proxy=per_op("proxy_s"), redis=per_op("redis_s"), other=med([other(r) for r in ok]),
+                n=len(ok), tried=len(rs))
+
+def ratio(a, b):
+    return a / b if a and b and not math.isnan(a) and not math.isnan(b) else nan
+
+tools = [x for x in ("memtier", "rb") if any(k[1] == x for k in cells)]
+pls = sorted({int(k[2]) for k in cells if k[1] in ("memtier", "rb")})
+names = {"memtier": "memtier_benchmark (--ratio=1:10; p50/p99 of all ops)",
+         "rb": "redis-benchmark (-t set,get, equal counts; p50/p99 as SET/GET)"}
+for tool in tools:
+    print(f"\n#### {names[tool]}\n")
+    print("| target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | redis µs/op | other CPU | runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for pl in pls:
+        ref = {k: stat(k, tool, pl) for k in ("direct", "haproxy", "predixy")}
+        for t in wanted:
+            s = stat(t, tool, pl)
+            if s is None:
+                print(f"| {t} | {pl} | not run | | | | | | | | | |")
+                continue
+            r = [fmt(ratio(s["ops"], ref[k]["ops"] if ref[k] else nan)) for k in ("direct", "haproxy", "predixy")]
+            sp = "" if math.isnan(s["spread"]) else f" ±{s['spread']:.0f}%"
+            if tool == "rb":
+                lat = f"{fmt(s['sp50'], 3)}/{fmt(s['p50'], 3)} | {fmt(s['sp99'], 3)}/{fmt(s['p99'], 3)}"
+            else:
+                lat = f"{fmt(s['p50'], 3)} | {fmt(s['p99'], 3)}"
+            proxy = "-" if t == "direct" else fmt(s["proxy"], 1)
+            print(f"| {t} | {pl} | {s['ops']:.0f}{sp} | {' | '.join(r)} | {lat} | {proxy} | {fmt(s['redis'], 1)} | {s['other']:.0f} % | {s['n']}/{s['tried']} |")
+
+print("\n#### Unloaded round trip (1 connection, pipeline 1)\n")
+rtt_tools = [x for x in ("rb-rtt", "memtier-rtt") if any(k[1] == x for k in cells)]
+hdr = "| target | redis-benchmark GET p50 µs | mean µs | added p50 µs (vs direct) |"
+sep = "|---|---|---|---|"
+if "memtier-rtt" in rtt_tools:
+    hdr += " memtier 1x1 p50 µs | mean µs | added mean µs |"
+    sep += "---|---|---|"
+print(hdr + " other CPU |")
+print(sep + "---|")
+d_rb, d_mt = stat("direct", "rb-rtt", 1), stat("direct", "memtier-rtt", 1)
+for t in wanted:
+    s = stat(t, "rb-rtt", 1)
+    if s is None:
+        print(f"| {t} | not run | | |" + (" | | |" if "memtier-rtt" in rtt_tools else "") + " |")
+        continue
+    line = f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | {(s['p50'] - d_rb['p50'])*1e3:+.0f} |" if d_rb else f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | n/a |"
+    if "memtier-rtt" in rtt_tools:
+        m = stat(t, "memtier-rtt", 1)
+        if m and d_mt:
+            line += f" {m['p50']*1e3:.0f} | {m['avg']*1e3:.0f} | {(m['avg'] - d_mt['avg'])*1e3:+.0f} |"
+        else:
+            line += " n/a | n/a | n/a |"
+    print(line + f" {s['other']:.0f} % |")
+
+# issue-6 targets
+tool = "memtier" if "memtier" in tools else "rb"
+print(f"\n#### Issue-6 targets (ops/s and CPU from {names[tool].split(' (')[0]}, medians)\n")
+print("| target | figure | verdict |")
+print("|---|---|---|")
+def verdict(ok):
+    return "not run" if ok is None else ("met" if ok else "not met")
+def line(name, fig, ok):
+    print(f"| {name} | {fig} | {verdict(ok)} |")
+def cmp(a, b, want, above=True):
+    if a is None or b is None:
+        return None, nan
+    x = ratio(a, b)
+    if math.isnan(x):
+        return None, x
+    return (x >= want if above else x <= want), x
+for pl, want in ((1, 1.25), (16, 1.1)):
+    a, b = stat("respmeter", tool, pl), stat("haproxy", tool, pl)
+    ok, x = cmp(a and a["ops"], b and b["ops"], want)
+    line(f"passthrough ops/s ≥ {want}× haproxy, P{pl}", f"{fmt(x)}× ({fmt(a['ops'] if a else nan, 0)} vs {fmt(b['ops'] if b else nan, 0)})", ok)
+for pl in (1, 16):
+    a, b = stat("respmeter", tool, pl), stat("haproxy", tool, pl)
+    ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.0, above=False)
+    line(f"passthrough proxy CPU µs/op ≤ haproxy's, P{pl}", f"{fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)} ({fmt(x)}×)", ok)
+a, d = stat("respmeter", "rb-rtt", 1), stat("direct", "rb-rtt", 1)
+if a and d:
+    add = (a["p50"] - d["p50"]) * 1e3
+    line("added round trip ≤ 12 µs (redis-benchmark -c 1 GET p50 − direct)", f"{add:+.0f} µs ({a['p50']*1e3:.0f} vs {d['p50']*1e3:.0f})", add <= 12)
+a, d = stat("respmeter", "memtier-rtt", 1), stat("direct", "memtier-rtt", 1)
+if a and d:
+    add = (a["avg"] - d["avg"]) * 1e3
+    line("added round trip ≤ 12 µs (memtier 1×1 mean − direct)", f"{add:+.0f} µs ({a['avg']*1e3:.0f} vs {d['avg']*1e3:.0f})", add <= 12)
+for pl in (1, 16):
+    a, b = stat("respmeter-shared", tool, pl), stat("predixy", tool, pl)
+    ok, x = cmp(a and a["ops"], b and b["ops"], 1.05)
+    line(f"shared ops/s ≥ 1.05× predixy, P{pl}", f"{fmt(x)}× ({fmt(a['ops'] if a else nan, 0)} vs {fmt(b['ops'] if b else nan, 0)})", ok)
+for pl in (1, 16):
+    a, b = stat("respmeter-shared", tool, pl), stat("predixy", tool, pl)
+    ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.0, above=False)
+    line(f"shared proxy CPU µs/op ≤ predixy's, P{pl}", f"{fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)} ({fmt(x)}×)", ok)
+for pl in (1, 16):
+    a, b = stat("respmeter", tool, pl), stat("respmeter-nomeasure", tool, pl)
+    ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.1, above=False)
+    line(f"measure on ≤ 1.1× --measure=false CPU µs/op, P{pl}", f"{fmt(x)}× ({fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)})", ok)
+PY
+echo >&2
+cat "$OUT/env.txt" >&2
