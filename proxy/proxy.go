@@ -462,10 +462,16 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *session:
 		x.clientClosed(c, err)
 	case *upLink:
+		if err != nil {
+			x.s.drainUpstream(c)
+		}
 		x.s.upstreamClosed(err)
 	case *rsession:
 		x.clientClosed(c, err)
 	case *rlink:
+		if err != nil {
+			x.drain(c)
+		}
 		x.closed(err)
 	}
 	return gnet.None

@@ -33,6 +33,7 @@ type rlink struct {
 	// pipelined request starts there).
 	lastReply      int64
 	touched        bool
+	stream         *rsession // the client the reply being received streams to
 	dead           bool
 	engineProtoErr bool      // the last reply was the engine's protocol error
 	protoErrBy     *rsession // the client whose request it answered
@@ -115,6 +116,28 @@ func (ln *rlink) opened(c gnet.Conn) gnet.Action {
 // traffic frames the shard's replies and hands each to its request.
 func (ln *rlink) traffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
+	ln.onData(data)
+}
+
+// drain reads, without blocking, what the engine sent before the
+// connection failed (see session.drainUpstream) and handles it as traffic.
+func (ln *rlink) drain(c gnet.Conn) {
+	var buf [16 << 10]byte
+	for !ln.dead {
+		n, err := unix.Read(c.Fd(), buf[:])
+		if n <= 0 || err != nil {
+			return
+		}
+		ln.onData(buf[:n])
+	}
+}
+
+// onData frames the shard's bytes. A reply whose request is next in line
+// for its client, and that is not an error (a redirect must be seen
+// whole), is streamed: its bytes go to the client as they arrive
+// (cut-through), so a large reply is never held whole. Others are
+// collected whole and handed to their request.
+func (ln *rlink) onData(data []byte) {
 	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
@@ -123,13 +146,38 @@ func (ln *rlink) traffic(c gnet.Conn) {
 	}
 	now := ln.p.now()
 	for off := 0; off < len(data); {
+		if !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 {
+			ln.stream = ln.streamable(data[off])
+		}
 		n, fin, err := ln.rf.Feed(data[off:])
 		chunk := data[off : off+n]
 		off += n
+		if err == nil && ln.stream != nil {
+			s := ln.stream
+			if !s.closed {
+				s.wbuf = append(s.wbuf, chunk...)
+				s.markDirty()
+			}
+			if !fin {
+				break
+			}
+			ln.stream = nil
+			r := ln.q.pop()
+			prev := ln.lastReply
+			ln.lastReply = now
+			ln.engineProtoErr = false
+			if !s.closed {
+				r.e.ps[r.part].svcFrom = max(r.e.ps[r.part].tSent, prev)
+				s.complete(r.e, int(r.part), nil, now, true)
+			}
+			continue
+		}
 		if err != nil {
 			ln.p.log.Warn("bad reply from upstream; closing", "upstream", ln.addr, "err", err)
 			ln.fail(upstreamError(ln.addr, "sent a bad reply", nil), true)
-			_ = c.Close()
+			if ln.c != nil {
+				_ = ln.c.Close()
+			}
 			break
 		}
 		if !fin {
@@ -149,6 +197,23 @@ func (ln *rlink) traffic(c gnet.Conn) {
 		}
 	}
 	ln.l.flushAll()
+}
+
+// streamable returns the session to stream the reply starting with type
+// byte t to, or nil: the reply must answer the request next in line for
+// its client, alone (not one part of a fan-out), and not be an error or a
+// push.
+func (ln *rlink) streamable(t byte) *rsession {
+	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
+		return nil
+	}
+	r := ln.q.front()
+	e := r.e
+	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&eExecAbort != 0 ||
+		e.s.q.len() == 0 || e.s.q.front() != e {
+		return nil
+	}
+	return e.s
 }
 
 // onReply matches one complete reply with the oldest request of the link.
@@ -186,7 +251,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	if f.Type == '-' && e.flags&eInTx == 0 && ln.redirect(e, int(r.part), frame, now) {
 		return
 	}
-	e.s.complete(e, int(r.part), frame, now)
+	e.s.complete(e, int(r.part), frame, now, false)
 }
 
 // redirect follows a -MOVED or -ASK reply (Redis Cluster specification,
@@ -243,6 +308,14 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 		ln.l.dropShared(ln)
 	}
 	ln.p.router.requestRefresh()
+	if s := ln.stream; s != nil && ln.q.len() > 0 {
+		// Part of this reply went to the client already: no error reply
+		// can follow it on the same stream.
+		ln.stream = nil
+		ln.q.pop()
+		s.stopRead, s.closeNow = true, true
+		s.markDirty()
+	}
 	now := ln.p.now()
 	pending := 0
 	for ln.q.len() > 0 {
@@ -252,7 +325,7 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 		}
 		pending++
 		s := r.e.s
-		s.complete(r.e, int(r.part), reply, now)
+		s.complete(r.e, int(r.part), reply, now, false)
 		if lost {
 			// What the engine did with the request is unknown: the
 			// client is closed once it has its replies.

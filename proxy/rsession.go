@@ -132,6 +132,7 @@ type rsession struct {
 	// (pauseWait, pausePrivate, pausePassthrough); it and everything
 	// after it wait in hbuf.
 	paused      uint8
+	resuming    bool // clientData is processing hbuf itself
 	pauseReason string
 	hbuf        []byte
 
@@ -147,6 +148,8 @@ type rsession struct {
 	name       string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut    int64
 	overSince  time.Time
+	outPrev    int       // the client's queued reply bytes after the last write
+	outMoved   time.Time // when the client was last seen taking queued replies
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -162,6 +165,10 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 	}
 	return s
 }
+
+// sharedMaxInflight bounds one client's requests in flight on shared
+// upstream connections.
+const sharedMaxInflight = 32
 
 // Pause kinds (rsession.paused).
 const (
@@ -238,6 +245,18 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	return 0, ""
 }
 
+// holdRest keeps rest (the input from a paused request on) in hbuf. Input
+// that is already the held buffer (being resumed) is kept in place: a
+// million pipelined requests resumed in rounds must not be copied once per
+// round.
+func (s *rsession) holdRest(rest []byte) {
+	if s.resuming {
+		s.hbuf = rest
+		return
+	}
+	s.hbuf = append(s.hbuf[:0], rest...)
+}
+
 // resume runs once the requests in flight before a pause are answered.
 func (s *rsession) resume() {
 	if s.closed || s.paused == 0 {
@@ -259,7 +278,9 @@ func (s *rsession) resume() {
 	s.paused = 0
 	data := s.hbuf
 	s.hbuf = nil
+	s.resuming = true
 	s.clientData(data)
+	s.resuming = false
 }
 
 // toPassthrough hands the client connection to a passthrough session on a
@@ -433,6 +454,15 @@ func (s *rsession) clientData(data []byte) {
 	v := p.router.load()
 	off := 0
 	for off < len(data) && !s.stopRead {
+		if s.shared && s.q.len() >= sharedMaxInflight {
+			// On a shared connection one client's deep pipeline would hold
+			// up every other client's replies: its next requests wait for
+			// these to be answered.
+			s.paused = pauseWait
+			s.holdRest(data[off:])
+			off = len(data)
+			break
+		}
 		n, kind, err := s.scan.Scan(data[off:])
 		if err != nil {
 			var pe resp.ProtocolError
@@ -458,7 +488,7 @@ func (s *rsession) clientData(data []byte) {
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
 		if len(s.l.args) > 0 && s.route(v, s.l.args, frame, now) {
 			// This request and all after it wait (see needsPause).
-			s.hbuf = append(s.hbuf[:0], data[off-n:]...)
+			s.holdRest(data[off-n:])
 			off = len(data)
 			break
 		}
@@ -1136,6 +1166,7 @@ func (s *rsession) flush() {
 	if s.l.m != nil {
 		tOut = s.p.now()
 	}
+	written := len(s.wbuf)
 	if len(s.wbuf) > 0 {
 		if s.linger != nil {
 			s.linger.write(s.wbuf)
@@ -1201,7 +1232,7 @@ func (s *rsession) flush() {
 	}
 	s.done = done[:0]
 	if lim := s.p.cfg.ClientOutputLimit; lim > 0 && s.linger == nil {
-		s.checkOutput(lim)
+		s.checkOutput(lim, written)
 	}
 	s.closeIfDone()
 	s.maybeResume()
@@ -1236,12 +1267,23 @@ func (s *rsession) maybeResume() {
 // checkOutput applies the client output limit (see session.checkOutput) to
 // the replies gnet holds for the client plus those held behind a slower
 // shard.
-func (s *rsession) checkOutput(lim int) {
-	n := s.client.OutboundBuffered() + s.buffered
+func (s *rsession) checkOutput(lim, added int) {
+	out := s.client.OutboundBuffered()
+	moved := out < s.outPrev+added // the socket took queued bytes since the last write
+	s.outPrev = out
+	n := out + s.buffered
+	if n <= lim {
+		s.overSince, s.outMoved = time.Time{}, time.Time{}
+		return
+	}
+	now := time.Now()
+	if moved || s.outMoved.IsZero() {
+		s.outMoved = now
+	}
 	switch {
-	case n <= lim:
-		s.overSince = time.Time{}
 	case n > 2*lim:
+		s.evict("output_limit")
+	case now.Sub(s.outMoved) > outputStall:
 		s.evict("output_limit")
 	case s.overSince.IsZero():
 		s.overSince = time.Now()
@@ -1337,7 +1379,10 @@ func (s *rsession) shutdown() {
 
 // complete records the reply of part i of e, and finishes e when it was
 // the last part.
-func (s *rsession) complete(e *rentry, i int, reply []byte, now int64) {
+//
+// With streamed, the reply's bytes went to the write buffer as they
+// arrived (rlink.onData): e was next in line.
+func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed bool) {
 	p := &e.ps[i]
 	p.tReply = now
 	if p.redirAt > 0 {
@@ -1349,7 +1394,7 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64) {
 	e.tReply = max(e.tReply, now)
 	e.left--
 	s.markDirty()
-	if e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&eExecAbort == 0 {
+	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&eExecAbort == 0 {
 		// The common case: the reply is next in line; no copy beyond the
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)

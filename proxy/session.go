@@ -44,6 +44,13 @@ type session struct {
 
 	scan    resp.RequestScanner
 	partial []byte // an incomplete request (or all input while the upstream dials), copied out of gnet's buffer
+	// partialSent is how many leading bytes of partial have been forwarded
+	// already: the part of an incomplete request the scanner has validated
+	// goes to the engine at once, so that the engine's own limits
+	// (requirepass: 10 elements and 16 KiB bulks before AUTH; a lowered
+	// proto-max-bulk-len) cut the client off as early as on a direct
+	// connection, instead of the proxy holding up to ClientQueryLimit.
+	partialSent int
 	outq    []byte // complete requests waiting for the upstream to open
 	rf      *resp.ReplyFramer
 	q       fifo
@@ -68,6 +75,8 @@ type session struct {
 	names      []string // names of SETNAME requests in flight, oldest first
 	linger     *linger
 	overSince  time.Time // when the client's queued replies went over the output limit
+	outPrev    int       // the client's queued reply bytes after the last write
+	outMoved   time.Time // when the client was last seen taking queued replies
 	// engineProtoErr: the last reply was the engine's "-ERR Protocol error"
 	// (it closes the connection after it).
 	engineProtoErr bool
@@ -229,7 +238,16 @@ func (s *session) clientData(data []byte) {
 	// Count the new requests as in flight before the write: from t_in on
 	// they are (Little's law uses this count).
 	p.inflight.Add(int64(added))
-	if off > 0 {
+	// sent..cut goes to the engine now: the complete requests and the
+	// validated part of an incomplete one, less what went before.
+	sent, cut := 0, off
+	if fromPartial {
+		sent = s.partialSent
+	}
+	if !s.stopRead && off < len(data) {
+		cut = off + s.scan.Pending()
+	}
+	if cut > sent {
 		if s.upFailed != nil {
 			// nothing to forward to: answer what was queued
 		} else if s.up != nil {
@@ -242,9 +260,9 @@ func (s *session) clientData(data []byte) {
 					s.q.at(i).tSent = t
 				}
 			}
-			_, _ = s.up.Write(data[:off])
+			_, _ = s.up.Write(data[sent:cut])
 			if m := p.cfg.Metrics; m != nil {
-				m.AddUpstreamBytes(0, off)
+				m.AddUpstreamBytes(0, cut-sent)
 				if measure && added > 0 && s.mshard >= 0 {
 					s.l.m.Lock()
 					s.l.m.ShardBatchLocked(s.mshard, added)
@@ -252,7 +270,7 @@ func (s *session) clientData(data []byte) {
 				}
 			}
 		} else {
-			s.outq = append(s.outq, data[:off]...)
+			s.outq = append(s.outq, data[sent:cut]...)
 		}
 	}
 	// Unprocessed input: the incomplete tail, requests waiting for the
@@ -265,9 +283,11 @@ func (s *session) clientData(data []byte) {
 	}
 	// Keep the incomplete tail for the next read.
 	tail := data[off:]
+	s.partialSent = max(cut, sent) - off
 	switch {
 	case s.stopRead || len(tail) == 0:
 		s.partial = s.partial[:0]
+		s.partialSent = 0
 		s.scan.Reset()
 	case fromPartial:
 		s.partial = s.partial[:copy(s.partial, tail)]
@@ -488,6 +508,32 @@ func (s *session) upstreamOpened(c gnet.Conn) {
 // to match each complete reply with the oldest pending request.
 func (s *session) upstreamTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
+	s.upstreamData(data)
+}
+
+// drainUpstream reads, without blocking, what the engine sent before its
+// connection failed and relays it as upstreamTraffic would. gnet closes a
+// connection as soon as a write to it fails, without reading it first: an
+// engine that rejects a long request ("-ERR Protocol error: ...") and
+// closes while the proxy is still writing it resets the connection, and
+// its error reply is still in the socket. Called from OnClose, before gnet
+// closes the descriptor.
+func (s *session) drainUpstream(c gnet.Conn) {
+	if s.closed && s.linger == nil {
+		return
+	}
+	var buf [16 << 10]byte
+	for {
+		n, err := unix.Read(c.Fd(), buf[:])
+		if n <= 0 || err != nil {
+			return
+		}
+		s.upstreamData(buf[:n])
+	}
+}
+
+// upstreamData relays bytes read from the engine (see upstreamTraffic).
+func (s *session) upstreamData(data []byte) {
 	if s.closed && s.linger == nil {
 		return
 	}
@@ -778,7 +824,7 @@ func (s *session) writeClient(b []byte) {
 		// A client that does not read: its replies pile up in gnet's
 		// outbound buffer, which has no bound of its own.
 		if lim := s.p.cfg.ClientOutputLimit; lim > 0 {
-			s.checkOutput(lim)
+			s.checkOutput(lim, len(b))
 		}
 	}
 	if m := s.p.cfg.Metrics; m != nil {
@@ -798,26 +844,43 @@ func (s *session) closeClient() {
 	}
 }
 
-// checkOutput enforces the client output limit the way Redis's
-// client-output-buffer-limit does with a hard and a soft limit: replies
-// queued beyond 2 x limit evict at once; beyond limit they evict only when
-// they stay there for 1 s. A client that reads a large reply as fast as it
-// can passes over the soft limit briefly (the engine writes faster than a
-// client reads, and gnet cannot pause reading the engine); one that stops
-// reading does not come back under it.
-func (s *session) checkOutput(lim int) {
+// checkOutput enforces the client output limit after added bytes were
+// written to the client. Replies queued beyond 2 x limit evict at once;
+// beyond limit they evict when the client has not taken any of its queued
+// bytes for outputStall (it is not reading), or when they stay there for
+// 1 s (Redis's soft limit). A client that reads a large reply as fast as it
+// can passes over the limit briefly (the engine writes faster than a client
+// reads, and gnet cannot pause reading the engine) but keeps taking bytes;
+// one that stops reading is cut off near the limit, not at twice it
+// (gnet holds queued bytes in power-of-two chunks: up to twice their size
+// in memory).
+func (s *session) checkOutput(lim, added int) {
 	n := s.client.OutboundBuffered()
+	moved := n < s.outPrev+added // the socket took queued bytes since the last write
+	s.outPrev = n
+	if n <= lim { // the common case: no clock read
+		s.overSince, s.outMoved = time.Time{}, time.Time{}
+		return
+	}
+	now := time.Now()
+	if moved || s.outMoved.IsZero() {
+		s.outMoved = now
+	}
 	switch {
-	case n <= lim:
-		s.overSince = time.Time{}
 	case n > 2*lim:
 		s.evict("output_limit")
+	case now.Sub(s.outMoved) > outputStall:
+		s.evict("output_limit")
 	case s.overSince.IsZero():
-		s.overSince = time.Now()
-	case time.Since(s.overSince) > time.Second:
+		s.overSince = now
+	case now.Sub(s.overSince) > time.Second:
 		s.evict("output_limit")
 	}
 }
+
+// outputStall is how long a client over the output limit may go without
+// taking any of its queued replies before it is evicted.
+const outputStall = 100 * time.Millisecond
 
 // evict disconnects a client that crossed a memory limit (reason is a
 // bounded label: output_limit, query_limit).
