@@ -51,9 +51,9 @@ type session struct {
 	// proto-max-bulk-len) cut the client off as early as on a direct
 	// connection, instead of the proxy holding up to ClientQueryLimit.
 	partialSent int
-	outq    []byte // complete requests waiting for the upstream to open
-	rf      *resp.ReplyFramer
-	q       fifo
+	outq        []byte // complete requests waiting for the upstream to open
+	rf          *resp.ReplyFramer
+	q           fifo
 
 	replyMode  uint8
 	inMulti    bool
