@@ -413,22 +413,28 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, gnet.None
 }
 
-// dial connects s's upstream off the loop, then hands the socket to s's
-// event loop (gnet Enroll), so the upstream's callbacks run on the same
-// goroutine as the client's. Failures come back to the loop via Execute.
+// dial connects s's upstream off the loop (see dialOn).
 func (p *Proxy) dial(s *session, el gnet.EventLoop) {
+	p.dialOn(el, s.upAddr, &s.link, s.dialFailed)
+}
+
+// dialOn connects to addr off the loop, then hands the socket to event
+// loop el (gnet Enroll) with ctxValue as its context, so the upstream's
+// callbacks run on the same goroutine as its client's. A failure comes back
+// to the loop through Execute, as failed(err).
+func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func(error)) {
 	fail := func(err error) {
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			s.dialFailed(err)
+			failed(err)
 			return nil
 		}))
 	}
-	conn, err := p.dialer.Dial("tcp", s.upAddr)
+	conn, err := p.dialer.Dial("tcp", addr)
 	if err != nil {
 		fail(err)
 		return
 	}
-	ch, err := el.Enroll(gnet.NewContext(context.Background(), &s.link), conn)
+	ch, err := el.Enroll(gnet.NewContext(context.Background(), ctxValue), conn)
 	if err != nil {
 		_ = conn.Close()
 		fail(err)

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -389,24 +388,5 @@ func (ln *rlink) shutdown() {
 
 // dialLink connects a shard link off the loop and enrolls it on el.
 func (p *Proxy) dialLink(ln *rlink, el gnet.EventLoop) {
-	fail := func(err error) {
-		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			ln.dialFailed(err)
-			return nil
-		}))
-	}
-	conn, err := p.dialer.Dial("tcp", ln.addr)
-	if err != nil {
-		fail(err)
-		return
-	}
-	ch, err := el.Enroll(gnet.NewContext(context.Background(), ln), conn)
-	if err != nil {
-		_ = conn.Close()
-		fail(err)
-		return
-	}
-	if r := <-ch; r.Err != nil {
-		fail(r.Err)
-	}
+	p.dialOn(el, ln.addr, ln, ln.dialFailed)
 }
