@@ -311,6 +311,7 @@ func (s *rsession) toPassthrough() {
 	}
 	ns.lastOut = s.lastOut
 	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
+	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
 	// Keep the client's own connection to that shard when it has one
 	// idle: its id (CLIENT ID, tracking redirects) stays the same.
 	var keep *rlink
@@ -573,7 +574,10 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		return
 	case command.Multi:
 		if s.tx.on {
-			break // the engine answers "ERR MULTI calls can not be nested"
+			// Redis's answer, without letting it pick the transaction's
+			// shard.
+			s.local(e, []byte("-ERR MULTI calls can not be nested\r\n"))
+			return
 		}
 		s.tx.on = true
 		e.flags |= eInTx
@@ -1361,8 +1365,9 @@ func (s *rsession) shutdown() {
 		s.linger.close()
 		s.linger = nil
 	}
-	clear(s.done)
-	s.done = s.done[:0]
+	// s.done is left alone: shutdown may run inside flush (a write to a
+	// client that reset its connection closes it at once), which still
+	// walks it; those entries are complete and flush recycles them.
 	s.p.inflight.Add(-int64(s.q.len()))
 	for s.q.len() > 0 {
 		s.q.pop() // not recycled: a link may still point at it

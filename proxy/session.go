@@ -83,6 +83,10 @@ type session struct {
 
 	discarding bool // inside the reply to a kindDiscard request
 
+	// back, for a client a routed or shared session handed over (pub/sub,
+	// MONITOR, CLIENT REPLY), is what it needs to become one again.
+	back *handback
+
 	upAddr string // the engine (or, under RoutePinned, the shard) this client's upstream goes to
 	// pinShard is the shard index under RoutePinned (-1 otherwise);
 	// pinDeferred: PinFirstKey and no keyed command seen yet, so the
@@ -181,6 +185,10 @@ func (s *session) clientData(data []byte) {
 	if s.closed || s.stopRead {
 		return
 	}
+	if s.back != nil && s.canHandBack() {
+		s.handBack(data)
+		return
+	}
 	p := s.p
 	if p.draining.Load() {
 		// Shutting down: no new requests; the client is closed once the
@@ -231,7 +239,7 @@ func (s *session) clientData(data []byte) {
 		}
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
 		if len(s.l.args) > 0 {
-			s.request(s.l.args, now)
+			s.request(s.l.args, frame, now)
 		}
 	}
 	added := s.q.len() - first
@@ -303,11 +311,14 @@ func (s *session) clientData(data []byte) {
 
 // request classifies one complete request and queues what it will be
 // answered with. args alias the read buffer: nothing here may keep them.
-func (s *session) request(args [][]byte, now int64) {
+func (s *session) request(args [][]byte, frame []byte, now int64) {
 	id := command.Lookup(args[0])
 	e := pending{tIn: now, cmd: id, argc: int32(len(args))}
 	if s.pinShard >= 0 || s.pinDeferred {
 		s.pinCheck(id, args)
+	}
+	if s.back != nil {
+		s.back.record(id, args, frame)
 	}
 	if s.p.cfg.SlowLog != nil {
 		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
@@ -1072,4 +1083,63 @@ func eqFold(b []byte, w string) bool {
 		}
 	}
 	return true
+}
+
+// handback is what a client handed over by a routed or shared session
+// (rsession.toPassthrough) needs to be routed again once it is back to
+// plain requests and replies: its home shard, its connection state (with
+// what it changed since), and whether it used shared connections.
+type handback struct {
+	home   int
+	state  [numStates][]byte
+	shared bool
+	slot   int
+}
+
+// record keeps connection-state commands sent while handed over, to be
+// replayed on the routed session's connections later.
+func (b *handback) record(id command.ID, args [][]byte, frame []byte) {
+	k := -1
+	switch id {
+	case command.Auth:
+		k = stAuth
+	case command.Hello:
+		k = stHello
+	case command.Select:
+		k = stSelect
+	case command.Readonly, command.Readwrite:
+		k = stReadMode
+	case command.Client:
+		if len(args) >= 3 && eqFold(args[1], "setname") {
+			k = stName
+		}
+	case command.Reset:
+		b.state = [numStates][]byte{}
+	}
+	if k >= 0 {
+		b.state[k] = append([]byte(nil), frame...)
+	}
+}
+
+// canHandBack reports whether a handed-over client is back to plain
+// requests and replies with nothing in flight: not subscribed, not
+// monitoring, replies on, no transaction, no partial reply or request.
+func (s *session) canHandBack() bool {
+	return s.q.len() == 0 && !s.subscribed() && !s.monitor && !s.raw && s.replyMode == replyOn &&
+		!s.inMulti && s.up != nil && !s.rf.InFrame() && len(s.partial) == 0 && len(s.outq) == 0 &&
+		s.linger == nil && s.upFailed == nil
+}
+
+// handBack turns the client into a routed (or shared) session again, so
+// that its keyed commands go to their shards (they went to the one shard
+// it was handed to), and gives it data. The private upstream connection is
+// closed.
+func (s *session) handBack(data []byte) {
+	rs := newRSession(s.p, s.client, s.l)
+	rs.home, rs.state, rs.resp3, rs.lastOut = s.back.home, s.back.state, s.wantResp3, s.lastOut
+	rs.shared, rs.slot = s.back.shared, s.back.slot
+	s.closed = true
+	s.shutdownUpstream()
+	s.client.SetContext(rs)
+	rs.clientData(data)
 }
