@@ -311,7 +311,6 @@ func (s *rsession) toPassthrough() {
 	}
 	ns.lastOut = s.lastOut
 	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
-	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
 	// Keep the client's own connection to that shard when it has one
 	// idle: its id (CLIENT ID, tracking redirects) stays the same.
 	var keep *rlink
@@ -352,6 +351,9 @@ func (s *rsession) toPassthrough() {
 		go s.p.dial(ns, s.client.EventLoop())
 	}
 	ns.clientData(data)
+	// Armed only now: the held input starts with the request that made
+	// the hand-over, which must not hand the client straight back.
+	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
 }
 
 // newEntry takes an entry from the loop's pool.
