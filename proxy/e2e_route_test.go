@@ -425,3 +425,33 @@ func TestRouteClientResetWithRepliesPending(t *testing.T) {
 		})
 	}
 }
+
+// TestRoutePinnedFirstKey: --pin-by first-key pins a client whose first
+// batch names a key to that key's shard, and pins a client that waits for
+// its handshake reply (go-redis: HELLO 3 alone) round-robin instead of
+// keeping it waiting.
+func TestRoutePinnedFirstKey(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, set := startRouted(t, proxy.RoutePinned, addrs, func(c *proxy.Config) { c.PinBy = proxy.PinFirstKey })
+	topo, _ := routing.EvenSplit(addrs)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Send(t, append(redistest.Cmd("HELLO", "2"), redistest.Cmd("SET", "key:b", "v")...))
+	if _, err := c.ReadFrame(5 * time.Second); err != nil { // HELLO's map
+		t.Fatal(err)
+	}
+	c.Expect(t, []byte("+OK\r\n"), 5*time.Second)
+	owner := srvs[topo.Shard(routing.Slot([]byte("key:b")))]
+	if owner.Do("EXISTS", "key:b").(int64) != 1 {
+		t.Errorf("key:b not on its owner: the connection was not pinned by its first key")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g := goRedis(t, p.Addr())
+	if err := g.Ping(ctx).Err(); err != nil {
+		t.Fatalf("go-redis PING through first-key pinning: %v", err)
+	}
+	if r := set.Snapshot().Routing; r.PinnedMisroutes != 0 {
+		t.Errorf("misroutes %d, want 0", r.PinnedMisroutes)
+	}
+}

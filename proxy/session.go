@@ -132,16 +132,14 @@ func (s *session) pin(shard int) {
 }
 
 // pinCheck, under RoutePinned, binds a deferred session to the shard of
-// the first key it uses (or round-robin at its first keyless command that
-// is not connection set-up), and counts commands whose key's slot belongs
-// to another shard than the session's.
+// the first key it uses, and counts commands whose key's slot belongs to
+// another shard than the session's. A deferred session whose first batch
+// of requests names no key is pinned round-robin at the end of that batch
+// (see clientData): a client that waits for the reply to its handshake
+// (go-redis sends HELLO alone) must get it.
 func (s *session) pinCheck(id command.ID, args [][]byte) {
 	k, ok := s.p.resolver.FirstKey(args)
 	if !ok {
-		if s.pinDeferred && !setupCommand(id) {
-			s.pin(-1)
-			go s.p.dial(s, s.client.EventLoop())
-		}
 		return
 	}
 	v := s.p.router.load()
@@ -158,16 +156,6 @@ func (s *session) pinCheck(id command.ID, args [][]byte) {
 	}
 }
 
-// setupCommand reports whether id is connection set-up that a client sends
-// before its first real command (HELLO, AUTH, SELECT, CLIENT, READONLY).
-func setupCommand(id command.ID) bool {
-	switch id {
-	case command.Hello, command.Auth, command.Select, command.Client, command.Ping,
-		command.Readonly, command.Readwrite:
-		return true
-	}
-	return false
-}
 
 func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
 
@@ -241,6 +229,12 @@ func (s *session) clientData(data []byte) {
 		if len(s.l.args) > 0 {
 			s.request(s.l.args, frame, now)
 		}
+	}
+	if s.pinDeferred && off > 0 {
+		// No key in the client's first batch: pin round-robin now rather
+		// than keep it waiting (see pinCheck).
+		s.pin(-1)
+		go s.p.dial(s, s.client.EventLoop())
 	}
 	added := s.q.len() - first
 	// Count the new requests as in flight before the write: from t_in on
