@@ -156,7 +156,6 @@ func (s *session) pinCheck(id command.ID, args [][]byte) {
 	}
 }
 
-
 func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
 
 // clientTraffic frames the client's requests, queues one fifo entry per
