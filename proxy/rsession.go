@@ -147,9 +147,7 @@ type rsession struct {
 	linger     *linger // the client half-closed: replies go through it
 	name       string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut    int64
-	overSince  time.Time
-	outPrev    int       // the client's queued reply bytes after the last write
-	outMoved   time.Time // when the client was last seen taking queued replies
+	out        outputGuard
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -529,7 +527,9 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
-		e.setName = setNameArg(id, args)
+		if name, ok := setNameArg(id, args); ok {
+			e.setName = string(name)
+		}
 	}
 	if s.tx.on {
 		e.flags |= eInTx
@@ -1031,49 +1031,9 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 	return true
 }
 
-// setNameArg returns the client name a CLIENT SETNAME or HELLO ... SETNAME
-// request sets, or "".
-func setNameArg(id command.ID, args [][]byte) string {
-	switch {
-	case id == command.Client && len(args) == 3 && eqFold(args[1], "setname"):
-		return string(args[2])
-	case id == command.Hello:
-		for i := 2; i < len(args); {
-			switch {
-			case eqFold(args[i], "auth") && i+2 < len(args):
-				i += 3
-			case eqFold(args[i], "setname") && i+1 < len(args):
-				return string(args[i+1])
-			default:
-				i = len(args)
-			}
-		}
-	}
-	return ""
-}
-
-// slow adds a command to the slow log (rare: allocations are fine here).
+// slow adds a command to the slow log.
 func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	total := time.Duration(tOut - e.tIn)
-	upstream := time.Duration(e.tReply - e.tSent)
-	service := min(time.Duration(e.svc), upstream)
-	en := slowlog.Entry{
-		Command:    e.cmd.Name(),
-		Args:       int(e.argc),
-		ClientName: s.name,
-		Phases: map[string]float64{
-			"total":    total.Seconds(),
-			"upstream": upstream.Seconds(),
-			"proxy":    max(total-upstream, 0).Seconds(),
-			"service":  service.Seconds(),
-			"queue":    max(upstream-service, 0).Seconds(),
-		},
-	}
-	if a := s.client.RemoteAddr(); a != nil {
-		en.Client = a.String()
-	}
-	e.key.Fill(&en)
-	sl.Add(en)
+	sl.Add(slowEntry(e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc))
 }
 
 // markDirty puts s on its loop's list of sessions to flush at the end of
@@ -1270,30 +1230,10 @@ func (s *rsession) maybeResume() {
 	}
 }
 
-// checkOutput applies the client output limit (see session.checkOutput) to
-// the replies gnet holds for the client plus those held behind a slower
-// shard.
+// checkOutput applies the client output limit (outputGuard) to the
+// replies gnet holds for the client plus those held behind a slower shard.
 func (s *rsession) checkOutput(lim, added int) {
-	out := s.client.OutboundBuffered()
-	moved := out < s.outPrev+added // the socket took queued bytes since the last write
-	s.outPrev = out
-	n := out + s.buffered
-	if n <= lim {
-		s.overSince, s.outMoved = time.Time{}, time.Time{}
-		return
-	}
-	now := time.Now()
-	if moved || s.outMoved.IsZero() {
-		s.outMoved = now
-	}
-	switch {
-	case n > 2*lim:
-		s.evict("output_limit")
-	case now.Sub(s.outMoved) > outputStall:
-		s.evict("output_limit")
-	case s.overSince.IsZero():
-		s.overSince = time.Now()
-	case time.Since(s.overSince) > time.Second:
+	if s.out.exceeded(s.client.OutboundBuffered(), s.buffered, added, lim) {
 		s.evict("output_limit")
 	}
 }

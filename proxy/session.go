@@ -74,9 +74,7 @@ type session struct {
 	name       string   // CLIENT SETNAME / HELLO SETNAME that succeeded, for the slow log
 	names      []string // names of SETNAME requests in flight, oldest first
 	linger     *linger
-	overSince  time.Time // when the client's queued replies went over the output limit
-	outPrev    int       // the client's queued reply bytes after the last write
-	outMoved   time.Time // when the client was last seen taking queued replies
+	out        outputGuard
 	// engineProtoErr: the last reply was the engine's "-ERR Protocol error"
 	// (it closes the connection after it).
 	engineProtoErr bool
@@ -313,6 +311,9 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	if s.back != nil {
 		s.back.record(id, args, frame)
 	}
+	if name, ok := setNameArg(id, args); ok {
+		s.setName(&e, name)
+	}
 	if s.p.cfg.SlowLog != nil {
 		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
 			e.key.Set(k)
@@ -321,9 +322,6 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	isClientReply := false
 	switch id {
 	case command.Client:
-		if len(args) == 3 && eqFold(args[1], "setname") {
-			s.setName(&e, args[2])
-		}
 		if len(args) == 3 && !s.inMulti && !s.resp2Subscribed() && eqFold(args[1], "reply") {
 			isClientReply = true
 			switch {
@@ -344,26 +342,12 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 			}
 		}
 	case command.Hello:
-		// HELLO [protover [AUTH username password] [SETNAME clientname]],
-		// options parsed in order as Redis does, so AUTH's arguments are
-		// never mistaken for a name.
 		if len(args) >= 2 {
 			switch string(args[1]) {
 			case "3":
 				s.wantResp3 = true
 			case "2":
 				s.wantResp3 = false
-			}
-		}
-		for i := 2; i < len(args); {
-			switch {
-			case eqFold(args[i], "auth") && i+2 < len(args):
-				i += 3
-			case eqFold(args[i], "setname") && i+1 < len(args):
-				s.setName(&e, args[i+1])
-				i += 2
-			default:
-				i = len(args)
 			}
 		}
 	case command.Quit:
@@ -678,28 +662,10 @@ func (s *session) upstreamData(data []byte) {
 	}
 }
 
-// slow adds a command to the slow log (rare: allocations are fine here).
+// slow adds a command to the slow log.
 func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
-	total := time.Duration(tOut - d.tIn)
-	upstream := time.Duration(d.tReply - d.tSent)
-	service := min(time.Duration(d.tReply-d.svcFrom), upstream)
-	e := slowlog.Entry{
-		Command:    command.ID(d.cmd).Name(),
-		Args:       int(d.argc),
-		ClientName: s.name,
-		Phases: map[string]float64{
-			"total":    total.Seconds(),
-			"upstream": upstream.Seconds(),
-			"proxy":    max(total-upstream, 0).Seconds(),
-			"service":  service.Seconds(),
-			"queue":    max(upstream-service, 0).Seconds(),
-		},
-	}
-	if a := s.client.RemoteAddr(); a != nil {
-		e.Client = a.String()
-	}
-	d.key.Fill(&e)
-	sl.Add(e)
+	sl.Add(slowEntry(command.ID(d.cmd), d.argc, s.name, s.client.RemoteAddr(), &d.key,
+		d.tIn, d.tSent, d.tReply, tOut, d.tReply-d.svcFrom))
 }
 
 // engineProtoErr starts the error Redis sends before closing a connection
@@ -848,43 +814,13 @@ func (s *session) closeClient() {
 	}
 }
 
-// checkOutput enforces the client output limit after added bytes were
-// written to the client. Replies queued beyond 2 x limit evict at once;
-// beyond limit they evict when the client has not taken any of its queued
-// bytes for outputStall (it is not reading), or when they stay there for
-// 1 s (Redis's soft limit). A client that reads a large reply as fast as it
-// can passes over the limit briefly (the engine writes faster than a client
-// reads, and gnet cannot pause reading the engine) but keeps taking bytes;
-// one that stops reading is cut off near the limit, not at twice it
-// (gnet holds queued bytes in power-of-two chunks: up to twice their size
-// in memory).
+// checkOutput applies the client output limit (outputGuard) after added
+// bytes were written to the client.
 func (s *session) checkOutput(lim, added int) {
-	n := s.client.OutboundBuffered()
-	moved := n < s.outPrev+added // the socket took queued bytes since the last write
-	s.outPrev = n
-	if n <= lim { // the common case: no clock read
-		s.overSince, s.outMoved = time.Time{}, time.Time{}
-		return
-	}
-	now := time.Now()
-	if moved || s.outMoved.IsZero() {
-		s.outMoved = now
-	}
-	switch {
-	case n > 2*lim:
-		s.evict("output_limit")
-	case now.Sub(s.outMoved) > outputStall:
-		s.evict("output_limit")
-	case s.overSince.IsZero():
-		s.overSince = now
-	case now.Sub(s.overSince) > time.Second:
+	if s.out.exceeded(s.client.OutboundBuffered(), 0, added, lim) {
 		s.evict("output_limit")
 	}
 }
-
-// outputStall is how long a client over the output limit may go without
-// taking any of its queued replies before it is evicted.
-const outputStall = 100 * time.Millisecond
 
 // evict disconnects a client that crossed a memory limit (reason is a
 // bounded label: output_limit, query_limit).

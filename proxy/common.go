@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"net"
+	"time"
+
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// Pieces shared by the passthrough session (session.go) and the routed
+// session (rsession.go).
+
+// outputGuard applies the client output limit the way Redis's
+// client-output-buffer-limit does with a hard and a soft limit: replies
+// queued beyond 2 x limit evict at once; beyond the limit they evict when
+// the client has taken none of its queued bytes for outputStall (it is not
+// reading) or when they stay there for 1 s. A client that reads a large
+// reply as fast as it can passes over the limit briefly (the engine writes
+// faster than a client reads, and gnet cannot pause reading the engine)
+// but keeps taking bytes; one that stops reading is cut off near the limit,
+// not at twice it (gnet holds queued bytes in power-of-two chunks: up to
+// twice their size in memory).
+type outputGuard struct {
+	overSince time.Time // when the queued replies went over the limit
+	moved     time.Time // when the client was last seen taking queued replies
+	prev      int       // gnet's queued bytes after the last write
+}
+
+// outputStall is how long a client over the output limit may go without
+// taking any of its queued replies before it is evicted.
+const outputStall = 100 * time.Millisecond
+
+// exceeded is called after added bytes were written to a client: queued is
+// what gnet holds for it, held what the proxy holds besides (replies
+// waiting behind slower shards). It reports whether the client must be
+// evicted. Under the limit it reads no clock.
+func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
+	moved := queued < g.prev+added // the socket took queued bytes since the last write
+	g.prev = queued
+	n := queued + held
+	if n <= lim {
+		g.overSince, g.moved = time.Time{}, time.Time{}
+		return false
+	}
+	now := time.Now()
+	if moved || g.moved.IsZero() {
+		g.moved = now
+	}
+	switch {
+	case n > 2*lim, now.Sub(g.moved) > outputStall:
+		return true
+	case g.overSince.IsZero():
+		g.overSince = now
+	}
+	return now.Sub(g.overSince) > time.Second
+}
+
+// slowEntry builds the slow log entry of one command from its stamps (ns on
+// the proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
+// (ns). Rare: allocations are fine here.
+func slowEntry(id command.ID, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
+	tIn, tSent, tReply, tOut, svc int64) slowlog.Entry {
+	total := time.Duration(tOut - tIn)
+	upstream := time.Duration(tReply - tSent)
+	service := min(time.Duration(svc), upstream)
+	e := slowlog.Entry{
+		Command:    id.Name(),
+		Args:       int(argc),
+		ClientName: clientName,
+		Phases: map[string]float64{
+			"total":    total.Seconds(),
+			"upstream": upstream.Seconds(),
+			"proxy":    max(total-upstream, 0).Seconds(),
+			"service":  service.Seconds(),
+			"queue":    max(upstream-service, 0).Seconds(),
+		},
+	}
+	if client != nil {
+		e.Client = client.String()
+	}
+	key.Fill(&e)
+	return e
+}
+
+// setNameArg returns the client name a CLIENT SETNAME or HELLO ... SETNAME
+// request sets, and true. HELLO's options are parsed in order as Redis
+// does (HELLO [protover [AUTH username password] [SETNAME clientname]]),
+// so AUTH's arguments are never mistaken for a name; the last SETNAME wins.
+func setNameArg(id command.ID, args [][]byte) ([]byte, bool) {
+	switch {
+	case id == command.Client && len(args) == 3 && eqFold(args[1], "setname"):
+		return args[2], true
+	case id == command.Hello:
+		var name []byte
+		found := false
+		for i := 2; i < len(args); {
+			switch {
+			case eqFold(args[i], "auth") && i+2 < len(args):
+				i += 3
+			case eqFold(args[i], "setname") && i+1 < len(args):
+				name, found = args[i+1], true
+				i += 2
+			default:
+				i = len(args)
+			}
+		}
+		return name, found
+	}
+	return nil, false
+}
