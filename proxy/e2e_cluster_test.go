@@ -472,6 +472,12 @@ func TestClusterTransactions(t *testing.T) {
 		{cmdStr("GET", "{t}a"), "$1\r\n1\r\n"},
 		{cmdStr("MULTI"), "+OK\r\n"},
 		{cmdStr("DISCARD"), "+OK\r\n"},
+		// A nested MULTI gets Redis's error and does not pick the
+		// transaction's shard: the keyed command after it still does.
+		{cmdStr("MULTI"), "+OK\r\n"},
+		{cmdStr("MULTI"), "-ERR MULTI calls can not be nested\r\n"},
+		{cmdStr("SET", "key:a", "4"), "+QUEUED\r\n"},
+		{cmdStr("EXEC"), "*1\r\n+OK\r\n"},
 	})
 	// The first transaction ran on the owner of {t}; the aborted one was
 	// discarded there.
