@@ -401,7 +401,7 @@ func ParseRedirect(msg []byte, from string) (Redirect, bool) {
 	h := string(host)
 	if h == "" || h == "?" {
 		fh, _, err := net.SplitHostPort(from)
-		if err != nil || fh == "" || !validHost([]byte(fh)) {
+		if err != nil || fh == "" || fh == "?" || !validHost([]byte(fh)) {
 			return Redirect{}, false
 		}
 		h = fh
