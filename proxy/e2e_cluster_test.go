@@ -270,9 +270,7 @@ func TestClusterR02AskDuringMigration(t *testing.T) {
 		{cmdStr("SET", "key:a", "10"), "+OK\r\n"},
 		{cmdStr("SET", "{key:a}x", "1"), "+OK\r\n"},
 	})
-	s := strconv.Itoa(slot)
-	cl.Nodes[to].Do("CLUSTER", "SETSLOT", s, "IMPORTING", cl.NodeID(from))
-	cl.Nodes[from].Do("CLUSTER", "SETSLOT", s, "MIGRATING", cl.NodeID(to))
+	cl.BeginMove(slot, to)
 	cl.Nodes[from].Do("MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), "", "0", "5000", "KEYS", "key:a")
 	roundtrips(t, p.Addr(), [][2]string{
 		{cmdStr("INCR", "key:a"), ":11\r\n"},
@@ -290,7 +288,7 @@ func TestClusterR02AskDuringMigration(t *testing.T) {
 	}
 	// Finish the migration: the proxy switches on the first MOVED.
 	cl.Nodes[from].Do("MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), "", "0", "5000", "KEYS", "{key:a}x")
-	setSlotNode(cl, s, from, to)
+	cl.FinishMove(slot, to)
 	roundtrips(t, p.Addr(), [][2]string{
 		{cmdStr("GET", "{key:a}x"), "$1\r\n1\r\n"},
 		{cmdStr("GET", "key:a"), "$2\r\n11\r\n"},
@@ -337,14 +335,12 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	s := strconv.Itoa(slot)
-	cl.Nodes[to].Do("CLUSTER", "SETSLOT", s, "IMPORTING", cl.NodeID(from))
-	cl.Nodes[from].Do("CLUSTER", "SETSLOT", s, "MIGRATING", cl.NodeID(to))
+	cl.BeginMove(slot, to)
 	for _, k := range keys {
 		cl.Nodes[from].Do("MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), k, "0", "5000")
 		time.Sleep(20 * time.Millisecond)
 	}
-	setSlotNode(cl, s, from, to)
+	cl.FinishMove(slot, to)
 	time.Sleep(300 * time.Millisecond)
 	stop.Store(true)
 	wg.Wait()
@@ -388,11 +384,9 @@ func TestClusterR01RedirectEndpointForms(t *testing.T) {
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("SET", "key:a", "val"), "+OK\r\n"}})
 			// Move the (one-key) slot behind the proxy's back.
 			to := (from + 1) % 3
-			s := strconv.Itoa(slot)
-			cl.Nodes[to].Do("CLUSTER", "SETSLOT", s, "IMPORTING", cl.NodeID(from))
-			cl.Nodes[from].Do("CLUSTER", "SETSLOT", s, "MIGRATING", cl.NodeID(to))
+			cl.BeginMove(slot, to)
 			cl.Nodes[from].Do("MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), "key:a", "0", "5000")
-			setSlotNode(cl, s, from, to)
+			cl.FinishMove(slot, to)
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("GET", "key:a"), "$3\r\nval\r\n"}})
 			if r := set.Snapshot().Routing; r.RedirectsMoved != 1 {
 				t.Errorf("want one MOVED followed, got %+v", r)
@@ -485,22 +479,5 @@ func TestClusterTransactions(t *testing.T) {
 	info := owner.Do("INFO", "commandstats").(string)
 	if !containsLine(info, "cmdstat_exec:calls=1,") || !containsLine(info, "cmdstat_watch:calls=1,") || !containsLine(info, "cmdstat_discard:calls=1,") {
 		t.Errorf("WATCH/EXEC/DISCARD not on the owner of {t}:\n%s", info)
-	}
-}
-
-// setSlotNode ends a slot migration as the cluster specification
-// ("Cluster live reconfiguration") and redis-cli do: CLUSTER SETSLOT NODE
-// on the target first, then on the source, then on the other nodes. (The
-// other order leaves a window where the target, still importing, and the
-// source redirect to each other.)
-func setSlotNode(cl *redistest.Cluster, slot string, from, to int) {
-	order := []int{to, from}
-	for i := range cl.Nodes {
-		if i != from && i != to {
-			order = append(order, i)
-		}
-	}
-	for _, i := range order {
-		cl.Nodes[i].Do("CLUSTER", "SETSLOT", slot, "NODE", cl.NodeID(to))
 	}
 }

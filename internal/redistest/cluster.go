@@ -93,6 +93,14 @@ func StartClusterWith(t testing.TB, masters int, extraConfig ...string) *Cluster
 		if _, err := clusterCmd(s, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(r[0]), strconv.Itoa(r[1])); err != nil {
 			t.Fatalf("redistest: node %d: %v", i, err)
 		}
+		// A distinct config epoch per master, as `redis-cli --cluster
+		// create` assigns: left at 0, the nodes resolve the collision
+		// by gossip some time after they meet, and a slot moved while two
+		// masters still share an epoch can flip back to its old owner on
+		// one node (each then answers MOVED to the other).
+		if _, err := clusterCmd(s, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
+			t.Fatalf("redistest: node %d: %v", i, err)
+		}
 	}
 	// Every node meets every later one: a full mesh of handshakes forms
 	// faster than one introduction left to gossip.
@@ -179,50 +187,70 @@ func (c *Cluster) Owner(slot int) int { return c.owner[slot] }
 
 // MoveSlot gives slot to Nodes[to] the way redis-cli --cluster reshard
 // does, minus the key migration (so the slot must hold no keys, or the
-// source refuses): CLUSTER SETSLOT slot IMPORTING on the target and
-// MIGRATING on the source, then SETSLOT slot NODE on the target (which
-// bumps its config epoch), the source and every other node. It then waits
-// as StartCluster does. Moving a slot to its owner does nothing.
+// source refuses): BeginMove, then FinishMove. Moving a slot to its owner
+// does nothing.
 func (c *Cluster) MoveSlot(slot, to int) {
 	c.t.Helper()
-	from := c.owner[slot]
-	if from == to {
+	if c.owner[slot] == to {
 		return
 	}
+	c.BeginMove(slot, to)
+	c.FinishMove(slot, to)
+}
+
+// BeginMove opens the migration of slot from its owner to Nodes[to]
+// (Redis Cluster specification, "Live resharding"): CLUSTER SETSLOT slot
+// IMPORTING on the target, then MIGRATING on the source. The caller may
+// MIGRATE keys; the source answers ASK for keys it no longer has.
+func (c *Cluster) BeginMove(slot, to int) {
+	c.t.Helper()
+	from := c.owner[slot]
 	s := strconv.Itoa(slot)
-	steps := []struct {
-		node int
-		args []string
-	}{
+	c.steps(slot, to, [][2]any{
 		{to, []string{"CLUSTER", "SETSLOT", s, "IMPORTING", c.ids[from]}},
 		{from, []string{"CLUSTER", "SETSLOT", s, "MIGRATING", c.ids[to]}},
-		{to, []string{"CLUSTER", "SETSLOT", s, "NODE", c.ids[to]}},
-		{from, []string{"CLUSTER", "SETSLOT", s, "NODE", c.ids[to]}},
-	}
+	})
+}
+
+// FinishMove ends the migration BeginMove opened: CLUSTER SETSLOT slot
+// NODE on the target (which bumps its config epoch), the source and every
+// other node, in that order. It then waits as StartCluster does, so every
+// node agrees that Nodes[to] owns slot when it returns.
+func (c *Cluster) FinishMove(slot, to int) {
+	c.t.Helper()
+	from := c.owner[slot]
+	set := []string{"CLUSTER", "SETSLOT", strconv.Itoa(slot), "NODE", c.ids[to]}
+	steps := [][2]any{{to, set}, {from, set}}
 	for i := range c.Nodes {
 		if i != from && i != to {
-			steps = append(steps, struct {
-				node int
-				args []string
-			}{i, []string{"CLUSTER", "SETSLOT", s, "NODE", c.ids[to]}})
+			steps = append(steps, [2]any{i, set})
 		}
 	}
-	for _, st := range steps {
-		if _, err := clusterCmd(c.Nodes[st.node], st.args...); err != nil {
-			c.t.Fatalf("redistest: MoveSlot(%d, %d) on node %d: %v", slot, to, st.node, err)
-		}
-	}
+	c.steps(slot, to, steps)
 	c.owner[slot] = to
 	c.Wait()
+}
+
+// steps runs each {node index, command} in order, failing the test on an
+// error reply.
+func (c *Cluster) steps(slot, to int, steps [][2]any) {
+	c.t.Helper()
+	for _, st := range steps {
+		node, args := st[0].(int), st[1].([]string)
+		if _, err := clusterCmd(c.Nodes[node], args...); err != nil {
+			c.t.Fatalf("redistest: moving slot %d to node %d: %s on node %d: %v", slot, to, strings.Join(args, " "), node, err)
+		}
+	}
 }
 
 // Wait blocks until every node reports cluster_state:ok and
 // cluster_known_nodes equal to len(Nodes), and all answer CLUSTER SLOTS
 // with the same bytes, whose ranges name the owners Owner reports. It
-// fails the test after 15 s, quoting what was last wrong. StartCluster and
-// MoveSlot call it; call it after changing the cluster by hand (CONFIG SET
-// cluster-announce-hostname, say). Slots moved by hand rather than by
-// MoveSlot make Wait fail, since Owner no longer matches.
+// fails the test after 15 s, quoting what was last wrong. StartCluster,
+// MoveSlot and FinishMove call it; call it after changing the cluster by
+// hand (CONFIG SET cluster-announce-hostname, say). Slots moved by hand
+// rather than by MoveSlot or BeginMove/FinishMove make Wait fail, since
+// Owner no longer matches.
 func (c *Cluster) Wait() {
 	c.t.Helper()
 	deadline := time.Now().Add(clusterTimeout)
