@@ -107,3 +107,22 @@ func e2eWaitCount(t *testing.T, set *metrics.Set, name string, want int) metrics
 // sharedMode reports whether the suite runs with shared upstream
 // connections (RESPMETER_TEST_UPSTREAM_MODE=shared, see proxytest).
 func sharedMode() bool { return os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") == "shared" }
+
+// e2eSettledCount returns the count of command name once it has stopped
+// changing for 50 ms (at most 2 s): a proxy records a command just after
+// writing its reply, so a client can read the reply of its last command a
+// moment before that command is counted.
+func e2eSettledCount(t *testing.T, set *metrics.Set, name string) int64 {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	last := proxytest.Command(t, set, name).Count
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		c := proxytest.Command(t, set, name).Count
+		if c == last {
+			break
+		}
+		last = c
+	}
+	return last
+}

@@ -130,3 +130,47 @@ func TestSharedManyClientsNoCrossTalk(t *testing.T) {
 	}
 	_ = context.Background
 }
+
+// TestSharedDeepPipelineWindow: one client pipelining 20,000 requests in
+// one write gets every reply, in order, while the shared connection never
+// carries more than 512 of its requests at once, and gets them in batches
+// far deeper than the 32 the window once was (which also waited for every
+// reply before reading on: a round trip per 32 commands).
+func TestSharedDeepPipelineWindow(t *testing.T) {
+	e := sharedSetup(t)
+	const n = 20000
+	var req, want []byte
+	for i := range n {
+		v := fmt.Sprintf("deep-%d", i)
+		req = append(req, respCmd("ECHO", v)...)
+		want = append(want, fmt.Sprintf("$%d\r\n%s\r\n", len(v), v)...)
+	}
+	conn, err := redistest.DialConn(e.paddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	got, err := conn.ReadN(len(want), 30*time.Second)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("replies differ from the requests' order (%v): got %d bytes, want %d", err, len(got), len(want))
+	}
+	var b struct{ sum, count, max int64 }
+	for _, sh := range e.set.Snapshot().Shards {
+		b.sum += sh.Batch.Sum
+		b.count += sh.Batch.Count()
+		b.max = max(b.max, sh.Batch.Max())
+	}
+	t.Logf("%d commands in %d upstream writes: mean %.1f, max %d", b.sum, b.count, float64(b.sum)/float64(b.count), b.max)
+	if b.sum != n {
+		t.Errorf("upstream writes carried %d commands, want %d", b.sum, n)
+	}
+	if b.max > 512 {
+		t.Errorf("a write carried %d of the client's requests, over the window of 512", b.max)
+	}
+	if mean := float64(b.sum) / float64(b.count); mean < 128 {
+		t.Errorf("mean batch %.1f commands, want at least 128 (a window of 512 read on at 256)", mean)
+	}
+}

@@ -131,10 +131,11 @@ type rsession struct {
 	// paused: a request needs the requests in flight answered first
 	// (pauseWait, pausePrivate, pausePassthrough); it and everything
 	// after it wait in hbuf.
-	paused      uint8
-	resuming    bool // clientData is processing hbuf itself
-	pauseReason string
-	hbuf        []byte
+	paused       uint8
+	resuming     bool // clientData is processing hbuf itself
+	resumeQueued bool // on the loop's resume list (maybeResume)
+	pauseReason  string
+	hbuf         []byte
 
 	wbuf       []byte    // replies to write at the end of the callback
 	done       []*rentry // requests whose replies are in wbuf, for timing
@@ -165,8 +166,16 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 }
 
 // sharedMaxInflight bounds one client's requests in flight on shared
-// upstream connections.
-const sharedMaxInflight = 32
+// upstream connections, so that one deep pipeline cannot queue more than
+// that many commands ahead of another client's (redis-server itself runs
+// a client's whole 16 KiB read, about 500 small commands, before turning
+// to the next client). Reading resumes once half of them are answered
+// (sharedResumeAt), so a deep pipeline keeps the connection busy instead
+// of waiting a round trip per window.
+const (
+	sharedMaxInflight = 512
+	sharedResumeAt    = sharedMaxInflight / 2
+)
 
 // Pause kinds (rsession.paused).
 const (
@@ -1074,6 +1083,7 @@ func (l *loop) flushAll() {
 	for len(l.resume) > 0 {
 		s := l.resume[0]
 		l.resume = append(l.resume[:0], l.resume[1:]...)
+		s.resumeQueued = false
 		s.resume()
 	}
 }
@@ -1225,7 +1235,12 @@ func (s *rsession) closeIfDone() {
 
 // maybeResume queues s for resume once its requests in flight are answered.
 func (s *rsession) maybeResume() {
-	if s.paused != 0 && s.q.len() == 0 && !s.closed {
+	if s.paused == 0 || s.closed || s.resumeQueued {
+		return
+	}
+	// A handoff waits for every reply; the shared window only for half.
+	if s.q.len() == 0 || s.paused == pauseWait && s.q.len() <= sharedResumeAt {
+		s.resumeQueued = true
 		s.l.resume = append(s.l.resume, s)
 	}
 }
