@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/respmeter/respmeter/metrics/slowlog"
@@ -56,31 +57,25 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 	return now.Sub(g.overSince) > time.Second
 }
 
-// slowEntry builds the slow log entry of one command from its stamps (ns on
-// the proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
-// (ns). Rare: allocations are fine here.
-func slowEntry(id command.ID, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
-	tIn, tSent, tReply, tOut, svc int64) slowlog.Entry {
-	total := time.Duration(tOut - tIn)
-	upstream := time.Duration(tReply - tSent)
-	service := min(time.Duration(svc), upstream)
-	e := slowlog.Entry{
+// slowRec records one command in the slow log from its stamps (ns on the
+// proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
+// (ns). It allocates nothing: under load every command may be slow.
+func slowRec(sl *slowlog.Log, id command.ID, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
+	tIn, tSent, tReply, tOut, svc int64) {
+	r := slowlog.Rec{
 		Command:    id.Name(),
 		Args:       int(argc),
 		ClientName: clientName,
-		Phases: map[string]float64{
-			"total":    total.Seconds(),
-			"upstream": upstream.Seconds(),
-			"proxy":    max(total-upstream, 0).Seconds(),
-			"service":  service.Seconds(),
-			"queue":    max(upstream-service, 0).Seconds(),
-		},
+		Key:        *key,
+		Total:      time.Duration(tOut - tIn),
+		Upstream:   time.Duration(tReply - tSent),
+		Service:    time.Duration(svc),
 	}
-	if client != nil {
-		e.Client = client.String()
+	if a, ok := client.(*net.TCPAddr); ok {
+		ap := a.AddrPort() // an IPv4 peer comes as ::ffff:a.b.c.d
+		r.Client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
-	key.Fill(&e)
-	return e
+	sl.Record(&r)
 }
 
 // setNameArg returns the client name a CLIENT SETNAME or HELLO ... SETNAME

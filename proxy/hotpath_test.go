@@ -7,6 +7,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -26,17 +27,23 @@ func (c *memConn) Next(int) ([]byte, error)    { b := c.in; c.in = nil; return b
 func (c *memConn) Write(b []byte) (int, error) { c.out = append(c.out, b...); return len(b), nil }
 func (c *memConn) Context() any                { return c.ctx }
 func (c *memConn) SetContext(v any)            { c.ctx = v }
-func (c *memConn) RemoteAddr() net.Addr        { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1} }
+func (c *memConn) RemoteAddr() net.Addr        { return memPeer }
 func (c *memConn) Close() error                { return nil }
 func (c *memConn) Fd() int                     { return -1 }
 func (c *memConn) OutboundBuffered() int       { return 0 }
 func (c *memConn) EventLoop() gnet.EventLoop   { return nil }
 
-// pair builds a session whose client and upstream are memConns.
-func pair(tb testing.TB, measure bool) (*session, *memConn, *memConn) {
+// memPeer is every memConn's peer, one value as gnet keeps one per
+// connection (net.IPv4 gives the 16-byte form, as the kernel's IPv4 peers
+// come).
+var memPeer net.Addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+
+// pair builds a session whose client and upstream are memConns, logging
+// to sl (nil: no slow log).
+func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*session, *memConn, *memConn) {
 	tb.Helper()
 	set := metrics.NewSet(1, command.Names())
-	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure, Metrics: set})
+	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure, Metrics: set, SlowLog: sl})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -70,7 +77,7 @@ var (
 // record its timings) at zero allocations.
 func TestHotPathAllocs(t *testing.T) {
 	for _, measure := range []bool{true, false} {
-		s, cl, up := pair(t, measure)
+		s, cl, up := pair(t, measure, nil)
 		for i := 0; i < 100; i++ { // warm up: histograms, fifo, scratch slices
 			roundTrip(s, cl, up, getReq, getReply)
 		}
@@ -84,7 +91,7 @@ func TestHotPathAllocs(t *testing.T) {
 // TestSessionForwardsAndMatches checks the in-memory pair itself: bytes go
 // through unchanged, and the reply is matched to the request.
 func TestSessionForwardsAndMatches(t *testing.T) {
-	s, cl, up := pair(t, true)
+	s, cl, up := pair(t, true, nil)
 	cl.in = append(append([]byte{}, getReq...), getReq...)
 	s.clientTraffic(cl)
 	if string(up.out) != string(getReq)+string(getReq) {
@@ -112,7 +119,7 @@ func BenchmarkHotPath(b *testing.B) {
 		measure bool
 	}{{"measure", true}, {"forward-only", false}} {
 		b.Run(bc.name, func(b *testing.B) {
-			s, cl, up := pair(b, bc.measure)
+			s, cl, up := pair(b, bc.measure, nil)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -125,11 +132,11 @@ func BenchmarkHotPath(b *testing.B) {
 // routedPair builds a routed session (--route slots over three shards, or
 // with shared upstream connections) whose client and shard connections are
 // memConns, and returns it with the connection of shard 0 (key:a's owner).
-func routedPair(tb testing.TB, shared bool) (*rsession, *memConn, *rlink) {
+func routedPair(tb testing.TB, shared bool, sl *slowlog.Log) (*rsession, *memConn, *rlink) {
 	tb.Helper()
 	set := metrics.NewSet(1, command.Names())
 	cfg := Config{Listen: "127.0.0.1:0", Route: RouteSlots, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"},
-		Measure: true, Metrics: set}
+		Measure: true, Metrics: set, SlowLog: sl}
 	if shared {
 		cfg.UpstreamMode = UpstreamShared
 	}
@@ -176,7 +183,7 @@ func routedRoundTrip(s *rsession, cl *memConn, ln *rlink, req, reply []byte) {
 // and shard timings) at zero allocations, private and shared.
 func TestRoutedHotPathAllocs(t *testing.T) {
 	for _, shared := range []bool{false, true} {
-		s, cl, ln := routedPair(t, shared)
+		s, cl, ln := routedPair(t, shared, nil)
 		routedRoundTrip(s, cl, ln, getReq, getReply)
 		if string(cl.out) != "" { // cleared by roundTrip; check one by hand
 			t.Fatal("unexpected")
@@ -212,11 +219,41 @@ func BenchmarkRoutedHotPath(b *testing.B) {
 			name = "slots-shared"
 		}
 		b.Run(name, func(b *testing.B) {
-			s, cl, ln := routedPair(b, shared)
+			s, cl, ln := routedPair(b, shared, nil)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
 				routedRoundTrip(s, cl, ln, getReq, getReply)
 			}
 		})
+	}
+}
+
+// TestHotPathAllocsSlowLogged: with a slow-log threshold of 0 every
+// command is a slow command, as most are when a saturated engine queues
+// pipelines for more than the default 10 ms; recording them allocates
+// nothing either (they used to cost about ten allocations each), and the
+// log holds them.
+func TestHotPathAllocsSlowLogged(t *testing.T) {
+	sl := slowlog.New(8, 0)
+	s, cl, up := pair(t, true, sl)
+	for i := 0; i < 100; i++ {
+		roundTrip(s, cl, up, getReq, getReply)
+	}
+	if a := testing.AllocsPerRun(1000, func() { roundTrip(s, cl, up, getReq, getReply) }); a != 0 {
+		t.Errorf("passthrough: %v allocations per slow command, want 0", a)
+	}
+	rs, rcl, ln := routedPair(t, false, sl)
+	for i := 0; i < 100; i++ {
+		routedRoundTrip(rs, rcl, ln, getReq, getReply)
+	}
+	if a := testing.AllocsPerRun(1000, func() { routedRoundTrip(rs, rcl, ln, getReq, getReply) }); a != 0 {
+		t.Errorf("routed: %v allocations per slow command, want 0", a)
+	}
+	es := sl.Entries()
+	if len(es) != 8 || es[0].Command != "get" || es[0].FirstKey != "key:a" || es[0].Client != "127.0.0.1:1" || es[0].Args != 2 {
+		t.Fatalf("slow log after 2,202 slow GETs: %d entries, newest %+v", len(es), es[0])
+	}
+	if es[0].ID != 2201 {
+		t.Errorf("newest ID %d, want 2201 (2 x (100 + 1001 AllocsPerRun runs) - 1)", es[0].ID)
 	}
 }

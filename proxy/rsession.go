@@ -1042,7 +1042,7 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 
 // slow adds a command to the slow log.
 func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	sl.Add(slowEntry(e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc))
+	slowRec(sl, e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // markDirty puts s on its loop's list of sessions to flush at the end of

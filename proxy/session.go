@@ -664,8 +664,8 @@ func (s *session) upstreamData(data []byte) {
 
 // slow adds a command to the slow log.
 func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
-	sl.Add(slowEntry(command.ID(d.cmd), d.argc, s.name, s.client.RemoteAddr(), &d.key,
-		d.tIn, d.tSent, d.tReply, tOut, d.tReply-d.svcFrom))
+	slowRec(sl, command.ID(d.cmd), d.argc, s.name, s.client.RemoteAddr(), &d.key,
+		d.tIn, d.tSent, d.tReply, tOut, d.tReply-d.svcFrom)
 }
 
 // engineProtoErr starts the error Redis sends before closing a connection

@@ -27,14 +27,18 @@
 // # Concurrency
 //
 // A Log is safe for concurrent use: any number of goroutines (the proxy's
-// event loops) may Add while HTTP handlers read. Add takes a mutex held for a
-// few copies; it is off the hot path because the caller calls it only for
-// commands at least Threshold slow. SafeFirstKey and KeyBuf do not lock and
-// do not allocate, so they may run on the hot path for every request.
+// event loops) may Add or Record while HTTP handlers read. The proxy calls
+// Record, which copies a fixed-size Rec into the ring under a mutex and
+// allocates nothing: under load every command may cross the threshold (a
+// saturated engine queues pipelines for more than 10 ms), so recording a
+// slow command must cost no more than timing it. The strings, maps and
+// addresses of an Entry are built when the log is read. SafeFirstKey and
+// KeyBuf do not lock and do not allocate either.
 package slowlog
 
 import (
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,15 +101,49 @@ type Entry struct {
 	Phases map[string]float64 `json:"phases_seconds"`
 }
 
+// Rec is a slow command as the proxy records it (Log.Record): fixed-size,
+// so that recording it allocates nothing. Entries turns it into an Entry
+// with the phases total, upstream, proxy (total − upstream), service and
+// queue (upstream − service), in seconds.
+type Rec struct {
+	// Command is the command table's label ("get", "other", …). It must be
+	// a string that is never modified (the table's own), since Record keeps
+	// it as is.
+	Command string
+	// Args is the argument count, including the command name.
+	Args int
+	// Client is the client's address.
+	Client netip.AddrPort
+	// ClientName is the CLIENT SETNAME name, kept as is: an immutable
+	// string, never one aliasing a reused buffer.
+	ClientName string
+	// Key is the first key, as found by SafeFirstKey.
+	Key KeyBuf
+	// Total, Upstream and Service are the command's phases (ns): from its
+	// arrival to its reply going out, from its send to the engine to its
+	// reply arriving, and the engine's share of Upstream (see the proxy's
+	// timing model). Service is capped at Upstream.
+	Total, Upstream, Service time.Duration
+}
+
+// item is one slot of the ring: a Rec or, from Add, an Entry.
+type item struct {
+	rec   Rec
+	entry Entry
+	isRec bool
+	id    int64
+	at    int64 // Record's time, Unix ns
+}
+
 // Log is a bounded ring of the most recent slow commands. Its methods are
 // safe for concurrent use. The zero Log is not usable; call New.
 type Log struct {
 	threshold time.Duration // Disabled when disabled; immutable
 
 	mu     sync.Mutex
-	ring   []Entry // len == capacity; ring[next-1] is the newest
-	next   int     // index the next Add writes
-	n      int     // entries held, <= len(ring)
+	ring   []item // len == capacity; ring[next-1] is the newest
+	next   int    // index the next Add writes
+	n      int    // entries held, <= len(ring)
 	nextID int64
 }
 
@@ -122,7 +160,7 @@ func New(capacity int, threshold time.Duration) *Log {
 	if threshold < 0 {
 		threshold = Disabled
 	}
-	return &Log{threshold: threshold, ring: make([]Entry, capacity)}
+	return &Log{threshold: threshold, ring: make([]item, capacity)}
 }
 
 // Threshold returns the minimum total time of a command worth an Add, or
@@ -168,9 +206,35 @@ func (l *Log) Add(e Entry) {
 	}
 
 	l.mu.Lock()
-	e.ID = l.nextID
+	it := l.slot()
+	it.entry, it.isRec = e, false
+	it.rec = Rec{}
+	l.mu.Unlock()
+}
+
+// Record adds r as the newest entry, dropping the oldest when the Log is
+// full, stamped with the current time. It copies r into the ring and
+// allocates nothing (the Entry is built when the log is read), so it may
+// run for every command. Like Add, it does not compare r.Total with the
+// threshold, and on a disabled Log it does nothing.
+func (l *Log) Record(r *Rec) {
+	if !l.Enabled() {
+		return
+	}
+	at := time.Now().UnixNano()
+	l.mu.Lock()
+	it := l.slot()
+	it.rec, it.isRec, it.at = *r, true, at
+	it.entry = Entry{}
+	l.mu.Unlock()
+}
+
+// slot claims the ring's next item for a new entry, numbering it.
+// l.mu is held.
+func (l *Log) slot() *item {
+	it := &l.ring[l.next]
+	it.id = l.nextID
 	l.nextID++
-	l.ring[l.next] = e
 	l.next++
 	if l.next == len(l.ring) {
 		l.next = 0
@@ -178,7 +242,39 @@ func (l *Log) Add(e Entry) {
 	if l.n < len(l.ring) {
 		l.n++
 	}
-	l.mu.Unlock()
+	return it
+}
+
+// toEntry returns the Entry of an item; from a Rec, it builds the strings,
+// the Phases map and the Time. The Phases map of an item from Add is
+// shared with the ring.
+func (it *item) toEntry() Entry {
+	if !it.isRec {
+		e := it.entry
+		e.ID = it.id
+		return e
+	}
+	r := &it.rec
+	e := Entry{
+		ID:         it.id,
+		Time:       time.Unix(0, it.at),
+		Command:    r.Command,
+		Args:       r.Args,
+		ClientName: r.ClientName,
+	}
+	if r.Client.IsValid() {
+		e.Client = r.Client.String()
+	}
+	e.FirstKey, e.KeyTruncated = escapeKey(string(r.Key.Bytes()), r.Key.Truncated())
+	service := min(r.Service, r.Upstream)
+	e.Phases = map[string]float64{
+		"total":    r.Total.Seconds(),
+		"upstream": r.Upstream.Seconds(),
+		"proxy":    max(r.Total-r.Upstream, 0).Seconds(),
+		"service":  service.Seconds(),
+		"queue":    max(r.Upstream-service, 0).Seconds(),
+	}
+	return e
 }
 
 // Entries returns the entries held, newest first (as SLOWLOG GET does). The
@@ -198,9 +294,9 @@ func (l *Log) Entries() []Entry {
 }
 
 // entries returns up to count entries (all if count < 0), newest first, and
-// the number held, both read under one lock. The entries share their Phases
-// maps with the ring; the maps are never written after Add, so the caller
-// may read them but must not modify them.
+// the number held, both read under one lock. Entries from Add share their
+// Phases maps with the ring; the maps are never written after Add, so the
+// caller may read them but must not modify them.
 func (l *Log) entries(count int) ([]Entry, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -214,7 +310,7 @@ func (l *Log) entries(count int) ([]Entry, int) {
 		if i < 0 {
 			i = len(l.ring) - 1
 		}
-		out[k] = l.ring[i]
+		out[k] = l.ring[i].toEntry()
 	}
 	return out, l.n
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,5 +289,52 @@ func BenchmarkAdd(b *testing.B) {
 				l.Add(e)
 			}
 		})
+	}
+}
+
+// TestRecordBuildsEntries: a Rec recorded without allocating reads back as
+// the Entry the proxy used to build: the five phases in seconds (proxy =
+// total - upstream, queue = upstream - service, service capped at
+// upstream), the key cut and escaped, the client as ip:port, and IDs
+// shared with Add in one sequence.
+func TestRecordBuildsEntries(t *testing.T) {
+	l := slowlog.New(4, 0)
+	var key slowlog.KeyBuf
+	key.Set([]byte("user:\x00" + strings.Repeat("k", 70)))
+	r := slowlog.Rec{
+		Command: "get", Args: 2, ClientName: "web-1", Key: key,
+		Client:   netip.MustParseAddrPort("10.1.2.3:6000"),
+		Total:    30 * time.Millisecond,
+		Upstream: 20 * time.Millisecond,
+		Service:  25 * time.Millisecond, // more than upstream: capped
+	}
+	if a := testing.AllocsPerRun(100, func() { l.Record(&r) }); a != 0 {
+		t.Errorf("Record: %v allocations, want 0", a)
+	}
+	l.Add(entry("set", 0.02))
+	es := l.Entries()
+	if got := ids(es); fmt.Sprint(got) != "[101 100 99 98]" {
+		t.Errorf("IDs %v, want [101 100 99 98] (101 Records, then one Add)", got)
+	}
+	e := es[1]
+	want := map[string]float64{"total": 0.03, "upstream": 0.02, "proxy": 0.01, "service": 0.02, "queue": 0}
+	for k, v := range want {
+		if got := e.Phases[k]; got < v-1e-12 || got > v+1e-12 {
+			t.Errorf("phase %s = %v, want %v", k, got, v)
+		}
+	}
+	if len(e.Phases) != len(want) {
+		t.Errorf("phases %v, want exactly %v", e.Phases, want)
+	}
+	wantKey := `user:\x00` + strings.Repeat("k", slowlog.MaxKeyBytes-6)
+	if e.Command != "get" || e.Args != 2 || e.ClientName != "web-1" || e.Client != "10.1.2.3:6000" ||
+		e.FirstKey != wantKey || !e.KeyTruncated {
+		t.Errorf("entry %+v", e)
+	}
+	if time.Since(e.Time) > time.Minute || e.Time.After(time.Now()) {
+		t.Errorf("Time %v, want about now", e.Time)
+	}
+	if es[0].Command != "set" || es[0].Client != "10.0.0.1:5000" {
+		t.Errorf("the Add after the Records reads back as %+v", es[0])
 	}
 }
