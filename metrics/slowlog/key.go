@@ -51,6 +51,16 @@ var secretBearing = [...]string{"auth", "hello", "config", "acl", "client", "sen
 // isSecretBearing reports whether cmd, case-insensitively, is in
 // secretBearing.
 func isSecretBearing(cmd string) bool {
+	// The proxy passes the command table's lower-case labels: one switch
+	// settles those (this runs for every request); any other spelling
+	// goes through the case-insensitive loop.
+	switch cmd {
+	case "auth", "hello", "config", "acl", "client", "sentinel", "other":
+		return true
+	case "get", "set", "mget", "mset", "del", "incr", "hget", "hset", "lpush", "rpush", "lpop",
+		"rpop", "sadd", "zadd", "expire", "exists", "lrange", "hgetall", "append":
+		return false
+	}
 	for _, s := range secretBearing {
 		if strings.EqualFold(cmd, s) {
 			return true

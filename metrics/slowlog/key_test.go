@@ -74,6 +74,11 @@ func TestSafeFirstKey(t *testing.T) {
 		{"other", "other", argv("FOO", "k"), 1, "", false},
 		{"empty label", "", argv("GET", "k"), 1, "", false},
 		{"label mismatch", "get", argv("AUTH", secret), 1, "", false},
+		// Labels in another case than the table's miss the fast switch and
+		// take the case-insensitive loop: still fenced.
+		{"upper-case AUTH label", "AUTH", argv("AUTH", "user", secret), 1, "", false},
+		{"mixed-case Client label", "Client", argv("CLIENT", "SETNAME", secret), 1, "", false},
+		{"upper-case GET label", "GET", argv("GET", "k1"), 1, "k1", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := slowlog.SafeFirstKey(tc.cmd, tc.args, tc.keyPos)
