@@ -5,10 +5,12 @@ package proxy_test
 // routed client must see what a single engine would answer.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -461,4 +463,59 @@ func TestRoutePinnedFirstKey(t *testing.T) {
 	if r := set.Snapshot().Routing; r.PinnedMisroutes != 0 {
 		t.Errorf("misroutes %d, want 0", r.PinnedMisroutes)
 	}
+}
+
+// TestRouteSlotsTracking: a RESP3 client with CLIENT TRACKING on gets the
+// invalidation of every key it read, whichever shard holds it (the
+// command is replayed on every shard connection, as a cluster client
+// turns tracking on for each node it talks to). Before, only the home
+// shard tracked: a client-side cache of the other keys went stale without
+// a word.
+func TestRouteSlotsTracking(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, _ := routing.EvenSplit(addrs)
+	keys := make([]string, 3) // one key per shard
+	for i, found := 0, 0; found < 3; i++ {
+		k := fmt.Sprintf("trk:%d", i)
+		if sh := topo.Shard(routing.Slot([]byte(k))); keys[sh] == "" {
+			keys[sh] = k
+			found++
+		}
+	}
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Send(t, redistest.Cmd("HELLO", "3"))
+	if _, err := c.ReadFrame(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Roundtrip(t, redistest.Cmd("CLIENT", "TRACKING", "on"), []byte("+OK\r\n"))
+	for _, k := range keys {
+		c.Roundtrip(t, redistest.Cmd("GET", k), []byte("_\r\n"))
+	}
+	for i, k := range keys {
+		srvs[i].Do("SET", k, "v") // on its owner, behind the proxy's back
+	}
+	got := map[string]bool{}
+	for range keys {
+		f, err := c.ReadFrame(5 * time.Second)
+		if err != nil {
+			t.Fatalf("invalidations so far %v, then: %v", got, err)
+		}
+		if !bytes.HasPrefix(f, []byte(">2\r\n$10\r\ninvalidate\r\n*1\r\n")) {
+			t.Fatalf("want an invalidate push, got %q", f)
+		}
+		for _, k := range keys {
+			if bytes.HasSuffix(f, []byte("$"+strconv.Itoa(len(k))+"\r\n"+k+"\r\n")) {
+				got[k] = true
+			}
+		}
+	}
+	for _, k := range keys {
+		if !got[k] {
+			t.Errorf("no invalidation for %s (its shard: %s); got %v", k, addrs[topo.Shard(routing.Slot([]byte(k)))], got)
+		}
+	}
+	// The connection still answers in order after the pushes.
+	c.Roundtrip(t, redistest.Cmd("GET", keys[2]), []byte("$1\r\nv\r\n"))
 }

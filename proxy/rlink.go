@@ -147,6 +147,9 @@ func (ln *rlink) onData(data []byte) {
 	for off := 0; off < len(data); {
 		if !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 {
 			ln.stream = ln.streamable(data[off])
+			if ln.stream != nil {
+				ln.stream.streaming = ln
+			}
 		}
 		n, fin, err := ln.rf.Feed(data[off:])
 		chunk := data[off : off+n]
@@ -161,6 +164,7 @@ func (ln *rlink) onData(data []byte) {
 				break
 			}
 			ln.stream = nil
+			s.endStream()
 			r := ln.q.pop()
 			prev := ln.lastReply
 			ln.lastReply = now
@@ -221,8 +225,12 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 		// A RESP3 push (client tracking): out of band, passed on as is
 		// to the link's owner (a shared link has none to give it to).
 		if s := ln.owner; s != nil {
-			s.wbuf = append(s.wbuf, frame...)
-			s.markDirty()
+			if s.streaming != nil && s.streaming != ln {
+				s.pushHold = append(s.pushHold, frame...) // not inside another link's reply
+			} else {
+				s.wbuf = append(s.wbuf, frame...)
+				s.markDirty()
+			}
 		}
 		return
 	}
@@ -311,6 +319,7 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 		// Part of this reply went to the client already: no error reply
 		// can follow it on the same stream.
 		ln.stream = nil
+		s.streaming = nil
 		ln.q.pop()
 		s.stopRead, s.closeNow = true, true
 		s.markDirty()

@@ -97,6 +97,7 @@ const (
 	stSelect
 	stReadMode // READONLY / READWRITE
 	stName     // CLIENT SETNAME
+	stTracking // CLIENT TRACKING: each shard tracks the keys read from it
 	numStates
 )
 
@@ -141,6 +142,11 @@ type rsession struct {
 	done       []*rentry // requests whose replies are in wbuf, for timing
 	dirty      bool      // on the loop's dirty list: flush at the end of the callback
 	buffered   int       // bytes of replies held behind slower ones
+	// streaming is the link whose reply is going to the client part by
+	// part (cut-through); RESP3 pushes of other links wait in pushHold
+	// until that reply is complete, so they never land inside it.
+	streaming *rlink
+	pushHold  []byte
 	stopRead   bool
 	closeAfter bool
 	closeNow   bool // close once what is ready is written (engine protocol error)
@@ -630,7 +636,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		s.stateCmd(e, id, args, frame)
 		return
 	case command.Client:
-		if len(args) >= 3 && eqFold(args[1], "setname") {
+		if len(args) >= 3 && (eqFold(args[1], "setname") || eqFold(args[1], "tracking")) {
 			s.stateCmd(e, id, args, frame)
 			return
 		}
@@ -858,9 +864,13 @@ func appendBulk(b, a []byte) []byte {
 }
 
 // stateCmd handles a connection-state command (AUTH, HELLO, SELECT,
-// READONLY/READWRITE, CLIENT SETNAME): the home shard answers it, every
-// shard connection already open gets it too (its reply dropped), and it is
-// replayed first on every shard connection opened later.
+// READONLY/READWRITE, CLIENT SETNAME, CLIENT TRACKING): the home shard
+// answers it, every shard connection already open gets it too (its reply
+// dropped), and it is replayed first on every shard connection opened
+// later. So with CLIENT TRACKING (RESP3) each shard tracks the keys the
+// client reads from it and its invalidation pushes reach the client, as a
+// cluster client tracking on every node connection gets them. (With
+// REDIRECT id only the home shard knows the id: the others refuse it.)
 func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
 		s.keyless(s.p.router.load(), e, id, args, frame)
@@ -878,6 +888,9 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 		k = stReadMode
 	default:
 		k = stName
+		if len(args) >= 2 && eqFold(args[1], "tracking") {
+			k = stTracking
+		}
 	}
 	if id == command.Hello && len(args) >= 2 {
 		s.resp3 = args[1][0] == '3'
@@ -1043,6 +1056,16 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 // slow adds a command to the slow log.
 func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
 	slowRec(sl, e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+}
+
+// endStream ends a cut-through reply: pushes held meanwhile follow it.
+func (s *rsession) endStream() {
+	s.streaming = nil
+	if len(s.pushHold) > 0 {
+		s.wbuf = append(s.wbuf, s.pushHold...)
+		s.pushHold = s.pushHold[:0]
+		s.markDirty()
+	}
 }
 
 // markDirty puts s on its loop's list of sessions to flush at the end of
