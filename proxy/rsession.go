@@ -138,15 +138,15 @@ type rsession struct {
 	pauseReason  string
 	hbuf         []byte
 
-	wbuf       []byte    // replies to write at the end of the callback
-	done       []*rentry // requests whose replies are in wbuf, for timing
-	dirty      bool      // on the loop's dirty list: flush at the end of the callback
-	buffered   int       // bytes of replies held behind slower ones
+	wbuf     []byte    // replies to write at the end of the callback
+	done     []*rentry // requests whose replies are in wbuf, for timing
+	dirty    bool      // on the loop's dirty list: flush at the end of the callback
+	buffered int       // bytes of replies held behind slower ones
 	// streaming is the link whose reply is going to the client part by
 	// part (cut-through); RESP3 pushes of other links wait in pushHold
 	// until that reply is complete, so they never land inside it.
-	streaming *rlink
-	pushHold  []byte
+	streaming  *rlink
+	pushHold   []byte
 	stopRead   bool
 	closeAfter bool
 	closeNow   bool // close once what is ready is written (engine protocol error)
