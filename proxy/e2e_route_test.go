@@ -519,3 +519,36 @@ func TestRouteSlotsTracking(t *testing.T) {
 	// The connection still answers in order after the pushes.
 	c.Roundtrip(t, redistest.Cmd("GET", keys[2]), []byte("$1\r\nv\r\n"))
 }
+
+// TestDrainTimeoutReply: a request still pending when Stop's drain timeout
+// expires gets an error that says the proxy shut down, not that the engine
+// was lost (the engine was fine), in passthrough and under --route slots;
+// and the engine loss is not counted.
+func TestDrainTimeoutReply(t *testing.T) {
+	_, addrs := startShards(t, 3)
+	for _, route := range []string{proxy.RouteNone, proxy.RouteSlots} {
+		t.Run(route, func(t *testing.T) {
+			mod := func(c *proxy.Config) { c.DrainTimeout = 300 * time.Millisecond }
+			var p *proxy.Proxy
+			var set *metrics.Set
+			if route == proxy.RouteNone {
+				p, set = proxytest.StartProxy(t, addrs[0], mod)
+			} else {
+				p, set = startRouted(t, route, addrs, mod)
+			}
+			c := redistest.Dial(t, p.Addr())
+			defer c.Close()
+			c.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+			c.Send(t, redistest.Cmd("BLPOP", "drain:none", "30"))
+			time.Sleep(100 * time.Millisecond) // the BLPOP reaches its shard
+			proxytest.Stop(t, p)
+			f, err := c.ReadFrame(5 * time.Second)
+			if err != nil || !bytes.HasPrefix(f, []byte("-ERR upstream ")) || !bytes.Contains(f, []byte("not answered: respmeter shut down (drain timeout)")) {
+				t.Errorf("pending BLPOP at shutdown got %q (%v), want the shutdown error", f, err)
+			}
+			if n := set.Snapshot().Counters.UpstreamLost; n != 0 {
+				t.Errorf("upstream losses counted: %d, want 0 (the proxy closed them)", n)
+			}
+		})
+	}
+}

@@ -54,6 +54,7 @@ type Proxy struct {
 	sharedNext atomic.Uint64
 
 	draining atomic.Bool
+	closing  atomic.Bool  // Stop is closing every connection (drain over)
 	clients  atomic.Int64 // open client connections
 	inflight atomic.Int64 // requests sent and not yet answered, all loops
 	lingers  sync.WaitGroup
@@ -69,6 +70,10 @@ type loop struct {
 	done []doneRec     // scratch: requests answered in the current batch
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
+	// ups holds the loop's open upstream connections, so that Stop can
+	// close them first when its drain timeout expires (their requests
+	// then get the shutdown error before their clients are closed).
+	ups map[gnet.Conn]struct{}
 
 	// Routed sessions' scratch and pool (see rsession.go).
 	p       *Proxy
@@ -321,6 +326,37 @@ wait:
 		case <-tick.C:
 		}
 	}
+	// Requests still pending get an error that says so: each loop closes
+	// its upstream connections first (their sessions answer what is
+	// pending, then close their clients), and gets a moment to do it.
+	p.closing.Store(true)
+	if p.inflight.Load() > 0 {
+		p.mu.Lock()
+		for _, l := range p.loops {
+			if l.el == nil {
+				continue
+			}
+			_ = l.el.Execute(ctx, gnet.RunnableFunc(func(context.Context) error {
+				for c := range l.ups {
+					_ = c.Close()
+				}
+				return nil
+			}))
+		}
+		p.mu.Unlock()
+		grace := time.NewTimer(200 * time.Millisecond)
+	settle:
+		for p.inflight.Load() > 0 {
+			select {
+			case <-ctx.Done():
+				break settle
+			case <-grace.C:
+				break settle
+			case <-tick.C:
+			}
+		}
+		grace.Stop()
+	}
 	// gnet's Engine.Stop polls for the shutdown every 500 ms; Run returns
 	// as soon as the loops are down, so wait for that instead.
 	go func() { _ = p.eng.Stop(ctx) }()
@@ -367,7 +403,8 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24)}
+		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
+			ups: make(map[gnet.Conn]struct{})}
 		if m := p.cfg.Metrics; m != nil {
 			l.m = m.Loop(len(p.loops) % m.Loops())
 		}
@@ -384,8 +421,10 @@ func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch u := c.Context().(type) {
 	case *upLink:
+		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
 		return nil, p.upstreamOpen(u.s, c)
 	case *rlink:
+		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
 		return nil, u.opened(c)
 	}
 	if p.draining.Load() {
@@ -468,6 +507,7 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *session:
 		x.clientClosed(c, err)
 	case *upLink:
+		delete(p.loopFor(c.EventLoop()).ups, c)
 		if err != nil {
 			x.s.drainUpstream(c)
 		}
@@ -475,6 +515,7 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	case *rsession:
 		x.clientClosed(c, err)
 	case *rlink:
+		delete(p.loopFor(c.EventLoop()).ups, c)
 		if err != nil {
 			x.drain(c)
 		}
@@ -549,6 +590,17 @@ type gnetFder interface{ Fd() int }
 
 // upstreamError is the reply a pending request gets when its upstream is
 // unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.
+// lostUpstream is the error reply of requests pending on an upstream
+// connection that closed: the engine's loss, or the proxy's own shutdown
+// once the drain timeout expired (Stop), which must not be blamed on the
+// engine.
+func (p *Proxy) lostUpstream(addr string, err error) []byte {
+	if p.closing.Load() {
+		return upstreamError(addr, "not answered: respmeter shut down (drain timeout)", nil)
+	}
+	return upstreamError(addr, "connection lost", err)
+}
+
 func upstreamError(addr, what string, err error) []byte {
 	msg := "ERR upstream " + addr + " " + what
 	if err != nil && !errors.Is(err, io.EOF) {

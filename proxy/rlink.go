@@ -340,7 +340,7 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 			s.closeAfter, s.stopRead = true, true
 		}
 	}
-	if lost && pending > 0 && ln.c != nil {
+	if lost && pending > 0 && ln.c != nil && !ln.p.closing.Load() {
 		if m := ln.p.cfg.Metrics; m != nil {
 			m.UpstreamLost()
 		}
@@ -371,7 +371,7 @@ func (ln *rlink) closed(err error) {
 		// so the client has none of it): the request fails as the others.
 		ln.p.log.Warn("upstream closed in the middle of a reply", "upstream", ln.addr)
 	}
-	ln.fail(upstreamError(ln.addr, "connection lost", err), true)
+	ln.fail(ln.p.lostUpstream(ln.addr, err), true)
 }
 
 // dialFailed runs on the loop when the shard could not be reached.

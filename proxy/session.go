@@ -912,13 +912,13 @@ func (s *session) upstreamClosed(err error) {
 		s.closeBoth()
 		return
 	}
-	if s.q.len() > 0 {
+	if s.q.len() > 0 && !s.p.closing.Load() {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.UpstreamLost()
 		}
 		s.p.log.Warn("upstream lost with requests pending", "upstream", s.upAddr, "pending", s.q.len())
 	}
-	s.failPending(upstreamError(s.upAddr, "connection lost", err))
+	s.failPending(s.p.lostUpstream(s.upAddr, err))
 }
 
 // clientClosed runs when the client connection is gone. Its upstream is
