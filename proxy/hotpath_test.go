@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net"
 	"testing"
 
@@ -255,5 +256,69 @@ func TestHotPathAllocsSlowLogged(t *testing.T) {
 	}
 	if es[0].ID != 2201 {
 		t.Errorf("newest ID %d, want 2201 (2 x (100 + 1001 AllocsPerRun runs) - 1)", es[0].ID)
+	}
+}
+
+// taskLoop is the part of gnet.EventLoop a loop uses for deferred writes:
+// Execute keeps the task for the test to run, as gnet runs it after the
+// ready connections of its next pass.
+type taskLoop struct {
+	gnet.EventLoop
+	tasks []gnet.Runnable
+}
+
+func (e *taskLoop) Execute(_ context.Context, r gnet.Runnable) error {
+	e.tasks = append(e.tasks, r)
+	return nil
+}
+
+// TestSharedWritesOncePerPass: in shared mode the requests of two clients
+// read in the same pass of the event loop go to the engine in one write,
+// made by one task queued for the end of the pass; their replies still
+// reach each its own client.
+func TestSharedWritesOncePerPass(t *testing.T) {
+	set := metrics.NewSet(1, command.Names())
+	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", UpstreamMode: UpstreamShared, Measure: true, Metrics: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	el := &taskLoop{}
+	l := p.loopFor(el)
+	l.m = set.Loop(0)
+	up := &memConn{}
+	ln := &rlink{p: p, l: l, idx: 0, addr: "127.0.0.1:1", rf: resp.NewReplyFramer(), mshard: set.Shard("127.0.0.1:1"), c: up}
+	l.shared = []*rlink{ln}
+	c1, c2 := &memConn{}, &memConn{}
+	s1, s2 := newRSession(p, c1, l), newRSession(p, c2, l)
+	s1.slot, s2.slot = 0, 0
+	c1.in = []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
+	s1.clientTraffic(c1)
+	c2.in = []byte("*2\r\n$3\r\nGET\r\n$1\r\nb\r\n")
+	s2.clientTraffic(c2)
+	if len(up.out) != 0 {
+		t.Fatalf("the engine got %q before the end of the pass", up.out)
+	}
+	if len(el.tasks) != 1 {
+		t.Fatalf("%d tasks queued, want 1 for the pass", len(el.tasks))
+	}
+	if err := el.tasks[0].Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := "*2\r\n$3\r\nGET\r\n$1\r\na\r\n*2\r\n$3\r\nGET\r\n$1\r\nb\r\n"; string(up.out) != want {
+		t.Fatalf("the engine got %q, want both requests in one write", up.out)
+	}
+	if b := set.Snapshot().Shards[0].Batch; b.Count() != 1 || b.Sum != 2 {
+		t.Errorf("batches: %d writes carrying %d commands, want 1 carrying 2", b.Count(), b.Sum)
+	}
+	up.in = []byte("$2\r\nva\r\n$2\r\nvb\r\n")
+	ln.traffic(up)
+	if string(c1.out) != "$2\r\nva\r\n" || string(c2.out) != "$2\r\nvb\r\n" {
+		t.Errorf("replies: client 1 got %q, client 2 got %q", c1.out, c2.out)
+	}
+	// A second pass queues a task again.
+	c1.in = []byte("*1\r\n$4\r\nPING\r\n")
+	s1.clientTraffic(c1)
+	if len(el.tasks) != 2 {
+		t.Errorf("%d tasks after a second pass, want 2", len(el.tasks))
 	}
 }

@@ -77,20 +77,26 @@ type loop struct {
 
 	// Routed sessions' scratch and pool (see rsession.go).
 	p       *Proxy
-	touched []*rlink    // links with requests to write at the end of the callback
-	dirty   []*rsession // sessions with replies to write at the end of the callback
-	resume  []*rsession // sessions whose pause ended (handoffs)
-	shared  []*rlink    // shared upstream connections (see loop.sharedLink)
-	rpool   []*rentry
-	keys    [][]byte
-	slots   []uint16
-	group   []int32
-	elems   [][]byte
-	elems2  [][]byte
-	num     []byte
-	scratch []byte
-	sf      *resp.ReplyFramer
-	hscan   resp.RequestScanner // splits held requests
+	touched []*rlink // links with requests to write at the end of the callback
+	// Shared links whose write waits for the end of the loop's pass
+	// (flushAll, deferShared), the task that writes them, and whether it
+	// is queued.
+	deferred    []*rlink
+	runDeferred gnet.Runnable
+	flushQueued bool
+	dirty       []*rsession // sessions with replies to write at the end of the callback
+	resume      []*rsession // sessions whose pause ended (handoffs)
+	shared      []*rlink    // shared upstream connections (see loop.sharedLink)
+	rpool       []*rentry
+	keys        [][]byte
+	slots       []uint16
+	group       []int32
+	elems       [][]byte
+	elems2      [][]byte
+	num         []byte
+	scratch     []byte
+	sf          *resp.ReplyFramer
+	hscan       resp.RequestScanner // splits held requests
 }
 
 // doneRec is a request whose reply completed in the current read batch; it
@@ -405,6 +411,12 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	if l == nil {
 		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{})}
+		if el != nil && p.cfg.UpstreamMode == UpstreamShared {
+			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
+				l.writeDeferred()
+				return nil
+			})
+		}
 		if m := p.cfg.Metrics; m != nil {
 			l.m = m.Loop(len(p.loops) % m.Loops())
 		}
