@@ -5,8 +5,10 @@ package proxy_test
 // shared, see .ci/run); these tests cover what only this mode does.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -173,4 +175,36 @@ func TestSharedDeepPipelineWindow(t *testing.T) {
 	if mean := float64(b.sum) / float64(b.count); mean < 128 {
 		t.Errorf("mean batch %.1f commands, want at least 128 (a window of 512 read on at 256)", mean)
 	}
+}
+
+// TestSharedHelloAfterPipelinedRequest: HELLO switching protocol behind a
+// request still in flight waits for that reply, then is answered; the
+// engine is the oracle. (It once resumed as soon as half of the shared
+// window was free, paused again at once, and overflowed the stack: the
+// whole proxy died.)
+func TestSharedHelloAfterPipelinedRequest(t *testing.T) {
+	e := sharedSetup(t)
+	for _, tc := range []struct {
+		in     []byte
+		frames int
+	}{
+		{respJoin(respCmd("PING"), respCmd("HELLO", "3"), respCmd("PING")), 3},
+		{respJoin(respCmd("HELLO", "3"), respCmd("SET", "sh:h", "1"), respCmd("HELLO", "2"), respCmd("GET", "sh:h")), 4},
+	} {
+		in := tc.in
+		got := e.same(t, [][]byte{in}, redistest.ExchangeOptions{Frames: tc.frames, Linger: 50 * time.Millisecond}, maskHelloID)
+		if len(got) == 0 || !bytes.HasSuffix(got, []byte("\r\n")) {
+			t.Errorf("%q: got %q", in, got)
+		}
+	}
+	e.healthy(t)
+}
+
+// helloID is the client id field of a HELLO reply (RESP2 or RESP3).
+var helloID = regexp.MustCompile(`\$2\r\nid\r\n:[0-9]+\r\n`)
+
+// maskHelloID blanks the client ids in HELLO replies: the engine numbers
+// its connections, and the proxy's are not the test's.
+func maskHelloID(b []byte) []byte {
+	return helloID.ReplaceAll(b, []byte("$2\r\nid\r\n:N\r\n"))
 }

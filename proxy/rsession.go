@@ -186,6 +186,7 @@ const (
 // Pause kinds (rsession.paused).
 const (
 	pauseWait        uint8 = iota + 1 // then go on as before
+	pauseWindow                       // the shared window is full: go on once half is answered
 	pausePrivate                      // then use private upstream connections
 	pausePassthrough                  // then become a passthrough session on one private connection
 )
@@ -276,7 +277,7 @@ func (s *rsession) resume() {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
-	if kind != pauseWait {
+	if kind != pauseWait && kind != pauseWindow {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.Handoff(reason)
 		}
@@ -474,7 +475,7 @@ func (s *rsession) clientData(data []byte) {
 			// On a shared connection one client's deep pipeline would hold
 			// up every other client's replies: its next requests wait for
 			// these to be answered.
-			s.paused = pauseWait
+			s.paused = pauseWindow
 			s.holdRest(data[off:])
 			off = len(data)
 			break
@@ -1308,7 +1309,9 @@ func (s *rsession) maybeResume() {
 		return
 	}
 	// A handoff waits for every reply; the shared window only for half.
-	if s.q.len() == 0 || s.paused == pauseWait && s.q.len() <= sharedResumeAt {
+	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
+	// resumed earlier, it would pause again at once, for ever.)
+	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
 		s.resumeQueued = true
 		s.l.resume = append(s.l.resume, s)
 	}
