@@ -101,6 +101,31 @@ const (
 	numStates
 )
 
+// stateSlot returns the state slot a connection-state command sets (AUTH,
+// HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT TRACKING), or
+// -1. Routed sessions (stateCmd) and handed-over clients (handback.record)
+// keep their state by it.
+func stateSlot(id command.ID, args [][]byte) int {
+	switch id {
+	case command.Auth:
+		return stAuth
+	case command.Hello:
+		return stHello
+	case command.Select:
+		return stSelect
+	case command.Readonly, command.Readwrite:
+		return stReadMode
+	case command.Client:
+		switch {
+		case len(args) >= 3 && eqFold(args[1], "setname"):
+			return stName
+		case len(args) >= 3 && eqFold(args[1], "tracking"):
+			return stTracking
+		}
+	}
+	return -1
+}
+
 type rsession struct {
 	p      *Proxy
 	l      *loop
@@ -877,22 +902,7 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 		s.keyless(s.p.router.load(), e, id, args, frame)
 		return
 	}
-	var k int
-	switch id {
-	case command.Auth:
-		k = stAuth
-	case command.Hello:
-		k = stHello
-	case command.Select:
-		k = stSelect
-	case command.Readonly, command.Readwrite:
-		k = stReadMode
-	default:
-		k = stName
-		if len(args) >= 2 && eqFold(args[1], "tracking") {
-			k = stTracking
-		}
-	}
+	k := stateSlot(id, args) // >= 0: the callers route only state commands here
 	if id == command.Hello && len(args) >= 2 {
 		s.resp3 = args[1][0] == '3'
 	}

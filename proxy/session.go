@@ -1028,24 +1028,11 @@ type handback struct {
 // record keeps connection-state commands sent while handed over, to be
 // replayed on the routed session's connections later.
 func (b *handback) record(id command.ID, args [][]byte, frame []byte) {
-	k := -1
-	switch id {
-	case command.Auth:
-		k = stAuth
-	case command.Hello:
-		k = stHello
-	case command.Select:
-		k = stSelect
-	case command.Readonly, command.Readwrite:
-		k = stReadMode
-	case command.Client:
-		if len(args) >= 3 && eqFold(args[1], "setname") {
-			k = stName
-		}
-	case command.Reset:
+	if id == command.Reset {
 		b.state = [numStates][]byte{}
+		return
 	}
-	if k >= 0 {
+	if k := stateSlot(id, args); k >= 0 {
 		b.state[k] = append([]byte(nil), frame...)
 	}
 }
