@@ -104,20 +104,8 @@ STARTED=()
 CLK_TCK=$(getconf CLK_TCK)
 NCPU=$(nproc)
 
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh" # log, die, cleanup, start_bg, wait_ping, child_ticks, busy_ticks
 
-cleanup() {
-  local p i
-  for p in "${STARTED[@]:-}"; do
-    [ -n "$p" ] && kill "$p" 2>/dev/null || true
-  done
-  for p in "${STARTED[@]:-}"; do
-    [ -n "$p" ] || continue
-    for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-  done
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -173,24 +161,6 @@ fi
 } >"$OUT/env.txt"
 cat "$OUT/env.txt" >&2
 
-start_bg() { # name cmd...
-  local name=$1
-  shift
-  "$@" >"$OUT/logs/$name.log" 2>&1 &
-  LAST_PID=$!
-  STARTED+=("$LAST_PID")
-}
-
-wait_ping() { # name port pid
-  local i
-  for i in $(seq 100); do
-    kill -0 "$3" 2>/dev/null || die "$1 (pid $3) exited during start-up; see $OUT/logs/$1.log"
-    [ "$("$REDIS_CLI" -h 127.0.0.1 -p "$2" ping 2>/dev/null)" = PONG ] && return 0
-    sleep 0.1
-  done
-  die "$1 did not answer PING on 127.0.0.1:$2 within 10 s"
-}
-
 ticks() { # utime+stime of a pid and its threads (and child processes), clock ticks
   local pid=$1 s total=0 c
   if s=$(cat "/proc/$pid/stat" 2>/dev/null); then
@@ -203,21 +173,6 @@ ticks() { # utime+stime of a pid and its threads (and child processes), clock ti
     total=$((total + $(ticks "$c")))
   done
   echo "$total"
-}
-
-child_ticks() { # utime+stime of this shell's waited-for children (the benchmark clients)
-  local s
-  s=$(cat /proc/$$/stat)
-  s=${s##*) }
-  # shellcheck disable=SC2086
-  set -- $s
-  echo $((${14} + ${15}))
-}
-
-busy_ticks() { # all CPUs, busy = total - idle - iowait, from /proc/stat
-  local _c u n s i w q sq st rest
-  read -r _c u n s i w q sq st rest </proc/stat
-  echo $((u + n + s + q + sq + st))
 }
 
 # --- redis-server and key space ------------------------------------------------------------------
