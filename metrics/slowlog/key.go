@@ -57,8 +57,8 @@ func isSecretBearing(cmd string) bool {
 	switch cmd {
 	case "auth", "hello", "config", "acl", "client", "sentinel", "other":
 		return true
-	case "get", "set", "mget", "mset", "del", "incr", "hget", "hset", "lpush", "rpush", "lpop",
-		"rpop", "sadd", "zadd", "expire", "exists", "lrange", "hgetall", "append":
+	}
+	if !hasUpper(cmd) {
 		return false
 	}
 	for _, s := range secretBearing {
@@ -133,4 +133,14 @@ func equalFold(b []byte, s string) bool {
 		}
 	}
 	return true
+}
+
+// hasUpper reports whether s has an ASCII upper-case letter.
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
