@@ -552,3 +552,76 @@ func TestDrainTimeoutReply(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteSlotsPipelinedHandBack: requests pipelined behind the ones that
+// end a hand-over (CLIENT REPLY SKIP's skipped command, CLIENT REPLY ON,
+// UNSUBSCRIBE, RESET) go to their own shards, in the same write or in the
+// next one sent before the replies came back (keyed commands sent while
+// handed over still go to the hand-over shard: a documented limit). Each
+// case runs once per home
+// shard (homes are round-robin); its replies are compared with one engine's
+// and its key must be on its owner and nowhere else. Regression test: they
+// went to the hand-over shard.
+func TestRouteSlotsPipelinedHandBack(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	oracle := redistest.Start(t)
+	topo, _ := routing.EvenSplit(addrs)
+	// a key and a channel with different owners
+	key, ch := "", ""
+	for i := 0; key == "" || ch == ""; i++ {
+		k := fmt.Sprintf("hb:%d", i)
+		switch sh := topo.Shard(routing.Slot([]byte(k))); {
+		case key == "":
+			key = k
+		case ch == "" && sh != topo.Shard(routing.Slot([]byte(key))):
+			ch = k
+		}
+	}
+	cmd := redistest.Cmd
+	cases := []struct {
+		name   string
+		writes [][]byte
+	}{
+		{"CLIENT REPLY SKIP", [][]byte{respJoin(cmd("CLIENT", "REPLY", "SKIP"), cmd("PING"), cmd("INCR", key), cmd("GET", key))}},
+		{"CLIENT REPLY OFF then ON", [][]byte{respJoin(cmd("CLIENT", "REPLY", "OFF"), cmd("PING"),
+			cmd("CLIENT", "REPLY", "ON"), cmd("INCR", key), cmd("GET", key))}},
+		{"SUBSCRIBE then UNSUBSCRIBE", [][]byte{respJoin(cmd("SUBSCRIBE", ch), cmd("UNSUBSCRIBE", ch), cmd("INCR", key), cmd("GET", key))}},
+		{"UNSUBSCRIBE, then the next write at once", [][]byte{respJoin(cmd("SUBSCRIBE", ch), cmd("UNSUBSCRIBE")),
+			respJoin(cmd("INCR", key), cmd("GET", key))}},
+		{"PSUBSCRIBE then RESET", [][]byte{respJoin(cmd("PSUBSCRIBE", ch+"*"), cmd("RESET"), cmd("INCR", key), cmd("GET", key))}},
+		{"RESP3 subscriber", [][]byte{respJoin(cmd("HELLO", "3"), cmd("SUBSCRIBE", ch), cmd("PING"),
+			cmd("UNSUBSCRIBE", ch), cmd("INCR", key), cmd("GET", key))}},
+		{"still subscribed after UNSUBSCRIBE", [][]byte{respJoin(cmd("SUBSCRIBE", ch, ch+"x"), cmd("UNSUBSCRIBE", ch),
+			cmd("PING"), cmd("UNSUBSCRIBE"), cmd("INCR", key), cmd("GET", key))}},
+	}
+	owner := srvs[topo.Shard(routing.Slot([]byte(key)))]
+	o := redistest.ExchangeOptions{Timeout: 5 * time.Second}
+	for _, shared := range []bool{false, true} {
+		p, _ := startRouted(t, proxy.RouteSlots, addrs, func(c *proxy.Config) {
+			if shared {
+				c.UpstreamMode = proxy.UpstreamShared
+			}
+		})
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("shared=%v/%s", shared, tc.name), func(t *testing.T) {
+				writes := append(append([][]byte(nil), tc.writes...), cmd("QUIT"))
+				oracle.Flush()
+				want, _ := redistest.Exchange(t, oracle.Addr(), writes, o)
+				for home := range 3 {
+					for _, s := range srvs {
+						s.Flush()
+					}
+					got, _ := redistest.Exchange(t, p.Addr(), writes, o)
+					if w, g := redistest.MaskHelloID(want), redistest.MaskHelloID(got); !bytes.Equal(w, g) {
+						t.Errorf("connection %d: replies differ from one engine's\n engine: %q\n proxy:  %q", home, w, g)
+					}
+					for _, s := range srvs {
+						if n := s.Do("EXISTS", key).(int64); (n == 1) != (s == owner) {
+							t.Errorf("connection %d: EXISTS %s on %s = %d (its owner is %s)", home, key, s.Addr(), n, owner.Addr())
+						}
+					}
+				}
+			})
+		}
+	}
+}

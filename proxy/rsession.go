@@ -389,10 +389,13 @@ func (s *rsession) toPassthrough() {
 	} else {
 		go s.p.dial(ns, s.client.EventLoop())
 	}
-	ns.clientData(data)
-	// Armed only now: the held input starts with the request that made
-	// the hand-over, which must not hand the client straight back.
 	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
+	// The held input starts with the request that made the hand-over,
+	// which must not hand the client straight back; the requests after the
+	// ones that end it may (see session.holding).
+	ns.handingOver = true
+	ns.clientData(data)
+	ns.handingOver = false
 }
 
 // newEntry takes an entry from the loop's pool.
@@ -467,6 +470,9 @@ func (s *rsession) clientData(data []byte) {
 	if s.paused != 0 {
 		// Waiting for the requests in flight before a handoff: hold the
 		// input (bounded by the query limit).
+		if m := p.cfg.Metrics; m != nil {
+			m.AddClientBytes(len(data), 0)
+		}
 		s.hbuf = append(s.hbuf, data...)
 		if lim := p.cfg.ClientQueryLimit; lim > 0 && len(s.hbuf) > lim {
 			s.evict("query_limit")
@@ -479,11 +485,13 @@ func (s *rsession) clientData(data []byte) {
 		s.l.flushAll()
 		return
 	}
-	if m := p.cfg.Metrics; m != nil {
+	// Held input (resuming) was counted when it was read, and its think
+	// time is not now minus the last reply.
+	if m := p.cfg.Metrics; m != nil && !s.resuming {
 		m.AddClientBytes(len(data), 0)
 	}
 	now := p.now()
-	if m := s.l.m; m != nil && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
+	if m := s.l.m; m != nil && !s.resuming && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
 		m.Lock()
 		m.ThinkLocked(time.Duration(now - s.lastOut))
 		m.Unlock()

@@ -84,6 +84,18 @@ type session struct {
 	// back, for a client a routed or shared session handed over (pub/sub,
 	// MONITOR, CLIENT REPLY), is what it needs to become one again.
 	back *handback
+	// holding: a handed-over client sent a request that may end the
+	// hand-over (endsHandOver). The input after it waits in partial
+	// (partialSent 0) until every request before it is answered; then it
+	// goes to a routed session if the client is back to plain requests
+	// (handBack), or on through this one (releaseHold).
+	holding bool
+	// silentTail: the last request forwarded gets no reply (CLIENT REPLY
+	// OFF/SKIP), so no reply tells when the engine has run it.
+	silentTail bool
+	// handingOver: the first clientData of a handed-over client, whose
+	// input starts with the request that made the hand-over.
+	handingOver bool
 
 	upAddr string // the engine (or, under RoutePinned, the shard) this client's upstream goes to
 	// pinShard is the shard index under RoutePinned (-1 otherwise);
@@ -170,11 +182,23 @@ func (s *session) clientData(data []byte) {
 	if s.closed || s.stopRead {
 		return
 	}
-	if s.back != nil && s.canHandBack() {
-		s.handBack(data)
+	p := s.p
+	if s.holding {
+		// Waiting to decide the hand-back: keep the input, unprocessed
+		// (bounded by the query limit).
+		if m := p.cfg.Metrics; m != nil {
+			m.AddClientBytes(len(data), 0)
+		}
+		s.partial = append(s.partial, data...)
+		if lim := p.cfg.ClientQueryLimit; lim > 0 && len(s.partial) > lim {
+			s.evict("query_limit")
+		}
 		return
 	}
-	p := s.p
+	if s.back != nil && !s.handingOver && len(s.partial) == 0 && s.canHandBack() {
+		s.handBack(data, false)
+		return
+	}
 	if p.draining.Load() {
 		// Shutting down: no new requests; the client is closed once the
 		// ones it already sent are answered.
@@ -208,6 +232,7 @@ func (s *session) clientData(data []byte) {
 	}
 	first := s.q.len()
 	off := 0
+	barrier := false
 	for off < len(data) && !s.stopRead {
 		n, kind, err := s.scan.Scan(data[off:])
 		if err != nil {
@@ -223,8 +248,24 @@ func (s *session) clientData(data []byte) {
 			continue // forwarded too; the engine ignores it as well
 		}
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
-		if len(s.l.args) > 0 {
-			s.request(s.l.args, frame, now)
+		if len(s.l.args) == 0 {
+			continue
+		}
+		reply, multi := s.replyMode, s.inMulti
+		s.request(s.l.args, frame, now)
+		if s.back != nil && s.replyMode == replyOn && !s.inMulti && s.endsHandOver(s.l.args[0], reply, multi) {
+			// What follows may be routed again: it waits until this
+			// request and the ones before it are answered. A request that
+			// gets no reply is followed by a PING whose reply is dropped,
+			// so that it has run (on this shard) before what follows runs
+			// (on its own). Not while replies are off: the engine may then
+			// act on the timing of what it reads (a QUIT read after the
+			// last reply went out does not close the connection).
+			barrier = s.silentTail && !s.subscribed() && !s.resp2Subscribed() && !s.monitor
+			if barrier || s.q.len() > 0 {
+				s.holding = true
+				break
+			}
 		}
 	}
 	if s.pinDeferred && off > 0 {
@@ -243,7 +284,7 @@ func (s *session) clientData(data []byte) {
 	if fromPartial {
 		sent = s.partialSent
 	}
-	if !s.stopRead && off < len(data) {
+	if !s.stopRead && !s.holding && off < len(data) {
 		cut = off + s.scan.Pending()
 	}
 	if cut > sent {
@@ -272,6 +313,11 @@ func (s *session) clientData(data []byte) {
 			s.outq = append(s.outq, data[sent:cut]...)
 		}
 	}
+	if barrier && s.upFailed == nil {
+		s.q.push(pending{kind: kindDiscard})
+		p.inflight.Add(1)
+		s.toUpstream(barrierPing)
+	}
 	// Unprocessed input: the incomplete tail, requests waiting for the
 	// upstream to open or to take them, and the bookkeeping of requests in
 	// flight (a client pipelining into a stalled engine grows all three).
@@ -286,6 +332,10 @@ func (s *session) clientData(data []byte) {
 	switch {
 	case s.stopRead || len(tail) == 0:
 		s.partial = s.partial[:0]
+		s.partialSent = 0
+		s.scan.Reset()
+	case s.holding: // tail starts at a request boundary
+		s.partial = append(s.partial[:0:0], tail...)
 		s.partialSent = 0
 		s.scan.Reset()
 	case fromPartial:
@@ -330,12 +380,14 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 			case eqFold(args[2], "off"):
 				s.replyMode = replyOff
 				s.count(id)
+				s.silentTail = true
 				return
 			case eqFold(args[2], "skip"):
 				if s.replyMode != replyOff {
 					s.replyMode = replySkipNext
 				}
 				s.count(id)
+				s.silentTail = true
 				return
 			default:
 				isClientReply = false // an error reply
@@ -382,14 +434,17 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		switch s.replyMode {
 		case replyOff:
 			s.count(id)
+			s.silentTail = true
 			return
 		case replySkipNext:
 			s.replyMode = replyOn
 			s.count(id)
+			s.silentTail = true
 			return
 		}
 	}
 	s.q.push(e)
+	s.silentTail = false
 }
 
 // resp2Subscribed reports whether requests now being sent reach a RESP2
@@ -547,7 +602,8 @@ func (s *session) upstreamData(data []byte) {
 			s.raw = true
 			break
 		}
-		if !s.rf.InFrame() && s.q.len() > 0 && s.q.front().kind == kindDiscard {
+		if !s.rf.InFrame() && s.q.len() > 0 && s.q.front().kind == kindDiscard && data[off] != '>' {
+			// (a push, such as a tracking invalidation, is the client's)
 			// The reply to a replayed state command: not the client's.
 			s.writeClient(data[flushed:off])
 			flushed = off
@@ -659,6 +715,9 @@ func (s *session) upstreamData(data []byte) {
 	}
 	if s.linger != nil && (s.q.len() == 0 || s.blockedAtHead()) {
 		s.closeBoth()
+	}
+	if s.holding && s.q.len() == 0 && !s.closed {
+		s.releaseHold() // last: it may hand the client back and close this upstream
 	}
 }
 
@@ -939,6 +998,12 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 		s.q = fifo{}
 		return
 	}
+	if s.holding {
+		// Half-closed (or gone) while a hand-back waited: what it sent
+		// still runs, here on the hand-over shard, not routed again.
+		s.holding = false
+		s.clientData(nil)
+	}
 	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.upFailed == nil && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
@@ -1039,23 +1104,66 @@ func (b *handback) record(id command.ID, args [][]byte, frame []byte) {
 
 // canHandBack reports whether a handed-over client is back to plain
 // requests and replies with nothing in flight: not subscribed, not
-// monitoring, replies on, no transaction, no partial reply or request.
+// monitoring, replies on, no transaction, no partial reply.
 func (s *session) canHandBack() bool {
 	return s.q.len() == 0 && !s.subscribed() && !s.monitor && !s.raw && s.replyMode == replyOn &&
-		!s.inMulti && s.up != nil && !s.rf.InFrame() && len(s.partial) == 0 && len(s.outq) == 0 &&
+		!s.inMulti && s.up != nil && !s.rf.InFrame() && len(s.outq) == 0 &&
 		s.linger == nil && s.upFailed == nil
+}
+
+// endsHandOver reports whether the request just queued (name is its
+// command name; reply and multi the reply mode and transaction state
+// before it) may bring a handed-over client back to plain requests:
+// CLIENT REPLY ON, the command CLIENT REPLY SKIP skipped, EXEC/DISCARD,
+// (P|S)UNSUBSCRIBE and RESET. Whether it does is known only from the
+// replies (how many channels are left), so the input after it is held
+// (see holding).
+func (s *session) endsHandOver(name []byte, reply uint8, multi bool) bool {
+	if reply != replyOn && s.replyMode == replyOn || multi && !s.inMulti {
+		return true
+	}
+	switch command.Lookup(name) {
+	case command.Unsubscribe, command.Punsubscribe, command.Sunsubscribe, command.Reset:
+		return true
+	}
+	return false
+}
+
+// barrierPing follows requests that get no reply when the input after
+// them is held (see holding); its reply is dropped (kindDiscard).
+var barrierPing = []byte("*1\r\n$4\r\nPING\r\n")
+
+// releaseHold runs once every request before a held input is answered:
+// the input goes to a routed session if the client is back to plain
+// requests, or on through this session.
+func (s *session) releaseHold() {
+	s.holding = false
+	if len(s.partial) == 0 {
+		return // the next read hands back (clientData)
+	}
+	if s.canHandBack() {
+		data := s.partial
+		s.partial, s.partialSent = nil, 0
+		s.scan.Reset()
+		s.handBack(data, true)
+		return
+	}
+	s.clientData(nil)
 }
 
 // handBack turns the client into a routed (or shared) session again, so
 // that its keyed commands go to their shards (they went to the one shard
-// it was handed to), and gives it data. The private upstream connection is
-// closed.
-func (s *session) handBack(data []byte) {
+// it was handed to), and gives it data (counted: already counted as client
+// bytes, and owned by the routed session from now on). The private
+// upstream connection is closed.
+func (s *session) handBack(data []byte, counted bool) {
 	rs := newRSession(s.p, s.client, s.l)
 	rs.home, rs.state, rs.resp3, rs.lastOut = s.back.home, s.back.state, s.wantResp3, s.lastOut
 	rs.shared, rs.slot = s.back.shared, s.back.slot
 	s.closed = true
 	s.shutdownUpstream()
 	s.client.SetContext(rs)
+	rs.resuming = counted
 	rs.clientData(data)
+	rs.resuming = false
 }
