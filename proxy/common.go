@@ -14,14 +14,16 @@ import (
 
 // outputGuard applies the client output limit the way Redis's
 // client-output-buffer-limit does with a hard and a soft limit: replies
-// queued beyond 2 x limit evict at once; beyond the limit they evict when
-// the client has taken none of its queued bytes for outputStall (it is not
-// reading) or when they stay there for 1 s. A client that reads a large
-// reply as fast as it can passes over the limit briefly (the engine writes
-// faster than a client reads, and gnet cannot pause reading the engine)
-// but keeps taking bytes; one that stops reading is cut off near the limit,
-// not at twice it (gnet holds queued bytes in power-of-two chunks: up to
-// twice their size in memory).
+// queued beyond the hard limit (limit + outputSlack, at most 2 x limit)
+// evict at once; beyond the limit they evict when the client has taken
+// none of its queued bytes for outputStall (it is not reading) or when
+// they stay there for 1 s. A client that reads a large reply as fast as it
+// can passes over the limit briefly (the engine writes faster than a
+// client reads, and gnet cannot pause reading the engine) but keeps taking
+// bytes. The hard limit is what bounds memory: a client that stops reading
+// while the engine streams it large replies can receive far more than
+// outputSlack during outputStall (gnet holds queued bytes in power-of-two
+// chunks: up to twice their size in memory).
 type outputGuard struct {
 	overSince time.Time // when the queued replies went over the limit
 	moved     time.Time // when the client was last seen taking queued replies
@@ -31,6 +33,13 @@ type outputGuard struct {
 // outputStall is how long a client over the output limit may go without
 // taking any of its queued replies before it is evicted.
 const outputStall = 100 * time.Millisecond
+
+// outputSlack is how far beyond the output limit a client's queued replies
+// may go before it is evicted at once: a fixed overhead over the limit, not
+// a multiple of it (../shared/cases F-02: memory stays under the limit plus
+// a small fixed overhead). A single reply larger than limit + outputSlack
+// evicts its client, as it would under Redis's hard limit.
+const outputSlack = 16 << 20
 
 // exceeded is called after added bytes were written to a client: queued is
 // what gnet holds for it, held what the proxy holds besides (replies
@@ -49,7 +58,7 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 		g.moved = now
 	}
 	switch {
-	case n > 2*lim, now.Sub(g.moved) > outputStall:
+	case n > lim+min(lim, outputSlack), now.Sub(g.moved) > outputStall:
 		return true
 	case g.overSince.IsZero():
 		g.overSince = now
