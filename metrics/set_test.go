@@ -307,8 +307,14 @@ func TestCounters(t *testing.T) {
 		UpstreamLost: 1, ProtocolErrors: 1, ClientReadBytes: 11, ClientWrittenBytes: 22,
 		UpstreamReadBytes: 200, UpstreamWrittenBytes: 100,
 	}
-	if got := s.Snapshot().Counters; got != want {
+	if got := s.Counters(); got != want {
 		t.Errorf("Counters = %+v, want %+v", got, want)
+	}
+	if got := s.Snapshot().Counters; got != want {
+		t.Errorf("Snapshot().Counters = %+v, want %+v", got, want)
+	}
+	if got := s.Sums().Counters; got != want {
+		t.Errorf("Sums().Counters = %+v, want %+v", got, want)
 	}
 }
 

@@ -299,7 +299,15 @@ func (s *Set) mergeLocked() *Snapshot {
 		ss.Batch.Hist = acc.batch
 	}
 	sn.Routing = s.routing.load()
-	sn.Counters = Counters{
+	sn.Counters = s.Counters()
+	return sn
+}
+
+// Counters returns the connection and byte counters alone: atomic loads,
+// no lock and no histogram copy (a Snapshot copies every histogram, about
+// 190 KB each), so it may be polled often.
+func (s *Set) Counters() Counters {
+	return Counters{
 		ClientConns:               s.clientConns.Load(),
 		ClientConnsTotal:          s.clientConnsTotal.Load(),
 		ClientsRejected:           s.clientsRejected.Load(),
@@ -315,7 +323,6 @@ func (s *Set) mergeLocked() *Snapshot {
 		UpstreamReadBytes:         s.upstreamReadBytes.Load(),
 		UpstreamWrittenBytes:      s.upstreamWrittenBytes.Load(),
 	}
-	return sn
 }
 
 // Sums returns the counts and exact sums of every command's phases and of
@@ -356,6 +363,7 @@ func (s *Set) Sums() *Snapshot {
 		l.mu.Unlock()
 	}
 	sn.Routing = s.routing.load()
+	sn.Counters = s.Counters()
 	return sn
 }
 

@@ -90,7 +90,7 @@ func (b *biEnv) onlyBystander(t *testing.T) {
 	private := os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") != "shared"
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		c := b.set.Snapshot().Counters
+		c := b.set.Counters()
 		if c.ClientConns == 1 && (!private || c.UpstreamConns == 1) {
 			return
 		}
@@ -204,7 +204,7 @@ func (b *biEnv) check(t *testing.T, tc biCase) {
 	if tc.bytewise {
 		modes = append(modes, true)
 	}
-	before := b.set.Snapshot().Counters.ProtocolErrors
+	before := b.set.Counters().ProtocolErrors
 	for _, bytewise := range modes {
 		got, closed := b.same(t, tc.in, bytewise, r)
 		if string(got) != tc.want || closed != tc.closed {
@@ -216,7 +216,7 @@ func (b *biEnv) check(t *testing.T, tc biCase) {
 	if tc.proxyErr {
 		want = int64(len(modes))
 	}
-	if got := b.set.Snapshot().Counters.ProtocolErrors - before; got != want {
+	if got := b.set.Counters().ProtocolErrors - before; got != want {
 		t.Errorf("ProtocolErrors went up by %d, want %d", got, want)
 	}
 	b.onlyBystander(t)

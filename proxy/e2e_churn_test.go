@@ -84,7 +84,7 @@ func TestConnectDisconnectChurn(t *testing.T) {
 	if sharedMode() {
 		maxUp = 2 * proxytest.DefaultLoops
 	}
-	for k := e.set.Snapshot().Counters; k.ClientConns != 0 || k.UpstreamConns > maxUp || k.UpstreamConns < 0; k = e.set.Snapshot().Counters {
+	for k := e.set.Counters(); k.ClientConns != 0 || k.UpstreamConns > maxUp || k.UpstreamConns < 0; k = e.set.Counters() {
 		if time.Now().After(deadline) {
 			// The gauges must come back to 0, never below: a client that
 			// leaves before its upstream is open must not count an upstream
@@ -93,7 +93,7 @@ func TestConnectDisconnectChurn(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := e.set.Snapshot().Counters.ClientConnsTotal; got < int64(n) {
+	if got := e.set.Counters().ClientConnsTotal; got < int64(n) {
 		t.Errorf("accepted %d connections, want >= %d", got, n)
 	}
 }

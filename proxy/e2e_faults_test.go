@@ -157,7 +157,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 			}
 		}
 	}
-	if n := set.Snapshot().Counters.UpstreamDialErrors; n < 4 {
+	if n := set.Counters().UpstreamDialErrors; n < 4 {
 		t.Errorf("UpstreamDialErrors = %d, want >= 4", n)
 	}
 }
@@ -208,7 +208,7 @@ func TestUpstreamKilledMidPipeline(t *testing.T) {
 	} else if b, closed := other.ReadToClose(3 * time.Second); !closed {
 		t.Errorf("idle client connection still open after the upstream died (got %q)", b)
 	}
-	if n := e.set.Snapshot().Counters.UpstreamLost; n < 1 {
+	if n := e.set.Counters().UpstreamLost; n < 1 {
 		t.Errorf("UpstreamLost = %d, want >= 1", n)
 	}
 
@@ -273,7 +273,7 @@ func TestClientMalformedInput(t *testing.T) {
 	bystander.Roundtrip(t, respCmd("GET", "mal:k"), []byte("$-1\r\n")) // flushed by e.same
 	bystander.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
 	e.healthy(t)
-	if n := e.set.Snapshot().Counters.ProtocolErrors; n < 7 {
+	if n := e.set.Counters().ProtocolErrors; n < 7 {
 		t.Errorf("ProtocolErrors = %d, want >= 7", n)
 	}
 	_ = bystander.Close()

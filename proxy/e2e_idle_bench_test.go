@@ -80,7 +80,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 		debug.FreeOSMemory()
 		time.Sleep(100 * time.Millisecond)
 		after := rss(b)
-		if got := set.Snapshot().Counters.UpstreamConns; got < int64(conns) {
+		if got := set.Counters().UpstreamConns; got < int64(conns) {
 			b.Fatalf("%d upstream connections open, want %d", got, conns)
 		}
 		b.ReportMetric(float64(after-before)/float64(conns), "rss-B/conn")

@@ -29,7 +29,7 @@ func TestOutputLimitEvictsSlowReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for e.set.Snapshot().Counters.ClientsEvictedOutputLimit == 0 {
+	for e.set.Counters().ClientsEvictedOutputLimit == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("slow reader not evicted within 5s")
 		}
@@ -65,7 +65,7 @@ func TestMaxClients(t *testing.T) {
 		t.Errorf("third client got %q (closed %v)", got, closed)
 	}
 	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
-	if n := e.set.Snapshot().Counters.ClientsRejected; n != 1 {
+	if n := e.set.Counters().ClientsRejected; n != 1 {
 		t.Errorf("rejected = %d, want 1", n)
 	}
 }

@@ -546,7 +546,7 @@ func TestDrainTimeoutReply(t *testing.T) {
 			if err != nil || !bytes.HasPrefix(f, []byte("-ERR upstream ")) || !bytes.Contains(f, []byte("not answered: respmeter shut down (drain timeout)")) {
 				t.Errorf("pending BLPOP at shutdown got %q (%v), want the shutdown error", f, err)
 			}
-			if n := set.Snapshot().Counters.UpstreamLost; n != 0 {
+			if n := set.Counters().UpstreamLost; n != 0 {
 				t.Errorf("upstream losses counted: %d, want 0 (the proxy closed them)", n)
 			}
 		})

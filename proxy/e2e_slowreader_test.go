@@ -333,7 +333,7 @@ func srDrain(c *net.TCPConn, timeout time.Duration) (n int64, closed bool, how e
 func srWaitEvicted(t testing.TB, set *rmetrics.Set, before int64, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for set.Snapshot().Counters.ClientsEvictedOutputLimit <= before {
+	for set.Counters().ClientsEvictedOutputLimit <= before {
 		if time.Since(start) > within {
 			t.Fatalf("slow reader not evicted within %v (output-limit evictions still %d)", within, before)
 		}
@@ -509,7 +509,7 @@ func srBound(base time.Duration) time.Duration {
 // before, and one "client evicted" line with reason=output_limit names it.
 func srEvictedOnce(t testing.TB, e *e2eEnv, lg *srLog, addr string, before int64) {
 	t.Helper()
-	if got := e.set.Snapshot().Counters.ClientsEvictedOutputLimit - before; got != 1 {
+	if got := e.set.Counters().ClientsEvictedOutputLimit - before; got != 1 {
 		t.Errorf("output-limit evictions went up by %d, want 1", got)
 	}
 	// The line is written on the loop right after the count; give it a
@@ -572,7 +572,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 	e, lg := srSetup(t, "big:sr", valueSize)
 	ctl, _ := srSetup(t, "", 0)
 	limit := int64(proxy.DefaultClientOutputLimit)
-	before := e.set.Snapshot().Counters
+	before := e.set.Counters()
 	runs := 0
 	for attempt := 1; attempt <= attempts; attempt++ {
 		runs++
@@ -586,7 +586,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		time.Sleep(baseFor)
 
 		mem := srStartMemProbe(t)
-		evictedBefore := e.set.Snapshot().Counters.ClientsEvictedOutputLimit
+		evictedBefore := e.set.Counters().ClientsEvictedOutputLimit
 		slow := srDialSlow(t, e.paddr)
 		slowAddr := slow.LocalAddr().String()
 		stop := make(chan struct{})
@@ -635,7 +635,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		}
 	}
 
-	after := e.set.Snapshot().Counters
+	after := e.set.Counters()
 	if got := after.ClientsEvictedOutputLimit - before.ClientsEvictedOutputLimit; got != int64(runs) {
 		t.Errorf("output-limit evictions %d over %d runs", got, runs)
 	}
@@ -646,7 +646,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 	if lost := after.UpstreamLost - before.UpstreamLost; lost != 0 {
 		t.Errorf("UpstreamLost went up by %d: an eviction is not a lost upstream", lost)
 	}
-	if n := ctl.set.Snapshot().Counters; n.ClientsEvictedOutputLimit+n.ClientsEvictedQueryLimit+n.ClientsEvictedOther != 0 {
+	if n := ctl.set.Counters(); n.ClientsEvictedOutputLimit+n.ClientsEvictedQueryLimit+n.ClientsEvictedOther != 0 {
 		t.Errorf("the control proxy evicted clients: %+v", n)
 	}
 	e.healthy(t)
@@ -798,7 +798,7 @@ func TestF02SlowReaderMemory(t *testing.T) {
 		time.Sleep(baseFor)
 
 		mem := srStartMemProbe(t)
-		evictedBefore := e.set.Snapshot().Counters.ClientsEvictedOutputLimit
+		evictedBefore := e.set.Counters().ClientsEvictedOutputLimit
 		logBefore := lg.count(`msg="client evicted"`)
 		x := srDialSlow(t, e.paddr)
 		xAddr := x.LocalAddr().String()
@@ -808,7 +808,7 @@ func TestF02SlowReaderMemory(t *testing.T) {
 		sent := <-srSlowWriter(x, "big:f02", srGets, 0, nil)
 		evicted := false
 		for time.Since(wrote) < holdFor {
-			if e.set.Snapshot().Counters.ClientsEvictedOutputLimit > evictedBefore {
+			if e.set.Counters().ClientsEvictedOutputLimit > evictedBefore {
 				evicted = true
 				break
 			}
