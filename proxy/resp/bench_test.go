@@ -71,6 +71,23 @@ func BenchmarkReplyArray(b *testing.B) {
 	}
 }
 
+// BenchmarkReplyArray256 frames an MGET-style reply: an array of 100
+// bulk strings of 256 bytes each (issue 6: framing >= 1 GB/s on 256-byte
+// values).
+func BenchmarkReplyArray256(b *testing.B) {
+	in := []byte("*100\r\n")
+	for range 100 {
+		in = append(in, bulkReply(256)...)
+	}
+	r := NewReplyFramer()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	b.ResetTimer()
+	for b.Loop() {
+		feedReply(b, r, in, len(in))
+	}
+}
+
 // BenchmarkReplySplit feeds a 1,000,000-element array in 4 KiB reads, as it
 // comes off a socket: ns/elem must match BenchmarkReplyArray (linear cost).
 func BenchmarkReplySplit(b *testing.B) {
