@@ -63,6 +63,34 @@ func TestBreakerRegressions(t *testing.T) {
 			o: toClose,
 		},
 		{
+			// Redis drops the reply of the command after CLIENT REPLY
+			// SKIP even when it is an UNSUBSCRIBE (whose confirmation it
+			// still sends), or a RESET.
+			name:   "CLIENT REPLY SKIP consumed by UNSUBSCRIBE",
+			setup:  [][]any{{"SET", "brk:k", "v"}},
+			writes: [][]byte{respJoin(respCmd("CLIENT", "REPLY", "SKIP"), respCmd("UNSUBSCRIBE"), respCmd("GET", "brk:k"), respCmd("PING"), respCmd("QUIT"))},
+			o:      toClose,
+		},
+		{
+			name:   "RESET under CLIENT REPLY SKIP",
+			writes: [][]byte{respJoin(respCmd("CLIENT", "REPLY", "SKIP"), respCmd("RESET"), respCmd("PING"), respCmd("QUIT"))},
+			o:      toClose,
+		},
+		{
+			// Half-closed after input that ends CLIENT REPLY OFF twice:
+			// all of it runs and is answered.
+			name:  "half-close after CLIENT REPLY ON, OFF, ON",
+			setup: [][]any{{"DEL", "brk:k1"}},
+			writes: [][]byte{respCmd("CLIENT", "REPLY", "OFF"), respJoin(respCmd("CLIENT", "REPLY", "ON"), respCmd("CLIENT", "REPLY", "OFF"),
+				respCmd("SET", "brk:x", "1"), respCmd("CLIENT", "REPLY", "ON"), respCmd("SET", "brk:k1", "v"), respCmd("GET", "brk:k1"))},
+			o: redistest.ExchangeOptions{Delay: 50 * time.Millisecond, CloseWrite: true, Timeout: 3 * time.Second},
+		},
+		{
+			name:   "half-close with UNSUBSCRIBE in flight",
+			writes: [][]byte{respCmd("SUBSCRIBE", "brk:a"), respJoin(respCmd("UNSUBSCRIBE", "brk:a"), respCmd("PING"), respCmd("ECHO", "x"))},
+			o:      redistest.ExchangeOptions{Delay: 50 * time.Millisecond, CloseWrite: true, Timeout: 3 * time.Second},
+		},
+		{
 			name:   "quoted inline QUIT",
 			writes: [][]byte{[]byte("\"QUIT\"\r\nPING\r\n")},
 			o:      toClose,

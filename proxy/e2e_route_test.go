@@ -367,9 +367,9 @@ func TestRouteSlotsShardKilled(t *testing.T) {
 	n.Roundtrip(t, redistest.Cmd("MGET", victimKey, safeKey), []byte("*2\r\n$5\r\nagain\r\n$1\r\ns\r\n"))
 }
 
-// TestRouteSlotsHandBack: a client handed over to one shard (CLIENT REPLY,
-// SUBSCRIBE) is routed by slot again once it is back to plain requests:
-// its writes land on their owners and fan-out works.
+// TestRouteSlotsHandBack: a client handed over to one shard (SUBSCRIBE) is
+// routed by slot again once it is back to plain requests: its writes land
+// on their owners and fan-out works.
 func TestRouteSlotsHandBack(t *testing.T) {
 	srvs, addrs := startShards(t, 3)
 	for _, shared := range []bool{false, true} {
@@ -398,8 +398,10 @@ func TestRouteSlotsHandBack(t *testing.T) {
 					t.Errorf("%s is not on its owner %s", k, owner.Addr())
 				}
 			}
-			if r := set.Snapshot().Routing; r.HandoffsPubSub != 1 || r.HandoffsState != 1 {
-				t.Errorf("handoffs %+v, want 1 pubsub and 1 state", r)
+			// CLIENT REPLY is applied by the routed session itself: no
+			// hand-over.
+			if r := set.Snapshot().Routing; r.HandoffsPubSub != 1 || r.HandoffsState != 0 {
+				t.Errorf("handoffs %+v, want 1 pubsub and no state", r)
 			}
 		})
 	}
@@ -593,6 +595,23 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 			cmd("UNSUBSCRIBE", ch), cmd("INCR", key), cmd("GET", key))}},
 		{"still subscribed after UNSUBSCRIBE", [][]byte{respJoin(cmd("SUBSCRIBE", ch, ch+"x"), cmd("UNSUBSCRIBE", ch),
 			cmd("PING"), cmd("UNSUBSCRIBE"), cmd("INCR", key), cmd("GET", key))}},
+		// CLIENT REPLY is the proxy's own under slot routing: what is
+		// sent under OFF or SKIP goes to its shard, its reply dropped
+		// (../shared/cases C-09 over three shards).
+		{"writes under CLIENT REPLY SKIP and OFF", [][]byte{respJoin([]byte("*0\r\n*-1\r\n\r\n"), cmd("PING"),
+			cmd("CLIENT", "REPLY", "SKIP"), cmd("SET", key, "1"), cmd("GET", key), cmd("CLIENT", "REPLY", "OFF"),
+			cmd("SET", key, "2"), cmd("NOSUCHCMD"), cmd("CLIENT", "REPLY", "SKIP"), cmd("CLIENT", "REPLY", "ON"), cmd("GET", key))}},
+		{"CLIENT REPLY ON while on", [][]byte{respJoin(cmd("CLIENT", "REPLY", "ON"), cmd("INCR", key), cmd("GET", key))}},
+		{"CLIENT REPLY SKIP consumed by UNSUBSCRIBE", [][]byte{respJoin(cmd("SET", key, "v"), cmd("CLIENT", "REPLY", "SKIP"),
+			cmd("UNSUBSCRIBE"), cmd("GET", key), cmd("PING"))}},
+		{"CLIENT REPLY SKIP consumed by SUBSCRIBE", [][]byte{respJoin(cmd("SET", key, "v"), cmd("CLIENT", "REPLY", "SKIP"),
+			cmd("SUBSCRIBE", ch), cmd("PING"), cmd("UNSUBSCRIBE"), cmd("GET", key))}},
+		{"RESET under CLIENT REPLY SKIP", [][]byte{respJoin(cmd("SET", key, "v"), cmd("CLIENT", "REPLY", "SKIP"),
+			cmd("RESET"), cmd("PING"), cmd("GET", key))}},
+		{"RESET under CLIENT REPLY SKIP while subscribed", [][]byte{respJoin(cmd("SET", key, "v"), cmd("SUBSCRIBE", ch),
+			cmd("CLIENT", "REPLY", "SKIP"), cmd("RESET"), cmd("PING"), cmd("GET", key))}},
+		{"CLIENT REPLY OFF, then SUBSCRIBE", [][]byte{respJoin(cmd("CLIENT", "REPLY", "OFF"), cmd("SUBSCRIBE", ch),
+			cmd("UNSUBSCRIBE"), cmd("CLIENT", "REPLY", "ON"), cmd("INCR", key), cmd("GET", key))}},
 	}
 	owner := srvs[topo.Shard(routing.Slot([]byte(key)))]
 	o := redistest.ExchangeOptions{Timeout: 5 * time.Second}

@@ -13,6 +13,7 @@ const (
 	kindSub                  // (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE: one confirmation per channel
 	kindLocal                // answered by the proxy itself (a protocol error), then close
 	kindDiscard              // a replayed state command after a handoff: its reply is dropped
+	kindBarrier              // the proxy's own ECHO after requests without replies: its reply ('$' or '-') is dropped
 )
 
 // pending is one request sent (or about to be sent) upstream and not yet

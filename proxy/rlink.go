@@ -212,7 +212,7 @@ func (ln *rlink) streamable(t byte) *rsession {
 	}
 	r := ln.q.front()
 	e := r.e
-	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&eExecAbort != 0 ||
+	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
 		e.s.q.len() == 0 || e.s.q.front() != e {
 		return nil
 	}

@@ -48,6 +48,7 @@ const (
 	eInTx                        // queued inside MULTI: redirects are relayed, not followed
 	eWritten                     // the reply went to the client's write buffer directly
 	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
+	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 )
 
 // rentry is one client request of a routed session.
@@ -180,6 +181,10 @@ type rsession struct {
 	name       string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut    int64
 	out        outputGuard
+	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
+	// replySkipNext): under slot routing the proxy applies it itself,
+	// dropping replies, so that the requests still go to their shards.
+	replyMode uint8
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -246,7 +251,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	case command.Sync, command.Psync:
 		return pausePassthrough, "other"
 	case command.Client:
-		if len(args) >= 2 && eqFold(args[1], "reply") {
+		if len(args) >= 2 && eqFold(args[1], "reply") && s.p.cfg.Route == RouteNone {
 			return pausePassthrough, "state"
 		}
 	}
@@ -389,6 +394,12 @@ func (s *rsession) toPassthrough() {
 	} else {
 		go s.p.dial(ns, s.client.EventLoop())
 	}
+	if req := replyModeReq(s.replyMode); req != nil {
+		// The engine connection takes over the client's CLIENT REPLY
+		// mode, after the replayed state (whose replies are awaited).
+		ns.replyMode = s.replyMode
+		ns.toUpstream(req)
+	}
 	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
 	// The held input starts with the request that made the hand-over,
 	// which must not hand the client straight back; the requests after the
@@ -396,6 +407,57 @@ func (s *rsession) toPassthrough() {
 	ns.handingOver = true
 	ns.clientData(data)
 	ns.handingOver = false
+}
+
+// replyModeArg parses CLIENT REPLY ON|OFF|SKIP (args[0] is CLIENT); ok is
+// false for anything else, which the engine answers (a syntax error).
+func replyModeArg(args [][]byte) (mode uint8, ok bool) {
+	if len(args) != 3 || !eqFold(args[1], "reply") {
+		return 0, false
+	}
+	switch {
+	case eqFold(args[2], "on"):
+		return replyOn, true
+	case eqFold(args[2], "off"):
+		return replyOff, true
+	case eqFold(args[2], "skip"):
+		return replySkipNext, true
+	}
+	return 0, false
+}
+
+// applyReplyMode marks e, a request sent under CLIENT REPLY OFF or SKIP,
+// silent (its reply is dropped; redis-server drops errors too), and ends a
+// SKIP. RESET ends both modes; under OFF its own reply is sent (the engine
+// clears the mode first), under SKIP it is dropped. CLIENT REPLY itself is
+// handled in route.
+func (s *rsession) applyReplyMode(e *rentry, id command.ID, args [][]byte) {
+	if id == command.Reset {
+		if s.replyMode == replySkipNext {
+			e.flags |= eSilent
+		}
+		s.replyMode = replyOn
+		return
+	}
+	if _, ok := replyModeArg(args); ok && id == command.Client && !s.tx.on {
+		return
+	}
+	e.flags |= eSilent
+	if s.replyMode == replySkipNext {
+		s.replyMode = replyOn
+	}
+}
+
+// replyModeReq is the CLIENT REPLY request that puts an engine connection
+// in mode (nil for replyOn).
+func replyModeReq(mode uint8) []byte {
+	switch mode {
+	case replyOff:
+		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n")
+	case replySkipNext:
+		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n")
+	}
+	return nil
 }
 
 // newEntry takes an entry from the loop's pool.
@@ -583,10 +645,15 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	if s.tx.on {
 		e.flags |= eInTx
 	}
+	if s.replyMode != replyOn || id == command.Reset {
+		s.applyReplyMode(e, id, args)
+	}
 	switch id {
 	case command.Quit:
 		s.local(e, okReply)
-		e.flags |= eQuit
+		if e.flags&eSilent == 0 {
+			e.flags |= eQuit
+		} // (redis-server 7.0 does not close after a QUIT whose reply it drops)
 		s.stopRead = true
 		return
 	case command.Hello:
@@ -672,6 +739,21 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	case command.Client:
 		if len(args) >= 3 && (eqFold(args[1], "setname") || eqFold(args[1], "tracking")) {
 			s.stateCmd(e, id, args, frame)
+			return
+		}
+		if m, ok := replyModeArg(args); ok && !s.tx.on {
+			// CLIENT REPLY: applied by the proxy (applyReplyMode), never
+			// sent; the engine connections keep answering everything.
+			if m == replySkipNext && s.replyMode == replyOff {
+				m = replyOff // SKIP does not turn OFF back on
+			}
+			s.replyMode = m
+			if m == replyOn {
+				s.local(e, okReply)
+			} else {
+				e.flags |= eSilent
+				s.local(e, nil)
+			}
 			return
 		}
 	case command.Reset:
@@ -1446,7 +1528,7 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed 
 	e.tReply = max(e.tReply, now)
 	e.left--
 	s.markDirty()
-	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&eExecAbort == 0 {
+	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 {
 		// The common case: the reply is next in line; no copy beyond the
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
@@ -1472,7 +1554,9 @@ func (s *rsession) advance() {
 	for s.q.len() > 0 && s.q.front().ready {
 		e := s.q.pop()
 		if e.flags&eWritten == 0 {
-			s.wbuf = append(s.wbuf, e.out...)
+			if e.flags&eSilent == 0 {
+				s.wbuf = append(s.wbuf, e.out...)
+			}
 			s.buffered -= len(e.out)
 		}
 		s.done = append(s.done, e)

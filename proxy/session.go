@@ -96,6 +96,11 @@ type session struct {
 	// handingOver: the first clientData of a handed-over client, whose
 	// input starts with the request that made the hand-over.
 	handingOver bool
+	// noHold: the client is gone; what it sent runs here, unheld.
+	noHold bool
+	// resetSkipped: the request just queued was a RESET whose reply CLIENT
+	// REPLY SKIP drops.
+	resetSkipped bool
 
 	upAddr string // the engine (or, under RoutePinned, the shard) this client's upstream goes to
 	// pinShard is the shard index under RoutePinned (-1 otherwise);
@@ -232,7 +237,7 @@ func (s *session) clientData(data []byte) {
 	}
 	first := s.q.len()
 	off := 0
-	barrier := false
+	barrier, barrierFlags := false, uint8(0)
 	for off < len(data) && !s.stopRead {
 		n, kind, err := s.scan.Scan(data[off:])
 		if err != nil {
@@ -253,6 +258,17 @@ func (s *session) clientData(data []byte) {
 		}
 		reply, multi := s.replyMode, s.inMulti
 		s.request(s.l.args, frame, now)
+		if s.resetSkipped {
+			// No reply tells when the RESET has run, nor which replies
+			// come before it: a barrier follows it, and the input after it
+			// waits for the barrier's reply (as a hold does).
+			s.resetSkipped = false
+			if !s.noHold {
+				barrier, barrierFlags, s.holding = true, flagReset, true
+				break
+			}
+			continue
+		}
 		if s.back != nil && s.replyMode == replyOn && !s.inMulti && s.endsHandOver(s.l.args[0], reply, multi) {
 			// What follows may be routed again: it waits until this
 			// request and the ones before it are answered. A request that
@@ -262,7 +278,7 @@ func (s *session) clientData(data []byte) {
 			// act on the timing of what it reads (a QUIT read after the
 			// last reply went out does not close the connection).
 			barrier = s.silentTail && !s.subscribed() && !s.resp2Subscribed() && !s.monitor
-			if barrier || s.q.len() > 0 {
+			if !s.noHold && (barrier || s.q.len() > 0) {
 				s.holding = true
 				break
 			}
@@ -313,10 +329,8 @@ func (s *session) clientData(data []byte) {
 			s.outq = append(s.outq, data[sent:cut]...)
 		}
 	}
-	if barrier && s.upFailed == nil {
-		s.q.push(pending{kind: kindDiscard})
-		p.inflight.Add(1)
-		s.toUpstream(barrierPing)
+	if barrier && s.holding && s.upFailed == nil {
+		s.pushBarrier(barrierFlags)
 	}
 	// Unprocessed input: the incomplete tail, requests waiting for the
 	// upstream to open or to take them, and the bookkeeping of requests in
@@ -409,7 +423,17 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		e.flags |= flagMonitor
 	case command.Reset:
 		e.flags |= flagReset
+		skipped := s.replyMode == replySkipNext
 		s.replyMode, s.inMulti, s.wantResp3 = replyOn, false, false
+		if skipped {
+			// CLIENT REPLY SKIP drops RESET's own reply (OFF does not:
+			// RESET turns it off first): a barrier tells when it has run
+			// (see clientData).
+			s.count(id)
+			s.resetSkipped = true
+			s.silentTail = false
+			return
+		}
 	case command.Multi:
 		if !s.resp2Subscribed() { // rejected in a RESP2 subscribed context
 			s.inMulti = true
@@ -427,6 +451,9 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	}
 	if id.Info().Flags.Has(command.FlagBlocking) {
 		e.flags |= flagBlocking
+	}
+	if e.kind == kindSub && s.replyMode == replySkipNext {
+		s.replyMode = replyOn // it consumes the skip all the same
 	}
 	if !isClientReply && e.kind != kindSub {
 		// (P|S)(UN)SUBSCRIBE confirmations are sent even under CLIENT
@@ -448,18 +475,32 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 }
 
 // resp2Subscribed reports whether requests now being sent reach a RESP2
-// connection in subscribe mode (subscribed, or a SUBSCRIBE still in
-// flight), where Redis accepts only (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET.
+// connection in subscribe mode, where Redis accepts only
+// (P|S)(UN)SUBSCRIBE, PING, QUIT and RESET: per family (channels,
+// patterns, shard channels), the newest request in flight decides if it
+// is a SUBSCRIBE (yes) or an UNSUBSCRIBE of everything (no); otherwise
+// the count the last confirmation gave does.
 func (s *session) resp2Subscribed() bool {
 	if s.wantResp3 {
 		return false
 	}
-	if s.subscribed() {
-		return true
+	var known [famShard + 1]int8 // 1 subscribed, -1 not, 0 not known from the requests in flight
+	for i := s.q.len() - 1; i >= 0; i-- {
+		e := s.q.at(i)
+		if e.kind != kindSub || known[e.subFamily] != 0 {
+			continue
+		}
+		switch e.cmd {
+		case command.Unsubscribe, command.Punsubscribe, command.Sunsubscribe:
+			if e.expect == 0 {
+				known[e.subFamily] = -1
+			}
+		default:
+			known[e.subFamily] = 1
+		}
 	}
-	for i := 0; i < s.q.len(); i++ {
-		if e := s.q.at(i); e.kind == kindSub && e.cmd != command.Unsubscribe &&
-			e.cmd != command.Punsubscribe && e.cmd != command.Sunsubscribe {
+	for fam, n := range [...]int64{famChan: s.chans, famPat: s.pats, famShard: s.shards} {
+		if fam > 0 && (known[fam] == 1 || known[fam] == 0 && n > 0) {
 			return true
 		}
 	}
@@ -602,8 +643,11 @@ func (s *session) upstreamData(data []byte) {
 			s.raw = true
 			break
 		}
-		if !s.rf.InFrame() && s.q.len() > 0 && s.q.front().kind == kindDiscard && data[off] != '>' {
-			// (a push, such as a tracking invalidation, is the client's)
+		if !s.rf.InFrame() && s.q.len() > 0 && (s.q.front().kind == kindDiscard && data[off] != '>' ||
+			s.q.front().kind == kindBarrier && (data[off] == '$' || data[off] == '-')) {
+			// (a push, such as a tracking invalidation, is the client's;
+			// so are pub/sub messages and MONITOR lines before a barrier's
+			// reply, which is a bulk string or an error)
 			// The reply to a replayed state command: not the client's.
 			s.writeClient(data[flushed:off])
 			flushed = off
@@ -625,7 +669,10 @@ func (s *session) upstreamData(data []byte) {
 				break
 			}
 			s.discarding = false
-			s.q.pop()
+			if e := s.q.pop(); e.flags&flagReset != 0 {
+				s.monitor, s.resp3 = false, false
+				s.chans, s.pats, s.shards = 0, 0, 0
+			}
 			popped++
 			continue
 		}
@@ -919,7 +966,7 @@ func (s *session) failPending(reply []byte) {
 			s.writeClient(s.localErr)
 			continue
 		}
-		if e.kind == kindDiscard {
+		if e.kind == kindDiscard || e.kind == kindBarrier {
 			continue
 		}
 		s.writeClient(reply)
@@ -1000,8 +1047,9 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 	}
 	if s.holding {
 		// Half-closed (or gone) while a hand-back waited: what it sent
-		// still runs, here on the hand-over shard, not routed again.
-		s.holding = false
+		// still runs, all of it, here on the hand-over shard, not routed
+		// again.
+		s.holding, s.noHold = false, true
 		s.clientData(nil)
 	}
 	if errors.Is(err, io.EOF) && s.q.len() > 0 && s.upFailed == nil && !s.blockedAtHead() && !s.p.draining.Load() {
@@ -1049,8 +1097,11 @@ func (s *session) blockedAtHead() bool {
 	if s.q.len() == 0 {
 		return s.monitor || s.subscribed() || s.raw
 	}
+	// Pub/sub confirmations and replies in a subscribed or MONITOR
+	// context come at once: only a request that may block holds the
+	// connection.
 	e := s.q.front()
-	return e.flags&(flagBlocking|flagMonitor|flagSync) != 0 || e.kind == kindSub || s.monitor || s.subscribed() || s.raw
+	return e.flags&(flagBlocking|flagMonitor|flagSync) != 0 || s.raw
 }
 
 // toUpstream forwards raw bytes (replication mode).
@@ -1129,9 +1180,20 @@ func (s *session) endsHandOver(name []byte, reply uint8, multi bool) bool {
 	return false
 }
 
-// barrierPing follows requests that get no reply when the input after
-// them is held (see holding); its reply is dropped (kindDiscard).
-var barrierPing = []byte("*1\r\n$4\r\nPING\r\n")
+// barrierEcho follows requests that get no reply when the proxy must know
+// they have run (see holding, and RESET under CLIENT REPLY SKIP). Its
+// reply, a bulk string (or an error if ACLs deny ECHO), is dropped; pub/sub
+// messages, pushes and MONITOR lines, which may come before it, are never
+// bulk strings or errors.
+var barrierEcho = []byte("*2\r\n$4\r\nECHO\r\n$9\r\nrespmeter\r\n")
+
+// pushBarrier queues and sends barrierEcho; flags (flagReset) take effect
+// when its reply comes.
+func (s *session) pushBarrier(flags uint8) {
+	s.q.push(pending{kind: kindBarrier, flags: flags})
+	s.p.inflight.Add(1)
+	s.toUpstream(barrierEcho)
+}
 
 // releaseHold runs once every request before a held input is answered:
 // the input goes to a routed session if the client is back to plain
@@ -1141,7 +1203,7 @@ func (s *session) releaseHold() {
 	if len(s.partial) == 0 {
 		return // the next read hands back (clientData)
 	}
-	if s.canHandBack() {
+	if s.back != nil && s.canHandBack() {
 		data := s.partial
 		s.partial, s.partialSent = nil, 0
 		s.scan.Reset()
