@@ -16,6 +16,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 func sharedSetup(t *testing.T, args ...string) *e2eEnv {
@@ -55,10 +56,23 @@ func TestSharedMovesStatefulClientsToPrivate(t *testing.T) {
 		respCmd("PING"),
 	)
 	e.same(t, [][]byte{sub}, redistest.ExchangeOptions{Want: len("$-1\r\n*3\r\n$9\r\nsubscribe\r\n$5\r\nsh:ch\r\n:1\r\n*2\r\n$4\r\npong\r\n$0\r\n\r\n")})
+	// WAIT holds its connection up to its timeout (no replicas here), though
+	// COMMAND INFO does not flag it blocking: it too moves the client.
+	wait := respJoin(respCmd("SET", "sh:w", "1"), respCmd("WAIT", "1", "50"), respCmd("GET", "sh:w"))
+	e.same(t, [][]byte{wait}, redistest.ExchangeOptions{Want: len("+OK\r\n:0\r\n$1\r\n1\r\n")})
 	r := e.set.Snapshot().Routing
-	if r.HandoffsTransaction != 1 || r.HandoffsBlocking != 1 || r.HandoffsPubSub != 1 {
-		t.Errorf("handoffs: %+v, want 1 transaction, 1 blocking, 1 pubsub", r)
+	if r.HandoffsTransaction != 1 || r.HandoffsBlocking != 2 || r.HandoffsPubSub != 1 {
+		t.Errorf("handoffs: %+v, want 1 transaction, 2 blocking (BLPOP, WAIT), 1 pubsub", r)
 	}
+	if w := e.set.Snapshot().Commands[command.Wait]; w.Count == 0 {
+		t.Errorf("WAIT not counted")
+	}
+	for _, id := range proxy.ExcludedFromTotals() {
+		if id == int(command.Wait) {
+			return
+		}
+	}
+	t.Errorf("WAIT is in the all-commands totals; it waits up to its timeout")
 }
 
 // TestSharedSubscriberGetsMessages: after the move, the subscriber gets

@@ -559,7 +559,7 @@ func ExcludedFromTotals() []int {
 	var ids []int
 	for id := command.ID(0); int(id) < command.NumIDs(); id++ {
 		f := id.Info().Flags
-		if f.Has(command.FlagBlocking) || f.Has(command.FlagPubsub) ||
+		if id.Blocks() || f.Has(command.FlagPubsub) ||
 			id == command.Monitor || id == command.Sync || id == command.Psync {
 			ids = append(ids, int(id))
 		}

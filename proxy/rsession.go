@@ -283,7 +283,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 			}
 		}
 	}
-	if id.Info().Flags.Has(command.FlagBlocking) {
+	if id.Blocks() {
 		return pausePrivate, "blocking"
 	}
 	return 0, ""
@@ -1482,7 +1482,7 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *rsession) blockedAtHead() bool {
-	return s.q.len() > 0 && s.q.front().cmd.Info().Flags.Has(command.FlagBlocking)
+	return s.q.len() > 0 && s.q.front().cmd.Blocks()
 }
 
 func (s *rsession) shutdown() {

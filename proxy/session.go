@@ -449,7 +449,7 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	case command.Ssubscribe, command.Sunsubscribe:
 		s.subRequest(&e, famShard, len(args)-1)
 	}
-	if id.Info().Flags.Has(command.FlagBlocking) {
+	if id.Blocks() {
 		e.flags |= flagBlocking
 	}
 	if e.kind == kindSub && s.replyMode == replySkipNext {

@@ -99,12 +99,14 @@ instead of --upstream, which is then not used:
                   its keys, as a cluster client would send it. MGET, MSET,
                   DEL, UNLINK, EXISTS and TOUCH over several slots are split
                   per slot and their replies merged; other multi-key
-                  commands over several slots get -CROSSSLOT. Pub/sub,
-                  MONITOR, SYNC/PSYNC and CLIENT REPLY hand the client over
-                  to a private connection to its home shard (SUBSCRIBE and
-                  SSUBSCRIBE: the first channel's shard, where PUBLISH of
-                  it goes), its connection state replayed first;
-                  everything it sends afterwards goes to that shard.
+                  commands over several slots get -CROSSSLOT. CLIENT
+                  REPLY is applied by the proxy (replies dropped, requests
+                  still routed). Pub/sub, MONITOR and SYNC/PSYNC hand the
+                  client over to a private connection to its home shard
+                  (SUBSCRIBE and SSUBSCRIBE: the first channel's shard,
+                  where PUBLISH of it goes), its connection state replayed
+                  first; what it sends while subscribed goes to that shard,
+                  and it is routed again once it is back to plain requests.
   --route pinned  each client connection is bound to one shard, by
                   --pin-by: connection (round-robin at connect, the default)
                   or first-key (the shard of its first key).

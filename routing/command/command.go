@@ -77,6 +77,14 @@ func (id ID) Info() *Info {
 	return &infos[id]
 }
 
+// Blocks reports whether the command may hold its connection until a
+// timeout or another client's write: the COMMAND INFO flag "blocking"
+// (BLPOP, XREAD, ...), and WAIT, which redis-server 7.0 does not flag
+// (it waits up to its timeout for replicas' acknowledgements).
+func (id ID) Blocks() bool {
+	return id == Wait || id.Info().Flags.Has(FlagBlocking)
+}
+
 // Names returns the names of all IDs, indexed by ID: Names()[0] is "other",
 // Names()[Get] is "get". It is the complete, fixed set of command labels. The
 // slice is a fresh copy on every call.

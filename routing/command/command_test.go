@@ -328,3 +328,13 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 }
+
+// TestBlocks: the COMMAND INFO "blocking" flag, and WAIT, which redis-server
+// 7.0 does not flag though it waits up to its timeout.
+func TestBlocks(t *testing.T) {
+	for id, want := range map[ID]bool{Blpop: true, Xread: true, Wait: true, Get: false, Set: false, Other: false} {
+		if got := id.Blocks(); got != want {
+			t.Errorf("%s.Blocks() = %v, want %v", id, got, want)
+		}
+	}
+}
