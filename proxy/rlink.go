@@ -33,6 +33,9 @@ type rlink struct {
 	lastReply      int64
 	touched        bool
 	stream         *rsession // the client the reply being received streams to
+	// dropping: the reply being received answers a client that left (a
+	// shared link keeps receiving its replies): framed, not kept.
+	dropping bool
 	dead           bool
 	engineProtoErr bool      // the last reply was the engine's protocol error
 	protoErrBy     *rsession // the client whose request it answered
@@ -150,10 +153,20 @@ func (ln *rlink) onData(data []byte) {
 			if ln.stream != nil {
 				ln.stream.streaming = ln
 			}
+			ln.dropping = ln.stream == nil && ln.forGone(data[off])
 		}
 		n, fin, err := ln.rf.Feed(data[off:])
 		chunk := data[off : off+n]
 		off += n
+		if err == nil && ln.dropping {
+			if !fin {
+				break
+			}
+			ln.dropping = false
+			ln.q.pop()
+			ln.lastReply = now
+			continue
+		}
 		if err == nil && ln.stream != nil {
 			s := ln.stream
 			if !s.closed {
@@ -217,6 +230,20 @@ func (ln *rlink) streamable(t byte) *rsession {
 		return nil
 	}
 	return e.s
+}
+
+// forGone reports whether the reply starting with type byte t answers a
+// client that has left: it is then dropped as it arrives instead of being
+// collected whole (a client evicted with many large replies in flight on a
+// shared link would otherwise cost a copy of each). Errors are still
+// collected (an engine protocol error must be seen), and pushes are not
+// replies.
+func (ln *rlink) forGone(t byte) bool {
+	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
+		return false
+	}
+	e := ln.q.front().e
+	return e != nil && e.s.closed
 }
 
 // onReply matches one complete reply with the oldest request of the link.
