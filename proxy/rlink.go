@@ -104,6 +104,7 @@ func (ln *rlink) opened(c gnet.Conn) gnet.Action {
 		return gnet.Close
 	}
 	ln.c = c
+	ln.p.router.markUp(ln.addr)
 	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamOpened()
 	}
@@ -410,7 +411,10 @@ func (ln *rlink) dialFailed(err error) {
 		return
 	}
 	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
-	ln.fail(upstreamError(ln.addr, "unreachable", err), true)
+	ln.p.router.markDown(ln.addr, ln.p.now())
+	// The requests never reached the engine: they get the error, and
+	// the client keeps its connection and its other shards.
+	ln.fail(upstreamError(ln.addr, "unreachable", err), false)
 }
 
 // shutdown closes the connection at once (see session.shutdownUpstream).

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,9 +73,75 @@ type router struct {
 	pinNext atomic.Uint64
 	stop    context.CancelFunc
 	done    chan struct{}
+
+	// unreachable holds, per shard address, until when (ns on the proxy's
+	// clock) a failed dial marks it down: new clients take another home
+	// shard meanwhile. Read once per client connection, written on dial
+	// failures and successes.
+	mu          sync.Mutex
+	unreachable map[string]int64
+	downs       atomic.Uint64 // markDown calls: sessions re-check their home shard when it moves
 }
 
+// unreachableFor is how long a failed dial keeps a shard out of the home
+// shards new clients get.
+const unreachableFor = int64(2 * time.Second)
+
 func (r *router) load() *topoView { return r.view.Load() }
+
+// markDown records a failed dial to addr (see unreachable).
+func (r *router) markDown(addr string, now int64) {
+	r.mu.Lock()
+	if r.unreachable == nil {
+		r.unreachable = map[string]int64{}
+	}
+	r.unreachable[addr] = now + unreachableFor
+	r.mu.Unlock()
+	r.downs.Add(1)
+}
+
+// rehome returns home, or another live shard when home is marked down.
+func (r *router) rehome(v *topoView, home int, now int64) int {
+	if home < 0 || home >= len(v.t.Addrs) {
+		return home
+	}
+	r.mu.Lock()
+	down := r.unreachable[v.t.Addrs[home]] > now
+	r.mu.Unlock()
+	if !down {
+		return home
+	}
+	if h := r.pickHome(v, now, home); h >= 0 {
+		return h
+	}
+	return home
+}
+
+// markUp records a successful dial to addr.
+func (r *router) markUp(addr string) {
+	r.mu.Lock()
+	delete(r.unreachable, addr)
+	r.mu.Unlock()
+}
+
+// pickHome returns a home shard for a client (keyless commands go there):
+// the live shards in turn, skipping those marked down, unless all are;
+// except, if >= 0, is skipped too. -1 when the map has no live shard.
+func (r *router) pickHome(v *topoView, now int64, except int) int {
+	if len(v.live) == 0 {
+		return -1
+	}
+	start := int(r.pinNext.Add(1) % uint64(len(v.live)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range v.live {
+		sh := v.live[(start+i)%len(v.live)]
+		if sh != except && r.unreachable[v.t.Addrs[sh]] <= now {
+			return sh
+		}
+	}
+	return v.live[start]
+}
 
 // moved applies a MOVED redirect to the map (copy on write) and asks for a
 // refresh, since one moved slot usually means more.

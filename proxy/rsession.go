@@ -185,13 +185,14 @@ type rsession struct {
 	// replySkipNext): under slot routing the proxy applies it itself,
 	// dropping replies, so that the requests still go to their shards.
 	replyMode uint8
+	downs     uint64 // router.downs when the home shard was last checked
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 	s := &rsession{p: p, l: l, client: c}
-	v := p.router.load()
-	if len(v.live) > 0 {
-		s.home = v.live[int(p.router.pinNext.Add(1)%uint64(len(v.live)))]
+	s.downs = p.router.downs.Load()
+	if h := p.router.pickHome(p.router.load(), p.now(), -1); h >= 0 {
+		s.home = h
 	}
 	s.tx.slot, s.tx.shard = -1, -1
 	if p.cfg.UpstreamMode == UpstreamShared {
@@ -877,6 +878,13 @@ func (s *rsession) release(ln *rlink) {
 //     home shard, chosen round-robin at connect. Inside a transaction they
 //     go to the transaction's shard.
 func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
+	if g := s.p.router.downs.Load(); g != s.downs {
+		// A shard was found unreachable since this client last looked:
+		// keyless commands leave a home shard that is down, as a cluster
+		// client sends them to any node it can reach.
+		s.downs = g
+		s.home = s.p.router.rehome(v, s.home, s.p.now())
+	}
 	if s.tx.on {
 		if s.tx.shard < 0 {
 			s.tx.shard = s.home
