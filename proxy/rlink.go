@@ -30,12 +30,12 @@ type rlink struct {
 	cur    []byte // the reply being received, when it spans reads
 	// lastReply is when the previous reply completed (service of a
 	// pipelined request starts there).
-	lastReply      int64
-	touched        bool
-	stream         *rsession // the client the reply being received streams to
+	lastReply int64
+	touched   bool
+	stream    *rsession // the client the reply being received streams to
 	// dropping: the reply being received answers a client that left (a
 	// shared link keeps receiving its replies): framed, not kept.
-	dropping bool
+	dropping       bool
 	dead           bool
 	engineProtoErr bool      // the last reply was the engine's protocol error
 	protoErrBy     *rsession // the client whose request it answered
