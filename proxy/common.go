@@ -66,6 +66,18 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 	return now.Sub(g.overSince) > time.Second
 }
 
+// holdInput appends data, read while a session waits (a hand-back to
+// decide, a hand-off to finish), to buf, counting it as client bytes, and
+// reports whether buf is now over the query limit.
+func (p *Proxy) holdInput(buf, data []byte) ([]byte, bool) {
+	if m := p.cfg.Metrics; m != nil {
+		m.AddClientBytes(len(data), 0)
+	}
+	buf = append(buf, data...)
+	lim := p.cfg.ClientQueryLimit
+	return buf, lim > 0 && len(buf) > lim
+}
+
 // slowRec records one command in the slow log from its stamps (ns on the
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
 // (ns). It allocates nothing: under load every command may be slow.

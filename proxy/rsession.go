@@ -533,11 +533,8 @@ func (s *rsession) clientData(data []byte) {
 	if s.paused != 0 {
 		// Waiting for the requests in flight before a handoff: hold the
 		// input (bounded by the query limit).
-		if m := p.cfg.Metrics; m != nil {
-			m.AddClientBytes(len(data), 0)
-		}
-		s.hbuf = append(s.hbuf, data...)
-		if lim := p.cfg.ClientQueryLimit; lim > 0 && len(s.hbuf) > lim {
+		var over bool
+		if s.hbuf, over = p.holdInput(s.hbuf, data); over {
 			s.evict("query_limit")
 		}
 		return

@@ -191,11 +191,8 @@ func (s *session) clientData(data []byte) {
 	if s.holding {
 		// Waiting to decide the hand-back: keep the input, unprocessed
 		// (bounded by the query limit).
-		if m := p.cfg.Metrics; m != nil {
-			m.AddClientBytes(len(data), 0)
-		}
-		s.partial = append(s.partial, data...)
-		if lim := p.cfg.ClientQueryLimit; lim > 0 && len(s.partial) > lim {
+		var over bool
+		if s.partial, over = p.holdInput(s.partial, data); over {
 			s.evict("query_limit")
 		}
 		return
