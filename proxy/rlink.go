@@ -412,9 +412,11 @@ func (ln *rlink) dialFailed(err error) {
 	}
 	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
 	ln.p.router.markDown(ln.addr, ln.p.now())
-	// The requests never reached the engine: they get the error, and
-	// the client keeps its connection and its other shards.
-	ln.fail(upstreamError(ln.addr, "unreachable", err), false)
+	// The requests never reached the engine: under slot routing they get
+	// the error and the client keeps its connection and its other
+	// shards; with one engine (shared mode) the client is closed once
+	// answered, as a passthrough client is.
+	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.cfg.Route == RouteNone)
 }
 
 // shutdown closes the connection at once (see session.shutdownUpstream).
