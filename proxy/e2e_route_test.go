@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -575,6 +576,9 @@ func TestDrainTimeoutReply(t *testing.T) {
 	}
 }
 
+// monitorLineRe matches the head of a MONITOR line: "+<unix time> [<db> <client>]".
+var monitorLineRe = regexp.MustCompile(`\+\d+\.\d+ \[(\d+) [^\]]+\]`)
+
 // TestRouteSlotsPipelinedHandBack: requests pipelined behind the ones that
 // end a hand-over (CLIENT REPLY SKIP's skipped command, CLIENT REPLY ON,
 // UNSUBSCRIBE, RESET) go to their own shards, in the same write or in the
@@ -630,6 +634,8 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 			cmd("RESET"), cmd("PING"), cmd("GET", key))}},
 		{"RESET under CLIENT REPLY SKIP while subscribed", [][]byte{respJoin(cmd("SET", key, "v"), cmd("SUBSCRIBE", ch),
 			cmd("CLIENT", "REPLY", "SKIP"), cmd("RESET"), cmd("PING"), cmd("GET", key))}},
+		{"MONITOR under CLIENT REPLY SKIP", [][]byte{respJoin(cmd("SET", key, "v"), cmd("CLIENT", "REPLY", "SKIP"),
+			cmd("MONITOR"), cmd("PING"), cmd("RESET"), cmd("GET", key))}},
 		{"CLIENT REPLY OFF, then SUBSCRIBE", [][]byte{respJoin(cmd("CLIENT", "REPLY", "OFF"), cmd("SUBSCRIBE", ch),
 			cmd("UNSUBSCRIBE"), cmd("CLIENT", "REPLY", "ON"), cmd("INCR", key), cmd("GET", key))}},
 	}
@@ -651,7 +657,10 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 						s.Flush()
 					}
 					got, _ := redistest.Exchange(t, p.Addr(), writes, o)
-					if w, g := redistest.MaskHelloID(want), redistest.MaskHelloID(got); !bytes.Equal(w, g) {
+					mask := func(b []byte) []byte { // HELLO's id; MONITOR lines' time and client
+						return redistest.Mask(redistest.MaskHelloID(b), monitorLineRe, "+<ts> [$1 <client>]")
+					}
+					if w, g := mask(want), mask(got); !bytes.Equal(w, g) {
 						t.Errorf("connection %d: replies differ from one engine's\n engine: %q\n proxy:  %q", home, w, g)
 					}
 					for _, s := range srvs {
@@ -663,4 +672,20 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRouteSlotsClientReplyInMulti: CLIENT REPLY inside MULTI under slot
+// routing is refused when queued, and EXEC then fails as after any queuing
+// error (Redis would run it inside EXEC and leave the shard's connection
+// with its replies off, which the proxy, waiting for replies, cannot
+// follow). The connection goes on answering.
+func TestRouteSlotsClientReplyInMulti(t *testing.T) {
+	_, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Send(t, respJoin(redistest.Cmd("MULTI"), redistest.Cmd("SET", "k2", "1"), redistest.Cmd("CLIENT", "REPLY", "OFF"),
+		redistest.Cmd("GET", "k2"), redistest.Cmd("EXEC"), redistest.Cmd("PING"), redistest.Cmd("GET", "k2")))
+	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n+QUEUED\r\n"+
+		"-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n$-1\r\n"), 5*time.Second)
 }

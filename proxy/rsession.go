@@ -739,6 +739,15 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			s.stateCmd(e, id, args, frame)
 			return
 		}
+		if _, ok := replyModeArg(args); ok && s.tx.on {
+			// Executed inside EXEC, it would leave the shard's connection
+			// with its replies off while the proxy waits for them: refused
+			// when queued, which makes EXEC fail as a queuing error does
+			// in Redis (EXECABORT).
+			s.tx.aborted = true
+			s.local(e, replyInMultiErr)
+			return
+		}
 		if m, ok := replyModeArg(args); ok && !s.tx.on {
 			// CLIENT REPLY: applied by the proxy (applyReplyMode), never
 			// sent; the engine connections keep answering everything.
@@ -802,14 +811,16 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 }
 
 var (
-	okReply       = []byte("+OK\r\n")
-	hello3Req     = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
-	discardReq    = []byte("*1\r\n$7\r\nDISCARD\r\n")
-	askingReq     = []byte("*1\r\n$6\r\nASKING\r\n")
-	crossSlotErr  = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
-	execAbortErr  = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
-	redirectMoved = []byte("MOVED ")
-	redirectAsk   = []byte("ASK ")
+	okReply      = []byte("+OK\r\n")
+	hello3Req    = []byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")
+	discardReq   = []byte("*1\r\n$7\r\nDISCARD\r\n")
+	askingReq    = []byte("*1\r\n$6\r\nASKING\r\n")
+	crossSlotErr = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
+	execAbortErr = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
+	// replyInMultiErr answers CLIENT REPLY inside MULTI under slot routing.
+	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n")
+	redirectMoved   = []byte("MOVED ")
+	redirectAsk     = []byte("ASK ")
 )
 
 func (s *rsession) crossSlot(e *rentry) {

@@ -418,6 +418,11 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		s.stopRead = true
 	case command.Monitor:
 		e.flags |= flagMonitor
+		if s.replyMode != replyOn && !s.inMulti && !s.resp2Subscribed() {
+			// Its +OK will not come (CLIENT REPLY OFF/SKIP): the feed
+			// starts once the engine runs it, with nothing else to wait for.
+			s.monitor = true
+		}
 	case command.Reset:
 		e.flags |= flagReset
 		skipped := s.replyMode == replySkipNext
