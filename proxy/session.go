@@ -647,10 +647,10 @@ func (s *session) upstreamData(data []byte) {
 		}
 		if !s.rf.InFrame() && s.q.len() > 0 && (s.q.front().kind == kindDiscard && data[off] != '>' ||
 			s.q.front().kind == kindBarrier && (data[off] == '$' || data[off] == '-')) {
-			// (a push, such as a tracking invalidation, is the client's;
-			// so are pub/sub messages and MONITOR lines before a barrier's
-			// reply, which is a bulk string or an error)
-			// The reply to a replayed state command: not the client's.
+			// The reply to a replayed state command or to a barrier: not
+			// the client's. (A push, such as a tracking invalidation, is the
+			// client's; so are pub/sub messages and MONITOR lines before a
+			// barrier's reply, which is a bulk string or an error.)
 			s.writeClient(data[flushed:off])
 			flushed = off
 			s.discarding = true
