@@ -739,16 +739,16 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			s.stateCmd(e, id, args, frame)
 			return
 		}
-		if _, ok := replyModeArg(args); ok && s.tx.on {
-			// Executed inside EXEC, it would leave the shard's connection
-			// with its replies off while the proxy waits for them: refused
-			// when queued, which makes EXEC fail as a queuing error does
-			// in Redis (EXECABORT).
-			s.tx.aborted = true
-			s.local(e, replyInMultiErr)
-			return
-		}
-		if m, ok := replyModeArg(args); ok && !s.tx.on {
+		if m, ok := replyModeArg(args); ok {
+			if s.tx.on {
+				// Executed inside EXEC, it would leave the shard's
+				// connection with its replies off while the proxy waits for
+				// them: refused when queued, which makes EXEC fail as a
+				// queuing error does in Redis (EXECABORT).
+				s.tx.aborted = true
+				s.local(e, replyInMultiErr)
+				return
+			}
 			// CLIENT REPLY: applied by the proxy (applyReplyMode), never
 			// sent; the engine connections keep answering everything.
 			if m == replySkipNext && s.replyMode == replyOff {
