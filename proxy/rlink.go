@@ -411,7 +411,7 @@ func (ln *rlink) dialFailed(err error) {
 		return
 	}
 	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
-	ln.p.router.markDown(ln.addr, ln.p.now())
+	ln.p.router.markDown(ln.addr)
 	// The requests never reached the engine: under slot routing they get
 	// the error and the client keeps its connection and its other
 	// shards; with one engine (shared mode) the client is closed once

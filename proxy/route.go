@@ -74,44 +74,41 @@ type router struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 
-	// unreachable holds, per shard address, until when (ns on the proxy's
-	// clock) a failed dial marks it down: new clients take another home
-	// shard meanwhile. Read once per client connection, written on dial
+	// unreachable holds the shard addresses whose last dial failed: no
+	// client takes one as its home shard (keyless commands) until a dial
+	// to it succeeds again (any client's keyed command still tries it).
+	// Read when a client connects or after a new failure, written on dial
 	// failures and successes.
 	mu          sync.Mutex
-	unreachable map[string]int64
+	unreachable map[string]bool
 	downs       atomic.Uint64 // markDown calls: sessions re-check their home shard when it moves
 }
-
-// unreachableFor is how long a failed dial keeps a shard out of the home
-// shards new clients get.
-const unreachableFor = int64(2 * time.Second)
 
 func (r *router) load() *topoView { return r.view.Load() }
 
 // markDown records a failed dial to addr (see unreachable).
-func (r *router) markDown(addr string, now int64) {
+func (r *router) markDown(addr string) {
 	r.mu.Lock()
 	if r.unreachable == nil {
-		r.unreachable = map[string]int64{}
+		r.unreachable = map[string]bool{}
 	}
-	r.unreachable[addr] = now + unreachableFor
+	r.unreachable[addr] = true
 	r.mu.Unlock()
 	r.downs.Add(1)
 }
 
 // rehome returns home, or another live shard when home is marked down.
-func (r *router) rehome(v *topoView, home int, now int64) int {
+func (r *router) rehome(v *topoView, home int) int {
 	if home < 0 || home >= len(v.t.Addrs) {
 		return home
 	}
 	r.mu.Lock()
-	down := r.unreachable[v.t.Addrs[home]] > now
+	down := r.unreachable[v.t.Addrs[home]]
 	r.mu.Unlock()
 	if !down {
 		return home
 	}
-	if h := r.pickHome(v, now, home); h >= 0 {
+	if h := r.pickHome(v, home); h >= 0 {
 		return h
 	}
 	return home
@@ -120,14 +117,16 @@ func (r *router) rehome(v *topoView, home int, now int64) int {
 // markUp records a successful dial to addr.
 func (r *router) markUp(addr string) {
 	r.mu.Lock()
-	delete(r.unreachable, addr)
+	if r.unreachable[addr] {
+		delete(r.unreachable, addr)
+	}
 	r.mu.Unlock()
 }
 
 // pickHome returns a home shard for a client (keyless commands go there):
 // the live shards in turn, skipping those marked down, unless all are;
 // except, if >= 0, is skipped too. -1 when the map has no live shard.
-func (r *router) pickHome(v *topoView, now int64, except int) int {
+func (r *router) pickHome(v *topoView, except int) int {
 	if len(v.live) == 0 {
 		return -1
 	}
@@ -136,7 +135,7 @@ func (r *router) pickHome(v *topoView, now int64, except int) int {
 	defer r.mu.Unlock()
 	for i := range v.live {
 		sh := v.live[(start+i)%len(v.live)]
-		if sh != except && r.unreachable[v.t.Addrs[sh]] <= now {
+		if sh != except && !r.unreachable[v.t.Addrs[sh]] {
 			return sh
 		}
 	}

@@ -191,7 +191,7 @@ type rsession struct {
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 	s := &rsession{p: p, l: l, client: c}
 	s.downs = p.router.downs.Load()
-	if h := p.router.pickHome(p.router.load(), p.now(), -1); h >= 0 {
+	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
 		s.home = h
 	}
 	s.tx.slot, s.tx.shard = -1, -1
@@ -891,7 +891,7 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 		// keyless commands leave a home shard that is down, as a cluster
 		// client sends them to any node it can reach.
 		s.downs = g
-		s.home = s.p.router.rehome(v, s.home, s.p.now())
+		s.home = s.p.router.rehome(v, s.home)
 	}
 	if s.tx.on {
 		if s.tx.shard < 0 {
