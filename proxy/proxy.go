@@ -307,6 +307,25 @@ func (p *Proxy) Addr() string {
 	}
 }
 
+// waitIdle waits until no request is in flight, for at most d or until ctx
+// ends; it reports whether none is.
+func (p *Proxy) waitIdle(ctx context.Context, d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return p.inflight.Load() == 0
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
 // Stop stops accepting (new connections are closed at once), waits until
 // every pending request has been answered or cfg.DrainTimeout (or ctx)
 // expires, then closes all connections and the event loops.
@@ -317,20 +336,8 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		return ErrNotStarted
 	}
 	p.draining.Store(true)
-	deadline := time.NewTimer(p.cfg.DrainTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-wait:
-	for p.inflight.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			break wait
-		case <-deadline.C:
-			p.log.Warn("drain timeout; closing with requests pending", "pending", p.inflight.Load())
-			break wait
-		case <-tick.C:
-		}
+	if !p.waitIdle(ctx, p.cfg.DrainTimeout) && ctx.Err() == nil {
+		p.log.Warn("drain timeout; closing with requests pending", "pending", p.inflight.Load())
 	}
 	// Requests still pending get an error that says so: each loop closes
 	// its upstream connections first (their sessions answer what is
@@ -350,18 +357,7 @@ wait:
 			}))
 		}
 		p.mu.Unlock()
-		grace := time.NewTimer(200 * time.Millisecond)
-	settle:
-		for p.inflight.Load() > 0 {
-			select {
-			case <-ctx.Done():
-				break settle
-			case <-grace.C:
-				break settle
-			case <-tick.C:
-			}
-		}
-		grace.Stop()
+		p.waitIdle(ctx, 200*time.Millisecond)
 	}
 	// gnet's Engine.Stop polls for the shutdown every 500 ms; Run returns
 	// as soon as the loops are down, so wait for that instead.

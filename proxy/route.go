@@ -117,9 +117,7 @@ func (r *router) rehome(v *topoView, home int) int {
 // markUp records a successful dial to addr.
 func (r *router) markUp(addr string) {
 	r.mu.Lock()
-	if r.unreachable[addr] {
-		delete(r.unreachable, addr)
-	}
+	delete(r.unreachable, addr)
 	r.mu.Unlock()
 }
 
