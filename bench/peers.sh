@@ -22,15 +22,23 @@
 #   rtt         the unloaded round trip: redis-benchmark -c 1 -P 1 -t get -n RTT_N, p50 and mean
 #               (and, with MEMTIER, memtier 1 thread x 1 connection, --ratio=1:10, RTT_TIME s)
 # Each cell records ops/s, p50/p99, and the CPU (utime+stime from /proc/PID/stat, before/after)
-# of the proxy and of redis-server, as µs per operation; also "other CPU": the CPU time of every
-# process outside the cell (busy time from /proc/stat minus client, proxy and redis-server), in %
-# of all cores over the cell, since the machine may be shared. The summary gives medians over
-# REPS (with the ops/s spread), ratios to direct, haproxy and predixy, and the issue-6 targets:
+# of the proxy (and its kernel part, stime, apart) and of redis-server, as µs per operation; also
+# "other CPU": the CPU time of every process outside the cell (busy time from /proc/stat minus
+# client, proxy and redis-server), in % of all cores over the cell, since the machine may be
+# shared. The summary gives medians over REPS (with the ops/s spread), ratios to direct, haproxy
+# and predixy, and the issue-6 targets:
 #   respmeter (passthrough) >= 1.25x haproxy ops/s at P1 and >= 1.1x at P16, proxy CPU µs/op
 #     <= haproxy's, added round trip (p50 over direct) <= 12 µs
 #   respmeter-shared >= 1.05x predixy ops/s at P1 and P16, CPU µs/op <= predixy's
 #   respmeter CPU µs/op <= 1.1x respmeter-nomeasure's (measurement on vs --measure=false)
-# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark).
+# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark), and a
+# "floors" table for the ops/s targets: with the cores saturated, ops/s is the CPU available over
+# the CPU per operation of client + redis-server + proxy, so at want x the peer's ops/s those
+# three may spend at most 1/want of the peer's; the table subtracts respmeter's client,
+# redis-server and proxy kernel time per operation from that, leaving what respmeter's own
+# user-space code (Go runtime, gnet, framing, timing) may cost. A negative figure means the target
+# cannot be reached by user-space work at all: it would take fewer or cheaper system calls, or a
+# cheaper client or engine.
 #
 # Requirements: bash, redis-server, redis-cli, redis-benchmark 7.x (redis-server redis-tools),
 # nutcracker and haproxy (Debian packages), python3, awk, go (unless RESPMETER names a built
@@ -50,9 +58,10 @@
 #
 # Output: OUT/cells.csv (every cell), OUT/summary.md (the tables; also on stdout), OUT/env.txt.
 # Example (abridged; see BENCHMARKS.md for a full run):
-#   | target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | redis µs/op | other CPU | runs |
-#   | haproxy | 1 | 19696 ±6% | 0.61 | 1.00 | 0.73 | 4.607 | 14.463 | 35.4 | 20.8 | 19 % | 3/3 |
-#   | passthrough ops/s ≥ 1.1× haproxy, P16 | 1.30× (139323 vs 107196) | met |
+#   | target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | of it kernel | redis µs/op | other CPU | runs |
+#   | haproxy | 1 | 36889 ±33% | 0.66 | 1.00 | 0.68 | 2.735 | 6.303 | 21.5 | 19.3 | 12.8 | 2 % | 3/3 |
+#   | passthrough ops/s ≥ 1.1× haproxy, P16 | 1.02× (208480 vs 204632) | not met |
+#   | respmeter ≥ 1.25× haproxy, P1 | 54.7 | 43.8 | 51.4 | -7.6 | 4.0 |
 #
 # Safety: every address is 127.0.0.1; runs are bounded by -n/--test-time and `timeout`; only the
 # processes this script started are stopped, by PID, on exit.
@@ -161,18 +170,19 @@ fi
 } >"$OUT/env.txt"
 cat "$OUT/env.txt" >&2
 
-ticks() { # utime+stime of a pid and its threads (and child processes), clock ticks
-  local pid=$1 s total=0 c
+ticks() { # "utime+stime stime" of a pid and its threads (and child processes), clock ticks
+  local pid=$1 s total=0 sys=0 c
   if s=$(cat "/proc/$pid/stat" 2>/dev/null); then
     s=${s##*) }
     # shellcheck disable=SC2086
     set -- $s
-    total=$((${12} + ${13}))
+    total=$((${12} + ${13})) sys=${13}
   fi
   for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
-    total=$((total + $(ticks "$c")))
+    set -- $(ticks "$c")
+    total=$((total + $1)) sys=$((sys + $2))
   done
-  echo "$total"
+  echo "$total $sys"
 }
 
 # --- redis-server and key space ------------------------------------------------------------------
@@ -287,15 +297,15 @@ for t in "${active[@]}"; do start_target "$t"; done
 
 # --- cells -----------------------------------------------------------------------------------------
 CELLS=$OUT/cells.csv
-echo "rep,target,tool,pipeline,ops_per_sec,avg_ms,p50_ms,p99_ms,set_p50_ms,set_p99_ms,ops,proxy_s,redis_s,client_s,busy_s,wall_s,rc" >"$CELLS"
+echo "rep,target,tool,pipeline,ops_per_sec,avg_ms,p50_ms,p99_ms,set_p50_ms,set_p99_ms,ops,proxy_s,redis_s,client_s,busy_s,wall_s,rc,proxy_sys_s" >"$CELLS"
 
 # cell REP TARGET TOOL PIPELINE: one benchmark run, appended to cells.csv.
 cell() {
   local rep=$1 t=$2 tool=$3 pl=$4 port=${PORT[$2]} tag="$3_$2_p$4_r$1" rcode=0
-  local pb pa rb ra cb ca bb ba t0 t1
-  pb=0
-  [ "$t" != direct ] && pb=$(ticks "${PID[$t]}")
-  rb=$(ticks "$REDIS_PID")
+  local pb pa psb psa rb ra cb ca bb ba t0 t1
+  pb=0 psb=0
+  [ "$t" != direct ] && read -r pb psb < <(ticks "${PID[$t]}")
+  read -r rb _ < <(ticks "$REDIS_PID")
   cb=$(child_ticks)
   bb=$(busy_ticks)
   t0=$(date +%s.%N)
@@ -322,16 +332,16 @@ cell() {
       ;;
   esac
   t1=$(date +%s.%N)
-  pa=0
-  [ "$t" != direct ] && pa=$(ticks "${PID[$t]}")
-  ra=$(ticks "$REDIS_PID")
+  pa=0 psa=0
+  [ "$t" != direct ] && read -r pa psa < <(ticks "${PID[$t]}")
+  read -r ra _ < <(ticks "$REDIS_PID")
   ca=$(child_ticks)
   ba=$(busy_ticks)
   [ "$rcode" -eq 0 ] || log "WARN: $tag exited $rcode"
   python3 - "$OUT/raw/$tag" "$tool" "$rep" "$t" "$pl" "$((pa - pb))" "$((ra - rb))" "$((ca - cb))" "$((ba - bb))" \
-    "$CLK_TCK" "$t0" "$t1" "$rcode" "$RB_N" "$RTT_N" >>"$CELLS" <<'PY'
+    "$CLK_TCK" "$t0" "$t1" "$rcode" "$RB_N" "$RTT_N" "$((psa - psb))" >>"$CELLS" <<'PY'
 import csv, json, sys
-stem, tool, rep, t, pl, dp, dr, dc, db, hz, t0, t1, rc, rb_n, rtt_n = sys.argv[1:]
+stem, tool, rep, t, pl, dp, dr, dc, db, hz, t0, t1, rc, rb_n, rtt_n, dps = sys.argv[1:]
 hz = float(hz)
 nan = float("nan")
 ops_s = avg = p50 = p99 = sp50 = sp99 = nan
@@ -370,7 +380,7 @@ try:
 except Exception as e:  # a failed run leaves NaN and rc says why
     rc = rc if rc != "0" else "parse:" + type(e).__name__
 print(f"{rep},{t},{tool},{pl},{ops_s:.1f},{avg:.4f},{p50:.4f},{p99:.4f},{sp50:.4f},{sp99:.4f},{ops},"
-      f"{int(dp)/hz:.2f},{int(dr)/hz:.2f},{int(dc)/hz:.2f},{int(db)/hz:.2f},{float(t1)-float(t0):.2f},{rc}")
+      f"{int(dp)/hz:.2f},{int(dr)/hz:.2f},{int(dc)/hz:.2f},{int(db)/hz:.2f},{float(t1)-float(t0):.2f},{rc},{int(dps)/hz:.2f}")
 PY
   tail -1 "$CELLS" >&2
 }
@@ -439,6 +449,11 @@ def stat(t, tool, pl):
                 p50=med([f(r["p50_ms"]) for r in ok]), p99=med([f(r["p99_ms"]) for r in ok]),
                 sp50=med([f(r["set_p50_ms"]) for r in ok]), sp99=med([f(r["set_p99_ms"]) for r in ok]),
                 proxy=per_op("proxy_s"), redis=per_op("redis_s"), other=med([other(r) for r in ok]),
+                sys=per_op("proxy_sys_s"), client=per_op("client_s"),
+                own=med([(f(r["proxy_s"]) + f(r["redis_s"]) + f(r["client_s"])) * 1e6 / f(r["ops"])
+                         if f(r["ops"]) > 0 else nan for r in ok]),
+                floor=med([(f(r["proxy_sys_s"]) + f(r["redis_s"]) + f(r["client_s"])) * 1e6 / f(r["ops"])
+                           if f(r["ops"]) > 0 else nan for r in ok]),
                 n=len(ok), tried=len(rs))
 
 def ratio(a, b):
@@ -450,14 +465,14 @@ names = {"memtier": "memtier_benchmark (--ratio=1:10; p50/p99 of all ops)",
          "rb": "redis-benchmark (-t set,get, equal counts; p50/p99 as SET/GET)"}
 for tool in tools:
     print(f"\n#### {names[tool]}\n")
-    print("| target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | redis µs/op | other CPU | runs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | of it kernel | redis µs/op | other CPU | runs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for pl in pls:
         ref = {k: stat(k, tool, pl) for k in ("direct", "haproxy", "predixy")}
         for t in wanted:
             s = stat(t, tool, pl)
             if s is None:
-                print(f"| {t} | {pl} | not run | | | | | | | | | |")
+                print(f"| {t} | {pl} | not run | | | | | | | | | | |")
                 continue
             r = [fmt(ratio(s["ops"], ref[k]["ops"] if ref[k] else nan)) for k in ("direct", "haproxy", "predixy")]
             sp = "" if math.isnan(s["spread"]) else f" ±{s['spread']:.0f}%"
@@ -465,7 +480,7 @@ for tool in tools:
                 lat = f"{fmt(s['sp50'], 3)}/{fmt(s['p50'], 3)} | {fmt(s['sp99'], 3)}/{fmt(s['p99'], 3)}"
             else:
                 lat = f"{fmt(s['p50'], 3)} | {fmt(s['p99'], 3)}"
-            proxy = "-" if t == "direct" else fmt(s["proxy"], 1)
+            proxy = "- | -" if t == "direct" else f"{fmt(s['proxy'], 1)} | {fmt(s['sys'], 1)}"
             print(f"| {t} | {pl} | {s['ops']:.0f}{sp} | {' | '.join(r)} | {lat} | {proxy} | {fmt(s['redis'], 1)} | {s['other']:.0f} % | {s['n']}/{s['tried']} |")
 
 print("\n#### Unloaded round trip (1 connection, pipeline 1)\n")
@@ -536,6 +551,26 @@ for pl in (1, 16):
     a, b = stat("respmeter", tool, pl), stat("respmeter-nomeasure", tool, pl)
     ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.1, above=False)
     line(f"measure on ≤ 1.1× --measure=false CPU µs/op, P{pl}", f"{fmt(x)}× ({fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)})", ok)
+
+# Floors: can user-space work reach an ops/s target at all? When the cores are saturated, ops/s is
+# (CPU available) / (CPU per op of client + redis + proxy). At `want` x the peer's ops/s with the
+# same CPU available, the three together may spend at most peer_own / want µs per op. What is
+# left for respmeter after its client, redis-server and its own kernel time (measured in its own
+# cells) is the most its user-space code may take; a negative budget means that even a proxy
+# whose user-space work cost nothing would miss the target, unless it made fewer or cheaper
+# system calls (or the client or redis-server cheaper).
+print(f"\n#### Floors for the ops/s targets ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
+print("| target | peer's client+redis+proxy | allowed at the target | respmeter's client+redis+proxy kernel | left for respmeter's user space | respmeter's user space now |")
+print("|---|---|---|---|---|---|")
+for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "haproxy", 1.1, 16),
+                          ("respmeter-shared", "predixy", 1.05, 1), ("respmeter-shared", "predixy", 1.05, 16)):
+    a, b = stat(t, tool, pl), stat(peer, tool, pl)
+    if not a or not b:
+        print(f"| {t} ≥ {want}× {peer}, P{pl} | not run | | | | |")
+        continue
+    allowed = b["own"] / want
+    print(f"| {t} ≥ {want}× {peer}, P{pl} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
+          f"{fmt(allowed - a['floor'], 1)} | {fmt(a['proxy'] - a['sys'], 1)} |")
 PY
 echo >&2
 cat "$OUT/env.txt" >&2
