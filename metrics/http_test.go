@@ -86,7 +86,7 @@ func TestStatsHandler(t *testing.T) {
 	l.ThinkLocked(2 * time.Millisecond)
 	l.Unlock()
 	s.ClientOpened()
-	s.AddUpstreamBytes(7, 9)
+	s.Loop(0).AddUpstreamBytes(7, 9)
 
 	rec := httptest.NewRecorder()
 	s.StatsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/stats", nil))

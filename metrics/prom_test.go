@@ -266,8 +266,8 @@ func populated() *metrics.Set {
 	s.ProtocolError()
 	s.ClientRejected()
 	s.ClientEvicted(metrics.EvictQueryLimit)
-	s.AddClientBytes(100, 200)
-	s.AddUpstreamBytes(150, 90)
+	s.Loop(0).AddClientBytes(100, 200)
+	s.Loop(1).AddUpstreamBytes(150, 90)
 	return s
 }
 

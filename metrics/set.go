@@ -109,18 +109,14 @@ type Set struct {
 	names []string
 	loops []*Loop
 
-	clientConns          atomic.Int64
-	clientConnsTotal     atomic.Int64
-	clientsRejected      atomic.Int64
-	clientsEvicted       [numEvictReasons]atomic.Int64 // by evictReason
-	upstreamConns        atomic.Int64
-	upstreamDialErrors   atomic.Int64
-	upstreamLost         atomic.Int64
-	protocolErrors       atomic.Int64
-	clientReadBytes      atomic.Int64
-	clientWrittenBytes   atomic.Int64
-	upstreamReadBytes    atomic.Int64
-	upstreamWrittenBytes atomic.Int64
+	clientConns        atomic.Int64
+	clientConnsTotal   atomic.Int64
+	clientsRejected    atomic.Int64
+	clientsEvicted     [numEvictReasons]atomic.Int64 // by evictReason
+	upstreamConns      atomic.Int64
+	upstreamDialErrors atomic.Int64
+	upstreamLost       atomic.Int64
+	protocolErrors     atomic.Int64
 
 	shards  shardRegistry // shard labels; see shard.go
 	routing routingCounters
@@ -266,19 +262,6 @@ func (s *Set) UpstreamLost() { s.upstreamLost.Add(1) }
 // ProtocolError counts a client that sent malformed input and was closed.
 func (s *Set) ProtocolError() { s.protocolErrors.Add(1) }
 
-// AddClientBytes adds in bytes read from and out bytes written to clients.
-func (s *Set) AddClientBytes(in, out int) {
-	s.clientReadBytes.Add(int64(in))
-	s.clientWrittenBytes.Add(int64(out))
-}
-
-// AddUpstreamBytes adds in bytes read from and out bytes written to the
-// engine.
-func (s *Set) AddUpstreamBytes(in, out int) {
-	s.upstreamReadBytes.Add(int64(in))
-	s.upstreamWrittenBytes.Add(int64(out))
-}
-
 // Loop holds the stats one event loop records. Only that loop's goroutine
 // records: it calls Lock once per read/write batch, then any number of
 // *Locked methods, then Unlock. Readers take the same mutex briefly to swap
@@ -294,6 +277,42 @@ type Loop struct {
 	// shard observation, then grown up to the index seen, within a backing
 	// array of MaxShards+1 entries allocated once (see Loop.shard).
 	shards []shardStats
+	// bytes counts the loop's client and engine bytes, by byteCounter.
+	// Atomics, so that Counters reads them without the lock; per loop,
+	// because one set of counters for all loops would move its cache line
+	// between cores on every read and write of every loop.
+	bytes [numByteCounters]atomic.Int64
+}
+
+// The byte counters of a Loop.
+const (
+	clientReadBytes = iota
+	clientWrittenBytes
+	upstreamReadBytes
+	upstreamWrittenBytes
+	numByteCounters
+)
+
+// AddClientBytes adds in bytes read from and out bytes written to clients.
+// It does not need the lock.
+func (l *Loop) AddClientBytes(in, out int) {
+	if in != 0 {
+		l.bytes[clientReadBytes].Add(int64(in))
+	}
+	if out != 0 {
+		l.bytes[clientWrittenBytes].Add(int64(out))
+	}
+}
+
+// AddUpstreamBytes adds in bytes read from and out bytes written to the
+// engine. It does not need the lock.
+func (l *Loop) AddUpstreamBytes(in, out int) {
+	if in != 0 {
+		l.bytes[upstreamReadBytes].Add(int64(in))
+	}
+	if out != 0 {
+		l.bytes[upstreamWrittenBytes].Add(int64(out))
+	}
 }
 
 // Per-loop distributions that are not per command.

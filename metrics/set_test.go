@@ -281,7 +281,7 @@ func TestTotals(t *testing.T) {
 }
 
 func TestCounters(t *testing.T) {
-	s := metrics.NewSet(1, nil)
+	s := metrics.NewSet(2, nil)
 	for range 3 {
 		s.ClientOpened()
 	}
@@ -293,9 +293,11 @@ func TestCounters(t *testing.T) {
 	s.UpstreamDialFailed()
 	s.UpstreamDialFailed()
 	s.ProtocolError()
-	s.AddClientBytes(10, 20)
-	s.AddClientBytes(1, 2)
-	s.AddUpstreamBytes(200, 100)
+	// Byte counters are per loop; Counters sums them.
+	s.Loop(0).AddClientBytes(10, 20)
+	s.Loop(1).AddClientBytes(1, 2)
+	s.Loop(1).AddUpstreamBytes(200, 0)
+	s.Loop(0).AddUpstreamBytes(0, 100)
 	s.ClientRejected()
 	s.ClientEvicted(metrics.EvictOutputLimit)
 	s.ClientEvicted(metrics.EvictQueryLimit)
@@ -381,11 +383,11 @@ func TestConcurrentSnapshot(t *testing.T) {
 				}
 				l.ObserveLocked(i%len(testNames), time.Duration(i%5000)*us, time.Duration(i%3000)*us, time.Duration(i%3000)*us, i%7 == 0)
 				l.ThinkLocked(time.Duration(i%10000) * us)
+				l.AddClientBytes(1, 2) // per-loop atomics, read by every Snapshot
 			}
 			l.Unlock()
 			ops[li] = int64(i)
 			s.ClientOpened()
-			s.AddClientBytes(1, 1)
 		})
 	}
 	done := make(chan struct{})
@@ -426,6 +428,9 @@ func TestConcurrentSnapshot(t *testing.T) {
 	}
 	if n := sn.Counters.ClientConnsTotal; n != loops {
 		t.Errorf("clients accepted %d, want %d", n, loops)
+	}
+	if c := sn.Counters; c.ClientReadBytes != want || c.ClientWrittenBytes != 2*want {
+		t.Errorf("client bytes read %d written %d, want %d %d", c.ClientReadBytes, c.ClientWrittenBytes, want, 2*want)
 	}
 }
 

@@ -307,6 +307,12 @@ func (s *Set) mergeLocked() *Snapshot {
 // no lock and no histogram copy (a Snapshot copies every histogram, about
 // 190 KB each), so it may be polled often.
 func (s *Set) Counters() Counters {
+	var bytes [numByteCounters]int64
+	for _, l := range s.loops {
+		for i := range bytes {
+			bytes[i] += l.bytes[i].Load()
+		}
+	}
 	return Counters{
 		ClientConns:               s.clientConns.Load(),
 		ClientConnsTotal:          s.clientConnsTotal.Load(),
@@ -318,10 +324,10 @@ func (s *Set) Counters() Counters {
 		UpstreamDialErrors:        s.upstreamDialErrors.Load(),
 		UpstreamLost:              s.upstreamLost.Load(),
 		ProtocolErrors:            s.protocolErrors.Load(),
-		ClientReadBytes:           s.clientReadBytes.Load(),
-		ClientWrittenBytes:        s.clientWrittenBytes.Load(),
-		UpstreamReadBytes:         s.upstreamReadBytes.Load(),
-		UpstreamWrittenBytes:      s.upstreamWrittenBytes.Load(),
+		ClientReadBytes:           bytes[clientReadBytes],
+		ClientWrittenBytes:        bytes[clientWrittenBytes],
+		UpstreamReadBytes:         bytes[upstreamReadBytes],
+		UpstreamWrittenBytes:      bytes[upstreamWrittenBytes],
 	}
 }
 

@@ -69,12 +69,12 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 // holdInput appends data, read while a session waits (a hand-back to
 // decide, a hand-off to finish), to buf, counting it as client bytes, and
 // reports whether buf is now over the query limit.
-func (p *Proxy) holdInput(buf, data []byte) ([]byte, bool) {
-	if m := p.cfg.Metrics; m != nil {
+func (l *loop) holdInput(buf, data []byte) ([]byte, bool) {
+	if m := l.m; m != nil {
 		m.AddClientBytes(len(data), 0)
 	}
 	buf = append(buf, data...)
-	lim := p.cfg.ClientQueryLimit
+	lim := l.p.cfg.ClientQueryLimit
 	return buf, lim > 0 && len(buf) > lim
 }
 

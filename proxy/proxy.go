@@ -56,24 +56,36 @@ type Proxy struct {
 	draining atomic.Bool
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
 	clients  atomic.Int64 // open client connections
-	inflight atomic.Int64 // requests sent and not yet answered, all loops
 	lingers  sync.WaitGroup
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
 
-// loop is the per-event-loop state: only that loop's goroutine touches it.
+// loop is the per-event-loop state: only that loop's goroutine touches it,
+// except the atomic counters that InFlight and Stop read.
 type loop struct {
-	el   gnet.EventLoop
-	m    *metrics.Loop // nil when not measuring
-	args [][]byte      // scratch for request arguments
-	done []doneRec     // scratch: requests answered in the current batch
+	el gnet.EventLoop
+	m  *metrics.Loop // nil when not measuring
+	// inflight counts the requests of this loop's sessions sent and not yet
+	// answered. It is per loop, not one counter for the proxy, because an
+	// atomic add on a cache line that the other loops also write moves the
+	// line between cores twice per command (see InFlight for the sum).
+	inflight atomic.Int64
+	args     [][]byte  // scratch for request arguments
+	done     []doneRec // scratch: requests answered in the current batch
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
 	// ups holds the loop's open upstream connections, so that Stop can
 	// close them first when its drain timeout expires (their requests
 	// then get the shutdown error before their clients are closed).
 	ups map[gnet.Conn]struct{}
+	// clients holds the loop's open client connections, and flushing
+	// those waiting for their replies to be written before they are
+	// closed (see closeFlushed); nflushing counts them for Stop.
+	clients       map[gnet.Conn]struct{}
+	flushing      map[gnet.Conn]struct{}
+	nflushing     atomic.Int64
+	runFlushCheck gnet.Runnable
 
 	// Routed sessions' scratch and pool (see rsession.go).
 	p       *Proxy
@@ -314,12 +326,12 @@ func (p *Proxy) waitIdle(ctx context.Context, d time.Duration) bool {
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for p.inflight.Load() > 0 {
+	for p.InFlight() > 0 {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-deadline.C:
-			return p.inflight.Load() == 0
+			return p.InFlight() == 0
 		case <-tick.C:
 		}
 	}
@@ -328,22 +340,25 @@ func (p *Proxy) waitIdle(ctx context.Context, d time.Duration) bool {
 
 // Stop stops accepting (new connections are closed at once), waits until
 // every pending request has been answered or cfg.DrainTimeout (or ctx)
-// expires, then closes all connections and the event loops.
+// expires, closes each client connection once the replies queued for it are
+// written (within what is left of cfg.DrainTimeout, at least 200 ms), then
+// closes all other connections and the event loops.
 func (p *Proxy) Stop(ctx context.Context) error {
 	select {
 	case <-p.booted:
 	default:
 		return ErrNotStarted
 	}
+	start := time.Now()
 	p.draining.Store(true)
 	if !p.waitIdle(ctx, p.cfg.DrainTimeout) && ctx.Err() == nil {
-		p.log.Warn("drain timeout; closing with requests pending", "pending", p.inflight.Load())
+		p.log.Warn("drain timeout; closing with requests pending", "pending", p.InFlight())
 	}
 	// Requests still pending get an error that says so: each loop closes
 	// its upstream connections first (their sessions answer what is
 	// pending, then close their clients), and gets a moment to do it.
 	p.closing.Store(true)
-	if p.inflight.Load() > 0 {
+	if p.InFlight() > 0 {
 		p.mu.Lock()
 		for _, l := range p.loops {
 			if l.el == nil {
@@ -359,6 +374,10 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		p.mu.Unlock()
 		p.waitIdle(ctx, 200*time.Millisecond)
 	}
+	// Replies already queued for clients are written before their
+	// connections close (gnet's own close would drop what the socket does
+	// not take at once), within what is left of the drain timeout.
+	p.closeClients(ctx, max(p.cfg.DrainTimeout-time.Since(start), minFlushWait))
 	// gnet's Engine.Stop polls for the shutdown every 500 ms; Run returns
 	// as soon as the loops are down, so wait for that instead.
 	go func() { _ = p.eng.Stop(ctx) }()
@@ -379,7 +398,15 @@ func (p *Proxy) Stop(ctx context.Context) error {
 
 // InFlight returns the number of requests sent by clients and not yet
 // answered, over all loops (for Little's law: L = λW).
-func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+func (p *Proxy) InFlight() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, l := range p.loops {
+		n += l.inflight.Load()
+	}
+	return n
+}
 
 // OnBoot records the engine and the bound address.
 func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
@@ -406,7 +433,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	l := p.loops[el]
 	if l == nil {
 		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
-			ups: make(map[gnet.Conn]struct{})}
+			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		if el != nil && p.cfg.UpstreamMode == UpstreamShared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()
@@ -448,11 +475,13 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if m := p.cfg.Metrics; m != nil {
 		m.ClientOpened()
 	}
+	l := p.loopFor(c.EventLoop())
+	l.clients[c] = struct{}{}
 	if p.cfg.Route == RouteSlots || p.cfg.UpstreamMode == UpstreamShared {
-		c.SetContext(newRSession(p, c, p.loopFor(c.EventLoop())))
+		c.SetContext(newRSession(p, c, l))
 		return nil, gnet.None
 	}
-	s := newSession(p, c, p.loopFor(c.EventLoop()))
+	s := newSession(p, c, l)
 	c.SetContext(s)
 	if !s.pinDeferred {
 		go p.dial(s, c.EventLoop())
@@ -513,6 +542,7 @@ func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch x := c.Context().(type) {
 	case *session:
+		x.l.clientGone(c)
 		x.clientClosed(c, err)
 	case *upLink:
 		delete(p.loopFor(c.EventLoop()).ups, c)
@@ -521,6 +551,7 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 		}
 		x.s.upstreamClosed(err)
 	case *rsession:
+		x.l.clientGone(c)
 		x.clientClosed(c, err)
 	case *rlink:
 		delete(p.loopFor(c.EventLoop()).ups, c)

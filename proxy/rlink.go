@@ -82,7 +82,7 @@ func (ln *rlink) write(t int64) {
 		}
 	}
 	_, _ = ln.c.Write(ln.wb)
-	if m := ln.p.cfg.Metrics; m != nil {
+	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
 		if lm := ln.l.m; lm != nil && ln.mshard >= 0 {
 			lm.Lock()
@@ -144,7 +144,7 @@ func (ln *rlink) onData(data []byte) {
 	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
-	if m := ln.p.cfg.Metrics; m != nil {
+	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(len(data), 0)
 	}
 	now := ln.p.now()

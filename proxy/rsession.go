@@ -370,7 +370,7 @@ func (s *rsession) toPassthrough() {
 			if len(st) > 0 {
 				ns.outq = append(ns.outq, st...)
 				ns.q.push(pending{kind: kindDiscard})
-				s.p.inflight.Add(1)
+				s.l.inflight.Add(1)
 			}
 		}
 	}
@@ -472,7 +472,7 @@ func (s *rsession) newEntry(id command.ID, now int64) *rentry {
 	}
 	e.s, e.tIn, e.cmd = s, now, id
 	s.q.push(e)
-	s.p.inflight.Add(1)
+	s.l.inflight.Add(1)
 	return e
 }
 
@@ -534,7 +534,7 @@ func (s *rsession) clientData(data []byte) {
 		// Waiting for the requests in flight before a handoff: hold the
 		// input (bounded by the query limit).
 		var over bool
-		if s.hbuf, over = p.holdInput(s.hbuf, data); over {
+		if s.hbuf, over = s.l.holdInput(s.hbuf, data); over {
 			s.evict("query_limit")
 		}
 		return
@@ -547,7 +547,7 @@ func (s *rsession) clientData(data []byte) {
 	}
 	// Held input (resuming) was counted when it was read, and its think
 	// time is not now minus the last reply.
-	if m := p.cfg.Metrics; m != nil && !s.resuming {
+	if m := s.l.m; m != nil && !s.resuming {
 		m.AddClientBytes(len(data), 0)
 	}
 	now := p.now()
@@ -1335,7 +1335,7 @@ func (s *rsession) flush() {
 		} else {
 			_, _ = s.client.Write(s.wbuf)
 		}
-		if m := s.p.cfg.Metrics; m != nil {
+		if m := s.l.m; m != nil {
 			m.AddClientBytes(0, len(s.wbuf))
 		}
 		if cap(s.wbuf) > 1<<20 {
@@ -1344,7 +1344,7 @@ func (s *rsession) flush() {
 			s.wbuf = s.wbuf[:0]
 		}
 	}
-	s.p.inflight.Add(-int64(len(done)))
+	s.l.inflight.Add(-int64(len(done)))
 	if m := s.l.m; m != nil {
 		m.Lock()
 		for _, e := range done {
@@ -1413,7 +1413,7 @@ func (s *rsession) closeIfDone() {
 			s.linger.close()
 			s.linger = nil
 		} else {
-			_ = s.client.Close()
+			s.l.closeFlushed(s.client)
 		}
 		s.shutdown()
 	}
@@ -1453,7 +1453,7 @@ func (s *rsession) evict(reason string) {
 		s.linger.close()
 		s.linger = nil
 	} else {
-		_ = s.client.Close()
+		s.l.closeNow(s.client)
 	}
 	s.shutdown()
 }
@@ -1513,7 +1513,7 @@ func (s *rsession) shutdown() {
 	// s.done is left alone: shutdown may run inside flush (a write to a
 	// client that reset its connection closes it at once), which still
 	// walks it; those entries are complete and flush recycles them.
-	s.p.inflight.Add(-int64(s.q.len()))
+	s.l.inflight.Add(-int64(s.q.len()))
 	for s.q.len() > 0 {
 		s.q.pop() // not recycled: a link may still point at it
 	}

@@ -192,7 +192,7 @@ func (s *session) clientData(data []byte) {
 		// Waiting to decide the hand-back: keep the input, unprocessed
 		// (bounded by the query limit).
 		var over bool
-		if s.partial, over = p.holdInput(s.partial, data); over {
+		if s.partial, over = s.l.holdInput(s.partial, data); over {
 			s.evict("query_limit")
 		}
 		return
@@ -210,7 +210,7 @@ func (s *session) clientData(data []byte) {
 		}
 		return
 	}
-	if m := p.cfg.Metrics; m != nil {
+	if m := s.l.m; m != nil {
 		m.AddClientBytes(len(data), 0)
 	}
 	if s.raw {
@@ -290,7 +290,7 @@ func (s *session) clientData(data []byte) {
 	added := s.q.len() - first
 	// Count the new requests as in flight before the write: from t_in on
 	// they are (Little's law uses this count).
-	p.inflight.Add(int64(added))
+	s.l.inflight.Add(int64(added))
 	// sent..cut goes to the engine now: the complete requests and the
 	// validated part of an incomplete one, less what went before.
 	sent, cut := 0, off
@@ -314,7 +314,7 @@ func (s *session) clientData(data []byte) {
 				}
 			}
 			_, _ = s.up.Write(data[sent:cut])
-			if m := p.cfg.Metrics; m != nil {
+			if m := s.l.m; m != nil {
 				m.AddUpstreamBytes(0, cut-sent)
 				if measure && added > 0 && s.mshard >= 0 {
 					s.l.m.Lock()
@@ -559,7 +559,7 @@ func (s *session) protocolError(err error) {
 func (s *session) answerLocal() {
 	for s.q.len() > 0 && s.q.front().kind == kindLocal {
 		s.q.pop()
-		s.p.inflight.Add(-1)
+		s.l.inflight.Add(-1)
 		s.writeClient(s.localErr)
 		s.closeClient()
 	}
@@ -577,7 +577,7 @@ func (s *session) upstreamOpened(c gnet.Conn) {
 	}
 	if len(s.outq) > 0 {
 		_, _ = c.Write(s.outq)
-		if m := s.p.cfg.Metrics; m != nil {
+		if m := s.l.m; m != nil {
 			m.AddUpstreamBytes(0, len(s.outq))
 			if s.l.m != nil && s.q.len() > 0 && s.mshard >= 0 {
 				s.l.m.Lock()
@@ -624,7 +624,7 @@ func (s *session) upstreamData(data []byte) {
 		return
 	}
 	p := s.p
-	if m := p.cfg.Metrics; m != nil {
+	if m := s.l.m; m != nil {
 		m.AddUpstreamBytes(len(data), 0)
 	}
 	var now int64
@@ -722,7 +722,7 @@ func (s *session) upstreamData(data []byte) {
 	if off > flushed {
 		s.writeClient(data[flushed:off])
 	}
-	p.inflight.Add(-int64(popped))
+	s.l.inflight.Add(-int64(popped))
 	if measure && len(done) > 0 {
 		m := s.l.m
 		m.Lock()
@@ -905,7 +905,7 @@ func (s *session) writeClient(b []byte) {
 			s.checkOutput(lim, len(b))
 		}
 	}
-	if m := s.p.cfg.Metrics; m != nil {
+	if m := s.l.m; m != nil {
 		m.AddClientBytes(0, len(b))
 	}
 }
@@ -918,7 +918,8 @@ func (s *session) closeClient() {
 		return
 	}
 	if !s.closed {
-		_ = s.client.Close()
+		s.stopRead = true
+		s.l.closeFlushed(s.client)
 	}
 }
 
@@ -940,6 +941,9 @@ func (s *session) evict(reason string) {
 		m.ClientEvicted(reason)
 	}
 	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
+	if s.linger == nil {
+		s.l.closeNow(s.client)
+	}
 	s.closeBoth()
 }
 
@@ -948,10 +952,10 @@ func (s *session) closeBoth() {
 		// The client's OnClose has run already: settle its accounts here.
 		s.linger.close()
 		s.linger = nil
-		s.p.inflight.Add(-int64(s.q.len()))
+		s.l.inflight.Add(-int64(s.q.len()))
 		s.q = fifo{}
 	} else if !s.closed {
-		_ = s.client.Close()
+		s.l.closeFlushed(s.client)
 	}
 	s.closed = true
 	s.shutdownUpstream()
@@ -978,7 +982,7 @@ func (s *session) failPending(reply []byte) {
 			m.Unlock()
 		}
 	}
-	s.p.inflight.Add(-int64(n))
+	s.l.inflight.Add(-int64(n))
 	s.closeClient()
 }
 
@@ -1043,7 +1047,7 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 	}
 	s.p.clients.Add(-1)
 	if s.closed {
-		s.p.inflight.Add(-int64(s.q.len()))
+		s.l.inflight.Add(-int64(s.q.len()))
 		s.q = fifo{}
 		return
 	}
@@ -1073,7 +1077,7 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 		}
 	}
 	s.closed = true
-	s.p.inflight.Add(-int64(s.q.len()))
+	s.l.inflight.Add(-int64(s.q.len()))
 	s.q = fifo{}
 	s.shutdownUpstream()
 }
@@ -1193,7 +1197,7 @@ var barrierEcho = []byte("*2\r\n$4\r\nECHO\r\n$9\r\nrespmeter\r\n")
 // when its reply comes.
 func (s *session) pushBarrier(flags uint8) {
 	s.q.push(pending{kind: kindBarrier, flags: flags})
-	s.p.inflight.Add(1)
+	s.l.inflight.Add(1)
 	s.toUpstream(barrierEcho)
 }
 
