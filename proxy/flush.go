@@ -154,12 +154,4 @@ func (p *Proxy) closeClients(ctx context.Context, d time.Duration) {
 
 // flushing returns the number of client connections, over all loops,
 // waiting for their replies to be written before they are closed.
-func (p *Proxy) flushing() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n int64
-	for _, l := range p.loops {
-		n += l.nflushing.Load()
-	}
-	return n
-}
+func (p *Proxy) flushing() int64 { return p.sumLoops(func(l *loop) int64 { return l.nflushing.Load() }) }

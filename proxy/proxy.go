@@ -398,12 +398,15 @@ func (p *Proxy) Stop(ctx context.Context) error {
 
 // InFlight returns the number of requests sent by clients and not yet
 // answered, over all loops (for Little's law: L = λW).
-func (p *Proxy) InFlight() int64 {
+func (p *Proxy) InFlight() int64 { return p.sumLoops(func(l *loop) int64 { return l.inflight.Load() }) }
+
+// sumLoops returns the sum of f over the loops (f reads a loop's atomics).
+func (p *Proxy) sumLoops(f func(*loop) int64) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var n int64
 	for _, l := range p.loops {
-		n += l.inflight.Load()
+		n += f(l)
 	}
 	return n
 }
