@@ -154,4 +154,6 @@ func (p *Proxy) closeClients(ctx context.Context, d time.Duration) {
 
 // flushing returns the number of client connections, over all loops,
 // waiting for their replies to be written before they are closed.
-func (p *Proxy) flushing() int64 { return p.sumLoops(func(l *loop) int64 { return l.nflushing.Load() }) }
+func (p *Proxy) flushing() int64 {
+	return p.sumLoops(func(l *loop) int64 { return l.nflushing.Load() })
+}
