@@ -910,18 +910,12 @@ func (s *session) writeClient(b []byte) {
 	}
 }
 
-// closeClient closes the client connection after what was written to it
-// has been flushed (gnet writes the outbound buffer before closing).
-func (s *session) closeClient() {
-	if s.linger != nil {
-		s.closeBoth()
-		return
-	}
-	if !s.closed {
-		s.stopRead = true
-		s.l.closeFlushed(s.client)
-	}
-}
+// closeClient closes the client connection once the replies queued for it
+// are written (closeFlushed). Its callers owe it nothing more, so its
+// upstream goes at once and anything else for it (a push, a MONITOR line)
+// is dropped, as Redis drops output to a client it will close after its
+// replies (CLIENT_CLOSE_AFTER_REPLY).
+func (s *session) closeClient() { s.closeBoth() }
 
 // checkOutput applies the client output limit (outputGuard) after added
 // bytes were written to the client.
