@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,76 @@ func TestStopDeliversQueuedReplies(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Stop did not return")
+	}
+}
+
+// TestProtocolErrorEndsMonitorFeed: a MONITOR client that sends a malformed
+// request while it is not reading, with a busy engine, gets the feed queued
+// so far, the protocol error, and then nothing: Redis drops output to a
+// client it will close after its replies, and so must the proxy (a feed
+// still arriving behind the error would also keep the connection open for
+// as long as the client reads slower than the feed grows).
+func TestProtocolErrorEndsMonitorFeed(t *testing.T) {
+	e := e2eSetup(t)
+	const errLine = "-ERR Protocol error: invalid multibulk length\r\n"
+	flood := func() []byte {
+		var b bytes.Buffer
+		for i := range 20000 {
+			b.Write(respCmd("SET", "k", strconv.Itoa(i)))
+		}
+		return b.Bytes()
+	}()
+	for _, tg := range e.targets() {
+		t.Run(tg.name, func(t *testing.T) {
+			mon := redistest.Dial(t, tg.addr)
+			if err := mon.Write(respCmd("MONITOR")); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := mon.ReadN(5, 2*time.Second); err != nil || string(b) != "+OK\r\n" {
+				t.Fatalf("MONITOR: %q %v", b, err)
+			}
+			// Other clients keep the feed going (about 1 MB per batch)
+			// while the monitor does not read.
+			stop := make(chan struct{})
+			flooded := make(chan struct{})
+			go func() {
+				defer close(flooded)
+				c, err := redistest.DialConn(e.srv.Addr(), 2*time.Second)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if c.Write(flood) != nil {
+						return
+					}
+					if _, err := c.ReadWhile(func(b []byte) bool { return bytes.Count(b, []byte("+OK\r\n")) >= 20000 }, 10*time.Second); err != nil {
+						return
+					}
+					c.Consume(20000 * 5)
+				}
+			}()
+			time.Sleep(300 * time.Millisecond)
+			if err := mon.Write([]byte("*x\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond) // the feed goes on, unread
+			got, rerr := mon.ReadWhile(func([]byte) bool { return false }, 20*time.Second)
+			close(stop)
+			<-flooded
+			if !errors.Is(rerr, io.EOF) {
+				t.Errorf("reading ended with %v, want the close (EOF)", rerr)
+			}
+			if n := bytes.Count(got, []byte(errLine)); n != 1 || !bytes.HasSuffix(got, []byte(errLine)) {
+				i := bytes.Index(got, []byte(errLine))
+				t.Errorf("%d bytes of feed, protocol error seen %d times, at %d; %d bytes after it, want none",
+					len(got), n, i, len(got)-i-len(errLine))
+			}
+		})
 	}
 }
