@@ -21,9 +21,15 @@ import (
 // Evictions close at once (their replies are dropped, as Redis drops an
 // over-limit client's).
 
-// flushPoll is how often a loop looks at the clients waiting for their
-// replies to be written before they are closed.
-const flushPoll = 2 * time.Millisecond
+// A loop looks at the clients waiting for their replies to be written
+// every flushPoll while one of them takes bytes; while none does, it waits
+// twice as long each time, up to flushPollMax, so that a client that never
+// reads costs a wake-up per flushPollMax, not one per flushPoll (gnet has no
+// event for "the socket took bytes").
+const (
+	flushPoll    = 2 * time.Millisecond
+	flushPollMax = 200 * time.Millisecond
+)
 
 // closeFlushed closes client connection c once gnet has written every byte
 // queued for it. It runs on c's loop.
@@ -39,22 +45,25 @@ func (l *loop) closeFlushed(c gnet.Conn) {
 		return
 	}
 	if l.flushing == nil {
-		l.flushing = make(map[gnet.Conn]struct{})
+		l.flushing = make(map[gnet.Conn]int)
 		l.runFlushCheck = gnet.RunnableFunc(func(context.Context) error {
 			l.checkFlushing()
 			return nil
 		})
 	}
-	l.flushing[c] = struct{}{}
+	l.flushing[c] = c.OutboundBuffered()
 	l.nflushing.Add(1)
-	if len(l.flushing) == 1 {
+	l.flushWait = flushPoll
+	if !l.flushTimer {
 		l.pollFlushing()
 	}
 }
 
-// pollFlushing runs checkFlushing on the loop after flushPoll.
+// pollFlushing runs checkFlushing on the loop after l.flushWait. One timer
+// at most is pending per loop (l.flushTimer).
 func (l *loop) pollFlushing() {
-	time.AfterFunc(flushPoll, func() {
+	l.flushTimer = true
+	time.AfterFunc(l.flushWait, func() {
 		// An error means the engine is stopping: gnet closes every
 		// connection itself.
 		_ = l.el.Execute(context.Background(), l.runFlushCheck)
@@ -62,17 +71,33 @@ func (l *loop) pollFlushing() {
 }
 
 // checkFlushing closes the waiting clients whose replies are all written,
-// and polls again while some are left.
+// and polls again while some are left: soon if one of them took bytes
+// since the last look, later otherwise.
 func (l *loop) checkFlushing() {
-	for c := range l.flushing {
-		if c.OutboundBuffered() == 0 {
+	l.flushTimer = false
+	l.flushLooks.Add(1)
+	moved := false
+	for c, prev := range l.flushing {
+		n := c.OutboundBuffered()
+		if n == 0 {
 			l.doneFlushing(c)
 			_ = c.Close()
+			continue
+		}
+		if n != prev {
+			moved = true
+			l.flushing[c] = n
 		}
 	}
-	if len(l.flushing) > 0 {
-		l.pollFlushing()
+	if len(l.flushing) == 0 {
+		return
 	}
+	if moved {
+		l.flushWait = flushPoll
+	} else {
+		l.flushWait = min(2*l.flushWait, flushPollMax)
+	}
+	l.pollFlushing()
 }
 
 // doneFlushing takes c off the clients waiting to be closed, if it is on it

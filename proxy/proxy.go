@@ -82,9 +82,15 @@ type loop struct {
 	// clients holds the loop's open client connections, and flushing
 	// those waiting for their replies to be written before they are
 	// closed (see closeFlushed); nflushing counts them for Stop.
-	clients       map[gnet.Conn]struct{}
-	flushing      map[gnet.Conn]struct{}
+	clients map[gnet.Conn]struct{}
+	// flushing maps each such client to the bytes gnet held for it at the
+	// last look; flushWait is the wait before the next look, flushTimer
+	// whether one is pending.
+	flushing      map[gnet.Conn]int
 	nflushing     atomic.Int64
+	flushWait     time.Duration
+	flushTimer    bool
+	flushLooks    atomic.Int64 // checkFlushing passes (tests read it)
 	runFlushCheck gnet.Runnable
 
 	// Routed sessions' scratch and pool (see rsession.go).
