@@ -16,8 +16,9 @@ import (
 // queued for it has been written (CLIENT_CLOSE_AFTER_REPLY). So does the
 // proxy: closeFlushed keeps the connection open, while its session ignores
 // further input, until gnet holds nothing for it, then closes it. A client
-// that never reads keeps its connection, as it would with Redis (the output
-// limit still applies to it); Stop bounds the wait by its drain timeout.
+// that never reads keeps its connection, as it would with Redis (what is
+// queued for it stayed within the output limit, and nothing is added once
+// it is closing); Stop bounds the wait by its drain timeout.
 // Evictions close at once (their replies are dropped, as Redis drops an
 // over-limit client's).
 

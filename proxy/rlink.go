@@ -84,10 +84,10 @@ func (ln *rlink) write(t int64) {
 	_, _ = ln.c.Write(ln.wb)
 	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
-		if lm := ln.l.m; lm != nil && ln.mshard >= 0 {
-			lm.Lock()
-			lm.ShardBatchLocked(ln.mshard, ln.wn)
-			lm.Unlock()
+		if ln.mshard >= 0 {
+			m.Lock()
+			m.ShardBatchLocked(ln.mshard, ln.wn)
+			m.Unlock()
 		}
 	}
 	if cap(ln.wb) > 1<<20 {

@@ -579,10 +579,10 @@ func (s *session) upstreamOpened(c gnet.Conn) {
 		_, _ = c.Write(s.outq)
 		if m := s.l.m; m != nil {
 			m.AddUpstreamBytes(0, len(s.outq))
-			if s.l.m != nil && s.q.len() > 0 && s.mshard >= 0 {
-				s.l.m.Lock()
-				s.l.m.ShardBatchLocked(s.mshard, s.q.len())
-				s.l.m.Unlock()
+			if s.q.len() > 0 && s.mshard >= 0 {
+				m.Lock()
+				m.ShardBatchLocked(s.mshard, s.q.len())
+				m.Unlock()
 			}
 		}
 		s.outq = nil
