@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -356,15 +357,18 @@ wait:
 	mlog.Info("stopping", "reason", reason, "drain_timeout", cfg.DrainTimeout.String())
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.DrainTimeout)+stopGrace)
 	defer cancel()
-	// A second SIGINT/SIGTERM cuts the drain short.
+	// A second SIGINT/SIGTERM cuts the drain short; that is what the user
+	// asked for, not a failure, so the exit code stays 0.
 	stopped := make(chan struct{})
 	defer close(stopped)
+	var cut atomic.Bool
 	go func() {
 		for {
 			select {
 			case sig := <-sigs:
 				if sig != syscall.SIGUSR1 {
 					mlog.Warn("second signal: closing without waiting for replies", "signal", sig.String())
+					cut.Store(true)
 					cancel()
 				}
 			case <-stopped:
@@ -373,8 +377,12 @@ wait:
 		}
 	}()
 	if err := st.stop(stopCtx); err != nil {
-		mlog.Error("unclean stop", "err", err)
-		code = exitFailure
+		if cut.Load() {
+			mlog.Warn("stop cut short by a second signal", "err", err)
+		} else {
+			mlog.Error("unclean stop", "err", err)
+			code = exitFailure
+		}
 	}
 	if err := st.writeTables(a.stdout); err != nil {
 		mlog.Warn("write table", "err", err)

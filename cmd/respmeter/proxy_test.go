@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -587,5 +588,36 @@ func TestHDRLogBadPath(t *testing.T) {
 	if code != exitFailure || !strings.Contains(stderr, "respmeter: ") || !strings.Contains(stderr, bad) ||
 		strings.Contains(stderr, "listening") {
 		t.Errorf("exit %d, want %d naming %s and nothing listening\nstderr:\n%s", code, exitFailure, bad, stderr)
+	}
+}
+
+// TestProxySecondSignal: a second SIGTERM while the drain waits for a
+// BLPOP cuts the wait short and still exits 0, as --help says ("a second one
+// cuts the wait short"); it used to exit 1 with "unclean stop".
+func TestProxySecondSignal(t *testing.T) {
+	srv := redistest.Start(t) // skips without redis-server or with -short
+	p := start(t, nil, "proxy",
+		"--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "off", "--drain-timeout", "30s")
+	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	c := redistest.Dial(t, addr)
+	if err := c.Write(redistest.Cmd("BLPOP", "nolist", "0")); err != nil {
+		t.Fatal(err)
+	}
+	// The BLPOP is in flight once the engine has it blocked.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(fmt.Sprint(srv.DoT(t, "INFO", "clients")), "blocked_clients:1") {
+		if time.Now().After(deadline) {
+			t.Fatal("the BLPOP never blocked in the engine")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.signal(t, syscall.SIGTERM)
+	p.waitFor(t, p.stderr, `msg=stopping`)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after a second SIGTERM, want 0\nstderr:\n%s", code, p.stderr)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "second signal") || strings.Contains(s, "unclean stop") {
+		t.Errorf("stderr lacks the second-signal warning or reports an unclean stop:\n%s", s)
 	}
 }
