@@ -34,9 +34,11 @@
 # (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark), and a
 # "floors" table for the ops/s targets: with the cores saturated, ops/s is the CPU available over
 # the CPU per operation of client + redis-server + proxy, so at want x the peer's ops/s those
-# three may spend at most 1/want of the peer's; the table subtracts respmeter's client,
-# redis-server and proxy kernel time per operation from that, leaving what respmeter's own
-# user-space code (Go runtime, gnet, framing, timing) may cost. A negative figure means the target
+# three may spend at most 1/want of the peer's; the table subtracts the client's and
+# redis-server's CPU and the proxy's kernel time per operation, measured in respmeter's cells,
+# from that, leaving what respmeter's own user-space code (Go runtime, gnet, framing, timing) may
+# cost. The client's CPU is in no other table (cells.csv, client_s), and every figure is a median
+# of its own over the repetitions, so the columns need not add up to the last digit. A negative figure means the target
 # cannot be reached by user-space work at all: it would take fewer or cheaper system calls, or a
 # cheaper client or engine.
 #
@@ -54,14 +56,17 @@
 #   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy)
 #   BASE_PORT=27600 (uses BASE_PORT..BASE_PORT+20)  OUT=$(mktemp -d)
 # Duration: about 34 s per target and repetition with MEMTIER, 15 s without: 7 targets x 3
-# repetitions took 708 s on 2 busy cores (about 5 minutes without memtier).
+# repetitions took 566-708 s on 2 cores (about 5 minutes without memtier). Short settings
+# (TEST_TIME=2, RB_N=20000) check that the script works; their figures are not worth quoting:
+# memtier's start-up is part of each cell's CPU window, CPU is read in 10 ms ticks, and
+# redis-benchmark's P16 rows are over in half a second.
 #
 # Output: OUT/cells.csv (every cell), OUT/summary.md (the tables; also on stdout), OUT/env.txt.
 # Example (abridged; see BENCHMARKS.md for a full run):
 #   | target | P | ops/s | × direct | × haproxy | × predixy | p50 ms | p99 ms | proxy µs/op | of it kernel | redis µs/op | other CPU | runs |
 #   | haproxy | 1 | 36889 ±33% | 0.66 | 1.00 | 0.68 | 2.735 | 6.303 | 21.5 | 19.3 | 12.8 | 2 % | 3/3 |
 #   | passthrough ops/s ≥ 1.1× haproxy, P16 | 1.02× (208480 vs 204632) | not met |
-#   | respmeter ≥ 1.25× haproxy, P1 | 54.7 | 43.8 | 51.4 | -7.6 | 4.0 |
+#   | respmeter ≥ 1.25× haproxy, P1 | 54.7 | 43.8 | 51.4 | -7.6 | 4.0 |  (floors table)
 #
 # Safety: every address is 127.0.0.1; runs are bounded by -n/--test-time and `timeout`; only the
 # processes this script started are stopped, by PID, on exit.
@@ -560,7 +565,7 @@ for pl in (1, 16):
 # whose user-space work cost nothing would miss the target, unless it made fewer or cheaper
 # system calls (or the client or redis-server cheaper).
 print(f"\n#### Floors for the ops/s targets ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
-print("| target | peer's client+redis+proxy | allowed at the target | respmeter's client+redis+proxy kernel | left for respmeter's user space | respmeter's user space now |")
+print("| target | peer cells: client + redis + proxy CPU | allowed at the target | respmeter cells: client + redis CPU + proxy kernel | left for respmeter's user space | respmeter's user space now |")
 print("|---|---|---|---|---|---|")
 for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "haproxy", 1.1, 16),
                           ("respmeter-shared", "predixy", 1.05, 1), ("respmeter-shared", "predixy", 1.05, 16)):
