@@ -151,31 +151,20 @@ func (p *Proxy) closeClients(ctx context.Context, d time.Duration) {
 		}
 	}
 	p.mu.Unlock()
+	end := time.Now().Add(d)
 	queued := make(chan struct{})
 	go func() {
 		wg.Wait()
 		close(queued)
 	}()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
 	select {
 	case <-queued:
-	case <-deadline.C:
+	case <-time.After(d):
 		return
 	case <-ctx.Done():
 		return
 	}
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for p.flushing() > 0 {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
-	}
+	waitUntil(ctx, time.Until(end), func() bool { return p.flushing() == 0 })
 }
 
 // flushing returns the number of client connections, over all loops,

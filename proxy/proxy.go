@@ -328,16 +328,22 @@ func (p *Proxy) Addr() string {
 // waitIdle waits until no request is in flight, for at most d or until ctx
 // ends; it reports whether none is.
 func (p *Proxy) waitIdle(ctx context.Context, d time.Duration) bool {
+	return waitUntil(ctx, d, func() bool { return p.InFlight() == 0 })
+}
+
+// waitUntil polls done every 5 ms until it holds, for at most d or until
+// ctx ends; it reports whether done holds.
+func waitUntil(ctx context.Context, d time.Duration, done func() bool) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for p.InFlight() > 0 {
+	for !done() {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-deadline.C:
-			return p.InFlight() == 0
+			return done()
 		case <-tick.C:
 		}
 	}
