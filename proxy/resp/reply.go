@@ -47,7 +47,8 @@ type Frame struct {
 	// Int is the value of the last ':' integer directly inside a top-level
 	// '*' or '>' (the subscription count of a pub/sub confirmation).
 	Int int64
-	// Len is the element count of a top-level aggregate (-1 for a null).
+	// Len is the element count of a top-level aggregate (-1 for a null; 0
+	// for a streamed one, whose count is not announced).
 	Len int64
 }
 
@@ -68,8 +69,9 @@ const (
 )
 
 type level struct {
-	remain int64 // elements still expected at this level
-	attr   bool  // this level is an attribute map: it does not count as an element of its parent
+	remain   int64 // elements still expected at this level
+	attr     bool  // this level is an attribute map: it does not count as an element of its parent
+	streamed bool  // a '*?', '%?' or '~?' aggregate: elements until its '.' end marker
 }
 
 // ReplyFramer finds the boundaries of RESP2/RESP3 replies in a byte stream
@@ -80,8 +82,11 @@ type level struct {
 //
 // Source: the RESP3 specification (github.com/redis/redis-specification,
 // protocol/RESP3.md), "Simple types", "Aggregate data types", "Attribute
-// type" and "Push type". Streamed strings and aggregates ('?' lengths) are
-// not produced by Redis, Valkey or Dragonfly and are rejected as ErrBadReply.
+// type", "Push type" and "Streamed strings" / "Streamed aggregates": a
+// '$?' string is a sequence of ';<len>' chunks ended by ';0', and a '*?',
+// '%?' or '~?' aggregate holds elements up to a '.' end marker. No engine
+// sends the streamed forms today; the specification allows them, so they
+// are relayed like any other reply.
 type ReplyFramer struct {
 	state uint8
 	typ   byte // type byte of the item being parsed
@@ -90,6 +95,13 @@ type ReplyFramer struct {
 	num   int64 // length/integer accumulator
 	bulk  int64 // bulk bytes still to skip
 	stack []level
+	qlen  bool // the length header being parsed is '?' (a streamed string or aggregate)
+	// chunks: inside a streamed string ('$?'), whose next item is a ';'
+	// chunk header.
+	chunks bool
+	// annot: an attribute inside a streamed aggregate just ended, so a
+	// value follows, not the aggregate's end marker.
+	annot bool
 
 	// Top-level frame info, filled while parsing.
 	frame   Frame
@@ -119,6 +131,7 @@ func (r *ReplyFramer) Reset() {
 	r.state = stType
 	r.stack = r.stack[:0]
 	r.started = false
+	r.qlen, r.chunks, r.annot = false, false, false
 }
 
 // Feed consumes bytes of p up to the end of the current reply. It returns the
@@ -153,6 +166,9 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				end = i + j
 			}
 			seg := p[i:end]
+			if r.typ == '.' && len(seg) > 0 {
+				return i, false, r.fail(ErrBadReply) // the end marker is ".\r\n"
+			}
 			if r.capture {
 				r.captureBytes(seg)
 			}
@@ -176,6 +192,11 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				}
 				r.frame.Int = v
 			}
+			if r.typ == '.' {
+				// The end of a streamed aggregate, which is now one
+				// complete element of its parent.
+				r.stack = r.stack[:len(r.stack)-1]
+			}
 			if r.itemDone() {
 				return i, true, nil
 			}
@@ -183,7 +204,7 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 			c := p[i]
 			i++
 			switch {
-			case c >= '0' && c <= '9':
+			case c >= '0' && c <= '9' && !r.qlen:
 				// A length beyond int64 is malformed (it used to wrap
 				// negative and pass for a null).
 				if r.num > (math.MaxInt64-int64(c-'0'))/10 {
@@ -191,8 +212,11 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				}
 				r.num = r.num*10 + int64(c-'0')
 				r.ndig++
-			case c == '-' && r.ndig == 0 && !r.neg:
+			case c == '-' && r.ndig == 0 && !r.neg && !r.qlen:
 				r.neg = true
+			case c == '?' && r.ndig == 0 && !r.neg && !r.qlen &&
+				(r.typ == '$' || r.typ == '*' || r.typ == '%' || r.typ == '~'):
+				r.qlen = true
 			case c == '\r':
 				r.state = stLenLF
 			default:
@@ -203,7 +227,7 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				return i, false, r.fail(ErrBadReply)
 			}
 			i++
-			if r.ndig == 0 {
+			if r.ndig == 0 && !r.qlen {
 				return i, false, r.fail(ErrBadReply)
 			}
 			fin, err := r.header()
@@ -237,6 +261,10 @@ func (r *ReplyFramer) Feed(p []byte) (n int, done bool, err error) {
 				return i, false, r.fail(ErrBadReply)
 			}
 			i++
+			if r.chunks {
+				r.state = stType // the next chunk header
+				continue
+			}
 			if r.itemDone() {
 				return i, true, nil
 			}
@@ -252,6 +280,25 @@ func (r *ReplyFramer) fail(err error) error {
 
 // begin handles a type byte.
 func (r *ReplyFramer) begin() error {
+	if r.chunks {
+		// Inside a streamed string only chunk headers come.
+		if r.typ != ';' {
+			return r.fail(ErrBadReply)
+		}
+		r.state = stLen
+		r.num, r.neg, r.ndig = 0, false, 0
+		return nil
+	}
+	if r.typ == '.' {
+		// The end marker of a streamed aggregate, nowhere else.
+		if n := len(r.stack); n == 0 || !r.stack[n-1].streamed || r.annot {
+			return r.fail(ErrBadReply)
+		}
+		r.state = stLine
+		r.capture = false
+		return nil
+	}
+	r.annot = false
 	top := len(r.stack) == 0
 	// The first non-attribute value at depth 0 names the frame; attributes
 	// before it are skipped over.
@@ -283,6 +330,33 @@ func (r *ReplyFramer) begin() error {
 // header handles a complete length header; it reports whether this
 // completed the top-level frame.
 func (r *ReplyFramer) header() (bool, error) {
+	if r.qlen {
+		r.qlen = false
+		if r.typ == '$' {
+			r.chunks = true
+			r.state = stType
+			return false, nil
+		}
+		if len(r.stack) >= MaxReplyDepth {
+			return false, r.fail(ErrTooDeep)
+		}
+		r.stack = append(r.stack, level{streamed: true})
+		r.state = stType
+		r.capture = false
+		return false, nil
+	}
+	if r.chunks { // a ';' chunk header
+		switch {
+		case r.neg:
+			return false, r.fail(ErrBadReply)
+		case r.num == 0: // ";0": the streamed string ends
+			r.chunks = false
+			return r.itemDone(), nil
+		}
+		r.bulk = r.num
+		r.state = stBulk
+		return false, nil
+	}
 	n := r.num
 	if r.neg {
 		if n != 1 {
@@ -353,6 +427,14 @@ func (r *ReplyFramer) itemDone() bool {
 			return true
 		}
 		top := &r.stack[len(r.stack)-1]
+		if top.streamed {
+			// Open until its '.' end marker.
+			if !wasAttr && len(r.stack) == 1 {
+				r.elemIdx++
+			}
+			r.annot = wasAttr
+			return false
+		}
 		if !wasAttr {
 			top.remain--
 			if len(r.stack) == 1 && !top.attr {

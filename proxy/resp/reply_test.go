@@ -162,9 +162,40 @@ func (p *refParser) valueCtx(d int, top, first, direct bool) error {
 			}
 			return nil
 		case '$', '!', '=', '*', '%', '~', '>', '|':
-			n, err := p.length()
+			n, err := p.length(t == '$' || t == '*' || t == '%' || t == '~')
 			if err != nil {
 				return err
+			}
+			if n == refStreamed {
+				if top {
+					p.f.Type = t
+				}
+				if t == '$' {
+					return p.chunks(first)
+				}
+				if d >= MaxReplyDepth {
+					return ErrTooDeep
+				}
+				pub := top && t == '*'
+				for i := 0; ; i++ {
+					if p.pos >= len(p.in) {
+						return errRefShort
+					}
+					if p.in[p.pos] == '.' {
+						p.pos++
+						if p.pos >= len(p.in) {
+							return errRefShort
+						}
+						if p.in[p.pos] != '\r' {
+							return ErrBadReply // the end marker is ".\r\n"
+						}
+						_, err := p.line()
+						return err
+					}
+					if err := p.valueCtx(d+1, false, pub && i == 0, pub); err != nil {
+						return err
+					}
+				}
 			}
 			if t == '|' {
 				if n < 0 {
@@ -253,11 +284,58 @@ func (p *refParser) line() ([]byte, error) {
 	return line, nil
 }
 
+// refStreamed is what length returns for a '?' length (RESP3 streamed
+// strings and aggregates).
+const refStreamed = -2
+
+// chunks parses the ';' chunks of a streamed string up to ';0'.
+func (p *refParser) chunks(first bool) error {
+	var head []byte
+	for {
+		if p.pos >= len(p.in) {
+			return errRefShort
+		}
+		c := p.in[p.pos]
+		p.pos++
+		if c != ';' {
+			return ErrBadReply
+		}
+		n, err := p.length(false)
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return ErrBadReply
+		}
+		if n == 0 {
+			if first {
+				p.f.Head = clip(head)
+			}
+			return nil
+		}
+		if int64(len(p.in)-p.pos) < n {
+			return errRefShort
+		}
+		head = append(head, p.in[p.pos:p.pos+int(n)]...)
+		p.pos += int(n)
+		for _, c := range []byte("\r\n") {
+			if p.pos >= len(p.in) {
+				return errRefShort
+			}
+			if p.in[p.pos] != c {
+				return ErrBadReply
+			}
+			p.pos++
+		}
+	}
+}
+
 // length parses "[-]digits\r\n": -1 is the only negative value, the number
-// must fit in int64 (leading zeros are tolerated).
-func (p *refParser) length() (int64, error) {
+// must fit in int64 (leading zeros are tolerated). With streamable, "?\r\n"
+// is allowed too (refStreamed).
+func (p *refParser) length(streamable bool) (int64, error) {
 	var v int64
-	neg, nd := false, 0
+	neg, nd, q := false, 0, false
 	for {
 		if p.pos >= len(p.in) {
 			return 0, errRefShort
@@ -265,6 +343,10 @@ func (p *refParser) length() (int64, error) {
 		c := p.in[p.pos]
 		p.pos++
 		switch {
+		case c == '?' && streamable && nd == 0 && !neg && !q:
+			q = true
+		case q && c != '\r':
+			return 0, ErrBadReply
 		case c >= '0' && c <= '9':
 			if v > (math.MaxInt64-int64(c-'0'))/10 {
 				return 0, ErrBadReply
@@ -281,6 +363,9 @@ func (p *refParser) length() (int64, error) {
 				return 0, ErrBadReply // the framer stops before a bad LF
 			}
 			p.pos++
+			if q {
+				return refStreamed, nil
+			}
 			if nd == 0 || neg && v != 1 {
 				return 0, ErrBadReply
 			}
@@ -440,6 +525,16 @@ var replyCases = []replyCase{
 	{"monitor", "+1700000000.123456 [0 127.0.0.1:5000] \"set\" \"key:m\" \"1\"\r\n",
 		frameRec{Type: '+', Head: "1700000000.12345"}},
 	{"line-with-lf", "+a\nb\r\n", frameRec{Type: '+', Head: "a\nb"}},
+	// RESP3 spec, "Streamed strings" and "Streamed aggregates".
+	{"streamed-string", "$?\r\n;4\r\nHell\r\n;5\r\no wor\r\n;1\r\nd\r\n;0\r\n", frameRec{Type: '$'}},
+	{"streamed-string-empty", "$?\r\n;0\r\n", frameRec{Type: '$'}},
+	{"streamed-array", "*?\r\n:1\r\n:2\r\n:3\r\n.\r\n", frameRec{Type: '*', Int: 3}},
+	{"streamed-array-empty", "*?\r\n.\r\n", frameRec{Type: '*'}},
+	{"streamed-map", "%?\r\n+a\r\n:1\r\n+b\r\n:2\r\n.\r\n", frameRec{Type: '%'}},
+	{"streamed-set-nested", "~?\r\n*?\r\n$?\r\n;2\r\nab\r\n;0\r\n.\r\n|1\r\n+t\r\n:1\r\n+x\r\n.\r\n", frameRec{Type: '~'}},
+	{"streamed-first-elem", "*?\r\n$?\r\n;3\r\nsub\r\n;6\r\nscribe\r\n;0\r\n:7\r\n.\r\n",
+		frameRec{Type: '*', Head: "subscribe", Int: 7}},
+	{"streamed-in-array", "*2\r\n%?\r\n.\r\n$?\r\n;1\r\n\r\r\n;0\r\n", frameRec{Type: '*', Len: 2}},
 }
 
 func TestReplyFramerCases(t *testing.T) {
@@ -492,8 +587,16 @@ func TestReplyFramerMalformed(t *testing.T) {
 		ok    int // complete frames before the failure
 	}{
 		{"unknown-type", "x\r\n", ErrBadReply, 1, 0},
-		{"streamed-bulk", "$?\r\n", ErrBadReply, 2, 0},
-		{"streamed-array", "*?\r\n", ErrBadReply, 2, 0},
+		{"streamed-error", "!?\r\n", ErrBadReply, 2, 0},
+		{"streamed-push", ">?\r\n", ErrBadReply, 2, 0},
+		{"streamed-len-digit", "$?1\r\n", ErrBadReply, 3, 0},
+		{"streamed-bulk-no-chunk", "$?\r\n$1\r\n", ErrBadReply, 5, 0},
+		{"chunk-neg", "$?\r\n;-1\r\n", ErrBadReply, 9, 0},
+		{"end-marker-top", ".\r\n", ErrBadReply, 1, 0},
+		{"end-marker-in-array", "*1\r\n.\r\n", ErrBadReply, 5, 0},
+		{"end-marker-text", "*?\r\n.x\r\n", ErrBadReply, 5, 0},
+		{"chunk-outside", ";1\r\na\r\n", ErrBadReply, 1, 0},
+		{"end-marker-after-attr", "%?\r\n|1\r\n#\r\n#\r\n.", ErrBadReply, 15, 0},
 		{"bulk-len-abc", "$abc\r\n", ErrBadReply, 2, 0},
 		{"bulk-len-empty", "$\r\n", ErrBadReply, 3, 0},
 		{"bulk-len-minus", "$-\r\n", ErrBadReply, 4, 0},
