@@ -264,8 +264,9 @@ func TestRouteSlotsHeadOfLine(t *testing.T) {
 }
 
 // TestRouteSlotsPubSub: under --route slots a subscriber (go-redis, RESP3)
-// is handed to a private connection on its channel's shard, where
-// PUBLISH of that channel is routed too; MONITOR is handed over likewise.
+// gets what is published on any shard (PUBLISH goes to every standalone
+// shard, the receivers summed), with no hand-over to another connection;
+// MONITOR through the proxy is a feed of the connection it was sent on.
 func TestRouteSlotsPubSub(t *testing.T) {
 	_, addrs := startShards(t, 3)
 	p, set := startRouted(t, proxy.RouteSlots, addrs, nil)
@@ -288,8 +289,13 @@ func TestRouteSlotsPubSub(t *testing.T) {
 		}
 		_ = ps.Close()
 	}
-	if r := set.Snapshot().Routing; r.HandoffsPubSub < int64(len(chans)) {
-		t.Errorf("pub/sub handoffs: %d, want at least %d", r.HandoffsPubSub, len(chans))
+	// With shared connections each subscriber moves to private ones once.
+	want := int64(0)
+	if sharedMode() {
+		want = int64(len(chans))
+	}
+	if r := set.Snapshot().Routing; r.HandoffsPubSub != want {
+		t.Errorf("pub/sub handoffs: %d, want %d (a mode of the routed client)", r.HandoffsPubSub, want)
 	}
 	// The publisher kept routing normally meanwhile.
 	if err := pub.Set(ctx, "key:b", "x", 0).Err(); err != nil {
@@ -402,6 +408,7 @@ func TestRouteSlotsHandBack(t *testing.T) {
 				s.Flush()
 			}
 			p, set := startRouted(t, proxy.RouteSlots, addrs, func(c *proxy.Config) {
+				c.UpstreamMode = proxy.UpstreamPrivate
 				if shared {
 					c.UpstreamMode = proxy.UpstreamShared
 				}
@@ -422,10 +429,15 @@ func TestRouteSlotsHandBack(t *testing.T) {
 					t.Errorf("%s is not on its owner %s", k, owner.Addr())
 				}
 			}
-			// CLIENT REPLY is applied by the routed session itself: no
-			// hand-over.
-			if r := set.Snapshot().Routing; r.HandoffsPubSub != 1 || r.HandoffsState != 0 {
-				t.Errorf("handoffs %+v, want 1 pubsub and no state", r)
+			// CLIENT REPLY and pub/sub are modes of the routed session: no
+			// hand-over (with shared connections, CLIENT REPLY moves the
+			// client to private ones first).
+			wantState := int64(0)
+			if shared {
+				wantState = 1
+			}
+			if r := set.Snapshot().Routing; r.HandoffsPubSub != 0 || r.HandoffsState != wantState {
+				t.Errorf("handoffs %+v, want no pubsub and %d state", r, wantState)
 			}
 		})
 	}
@@ -641,6 +653,19 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 			cmd("MONITOR"), cmd("PING"), cmd("RESET"), cmd("GET", key))}},
 		{"CLIENT REPLY OFF, then SUBSCRIBE", [][]byte{respJoin(cmd("CLIENT", "REPLY", "OFF"), cmd("SUBSCRIBE", ch),
 			cmd("UNSUBSCRIBE"), cmd("CLIENT", "REPLY", "ON"), cmd("INCR", key), cmd("GET", key))}},
+
+		// A subscriber's keyed requests go to their own shard (RESP3), or
+		// to the subscribed connection, which refuses them (RESP2): they
+		// went to the hand-over shard and got "_" there.
+		{"RESP3 GET after UNSUBSCRIBE while a pattern is subscribed", [][]byte{respJoin(cmd("HELLO", "3"),
+			cmd("SET", key, "va"), cmd("SUBSCRIBE", ch), cmd("PSUBSCRIBE", "pat*"), cmd("UNSUBSCRIBE"), cmd("GET", key),
+			cmd("PUNSUBSCRIBE"), cmd("INCR", key+"n"), cmd("PING"))}},
+		{"RESP2 GET while a pattern is subscribed", [][]byte{respJoin(cmd("SET", key, "va"), cmd("SUBSCRIBE", ch),
+			cmd("PSUBSCRIBE", "pat*"), cmd("UNSUBSCRIBE"), cmd("GET", key), cmd("PING"), cmd("HELLO", "3"),
+			cmd("PUNSUBSCRIBE"), cmd("GET", key))}},
+		{"RESP3 keyed commands between subscribes", [][]byte{respJoin(cmd("HELLO", "3"), cmd("SUBSCRIBE", ch),
+			cmd("INCR", key), cmd("SUBSCRIBE", ch+"x"), cmd("GET", key), cmd("UNSUBSCRIBE", ch), cmd("INCR", key),
+			cmd("UNSUBSCRIBE"), cmd("GET", key))}},
 	}
 	owner := srvs[topo.Shard(routing.Slot([]byte(key)))]
 	o := redistest.ExchangeOptions{Timeout: 5 * time.Second}
@@ -691,4 +716,148 @@ func TestRouteSlotsClientReplyInMulti(t *testing.T) {
 		redistest.Cmd("GET", "k2"), redistest.Cmd("EXEC"), redistest.Cmd("PING"), redistest.Cmd("GET", "k2")))
 	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n+QUEUED\r\n"+
 		"-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n$-1\r\n"), 5*time.Second)
+}
+
+// TestRouteSlotsShardedPubSub: shard channels live on the shard of their
+// slot (Redis Cluster specification): one connection's SSUBSCRIBEs to
+// channels of two shards both take, SPUBLISH to each reaches it, the
+// confirmations count the client's shard channels over both, a
+// multi-slot SSUBSCRIBE gets -CROSSSLOT, and SUNSUBSCRIBE of everything
+// answers for both, counting down. The second SSUBSCRIBE went to the first
+// one's shard, where SPUBLISH never reached it.
+func TestRouteSlotsShardedPubSub(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	topo, _ := routing.EvenSplit(addrs)
+	var a, b, c string // a and b on different shards, c on a's shard but another slot
+	for i := 0; a == "" || b == "" || c == ""; i++ {
+		k := fmt.Sprintf("sch:%d", i)
+		switch sh := topo.Shard(routing.Slot([]byte(k))); {
+		case a == "":
+			a = k
+		case b == "" && sh != topo.Shard(routing.Slot([]byte(a))):
+			b = k
+		case c == "" && sh == topo.Shard(routing.Slot([]byte(a))) && routing.Slot([]byte(k)) != routing.Slot([]byte(a)):
+			c = k
+		}
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	sub := redistest.Dial(t, p.Addr())
+	defer sub.Close()
+	conf := func(kind, ch string, n int) string {
+		return fmt.Sprintf("*3\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n", len(kind), kind, len(ch), ch, n)
+	}
+	sub.Roundtrip(t, redistest.Cmd("SSUBSCRIBE", a), []byte(conf("ssubscribe", a, 1)))
+	sub.Roundtrip(t, redistest.Cmd("SSUBSCRIBE", b), []byte(conf("ssubscribe", b, 2)))
+	sub.Roundtrip(t, redistest.Cmd("SSUBSCRIBE", a, c), []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n"))
+	pub := redistest.Dial(t, p.Addr())
+	defer pub.Close()
+	for _, ch := range []string{a, b} {
+		pub.Roundtrip(t, redistest.Cmd("SPUBLISH", ch, "hi "+ch), []byte(":1\r\n"))
+		msg := fmt.Sprintf("*3\r\n$8\r\nsmessage\r\n$%d\r\n%s\r\n$%d\r\nhi %s\r\n", len(ch), ch, len(ch)+3, ch)
+		sub.Expect(t, []byte(msg), 5*time.Second)
+	}
+	// Each subscription is on its own shard's connection.
+	for _, ch := range []string{a, b} {
+		owner := srvs[topo.Shard(routing.Slot([]byte(ch)))]
+		if n := owner.Do("PUBSUB", "SHARDNUMSUB", ch).([]any)[1].(int64); n != 1 {
+			t.Errorf("PUBSUB SHARDNUMSUB %s on its owner: %d, want 1", ch, n)
+		}
+	}
+	sub.Send(t, redistest.Cmd("SUNSUBSCRIBE"))
+	got, err := sub.ReadN(len(conf("sunsubscribe", a, 1))+len(conf("sunsubscribe", b, 0)), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{conf("sunsubscribe", a, 1) + conf("sunsubscribe", b, 0), conf("sunsubscribe", b, 1) + conf("sunsubscribe", a, 0)} {
+		if string(got) == want {
+			got = nil
+		}
+	}
+	if got != nil {
+		t.Errorf("SUNSUBSCRIBE of both: %q", got)
+	}
+	// Out of subscribe mode: keyed commands are routed again.
+	sub.Roundtrip(t, redistest.Cmd("SET", a, "1"), []byte("+OK\r\n"))
+	sub.Roundtrip(t, redistest.Cmd("GET", a), []byte("$1\r\n1\r\n"))
+}
+
+// TestRouteSlotsClientCachingOptin: with client-side caching in OPTIN mode
+// (rueidis's default), CLIENT CACHING YES modifies the next command: it
+// goes with it to that command's shard, so the key read next is tracked
+// and its invalidation arrives, whatever the connection's home shard. It
+// went to the home shard, and 23 of 30 cached keys stayed stale.
+func TestRouteSlotsClientCachingOptin(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, _ := routing.EvenSplit(addrs)
+	for conn := range 3 { // homes are round-robin: every home meets every shard
+		keys := make([]string, 3) // one key per shard
+		for i, found := 0, 0; found < 3; i++ {
+			k := fmt.Sprintf("optin:%d:%d", conn, i)
+			if sh := topo.Shard(routing.Slot([]byte(k))); keys[sh] == "" {
+				keys[sh] = k
+				found++
+			}
+		}
+		c := redistest.Dial(t, p.Addr())
+		c.Send(t, redistest.Cmd("HELLO", "3"))
+		if _, err := c.ReadFrame(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c.Roundtrip(t, redistest.Cmd("CLIENT", "TRACKING", "on", "OPTIN"), []byte("+OK\r\n"))
+		for _, k := range keys {
+			// Pipelined, as rueidis sends them.
+			c.Roundtrip(t, respJoin(redistest.Cmd("CLIENT", "CACHING", "YES"), redistest.Cmd("GET", k)), []byte("+OK\r\n_\r\n"))
+		}
+		// Alone and waited for, it still gets its reply (from the home
+		// shard, as before).
+		c.Roundtrip(t, redistest.Cmd("CLIENT", "CACHING", "YES"), []byte("+OK\r\n"))
+		c.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+		for i, k := range keys {
+			srvs[i].Do("SET", k, "v")
+		}
+		got := map[string]bool{}
+		for range keys {
+			f, err := c.ReadFrame(5 * time.Second)
+			if err != nil {
+				t.Fatalf("connection %d: invalidations so far %v, then: %v", conn, got, err)
+			}
+			for _, k := range keys {
+				if bytes.HasSuffix(f, []byte("$"+strconv.Itoa(len(k))+"\r\n"+k+"\r\n")) {
+					got[k] = true
+				}
+			}
+		}
+		for _, k := range keys {
+			if !got[k] {
+				t.Errorf("connection %d: no invalidation for %s; got %v", conn, k, got)
+			}
+		}
+		_ = c.Close()
+	}
+}
+
+// TestRouteSlotsKeylessFirstTransaction: a transaction whose first command
+// names no key (PING) runs on the shard of its first keyed command; its
+// keyless commands wait with MULTI until a key decides (one slot involved,
+// so no CROSSSLOT). It was bound to the connection's home shard and failed
+// with -CROSSSLOT and -EXECABORT on 6 of 9 connections.
+func TestRouteSlotsKeylessFirstTransaction(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, _ := routing.EvenSplit(addrs)
+	owner := srvs[topo.Shard(routing.Slot([]byte("key:a")))]
+	for i := range 9 {
+		c := redistest.Dial(t, p.Addr())
+		c.Roundtrip(t, respJoin(redistest.Cmd("MULTI"), redistest.Cmd("PING"), redistest.Cmd("SET", "key:a", strconv.Itoa(i)),
+			redistest.Cmd("PUBLISH", "chan:a", "hello"), redistest.Cmd("EXEC")),
+			[]byte("+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+PONG\r\n+OK\r\n:0\r\n"))
+		// A transaction with no key at all runs on the home shard.
+		c.Roundtrip(t, respJoin(redistest.Cmd("MULTI"), redistest.Cmd("PING"), redistest.Cmd("EXEC")),
+			[]byte("+OK\r\n+QUEUED\r\n*1\r\n+PONG\r\n"))
+		_ = c.Close()
+		if v := owner.Do("GET", "key:a"); v != strconv.Itoa(i) {
+			t.Errorf("connection %d: key:a on its owner is %v", i, v)
+		}
+	}
 }

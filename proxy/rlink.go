@@ -8,6 +8,7 @@ import (
 
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // rlink is a routed session's connection to one shard. Its FIFO holds, for
@@ -39,11 +40,22 @@ type rlink struct {
 	dead           bool
 	engineProtoErr bool      // the last reply was the engine's protocol error
 	protoErrBy     *rsession // the client whose request it answered
+	// Pub/sub and MONITOR on a private link (see pubsub.go): the engine's
+	// subscription counts from its latest confirmations (channels,
+	// patterns, shard channels), whether MONITOR made it a feed, and the
+	// confirmations collected for the request at the head.
+	chans, pats, shards int64
+	monitor             bool
+	subAcc              []byte
+	// lastSeq is the seq of the owner's request this link answered last
+	// (see rsession.oob).
+	lastSeq uint64
 }
 
 type rref struct {
-	e    *rentry
-	part int32
+	e     *rentry
+	part  int32
+	reset bool // a RESET whose reply is dropped (it still ends subscriptions and MONITOR)
 }
 
 // queue appends req (copied) to the link's write buffer, answered by part
@@ -55,6 +67,20 @@ func (ln *rlink) queue(e *rentry, part int, req []byte) {
 	if e != nil {
 		e.ps[part].link = ln
 	}
+	if !ln.touched {
+		ln.touched = true
+		ln.l.touched = append(ln.l.touched, ln)
+	}
+}
+
+// queueDrop appends req (copied) to the link's write buffer; its reply is
+// dropped (a replayed state command, the ASKING before an ASK retry, a
+// state command broadcast to the client's other connections). reset marks
+// a RESET.
+func (ln *rlink) queueDrop(req []byte, reset bool) {
+	ln.wb = append(ln.wb, req...)
+	ln.wn++
+	ln.q.push(rref{reset: reset})
 	if !ln.touched {
 		ln.touched = true
 		ln.l.touched = append(ln.l.touched, ln)
@@ -219,15 +245,17 @@ func (ln *rlink) onData(data []byte) {
 // streamable returns the session to stream the reply starting with type
 // byte t to, or nil: the reply must answer the request next in line for
 // its client, alone (not one part of a fan-out), and not be an error or a
-// push.
+// push; and the link must not be a pub/sub or MONITOR feed, whose frames
+// are seen whole (feed), nor the reply one that changes that (MONITOR,
+// RESET).
 func (ln *rlink) streamable(t byte) *rsession {
-	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
+	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
 	}
 	r := ln.q.front()
 	e := r.e
 	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
-		e.s.q.len() == 0 || e.s.q.front() != e {
+		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset {
 		return nil
 	}
 	return e.s
@@ -249,18 +277,11 @@ func (ln *rlink) forGone(t byte) bool {
 
 // onReply matches one complete reply with the oldest request of the link.
 func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
-	if f.Type == '>' {
-		// A RESP3 push (client tracking): out of band, passed on as is
-		// to the link's owner (a shared link has none to give it to).
-		if s := ln.owner; s != nil {
-			if s.streaming != nil && s.streaming != ln {
-				s.pushHold = append(s.pushHold, frame...) // not inside another link's reply
-			} else {
-				s.wbuf = append(s.wbuf, frame...)
-				s.markDirty()
-			}
-		}
+	if ln.owner != nil && ln.feed(frame, f.Type, f.Head, f.Int, now) {
 		return
+	}
+	if f.Type == '>' {
+		return // a push on a shared link: nobody to give it to
 	}
 	if ln.q.len() == 0 {
 		ln.p.log.Debug("unmatched reply from upstream", "upstream", ln.addr, "type", string(f.Type))
@@ -269,6 +290,12 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	r := ln.q.pop()
 	prev := ln.lastReply
 	ln.lastReply = now
+	switch {
+	case r.reset || r.e != nil && r.e.cmd == command.Reset:
+		ln.chans, ln.pats, ln.shards, ln.monitor = 0, 0, 0, false
+	case r.e != nil && r.e.cmd == command.Monitor && f.Type == '+':
+		ln.monitor = true
+	}
 	// The engine's "-ERR Protocol error: ..." is followed by its close: no
 	// error replies of ours may follow it (see closed).
 	ln.engineProtoErr = f.Type == '-' && bytes.HasPrefix(f.Head, engineProtoErr)
@@ -322,7 +349,7 @@ func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
 	}
 	to := s.linkAddr(rd.Addr)
 	if rd.Ask {
-		to.queue(nil, 0, askingReq)
+		to.queueDrop(askingReq, false)
 	}
 	to.queue(e, part, p.req)
 	return true
@@ -367,6 +394,12 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 			// client is closed once it has its replies.
 			s.closeAfter, s.stopRead = true, true
 		}
+	}
+	if s := ln.owner; lost && s != nil && !s.closed && (ln.chans+ln.pats+ln.shards > 0 || ln.monitor) {
+		// Its subscriptions or MONITOR feed are gone with it: the client
+		// is closed, as its own connection to the engine would be.
+		s.closeAfter, s.stopRead = true, true
+		s.markDirty()
 	}
 	if lost && pending > 0 && ln.c != nil && !ln.p.closing.Load() {
 		if m := ln.p.cfg.Metrics; m != nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"slices"
 	"context"
 	"errors"
 	"io"
@@ -40,6 +41,7 @@ const (
 	aggMGet                // MGET: elements put back in request order
 	aggConcat              // arrays concatenated (KEYS)
 	aggScan                // SCAN: the engine's cursor re-encoded with the shard
+	aggSubs                // pub/sub confirmations from several connections, renumbered (see pubsub.go)
 )
 
 // rentry.flags
@@ -49,6 +51,7 @@ const (
 	eWritten                     // the reply went to the client's write buffer directly
 	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
+	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
 )
 
 // rentry is one client request of a routed session.
@@ -69,6 +72,7 @@ type rentry struct {
 	key                slowlog.KeyBuf // first key, only with the slow log on
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
+	seq                uint64         // the request's number in its session, from 1
 }
 
 // rpart is the part of a request sent to one shard.
@@ -83,6 +87,11 @@ type rpart struct {
 	redirAt int64 // when the first redirect arrived
 	hops    int8
 	mshard  int
+	// sub is the subscription family of a pub/sub request (0 for others),
+	// answered by expect confirmations (0: until the link has none of the
+	// family left; see rlink.confirmation).
+	sub    uint8
+	expect int32
 }
 
 // maxRedirects bounds the redirects followed for one request, as cluster
@@ -139,7 +148,14 @@ type rsession struct {
 	extra   []*rlink // links to nodes outside the map (ASK targets)
 	home    int      // shard of keyless commands
 	state   [numStates][]byte
-	held    []byte // requests answered already, waiting for the next command's shard: ASKING, MULTI
+	// held are requests waiting for the shard of the next command, which
+	// they modify or begin (ASKING, MULTI, CLIENT CACHING, the keyless
+	// commands at the start of a transaction), one after the other; heldE
+	// has, per held request, the entry its reply answers, or nil when the
+	// proxy answered it already (ASKING, MULTI) and the engine's reply is
+	// dropped.
+	held  []byte
+	heldE []*rentry
 
 	tx struct {
 		on      bool
@@ -169,12 +185,20 @@ type rsession struct {
 	dirty    bool      // on the loop's dirty list: flush at the end of the callback
 	buffered int       // bytes of replies held behind slower ones
 	// streaming is the link whose reply is going to the client part by
-	// part (cut-through); RESP3 pushes of other links wait in pushHold
-	// until that reply is complete, so they never land inside it.
-	streaming  *rlink
-	pushHold   []byte
+	// part (cut-through). Out-of-band frames (pushes, pub/sub messages,
+	// MONITOR lines) wait in pushHold while it streams, or until the replies
+	// their link delivered before them are written (see oob).
+	streaming *rlink
+	pushHold  []byte
+	pushTags  []pushTag
+	// seq numbers the requests; written is the seq of the last one whose
+	// reply went to the write buffer.
+	seq, written uint64
 	stopRead   bool
 	closeAfter bool
+	// closeOnOutput: a QUIT whose reply was dropped; the client is closed
+	// after the next output it gets (see eQuietQuit).
+	closeOnOutput bool
 	closeNow   bool // close once what is ready is written (engine protocol error)
 	closed     bool
 	linger     *linger // the client half-closed: replies go through it
@@ -186,10 +210,15 @@ type rsession struct {
 	// dropping replies, so that the requests still go to their shards.
 	replyMode uint8
 	downs     uint64 // router.downs when the home shard was last checked
+	// subs is what the client subscribed to (nil before its first pub/sub
+	// request), subShard the shard of its SUBSCRIBE/PSUBSCRIBE connection
+	// (-1: none yet); see pubsub.go.
+	subs     *subModel
+	subShard int
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
-	s := &rsession{p: p, l: l, client: c}
+	s := &rsession{p: p, l: l, client: c, subShard: -1}
 	s.downs = p.router.downs.Load()
 	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
 		s.home = h
@@ -225,41 +254,36 @@ const (
 // needsPause says whether a request must wait for the requests in flight
 // before it is sent, and what happens then:
 //
-//   - SUBSCRIBE and the other pub/sub commands, MONITOR, SYNC/PSYNC and
-//     CLIENT REPLY turn the connection into something else than a
-//     request/reply stream: the client becomes a passthrough session on a
-//     private connection (to its home shard, or for SSUBSCRIBE the
-//     channel's shard), connection state replayed first.
+//   - SYNC/PSYNC turn the connection into a replication stream: the client
+//     becomes a passthrough session on a private connection to its home
+//     shard, connection state replayed first.
 //   - With shared upstream connections, a command that changes the
-//     connection's state or may block it moves the client to private
-//     connections for the rest of its life: MULTI, WATCH, blocking
-//     commands (BLPOP, WAIT, ...), AUTH, HELLO with AUTH or SETNAME,
-//     SELECT of a non-zero db, READONLY/READWRITE, RESET and CLIENT
-//     subcommands that set or report per-connection state (SETNAME,
-//     TRACKING, CACHING, NO-EVICT, NO-TOUCH, ID, INFO, GETNAME, GETREDIR,
-//     TRACKINGINFO: a client id must stay the client's own). HELLO 2/3 alone only switches the shared connection used,
-//     after the requests in flight.
+//     connection's state, makes it a feed or may block it moves the client
+//     to private connections for the rest of its life: MULTI, WATCH,
+//     blocking commands (BLPOP, WAIT, ...), (P|S)(UN)SUBSCRIBE, MONITOR,
+//     AUTH, HELLO with AUTH or SETNAME, SELECT of a non-zero db,
+//     READONLY/READWRITE, RESET and CLIENT subcommands that set or report
+//     per-connection state (SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
+//     REPLY, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO: a client id must
+//     stay the client's own). HELLO 2/3 alone only switches the shared
+//     connection used, after the requests in flight.
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
 func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	switch id {
-	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
-		command.Ssubscribe, command.Sunsubscribe:
-		return pausePassthrough, "pubsub"
-	case command.Monitor:
-		return pausePassthrough, "monitor"
 	case command.Sync, command.Psync:
 		return pausePassthrough, "other"
-	case command.Client:
-		if len(args) >= 2 && eqFold(args[1], "reply") && s.p.cfg.Route == RouteNone {
-			return pausePassthrough, "state"
-		}
 	}
 	if !s.shared {
 		return 0, ""
 	}
 	switch id {
+	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
+		command.Ssubscribe, command.Sunsubscribe:
+		return pausePrivate, "pubsub"
+	case command.Monitor:
+		return pausePrivate, "monitor"
 	case command.Multi, command.Watch:
 		return pausePrivate, "transaction"
 	case command.Auth, command.Select, command.Readonly, command.Readwrite, command.Reset:
@@ -277,7 +301,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		return 0, ""
 	case command.Client:
 		if len(args) >= 2 {
-			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "id", "info", "getname", "getredir", "trackinginfo"} {
+			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "reply", "id", "info", "getname", "getredir", "trackinginfo"} {
 				if eqFold(args[1], sub) {
 					return pausePrivate, "state"
 				}
@@ -329,26 +353,13 @@ func (s *rsession) resume() {
 }
 
 // toPassthrough hands the client connection to a passthrough session on a
-// new private upstream connection, with the connection state replayed
-// first (its replies dropped), then the held input. The connection goes to
-// the home shard, or for SUBSCRIBE and SSUBSCRIBE to the shard of the first
-// channel's slot (where PUBLISH and SPUBLISH of it are routed).
+// private upstream connection to its home shard, for SYNC/PSYNC (the
+// connection turns into a replication stream for good), with the
+// connection state replayed first (its replies dropped), then the held
+// input.
 func (s *rsession) toPassthrough() {
 	v := s.p.router.load()
 	shard := s.home
-	if s.p.cfg.Route == RouteSlots {
-		var sc resp.RequestScanner
-		if n, kind, err := sc.Scan(s.hbuf); err == nil && n > 0 {
-			s.l.args = resp.Args(s.hbuf[:n], kind, s.l.args[:0])
-		} else {
-			s.l.args = s.l.args[:0]
-		}
-		if id := command.Lookup(s.l.args[0]); len(s.l.args) >= 2 && (id == command.Ssubscribe || id == command.Subscribe) {
-			if sh := v.t.Shard(routing.Slot(s.l.args[1])); sh >= 0 {
-				shard = sh
-			}
-		}
-	}
 	ns := newSession(s.p, s.client, s.l)
 	ns.upAddr = v.t.Addrs[shard]
 	if m := s.p.cfg.Metrics; m != nil {
@@ -357,7 +368,7 @@ func (s *rsession) toPassthrough() {
 	ns.lastOut = s.lastOut
 	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
 	// Keep the client's own connection to that shard when it has one
-	// idle: its id (CLIENT ID, tracking redirects) stays the same.
+	// idle: its id (CLIENT ID) stays the same.
 	var keep *rlink
 	if !s.shared && shard < len(s.links) {
 		if ln := s.links[shard]; ln != nil && ln.c != nil && !ln.dead && ln.q.len() == 0 && !ln.rf.InFrame() && len(ln.wb) == 0 {
@@ -401,13 +412,7 @@ func (s *rsession) toPassthrough() {
 		ns.replyMode = s.replyMode
 		ns.toUpstream(req)
 	}
-	ns.back = &handback{home: s.home, state: s.state, shared: s.shared, slot: s.slot}
-	// The held input starts with the request that made the hand-over,
-	// which must not hand the client straight back; the requests after the
-	// ones that end it may (see session.holding).
-	ns.handingOver = true
 	ns.clientData(data)
-	ns.handingOver = false
 }
 
 // replyModeArg parses CLIENT REPLY ON|OFF|SKIP (args[0] is CLIENT); ok is
@@ -433,6 +438,15 @@ func replyModeArg(args [][]byte) (mode uint8, ok bool) {
 // clears the mode first), under SKIP it is dropped. CLIENT REPLY itself is
 // handled in route.
 func (s *rsession) applyReplyMode(e *rentry, id command.ID, args [][]byte) {
+	if fam, _ := subFamily(id); fam != 0 && !s.tx.on {
+		// Confirmations are sent even under CLIENT REPLY OFF/SKIP
+		// (redis-server 7.0 pubsub.c writes them as pushes); a SKIP is
+		// consumed all the same.
+		if s.replyMode == replySkipNext {
+			s.replyMode = replyOn
+		}
+		return
+	}
 	if id == command.Reset {
 		if s.replyMode == replySkipNext {
 			e.flags |= eSilent
@@ -470,7 +484,8 @@ func (s *rsession) newEntry(id command.ID, now int64) *rentry {
 	} else {
 		e = new(rentry)
 	}
-	e.s, e.tIn, e.cmd = s, now, id
+	s.seq++
+	e.s, e.tIn, e.cmd, e.seq = s, now, id, s.seq
 	s.q.push(e)
 	s.l.inflight.Add(1)
 	return e
@@ -507,6 +522,7 @@ func (e *rentry) part() *rpart {
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
 	p.tSent, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, -1
+	p.sub, p.expect = 0, 0
 	e.left++
 	return p
 }
@@ -603,6 +619,7 @@ func (s *rsession) clientData(data []byte) {
 			break
 		}
 	}
+	s.flushHeld()
 	tail := data[off:]
 	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*pendingSize > lim {
 		s.evict("query_limit")
@@ -651,7 +668,12 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		s.local(e, okReply)
 		if e.flags&eSilent == 0 {
 			e.flags |= eQuit
-		} // (redis-server 7.0 does not close after a QUIT whose reply it drops)
+		} else {
+			// redis-server 7.0 flags the client CLOSE_AFTER_REPLY with no
+			// reply queued: it is closed once output queued for it (a
+			// pub/sub confirmation, say) is written, and not before.
+			e.flags |= eQuietQuit
+		}
 		s.stopRead = true
 		return
 	case command.Hello:
@@ -666,19 +688,55 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	}
+	fam, _ := subFamily(id)
+	if fam == 0 && id != command.Reset && s.resp2Subscribed() {
+		// A RESP2 connection in subscribe mode: a subscribed connection
+		// answers as the engine would (an error, or PING's subscribe-mode
+		// reply); see pubsub.go. The engine refuses CLIENT REPLY there, an
+		// error dropped like any reply under OFF or SKIP.
+		if _, ok := replyModeArg(args); ok && id == command.Client && s.replyMode != replyOn {
+			e.flags |= eSilent
+			if s.replyMode == replySkipNext {
+				s.replyMode = replyOn
+			}
+		}
+		s.send(e, s.feedShard(), frame)
+		return
+	}
+	switch {
+	case fam != 0 && !s.tx.on:
+		s.pubsub(v, e, id, args, frame)
+		return
+	case id == command.Reset:
+		s.subs, s.subShard = nil, -1
+	case id == command.Client:
+		if m, ok := replyModeArg(args); ok {
+			s.clientReply(e, m)
+			return
+		}
+	}
 	if s.p.cfg.Route == RouteNone {
 		switch id {
 		case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
 			s.stateCmd(e, id, args, frame)
+			return
 		case command.Client:
 			if len(args) >= 3 && eqFold(args[1], "setname") {
 				s.stateCmd(e, id, args, frame)
 				return
 			}
-			s.send(e, 0, frame)
-		default:
-			s.send(e, 0, frame)
+		case command.Multi:
+			s.tx.on = true
+		case command.Exec, command.Discard:
+			if id == command.Exec && s.tx.aborted {
+				e.flags |= eExecAbort
+				frame = discardReq
+			}
+			s.tx.on, s.tx.aborted = false, false
+		case command.Reset:
+			s.tx.on, s.tx.aborted = false, false
 		}
+		s.send(e, 0, frame)
 		return
 	}
 	switch id {
@@ -739,28 +797,10 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			s.stateCmd(e, id, args, frame)
 			return
 		}
-		if m, ok := replyModeArg(args); ok {
-			if s.tx.on {
-				// Executed inside EXEC, it would leave the shard's
-				// connection with its replies off while the proxy waits for
-				// them: refused when queued, which makes EXEC fail as a
-				// queuing error does in Redis (EXECABORT).
-				s.tx.aborted = true
-				s.local(e, replyInMultiErr)
-				return
-			}
-			// CLIENT REPLY: applied by the proxy (applyReplyMode), never
-			// sent; the engine connections keep answering everything.
-			if m == replySkipNext && s.replyMode == replyOff {
-				m = replyOff // SKIP does not turn OFF back on
-			}
-			s.replyMode = m
-			if m == replyOn {
-				s.local(e, okReply)
-			} else {
-				e.flags |= eSilent
-				s.local(e, nil)
-			}
+		if len(args) == 3 && eqFold(args[1], "caching") && !s.tx.on {
+			// It modifies the next command (client-side caching, OPTIN
+			// and OPTOUT modes): it goes with it, on its connection.
+			s.holdFor(e, frame)
 			return
 		}
 	case command.Reset:
@@ -819,9 +859,40 @@ var (
 	execAbortErr = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
 	// replyInMultiErr answers CLIENT REPLY inside MULTI under slot routing.
 	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n")
+	// replyInMultiSharedErr answers it with shared upstream connections.
+	replyInMultiSharedErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --upstream-mode shared\r\n")
 	redirectMoved   = []byte("MOVED ")
 	redirectAsk     = []byte("ASK ")
 )
+
+// clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the
+// replies (applyReplyMode) and never sends it, so the engine connections
+// keep answering everything and requests still go to their shards.
+func (s *rsession) clientReply(e *rentry, m uint8) {
+	if s.tx.on {
+		// Executed inside EXEC, it would leave the connection with its
+		// replies off while the proxy waits for them: refused when queued,
+		// which makes EXEC fail as a queuing error does in Redis
+		// (EXECABORT).
+		s.tx.aborted = true
+		if s.p.cfg.Route == RouteNone {
+			s.local(e, replyInMultiSharedErr)
+		} else {
+			s.local(e, replyInMultiErr)
+		}
+		return
+	}
+	if m == replySkipNext && s.replyMode == replyOff {
+		m = replyOff // SKIP does not turn OFF back on
+	}
+	s.replyMode = m
+	if m == replyOn {
+		s.local(e, okReply)
+	} else {
+		e.flags |= eSilent
+		s.local(e, nil)
+	}
+}
 
 func (s *rsession) crossSlot(e *rentry) {
 	if s.tx.on {
@@ -836,8 +907,31 @@ func (s *rsession) crossSlot(e *rentry) {
 // hold keeps a request already answered by the proxy (MULTI, ASKING) to
 // send ahead of the next routed command, on its connection; the engine's
 // reply to it is dropped.
-func (s *rsession) hold(frame []byte) {
+func (s *rsession) hold(frame []byte) { s.holdFor(nil, frame) }
+
+// holdFor keeps a request whose reply answers e (nil: dropped) to send
+// ahead of the next routed command, on its connection (see flushHeld).
+func (s *rsession) holdFor(e *rentry, frame []byte) {
 	s.held = append(s.held, frame...)
+	s.heldE = append(s.heldE, e)
+}
+
+// flushHeld ends a batch of requests: held requests that the client waits
+// for (CLIENT CACHING, keyless commands in a transaction) go to the home
+// shard, or bind the transaction to it, when no later command of the batch
+// took them to its own. A client may send one alone and wait for its reply.
+func (s *rsession) flushHeld() {
+	if !slices.ContainsFunc(s.heldE, func(e *rentry) bool { return e != nil }) || s.closed {
+		return
+	}
+	shard := s.home
+	if s.tx.on {
+		if s.tx.shard < 0 {
+			s.tx.shard = s.home
+		}
+		shard = s.tx.shard
+	}
+	s.release(s.link(shard))
 }
 
 // send queues e's request on shard, after any held requests (which go to
@@ -854,16 +948,26 @@ func (s *rsession) send(e *rentry, shard int, frame []byte) {
 
 // release sends the held requests to ln.
 func (s *rsession) release(ln *rlink) {
-	for len(s.held) > 0 {
-		n, _, _ := s.l.hscan.Scan(s.held)
+	held := s.held
+	for i := 0; len(held) > 0 && i < len(s.heldE); i++ {
+		n, _, _ := s.l.hscan.Scan(held)
 		s.l.hscan.Reset()
 		if n <= 0 {
 			break
 		}
-		ln.queue(nil, 0, s.held[:n])
-		s.held = s.held[n:]
+		if e := s.heldE[i]; e == nil {
+			ln.queueDrop(held[:n], false)
+		} else {
+			p := e.part()
+			if s.p.router.cluster {
+				p.req = append(p.req, held[:n]...)
+			}
+			ln.queue(e, len(e.ps)-1, held[:n])
+		}
+		held = held[n:]
 	}
-	s.held = s.held[:0]
+	clear(s.heldE)
+	s.held, s.heldE = s.held[:0], s.heldE[:0]
 }
 
 // keyless routes a command that names no keys (or whose keys the engine
@@ -895,7 +999,11 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 	}
 	if s.tx.on {
 		if s.tx.shard < 0 {
-			s.tx.shard = s.home
+			// The transaction goes to the shard of its first keyed
+			// command: keyless ones before it wait with MULTI (flushHeld
+			// sends them to the home shard if the batch names no key).
+			s.holdFor(e, frame)
+			return
 		}
 		s.send(e, s.tx.shard, frame)
 		return
@@ -919,9 +1027,13 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 	}
 	switch {
 	case id == command.Publish && len(args) == 3:
-		// By the channel's slot, as SUBSCRIBE is (see toPassthrough), so
-		// that standalone shards, which do not forward messages to each
-		// other as a cluster's bus does, deliver them.
+		if !s.p.router.cluster {
+			// Standalone shards do not forward messages to each other as a
+			// cluster's bus does: every shard gets it, and the reply is the
+			// receivers over all of them (see pubsub.go).
+			s.broadcast(v, e, aggSum, frame)
+			return
+		}
 		if sh := v.t.Shard(routing.Slot(args[1])); sh >= 0 {
 			s.send(e, sh, frame)
 			return
@@ -1020,13 +1132,14 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 // gets) and to every other open shard connection (replies dropped).
 func (s *rsession) broadcastState(e *rentry, frame []byte) {
 	home := s.link(s.home)
+	reset := e.cmd == command.Reset
 	for _, ln := range s.links {
 		if ln != nil && ln != home {
-			ln.queue(nil, 0, frame)
+			ln.queueDrop(frame, reset)
 		}
 	}
 	for _, ln := range s.extra {
-		ln.queue(nil, 0, frame)
+		ln.queueDrop(frame, reset)
 	}
 	s.send(e, s.home, frame)
 }
@@ -1072,7 +1185,7 @@ func (s *rsession) newLink(shard int, addr string) *rlink {
 	// The connection state comes first: AUTH, HELLO, SELECT, ...
 	for _, st := range s.state {
 		if len(st) > 0 {
-			ln.queue(nil, 0, st)
+			ln.queueDrop(st, false)
 		}
 	}
 	go s.p.dialLink(ln, s.client.EventLoop())
@@ -1178,11 +1291,7 @@ func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
 func (s *rsession) endStream() {
 	s.streaming = nil
-	if len(s.pushHold) > 0 {
-		s.wbuf = append(s.wbuf, s.pushHold...)
-		s.pushHold = s.pushHold[:0]
-		s.markDirty()
-	}
+	s.releasePushes()
 }
 
 // markDirty puts s on its loop's list of sessions to flush at the end of
@@ -1295,7 +1404,7 @@ func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
 		ln.mshard = m.Shard(addr)
 	}
 	if resp3 {
-		ln.queue(nil, 0, hello3Req)
+		ln.queueDrop(hello3Req, false)
 	}
 	l.shared[i] = ln
 	go l.p.dialLink(ln, l.el)
@@ -1329,6 +1438,9 @@ func (s *rsession) flush() {
 		tOut = s.p.now()
 	}
 	written := len(s.wbuf)
+	if written > 0 && s.closeOnOutput {
+		s.closeAfter = true
+	}
 	if len(s.wbuf) > 0 {
 		if s.linger != nil {
 			s.linger.write(s.wbuf)
@@ -1436,7 +1548,7 @@ func (s *rsession) maybeResume() {
 // checkOutput applies the client output limit (outputGuard) to the
 // replies gnet holds for the client plus those held behind a slower shard.
 func (s *rsession) checkOutput(lim, added int) {
-	if s.out.exceeded(s.client.OutboundBuffered(), s.buffered, added, lim) {
+	if s.out.exceeded(s.client.OutboundBuffered(), s.buffered+len(s.pushHold), added, lim) {
 		s.evict("output_limit")
 	}
 }
@@ -1535,6 +1647,9 @@ func (s *rsession) shutdown() {
 func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed bool) {
 	p := &e.ps[i]
 	p.tReply = now
+	if ln := p.link; ln != nil && ln.owner == s {
+		ln.lastSeq = e.seq // out-of-band frames it sends next follow this reply
+	}
 	if p.redirAt > 0 {
 		e.penalty = max(e.penalty, now-p.redirAt)
 	}
@@ -1576,9 +1691,13 @@ func (s *rsession) advance() {
 			s.buffered -= len(e.out)
 		}
 		s.done = append(s.done, e)
-		if e.flags&eQuit != 0 {
+		if e.flags&eQuit != 0 || e.flags&eQuietQuit != 0 && len(s.wbuf) > 0 {
 			s.closeAfter = true
+		} else if e.flags&eQuietQuit != 0 {
+			s.closeOnOutput = true
 		}
+		s.written = e.seq
+		s.releasePushes()
 	}
 }
 
@@ -1669,6 +1788,12 @@ func (s *rsession) finish(e *rentry) (held int) {
 		e.out = append(e.out, hdr...)
 		copy(e.out[len(hdr):], e.out[:len(e.out)-len(hdr)])
 		copy(e.out, hdr)
+	case aggSubs:
+		e.out = e.out[:0]
+		for i := range e.ps {
+			e.out = append(e.out, e.ps[i].reply...)
+		}
+		e.out = s.l.renumber(e.out, s.shardSubs())
 	case aggScan:
 		r := e.ps[0].reply
 		got, ok := splitArray(s.l.sf, r, s.l.elems2[:0])

@@ -81,22 +81,11 @@ type session struct {
 
 	discarding bool // inside the reply to a kindDiscard request
 
-	// back, for a client a routed or shared session handed over (pub/sub,
-	// MONITOR, CLIENT REPLY), is what it needs to become one again.
-	back *handback
-	// holding: a handed-over client sent a request that may end the
-	// hand-over (endsHandOver). The input after it waits in partial
-	// (partialSent 0) until every request before it is answered; then it
-	// goes to a routed session if the client is back to plain requests
-	// (handBack), or on through this one (releaseHold).
+	// holding: a RESET whose reply CLIENT REPLY SKIP drops was sent,
+	// followed by a barrier (see clientData). The input after it waits in
+	// partial (partialSent 0) until the barrier is answered (releaseHold).
 	holding bool
-	// silentTail: the last request forwarded gets no reply (CLIENT REPLY
-	// OFF/SKIP), so no reply tells when the engine has run it.
-	silentTail bool
-	// handingOver: the first clientData of a handed-over client, whose
-	// input starts with the request that made the hand-over.
-	handingOver bool
-	// noHold: the client is gone; what it sent runs here, unheld.
+	// noHold: the client is gone; what it sent runs unheld.
 	noHold bool
 	// resetSkipped: the request just queued was a RESET whose reply CLIENT
 	// REPLY SKIP drops.
@@ -189,16 +178,12 @@ func (s *session) clientData(data []byte) {
 	}
 	p := s.p
 	if s.holding {
-		// Waiting to decide the hand-back: keep the input, unprocessed
-		// (bounded by the query limit).
+		// Waiting for a barrier: keep the input, unprocessed (bounded by
+		// the query limit).
 		var over bool
 		if s.partial, over = s.l.holdInput(s.partial, data); over {
 			s.evict("query_limit")
 		}
-		return
-	}
-	if s.back != nil && !s.handingOver && len(s.partial) == 0 && s.canHandBack() {
-		s.handBack(data, false)
 		return
 	}
 	if p.draining.Load() {
@@ -253,7 +238,6 @@ func (s *session) clientData(data []byte) {
 		if len(s.l.args) == 0 {
 			continue
 		}
-		reply, multi := s.replyMode, s.inMulti
 		s.request(s.l.args, frame, now)
 		if s.resetSkipped {
 			// No reply tells when the RESET has run, nor which replies
@@ -265,20 +249,6 @@ func (s *session) clientData(data []byte) {
 				break
 			}
 			continue
-		}
-		if s.back != nil && s.replyMode == replyOn && !s.inMulti && s.endsHandOver(s.l.args[0], reply, multi) {
-			// What follows may be routed again: it waits until this
-			// request and the ones before it are answered. A request that
-			// gets no reply is followed by a PING whose reply is dropped,
-			// so that it has run (on this shard) before what follows runs
-			// (on its own). Not while replies are off: the engine may then
-			// act on the timing of what it reads (a QUIT read after the
-			// last reply went out does not close the connection).
-			barrier = s.silentTail && !s.subscribed() && !s.resp2Subscribed() && !s.monitor
-			if !s.noHold && (barrier || s.q.len() > 0) {
-				s.holding = true
-				break
-			}
 		}
 	}
 	if s.pinDeferred && off > 0 {
@@ -369,9 +339,6 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	if s.pinShard >= 0 || s.pinDeferred {
 		s.pinCheck(id, args)
 	}
-	if s.back != nil {
-		s.back.record(id, args, frame)
-	}
 	if name, ok := setNameArg(id, args); ok {
 		s.setName(&e, name)
 	}
@@ -391,14 +358,12 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 			case eqFold(args[2], "off"):
 				s.replyMode = replyOff
 				s.count(id)
-				s.silentTail = true
 				return
 			case eqFold(args[2], "skip"):
 				if s.replyMode != replyOff {
 					s.replyMode = replySkipNext
 				}
 				s.count(id)
-				s.silentTail = true
 				return
 			default:
 				isClientReply = false // an error reply
@@ -433,7 +398,6 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 			// (see clientData).
 			s.count(id)
 			s.resetSkipped = true
-			s.silentTail = false
 			return
 		}
 	case command.Multi:
@@ -463,17 +427,14 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		switch s.replyMode {
 		case replyOff:
 			s.count(id)
-			s.silentTail = true
 			return
 		case replySkipNext:
 			s.replyMode = replyOn
 			s.count(id)
-			s.silentTail = true
 			return
 		}
 	}
 	s.q.push(e)
-	s.silentTail = false
 }
 
 // resp2Subscribed reports whether requests now being sent reach a RESP2
@@ -766,7 +727,7 @@ func (s *session) upstreamData(data []byte) {
 		s.closeBoth()
 	}
 	if s.holding && s.q.len() == 0 && !s.closed {
-		s.releaseHold() // last: it may hand the client back and close this upstream
+		s.releaseHold() // last: it processes the held input
 	}
 }
 
@@ -1046,9 +1007,8 @@ func (s *session) clientClosed(c gnet.Conn, err error) {
 		return
 	}
 	if s.holding {
-		// Half-closed (or gone) while a hand-back waited: what it sent
-		// still runs, all of it, here on the hand-over shard, not routed
-		// again.
+		// Half-closed (or gone) while a barrier was awaited: what it
+		// sent still runs, all of it.
 		s.holding, s.noHold = false, true
 		s.clientData(nil)
 	}
@@ -1130,58 +1090,8 @@ func eqFold(b []byte, w string) bool {
 	return true
 }
 
-// handback is what a client handed over by a routed or shared session
-// (rsession.toPassthrough) needs to be routed again once it is back to
-// plain requests and replies: its home shard, its connection state (with
-// what it changed since), and whether it used shared connections.
-type handback struct {
-	home   int
-	state  [numStates][]byte
-	shared bool
-	slot   int
-}
-
-// record keeps connection-state commands sent while handed over, to be
-// replayed on the routed session's connections later.
-func (b *handback) record(id command.ID, args [][]byte, frame []byte) {
-	if id == command.Reset {
-		b.state = [numStates][]byte{}
-		return
-	}
-	if k := stateSlot(id, args); k >= 0 {
-		b.state[k] = append([]byte(nil), frame...)
-	}
-}
-
-// canHandBack reports whether a handed-over client is back to plain
-// requests and replies with nothing in flight: not subscribed, not
-// monitoring, replies on, no transaction, no partial reply.
-func (s *session) canHandBack() bool {
-	return s.q.len() == 0 && !s.subscribed() && !s.monitor && !s.raw && s.replyMode == replyOn &&
-		!s.inMulti && s.up != nil && !s.rf.InFrame() && len(s.outq) == 0 &&
-		s.linger == nil && s.upFailed == nil
-}
-
-// endsHandOver reports whether the request just queued (name is its
-// command name; reply and multi the reply mode and transaction state
-// before it) may bring a handed-over client back to plain requests:
-// CLIENT REPLY ON, the command CLIENT REPLY SKIP skipped, EXEC/DISCARD,
-// (P|S)UNSUBSCRIBE and RESET. Whether it does is known only from the
-// replies (how many channels are left), so the input after it is held
-// (see holding).
-func (s *session) endsHandOver(name []byte, reply uint8, multi bool) bool {
-	if reply != replyOn && s.replyMode == replyOn || multi && !s.inMulti {
-		return true
-	}
-	switch command.Lookup(name) {
-	case command.Unsubscribe, command.Punsubscribe, command.Sunsubscribe, command.Reset:
-		return true
-	}
-	return false
-}
-
-// barrierEcho follows requests that get no reply when the proxy must know
-// they have run (see holding, and RESET under CLIENT REPLY SKIP). Its
+// barrierEcho follows a RESET whose reply CLIENT REPLY SKIP drops, so that
+// the proxy knows when it has run (see holding). Its
 // reply, a bulk string (or an error if ACLs deny ECHO), is dropped; pub/sub
 // messages, pushes and MONITOR lines, which may come before it, are never
 // bulk strings or errors.
@@ -1195,37 +1105,11 @@ func (s *session) pushBarrier(flags uint8) {
 	s.toUpstream(barrierEcho)
 }
 
-// releaseHold runs once every request before a held input is answered:
-// the input goes to a routed session if the client is back to plain
-// requests, or on through this session.
+// releaseHold runs once the barrier after a RESET under CLIENT REPLY SKIP
+// is answered: the input held meanwhile goes on.
 func (s *session) releaseHold() {
 	s.holding = false
-	if len(s.partial) == 0 {
-		return // the next read hands back (clientData)
+	if len(s.partial) > 0 {
+		s.clientData(nil)
 	}
-	if s.back != nil && s.canHandBack() {
-		data := s.partial
-		s.partial, s.partialSent = nil, 0
-		s.scan.Reset()
-		s.handBack(data, true)
-		return
-	}
-	s.clientData(nil)
-}
-
-// handBack turns the client into a routed (or shared) session again, so
-// that its keyed commands go to their shards (they went to the one shard
-// it was handed to), and gives it data (counted: already counted as client
-// bytes, and owned by the routed session from now on). The private
-// upstream connection is closed.
-func (s *session) handBack(data []byte, counted bool) {
-	rs := newRSession(s.p, s.client, s.l)
-	rs.home, rs.state, rs.resp3, rs.lastOut = s.back.home, s.back.state, s.wantResp3, s.lastOut
-	rs.shared, rs.slot = s.back.shared, s.back.slot
-	s.closed = true
-	s.shutdownUpstream()
-	s.client.SetContext(rs)
-	rs.resuming = counted
-	rs.clientData(data)
-	rs.resuming = false
 }

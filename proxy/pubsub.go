@@ -1,0 +1,392 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+
+	"github.com/respmeter/respmeter/routing"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// Pub/sub and MONITOR of a routed client (rsession) are a mode of its own
+// shard connections, not a hand-over to another client type:
+//
+//   - SUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go to one connection, the
+//     client's subscription link (its home shard's): a cluster delivers every
+//     PUBLISH to every node over its bus, and over standalone shards the
+//     proxy sends PUBLISH to every shard, summing the receivers, so that a
+//     subscriber (or a pattern) on any shard gets what is published anywhere.
+//   - SSUBSCRIBE and SUNSUBSCRIBE go to the shard of their channels' slot
+//     (Redis Cluster specification: shard channels are assigned to slots like
+//     keys; channels of several slots get -CROSSSLOT), so one client may
+//     hold shard subscriptions on several connections. SUNSUBSCRIBE without
+//     channels goes to each of them. Their confirmations carry the client's
+//     total count of shard channels, as from one engine.
+//   - Messages, and RESP3 pushes, are relayed as they arrive, after the
+//     replies the client has been sent so far (see rsession.oob).
+//   - A RESP2 connection in subscribe mode answers only (P|S)(UN)SUBSCRIBE,
+//     PING, QUIT and RESET (redis-server 7.0 server.c processCommand): while
+//     the client is subscribed, its other requests go to a subscribed
+//     connection, which answers them as the engine would (an error, or PING's
+//     subscribe-mode reply). A RESP3 client's keyed commands are routed by
+//     slot as usual.
+//   - MONITOR turns the connection it is sent on into a feed as well: its
+//     lines ("+<unix time> [db addr] ...") are relayed as they arrive, and
+//     RESET ends it.
+//
+// Whether the client is subscribed is kept from its requests (subModel), the
+// channels it named, so that routing never waits for a confirmation; the
+// connections keep the engine's counts from the confirmations.
+
+// subModel is the client's subscriptions as its requests define them.
+type subModel struct {
+	chans, pats map[string]struct{}
+	shardCh     map[string]int // shard channel -> shard index it was subscribed on
+}
+
+func newSubModel() *subModel {
+	return &subModel{chans: map[string]struct{}{}, pats: map[string]struct{}{}, shardCh: map[string]int{}}
+}
+
+// any reports whether the client is subscribed to anything.
+func (m *subModel) any() bool {
+	return m != nil && len(m.chans)+len(m.pats)+len(m.shardCh) > 0
+}
+
+// subFamily returns the subscription family of a pub/sub command (0 for
+// any other) and whether it unsubscribes.
+func subFamily(id command.ID) (fam uint8, unsub bool) {
+	switch id {
+	case command.Subscribe:
+		return famChan, false
+	case command.Unsubscribe:
+		return famChan, true
+	case command.Psubscribe:
+		return famPat, false
+	case command.Punsubscribe:
+		return famPat, true
+	case command.Ssubscribe:
+		return famShard, false
+	case command.Sunsubscribe:
+		return famShard, true
+	}
+	return 0, false
+}
+
+// resp2Subscribed reports whether the client's next request reaches a RESP2
+// connection in subscribe mode.
+func (s *rsession) resp2Subscribed() bool { return !s.resp3 && s.subs.any() }
+
+// feedShard returns a shard whose connection is in subscribe mode: the
+// subscription link's, or the lowest shard holding a shard channel.
+func (s *rsession) feedShard() int {
+	if len(s.subs.chans)+len(s.subs.pats) > 0 && s.subShard >= 0 {
+		return s.subShard
+	}
+	best := -1
+	for _, sh := range s.subs.shardCh {
+		if best < 0 || sh < best {
+			best = sh
+		}
+	}
+	if best < 0 {
+		return s.home
+	}
+	return best
+}
+
+// pubsub routes a (P|S)(UN)SUBSCRIBE sent outside a transaction (see the
+// comment at the top of this file).
+func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
+	fam, unsub := subFamily(id)
+	names := args[1:]
+	if s.subs == nil {
+		s.subs = newSubModel()
+	}
+	if fam != famShard {
+		shard := s.subShard
+		if shard < 0 {
+			shard = s.home
+			if !unsub {
+				s.subShard = shard
+			}
+		}
+		set := s.subs.chans
+		if fam == famPat {
+			set = s.subs.pats
+		}
+		switch {
+		case !unsub:
+			for _, n := range names {
+				set[string(n)] = struct{}{}
+			}
+		case len(names) == 0:
+			clear(set)
+		default:
+			for _, n := range names {
+				delete(set, string(n))
+			}
+		}
+		s.sendSub(e, shard, fam, len(names), frame)
+		return
+	}
+	if len(names) == 0 { // SUNSUBSCRIBE: every connection with shard channels
+		var shards []int
+		for _, sh := range s.subs.shardCh {
+			if !slices.Contains(shards, sh) {
+				shards = append(shards, sh)
+			}
+		}
+		clear(s.subs.shardCh)
+		if len(shards) == 0 {
+			shards = append(shards, s.home)
+		}
+		slices.Sort(shards)
+		if len(shards) > 1 {
+			e.agg = aggSubs
+		}
+		for _, sh := range shards {
+			s.sendSub(e, sh, fam, 0, frame)
+		}
+		return
+	}
+	shard := 0
+	if s.p.cfg.Route != RouteNone {
+		slot := routing.Slot(names[0])
+		for _, n := range names[1:] {
+			if routing.Slot(n) != slot {
+				s.crossSlot(e)
+				return
+			}
+		}
+		if shard = v.t.Shard(slot); shard < 0 {
+			s.local(e, []byte("-CLUSTERDOWN Hash slot not served\r\n"))
+			return
+		}
+	}
+	for _, n := range names {
+		if unsub {
+			delete(s.subs.shardCh, string(n))
+		} else {
+			s.subs.shardCh[string(n)] = shard
+		}
+	}
+	s.sendSub(e, shard, fam, len(names), frame)
+}
+
+// sendSub queues a part of e on shard's connection that is answered by
+// expect confirmations of family fam (0: one per channel until the link has
+// none of the family left, for an UNSUBSCRIBE of everything).
+func (s *rsession) sendSub(e *rentry, shard int, fam uint8, expect int, frame []byte) {
+	ln := s.link(shard)
+	s.release(ln)
+	p := e.part()
+	p.sub, p.expect = fam, int32(expect)
+	if s.p.router.cluster {
+		p.req = append(p.req, frame...)
+	}
+	ln.queue(e, len(e.ps)-1, frame)
+}
+
+// shardSubs returns the client's shard channel count, as the engines'
+// latest confirmations give it, over all of its connections.
+func (s *rsession) shardSubs() int64 {
+	var n int64
+	for _, ln := range s.links {
+		if ln != nil {
+			n += ln.shards
+		}
+	}
+	for _, ln := range s.extra {
+		n += ln.shards
+	}
+	return n
+}
+
+// pushTag marks where a held out-of-band frame ends in pushHold, and the
+// seq of the request it must follow.
+type pushTag struct {
+	seq uint64
+	end int
+}
+
+// oob relays a frame that answers no request (a pub/sub message, a RESP3
+// push, a MONITOR line) from link ln. It must follow the replies ln sent
+// before it, and may come before anything else: while the last of them
+// is not written yet (held behind a slower shard), or while another link's
+// reply is streaming, it waits in pushHold (releasePushes). Frames keep
+// their order of arrival.
+func (s *rsession) oob(ln *rlink, frame []byte) {
+	if s.closed {
+		return
+	}
+	if (s.streaming == nil || s.streaming == ln) && ln.lastSeq <= s.written && len(s.pushTags) == 0 {
+		s.wbuf = append(s.wbuf, frame...)
+		s.markDirty()
+		return
+	}
+	s.pushHold = append(s.pushHold, frame...)
+	s.pushTags = append(s.pushTags, pushTag{seq: ln.lastSeq, end: len(s.pushHold)})
+}
+
+// releasePushes moves the held out-of-band frames whose reply is written
+// (the leading run of them, in order) to the write buffer, unless a reply
+// is streaming.
+func (s *rsession) releasePushes() {
+	if s.streaming != nil || len(s.pushTags) == 0 {
+		return
+	}
+	n := 0
+	for n < len(s.pushTags) && s.pushTags[n].seq <= s.written {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	end := s.pushTags[n-1].end
+	s.wbuf = append(s.wbuf, s.pushHold[:end]...)
+	s.pushHold = s.pushHold[:copy(s.pushHold, s.pushHold[end:])]
+	s.pushTags = s.pushTags[:copy(s.pushTags, s.pushTags[n:])]
+	for i := range s.pushTags {
+		s.pushTags[i].end -= end
+	}
+	if len(s.pushTags) == 0 && cap(s.pushHold) > 1<<20 {
+		s.pushHold = nil
+	}
+	s.markDirty()
+}
+
+// inSubMode reports whether the link's frames must be classified as
+// pub/sub traffic: it holds subscriptions, or a pub/sub request is next.
+func (ln *rlink) inSubMode() bool {
+	if ln.chans+ln.pats+ln.shards > 0 {
+		return true
+	}
+	if ln.q.len() == 0 {
+		return false
+	}
+	r := ln.q.front()
+	return r.e != nil && r.e.ps[r.part].sub != 0
+}
+
+// feed handles a frame of a private link that may be pub/sub or MONITOR
+// traffic rather than a reply; it reports whether it did.
+func (ln *rlink) feed(frame []byte, typ byte, head []byte, count int64, now int64) bool {
+	s := ln.owner
+	if typ == '>' || typ == '*' && !s.resp3 && ln.inSubMode() {
+		fam, confirm, message := classifyPubsub(head)
+		switch {
+		case message:
+			s.oob(ln, frame)
+			return true
+		case confirm != 0:
+			ln.confirmation(fam, confirm == 2, frame, count, now)
+			return true
+		case typ == '>':
+			s.oob(ln, frame)
+			return true
+		}
+	}
+	if ln.monitor && typ == '+' && len(head) > 0 && head[0] >= '0' && head[0] <= '9' {
+		s.oob(ln, frame) // "+1700000000.123456 [0 127.0.0.1:5000] ..."
+		return true
+	}
+	return false
+}
+
+// confirmation handles a (P|S)(UN)SUBSCRIBE confirmation carrying the
+// connection's new count: it is a part of the pub/sub request at the head
+// of the link, complete once every confirmation it expects has come; one
+// no request expects (an engine unsubscribing the client from a shard
+// channel whose slot moved) is relayed as it is.
+func (ln *rlink) confirmation(fam uint8, unsub bool, frame []byte, count int64, now int64) {
+	s := ln.owner
+	total := count
+	switch fam {
+	case famChan:
+		ln.chans = max(0, count-ln.pats)
+	case famPat:
+		ln.pats = max(0, count-ln.chans)
+	case famShard:
+		ln.shards = count
+		total = s.shardSubs()
+	}
+	var r rref
+	if ln.q.len() > 0 {
+		r = ln.q.front()
+	}
+	if r.e == nil || r.e.ps[r.part].sub != fam {
+		ln.subAcc = setCount(ln.subAcc[:0], frame, total)
+		s.oob(ln, ln.subAcc)
+		ln.subAcc = ln.subAcc[:0]
+		return
+	}
+	ln.subAcc = setCount(ln.subAcc, frame, total)
+	p := &r.e.ps[r.part]
+	if p.expect > 0 {
+		if p.expect--; p.expect > 0 {
+			return
+		}
+	} else if unsub {
+		left := ln.shards
+		switch fam {
+		case famChan:
+			left = ln.chans
+		case famPat:
+			left = ln.pats
+		}
+		if left > 0 {
+			return
+		}
+	}
+	ln.q.pop()
+	prev := ln.lastReply
+	ln.lastReply = now
+	if !r.e.s.closed {
+		p.svcFrom = max(p.tSent, prev)
+		r.e.s.complete(r.e, int(r.part), ln.subAcc, now, false)
+	}
+	if cap(ln.subAcc) > 64<<10 {
+		ln.subAcc = nil
+	} else {
+		ln.subAcc = ln.subAcc[:0]
+	}
+}
+
+// setCount appends to dst the pub/sub confirmation frame with its count
+// (the last element, an integer) set to n.
+func setCount(dst, frame []byte, n int64) []byte {
+	end := len(frame) - 2 // the last line's CR
+	i := bytes.LastIndexByte(frame[:end], '\n') + 1
+	if end < 1 || frame[i] != ':' {
+		return append(dst, frame...)
+	}
+	dst = append(dst, frame[:i+1]...)
+	dst = strconv.AppendInt(dst, n, 10)
+	return append(dst, "\r\n"...)
+}
+
+// renumber rewrites the counts of the confirmations in out (the parts of
+// a SUNSUBSCRIBE sent to several connections, concatenated in part order)
+// so that they fall by one per confirmation down to last, as one engine's
+// would. It returns out unchanged if a frame is not a confirmation.
+func (l *loop) renumber(out []byte, last int64) []byte {
+	var frames [][]byte
+	f := l.sf
+	for rest := out; len(rest) > 0; {
+		f.Reset()
+		n, fin, err := f.Feed(rest)
+		if err != nil || !fin {
+			return out
+		}
+		frames = append(frames, rest[:n])
+		rest = rest[n:]
+	}
+	b := l.scratch[:0]
+	for i, fr := range frames {
+		b = setCount(b, fr, last+int64(len(frames)-1-i))
+	}
+	l.scratch = b
+	return append(out[:0], b...)
+}
