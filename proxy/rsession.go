@@ -2,10 +2,10 @@ package proxy
 
 import (
 	"bytes"
-	"slices"
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -194,17 +194,17 @@ type rsession struct {
 	// seq numbers the requests; written is the seq of the last one whose
 	// reply went to the write buffer.
 	seq, written uint64
-	stopRead   bool
-	closeAfter bool
+	stopRead     bool
+	closeAfter   bool
 	// closeOnOutput: a QUIT whose reply was dropped; the client is closed
 	// after the next output it gets (see eQuietQuit).
 	closeOnOutput bool
-	closeNow   bool // close once what is ready is written (engine protocol error)
-	closed     bool
-	linger     *linger // the client half-closed: replies go through it
-	name       string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
-	lastOut    int64
-	out        outputGuard
+	closeNow      bool // close once what is ready is written (engine protocol error)
+	closed        bool
+	linger        *linger // the client half-closed: replies go through it
+	name          string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
+	lastOut       int64
+	out           outputGuard
 	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
 	// replySkipNext): under slot routing the proxy applies it itself,
 	// dropping replies, so that the requests still go to their shards.
@@ -861,8 +861,8 @@ var (
 	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n")
 	// replyInMultiSharedErr answers it with shared upstream connections.
 	replyInMultiSharedErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --upstream-mode shared\r\n")
-	redirectMoved   = []byte("MOVED ")
-	redirectAsk     = []byte("ASK ")
+	redirectMoved         = []byte("MOVED ")
+	redirectAsk           = []byte("ASK ")
 )
 
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the

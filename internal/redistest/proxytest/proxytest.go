@@ -58,6 +58,12 @@ func StartProxy(t testing.TB, upstream string, mod func(*proxy.Config)) (*proxy.
 	if mod != nil {
 		mod(&cfg)
 	}
+	// RESPMETER_TEST_ROUTE=slots (or pinned) runs the tests written for one
+	// engine through hash-slot routing, the engine as the only shard: the
+	// routed client must then answer exactly as the passthrough one does.
+	if r := os.Getenv("RESPMETER_TEST_ROUTE"); r != "" && (cfg.Route == "" || cfg.Route == proxy.RouteNone) && cfg.Upstream != "" {
+		cfg.Route, cfg.Shards = r, []string{cfg.Upstream}
+	}
 	if cfg.Route == proxy.RoutePinned {
 		cfg.UpstreamMode = "" // shared does not apply to pinned
 	}
