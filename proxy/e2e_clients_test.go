@@ -141,11 +141,11 @@ func TestGoRedisResp3(t *testing.T) {
 	t.Run("MULTI/EXEC", func(t *testing.T) {
 		e2eBothGoRedis(t, e, func(t *testing.T, c *redis.Client) any {
 			cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Incr(ctx, "gr:tx")
-				p.HSet(ctx, "gr:txh", "f", "v")
-				p.HGetAll(ctx, "gr:txh")
-				p.LPush(ctx, "gr:txl", "a", "b")
-				p.LRange(ctx, "gr:txl", 0, -1)
+				p.Incr(ctx, "{gr}tx") // one slot, as a transaction through a cluster needs
+				p.HSet(ctx, "{gr}txh", "f", "v")
+				p.HGetAll(ctx, "{gr}txh")
+				p.LPush(ctx, "{gr}txl", "a", "b")
+				p.LRange(ctx, "{gr}txl", 0, -1)
 				return nil
 			})
 			must(t, err)

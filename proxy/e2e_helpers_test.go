@@ -108,6 +108,21 @@ func e2eWaitCount(t *testing.T, set *metrics.Set, name string, want int) metrics
 // connections (RESPMETER_TEST_UPSTREAM_MODE=shared, see proxytest).
 func sharedMode() bool { return os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") == "shared" }
 
+// routedMode reports whether the suite runs through hash-slot routing
+// (RESPMETER_TEST_ROUTE=slots, see proxytest), the engine as the only
+// shard.
+func routedMode() bool { return os.Getenv("RESPMETER_TEST_ROUTE") == "slots" }
+
+// skipIfRouted skips a test of behaviour that --route slots changes by
+// design when the suite runs routed; why says how (and where the README
+// states it).
+func skipIfRouted(t *testing.T, why string) {
+	t.Helper()
+	if routedMode() {
+		t.Skip("--route slots: " + why)
+	}
+}
+
 // e2eSettledCount returns the count of command name once it has stopped
 // changing for 50 ms (at most 2 s): a proxy records a command just after
 // writing its reply, so a client can read the reply of its last command a

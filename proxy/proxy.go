@@ -49,6 +49,12 @@ type Proxy struct {
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
 
+	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
+	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
+	route       routeKind
+	shared      bool
+	pinFirstKey bool
+
 	router     *router
 	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
 	sharedNext atomic.Uint64
@@ -239,6 +245,14 @@ func New(cfg Config) (*Proxy, error) {
 		runDone: make(chan error, 1),
 		loops:   make(map[gnet.EventLoop]*loop),
 	}
+	switch cfg.Route {
+	case RouteSlots:
+		p.route = routeSlots
+	case RoutePinned:
+		p.route = routePinned
+	}
+	p.shared = cfg.UpstreamMode == UpstreamShared
+	p.pinFirstKey = cfg.PinBy == PinFirstKey
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	if topo == nil && cfg.Route == RouteNone {
 		topo, _ = routing.EvenSplit([]string{cfg.Upstream}) // one shard: the upstream
@@ -252,7 +266,7 @@ func New(cfg Config) (*Proxy, error) {
 // Start listens on cfg.Listen and serves in the background. It returns once
 // the listener is up (or with the error that prevented it).
 func (p *Proxy) Start() error {
-	if p.cfg.Route != RouteNone {
+	if p.route != routeNone {
 		p.fetchCommands()
 	}
 	if p.cfg.Cluster != "" {
@@ -449,7 +463,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	if l == nil {
 		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
-		if el != nil && p.cfg.UpstreamMode == UpstreamShared {
+		if el != nil && p.shared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()
 				return nil
@@ -492,7 +506,7 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
-	if p.cfg.Route == RouteSlots || p.cfg.UpstreamMode == UpstreamShared {
+	if p.route == routeSlots || p.shared {
 		c.SetContext(newRSession(p, c, l))
 		return nil, gnet.None
 	}

@@ -152,7 +152,7 @@ func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, 
 		return
 	}
 	shard := 0
-	if s.p.cfg.Route != RouteNone {
+	if s.p.route != routeNone {
 		slot := routing.Slot(names[0])
 		for _, n := range names[1:] {
 			if routing.Slot(n) != slot {

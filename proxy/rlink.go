@@ -427,6 +427,15 @@ func (ln *rlink) closed(err error) {
 		s.stopRead, s.closeNow = true, true
 		s.markDirty()
 	}
+	if s := ln.owner; s != nil && !s.closed && ln.c != nil {
+		// The engine closed a connection it served on this client's
+		// behalf (CLIENT KILL, ACL DELUSER, its idle timeout, a crash):
+		// the client is closed once its replies are written, as its own
+		// connection would be, even with nothing in flight. (A dial that
+		// failed never reached the engine: only the requests for it fail.)
+		s.stopRead, s.closeAfter = true, true
+		s.markDirty()
+	}
 	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
 		// Part of a reply is lost (it is held whole before it is relayed,
 		// so the client has none of it): the request fails as the others.
@@ -449,7 +458,7 @@ func (ln *rlink) dialFailed(err error) {
 	// the error and the client keeps its connection and its other
 	// shards; with one engine (shared mode) the client is closed once
 	// answered, as a passthrough client is.
-	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.cfg.Route == RouteNone)
+	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route == routeNone)
 }
 
 // shutdown closes the connection at once (see session.shutdownUpstream).

@@ -224,7 +224,7 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 		s.home = h
 	}
 	s.tx.slot, s.tx.shard = -1, -1
-	if p.cfg.UpstreamMode == UpstreamShared {
+	if p.shared {
 		s.shared = true
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
@@ -286,10 +286,12 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		return pausePrivate, "monitor"
 	case command.Multi, command.Watch:
 		return pausePrivate, "transaction"
-	case command.Auth, command.Select, command.Readonly, command.Readwrite, command.Reset:
+	case command.Auth, command.Select, command.Readonly, command.Readwrite, command.Reset, command.Replconf:
 		if id == command.Select && len(args) == 2 && string(args[1]) == "0" {
 			return 0, ""
 		}
+		// (REPLCONF: what it sets before SYNC/PSYNC belongs to the
+		// connection the replication stream then uses.)
 		return pausePrivate, "state"
 	case command.Hello:
 		if len(args) > 2 {
@@ -715,7 +717,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	}
-	if s.p.cfg.Route == RouteNone {
+	if s.p.route == routeNone {
 		switch id {
 		case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
 			s.stateCmd(e, id, args, frame)
@@ -875,7 +877,7 @@ func (s *rsession) clientReply(e *rentry, m uint8) {
 		// which makes EXEC fail as a queuing error does in Redis
 		// (EXECABORT).
 		s.tx.aborted = true
-		if s.p.cfg.Route == RouteNone {
+		if s.p.route == routeNone {
 			s.local(e, replyInMultiSharedErr)
 		} else {
 			s.local(e, replyInMultiErr)
@@ -1124,6 +1126,9 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 	if id == command.Hello && len(args) >= 2 {
 		s.resp3 = args[1][0] == '3'
 	}
+	// The home connection first: opened now, it replays the state saved
+	// so far, not this command too (which it gets below, once).
+	s.link(s.home)
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
 }
@@ -1471,7 +1476,7 @@ func (s *rsession) flush() {
 				p := &e.ps[i]
 				switch {
 				case p.mshard < 0 || p.tReply == 0:
-				case s.p.cfg.Route != RouteNone:
+				case s.p.route != routeNone:
 					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
 				default:
@@ -1481,7 +1486,7 @@ func (s *rsession) flush() {
 			if e.penalty > 0 {
 				m.RedirectPenaltyLocked(time.Duration(e.penalty))
 			}
-			if s.p.cfg.Route == RouteSlots {
+			if s.p.route == routeSlots {
 				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
 			}
 		}

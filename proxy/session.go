@@ -106,8 +106,8 @@ type upLink struct{ s *session }
 func newSession(p *Proxy, c gnet.Conn, l *loop) *session {
 	s := &session{p: p, l: l, client: c, rf: resp.NewReplyFramer(), upAddr: p.cfg.Upstream, pinShard: -1, mshard: -1}
 	s.link.s = s
-	if p.cfg.Route == RoutePinned {
-		if p.cfg.PinBy == PinFirstKey {
+	if p.route == routePinned {
+		if p.pinFirstKey {
 			s.pinDeferred = true
 		} else {
 			s.pin(-1)
@@ -695,7 +695,7 @@ func (s *session) upstreamData(data []byte) {
 			// upstream (route none) they would repeat the totals, at the
 			// cost of five more histogram records per command.
 			if s.mshard >= 0 {
-				if p.cfg.Route != RouteNone {
+				if p.route != routeNone {
 					m.ShardObserveLocked(s.mshard, time.Duration(tOut-d.tIn), time.Duration(d.tReply-d.tSent),
 						time.Duration(d.tReply-d.svcFrom), d.isErr)
 				} else {

@@ -61,7 +61,10 @@ func StartProxy(t testing.TB, upstream string, mod func(*proxy.Config)) (*proxy.
 	// RESPMETER_TEST_ROUTE=slots (or pinned) runs the tests written for one
 	// engine through hash-slot routing, the engine as the only shard: the
 	// routed client must then answer exactly as the passthrough one does.
-	if r := os.Getenv("RESPMETER_TEST_ROUTE"); r != "" && (cfg.Route == "" || cfg.Route == proxy.RouteNone) && cfg.Upstream != "" {
+	// (A test that asks for shared connections keeps them: pinned does not
+	// apply to shared.)
+	if r := os.Getenv("RESPMETER_TEST_ROUTE"); r != "" && (cfg.Route == "" || cfg.Route == proxy.RouteNone) && cfg.Upstream != "" &&
+		!(r == proxy.RoutePinned && cfg.UpstreamMode == proxy.UpstreamShared) {
 		cfg.Route, cfg.Shards = r, []string{cfg.Upstream}
 	}
 	if cfg.Route == proxy.RoutePinned {

@@ -1,0 +1,162 @@
+package proxy_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+// sessionModes are the shapes in which the proxy opens engine connections
+// on a client's behalf (one engine: under slots it is the only shard).
+var sessionModes = []struct {
+	name string
+	mod  func(addr string) func(*proxy.Config)
+}{
+	{"shared", func(string) func(*proxy.Config) {
+		return func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }
+	}},
+	{"slots", func(a string) func(*proxy.Config) {
+		return func(c *proxy.Config) { c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamPrivate }
+	}},
+	{"slots+shared", func(a string) func(*proxy.Config) {
+		return func(c *proxy.Config) { c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamShared }
+	}},
+}
+
+// TestSessionStateSentOnce: a connection-state command that opens the
+// client's first engine connection reaches the engine once, not replayed
+// and then forwarded (ACL LOG counted 2 failures for 1 AUTH; a BCAST
+// tracking prefix overlapped itself).
+func TestSessionStateSentOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range sessionModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv.Do("ACL", "LOG", "RESET")
+			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
+			c := redistest.Dial(t, p.Addr())
+			defer c.Close()
+			c.Roundtrip(t, redistest.Cmd("AUTH", "nobody", "wrong"),
+				[]byte("-WRONGPASS invalid username-password pair or user is disabled.\r\n"))
+			// Identical failures share one ACL LOG entry: its count says
+			// how many there were.
+			var failures int64
+			for _, entry := range srv.Do("ACL", "LOG").([]any) {
+				failures += entry.(map[any]any)["count"].(int64) // (a RESP3 map: the test client speaks RESP3)
+			}
+			if failures != 1 {
+				t.Errorf("ACL LOG counts %d failures for one failed AUTH, want 1", failures)
+			}
+			d := redistest.Dial(t, p.Addr())
+			defer d.Close()
+			d.Roundtrip(t, redistest.Cmd("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "user:"), []byte("+OK\r\n"))
+		})
+	}
+}
+
+// TestSessionEngineClosesClient: when the engine closes the connection it
+// serves a client on (CLIENT KILL, ACL DELUSER), the client is closed, as
+// its own connection would be; it is not re-dialled and served as someone
+// else. A client logged in as a deleted user went on as "default".
+func TestSessionEngineClosesClient(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range sessionModes {
+		t.Run(m.name, func(t *testing.T) {
+			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
+			c := redistest.Dial(t, p.Addr())
+			defer c.Close()
+			c.Roundtrip(t, redistest.Cmd("SELECT", "9"), []byte("+OK\r\n"))
+			// Kill the engine connection that serves c, found by its db.
+			killed := 0
+			for _, line := range strings.Split(srv.Do("CLIENT", "LIST").(string), "\n") {
+				if strings.Contains(line, " db=9 ") {
+					id := strings.Fields(line)[0][len("id="):]
+					srv.Do("CLIENT", "KILL", "ID", id)
+					killed++
+				}
+			}
+			if killed != 1 {
+				t.Fatalf("%d engine connections on db 9, want c's alone", killed)
+			}
+			c.Send(t, redistest.Cmd("PING"))
+			if got, closed := c.ReadToClose(5 * time.Second); !closed || bytes.Contains(got, []byte("PONG")) {
+				t.Errorf("after CLIENT KILL of its engine connection: got %q closed=%v, want the close", got, closed)
+			}
+
+			srv.Do("ACL", "SETUSER", "alice", "on", ">pw", "~k*", "+@all")
+			a := redistest.Dial(t, p.Addr())
+			defer a.Close()
+			a.Roundtrip(t, redistest.Cmd("AUTH", "alice", "pw"), []byte("+OK\r\n"))
+			a.Send(t, redistest.Cmd("SET", "other", "y"))
+			if b, err := a.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(b, []byte("-NOPERM")) {
+				t.Fatalf("alice's SET other: %q %v", b, err)
+			}
+			srv.Do("ACL", "DELUSER", "alice")
+			a.Send(t, respJoin(redistest.Cmd("SET", "other", "y"), redistest.Cmd("ACL", "WHOAMI")))
+			if got, closed := a.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
+				t.Errorf("deleted user's connection: got %q closed=%v, want a close and no reply", got, closed)
+			}
+			if v := srv.Do("EXISTS", "other"); v != int64(0) {
+				t.Errorf("EXISTS other = %v: the deleted user wrote", v)
+			}
+		})
+	}
+}
+
+// TestSessionClientIDAcrossPubSub: a client's engine connection stays the
+// same across SUBSCRIBE and UNSUBSCRIBE, so its CLIENT ID stays valid as a
+// tracking REDIRECT target. Leaving pub/sub used to open another
+// connection.
+func TestSessionClientIDAcrossPubSub(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, m := range sessionModes {
+		t.Run(m.name, func(t *testing.T) {
+			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
+			c := redistest.Dial(t, p.Addr())
+			defer c.Close()
+			c.Send(t, redistest.Cmd("CLIENT", "ID"))
+			id, err := c.ReadFrame(5 * time.Second)
+			if err != nil || id[0] != ':' {
+				t.Fatalf("CLIENT ID: %q %v", id, err)
+			}
+			c.Roundtrip(t, redistest.Cmd("SUBSCRIBE", "idch"), []byte("*3\r\n$9\r\nsubscribe\r\n$4\r\nidch\r\n:1\r\n"))
+			c.Roundtrip(t, redistest.Cmd("UNSUBSCRIBE"), []byte("*3\r\n$11\r\nunsubscribe\r\n$4\r\nidch\r\n:0\r\n"))
+			c.Roundtrip(t, redistest.Cmd("CLIENT", "ID"), id)
+			d := redistest.Dial(t, p.Addr())
+			defer d.Close()
+			d.Roundtrip(t, redistest.Cmd("CLIENT", "TRACKING", "on", "REDIRECT", string(id[1:len(id)-2])), []byte("+OK\r\n"))
+		})
+	}
+}
+
+// TestSessionReplicationHandshake: REPLCONF before SYNC travels with the
+// client to the connection the replication stream uses (a filtered,
+// diskless RDB), with shared upstream connections too, where it was sent
+// on a shared connection and lost.
+func TestSessionReplicationHandshake(t *testing.T) {
+	srv := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	srv.Do("SET", "repl:k", "v")
+
+	for _, m := range sessionModes {
+		t.Run(m.name, func(t *testing.T) {
+			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
+			for _, addr := range []string{srv.Addr(), p.Addr()} {
+				c := redistest.Dial(t, addr)
+				c.Roundtrip(t, redistest.Cmd("REPLCONF", "capa", "eof"), []byte("+OK\r\n"))
+				c.Roundtrip(t, redistest.Cmd("REPLCONF", "rdb-filter-only", "functions"), []byte("+OK\r\n"))
+				c.Send(t, redistest.Cmd("SYNC"))
+				got, _ := c.ReadWhile(func(b []byte) bool { return bytes.Contains(b, []byte("\r\n")) }, 10*time.Second)
+				_ = c.Close()
+				// (newlines are the engine's keep-alives while it prepares
+				// the payload)
+				if got = bytes.TrimLeft(got, "\n"); !bytes.HasPrefix(got, []byte("$EOF:")) {
+					t.Errorf("%s: the replication stream starts %q, want a diskless (filtered) one: $EOF:...", addr, redistest.Trunc(got))
+				}
+			}
+		})
+	}
+}
