@@ -21,10 +21,14 @@ var sessionModes = []struct {
 		return func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }
 	}},
 	{"slots", func(a string) func(*proxy.Config) {
-		return func(c *proxy.Config) { c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamPrivate }
+		return func(c *proxy.Config) {
+			c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamPrivate
+		}
 	}},
 	{"slots+shared", func(a string) func(*proxy.Config) {
-		return func(c *proxy.Config) { c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamShared }
+		return func(c *proxy.Config) {
+			c.Route, c.Shards, c.UpstreamMode = proxy.RouteSlots, []string{a}, proxy.UpstreamShared
+		}
 	}},
 }
 
