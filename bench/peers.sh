@@ -44,8 +44,8 @@
 #
 # Requirements: bash, redis-server, redis-cli, redis-benchmark 7.x (redis-server redis-tools),
 # nutcracker and haproxy (Debian packages), python3, awk, go (unless RESPMETER names a built
-# binary). Optional: MEMTIER, PREDIXY (/work/shared/bench/setup-peers.sh builds both from git
-# directories, e.g. PEERS=/tmp/peers MEMTIER_GIT=... PREDIXY_GIT=... SKIP_APT=1 setup-peers.sh).
+# binary). Optional: MEMTIER, PREDIXY (memtier_benchmark 2.3.0 and predixy 7.0.1 built from their
+# public sources; BENCHMARKS.md, "Issue 6", gives the steps).
 # A target whose program is missing is reported as "not run".
 #
 # Env knobs (defaults):

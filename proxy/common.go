@@ -36,7 +36,7 @@ const outputStall = 100 * time.Millisecond
 
 // outputSlack is how far beyond the output limit a client's queued replies
 // may go before it is evicted at once: a fixed overhead over the limit, not
-// a multiple of it (../shared/cases F-02: memory stays under the limit plus
+// a multiple of it (docs/cases.md F-02: memory stays under the limit plus
 // a small fixed overhead). A single reply larger than limit + outputSlack
 // evicts its client, as it would under Redis's hard limit.
 const outputSlack = 16 << 20

@@ -1,7 +1,7 @@
 package proxy_test
 
 // --route slots against a real 3-master Redis Cluster (cases
-// of /work/shared/cases/cluster.md, in our own data), resharding under load,
+// of docs/cases.md, in our own data), resharding under load,
 // and effective pipeline depth per shard.
 
 import (

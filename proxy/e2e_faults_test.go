@@ -1,6 +1,6 @@
 package proxy_test
 
-// Fault cases (see /work/shared/cases/faults.md) and upstream failures:
+// Fault cases (see docs/cases.md, F-01) and upstream failures:
 // clients that leave while blocked, engines that are unreachable, die or
 // come back, clients that send malformed input. These tests check for
 // goroutine and descriptor leaks, so they do not run in parallel.

@@ -1,6 +1,6 @@
 package proxy_test
 
-// Passthrough cases C-01 .. C-12 (see /work/shared/cases/passthrough.md):
+// Passthrough cases C-01 .. C-12 (see docs/cases.md):
 // framing, replies that are not one per request, handshakes, blocking
 // commands and pipelined timing, against a real redis-server through the
 // proxy, with the engine as the oracle.

@@ -370,7 +370,7 @@ func TestRouteSlotsShardKilled(t *testing.T) {
 		t.Errorf("GET on the dead shard: %q %v", b, err)
 	}
 	// The engine never got that request: the client keeps its connection
-	// and its other shards (../shared/cases R-05), and a request over all
+	// and its other shards (docs/cases.md R-05), and a request over all
 	// three fails as a whole.
 	other.Send(t, redistest.Cmd("MSET", victimKey, "1", safeKey, "2"))
 	if b, err := other.ReadFrame(5 * time.Second); err != nil || !strings.HasPrefix(string(b), "-ERR upstream "+addrs[2]+" unreachable") {
@@ -636,7 +636,7 @@ func TestRouteSlotsPipelinedHandBack(t *testing.T) {
 			cmd("PING"), cmd("UNSUBSCRIBE"), cmd("INCR", key), cmd("GET", key))}},
 		// CLIENT REPLY is the proxy's own under slot routing: what is
 		// sent under OFF or SKIP goes to its shard, its reply dropped
-		// (../shared/cases C-09 over three shards).
+		// (docs/cases.md C-09 over three shards).
 		{"writes under CLIENT REPLY SKIP and OFF", [][]byte{respJoin([]byte("*0\r\n*-1\r\n\r\n"), cmd("PING"),
 			cmd("CLIENT", "REPLY", "SKIP"), cmd("SET", key, "1"), cmd("GET", key), cmd("CLIENT", "REPLY", "OFF"),
 			cmd("SET", key, "2"), cmd("NOSUCHCMD"), cmd("CLIENT", "REPLY", "SKIP"), cmd("CLIENT", "REPLY", "ON"), cmd("GET", key))}},

@@ -1,6 +1,6 @@
 package proxy_test
 
-// Slow readers (see /work/shared/cases/faults.md F-02): a client that
+// Slow readers (see docs/cases.md F-02): a client that
 // pipelines GETs of a 1 MiB value and reads nothing must be disconnected
 // once the replies queued for it cross the client output limit, without
 // the proxy's memory growing past that limit plus a fixed overhead and

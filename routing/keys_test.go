@@ -69,7 +69,7 @@ var keyCases = []struct {
 	{line: "PING"},
 	{line: "PUBLISH chan:a hi"},
 	{line: "NOSUCHCOMMAND a b"},
-	// numkeys (cases/cluster.md ).
+	// numkeys (docs/cases.md ).
 	{line: "EVAL s 0"},
 	{line: "EVAL s 1 key:a arg-1", want: []string{"key:a"}},
 	{line: "EVAL s 2 {t}k1 {t}k2", want: []string{"{t}k1", "{t}k2"}},

@@ -53,7 +53,7 @@ func TestCRC16CheckValue(t *testing.T) {
 }
 
 // slotCases are the CLUSTER KEYSLOT examples of the Redis docs and the
-// placeholder keys of /work/shared/cases/cluster.md; the oracle test checks
+// placeholder keys of docs/cases.md; the oracle test checks
 // them against the engine too.
 var slotCases = []struct {
 	key  string
