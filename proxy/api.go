@@ -47,6 +47,10 @@ type Config struct {
 	// demultiplexed in order; a client that needs connection state moves to
 	// private connections (see rsession.needsPause). Not with RoutePinned.
 	UpstreamMode string
+	// AuthCheck is how often, with UpstreamMode shared, respmeter checks
+	// whether the engines accept a new connection without a password (see
+	// auth.go); 0 means 1 s.
+	AuthCheck time.Duration
 	// UpstreamConns is the number of shared upstream connections per event
 	// loop, per shard and protocol (RESP2, RESP3); 0 means 1.
 	UpstreamConns int

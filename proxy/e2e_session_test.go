@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +164,48 @@ func TestSessionReplicationHandshake(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSharedNoAuthAfterRequirepass: once the engine wants a password, a
+// client without AUTH is not served through a shared connection that was
+// logged in before (it got the data; directly and in the other modes it
+// gets -NOAUTH); once the password is gone, shared connections serve such
+// clients again.
+func TestSharedNoAuthAfterRequirepass(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Do("SET", "auth:k", "v")
+	p, _ := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1
+		c.AuthCheck = 200 * time.Millisecond
+	})
+	before := redistest.Dial(t, p.Addr())
+	defer before.Close()
+	before.Roundtrip(t, redistest.Cmd("GET", "auth:k"), []byte("$1\r\nv\r\n"))
+	srv.Do("CONFIG", "SET", "requirepass", "pw") // behind the proxy's back
+	redistest.Eventually(t, 5*time.Second, func() error {
+		got, _ := redistest.Exchange(t, p.Addr(), [][]byte{redistest.Cmd("GET", "auth:k")}, redistest.ExchangeOptions{Frames: 1, Timeout: 2 * time.Second})
+		if !bytes.HasPrefix(got, []byte("-NOAUTH")) {
+			return fmt.Errorf("a new client without AUTH got %q, want -NOAUTH", got)
+		}
+		return nil
+	})
+	// The client that was on the shared connections meets the password too.
+	before.Send(t, redistest.Cmd("GET", "auth:k"))
+	if b, err := before.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(b, []byte("-NOAUTH")) {
+		t.Errorf("client from before the password: %q %v, want -NOAUTH", b, err)
+	}
+	// With AUTH it is served (on its own connection).
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respJoin(redistest.Cmd("AUTH", "pw"), redistest.Cmd("GET", "auth:k")), []byte("+OK\r\n$1\r\nv\r\n"))
+	// Password removed through the proxy: shared connections again.
+	c.Roundtrip(t, redistest.Cmd("CONFIG", "SET", "requirepass", ""), []byte("+OK\r\n"))
+	redistest.Eventually(t, 5*time.Second, func() error {
+		got, _ := redistest.Exchange(t, p.Addr(), [][]byte{redistest.Cmd("GET", "auth:k")}, redistest.ExchangeOptions{Frames: 1, Timeout: 2 * time.Second})
+		if string(got) != "$1\r\nv\r\n" {
+			return fmt.Errorf("a new client without AUTH got %q after the password was removed", got)
+		}
+		return nil
+	})
 }

@@ -59,6 +59,13 @@ type Proxy struct {
 	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
 	sharedNext atomic.Uint64
 
+	// authRequired: some engine refuses connections without a password,
+	// so no client without AUTH uses shared connections (auth.go).
+	authRequired atomic.Bool
+	authNudge    chan struct{}
+	authStop     context.CancelFunc
+	authDone     chan struct{}
+
 	draining atomic.Bool
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
 	clients  atomic.Int64 // open client connections
@@ -217,6 +224,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.TopologyRefresh <= 0 {
 		cfg.TopologyRefresh = 30 * time.Second
 	}
+	if cfg.AuthCheck <= 0 {
+		cfg.AuthCheck = time.Second
+	}
 	if cfg.TCPInfoInterval == 0 {
 		cfg.TCPInfoInterval = time.Second
 	}
@@ -281,6 +291,12 @@ func (p *Proxy) Start() error {
 		p.router.stop = stop
 		go p.router.run(rctx, p.cfg.Cluster, p.cfg.TopologyRefresh)
 	}
+	if p.shared {
+		ctx, stop := context.WithCancel(context.Background())
+		p.authStop, p.authNudge, p.authDone = stop, make(chan struct{}, 1), make(chan struct{})
+		p.setAuthRequired(p.authCheck(ctx))
+		go p.watchAuth(ctx, p.cfg.AuthCheck)
+	}
 	opts := []gnet.Option{
 		gnet.WithMulticore(true),
 		gnet.WithReusePort(false),
@@ -302,6 +318,10 @@ func (p *Proxy) Start() error {
 			err = errors.New("proxy: engine stopped during start")
 		}
 		p.runDone <- err
+		if p.authStop != nil {
+			p.authStop()
+			<-p.authDone
+		}
 		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
 	}
 }
@@ -418,6 +438,10 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	if p.router.stop != nil {
 		p.router.stop()
 		<-p.router.done
+	}
+	if p.authStop != nil {
+		p.authStop()
+		<-p.authDone
 	}
 	return err
 }

@@ -296,6 +296,9 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	case r.e != nil && r.e.cmd == command.Monitor && f.Type == '+':
 		ln.monitor = true
 	}
+	if ln.owner == nil && f.Type == '-' && bytes.HasPrefix(f.Head, noauthReply[1:]) {
+		ln.p.requestAuthCheck() // the engine's authentication changed under the shared connection
+	}
 	// The engine's "-ERR Protocol error: ..." is followed by its close: no
 	// error replies of ours may follow it (see closed).
 	ln.engineProtoErr = f.Type == '-' && bytes.HasPrefix(f.Head, engineProtoErr)

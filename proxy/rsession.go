@@ -278,6 +278,11 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	if !s.shared {
 		return 0, ""
 	}
+	if s.p.authRequired.Load() {
+		// The engine wants a password of new connections: a client
+		// without AUTH must meet it on its own (see auth.go).
+		return pausePrivate, "state"
+	}
 	switch id {
 	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
 		command.Ssubscribe, command.Sunsubscribe:
@@ -645,6 +650,9 @@ func (s *rsession) clientData(data []byte) {
 // copied.
 func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := command.Lookup(args[0])
+	if mayChangeAuth(id) {
+		s.p.requestAuthCheck()
+	}
 	if kind, reason := s.needsPause(id, args); kind != 0 {
 		s.paused, s.pauseReason = kind, reason
 		return true

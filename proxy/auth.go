@@ -1,0 +1,119 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+// Shared upstream connections and the engine's authentication.
+//
+// A shared connection is opened without AUTH, so it is logged in as the
+// engine's default user, and stays so: Redis checks a password when a
+// connection logs in, not at each command. A client that never sent AUTH
+// may ride on it only while a fresh connection without credentials would be
+// accepted too. respmeter checks that (authCheck: a PING on a new
+// connection to each engine, answered -NOAUTH when a password is required)
+// at Start, every Config.AuthCheck, and soon after a command that may change
+// it passes through (CONFIG SET, ACL) or a shared connection gets -NOAUTH.
+// While the engines require a password, every client uses private
+// connections (a client that sends AUTH always does), so the engine itself
+// answers -NOAUTH to a client without credentials: stricter than Redis for
+// a client that connected before the password was set, which Redis leaves
+// logged in on its own connection.
+
+// authCheck reports whether some engine refuses a new connection without
+// credentials (-NOAUTH to PING), trying each engine once; an engine that
+// cannot be reached counts as not refusing.
+func (p *Proxy) authCheck(ctx context.Context) bool {
+	for _, addr := range p.router.load().t.Addrs {
+		if p.refusesAnonymous(ctx, addr) {
+			return true
+		}
+	}
+	return false
+}
+
+var noauthReply = []byte("-NOAUTH")
+
+// refusesAnonymous sends PING on a new connection to addr and reports
+// whether the reply is -NOAUTH.
+func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
+	c, err := p.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(p.cfg.DialTimeout))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return false
+	}
+	var buf [512]byte
+	var got []byte
+	f := resp.NewReplyFramer()
+	for {
+		n, err := c.Read(buf[:])
+		if n > 0 {
+			got = append(got, buf[:n]...)
+			if _, done, ferr := f.Feed(buf[:n]); done || ferr != nil {
+				break
+			}
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return bytes.HasPrefix(got, noauthReply)
+}
+
+// watchAuth keeps p.authRequired up to date until ctx ends: every interval,
+// and soon (100 ms) after a nudge (requestAuthCheck).
+func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
+	defer close(p.authDone)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-p.authNudge:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		p.setAuthRequired(p.authCheck(ctx))
+	}
+}
+
+// setAuthRequired records the result of an auth check, logging changes.
+func (p *Proxy) setAuthRequired(req bool) {
+	if p.authRequired.Swap(req) != req {
+		if req {
+			p.log.Warn("engine requires a password: clients without AUTH leave the shared upstream connections")
+		} else {
+			p.log.Info("engine accepts connections without a password: shared upstream connections serve clients without AUTH again")
+		}
+	}
+}
+
+// requestAuthCheck asks watchAuth for a check soon (never blocks).
+func (p *Proxy) requestAuthCheck() {
+	if p.authNudge == nil {
+		return
+	}
+	select {
+	case p.authNudge <- struct{}{}:
+	default:
+	}
+}
+
+// mayChangeAuth reports whether a request may change what the engine asks
+// of a new connection: CONFIG SET (requirepass), ACL (SETUSER, DELUSER,
+// LOAD, ...).
+func mayChangeAuth(id command.ID) bool { return id == command.Config || id == command.Acl }
