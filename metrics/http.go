@@ -132,6 +132,7 @@ type routingJSON struct {
 	RedirectsAsk     int64            `json:"redirects_ask"`
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
+	SharedStalls     int64            `json:"shared_stalls"`
 	RedirectPenalty  durationsJSON    `json:"redirect_penalty"`
 	ReorderWait      durationsJSON    `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`
@@ -207,6 +208,7 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 			RedirectsAsk:     sn.Routing.RedirectsAsk,
 			PinnedMisroutes:  sn.Routing.PinnedMisroutes,
 			CrossSlotReplies: sn.Routing.CrossSlotReplies,
+			SharedStalls:     sn.Routing.SharedStalls,
 			RedirectPenalty:  newDurationsJSON(sn.RedirectPenalty),
 			ReorderWait:      newDurationsJSON(sn.ReorderWait),
 			Handoffs:         make(map[string]int64, numHandoffReasons),

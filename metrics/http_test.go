@@ -52,6 +52,7 @@ type routingDoc struct {
 	RedirectsAsk     int64            `json:"redirects_ask"`
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
+	SharedStalls     int64            `json:"shared_stalls"`
 	RedirectPenalty  durationsDoc     `json:"redirect_penalty"`
 	ReorderWait      durationsDoc     `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`

@@ -87,9 +87,9 @@ type collector struct {
 	dialErrors, lost, protocolErrors                         *prometheus.Desc
 	clientRead, clientWritten, upstreamRead, upstreamWritten *prometheus.Desc
 
-	shardDuration, shardCommands, shardErrors, batch                 *prometheus.Desc
-	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs *prometheus.Desc
-	reorderWait                                                      *prometheus.Desc
+	shardDuration, shardCommands, shardErrors, batch                               *prometheus.Desc
+	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs, sharedStalls *prometheus.Desc
+	reorderWait                                                                    *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -163,6 +163,9 @@ func newCollector(s *Set) *collector {
 		handoffs: d("handoffs_total",
 			"Clients moved to a private upstream connection, by reason "+
 				"(pubsub, monitor, blocking, transaction, state, other).", "reason"),
+		sharedStalls: d("shared_stalls_total",
+			"Shared upstream connections taken out of use because their oldest request had no reply "+
+				"for 100 ms (a script or CLIENT PAUSE holding them); new requests went to another."),
 	}
 }
 
@@ -175,7 +178,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.dialErrors, c.lost, c.protocolErrors,
 		c.clientRead, c.clientWritten, c.upstreamRead, c.upstreamWritten,
 		c.shardDuration, c.shardCommands, c.shardErrors, c.batch,
-		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs, c.reorderWait,
+		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs, c.reorderWait, c.sharedStalls,
 	} {
 		ch <- d
 	}
@@ -240,6 +243,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			{c.upstreamWritten, prometheus.CounterValue, k.UpstreamWrittenBytes},
 			{c.pinnedMisroutes, prometheus.CounterValue, sn.Routing.PinnedMisroutes},
 			{c.crossSlot, prometheus.CounterValue, sn.Routing.CrossSlotReplies},
+			{c.sharedStalls, prometheus.CounterValue, sn.Routing.SharedStalls},
 		} {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.v))
 		}

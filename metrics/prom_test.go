@@ -185,9 +185,9 @@ func TestOnlyObservedSeries(t *testing.T) {
 		})
 	}
 	// 11 counters and gauges, 3 evictions; routing: 2 redirects, the
-	// penalty histogram, misroutes, crossslot, 6 handoffs and the reorder
-	// wait histogram.
-	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6 + 1
+	// penalty histogram, misroutes, crossslot, 6 handoffs, the reorder
+	// wait histogram and shared stalls.
+	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6 + 1 + 1
 	if n := testutil.CollectAndCount(collectorOf(t, s)); n != want {
 		t.Errorf("CollectAndCount = %d, want %d", n, want)
 	}

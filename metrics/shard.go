@@ -233,6 +233,7 @@ type routingCounters struct {
 	moved, ask      atomic.Int64
 	pinnedMisroutes atomic.Int64
 	crossSlot       atomic.Int64
+	sharedStalls    atomic.Int64
 	handoffs        [numHandoffReasons]atomic.Int64 // by handoffReason
 }
 
@@ -252,6 +253,11 @@ func (s *Set) PinnedMisroute() { s.routing.pinnedMisroutes.Add(1) }
 // CrossSlot counts a command the proxy answered with -CROSSSLOT itself,
 // without sending it upstream.
 func (s *Set) CrossSlot() { s.routing.crossSlot.Add(1) }
+
+// SharedStall counts a shared upstream connection taken out of use because
+// its oldest request had no reply for a while (a script or CLIENT PAUSE
+// holding it).
+func (s *Set) SharedStall() { s.routing.sharedStalls.Add(1) }
 
 // handoffReason indexes routingCounters.handoffs; its String is the value of
 // the reason label.
@@ -306,6 +312,7 @@ func (c *routingCounters) load() RoutingCounters {
 		RedirectsAsk:        c.ask.Load(),
 		PinnedMisroutes:     c.pinnedMisroutes.Load(),
 		CrossSlotReplies:    c.crossSlot.Load(),
+		SharedStalls:        c.sharedStalls.Load(),
 		HandoffsPubSub:      c.handoffs[handoffPubSub].Load(),
 		HandoffsMonitor:     c.handoffs[handoffMonitor].Load(),
 		HandoffsBlocking:    c.handoffs[handoffBlocking].Load(),
@@ -321,6 +328,7 @@ type RoutingCounters struct {
 	RedirectsAsk     int64 // -ASK redirects followed
 	PinnedMisroutes  int64 // commands sent, pinned, to a shard not owning their slot
 	CrossSlotReplies int64 // -CROSSSLOT replies the proxy gave itself
+	SharedStalls     int64 // shared upstream connections taken out of use as stalled
 	// Clients moved to a private upstream connection (Set.Handoff), by reason.
 	HandoffsPubSub      int64
 	HandoffsMonitor     int64

@@ -209,3 +209,56 @@ func TestSharedNoAuthAfterRequirepass(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSharedStallMovesOthers: with shared upstream connections, one
+// client's request that the engine holds (a looping script, a write under
+// CLIENT PAUSE WRITE) no longer holds up the other clients: their requests
+// go to another shared connection once it has stalled (100 ms), so they get
+// what the engine answers them directly (-BUSY, a read during a write
+// pause), and SCRIPT KILL or CLIENT UNPAUSE from another client frees the
+// engine. Before, they waited behind it: only a direct connection could
+// free the engine.
+func TestSharedStallMovesOthers(t *testing.T) {
+	srv := redistest.Start(t, "--busy-reply-threshold", "100")
+	p, set := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1 // every client on the same shared connection
+	})
+	dial := func() *redistest.Conn {
+		c := redistest.Dial(t, p.Addr())
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	timed := func(c *redistest.Conn, req []byte, wantPrefix string, within time.Duration) {
+		t.Helper()
+		start := time.Now()
+		c.Send(t, req)
+		b, err := c.ReadFrame(10 * time.Second)
+		if d := time.Since(start); err != nil || !bytes.HasPrefix(b, []byte(wantPrefix)) || d > within {
+			t.Errorf("%q: %q %v after %v; want %s... within %v", req, b, err, d, wantPrefix, within)
+		}
+	}
+	looper, other, killer := dial(), dial(), dial()
+	other.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n")) // on the shared connection
+	looper.Send(t, redistest.Cmd("EVAL", "while true do end", "0"))
+	time.Sleep(300 * time.Millisecond) // the script runs past busy-reply-threshold
+	timed(other, redistest.Cmd("PING"), "-BUSY", 2*time.Second)
+	timed(killer, redistest.Cmd("SCRIPT", "KILL"), "+OK", 2*time.Second)
+	if b, err := looper.ReadFrame(5 * time.Second); err != nil || b[0] != '-' {
+		t.Errorf("the killed script's client: %q %v, want its error", b, err)
+	}
+	other.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+
+	pauser, writer, reader, unpauser := dial(), dial(), dial(), dial()
+	reader.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+	pauser.Roundtrip(t, redistest.Cmd("CLIENT", "PAUSE", "10000", "WRITE"), []byte("+OK\r\n"))
+	writer.Send(t, redistest.Cmd("SET", "stall:k", "v")) // held by the engine for 10 s
+	time.Sleep(300 * time.Millisecond)
+	timed(reader, redistest.Cmd("GET", "stall:k"), "$-1", 2*time.Second)
+	timed(unpauser, redistest.Cmd("CLIENT", "UNPAUSE"), "+OK", 2*time.Second)
+	writer.Expect(t, []byte("+OK\r\n"), 5*time.Second)
+	reader.Roundtrip(t, redistest.Cmd("GET", "stall:k"), []byte("$1\r\nv\r\n"))
+	if n := set.Snapshot().Routing.SharedStalls; n < 2 {
+		t.Errorf("shared stalls counted: %d, want at least 2 (the script, the paused write)", n)
+	}
+}

@@ -105,6 +105,9 @@ type loop struct {
 	flushTimer    bool
 	flushLooks    atomic.Int64 // checkFlushing passes (tests read it)
 	runFlushCheck gnet.Runnable
+	// stallTimer: a checkStalls is scheduled (stall.go).
+	stallTimer    bool
+	runStallCheck gnet.Runnable
 
 	// Routed sessions' scratch and pool (see rsession.go).
 	p       *Proxy

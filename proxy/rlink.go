@@ -50,6 +50,11 @@ type rlink struct {
 	// lastSeq is the seq of the owner's request this link answered last
 	// (see rsession.oob).
 	lastSeq uint64
+	// A shared link's progress is when (p.now) it last got reply bytes or
+	// requests with none in flight; stalled: taken out of use (stall.go),
+	// closed once drained.
+	progress int64
+	stalled  bool
 }
 
 type rref struct {
@@ -106,6 +111,12 @@ func (ln *rlink) write(t int64) {
 		if r.e.tSent == 0 {
 			r.e.tSent = t
 		}
+	}
+	if ln.owner == nil {
+		if ln.q.len() == ln.wn {
+			ln.progress = ln.p.now() // nothing was in flight: the wait starts now
+		}
+		ln.l.watchStalls()
 	}
 	_, _ = ln.c.Write(ln.wb)
 	if m := ln.l.m; m != nil {
@@ -174,6 +185,7 @@ func (ln *rlink) onData(data []byte) {
 		m.AddUpstreamBytes(len(data), 0)
 	}
 	now := ln.p.now()
+	ln.progress = now
 	for off := 0; off < len(data); {
 		if !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 {
 			ln.stream = ln.streamable(data[off])
@@ -238,6 +250,9 @@ func (ln *rlink) onData(data []byte) {
 		} else {
 			ln.cur = ln.cur[:0]
 		}
+	}
+	if ln.stalled && ln.q.len() == 0 && !ln.rf.InFrame() {
+		ln.shutdown() // drained: it is out of use
 	}
 	ln.l.flushAll()
 }

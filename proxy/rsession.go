@@ -215,6 +215,9 @@ type rsession struct {
 	// (-1: none yet); see pubsub.go.
 	subs     *subModel
 	subShard int
+	// sticky is, per shard, the shared connection the client's requests
+	// went to last (see link).
+	sticky []*rlink
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -306,9 +309,16 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 			return pauseWait, ""
 		}
 		return 0, ""
+	case command.Shutdown:
+		return pausePrivate, "state" // answered while the engine is busy (see stall.go)
+	case command.Script, command.Function:
+		if len(args) >= 2 && eqFold(args[1], "kill") {
+			return pausePrivate, "state"
+		}
 	case command.Client:
 		if len(args) >= 2 {
-			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "reply", "id", "info", "getname", "getredir", "trackinginfo"} {
+			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "reply", "id", "info", "getname", "getredir", "trackinginfo",
+				"pause", "unpause"} {
 				if eqFold(args[1], sub) {
 					return pausePrivate, "state"
 				}
@@ -1160,7 +1170,19 @@ func (s *rsession) broadcastState(e *rentry, frame []byte) {
 // link returns the session's connection to shard, opening it if needed.
 func (s *rsession) link(shard int) *rlink {
 	if s.shared {
-		return s.l.sharedLink(shard, s.resp3, s.slot)
+		// While requests are in flight (other than the one being
+		// routed, already queued), more go where they went (a shared
+		// connection taken out of use as stalled still is), so that the
+		// client's effects keep their order.
+		if s.q.len() > 1 && shard < len(s.sticky) && s.sticky[shard] != nil && !s.sticky[shard].dead {
+			return s.sticky[shard]
+		}
+		ln := s.l.sharedLink(shard, s.resp3, s.slot)
+		for shard >= len(s.sticky) {
+			s.sticky = append(s.sticky, nil)
+		}
+		s.sticky[shard] = ln
+		return ln
 	}
 	if shard < len(s.links) && s.links[shard] != nil {
 		return s.links[shard]
