@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,12 +36,15 @@ var sessionModes = []struct {
 
 // TestSessionStateSentOnce: a connection-state command that opens the
 // client's first engine connection reaches the engine once, not replayed
-// and then forwarded (ACL LOG counted 2 failures for 1 AUTH; a BCAST
-// tracking prefix overlapped itself).
+// and then forwarded (MONITOR showed it twice; ACL LOG counted 2 failures
+// for 1 AUTH; a BCAST tracking prefix overlapped itself).
 func TestSessionStateSentOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range sessionModes {
 		t.Run(m.name, func(t *testing.T) {
+			mon := redistest.Dial(t, srv.Addr())
+			defer mon.Close()
+			mon.Roundtrip(t, redistest.Cmd("MONITOR"), []byte("+OK\r\n"))
 			srv.Do("ACL", "LOG", "RESET")
 			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
 			c := redistest.Dial(t, p.Addr())
@@ -59,6 +63,17 @@ func TestSessionStateSentOnce(t *testing.T) {
 			d := redistest.Dial(t, p.Addr())
 			defer d.Close()
 			d.Roundtrip(t, redistest.Cmd("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "user:"), []byte("+OK\r\n"))
+			n := redistest.Dial(t, p.Addr())
+			defer n.Close()
+			n.Roundtrip(t, redistest.Cmd("CLIENT", "SETNAME", "once-"+m.name), []byte("+OK\r\n"))
+			n.Roundtrip(t, redistest.Cmd("ECHO", "end-"+m.name), []byte("$"+strconv.Itoa(len("end-"+m.name))+"\r\nend-"+m.name+"\r\n"))
+			feed, err := mon.ReadWhile(func(b []byte) bool { return bytes.Contains(b, []byte("end-"+m.name)) }, 5*time.Second)
+			if err != nil {
+				t.Fatalf("MONITOR: %v (so far %q)", err, redistest.Trunc(feed))
+			}
+			if c := bytes.Count(feed, []byte(`"once-`+m.name+`"`)); c != 1 {
+				t.Errorf("MONITOR shows CLIENT SETNAME %d times, want 1:\n%s", c, feed)
+			}
 		})
 	}
 }
@@ -234,16 +249,18 @@ func TestSharedStallMovesOthers(t *testing.T) {
 		start := time.Now()
 		c.Send(t, req)
 		b, err := c.ReadFrame(10 * time.Second)
-		if d := time.Since(start); err != nil || !bytes.HasPrefix(b, []byte(wantPrefix)) || d > within {
+		d := time.Since(start)
+		if err != nil || !bytes.HasPrefix(b, []byte(wantPrefix)) || d > within {
 			t.Errorf("%q: %q %v after %v; want %s... within %v", req, b, err, d, wantPrefix, within)
 		}
+		t.Logf("%q answered in %v", req, d)
 	}
 	looper, other, killer := dial(), dial(), dial()
 	other.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n")) // on the shared connection
 	looper.Send(t, redistest.Cmd("EVAL", "while true do end", "0"))
 	time.Sleep(300 * time.Millisecond) // the script runs past busy-reply-threshold
-	timed(other, redistest.Cmd("PING"), "-BUSY", 2*time.Second)
-	timed(killer, redistest.Cmd("SCRIPT", "KILL"), "+OK", 2*time.Second)
+	timed(other, redistest.Cmd("PING"), "-BUSY", time.Second)
+	timed(killer, redistest.Cmd("SCRIPT", "KILL"), "+OK", time.Second)
 	if b, err := looper.ReadFrame(5 * time.Second); err != nil || b[0] != '-' {
 		t.Errorf("the killed script's client: %q %v, want its error", b, err)
 	}
@@ -254,11 +271,23 @@ func TestSharedStallMovesOthers(t *testing.T) {
 	pauser.Roundtrip(t, redistest.Cmd("CLIENT", "PAUSE", "10000", "WRITE"), []byte("+OK\r\n"))
 	writer.Send(t, redistest.Cmd("SET", "stall:k", "v")) // held by the engine for 10 s
 	time.Sleep(300 * time.Millisecond)
-	timed(reader, redistest.Cmd("GET", "stall:k"), "$-1", 2*time.Second)
-	timed(unpauser, redistest.Cmd("CLIENT", "UNPAUSE"), "+OK", 2*time.Second)
+	timed(reader, redistest.Cmd("GET", "stall:k"), "$-1", time.Second)
+	timed(unpauser, redistest.Cmd("CLIENT", "UNPAUSE"), "+OK", time.Second)
 	writer.Expect(t, []byte("+OK\r\n"), 5*time.Second)
 	reader.Roundtrip(t, redistest.Cmd("GET", "stall:k"), []byte("$1\r\nv\r\n"))
 	if n := set.Snapshot().Routing.SharedStalls; n < 2 {
 		t.Errorf("shared stalls counted: %d, want at least 2 (the script, the paused write)", n)
+	}
+}
+
+// TestSharedOwnedPush: a push that answers the client's own request (DEBUG
+// PROTOCOL push, RESP3) reaches it with shared upstream connections too: it
+// was dropped as a push on a shared connection, which has no owner.
+func TestSharedOwnedPush(t *testing.T) {
+	e := e2eSetupWith(t, func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }, "--enable-debug-command", "yes")
+	writes := [][]byte{respJoin(redistest.Cmd("HELLO", "3"), redistest.Cmd("DEBUG", "PROTOCOL", "push"), redistest.Cmd("PING"))}
+	got := e.same(t, writes, redistest.ExchangeOptions{Until: []byte("+PONG\r\n"), Timeout: 5 * time.Second}, redistest.MaskHelloID)
+	if !bytes.Contains(got, []byte(">")) {
+		t.Errorf("the engine sent no push: %q", got)
 	}
 }

@@ -311,6 +311,10 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		return 0, ""
 	case command.Shutdown:
 		return pausePrivate, "state" // answered while the engine is busy (see stall.go)
+	case command.Debug:
+		// Some of its replies come with pushes (DEBUG PROTOCOL push),
+		// which a shared connection could not tell whose they are.
+		return pausePrivate, "state"
 	case command.Script, command.Function:
 		if len(args) >= 2 && eqFold(args[1], "kill") {
 			return pausePrivate, "state"
