@@ -70,25 +70,10 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 }
 
 // watchAuth keeps p.authRequired up to date until ctx ends: every interval,
-// and soon (100 ms) after a nudge (requestAuthCheck).
+// and soon after a nudge (requestAuthCheck).
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-p.authNudge:
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-		p.setAuthRequired(p.authCheck(ctx))
-	}
+	periodic(ctx, every, p.authNudge, func() { p.setAuthRequired(p.authCheck(ctx)) })
 }
 
 // setAuthRequired records the result of an auth check, logging changes.

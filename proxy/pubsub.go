@@ -39,6 +39,39 @@ import (
 // channels it named, so that routing never waits for a confirmation; the
 // connections keep the engine's counts from the confirmations.
 
+// subCounts are one connection's subscription counts, as the engine's
+// latest confirmations give them: a confirmation carries the connection's
+// channels + patterns (SUBSCRIBE and PSUBSCRIBE families) or its shard
+// channels (redis-server 7.0 pubsub.c, clientSubscriptionsCount and
+// clientShardSubscriptionsCount).
+type subCounts struct{ chans, pats, shards int64 }
+
+// set records a confirmation of family fam carrying count.
+func (c *subCounts) set(fam uint8, count int64) {
+	switch fam {
+	case famChan:
+		c.chans = max(0, count-c.pats)
+	case famPat:
+		c.pats = max(0, count-c.chans)
+	case famShard:
+		c.shards = count
+	}
+}
+
+// of returns the count of family fam alone.
+func (c *subCounts) of(fam uint8) int64 {
+	switch fam {
+	case famChan:
+		return c.chans
+	case famPat:
+		return c.pats
+	}
+	return c.shards
+}
+
+// any reports whether the connection holds a subscription.
+func (c *subCounts) any() bool { return c.chans+c.pats+c.shards > 0 }
+
 // subModel is the client's subscriptions as its requests define them.
 type subModel struct {
 	chans, pats map[string]struct{}
@@ -195,11 +228,11 @@ func (s *rsession) shardSubs() int64 {
 	var n int64
 	for _, ln := range s.links {
 		if ln != nil {
-			n += ln.shards
+			n += ln.subs.shards
 		}
 	}
 	for _, ln := range s.extra {
-		n += ln.shards
+		n += ln.subs.shards
 	}
 	return n
 }
@@ -260,7 +293,7 @@ func (s *rsession) releasePushes() {
 // inSubMode reports whether the link's frames must be classified as
 // pub/sub traffic: it holds subscriptions, or a pub/sub request is next.
 func (ln *rlink) inSubMode() bool {
-	if ln.chans+ln.pats+ln.shards > 0 {
+	if ln.subs.any() {
 		return true
 	}
 	if ln.q.len() == 0 {
@@ -302,14 +335,9 @@ func (ln *rlink) feed(frame []byte, typ byte, head []byte, count int64, now int6
 // channel whose slot moved) is relayed as it is.
 func (ln *rlink) confirmation(fam uint8, unsub bool, frame []byte, count int64, now int64) {
 	s := ln.owner
+	ln.subs.set(fam, count)
 	total := count
-	switch fam {
-	case famChan:
-		ln.chans = max(0, count-ln.pats)
-	case famPat:
-		ln.pats = max(0, count-ln.chans)
-	case famShard:
-		ln.shards = count
+	if fam == famShard {
 		total = s.shardSubs()
 	}
 	var r rref
@@ -328,17 +356,8 @@ func (ln *rlink) confirmation(fam uint8, unsub bool, frame []byte, count int64, 
 		if p.expect--; p.expect > 0 {
 			return
 		}
-	} else if unsub {
-		left := ln.shards
-		switch fam {
-		case famChan:
-			left = ln.chans
-		case famPat:
-			left = ln.pats
-		}
-		if left > 0 {
-			return
-		}
+	} else if unsub && ln.subs.of(fam) > 0 {
+		return // an UNSUBSCRIBE of everything: one per channel until none is left
 	}
 	ln.q.pop()
 	prev := ln.lastReply

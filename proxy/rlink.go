@@ -44,9 +44,9 @@ type rlink struct {
 	// subscription counts from its latest confirmations (channels,
 	// patterns, shard channels), whether MONITOR made it a feed, and the
 	// confirmations collected for the request at the head.
-	chans, pats, shards int64
-	monitor             bool
-	subAcc              []byte
+	subs    subCounts
+	monitor bool
+	subAcc  []byte
 	// lastSeq is the seq of the owner's request this link answered last
 	// (see rsession.oob).
 	lastSeq uint64
@@ -307,7 +307,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	ln.lastReply = now
 	switch {
 	case r.reset || r.e != nil && r.e.cmd == command.Reset:
-		ln.chans, ln.pats, ln.shards, ln.monitor = 0, 0, 0, false
+		ln.subs, ln.monitor = subCounts{}, false
 	case r.e != nil && r.e.cmd == command.Monitor && f.Type == '+':
 		ln.monitor = true
 	}
@@ -413,7 +413,7 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 			s.closeAfter, s.stopRead = true, true
 		}
 	}
-	if s := ln.owner; lost && s != nil && !s.closed && (ln.chans+ln.pats+ln.shards > 0 || ln.monitor) {
+	if s := ln.owner; lost && s != nil && !s.closed && (ln.subs.any() || ln.monitor) {
 		// Its subscriptions or MONITOR feed are gone with it: the client
 		// is closed, as its own connection to the engine would be.
 		s.closeAfter, s.stopRead = true, true

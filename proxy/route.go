@@ -178,9 +178,16 @@ func (r *router) requestRefresh() {
 }
 
 // run refreshes the map from the cluster every interval, and soon after a
-// nudge (at most every 100 ms), until ctx ends.
+// nudge, until ctx ends.
 func (r *router) run(ctx context.Context, seed string, every time.Duration) {
 	defer close(r.done)
+	periodic(ctx, every, r.nudge, func() { r.refresh(ctx, seed) })
+}
+
+// periodic calls fn every interval, and 100 ms after a nudge (so that a
+// burst of nudges costs one call), until ctx ends. The background checks
+// (topology refresh, auth check) run on it.
+func periodic(ctx context.Context, every time.Duration, nudge <-chan struct{}, fn func()) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -188,14 +195,14 @@ func (r *router) run(ctx context.Context, seed string, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-r.nudge:
+		case <-nudge:
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		r.refresh(ctx, seed)
+		fn()
 	}
 }
 

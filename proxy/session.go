@@ -57,16 +57,14 @@ type session struct {
 
 	replyMode  uint8
 	inMulti    bool
-	resp3      bool // HELLO 3 answered: pub/sub messages come as pushes, never as arrays
-	wantResp3  bool // HELLO 3 sent (the request side's view, ahead of the reply)
-	monitor    bool // MONITOR answered: '+<timestamp> ...' lines are a feed
-	raw        bool // SYNC/PSYNC answered: relay bytes unframed
-	chans      int64
-	pats       int64
-	shards     int64
-	stopRead   bool // QUIT or a protocol error seen: ignore further input
-	closeAfter bool // close the client once the fifo is empty
-	closed     bool // client gone (or being closed); upstream closed by us
+	resp3      bool      // HELLO 3 answered: pub/sub messages come as pushes, never as arrays
+	wantResp3  bool      // HELLO 3 sent (the request side's view, ahead of the reply)
+	monitor    bool      // MONITOR answered: '+<timestamp> ...' lines are a feed
+	raw        bool      // SYNC/PSYNC answered: relay bytes unframed
+	subs       subCounts // from the engine's confirmations
+	stopRead   bool      // QUIT or a protocol error seen: ignore further input
+	closeAfter bool      // close the client once the fifo is empty
+	closed     bool      // client gone (or being closed); upstream closed by us
 	upFailed   []byte
 	localErr   []byte   // the protocol error reply held in the fifo
 	lastOut    int64    // when the last reply went out with nothing pending (think-time start)
@@ -160,7 +158,7 @@ func (s *session) pinCheck(id command.ID, args [][]byte) {
 	}
 }
 
-func (s *session) subscribed() bool { return s.chans+s.pats+s.shards > 0 }
+func (s *session) subscribed() bool { return s.subs.any() }
 
 // clientTraffic frames the client's requests, queues one fifo entry per
 // request that will be answered, and forwards the complete requests to the
@@ -462,7 +460,7 @@ func (s *session) resp2Subscribed() bool {
 			known[e.subFamily] = 1
 		}
 	}
-	for fam, n := range [...]int64{famChan: s.chans, famPat: s.pats, famShard: s.shards} {
+	for fam, n := range [...]int64{famChan: s.subs.chans, famPat: s.subs.pats, famShard: s.subs.shards} {
 		if fam > 0 && (known[fam] == 1 || known[fam] == 0 && n > 0) {
 			return true
 		}
@@ -634,7 +632,7 @@ func (s *session) upstreamData(data []byte) {
 			s.discarding = false
 			if e := s.q.pop(); e.flags&flagReset != 0 {
 				s.monitor, s.resp3 = false, false
-				s.chans, s.pats, s.shards = 0, 0, 0
+				s.subs = subCounts{}
 			}
 			popped++
 			continue
@@ -778,7 +776,7 @@ func (s *session) onFrame(f *resp.Frame) (pending, bool) {
 		s.monitor = true
 	case e.flags&flagReset != 0:
 		s.monitor, s.resp3 = false, false
-		s.chans, s.pats, s.shards = 0, 0, 0
+		s.subs = subCounts{}
 	case e.cmd == command.Hello && f.Type == '%':
 		s.resp3 = true
 	case e.cmd == command.Hello && f.Type == '*':
@@ -790,14 +788,7 @@ func (s *session) onFrame(f *resp.Frame) (pending, bool) {
 // confirmation handles a (p|s)(un)subscribe confirmation carrying the
 // client's new subscription count.
 func (s *session) confirmation(fam uint8, unsub int, count int64) (pending, bool) {
-	switch fam {
-	case famChan:
-		s.chans = max(0, count-s.pats)
-	case famPat:
-		s.pats = max(0, count-s.chans)
-	case famShard:
-		s.shards = count
-	}
+	s.subs.set(fam, count)
 	if s.q.len() == 0 {
 		return pending{}, false
 	}
@@ -810,19 +801,8 @@ func (s *session) confirmation(fam uint8, unsub int, count int64) (pending, bool
 		if e.expect > 0 {
 			return pending{}, false
 		}
-	} else if unsub > 1 { // UNSUBSCRIBE with no names: one per channel until none is left
-		var left int64
-		switch fam {
-		case famChan:
-			left = s.chans
-		case famPat:
-			left = s.pats
-		case famShard:
-			left = s.shards
-		}
-		if left > 0 {
-			return pending{}, false
-		}
+	} else if unsub > 1 && s.subs.of(fam) > 0 {
+		return pending{}, false // UNSUBSCRIBE with no names: one per channel until none is left
 	}
 	return s.q.pop(), true
 }
