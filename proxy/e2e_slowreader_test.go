@@ -881,8 +881,15 @@ func TestF02SlowReaderMemory(t *testing.T) {
 		t.Logf("attempt %d: Y (proxy) PING p99 %v (%d) before X, %v (%d) during; Y' (direct) %v -> %v (%d); Z (control) %v -> %v; bound %v",
 			attempt, yBase, nYBase, yDuring, nYDuring, dBase, dDuring, nDDuring, zBase, zDuring, bound)
 		if nYBase < 150 || nYDuring < 50 {
+			// A busy machine answered too few PINGs in a phase (X is
+			// evicted when it is, so the phase cannot simply run longer):
+			// measure again rather than pass or fail on too few samples.
+			if attempt < attempts {
+				t.Logf("attempt %d: too few PINGs to compare (%d before, %d during); measuring again", attempt, nYBase, nYDuring)
+				continue
+			}
 			stopBursts()
-			t.Fatalf("attempt %d: too few PINGs to compare (%d before, %d during)", attempt, nYBase, nYDuring)
+			t.Fatalf("too few PINGs to compare in %d attempts (last: %d before, %d during)", attempts, nYBase, nYDuring)
 		}
 		if yDuring <= bound {
 			break

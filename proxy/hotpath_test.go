@@ -283,6 +283,7 @@ func TestSharedWritesOncePerPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.stallAfter = 0 // no timer's task among the pass's
 	el := &taskLoop{}
 	l := p.loopFor(el)
 	l.m = set.Loop(0)

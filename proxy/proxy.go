@@ -55,6 +55,11 @@ type Proxy struct {
 	shared      bool
 	pinFirstKey bool
 
+	// stallAfter is how long a shared connection may go without a reply
+	// byte for its oldest request before it is taken out of use (stall.go);
+	// 0 turns the check off (tests that drive one pass of a loop by hand).
+	stallAfter time.Duration
+
 	router     *router
 	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
 	sharedNext atomic.Uint64
@@ -265,6 +270,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.route = routePinned
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
+	p.stallAfter = stallAfter
 	p.pinFirstKey = cfg.PinBy == PinFirstKey
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	if topo == nil && cfg.Route == RouteNone {

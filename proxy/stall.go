@@ -28,7 +28,7 @@ const (
 
 // watchStalls makes sure the loop looks at its shared connections soon.
 func (l *loop) watchStalls() {
-	if l.stallTimer || l.el == nil {
+	if l.stallTimer || l.el == nil || l.p.stallAfter <= 0 {
 		return
 	}
 	if l.runStallCheck == nil {
@@ -54,7 +54,7 @@ func (l *loop) checkStalls() {
 			continue
 		}
 		busy = true
-		if ln.c != nil && now-ln.progress > int64(stallAfter) {
+		if ln.c != nil && now-ln.progress > int64(l.p.stallAfter) {
 			l.shared[i] = nil
 			ln.stalled = true
 			if m := l.p.cfg.Metrics; m != nil {
