@@ -190,6 +190,7 @@ func TestStopWhileClientsPipeline(t *testing.T) {
 		got []byte
 	}
 	results := make(chan result, 4)
+	answered := make(chan struct{}, 4) // one per client, at its first reply bytes
 	for i := 0; i < 4; i++ {
 		go func() {
 			c, err := net.Dial("tcp", p.Addr())
@@ -204,9 +205,14 @@ func TestStopWhileClientsPipeline(t *testing.T) {
 				defer close(done)
 				buf := make([]byte, 64<<10)
 				_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+				first := true
 				for {
 					n, err := c.Read(buf)
 					got.Write(buf[:n])
+					if n > 0 && first {
+						first = false
+						answered <- struct{}{}
+					}
 					if err != nil {
 						return
 					}
@@ -228,7 +234,15 @@ func TestStopWhileClientsPipeline(t *testing.T) {
 			results <- result{got: got.Bytes()}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Stop while every client is pipelining: each has been answered once
+	// (on a busy machine a fixed sleep left some not yet connected).
+	for i := 0; i < 4; i++ {
+		select {
+		case <-answered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 4 clients answered within 10 s", i)
+		}
+	}
 	start := time.Now()
 	if err := p.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
