@@ -170,7 +170,7 @@ func collect(r *Resolver, args [][]byte, kl *keyList) error {
 	id := command.Lookup(args[0])
 	var info *command.Info
 	if id != command.Other {
-		info = id.Info()
+		info = r.Info(id)
 	} else if info = r.command(args[0]); info == nil {
 		return nil
 	}
@@ -183,9 +183,7 @@ func collect(r *Resolver, args [][]byte, kl *keyList) error {
 		}
 		var sub *command.Info
 		if id != command.Other {
-			if sub = info.Subcommand(args[1]); sub == nil {
-				sub = r.subcommand(id, args[1])
-			}
+			sub = r.subcommand(id, info, args[1])
 		} else {
 			sub = r.lookup(info.Subcommands, args[1])
 		}
