@@ -50,7 +50,7 @@ type Proxy struct {
 	loops map[gnet.EventLoop]*loop
 
 	router     *router
-	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
+	resolver   *routing.Resolver // the effective command table (set by Start; see Config.Commands)
 	sharedNext atomic.Uint64
 
 	draining atomic.Bool
@@ -223,9 +223,6 @@ func New(cfg Config) (*Proxy, error) {
 	if !cfg.Measure {
 		cfg.Metrics = nil
 	}
-	if cfg.Metrics != nil {
-		cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals()...)
-	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -252,8 +249,12 @@ func New(cfg Config) (*Proxy, error) {
 // Start listens on cfg.Listen and serves in the background. It returns once
 // the listener is up (or with the error that prevented it).
 func (p *Proxy) Start() error {
-	if p.cfg.Route != RouteNone {
-		p.fetchCommands()
+	p.resolver = p.cfg.Commands
+	if p.resolver == nil {
+		p.resolver = FetchCommands(p.cfg, p.log)
+	}
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals(p.resolver)...)
 	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
@@ -292,26 +293,44 @@ func (p *Proxy) Start() error {
 	}
 }
 
-// fetchCommands reads the engine's COMMAND INFO (from the first shard or
-// the cluster seed) so that commands the built-in table (redis-server
-// 7.0's) does not know are still routed by their key specs. Without it
-// (the engine refuses, or is down) the built-in table alone is used.
-func (p *Proxy) fetchCommands() {
-	addr := p.cfg.Cluster
-	if addr == "" && len(p.cfg.Shards) > 0 {
-		addr = p.cfg.Shards[0]
+// FetchCommands reads the engine's COMMAND INFO (command.FetchInfo) and
+// returns the effective command table built from it (routing.NewResolver:
+// the engine's entries decide arity, flags, key specs and tips; commands
+// only the engine knows get metric IDs and labels up to
+// routing.MaxEngineLabels). The engine is cfg.Upstream, or under
+// RouteSlots and RoutePinned the cluster seed or the first shard. The
+// exchange is bounded by twice cfg.DialTimeout (2 s when 0). When the
+// engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
+// (nil: discarded) and returns the built-in table (an empty Resolver).
+func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*p.cfg.DialTimeout)
+	addr := cfg.Upstream
+	if cfg.Route != "" && cfg.Route != RouteNone {
+		addr = cfg.Cluster
+		if addr == "" && len(cfg.Shards) > 0 {
+			addr = cfg.Shards[0]
+		}
+	}
+	timeout := 2 * cfg.DialTimeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	infos, err := command.FetchInfo(ctx, addr, 2*p.cfg.DialTimeout)
+	infos, err := command.FetchInfo(ctx, addr, timeout)
 	if err != nil {
-		p.log.Warn("engine command table not read; routing uses the built-in one", "engine", addr, "err", err)
-		return
+		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used",
+			"engine", addr, "err", err)
+		return routing.NewResolver(nil)
 	}
-	p.resolver = routing.NewResolver(infos)
-	if names := p.resolver.Names(); len(names) > 0 {
-		p.log.Info("engine commands routed by the engine's key specs", "engine", addr, "commands", len(names))
+	r := routing.NewResolver(infos)
+	if names := r.Names(); len(names) > 0 {
+		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
+			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
 	}
+	return r
 }
 
 // Addr returns the address the proxy listens on, with the port it chose
@@ -589,19 +608,20 @@ func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
 	return gnet.None
 }
 
-// ExcludedFromTotals lists the commands whose durations measure waiting for
-// something else, not the engine's service: commands the engine may block
-// (COMMAND INFO flag "blocking": BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD,
-// XREADGROUP, WAIT, ...), pub/sub commands (flag "pubsub"), MONITOR, SYNC and
-// PSYNC. They are recorded under their own names but left out of the
-// all-commands totals, so that a BLPOP 30 never drags a p99. XREAD and
-// XREADGROUP are left out even without BLOCK (the table flags the command,
-// not the call).
-func ExcludedFromTotals() []int {
+// ExcludedFromTotals lists the IDs of the commands of the table r (nil:
+// the built-in one) whose durations measure waiting for something else,
+// not the engine's service: commands the engine may block (COMMAND INFO
+// flag "blocking": BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD, XREADGROUP,
+// WAITAOF, ..., and WAIT; see routing.Resolver.Blocks), pub/sub commands
+// (flag "pubsub"), MONITOR, SYNC and PSYNC. They are recorded under their
+// own names but left out of the all-commands totals, so that a BLPOP 30
+// never drags a p99. XREAD and XREADGROUP are left out even without BLOCK
+// (the table flags the command, not the call).
+func ExcludedFromTotals(r *routing.Resolver) []int {
 	var ids []int
-	for id := command.ID(0); int(id) < command.NumIDs(); id++ {
-		f := id.Info().Flags
-		if id.Blocks() || f.Has(command.FlagPubsub) ||
+	for id := command.ID(0); int(id) < r.NumIDs(); id++ {
+		f := r.Info(id).Flags
+		if r.Blocks(id) || f.Has(command.FlagPubsub) ||
 			id == command.Monitor || id == command.Sync || id == command.Psync {
 			ids = append(ids, int(id))
 		}
@@ -611,12 +631,12 @@ func ExcludedFromTotals() []int {
 
 // keyPos returns the index in args of the command's first key by its key
 // spec, or -1. Only used when the slow log is on.
-func keyPos(id command.ID, args [][]byte) int {
-	info := id.Info()
+func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
+	info := p.resolver.Info(id)
 	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
 		return info.FirstKey
 	}
-	if k, ok := routing.FirstKey(args); ok && len(k) > 0 {
+	if k, ok := p.resolver.FirstKey(args); ok && len(k) > 0 {
 		for i := 1; i < len(args); i++ {
 			if len(args[i]) > 0 && &args[i][0] == &k[0] {
 				return i

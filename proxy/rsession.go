@@ -284,7 +284,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 			}
 		}
 	}
-	if id.Blocks() {
+	if s.p.resolver.Blocks(id) {
 		return pausePrivate, "blocking"
 	}
 	return 0, ""
@@ -625,7 +625,7 @@ func (s *rsession) clientData(data []byte) {
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
 func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
-	id := command.Lookup(args[0])
+	id := s.p.resolver.Lookup(args[0])
 	if kind, reason := s.needsPause(id, args); kind != 0 {
 		s.paused, s.pauseReason = kind, reason
 		return true
@@ -633,7 +633,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(id.Name(), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
 		if name, ok := setNameArg(id, args); ok {
@@ -900,12 +900,7 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 		s.send(e, s.tx.shard, frame)
 		return
 	}
-	info := id.Info()
-	if len(args) > 1 && info.Subcommands != nil {
-		if sub := info.Subcommand(args[1]); sub != nil {
-			info = sub
-		}
-	}
+	info := s.p.resolver.CallInfo(id, args)
 	var reqAll, sum, allOK bool
 	for _, t := range info.Tips {
 		switch t {
@@ -1498,7 +1493,7 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *rsession) blockedAtHead() bool {
-	return s.q.len() > 0 && s.q.front().cmd.Blocks()
+	return s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
 }
 
 func (s *rsession) shutdown() {

@@ -1,0 +1,190 @@
+package proxy_test
+
+// Newer engines: what Redis 7.2+, Redis 8.0 and Valkey 8.1 say about their
+// commands in COMMAND INFO decides how respmeter routes, moves and counts
+// them (proxy.FetchCommands, routing.Resolver). These tests skip on an
+// engine older than 7.2 (Debian's 7.0.15, the default); .ci/run runs them
+// against Redis 8.0 and Valkey 8.1 by pointing RESPMETER_TEST_ENGINE at
+// each (internal/redistest, .ci/build-engines.sh).
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/proxy"
+)
+
+// TestEngineZrankWithscoreShards: ZRANK and ZREVRANK with WITHSCORE (Redis
+// 7.2 made their arity "at least 3") go to the shard that owns the key,
+// as a single engine holding the same data answers them. Under the 7.0
+// table they were keyless, sent to the home shard, and answered nil.
+func TestEngineZrankWithscoreShards(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	srvs[0].SkipBelow(t, "7.2")
+	oracle := redistest.Start(t)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	via := redistest.Dial(t, p.Addr())
+	defer via.Close()
+	direct := redistest.Dial(t, oracle.Addr())
+	defer direct.Close()
+	for i := range 30 {
+		key := fmt.Sprintf("z:%d", i)
+		for _, c := range []*redistest.Conn{via, direct} {
+			c.Roundtrip(t, respCmd("ZADD", key, "1.5", "a", "2.5", "b"), []byte(":2\r\n"))
+		}
+		for _, req := range [][]byte{
+			respCmd("ZRANK", key, "b", "WITHSCORE"), respCmd("ZREVRANK", key, "b", "WITHSCORE"),
+			respCmd("zrank", key, "nosuch", "withscore"),
+		} {
+			direct.Send(t, req)
+			want, err := direct.ReadFrame(5 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			via.Send(t, req)
+			got, err := via.ReadFrame(5 * time.Second)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("%q through the proxy: %q (err %v); one engine answers %q", redistest.Trunc(req), got, err, want)
+			}
+		}
+	}
+}
+
+// TestEngineZrankWithscoreCluster: through a real cluster, ZRANK WITHSCORE
+// goes straight to the key's node: no MOVED at all. Under the 7.0 table
+// nearly every call cost a MOVED and a topology refresh.
+func TestEngineZrankWithscoreCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cl.Nodes[0].SkipBelow(t, "7.2")
+	p, set := startClusterProxy(t, cl, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	const n = 300
+	for i := range n {
+		c.Roundtrip(t, respCmd("ZADD", fmt.Sprintf("zc:%d", i), "1", "m"), []byte(":1\r\n"))
+	}
+	moved := set.Snapshot().Routing.RedirectsMoved
+	for i := range n {
+		key := fmt.Sprintf("zc:%d", i)
+		c.Send(t, respCmd("ZRANK", key, "m", "WITHSCORE"))
+		got, err := c.ReadFrame(5 * time.Second)
+		if err != nil || len(got) < 4 || string(got[:4]) != "*2\r\n" {
+			t.Fatalf("ZRANK %s m WITHSCORE: %q (err %v), want [0, 1]", key, got, err)
+		}
+	}
+	if d := set.Snapshot().Routing.RedirectsMoved - moved; d != 0 {
+		t.Errorf("%d MOVED redirects for %d ZRANK WITHSCORE calls, want 0", d, n)
+	}
+}
+
+// pingLatencies sends n PINGs on c one after another and returns each
+// round trip, sorted.
+func pingLatencies(t *testing.T, c *redistest.Conn, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestEngineWaitaofSharedMoves: WAITAOF, which the engine flags blocking
+// (Redis 7.2+), moves a shared-mode client to a private connection, so
+// another client's PINGs on the shared connection do not wait behind it.
+// The injected wait (1.5 s, WAITAOF's timeout with no replica to answer)
+// is large against the PINGs' own time: behind it one PING would take
+// about 1.5 s. The PINGs are measured before and while it waits, in the
+// same run: the median while it waits stays within 2x of the median
+// before (plus 1 ms, a scheduling quantum on a busy machine).
+func TestEngineWaitaofSharedMoves(t *testing.T) {
+	e := sharedSetup(t)
+	e.srv.SkipBelow(t, "7.2")
+	a := redistest.Dial(t, e.paddr)
+	defer a.Close()
+	b := redistest.Dial(t, e.paddr)
+	defer b.Close()
+	// Both clients on the loop's one shared connection first.
+	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	base := pingLatencies(t, b, 200)
+
+	const hold = 1500 * time.Millisecond
+	start := time.Now()
+	a.Send(t, respCmd("WAITAOF", "0", "1", fmt.Sprint(hold.Milliseconds())))
+	var during []time.Duration
+	for time.Since(start) < hold/2 {
+		during = append(during, pingLatencies(t, b, 20)...)
+	}
+	slices.Sort(during)
+	got, err := a.ReadFrame(5 * time.Second)
+	if err != nil || string(got) != "*2\r\n:0\r\n:0\r\n" {
+		t.Fatalf("WAITAOF: %q (err %v), want [0, 0]", got, err)
+	}
+	if waited := time.Since(start); waited < hold {
+		t.Fatalf("WAITAOF answered after %v, before its %v timeout: nothing was injected", waited, hold)
+	}
+	med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
+	t.Logf("PING median %v before, %v while WAITAOF waits (%d PINGs, max %v)", med(base), med(during), len(during), during[len(during)-1])
+	if max := during[len(during)-1]; max > hold/3 {
+		t.Errorf("a PING took %v while WAITAOF waited: it queued behind it", max)
+	}
+	if med(during) > 2*med(base)+time.Millisecond {
+		t.Errorf("PING median %v while WAITAOF waits, %v before: more than 2x", med(during), med(base))
+	}
+	if r := e.set.Snapshot().Routing; r.HandoffsBlocking != 1 {
+		t.Errorf("blocking handoffs = %d, want 1 (WAITAOF)", r.HandoffsBlocking)
+	}
+}
+
+// TestEngineWaitaofOutOfTotals: WAITAOF is counted under its own label
+// (an engine-only command, see routing.Resolver) and, being blocking, left
+// out of the all-commands totals. Under the 7.0 table it was "other" and
+// its wait landed in the totals' max.
+func TestEngineWaitaofOutOfTotals(t *testing.T) {
+	e := e2eSetup(t)
+	e.srv.SkipBelow(t, "7.2")
+	c := redistest.Dial(t, e.paddr)
+	defer c.Close()
+	const hold = 300 * time.Millisecond
+	c.Roundtrip(t, respCmd("WAITAOF", "0", "1", fmt.Sprint(hold.Milliseconds())), []byte("*2\r\n:0\r\n:0\r\n"))
+	for range 20 {
+		c.Roundtrip(t, respCmd("GET", "k"), []byte("$-1\r\n"))
+	}
+	w := e2eWaitCount(t, e.set, "waitaof", 1)
+	if w.Count != 1 || w.Phases[metrics.PhaseTotal].Max() < hold {
+		t.Fatalf("waitaof: count %d, max %v; want 1, at least %v", w.Count, w.Phases[metrics.PhaseTotal].Max(), hold)
+	}
+	e2eWaitCount(t, e.set, "get", 20)
+	tot := e.set.Snapshot().Totals()
+	if m := tot.Phases[metrics.PhaseTotal].Max(); m >= hold {
+		t.Errorf("totals max %v: WAITAOF's %v wait is in the all-commands totals", m, hold)
+	}
+}
+
+// TestEngineLatencyResetSummed: LATENCY RESET, which the engine tips as
+// all_nodes with agg_sum (Redis 7.2+), goes to every shard and answers the
+// sum of the events each reset. Under the 7.0 table (all_succeeded) the
+// client got one shard's count.
+func TestEngineLatencyResetSummed(t *testing.T) {
+	var srvs []*redistest.Server
+	var addrs []string
+	for range 3 {
+		s := redistest.Start(t, "--latency-monitor-threshold", "1", "--enable-debug-command", "yes")
+		srvs, addrs = append(srvs, s), append(addrs, s.Addr())
+	}
+	srvs[0].SkipBelow(t, "7.2")
+	for _, s := range srvs {
+		s.Do("DEBUG", "SLEEP", "0.01") // one "command" latency event
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":3\r\n"))
+	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":0\r\n"))
+}
