@@ -118,7 +118,8 @@ var errBadSpec = errors.New("routing: key spec does not apply")
 //     all of which the engine refuses.
 //
 // Keys knows only the built-in table of redis-server 7.0; Resolver.Keys
-// also finds the keys of commands that only the engine knows.
+// walks the engine's own entries (ZRANK WITHSCORE on Redis 7.2+, commands
+// only the engine knows).
 func Keys(args [][]byte, dst [][]byte) ([][]byte, error) {
 	kl := keyList{dst: dst[:0], all: true}
 	err := collect(nil, args, &kl)
