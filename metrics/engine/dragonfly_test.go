@@ -135,4 +135,3 @@ func TestPollerDragonflyFallback(t *testing.T) {
 		})
 	}
 }
-
