@@ -10,6 +10,7 @@ package proxy_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,4 +188,47 @@ func TestEngineLatencyResetSummed(t *testing.T) {
 	defer c.Close()
 	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":3\r\n"))
 	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":0\r\n"))
+}
+
+// TestEngineClientSetinfoSharedMoves: CLIENT SETINFO (Redis 7.2+, Valkey),
+// a connection-state setter the 7.0 table does not know, is recognised by
+// rule from the engine's entry (command.ConnState) and moves a shared-mode
+// client to a private connection, so the library name it sets is its own,
+// not the shared connection's: in CLIENT LIST run by another client on the
+// shared connection (the line with cmd=client|list), that connection has
+// no such name. Under the fixed list the name landed on the shared
+// connection, for every client on it.
+func TestEngineClientSetinfoSharedMoves(t *testing.T) {
+	e := sharedSetup(t)
+	e.srv.SkipBelow(t, "7.2")
+	a := redistest.Dial(t, e.paddr)
+	defer a.Close()
+	b := redistest.Dial(t, e.paddr)
+	defer b.Close()
+	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	b.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	a.Roundtrip(t, respCmd("CLIENT", "SETINFO", "LIB-NAME", "respmeter-test-lib"), []byte("+OK\r\n"))
+	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
+		t.Errorf("state handoffs = %d, want 1 (CLIENT SETINFO)", r.HandoffsState)
+	}
+	b.Send(t, respCmd("CLIENT", "LIST"))
+	list, err := b.ReadFrame(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared []string
+	for _, line := range strings.Split(string(list), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			shared = append(shared, line)
+		}
+	}
+	if len(shared) != 1 {
+		t.Fatalf("%d connections ran CLIENT LIST, want 1:\n%s", len(shared), list)
+	}
+	if strings.Contains(shared[0], "lib-name=respmeter-test-lib") {
+		t.Errorf("the shared connection carries the client's library name: %s", shared[0])
+	}
+	if n := strings.Count(string(list), "lib-name=respmeter-test-lib"); n != 1 {
+		t.Errorf("%d engine connections carry the library name, want 1 (the client's own):\n%s", n, list)
+	}
 }

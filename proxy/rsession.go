@@ -235,9 +235,10 @@ const (
 //     connections for the rest of its life: MULTI, WATCH, blocking
 //     commands (BLPOP, WAIT, ...), AUTH, HELLO with AUTH or SETNAME,
 //     SELECT of a non-zero db, READONLY/READWRITE, RESET and CLIENT
-//     subcommands that set or report per-connection state (SETNAME,
-//     TRACKING, CACHING, NO-EVICT, NO-TOUCH, ID, INFO, GETNAME, GETREDIR,
-//     TRACKINGINFO: a client id must stay the client's own). HELLO 2/3 alone only switches the shared connection used,
+//     subcommands that set or report per-connection state, by rule from
+//     the engine's entry (command.ConnState: SETNAME, TRACKING, CACHING,
+//     NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR,
+//     TRACKINGINFO, ...: a client id must stay the client's own). HELLO 2/3 alone only switches the shared connection used,
 //     after the requests in flight.
 //
 // Waiting first keeps the order of effects: nothing sent on the new
@@ -276,12 +277,12 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		}
 		return 0, ""
 	case command.Client:
-		if len(args) >= 2 {
-			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "id", "info", "getname", "getredir", "trackinginfo"} {
-				if eqFold(args[1], sub) {
-					return pausePrivate, "state"
-				}
-			}
+		// The subcommands that set or report this connection's state, by
+		// rule from the engine's entry (command.ConnState): SETNAME,
+		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
+		// GETNAME, GETREDIR, TRACKINGINFO, ...
+		if len(args) >= 2 && command.ConnState(s.p.resolver.CallInfo(id, args)) != command.ConnNone {
+			return pausePrivate, "state"
 		}
 	}
 	if s.p.resolver.Blocks(id) {

@@ -78,9 +78,10 @@ type Resolver struct {
 }
 
 // MaxEngineLabels is the most engine-only commands that get a metric ID
-// and label of their own (see Resolver); Redis 8.0 without modules has 28,
-// Valkey 8.1 has 1. It bounds the label set whatever the engine reports
-// (a module may add hundreds).
+// and label of their own (see Resolver); Redis 8.0.2 reports 25 (WAITAOF,
+// the hash-field expiry and the vector set commands), Valkey 8.1.1 2
+// (WAITAOF, COMMANDLOG). It bounds the label set whatever the engine
+// reports (a module may add hundreds).
 const MaxEngineLabels = 128
 
 // foldLen is the size of the stack buffer an argument is lower-cased into
