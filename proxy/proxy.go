@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -330,7 +331,33 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
 			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
 	}
+	if cfg.Route == RouteSlots {
+		if names := unreplayedState(r); len(names) > 0 {
+			log.Warn("connection-state commands of this engine that a routed client's other shard connections do not get: "+
+				"they take effect on the shard they are sent to only; clients that need them on every shard can use --route pinned",
+				"engine", addr, "commands", strings.Join(names, ","))
+		}
+	}
 	return r
+}
+
+// unreplayedState returns, sorted, the CLIENT subcommands of r that set
+// connection state by rule (command.ConnState) but that a routed session
+// does not replay on each of its shard connections (stateSlot), leaving
+// out REPLY (applied by the proxy itself) and CACHING (it concerns the
+// next command only).
+func unreplayedState(r *routing.Resolver) []string {
+	var out []string
+	for name, sub := range r.Info(command.Client).Subcommands {
+		if name == "reply" || name == "caching" || command.ConnState(sub) != command.ConnSets {
+			continue
+		}
+		if stateSlot(command.Client, [][]byte{[]byte("client"), []byte(name), nil}) < 0 {
+			out = append(out, "client|"+name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Addr returns the address the proxy listens on, with the port it chose
