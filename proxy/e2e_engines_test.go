@@ -82,6 +82,22 @@ func TestEngineZrankWithscoreCluster(t *testing.T) {
 	}
 }
 
+// sharedPair starts an engine compatible with Redis 7.2 or later (or skips
+// t) behind a proxy with one loop on shared upstream connections, and
+// returns two clients that have each had a PING answered on the loop's
+// shared connection. A cleanup closes them.
+func sharedPair(t *testing.T) (e *e2eEnv, a, b *redistest.Conn) {
+	t.Helper()
+	e = sharedSetup(t)
+	e.srv.SkipBelow(t, "7.2")
+	a, b = redistest.Dial(t, e.paddr), redistest.Dial(t, e.paddr)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	for _, c := range []*redistest.Conn{a, b} {
+		c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	}
+	return e, a, b
+}
+
 // pingLatencies sends n PINGs on c one after another and returns each
 // round trip, sorted.
 func pingLatencies(t *testing.T, c *redistest.Conn, n int) []time.Duration {
@@ -105,14 +121,7 @@ func pingLatencies(t *testing.T, c *redistest.Conn, n int) []time.Duration {
 // same run: the median while it waits stays within 2x of the median
 // before (plus 1 ms, a scheduling quantum on a busy machine).
 func TestEngineWaitaofSharedMoves(t *testing.T) {
-	e := sharedSetup(t)
-	e.srv.SkipBelow(t, "7.2")
-	a := redistest.Dial(t, e.paddr)
-	defer a.Close()
-	b := redistest.Dial(t, e.paddr)
-	defer b.Close()
-	// Both clients on the loop's one shared connection first.
-	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	e, a, b := sharedPair(t)
 	base := pingLatencies(t, b, 200)
 
 	const hold = 1500 * time.Millisecond
@@ -199,14 +208,7 @@ func TestEngineLatencyResetSummed(t *testing.T) {
 // no such name. Under the fixed list the name landed on the shared
 // connection, for every client on it.
 func TestEngineClientSetinfoSharedMoves(t *testing.T) {
-	e := sharedSetup(t)
-	e.srv.SkipBelow(t, "7.2")
-	a := redistest.Dial(t, e.paddr)
-	defer a.Close()
-	b := redistest.Dial(t, e.paddr)
-	defer b.Close()
-	a.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
-	b.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	e, a, b := sharedPair(t)
 	a.Roundtrip(t, respCmd("CLIENT", "SETINFO", "LIB-NAME", "respmeter-test-lib"), []byte("+OK\r\n"))
 	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
 		t.Errorf("state handoffs = %d, want 1 (CLIENT SETINFO)", r.HandoffsState)
