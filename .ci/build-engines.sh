@@ -31,7 +31,7 @@ E=$(engines_dir)
 mkdir -p "$E"
 
 # cached NAME BIN: the newest cached build of NAME (e.g. redis-8.0) holding BIN.
-cached() { ls -d "$E/$1".*/"$2" 2>/dev/null | sort -V | tail -1; }
+cached() { { ls -d "$E/$1".*/"$2" 2>/dev/null || true; } | sort -V | tail -1; }
 
 redis=$(cached redis-8.0 redis-server)
 valkey=$(cached valkey-8.1 valkey-server)
@@ -60,7 +60,15 @@ apt_opts=(-o Dir::Etc::sourcelist="$work/trixie.sources" -o Dir::Etc::sourcepart
 	-o Dir::State::Lists="$work/lists" -o Dir::Cache="$work/cache")
 echo "build-engines: fetching the trixie source packages of redis and valkey" >&2
 apt-get "${apt_opts[@]}" update -q >/dev/null
-(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only redis valkey >/dev/null)
+# Only the upstream tarballs (*.orig.tar.*) are used, not Debian's patches: the rest of a
+# source package (.dsc, .debian.tar.xz) may be missing from a mirror, and apt-get then
+# fails after fetching the tarballs, so its status is not what decides.
+(cd "$work/src" && apt-get "${apt_opts[@]}" source --download-only redis valkey >"$work/apt.log" 2>&1) || true
+if ! ls "$work/src"/redis_8.0*.orig.tar.* "$work/src"/valkey_8.1*.orig.tar.* >/dev/null 2>&1; then
+	echo "build-engines: the redis 8.0 and valkey 8.1 upstream tarballs were not fetched:" >&2
+	tail -5 "$work/apt.log" >&2
+	exit 1
+fi
 
 # build TARBALL_GLOB MAKE_ARGS...: unpack the upstream tarball and make it.
 build() {
