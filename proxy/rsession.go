@@ -280,8 +280,9 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// The subcommands that set or report this connection's state, by
 		// rule from the engine's entry (command.ConnState): SETNAME,
 		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
-		// GETNAME, GETREDIR, TRACKINGINFO, ...
-		if len(args) >= 2 && command.ConnState(s.p.resolver.CallInfo(id, args)) != command.ConnNone {
+		// GETNAME, GETREDIR, TRACKINGINFO, ...; not REPLY, which the
+		// session applies itself (route).
+		if len(args) >= 2 && !eqFold(args[1], "reply") && command.ConnState(s.p.resolver.CallInfo(id, args)) != command.ConnNone {
 			return pausePrivate, "state"
 		}
 	}
