@@ -452,3 +452,28 @@ func TestResolverLookupAllocs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkResolverLookup compares the per-command lookup of the proxy's
+// hot path: the built-in table's (command.Lookup and ID.Blocks) with the
+// effective table's (Resolver.Lookup and Blocks), for a built-in command,
+// an engine-only one and an unknown name.
+func BenchmarkResolverLookup(b *testing.B) {
+	r := NewResolver(engine72(b))
+	for _, name := range []string{"GET", "WAITAOF", "NOSUCHCMD"} {
+		arg := []byte(name)
+		b.Run("builtin/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				id := command.Lookup(arg)
+				_ = id.Blocks()
+			}
+		})
+		b.Run("engine/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				id := r.Lookup(arg)
+				_ = r.Blocks(id)
+			}
+		})
+	}
+}
