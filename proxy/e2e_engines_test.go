@@ -17,6 +17,7 @@ import (
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing"
 )
 
 // TestEngineZrankWithscoreShards: ZRANK and ZREVRANK with WITHSCORE (Redis
@@ -232,5 +233,34 @@ func TestEngineClientSetinfoSharedMoves(t *testing.T) {
 	}
 	if n := strings.Count(string(list), "lib-name=respmeter-test-lib"); n != 1 {
 		t.Errorf("%d engine connections carry the library name, want 1 (the client's own):\n%s", n, list)
+	}
+}
+
+// TestSharedUnknownClientSubcommandMoves: with only the built-in table
+// (the engine's COMMAND INFO not read: requirepass, say), a CLIENT
+// subcommand the table does not know (NO-TOUCH is newer than 7.0) still
+// moves a shared-mode client to a private connection: the engine may
+// know it as connection state. Any engine: 7.0 answers an error, which
+// the client gets as from the engine directly.
+func TestSharedUnknownClientSubcommandMoves(t *testing.T) {
+	e := e2eSetupWith(t, func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1
+		c.Commands = routing.NewResolver(nil)
+	})
+	req := respCmd("CLIENT", "NO-TOUCH", "ON")
+	direct := redistest.Dial(t, e.srv.Addr())
+	defer direct.Close()
+	direct.Send(t, req)
+	want, err := direct.ReadFrame(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redistest.Dial(t, e.paddr)
+	defer c.Close()
+	c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	c.Roundtrip(t, req, want)
+	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
+		t.Errorf("state handoffs = %d, want 1 (CLIENT NO-TOUCH, unknown to the table)", r.HandoffsState)
 	}
 }

@@ -300,7 +300,7 @@ func (p *Proxy) Start() error {
 // only the engine knows get metric IDs and labels up to
 // routing.MaxEngineLabels). The engine is cfg.Upstream, or under
 // RouteSlots and RoutePinned the cluster seed or the first shard. The
-// exchange is bounded by twice cfg.DialTimeout (2 s when 0). When the
+// exchange is bounded by twice cfg.DialTimeout (4 s when 0). When the
 // engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
 // (nil: discarded) and returns the built-in table (an empty Resolver).
 func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {

@@ -281,9 +281,13 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// rule from the engine's entry (command.ConnState): SETNAME,
 		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
 		// GETNAME, GETREDIR, TRACKINGINFO, ...; not REPLY, which the
-		// session applies itself (route).
-		if len(args) >= 2 && !eqFold(args[1], "reply") && command.ConnState(s.p.resolver.CallInfo(id, args)) != command.ConnNone {
-			return pausePrivate, "state"
+		// session applies itself (route). A subcommand the table does not
+		// know (CallInfo gives the parent: the engine's COMMAND INFO was
+		// not read) moves the client too: the engine may know it.
+		if len(args) >= 2 && !eqFold(args[1], "reply") {
+			if in := s.p.resolver.CallInfo(id, args); in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
+				return pausePrivate, "state"
+			}
 		}
 	}
 	if s.p.resolver.Blocks(id) {
