@@ -16,6 +16,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/routing"
 )
@@ -154,11 +155,12 @@ func TestEngineWaitaofSharedMoves(t *testing.T) {
 }
 
 // TestEngineWaitaofOutOfTotals: WAITAOF is counted under its own label
-// (an engine-only command, see routing.Resolver) and, being blocking, left
-// out of the all-commands totals. Under the 7.0 table it was "other" and
-// its wait landed in the totals' max.
+// (an engine-only command, see routing.Resolver), so named in the slow
+// log, and, being blocking, left out of the all-commands totals. Under the
+// 7.0 table it was "other" and its wait landed in the totals' max.
 func TestEngineWaitaofOutOfTotals(t *testing.T) {
-	e := e2eSetup(t)
+	sl := slowlog.New(16, 100*time.Millisecond)
+	e := e2eSetupWith(t, func(c *proxy.Config) { c.SlowLog = sl })
 	e.srv.SkipBelow(t, "7.2")
 	c := redistest.Dial(t, e.paddr)
 	defer c.Close()
@@ -175,6 +177,9 @@ func TestEngineWaitaofOutOfTotals(t *testing.T) {
 	tot := e.set.Snapshot().Totals()
 	if m := tot.Phases[metrics.PhaseTotal].Max(); m >= hold {
 		t.Errorf("totals max %v: WAITAOF's %v wait is in the all-commands totals", m, hold)
+	}
+	if es := sl.Entries(); len(es) != 1 || es[0].Command != "waitaof" {
+		t.Errorf("slow log %+v, want one waitaof entry", es)
 	}
 }
 

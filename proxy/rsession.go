@@ -639,7 +639,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(id.Name(), args, s.p.keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
 		if name, ok := setNameArg(id, args); ok {
@@ -1173,7 +1173,7 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 
 // slow adds a command to the slow log.
 func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	slowRec(sl, e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.

@@ -376,7 +376,7 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		s.setName(&e, name)
 	}
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(id.Name(), args, s.p.keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
 	}
@@ -772,7 +772,7 @@ func (s *session) upstreamData(data []byte) {
 
 // slow adds a command to the slow log.
 func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
-	slowRec(sl, command.ID(d.cmd), d.argc, s.name, s.client.RemoteAddr(), &d.key,
+	slowRec(sl, s.p.resolver.Name(command.ID(d.cmd)), d.argc, s.name, s.client.RemoteAddr(), &d.key,
 		d.tIn, d.tSent, d.tReply, tOut, d.tReply-d.svcFrom)
 }
 

@@ -230,6 +230,15 @@ func (r *Resolver) Blocks(id command.ID) bool {
 	return id == command.Wait || r.Info(id).Flags.Has(command.FlagBlocking)
 }
 
+// Name returns the metric label of id: Labels()[id], or "other" for an ID
+// outside them. It does not allocate.
+func (r *Resolver) Name(id command.ID) string {
+	if n := int(id) - command.NumIDs(); r != nil && n >= 0 && n < len(r.labels) {
+		return r.labels[n]
+	}
+	return id.Name()
+}
+
 // NumIDs returns the number of metric IDs (see Resolver): command.NumIDs()
 // plus the labelled engine-only commands.
 func (r *Resolver) NumIDs() int {

@@ -354,8 +354,11 @@ func TestResolverEngineDecides(t *testing.T) {
 	if int(id) < command.NumIDs() || int(id) >= r.NumIDs() {
 		t.Fatalf("Lookup(WaitAOF) = %d, want an engine ID in [%d, %d)", id, command.NumIDs(), r.NumIDs())
 	}
-	if got := r.Labels()[id]; got != "waitaof" {
-		t.Errorf("Labels()[%d] = %q, want waitaof", id, got)
+	if got := r.Labels()[id]; got != "waitaof" || r.Name(id) != got {
+		t.Errorf("Labels()[%d] = %q, Name = %q; want waitaof", id, got, r.Name(id))
+	}
+	if r.Name(command.Get) != "get" || r.Name(command.ID(r.NumIDs())) != "other" {
+		t.Errorf("Name(get) = %q, Name(past the labels) = %q", r.Name(command.Get), r.Name(command.ID(r.NumIDs())))
 	}
 	if !r.Blocks(id) || command.Other.Blocks() {
 		t.Errorf("Blocks(waitaof) = %v, want true", r.Blocks(id))
