@@ -8,7 +8,10 @@ package proxy_test
 // each (internal/redistest, .ci/build-engines.sh).
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -267,5 +270,37 @@ func TestSharedUnknownClientSubcommandMoves(t *testing.T) {
 	c.Roundtrip(t, req, want)
 	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
 		t.Errorf("state handoffs = %d, want 1 (CLIENT NO-TOUCH, unknown to the table)", r.HandoffsState)
+	}
+}
+
+// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
+// table and names, in a warning, the shards whose table differs from the
+// first shard's (which routes all of them): here a shard running the
+// engine RESPMETER_TEST_ENGINE names next to two redis-server 7.0.15 from
+// PATH. Shards alike get no warning. Skipped without a second engine.
+func TestShardsWithAnotherTable(t *testing.T) {
+	bin := os.Getenv(redistest.EngineEnv)
+	if bin == "" {
+		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
+	}
+	redistest.SkipIfUnavailable(t)
+	first := redistest.StartBinary(t, redistest.ServerBinary)
+	same := redistest.StartBinary(t, redistest.ServerBinary)
+	other := redistest.Start(t)
+	_, a := first.Version()
+	_, b := other.Version()
+	if a == b {
+		t.Skipf("%s is the engine in PATH too (%s)", bin, a)
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	proxy.FetchCommands(proxy.Config{Route: proxy.RouteSlots, Shards: []string{first.Addr(), same.Addr()}}, log)
+	if strings.Contains(buf.String(), "another command table") {
+		t.Errorf("warning for shards alike:\n%s", buf.String())
+	}
+	buf.Reset()
+	proxy.FetchCommands(proxy.Config{Route: proxy.RouteSlots, Shards: []string{first.Addr(), same.Addr(), other.Addr()}}, log)
+	if out := buf.String(); !strings.Contains(out, "another command table") || !strings.Contains(out, "shards="+other.Addr()+"\n") {
+		t.Errorf("want a warning naming %s only:\n%s", other.Addr(), out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -300,7 +301,10 @@ func (p *Proxy) Start() error {
 // only the engine knows get metric IDs and labels up to
 // routing.MaxEngineLabels). The engine is cfg.Upstream, or under
 // RouteSlots and RoutePinned the cluster seed or the first shard. The
-// exchange is bounded by twice cfg.DialTimeout (4 s when 0). When the
+// exchange is bounded by twice cfg.DialTimeout (4 s when 0). With
+// several --shards, each is read too, and those whose table differs from
+// the first's are named in a warning: the first shard's table routes all
+// of them. When the
 // engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
 // (nil: discarded) and returns the built-in table (an empty Resolver).
 func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
@@ -327,6 +331,10 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 		return routing.NewResolver(nil)
 	}
 	r := routing.NewResolver(infos)
+	if differ := otherTables(cfg, infos, timeout); len(differ) > 0 {
+		log.Warn("shards whose engines report another command table than the first shard's, which routes all of them "+
+			"(run one engine version on every shard)", "engine", addr, "shards", strings.Join(differ, ","))
+	}
 	if names := r.Names(); len(names) > 0 {
 		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
 			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
@@ -339,6 +347,24 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 		}
 	}
 	return r
+}
+
+// otherTables reads the command table of every shard of cfg.Shards after
+// the first (RouteSlots and RoutePinned) and returns those whose table
+// differs from first, the first shard's: another engine or version, or a
+// rename-command. Each read is bounded by timeout; a shard that does not
+// answer is left out (its connections will say why).
+func otherTables(cfg Config, first map[string]*command.Info, timeout time.Duration) []string {
+	if cfg.Route == "" || cfg.Route == RouteNone || cfg.Cluster != "" || len(cfg.Shards) < 2 {
+		return nil
+	}
+	var differ []string
+	for _, a := range cfg.Shards[1:] {
+		if infos, err := command.FetchInfo(context.Background(), a, timeout); err == nil && !reflect.DeepEqual(infos, first) {
+			differ = append(differ, a)
+		}
+	}
+	return differ
 }
 
 // unreplayedState returns, sorted, the CLIENT subcommands of r that set

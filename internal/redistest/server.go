@@ -98,7 +98,14 @@ func SkipIfUnavailable(t testing.TB) string {
 // -short is set, and fails t when the server does not come up.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin := SkipIfUnavailable(t)
+	return StartBinary(t, SkipIfUnavailable(t), args...)
+}
+
+// StartBinary is Start with the engine binary bin (a path, or a name looked
+// up in PATH), whatever EngineEnv says: for tests that need two engines at
+// once. It fails t if bin cannot be started.
+func StartBinary(t testing.TB, bin string, args ...string) *Server {
+	t.Helper()
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "--requirepass" {
