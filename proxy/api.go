@@ -15,6 +15,7 @@ import (
 
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/routing"
 )
 
 // Config configures a Proxy. The zero value is not usable: Listen and
@@ -90,8 +91,14 @@ type Config struct {
 	// socket. 0 means 1 s; negative disables sampling.
 	TCPInfoInterval time.Duration
 	// Metrics receives the timings; it must have been created with at
-	// least Loops loops (metrics.NewSet). Nil disables recording.
+	// least Loops loops (metrics.NewSet), labelled with Commands.Labels()
+	// (commands whose ID has no label count as "other"). Nil disables
+	// recording.
 	Metrics *metrics.Set
+	// Commands is the engine's effective command table (FetchCommands):
+	// each command's metric ID, arity, flags, key specs and tips. Nil:
+	// Start reads it with FetchCommands.
+	Commands *routing.Resolver
 	// Logger receives the proxy's own log lines; nil discards them.
 	Logger *slog.Logger
 }

@@ -78,13 +78,14 @@ func (l *loop) holdInput(buf, data []byte) ([]byte, bool) {
 	return buf, lim > 0 && len(buf) > lim
 }
 
-// slowRec records one command in the slow log from its stamps (ns on the
+// slowRec records one command, labelled name (its metric label,
+// routing.Resolver.Name), in the slow log from its stamps (ns on the
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
 // (ns). It allocates nothing: under load every command may be slow.
-func slowRec(sl *slowlog.Log, id command.ID, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
+func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
 	tIn, tSent, tReply, tOut, svc int64) {
 	r := slowlog.Rec{
-		Command:    id.Name(),
+		Command:    name,
 		Args:       int(argc),
 		ClientName: clientName,
 		Key:        *key,

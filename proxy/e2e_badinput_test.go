@@ -187,11 +187,20 @@ type biCase struct {
 	// proxyErr: the proxy itself detects the error (counted in
 	// ProtocolErrors); otherwise the engine does and the proxy relays it.
 	proxyErr bool
+	// notValkey: Valkey 8 parses these bytes differently from Redis 7.0
+	// and 8.0, whose rules respmeter's request scanner follows; the case
+	// is skipped there (a known difference, see README "Engines").
+	notValkey bool
 }
 
 // check runs tc and the after-case checks.
 func (b *biEnv) check(t *testing.T, tc biCase) {
 	t.Helper()
+	if tc.notValkey {
+		if _, engine := b.srv.Version(); strings.HasPrefix(engine, "valkey") {
+			t.Skipf("%s parses this input differently from Redis, whose rules the proxy follows", engine)
+		}
+	}
 	r := biRead{want: len(tc.want), linger: 50 * time.Millisecond}
 	switch {
 	case tc.closed:
@@ -298,7 +307,7 @@ func TestBadInput(t *testing.T) {
 		{name: "NUL-hidden newline then over 64 KiB",
 			in: []byte("PING\x00\r\n" + long('b', 64<<10)), want: errInline, closed: true, proxyErr: true},
 		{name: "NUL in a multibulk header hides its CR",
-			in: []byte("*1\x00\r\n$4\r\nPING\r\n")},
+			in: []byte("*1\x00\r\n$4\r\nPING\r\n"), notValkey: true},
 
 		// Inline quoting (sdssplitargs).
 		{name: "unbalanced double quote in an argument",

@@ -67,7 +67,7 @@ func TestSharedMovesStatefulClientsToPrivate(t *testing.T) {
 	if w := e.set.Snapshot().Commands[command.Wait]; w.Count == 0 {
 		t.Errorf("WAIT not counted")
 	}
-	for _, id := range proxy.ExcludedFromTotals() {
+	for _, id := range proxy.ExcludedFromTotals(nil) {
 		if id == int(command.Wait) {
 			return
 		}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,7 +63,7 @@ type Proxy struct {
 	stallAfter time.Duration
 
 	router     *router
-	resolver   *routing.Resolver // key specs of commands the built-in table lacks (nil: none)
+	resolver   *routing.Resolver // the effective command table (set by Start; see Config.Commands)
 	sharedNext atomic.Uint64
 
 	// authRequired: some engine refuses connections without a password,
@@ -247,9 +249,6 @@ func New(cfg Config) (*Proxy, error) {
 	if !cfg.Measure {
 		cfg.Metrics = nil
 	}
-	if cfg.Metrics != nil {
-		cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals()...)
-	}
 	lg := cfg.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -285,8 +284,12 @@ func New(cfg Config) (*Proxy, error) {
 // Start listens on cfg.Listen and serves in the background. It returns once
 // the listener is up (or with the error that prevented it).
 func (p *Proxy) Start() error {
-	if p.route != routeNone {
-		p.fetchCommands()
+	p.resolver = p.cfg.Commands
+	if p.resolver == nil {
+		p.resolver = FetchCommands(p.cfg, p.log)
+	}
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals(p.resolver)...)
 	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
@@ -335,26 +338,95 @@ func (p *Proxy) Start() error {
 	}
 }
 
-// fetchCommands reads the engine's COMMAND INFO (from the first shard or
-// the cluster seed) so that commands the built-in table (redis-server
-// 7.0's) does not know are still routed by their key specs. Without it
-// (the engine refuses, or is down) the built-in table alone is used.
-func (p *Proxy) fetchCommands() {
-	addr := p.cfg.Cluster
-	if addr == "" && len(p.cfg.Shards) > 0 {
-		addr = p.cfg.Shards[0]
+// FetchCommands reads the engine's COMMAND INFO (command.FetchInfo) and
+// returns the effective command table built from it (routing.NewResolver:
+// the engine's entries decide arity, flags, key specs and tips; commands
+// only the engine knows get metric IDs and labels up to
+// routing.MaxEngineLabels). The engine is cfg.Upstream, or under
+// RouteSlots and RoutePinned the cluster seed or the first shard. The
+// exchange is bounded by twice cfg.DialTimeout (4 s when 0). With
+// several --shards, each is read too, and those whose table differs from
+// the first's are named in a warning: the first shard's table routes all
+// of them. When the
+// engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
+// (nil: discarded) and returns the built-in table (an empty Resolver).
+func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*p.cfg.DialTimeout)
+	addr := cfg.Upstream
+	if cfg.Route != "" && cfg.Route != RouteNone {
+		addr = cfg.Cluster
+		if addr == "" && len(cfg.Shards) > 0 {
+			addr = cfg.Shards[0]
+		}
+	}
+	timeout := 2 * cfg.DialTimeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	infos, err := command.FetchInfo(ctx, addr, 2*p.cfg.DialTimeout)
+	infos, err := command.FetchInfo(ctx, addr, timeout)
 	if err != nil {
-		p.log.Warn("engine command table not read; routing uses the built-in one", "engine", addr, "err", err)
-		return
+		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used",
+			"engine", addr, "err", err)
+		return routing.NewResolver(nil)
 	}
-	p.resolver = routing.NewResolver(infos)
-	if names := p.resolver.Names(); len(names) > 0 {
-		p.log.Info("engine commands routed by the engine's key specs", "engine", addr, "commands", len(names))
+	r := routing.NewResolver(infos)
+	if differ := otherTables(cfg, infos, timeout); len(differ) > 0 {
+		log.Warn("shards whose engines report another command table than the first shard's, which routes all of them "+
+			"(run one engine version on every shard)", "engine", addr, "shards", strings.Join(differ, ","))
 	}
+	if names := r.Names(); len(names) > 0 {
+		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
+			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
+	}
+	if cfg.Route == RouteSlots {
+		if names := unreplayedState(r); len(names) > 0 {
+			log.Warn("connection-state commands of this engine that a routed client's other shard connections do not get: "+
+				"they take effect on the shard they are sent to only; clients that need them on every shard can use --route pinned",
+				"engine", addr, "commands", strings.Join(names, ","))
+		}
+	}
+	return r
+}
+
+// otherTables reads the command table of every shard of cfg.Shards after
+// the first (RouteSlots and RoutePinned) and returns those whose table
+// differs from first, the first shard's: another engine or version, or a
+// rename-command. Each read is bounded by timeout; a shard that does not
+// answer is left out (its connections will say why).
+func otherTables(cfg Config, first map[string]*command.Info, timeout time.Duration) []string {
+	if cfg.Route == "" || cfg.Route == RouteNone || cfg.Cluster != "" || len(cfg.Shards) < 2 {
+		return nil
+	}
+	var differ []string
+	for _, a := range cfg.Shards[1:] {
+		if infos, err := command.FetchInfo(context.Background(), a, timeout); err == nil && !reflect.DeepEqual(infos, first) {
+			differ = append(differ, a)
+		}
+	}
+	return differ
+}
+
+// unreplayedState returns, sorted, the CLIENT subcommands of r that set
+// connection state by rule (command.ConnState) but that a routed session
+// does not replay on each of its shard connections (stateSlot), leaving
+// out REPLY (applied by the proxy itself) and CACHING (it concerns the
+// next command only).
+func unreplayedState(r *routing.Resolver) []string {
+	var out []string
+	for name, sub := range r.Info(command.Client).Subcommands {
+		if name == "reply" || name == "caching" || command.ConnState(sub) != command.ConnSets {
+			continue
+		}
+		if stateSlot(command.Client, [][]byte{[]byte("client"), []byte(name), nil}) < 0 {
+			out = append(out, "client|"+name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Addr returns the address the proxy listens on, with the port it chose
@@ -636,19 +708,20 @@ func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
 	return gnet.None
 }
 
-// ExcludedFromTotals lists the commands whose durations measure waiting for
-// something else, not the engine's service: commands the engine may block
-// (COMMAND INFO flag "blocking": BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD,
-// XREADGROUP, WAIT, ...), pub/sub commands (flag "pubsub"), MONITOR, SYNC and
-// PSYNC. They are recorded under their own names but left out of the
-// all-commands totals, so that a BLPOP 30 never drags a p99. XREAD and
-// XREADGROUP are left out even without BLOCK (the table flags the command,
-// not the call).
-func ExcludedFromTotals() []int {
+// ExcludedFromTotals lists the IDs of the commands of the table r (nil:
+// the built-in one) whose durations measure waiting for something else,
+// not the engine's service: commands the engine may block (COMMAND INFO
+// flag "blocking": BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD, XREADGROUP,
+// WAITAOF, ..., and WAIT; see routing.Resolver.Blocks), pub/sub commands
+// (flag "pubsub"), MONITOR, SYNC and PSYNC. They are recorded under their
+// own names but left out of the all-commands totals, so that a BLPOP 30
+// never drags a p99. XREAD and XREADGROUP are left out even without BLOCK
+// (the table flags the command, not the call).
+func ExcludedFromTotals(r *routing.Resolver) []int {
 	var ids []int
-	for id := command.ID(0); int(id) < command.NumIDs(); id++ {
-		f := id.Info().Flags
-		if id.Blocks() || f.Has(command.FlagPubsub) ||
+	for id := command.ID(0); int(id) < r.NumIDs(); id++ {
+		f := r.Info(id).Flags
+		if r.Blocks(id) || f.Has(command.FlagPubsub) ||
 			id == command.Monitor || id == command.Sync || id == command.Psync {
 			ids = append(ids, int(id))
 		}
@@ -658,12 +731,12 @@ func ExcludedFromTotals() []int {
 
 // keyPos returns the index in args of the command's first key by its key
 // spec, or -1. Only used when the slow log is on.
-func keyPos(id command.ID, args [][]byte) int {
-	info := id.Info()
+func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
+	info := p.resolver.Info(id)
 	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
 		return info.FirstKey
 	}
-	if k, ok := routing.FirstKey(args); ok && len(k) > 0 {
+	if k, ok := p.resolver.FirstKey(args); ok && len(k) > 0 {
 		for i := 1; i < len(args); i++ {
 			if len(args[i]) > 0 && &args[i][0] == &k[0] {
 				return i

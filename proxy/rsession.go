@@ -265,11 +265,15 @@ const (
 //     to private connections for the rest of its life: MULTI, WATCH,
 //     blocking commands (BLPOP, WAIT, ...), (P|S)(UN)SUBSCRIBE, MONITOR,
 //     AUTH, HELLO with AUTH or SETNAME, SELECT of a non-zero db,
-//     READONLY/READWRITE, RESET and CLIENT subcommands that set or report
-//     per-connection state (SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
-//     REPLY, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO: a client id must
-//     stay the client's own). HELLO 2/3 alone only switches the shared
-//     connection used, after the requests in flight.
+//     READONLY/READWRITE, RESET, REPLCONF, DEBUG, the commands that free a
+//     busy engine (SCRIPT KILL, FUNCTION KILL, SHUTDOWN, CLIENT
+//     PAUSE/UNPAUSE: see stall.go) and CLIENT subcommands that set or
+//     report per-connection state, by rule from the engine's entry
+//     (command.ConnState: SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
+//     SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO, ...: a
+//     client id must stay the client's own; not REPLY, which the session
+//     applies itself). HELLO 2/3 alone only switches the shared connection
+//     used, after the requests in flight.
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
@@ -320,16 +324,25 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 			return pausePrivate, "state"
 		}
 	case command.Client:
-		if len(args) >= 2 {
-			for _, sub := range []string{"setname", "tracking", "caching", "no-evict", "no-touch", "reply", "id", "info", "getname", "getredir", "trackinginfo",
-				"pause", "unpause"} {
-				if eqFold(args[1], sub) {
-					return pausePrivate, "state"
-				}
+		// The subcommands that set or report this connection's state, by
+		// rule from the engine's entry (command.ConnState): SETNAME,
+		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
+		// GETNAME, GETREDIR, TRACKINGINFO, ...; not REPLY, which the
+		// session applies itself (route). A subcommand the table does not
+		// know (CallInfo gives the parent: the engine's COMMAND INFO was
+		// not read) moves the client too: the engine may know it. PAUSE
+		// and UNPAUSE are answered at once on a connection of its own (see
+		// stall.go).
+		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause")) {
+			return pausePrivate, "state"
+		}
+		if len(args) >= 2 && !eqFold(args[1], "reply") {
+			if in := s.p.resolver.CallInfo(id, args); in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
+				return pausePrivate, "state"
 			}
 		}
 	}
-	if id.Blocks() {
+	if s.p.resolver.Blocks(id) {
 		return pausePrivate, "blocking"
 	}
 	return 0, ""
@@ -663,7 +676,7 @@ func (s *rsession) clientData(data []byte) {
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
 func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
-	id := command.Lookup(args[0])
+	id := s.p.resolver.Lookup(args[0])
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
 	}
@@ -674,7 +687,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
 		if name, ok := setNameArg(id, args); ok {
@@ -1032,12 +1045,7 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 		s.send(e, s.tx.shard, frame)
 		return
 	}
-	info := id.Info()
-	if len(args) > 1 && info.Subcommands != nil {
-		if sub := info.Subcommand(args[1]); sub != nil {
-			info = sub
-		}
-	}
+	info := s.p.resolver.CallInfo(id, args)
 	var reqAll, sum, allOK bool
 	for _, t := range info.Tips {
 		switch t {
@@ -1324,7 +1332,7 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 
 // slow adds a command to the slow log.
 func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	slowRec(sl, e.cmd, e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
@@ -1649,7 +1657,7 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *rsession) blockedAtHead() bool {
-	return s.q.len() > 0 && s.q.front().cmd.Blocks()
+	return s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
 }
 
 func (s *rsession) shutdown() {

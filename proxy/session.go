@@ -332,7 +332,7 @@ func (s *session) clientData(data []byte) {
 // request classifies one complete request and queues what it will be
 // answered with. args alias the read buffer: nothing here may keep them.
 func (s *session) request(args [][]byte, frame []byte, now int64) {
-	id := command.Lookup(args[0])
+	id := s.p.resolver.Lookup(args[0])
 	e := pending{tIn: now, cmd: id, argc: int32(len(args))}
 	if s.pinShard >= 0 || s.pinDeferred {
 		s.pinCheck(id, args)
@@ -341,7 +341,7 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 		s.setName(&e, name)
 	}
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(id.Name(), args, keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
 		}
 	}
@@ -413,7 +413,7 @@ func (s *session) request(args [][]byte, frame []byte, now int64) {
 	case command.Ssubscribe, command.Sunsubscribe:
 		s.subRequest(&e, famShard, len(args)-1)
 	}
-	if id.Blocks() {
+	if s.p.resolver.Blocks(id) {
 		e.flags |= flagBlocking
 	}
 	if e.kind == kindSub && s.replyMode == replySkipNext {
@@ -731,7 +731,7 @@ func (s *session) upstreamData(data []byte) {
 
 // slow adds a command to the slow log.
 func (s *session) slow(sl *slowlog.Log, d *doneRec, tOut int64) {
-	slowRec(sl, command.ID(d.cmd), d.argc, s.name, s.client.RemoteAddr(), &d.key,
+	slowRec(sl, s.p.resolver.Name(command.ID(d.cmd)), d.argc, s.name, s.client.RemoteAddr(), &d.key,
 		d.tIn, d.tSent, d.tReply, tOut, d.tReply-d.svcFrom)
 }
 

@@ -118,7 +118,8 @@ var errBadSpec = errors.New("routing: key spec does not apply")
 //     all of which the engine refuses.
 //
 // Keys knows only the built-in table of redis-server 7.0; Resolver.Keys
-// also finds the keys of commands that only the engine knows.
+// walks the engine's own entries (ZRANK WITHSCORE on Redis 7.2+, commands
+// only the engine knows).
 func Keys(args [][]byte, dst [][]byte) ([][]byte, error) {
 	kl := keyList{dst: dst[:0], all: true}
 	err := collect(nil, args, &kl)
@@ -170,7 +171,7 @@ func collect(r *Resolver, args [][]byte, kl *keyList) error {
 	id := command.Lookup(args[0])
 	var info *command.Info
 	if id != command.Other {
-		info = id.Info()
+		info = r.Info(id)
 	} else if info = r.command(args[0]); info == nil {
 		return nil
 	}
@@ -183,9 +184,7 @@ func collect(r *Resolver, args [][]byte, kl *keyList) error {
 		}
 		var sub *command.Info
 		if id != command.Other {
-			if sub = info.Subcommand(args[1]); sub == nil {
-				sub = r.subcommand(id, args[1])
-			}
+			sub = r.subcommand(id, info, args[1])
 		} else {
 			sub = r.lookup(info.Subcommands, args[1])
 		}

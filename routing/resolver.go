@@ -7,68 +7,103 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// Resolver finds the keys of commands like Keys and FirstKey, and also of
-// the commands and subcommands that the built-in table (routing/command,
-// generated from redis-server 7.0) does not know, from the engine's own
-// command table: its COMMAND INFO key specs as command.FetchInfo returns
-// them, walked with the rules of Keys (the Redis docs, "Command key
-// specifications": begin_search index or keyword, find_keys range or
-// keynum).
+// Resolver is the effective command table of one engine: the engine's own
+// COMMAND INFO entries (as command.FetchInfo returns them) where it has
+// them, the built-in table (routing/command, generated from redis-server
+// 7.0.15) where it does not. It finds the keys of commands like Keys and
+// FirstKey, walking the effective entry's key specs with the rules of Keys
+// (the Redis docs, "Command key specifications": begin_search index or
+// keyword, find_keys range or keynum), and gives each command its metric ID,
+// flags (Blocks) and tips (Info, CallInfo).
 //
-// The engine's entries are used only where the built-in table has none: a
-// command that command.Lookup answers with command.Other, or a subcommand
-// of a built-in command with subcommands that Info.Subcommand does not
-// find (a subcommand added after 7.0, as CLIENT NO-TOUCH in 7.2). Every
-// command the table knows keeps the table's entry, whatever the engine
-// says, so metric IDs and labels (command.Lookup, still command.Other for
-// an engine-only command) and the behaviour Keys is tested for (against
-// COMMAND GETKEYS of redis-server 7.0, with Redis' own fallback rules for
-// SORT, MIGRATE, XREAD and XREADGROUP) stay fixed. An engine-only command
-// has no such fallback rule: when its key spec cannot be applied or is
-// unknown or incomplete it has no keys (as in Redis for a command without
-// a getkeys function), and Keys says ErrNoKeys unless the command is
-// flagged no_mandatory_keys.
+// The engine decides. When the engine's table has key specs (Redis and
+// Valkey 7.0 and later), every command it reports is described by its
+// entry: arity, flags, key specs, tips and subcommands. So ZRANK, whose
+// arity Redis 7.2 made "at least 3" for WITHSCORE, finds its key in
+// "ZRANK z m WITHSCORE"; WAITAOF, which the engine flags "blocking", Blocks;
+// CLIENT NO-TOUCH is a subcommand of CLIENT. Built-in commands the engine
+// does not report keep the built-in entry, and Redis' own fallback rules
+// for SORT, SORT_RO, MIGRATE, XREAD and XREADGROUP apply to the engine's
+// entries as to the table's. An engine of the table's version gives entries
+// equal to the table's, so nothing changes there.
 //
-// An entry without key specs (Redis before 7.0 and Dragonfly send none)
-// whose legacy FirstKey is positive and that is not flagged movablekeys
-// gets the one spec that those legacy positions describe: begin_search
-// index FirstKey, find_keys range to LastKey (counted from FirstKey, or from
-// the end when negative), every Step-th argument.
+// When the engine's table has no key specs at all (Redis before 7.0,
+// Dragonfly), the built-in table keeps every command it knows, and the
+// engine's entries are used only where the table has none: a command that
+// command.Lookup answers with command.Other, or a subcommand of a built-in
+// command that Info.Subcommand does not find. Such an entry whose legacy
+// FirstKey is positive and that is not flagged movablekeys gets the one
+// spec that those legacy positions describe: begin_search index FirstKey,
+// find_keys range to LastKey (counted from FirstKey, or from the end when
+// negative), every Step-th argument.
+//
+// An engine-only command has no fallback rule: when its key spec cannot be
+// applied or is unknown or incomplete it has no keys (as in Redis for a
+// command without a getkeys function), and Keys says ErrNoKeys unless the
+// command is flagged no_mandatory_keys.
+//
+// Metric IDs stay a fixed, bounded set: the built-in IDs (0 to
+// command.NumIDs()-1, names from command.Names), then one ID for each of
+// the first MaxEngineLabels engine-only commands in name order; any further
+// engine-only command, like every name the engine does not know either, is
+// command.Other. Labels lists them.
 //
 // A nil *Resolver, and one made from a nil or empty map, answers exactly as
-// Keys and FirstKey do. A Resolver is immutable and safe for concurrent
-// use.
+// Keys, FirstKey, command.Lookup and ID.Info do. A Resolver is immutable and
+// safe for concurrent use.
 type Resolver struct {
+	// override is set when the engine's entries replace the built-in ones
+	// (the engine's table has key specs).
+	override bool
+	// infos holds the effective entry of every ID: indexes below
+	// command.NumIDs() are the built-in IDs (nil: the built-in entry),
+	// the rest the labelled engine-only commands.
+	infos []*command.Info
+	// labels are the names of infos' engine-only IDs, in ID order.
+	labels []string
+	// ids maps the lower-case name of a labelled engine-only command to
+	// its ID.
+	ids map[string]command.ID
 	// top holds the engine's commands that command.Lookup does not know,
 	// by lower-case name; their Subcommands maps are keyed lower-case too.
 	top map[string]*command.Info
 	// subs holds, indexed by command.ID, the engine's subcommands that the
 	// built-in parent lacks, by lower-case name (after the '|'); nil for
-	// a parent with none.
+	// a parent with none. Without override only.
 	subs []map[string]*command.Info
 	// maxLen is the length of the longest name in top, subs and the
-	// Subcommands of top's entries: a longer argument is no engine name,
-	// answered without folding it or looking it up.
+	// Subcommands of the engine's entries: a longer argument is no engine
+	// name, answered without folding it or looking it up.
 	maxLen int
 }
+
+// MaxEngineLabels is the most engine-only commands that get a metric ID
+// and label of their own (see Resolver); Redis 8.0.2 reports 25 (WAITAOF,
+// the hash-field expiry and the vector set commands), Valkey 8.1.1 2
+// (WAITAOF, COMMANDLOG). It bounds the label set whatever the engine
+// reports (a module may add hundreds).
+const MaxEngineLabels = 128
 
 // foldLen is the size of the stack buffer an argument is lower-cased into
 // for an engine-table lookup; only engine names longer than it (none in any
 // known engine) make a lookup allocate.
 const foldLen = 64
 
-// NewResolver returns a Resolver that takes from engine (lower-case command
-// name to entry, as command.FetchInfo returns it) what the built-in table
-// lacks. Names are lower-cased here, so other keys work too (of two that
+// NewResolver returns the Resolver of engine (lower-case command name to
+// entry, as command.FetchInfo returns it; see Resolver for what it takes
+// from it). Names are lower-cased here, so other keys work too (of two that
 // differ only in case, the first in sorted order wins); nil entries are
 // ignored. The Resolver copies each entry it keeps (shallowly: it shares
 // their slices) and never modifies engine, which the caller may drop or
 // reuse afterwards; the entries' slices must not be modified.
 func NewResolver(engine map[string]*command.Info) *Resolver {
-	r := &Resolver{}
+	r := &Resolver{infos: make([]*command.Info, command.NumIDs())}
 	names := make([]string, 0, len(engine))
-	for name := range engine {
+	for name, in := range engine {
 		names = append(names, name)
+		if in != nil && hasKeySpecs(in) {
+			r.override = true
+		}
 	}
 	slices.Sort(names)
 	for _, name := range names {
@@ -85,6 +120,20 @@ func NewResolver(engine map[string]*command.Info) *Resolver {
 				}
 				r.top[name] = r.prepare(in)
 				r.maxLen = max(r.maxLen, len(name))
+				if len(r.labels) < MaxEngineLabels {
+					if r.ids == nil {
+						r.ids = make(map[string]command.ID)
+					}
+					r.ids[name] = command.ID(len(r.infos))
+					r.infos = append(r.infos, r.top[name])
+					r.labels = append(r.labels, name)
+				}
+			}
+			continue
+		}
+		if r.override {
+			if r.infos[id] == nil {
+				r.infos[id] = r.prepare(in)
 			}
 			continue
 		}
@@ -111,6 +160,104 @@ func NewResolver(engine map[string]*command.Info) *Resolver {
 		}
 	}
 	return r
+}
+
+// hasKeySpecs reports whether in or one of its subcommands has a key spec.
+func hasKeySpecs(in *command.Info) bool {
+	if len(in.KeySpecs) > 0 {
+		return true
+	}
+	for _, s := range in.Subcommands {
+		if s != nil && len(s.KeySpecs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Lookup returns the metric ID of the command called name (ASCII
+// case-insensitively): command.Lookup's ID for a built-in command, the
+// engine-only command's own ID (command.NumIDs() and up, see Resolver), or
+// command.Other. Like command.Lookup it does not allocate or retain name
+// (unless the engine has a name longer than 64 bytes).
+func (r *Resolver) Lookup(name []byte) command.ID {
+	id := command.Lookup(name)
+	if id != command.Other || r == nil || len(r.ids) == 0 || len(name) > r.maxLen || len(name) == 0 {
+		return id
+	}
+	var buf [foldLen]byte // see lookup
+	b := buf[:0]
+	if len(name) > len(buf) {
+		b = make([]byte, 0, len(name))
+	}
+	for _, c := range name {
+		b = append(b, lower(c))
+	}
+	return r.ids[string(b)] // Other (0) when absent
+}
+
+// Info returns the effective entry of id (see Resolver): the engine's, or
+// the built-in one (id.Info(), conservative for command.Other and IDs
+// outside the table). It is never nil and must not be modified.
+func (r *Resolver) Info(id command.ID) *command.Info {
+	if r == nil || int(id) >= len(r.infos) || r.infos[id] == nil {
+		return id.Info()
+	}
+	return r.infos[id]
+}
+
+// CallInfo returns the effective entry that applies to the request args
+// of the command id (as Lookup gave it): its subcommand's entry when the
+// command has subcommands and args[1] names one (ASCII case-insensitively),
+// else the command's own (Info). It does not allocate.
+func (r *Resolver) CallInfo(id command.ID, args [][]byte) *command.Info {
+	info := r.Info(id)
+	if len(args) < 2 || info.Subcommands == nil {
+		return info
+	}
+	if sub := r.subcommand(id, info, args[1]); sub != nil {
+		return sub
+	}
+	return info
+}
+
+// Blocks reports whether the command may hold its connection until a
+// timeout or another client's write, by its effective entry: the COMMAND
+// INFO flag "blocking" (BLPOP, XREAD, WAITAOF, ...), and WAIT, which
+// redis-server 7.0 does not flag. command.ID.Blocks is the built-in
+// table's answer.
+func (r *Resolver) Blocks(id command.ID) bool {
+	return id == command.Wait || r.Info(id).Flags.Has(command.FlagBlocking)
+}
+
+// Name returns the metric label of id: Labels()[id], or "other" for an ID
+// outside them. It does not allocate.
+func (r *Resolver) Name(id command.ID) string {
+	if n := int(id) - command.NumIDs(); r != nil && n >= 0 && n < len(r.labels) {
+		return r.labels[n]
+	}
+	return id.Name()
+}
+
+// NumIDs returns the number of metric IDs (see Resolver): command.NumIDs()
+// plus the labelled engine-only commands.
+func (r *Resolver) NumIDs() int {
+	if r == nil {
+		return command.NumIDs()
+	}
+	return len(r.infos)
+}
+
+// Labels returns the metric label of every ID, indexed by ID: the built-in
+// names (command.Names) followed by the labelled engine-only commands'
+// names in ID order. It is the complete, fixed label set of this engine; a
+// fresh slice on every call.
+func (r *Resolver) Labels() []string {
+	out := command.Names()
+	if r != nil {
+		out = append(out, r.labels...)
+	}
+	return out
 }
 
 // prepare returns a copy of in for the Resolver: Subcommands keyed
@@ -194,9 +341,9 @@ func (r *Resolver) FirstKey(args [][]byte) ([]byte, bool) {
 }
 
 // Names returns, sorted, the names of the engine's commands and
-// subcommands that r uses because the built-in table lacks them:
-// "mycmd" for a command, "client|no-touch" for a subcommand of a built-in
-// command. A nil r has none. The slice is new on every call.
+// subcommands that the built-in table lacks: "mycmd" for a command,
+// "client|no-touch" for a subcommand of a built-in command that the
+// built-in entry lacks. A nil r has none. The slice is new on every call.
 func (r *Resolver) Names() []string {
 	if r == nil {
 		return nil
@@ -208,6 +355,17 @@ func (r *Resolver) Names() []string {
 	for id, subs := range r.subs {
 		for name := range subs {
 			out = append(out, command.ID(id).Name()+"|"+name)
+		}
+	}
+	for id, in := range r.infos[:min(len(r.infos), command.NumIDs())] {
+		if in == nil {
+			continue
+		}
+		known := command.ID(id).Info().Subcommands
+		for name := range in.Subcommands {
+			if known[name] == nil {
+				out = append(out, command.ID(id).Name()+"|"+name)
+			}
 		}
 	}
 	slices.Sort(out)
@@ -223,11 +381,15 @@ func (r *Resolver) command(name []byte) *command.Info {
 	return r.lookup(r.top, name)
 }
 
-// subcommand returns the engine's entry of the subcommand called name of
-// the built-in command id, or nil.
-func (r *Resolver) subcommand(id command.ID, name []byte) *command.Info {
-	if r == nil || int(id) >= len(r.subs) {
-		return nil
+// subcommand returns the entry of the subcommand called name of the
+// command id whose effective entry is info, or nil: from the engine's
+// entry, or from the built-in one and then the engine's additions to it.
+func (r *Resolver) subcommand(id command.ID, info *command.Info, name []byte) *command.Info {
+	if r != nil && int(id) < len(r.infos) && r.infos[id] == info {
+		return r.lookup(info.Subcommands, name) // the engine's entry
+	}
+	if sub := info.Subcommand(name); sub != nil || r == nil || int(id) >= len(r.subs) {
+		return sub
 	}
 	return r.lookup(r.subs[id], name)
 }

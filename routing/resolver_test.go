@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -38,13 +39,14 @@ func renamed(t testing.TB, name, newName string) *command.Info {
 
 // testEngine is an engine table with commands the built-in one lacks:
 // copies of built-in entries under new names, a subcommand added to OBJECT,
-// a legacy (Redis 6 style) entry and a different entry for GET, which must
-// be ignored.
+// a legacy (Redis 6 style) entry and a different entry for GET (arity -2,
+// the key second), which replaces the built-in one: the engine decides.
 func testEngine(t testing.TB) map[string]*command.Info {
 	t.Helper()
 	object := renamed(t, "object", "object")
 	object.Subcommands["mysub"] = renamed(t, "object|encoding", "object|mysub")
 	get := renamed(t, "get", "get")
+	get.Arity = -2
 	get.KeySpecs = []command.KeySpec{{
 		BeginSearch: command.BeginSearch{Type: command.BeginSearchIndex, Index: 2},
 		FindKeys:    command.FindKeys{Type: command.FindKeysRange, Step: 1},
@@ -91,7 +93,8 @@ func TestResolverEngineOnly(t *testing.T) {
 		{line: "object mysub k", want: []string{"k"}},
 		{line: "OBJECT MYSUB", err: ErrWrongArity},
 		{line: "OBJECT ENCODING k", want: []string{"k"}},
-		{line: "GET a", want: []string{"a"}}, // built-in entry, not the engine's
+		{line: "GET a b", want: []string{"b"}}, // the engine's entry, not the built-in one
+		{line: "GET a", err: ErrNoKeys},
 		{line: "MYMSET6 a 1 b 2", want: []string{"a", "b"}},
 		{line: "MYGET6 a", want: []string{"a"}},
 		{line: "MYMOVE6 a b"}, // movablekeys: legacy positions not trusted
@@ -116,7 +119,7 @@ func TestResolverEngineOnly(t *testing.T) {
 				t.Errorf("Resolver.FirstKey(%s) = %q, %v; Keys gave %q", tc.line, fk, ok, strs(got))
 			}
 			// The built-in table alone knows none of the engine's additions.
-			if command.Lookup(args[0]) == command.Other || strings.EqualFold(tc.line, "object mysub k") {
+			if command.Lookup(args[0]) == command.Other || strings.EqualFold(tc.line, "object mysub k") || tc.line == "GET a b" {
 				if keys, _ := Keys(args, nil); len(keys) != 0 {
 					t.Errorf("routing.Keys(%s) = %q, want none", tc.line, strs(keys))
 				}
@@ -290,7 +293,7 @@ func FuzzResolverKeys(f *testing.F) {
 		if ok != (len(keys) > 0) || (ok && !sameSlice(fk, keys[0])) {
 			t.Fatalf("Resolver.FirstKey(%q) = %q, %v; Keys = %q", args, fk, ok, keys)
 		}
-		if len(args) > 0 && command.Lookup(args[0]) != command.Other && !(len(args) > 1 && strings.EqualFold(string(args[1]), "mysub")) {
+		if id := command.Lookup(args[0]); id != command.Other && id != command.Get && !(len(args) > 1 && strings.EqualFold(string(args[1]), "mysub")) {
 			want, wantErr := Keys(args, nil)
 			if err != wantErr || !slices.Equal(strs(keys), strs(want)) {
 				t.Fatalf("built-in command %q: Resolver %q, %v; Keys %q, %v", args, strs(keys), err, strs(want), wantErr)
@@ -313,6 +316,166 @@ func BenchmarkResolverKeys(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				dst, _ = r.Keys(args, dst)
+			}
+		})
+	}
+}
+
+// engine72 is what a Redis 7.2+ (and Valkey 8) engine says of three
+// commands, from their COMMAND INFO: ZRANK's arity became -3 (WITHSCORE),
+// WAITAOF is new and flagged blocking, CLIENT gained NO-TOUCH.
+func engine72(t testing.TB) map[string]*command.Info {
+	t.Helper()
+	zrank := renamed(t, "zrank", "zrank")
+	zrank.Arity = -3
+	client := renamed(t, "client", "client")
+	client.Subcommands["no-touch"] = &command.Info{Name: "client|no-touch", Arity: 3,
+		Flags: command.FlagNoscript | command.FlagLoading | command.FlagStale, ACLCategories: []string{"@slow", "@connection"}}
+	return map[string]*command.Info{
+		"zrank":   zrank,
+		"client":  client,
+		"waitaof": {Name: "waitaof", Arity: 4, Flags: command.FlagNoscript | command.FlagBlocking},
+	}
+}
+
+// TestResolverEngineDecides: the engine's entry replaces the built-in one
+// (arity, flags, subcommands), and an engine-only command gets an ID and
+// label of its own.
+func TestResolverEngineDecides(t *testing.T) {
+	r := NewResolver(engine72(t))
+	args := argv("ZRANK z m WITHSCORE")
+	if _, err := Keys(args, nil); !errors.Is(err, ErrWrongArity) {
+		t.Fatalf("built-in table: Keys(ZRANK z m WITHSCORE) error = %v, want ErrWrongArity (7.0 arity 3)", err)
+	}
+	if k, err := r.Keys(args, nil); err != nil || !slices.Equal(strs(k), []string{"z"}) {
+		t.Errorf("Resolver.Keys(ZRANK z m WITHSCORE) = %q, %v; want [z]", strs(k), err)
+	}
+	id := r.Lookup([]byte("WaitAOF"))
+	if int(id) < command.NumIDs() || int(id) >= r.NumIDs() {
+		t.Fatalf("Lookup(WaitAOF) = %d, want an engine ID in [%d, %d)", id, command.NumIDs(), r.NumIDs())
+	}
+	if got := r.Labels()[id]; got != "waitaof" || r.Name(id) != got {
+		t.Errorf("Labels()[%d] = %q, Name = %q; want waitaof", id, got, r.Name(id))
+	}
+	if r.Name(command.Get) != "get" || r.Name(command.ID(r.NumIDs())) != "other" {
+		t.Errorf("Name(get) = %q, Name(past the labels) = %q", r.Name(command.Get), r.Name(command.ID(r.NumIDs())))
+	}
+	if !r.Blocks(id) || command.Other.Blocks() {
+		t.Errorf("Blocks(waitaof) = %v, want true", r.Blocks(id))
+	}
+	if r.Blocks(command.Get) || !r.Blocks(command.Blpop) || !r.Blocks(command.Wait) {
+		t.Error("Blocks of built-in commands changed")
+	}
+	if in := r.CallInfo(command.Client, argv("CLIENT NO-TOUCH on")); in.Name != "client|no-touch" {
+		t.Errorf("CallInfo(CLIENT NO-TOUCH on) = %q, want client|no-touch", in.Name)
+	}
+	if in := r.CallInfo(command.Client, argv("client setname x")); in.Name != "client|setname" {
+		t.Errorf("CallInfo(client setname x) = %q, want client|setname", in.Name)
+	}
+	if in := r.CallInfo(command.Client, argv("CLIENT")); in.Name != "client" {
+		t.Errorf("CallInfo(CLIENT) = %q, want client", in.Name)
+	}
+	if got, want := r.Names(), []string{"client|no-touch", "waitaof"}; !slices.Equal(got, want) {
+		t.Errorf("Names() = %q, want %q", got, want)
+	}
+	if n := len(r.Labels()); n != command.NumIDs()+1 || n != r.NumIDs() {
+		t.Errorf("len(Labels()) = %d, NumIDs() = %d, want %d", n, r.NumIDs(), command.NumIDs()+1)
+	}
+	var nr *Resolver
+	if nr.Lookup([]byte("waitaof")) != command.Other || nr.Blocks(id) || nr.NumIDs() != command.NumIDs() ||
+		len(nr.Labels()) != command.NumIDs() || nr.Info(command.Get) != command.Get.Info() {
+		t.Error("nil Resolver is not the built-in table")
+	}
+}
+
+// TestResolverLegacyEngine: an engine without key specs (Redis 6,
+// Dragonfly) does not replace built-in entries; its own commands are added.
+func TestResolverLegacyEngine(t *testing.T) {
+	r := NewResolver(map[string]*command.Info{
+		"get":    {Name: "get", Arity: -2, Flags: command.FlagReadonly, FirstKey: 2, LastKey: 2, Step: 1},
+		"zrank":  {Name: "zrank", Arity: -3, Flags: command.FlagReadonly, FirstKey: 1, LastKey: 1, Step: 1},
+		"myget6": {Name: "myget6", Arity: 2, Flags: command.FlagReadonly | command.FlagBlocking, FirstKey: 1, LastKey: 1, Step: 1},
+	})
+	if k, err := r.Keys(argv("GET a"), nil); err != nil || !slices.Equal(strs(k), []string{"a"}) {
+		t.Errorf("Keys(GET a) = %q, %v; want the built-in entry's [a]", strs(k), err)
+	}
+	if _, err := r.Keys(argv("ZRANK z m WITHSCORE"), nil); !errors.Is(err, ErrWrongArity) {
+		t.Errorf("Keys(ZRANK z m WITHSCORE) error = %v, want the built-in ErrWrongArity", err)
+	}
+	if r.Info(command.Get) != command.Get.Info() {
+		t.Error("Info(get) is not the built-in entry")
+	}
+	id := r.Lookup([]byte("MYGET6"))
+	if id == command.Other || !r.Blocks(id) {
+		t.Errorf("myget6: ID %d, Blocks %v; want an ID of its own, blocking", id, r.Blocks(id))
+	}
+	if k, ok := r.FirstKey(argv("myget6 k")); !ok || string(k) != "k" {
+		t.Errorf("FirstKey(myget6 k) = %q, %v", k, ok)
+	}
+}
+
+// TestResolverLabelCap: at most MaxEngineLabels engine-only commands get an
+// ID; the rest count as other, and their keys are still found.
+func TestResolverLabelCap(t *testing.T) {
+	engine := map[string]*command.Info{}
+	for i := range MaxEngineLabels + 10 {
+		name := fmt.Sprintf("x%03d", i)
+		engine[name] = renamed(t, "getdel", name)
+	}
+	r := NewResolver(engine)
+	if n := r.NumIDs() - command.NumIDs(); n != MaxEngineLabels {
+		t.Fatalf("%d engine IDs, want %d", n, MaxEngineLabels)
+	}
+	last := fmt.Sprintf("x%03d", MaxEngineLabels-1)
+	if id := r.Lookup([]byte(last)); r.Labels()[id] != last {
+		t.Errorf("Lookup(%s) = %d labelled %q", last, id, r.Labels()[id])
+	}
+	over := fmt.Sprintf("x%03d", MaxEngineLabels)
+	if id := r.Lookup([]byte(over)); id != command.Other {
+		t.Errorf("Lookup(%s) = %d, want Other (past the cap)", over, id)
+	}
+	if k, ok := r.FirstKey(argv(over + " k")); !ok || string(k) != "k" {
+		t.Errorf("FirstKey(%s k) = %q, %v", over, k, ok)
+	}
+}
+
+// TestResolverLookupAllocs: Lookup, Info, CallInfo and Blocks allocate
+// nothing (they run per command on the proxy's hot path).
+func TestResolverLookupAllocs(t *testing.T) {
+	r := NewResolver(engine72(t))
+	for _, line := range []string{"GET k", "waitaof 1 1 0", "nosuch x", "CLIENT no-touch on", strings.Repeat("Y", 100)} {
+		args := argv(line)
+		n := testing.AllocsPerRun(100, func() {
+			id := r.Lookup(args[0])
+			_ = r.CallInfo(id, args)
+			_ = r.Blocks(id)
+		})
+		if n != 0 {
+			t.Errorf("%.20s: %v allocations, want 0", line, n)
+		}
+	}
+}
+
+// BenchmarkResolverLookup compares the per-command lookup of the proxy's
+// hot path: the built-in table's (command.Lookup and ID.Blocks) with the
+// effective table's (Resolver.Lookup and Blocks), for a built-in command,
+// an engine-only one and an unknown name.
+func BenchmarkResolverLookup(b *testing.B) {
+	r := NewResolver(engine72(b))
+	for _, name := range []string{"GET", "WAITAOF", "NOSUCHCMD"} {
+		arg := []byte(name)
+		b.Run("builtin/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				id := command.Lookup(arg)
+				_ = id.Blocks()
+			}
+		})
+		b.Run("engine/"+name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				id := r.Lookup(arg)
+				_ = r.Blocks(id)
 			}
 		})
 	}

@@ -23,7 +23,6 @@ import (
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
-	"github.com/respmeter/respmeter/routing/command"
 )
 
 // adminReadHeaderTimeout bounds how long the admin server waits for a
@@ -83,7 +82,13 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if loops == 0 {
 		loops = runtime.NumCPU()
 	}
-	names := command.Names()
+	// The engine's command table first: it labels the metrics (the
+	// commands only the engine knows get labels of their own).
+	cmds := proxy.FetchCommands(proxy.Config{
+		Upstream: cfg.Upstream, Route: cfg.Route, Shards: cfg.Shards, Cluster: cfg.Cluster,
+		DialTimeout: time.Duration(cfg.DialTimeout),
+	}, log.With("component", "proxy"))
+	names := cmds.Labels()
 	st := &stack{
 		loops:    loops,
 		set:      metrics.NewSet(loops, names),
@@ -175,6 +180,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		MaxClients:        proxyLimit(int64(cfg.MaxClients)),
 		SlowLog:           st.slowlog,
 		Metrics:           st.set,
+		Commands:          cmds,
 		Logger:            log,
 	}
 	if cfg.Routed() {

@@ -313,3 +313,17 @@ func TestIdleWorkerPattern(t *testing.T) {
 		t.Fatalf("idleWorker pattern: idle %v busy %v", idleWorker.MatchString(idle), idleWorker.MatchString(busy))
 	}
 }
+
+func TestVersionLess(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"7.0.15", "7.2", true}, {"7.2.4", "7.2", false}, {"8.0.2", "7.2", false},
+		{"7.2", "7.2.0", false}, {"10.0", "9.9", false}, {"", "7.2", true},
+	} {
+		if got := versionLess(tc.a, tc.b); got != tc.want {
+			t.Errorf("versionLess(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

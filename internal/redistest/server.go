@@ -35,8 +35,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ServerBinary is the engine binary Start looks up in PATH.
+// ServerBinary is the engine binary Start looks up in PATH when EngineEnv
+// is unset.
 const ServerBinary = "redis-server"
+
+// EngineEnv names the environment variable that points Start (and
+// StartCluster) at another engine binary than redis-server from PATH: a
+// path such as "$ENGINES/valkey-8.1.1/valkey-server" (.ci/build-engines.sh
+// builds Redis 8.0 and Valkey 8.1 there). .ci/run sets it to run the
+// end-to-end suites against each engine; unset, the tests use Debian's
+// redis-server 7.0.15. A set but missing path fails the test rather than
+// skipping it, so that an engine matrix cannot pass by testing nothing.
+const EngineEnv = "RESPMETER_TEST_ENGINE"
 
 // startTimeout bounds how long Start and Restart wait for the first PING.
 const startTimeout = 10 * time.Second
@@ -59,11 +69,19 @@ type Server struct {
 }
 
 // SkipIfUnavailable skips t when -short is set or redis-server is not in
-// PATH, and returns the binary's path otherwise.
+// PATH, and returns the binary's path otherwise: the one EngineEnv names
+// when it is set (t fails if that is not an executable file).
 func SkipIfUnavailable(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("redistest: integration test skipped with -short")
+	}
+	if bin := os.Getenv(EngineEnv); bin != "" {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			t.Fatalf("redistest: %s=%s: %v", EngineEnv, bin, err)
+		}
+		return path
 	}
 	bin, err := exec.LookPath(ServerBinary)
 	if err != nil {
@@ -80,7 +98,14 @@ func SkipIfUnavailable(t testing.TB) string {
 // -short is set, and fails t when the server does not come up.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin := SkipIfUnavailable(t)
+	return StartBinary(t, SkipIfUnavailable(t), args...)
+}
+
+// StartBinary is Start with the engine binary bin (a path, or a name looked
+// up in PATH), whatever EngineEnv says: for tests that need two engines at
+// once. It fails t if bin cannot be started.
+func StartBinary(t testing.TB, bin string, args ...string) *Server {
+	t.Helper()
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "--requirepass" {
@@ -351,4 +376,56 @@ func (s *Server) DoT(t testing.TB, args ...any) any {
 func (s *Server) Flush() {
 	s.t.Helper()
 	s.Do("FLUSHALL")
+}
+
+// Version returns the engine's INFO server fields that name it: the
+// redis_version (Valkey reports the Redis version it is compatible with,
+// 7.2.4 for Valkey 8) and the engine's own name and version, e.g.
+// ("8.0.2", "redis 8.0.2") or ("7.2.4", "valkey 8.1.1").
+func (s *Server) Version() (compat, engine string) {
+	s.t.Helper()
+	info, _ := s.Do("INFO", "server").(string)
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	compat = fields["redis_version"]
+	engine = "redis " + compat
+	if v := fields["valkey_version"]; v != "" {
+		engine = "valkey " + v
+	}
+	return compat, engine
+}
+
+// SkipBelow skips t unless the engine's redis_version (see Version) is at
+// least min ("7.2"), compared numerically part by part: for tests of
+// commands and flags that newer engines have (ZRANK WITHSCORE, WAITAOF,
+// CLIENT NO-TOUCH: Redis 7.2 and Valkey 7.2 on). Set EngineEnv to run them.
+func (s *Server) SkipBelow(t testing.TB, min string) {
+	t.Helper()
+	compat, engine := s.Version()
+	if versionLess(compat, min) {
+		t.Skipf("redistest: needs an engine compatible with Redis %s or later, have %s (set %s)", min, engine, EngineEnv)
+	}
+}
+
+// versionLess reports whether dotted version a is below b ("7.0.15" <
+// "7.2"); a missing or non-numeric part counts as 0.
+func versionLess(a, b string) bool {
+	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < max(len(pa), len(pb)); i++ {
+		var x, y int
+		if i < len(pa) {
+			x, _ = strconv.Atoi(pa[i])
+		}
+		if i < len(pb) {
+			y, _ = strconv.Atoi(pb[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }

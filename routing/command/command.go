@@ -8,9 +8,9 @@
 // meaning of every field is that of the Redis docs for COMMAND INFO and
 // "Command key specifications". Do not edit the table by hand.
 //
-// FetchInfo reads the same kind of entries from a running engine, for the
-// commands this table does not know (routing.Resolver uses them only for
-// those); it never changes the table.
+// FetchInfo reads the same kind of entries from a running engine; the
+// engine's entries decide (routing.Resolver builds the effective table from
+// them, with this table as the fallback); it never changes this table.
 //
 // IDs are dense (0 to NumIDs()-1) and sorted by name, with Other = 0 shared by
 // every unknown command, so they suit array-indexed counters and a bounded set

@@ -17,7 +17,6 @@ import (
 
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
-	"github.com/respmeter/respmeter/routing/command"
 )
 
 // DefaultLoops is the number of event loops StartProxy configures: more
@@ -28,8 +27,9 @@ const DefaultLoops = 2
 const stopTimeout = 10 * time.Second
 
 // StartProxy starts a proxy listening on a free loopback port in front of
-// upstream, with measuring on, DefaultLoops loops, a metrics.Set labelled
-// with command.Names(), DialTimeout 1 s, DrainTimeout 200 ms (tests leave
+// upstream, with measuring on, DefaultLoops loops, the engine's command
+// table (proxy.FetchCommands, read after mod unless mod sets Commands), a
+// metrics.Set labelled with its Labels(), DialTimeout 1 s, DrainTimeout 200 ms (tests leave
 // blocking commands pending) and a logger writing Warn and above to t.Log
 // (Debug with RESPMETER_TEST_LOG=debug). mod, if not nil, may change the
 // Config before proxy.New; if it leaves Metrics nil with Measure on, the Set
@@ -70,12 +70,15 @@ func StartProxy(t testing.TB, upstream string, mod func(*proxy.Config)) (*proxy.
 	if cfg.Route == proxy.RoutePinned {
 		cfg.UpstreamMode = "" // shared does not apply to pinned
 	}
+	if cfg.Commands == nil {
+		cfg.Commands = proxy.FetchCommands(cfg, cfg.Logger)
+	}
 	if cfg.Measure && cfg.Metrics == nil {
 		loops := cfg.Loops
 		if loops == 0 {
 			loops = runtime.NumCPU()
 		}
-		cfg.Metrics = metrics.NewSet(loops, command.Names())
+		cfg.Metrics = metrics.NewSet(loops, cfg.Commands.Labels())
 	}
 	if !cfg.Measure {
 		cfg.Metrics = nil
@@ -137,7 +140,7 @@ func Stop(t testing.TB, p *proxy.Proxy) {
 }
 
 // Command returns the stats of the command labelled name (lower case, as in
-// command.Names) from a fresh snapshot of set, and fails t if there is none.
+// command.Names or the engine's Labels) from a fresh snapshot of set, and fails t if there is none.
 func Command(t testing.TB, set *metrics.Set, name string) metrics.CommandStats {
 	t.Helper()
 	if set == nil {

@@ -1,0 +1,306 @@
+package proxy_test
+
+// Newer engines: what Redis 7.2+, Redis 8.0 and Valkey 8.1 say about their
+// commands in COMMAND INFO decides how respmeter routes, moves and counts
+// them (proxy.FetchCommands, routing.Resolver). These tests skip on an
+// engine older than 7.2 (Debian's 7.0.15, the default); .ci/run runs them
+// against Redis 8.0 and Valkey 8.1 by pointing RESPMETER_TEST_ENGINE at
+// each (internal/redistest, .ci/build-engines.sh).
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// TestEngineZrankWithscoreShards: ZRANK and ZREVRANK with WITHSCORE (Redis
+// 7.2 made their arity "at least 3") go to the shard that owns the key,
+// as a single engine holding the same data answers them. Under the 7.0
+// table they were keyless, sent to the home shard, and answered nil.
+func TestEngineZrankWithscoreShards(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	srvs[0].SkipBelow(t, "7.2")
+	oracle := redistest.Start(t)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	via := redistest.Dial(t, p.Addr())
+	defer via.Close()
+	direct := redistest.Dial(t, oracle.Addr())
+	defer direct.Close()
+	for i := range 30 {
+		key := fmt.Sprintf("z:%d", i)
+		for _, c := range []*redistest.Conn{via, direct} {
+			c.Roundtrip(t, respCmd("ZADD", key, "1.5", "a", "2.5", "b"), []byte(":2\r\n"))
+		}
+		for _, req := range [][]byte{
+			respCmd("ZRANK", key, "b", "WITHSCORE"), respCmd("ZREVRANK", key, "b", "WITHSCORE"),
+			respCmd("zrank", key, "nosuch", "withscore"),
+		} {
+			direct.Send(t, req)
+			want, err := direct.ReadFrame(5 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			via.Send(t, req)
+			got, err := via.ReadFrame(5 * time.Second)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("%q through the proxy: %q (err %v); one engine answers %q", redistest.Trunc(req), got, err, want)
+			}
+		}
+	}
+}
+
+// TestEngineZrankWithscoreCluster: through a real cluster, ZRANK WITHSCORE
+// goes straight to the key's node: no MOVED at all. Under the 7.0 table
+// nearly every call cost a MOVED and a topology refresh.
+func TestEngineZrankWithscoreCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cl.Nodes[0].SkipBelow(t, "7.2")
+	p, set := startClusterProxy(t, cl, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	const n = 300
+	for i := range n {
+		c.Roundtrip(t, respCmd("ZADD", fmt.Sprintf("zc:%d", i), "1", "m"), []byte(":1\r\n"))
+	}
+	moved := set.Snapshot().Routing.RedirectsMoved
+	for i := range n {
+		key := fmt.Sprintf("zc:%d", i)
+		c.Send(t, respCmd("ZRANK", key, "m", "WITHSCORE"))
+		got, err := c.ReadFrame(5 * time.Second)
+		if err != nil || len(got) < 4 || string(got[:4]) != "*2\r\n" {
+			t.Fatalf("ZRANK %s m WITHSCORE: %q (err %v), want [0, 1]", key, got, err)
+		}
+	}
+	if d := set.Snapshot().Routing.RedirectsMoved - moved; d != 0 {
+		t.Errorf("%d MOVED redirects for %d ZRANK WITHSCORE calls, want 0", d, n)
+	}
+}
+
+// sharedPair starts an engine compatible with Redis 7.2 or later (or skips
+// t) behind a proxy with one loop on shared upstream connections, and
+// returns two clients that have each had a PING answered on the loop's
+// shared connection. A cleanup closes them.
+func sharedPair(t *testing.T) (e *e2eEnv, a, b *redistest.Conn) {
+	t.Helper()
+	e = sharedSetup(t)
+	e.srv.SkipBelow(t, "7.2")
+	a, b = redistest.Dial(t, e.paddr), redistest.Dial(t, e.paddr)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	for _, c := range []*redistest.Conn{a, b} {
+		c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	}
+	return e, a, b
+}
+
+// pingLatencies sends n PINGs on c one after another and returns each
+// round trip, sorted.
+func pingLatencies(t *testing.T, c *redistest.Conn, n int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+		out = append(out, time.Since(start))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestEngineWaitaofSharedMoves: WAITAOF, which the engine flags blocking
+// (Redis 7.2+), moves a shared-mode client to a private connection, so
+// another client's PINGs on the shared connection do not wait behind it.
+// The injected wait (1.5 s, WAITAOF's timeout with no replica to answer)
+// is large against the PINGs' own time: behind it one PING would take
+// about 1.5 s. The PINGs are measured before and while it waits, in the
+// same run: the median while it waits stays within 2x of the median
+// before (plus 1 ms, a scheduling quantum on a busy machine).
+func TestEngineWaitaofSharedMoves(t *testing.T) {
+	e, a, b := sharedPair(t)
+	base := pingLatencies(t, b, 200)
+
+	const hold = 1500 * time.Millisecond
+	start := time.Now()
+	a.Send(t, respCmd("WAITAOF", "0", "1", fmt.Sprint(hold.Milliseconds())))
+	var during []time.Duration
+	for time.Since(start) < hold/2 {
+		during = append(during, pingLatencies(t, b, 20)...)
+	}
+	slices.Sort(during)
+	got, err := a.ReadFrame(5 * time.Second)
+	if err != nil || string(got) != "*2\r\n:0\r\n:0\r\n" {
+		t.Fatalf("WAITAOF: %q (err %v), want [0, 0]", got, err)
+	}
+	if waited := time.Since(start); waited < hold {
+		t.Fatalf("WAITAOF answered after %v, before its %v timeout: nothing was injected", waited, hold)
+	}
+	med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
+	t.Logf("PING median %v before, %v while WAITAOF waits (%d PINGs, max %v)", med(base), med(during), len(during), during[len(during)-1])
+	if max := during[len(during)-1]; max > hold/3 {
+		t.Errorf("a PING took %v while WAITAOF waited: it queued behind it", max)
+	}
+	if med(during) > 2*med(base)+time.Millisecond {
+		t.Errorf("PING median %v while WAITAOF waits, %v before: more than 2x", med(during), med(base))
+	}
+	if r := e.set.Snapshot().Routing; r.HandoffsBlocking != 1 {
+		t.Errorf("blocking handoffs = %d, want 1 (WAITAOF)", r.HandoffsBlocking)
+	}
+}
+
+// TestEngineWaitaofOutOfTotals: WAITAOF is counted under its own label
+// (an engine-only command, see routing.Resolver), so named in the slow
+// log, and, being blocking, left out of the all-commands totals. Under the
+// 7.0 table it was "other" and its wait landed in the totals' max.
+func TestEngineWaitaofOutOfTotals(t *testing.T) {
+	sl := slowlog.New(16, 100*time.Millisecond)
+	e := e2eSetupWith(t, func(c *proxy.Config) { c.SlowLog = sl })
+	e.srv.SkipBelow(t, "7.2")
+	c := redistest.Dial(t, e.paddr)
+	defer c.Close()
+	const hold = 300 * time.Millisecond
+	c.Roundtrip(t, respCmd("WAITAOF", "0", "1", fmt.Sprint(hold.Milliseconds())), []byte("*2\r\n:0\r\n:0\r\n"))
+	for range 20 {
+		c.Roundtrip(t, respCmd("GET", "k"), []byte("$-1\r\n"))
+	}
+	w := e2eWaitCount(t, e.set, "waitaof", 1)
+	if w.Count != 1 || w.Phases[metrics.PhaseTotal].Max() < hold {
+		t.Fatalf("waitaof: count %d, max %v; want 1, at least %v", w.Count, w.Phases[metrics.PhaseTotal].Max(), hold)
+	}
+	e2eWaitCount(t, e.set, "get", 20)
+	tot := e.set.Snapshot().Totals()
+	if m := tot.Phases[metrics.PhaseTotal].Max(); m >= hold {
+		t.Errorf("totals max %v: WAITAOF's %v wait is in the all-commands totals", m, hold)
+	}
+	if es := sl.Entries(); len(es) != 1 || es[0].Command != "waitaof" {
+		t.Errorf("slow log %+v, want one waitaof entry", es)
+	}
+}
+
+// TestEngineLatencyResetSummed: LATENCY RESET, which the engine tips as
+// all_nodes with agg_sum (Redis 7.2+), goes to every shard and answers the
+// sum of the events each reset. Under the 7.0 table (all_succeeded) the
+// client got one shard's count.
+func TestEngineLatencyResetSummed(t *testing.T) {
+	var srvs []*redistest.Server
+	var addrs []string
+	for range 3 {
+		s := redistest.Start(t, "--latency-monitor-threshold", "1", "--enable-debug-command", "yes")
+		srvs, addrs = append(srvs, s), append(addrs, s.Addr())
+	}
+	srvs[0].SkipBelow(t, "7.2")
+	for _, s := range srvs {
+		s.Do("DEBUG", "SLEEP", "0.01") // one "command" latency event
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":3\r\n"))
+	c.Roundtrip(t, respCmd("LATENCY", "RESET"), []byte(":0\r\n"))
+}
+
+// TestEngineClientSetinfoSharedMoves: CLIENT SETINFO (Redis 7.2+, Valkey),
+// a connection-state setter the 7.0 table does not know, is recognised by
+// rule from the engine's entry (command.ConnState) and moves a shared-mode
+// client to a private connection, so the library name it sets is its own,
+// not the shared connection's: in CLIENT LIST run by another client on the
+// shared connection (the line with cmd=client|list), that connection has
+// no such name. Under the fixed list the name landed on the shared
+// connection, for every client on it.
+func TestEngineClientSetinfoSharedMoves(t *testing.T) {
+	e, a, b := sharedPair(t)
+	a.Roundtrip(t, respCmd("CLIENT", "SETINFO", "LIB-NAME", "respmeter-test-lib"), []byte("+OK\r\n"))
+	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
+		t.Errorf("state handoffs = %d, want 1 (CLIENT SETINFO)", r.HandoffsState)
+	}
+	b.Send(t, respCmd("CLIENT", "LIST"))
+	list, err := b.ReadFrame(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared []string
+	for _, line := range strings.Split(string(list), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			shared = append(shared, line)
+		}
+	}
+	if len(shared) != 1 {
+		t.Fatalf("%d connections ran CLIENT LIST, want 1:\n%s", len(shared), list)
+	}
+	if strings.Contains(shared[0], "lib-name=respmeter-test-lib") {
+		t.Errorf("the shared connection carries the client's library name: %s", shared[0])
+	}
+	if n := strings.Count(string(list), "lib-name=respmeter-test-lib"); n != 1 {
+		t.Errorf("%d engine connections carry the library name, want 1 (the client's own):\n%s", n, list)
+	}
+}
+
+// TestSharedUnknownClientSubcommandMoves: with only the built-in table
+// (the engine's COMMAND INFO not read: requirepass, say), a CLIENT
+// subcommand the table does not know (NO-TOUCH is newer than 7.0) still
+// moves a shared-mode client to a private connection: the engine may
+// know it as connection state. Any engine: 7.0 answers an error, which
+// the client gets as from the engine directly.
+func TestSharedUnknownClientSubcommandMoves(t *testing.T) {
+	e := e2eSetupWith(t, func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1
+		c.Commands = routing.NewResolver(nil)
+	})
+	req := respCmd("CLIENT", "NO-TOUCH", "ON")
+	direct := redistest.Dial(t, e.srv.Addr())
+	defer direct.Close()
+	direct.Send(t, req)
+	want, err := direct.ReadFrame(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redistest.Dial(t, e.paddr)
+	defer c.Close()
+	c.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
+	c.Roundtrip(t, req, want)
+	if r := e.set.Snapshot().Routing; r.HandoffsState != 1 {
+		t.Errorf("state handoffs = %d, want 1 (CLIENT NO-TOUCH, unknown to the table)", r.HandoffsState)
+	}
+}
+
+// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
+// table and names, in a warning, the shards whose table differs from the
+// first shard's (which routes all of them): here a shard running the
+// engine RESPMETER_TEST_ENGINE names next to two redis-server 7.0.15 from
+// PATH. Shards alike get no warning. Skipped without a second engine.
+func TestShardsWithAnotherTable(t *testing.T) {
+	bin := os.Getenv(redistest.EngineEnv)
+	if bin == "" {
+		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
+	}
+	redistest.SkipIfUnavailable(t)
+	first := redistest.StartBinary(t, redistest.ServerBinary)
+	same := redistest.StartBinary(t, redistest.ServerBinary)
+	other := redistest.Start(t)
+	_, a := first.Version()
+	_, b := other.Version()
+	if a == b {
+		t.Skipf("%s is the engine in PATH too (%s)", bin, a)
+	}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	proxy.FetchCommands(proxy.Config{Route: proxy.RouteSlots, Shards: []string{first.Addr(), same.Addr()}}, log)
+	if strings.Contains(buf.String(), "another command table") {
+		t.Errorf("warning for shards alike:\n%s", buf.String())
+	}
+	buf.Reset()
+	proxy.FetchCommands(proxy.Config{Route: proxy.RouteSlots, Shards: []string{first.Addr(), same.Addr(), other.Addr()}}, log)
+	if out := buf.String(); !strings.Contains(out, "another command table") || !strings.Contains(out, "shards="+other.Addr()+"\n") {
+		t.Errorf("want a warning naming %s only:\n%s", other.Addr(), out)
+	}
+}
