@@ -304,3 +304,42 @@ func TestShardsWithAnotherTable(t *testing.T) {
 		t.Errorf("want a warning naming %s only:\n%s", other.Addr(), out)
 	}
 }
+
+// TestEngineClientNoTouchReplayed: CLIENT NO-TOUCH (Redis 7.2+, Valkey), a
+// connection-state setter the 7.0 table does not know, reaches every shard
+// connection of a routed client, those open when it is sent and those
+// opened later (replayed), so reads on every shard leave LRU/LFU alone, as
+// they would on one engine connection: each shard lists one connection with
+// the no-touch flag (T). It reached the home shard only.
+func TestEngineClientNoTouchReplayed(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	srvs[0].SkipBelow(t, "7.2")
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamPrivate })
+	topo, _ := routing.EvenSplit(addrs)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respCmd("GET", "nt:0"), []byte("$-1\r\n")) // one shard connection open before
+	c.Roundtrip(t, respCmd("CLIENT", "NO-TOUCH", "on"), []byte("+OK\r\n"))
+	for i, found := 0, 0; found < 3; i++ { // then one key per shard: the others open now
+		k := fmt.Sprintf("nt:%d", i)
+		if topo.Shard(routing.Slot([]byte(k))) == found {
+			c.Roundtrip(t, respCmd("GET", k), []byte("$-1\r\n"))
+			found++
+		}
+	}
+	for i, s := range srvs {
+		n := 0
+		for _, line := range strings.Split(s.Do("CLIENT", "LIST").(string), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.Contains(line, " flags=") {
+				for _, kv := range f {
+					if strings.HasPrefix(kv, "flags=") && strings.Contains(kv, "T") {
+						n++
+					}
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("shard %d (%s): %d connections with the no-touch flag, want 1 (the client's)", i, addrs[i], n)
+		}
+	}
+}

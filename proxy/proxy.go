@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +50,9 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	loops map[gnet.EventLoop]*loop
+	// unknownSubs are the unknown CLIENT subcommands logged so far (under
+	// mu; see unknownSubcommand).
+	unknownSubs map[string]bool
 
 	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
 	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
@@ -382,13 +385,6 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
 			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
 	}
-	if cfg.Route == RouteSlots {
-		if names := unreplayedState(r); len(names) > 0 {
-			log.Warn("connection-state commands of this engine that a routed client's other shard connections do not get: "+
-				"they take effect on the shard they are sent to only; clients that need them on every shard can use --route pinned",
-				"engine", addr, "commands", strings.Join(names, ","))
-		}
-	}
 	return r
 }
 
@@ -410,23 +406,28 @@ func otherTables(cfg Config, first map[string]*command.Info, timeout time.Durati
 	return differ
 }
 
-// unreplayedState returns, sorted, the CLIENT subcommands of r that set
-// connection state by rule (command.ConnState) but that a routed session
-// does not replay on each of its shard connections (stateSlot), leaving
-// out REPLY (applied by the proxy itself) and CACHING (it concerns the
-// next command only).
-func unreplayedState(r *routing.Resolver) []string {
-	var out []string
-	for name, sub := range r.Info(command.Client).Subcommands {
-		if name == "reply" || name == "caching" || command.ConnState(sub) != command.ConnSets {
-			continue
+// unknownSubcommand logs, once per name and for at most 64 names, a CLIENT
+// subcommand that the engine's command table does not know: under
+// --route slots it goes to the home shard only, and if it sets connection
+// state, the client's other shard connections do not get it.
+func (p *Proxy) unknownSubcommand(sub []byte) {
+	name := string(bytes.ToLower(sub))
+	p.mu.Lock()
+	_, seen := p.unknownSubs[name]
+	if !seen && len(p.unknownSubs) < 64 {
+		if p.unknownSubs == nil {
+			p.unknownSubs = map[string]bool{}
 		}
-		if stateSlot(command.Client, [][]byte{[]byte("client"), []byte(name), nil}) < 0 {
-			out = append(out, "client|"+name)
-		}
+		p.unknownSubs[name] = true
+	} else {
+		seen = true
 	}
-	slices.Sort(out)
-	return out
+	p.mu.Unlock()
+	if !seen {
+		p.log.Warn("CLIENT subcommand unknown to the engine's command table: under --route slots it goes to the home shard only; "+
+			"if it sets connection state, the client's other shard connections do not get it (--route pinned keeps a client on one connection)",
+			"subcommand", name)
+	}
 }
 
 // Addr returns the address the proxy listens on, with the port it chose

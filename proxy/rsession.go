@@ -148,6 +148,11 @@ type rsession struct {
 	extra   []*rlink // links to nodes outside the map (ASK targets)
 	home    int      // shard of keyless commands
 	state   [numStates][]byte
+	// cstate holds the other CLIENT subcommands that set connection state
+	// by rule (command.ConnState: NO-TOUCH, NO-EVICT, SETINFO, Valkey's
+	// CAPA, ...), the latest of each (by all arguments but the last),
+	// replayed after state.
+	cstate []namedState
 	// held are requests waiting for the shard of the next command, which
 	// they modify or begin (ASKING, MULTI, CLIENT CACHING, the keyless
 	// commands at the start of a transaction), one after the other; heldE
@@ -411,12 +416,10 @@ func (s *rsession) toPassthrough() {
 		}
 	}
 	if keep == nil {
-		for _, st := range s.state {
-			if len(st) > 0 {
-				ns.outq = append(ns.outq, st...)
-				ns.q.push(pending{kind: kindDiscard})
-				s.l.inflight.Add(1)
-			}
+		for st := range s.states() {
+			ns.outq = append(ns.outq, st...)
+			ns.q.push(pending{kind: kindDiscard})
+			s.l.inflight.Add(1)
 		}
 	}
 	data := s.hbuf
@@ -834,6 +837,15 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			s.stateCmd(e, id, args, frame)
 			return
 		}
+		if len(args) >= 3 && !eqFold(args[1], "reply") && !eqFold(args[1], "caching") {
+			switch in := s.p.resolver.CallInfo(id, args); {
+			case command.ConnState(in) == command.ConnSets:
+				s.clientStateCmd(e, id, args, frame)
+				return
+			case in.Subcommands != nil:
+				s.p.unknownSubcommand(args[1])
+			}
+		}
 		if len(args) == 3 && eqFold(args[1], "caching") && !s.tx.on {
 			// It modifies the next command (client-side caching, OPTIN
 			// and OPTOUT modes): it goes with it, on its connection.
@@ -841,7 +853,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	case command.Reset:
-		s.state = [numStates][]byte{}
+		s.state, s.cstate = [numStates][]byte{}, s.cstate[:0]
 		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
 		s.broadcastState(e, frame)
 		return
@@ -1163,6 +1175,55 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 	s.broadcastState(e, frame)
 }
 
+// namedState is a connection-state command kept for replay, by key.
+type namedState struct {
+	key   string
+	frame []byte
+}
+
+// states yields the connection state to replay on a new connection, in
+// order: AUTH, HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT
+// TRACKING, then the other CLIENT setters in the order first sent.
+func (s *rsession) states() func(yield func([]byte) bool) {
+	return func(yield func([]byte) bool) {
+		for _, st := range s.state {
+			if len(st) > 0 && !yield(st) {
+				return
+			}
+		}
+		for _, st := range s.cstate {
+			if !yield(st.frame) {
+				return
+			}
+		}
+	}
+}
+
+// clientStateCmd handles a CLIENT subcommand that sets connection state by
+// rule (command.ConnState) other than SETNAME and TRACKING, as stateCmd
+// does: the home shard answers, every open shard connection gets it, and
+// it is replayed on every one opened later (the latest for each key: all
+// arguments but the last, so SETINFO LIB-NAME and LIB-VER are two).
+func (s *rsession) clientStateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+	if s.tx.on {
+		s.keyless(s.p.router.load(), e, id, args, frame)
+		return
+	}
+	s.link(s.home) // opened now, it replays the state so far, not this command too
+	var kb []byte
+	for _, a := range args[1 : len(args)-1] {
+		kb = append(append(kb, bytes.ToLower(a)...), ' ')
+	}
+	key := string(kb)
+	i := slices.IndexFunc(s.cstate, func(st namedState) bool { return st.key == key })
+	if i < 0 {
+		s.cstate = append(s.cstate, namedState{key: key})
+		i = len(s.cstate) - 1
+	}
+	s.cstate[i].frame = append(s.cstate[i].frame[:0], frame...)
+	s.broadcastState(e, frame)
+}
+
 // broadcastState sends frame to the home shard (whose reply the client
 // gets) and to every other open shard connection (replies dropped).
 func (s *rsession) broadcastState(e *rentry, frame []byte) {
@@ -1230,10 +1291,8 @@ func (s *rsession) newLink(shard int, addr string) *rlink {
 		ln.mshard = m.Shard(addr)
 	}
 	// The connection state comes first: AUTH, HELLO, SELECT, ...
-	for _, st := range s.state {
-		if len(st) > 0 {
-			ln.queueDrop(st, false)
-		}
+	for st := range s.states() {
+		ln.queueDrop(st, false)
 	}
 	go s.p.dialLink(ln, s.client.EventLoop())
 	return ln

@@ -1,22 +1,22 @@
 package proxy
 
 import (
-	"slices"
+	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// TestUnreplayedState: the CLIENT state setters a routed session does not
-// replay on its other shard connections (the start-up warning) are found
-// by rule from the engine's table: on the built-in 7.0 table only
-// NO-EVICT; with the subcommands Redis 7.2+ and Valkey 8 add, NO-TOUCH,
-// SETINFO and CAPA too. SETNAME and TRACKING are replayed.
-func TestUnreplayedState(t *testing.T) {
-	if got := unreplayedState(nil); !slices.Equal(got, []string{"client|no-evict"}) {
-		t.Errorf("built-in table: %q, want [client|no-evict]", got)
-	}
+// TestClientStateReplayedOnEveryShard: a CLIENT subcommand that sets
+// connection state by rule (command.ConnState) — here NO-TOUCH and
+// SETINFO, which Redis 7.2+ and Valkey 8 add — reaches every shard
+// connection of a routed client once, is kept for the connections it opens
+// later (the latest per key), and RESET forgets it. It reached the home
+// shard only.
+func TestClientStateReplayedOnEveryShard(t *testing.T) {
+	s, cl, _ := routedPair(t, false, nil)
 	client := *command.Client.Info()
 	client.Subcommands = map[string]*command.Info{}
 	for k, v := range command.Client.Info().Subcommands {
@@ -24,14 +24,42 @@ func TestUnreplayedState(t *testing.T) {
 	}
 	ns := command.FlagNoscript | command.FlagLoading | command.FlagStale
 	conn := []string{"@slow", "@connection"}
-	for name, arity := range map[string]int{"no-touch": 3, "setinfo": 4, "capa": -3} {
+	for name, arity := range map[string]int{"no-touch": 3, "setinfo": 4} {
 		client.Subcommands[name] = &command.Info{Name: "client|" + name, Arity: arity, Flags: ns, ACLCategories: conn}
 	}
-	// A key spec anywhere makes the engine's entries decide (see routing.Resolver).
-	get := *command.Get.Info()
-	r := routing.NewResolver(map[string]*command.Info{"client": &client, "get": &get})
-	want := []string{"client|capa", "client|no-evict", "client|no-touch", "client|setinfo"}
-	if got := unreplayedState(r); !slices.Equal(got, want) {
-		t.Errorf("engine table: %q, want %q", got, want)
+	get := *command.Get.Info() // a key spec anywhere makes the engine's entries decide
+	s.p.resolver = routing.NewResolver(map[string]*command.Info{"client": &client, "get": &get})
+
+	noTouch := cmdBytes("CLIENT", "NO-TOUCH", "on")
+	cl.in = append(append(noTouch, cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "a")...), cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "b")...)
+	s.clientTraffic(cl)
+	for i, ln := range s.links {
+		if got := bytes.Count(ln.c.(*memConn).out, noTouch); got != 1 {
+			t.Errorf("shard %d got CLIENT NO-TOUCH %d times, want 1", i, got)
+		}
 	}
+	var replay []byte
+	for st := range s.states() {
+		replay = append(replay, st...)
+	}
+	if want := string(noTouch) + string(cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "b")); string(replay) != want {
+		t.Errorf("replayed on a new connection: %q, want %q", replay, want)
+	}
+	cl.in = cmdBytes("RESET")
+	s.clientTraffic(cl)
+	for range s.states() {
+		t.Fatal("state left after RESET")
+	}
+}
+
+// cmdBytes encodes a request as a RESP array of bulk strings.
+func cmdBytes(args ...string) []byte {
+	var b []byte
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, "\r\n"...)
+	for _, a := range args {
+		b = appendBulk(b, []byte(a))
+	}
+	return b
 }
