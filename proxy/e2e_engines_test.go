@@ -343,3 +343,22 @@ func TestEngineClientNoTouchReplayed(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteConfigResetstatAllShards: CONFIG RESETSTAT (command tips
+// request_policy:all_nodes, response_policy:all_succeeded) resets every
+// shard's statistics, not the home shard's only.
+func TestRouteConfigResetstatAllShards(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	for _, s := range srvs {
+		s.Do("GET", "rs:k")
+	}
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respCmd("CONFIG", "RESETSTAT"), []byte("+OK\r\n"))
+	for i, s := range srvs {
+		if st := s.Do("INFO", "commandstats").(string); strings.Contains(st, "cmdstat_get:") {
+			t.Errorf("shard %d still counts GET after CONFIG RESETSTAT through the proxy", i)
+		}
+	}
+}

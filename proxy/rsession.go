@@ -1058,8 +1058,12 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 		return
 	}
 	info := s.p.resolver.CallInfo(id, args)
+	tips := info.Tips
+	if len(tips) == 0 {
+		tips = tipsFallback[info.Name]
+	}
 	var reqAll, sum, allOK bool
-	for _, t := range info.Tips {
+	for _, t := range tips {
 		switch t {
 		case "request_policy:all_shards", "request_policy:all_nodes":
 			reqAll = true
@@ -1092,11 +1096,23 @@ func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte,
 	case reqAll && sum && id != command.Ping:
 		s.broadcast(v, e, aggSum, frame)
 		return
-	case reqAll && allOK && id != command.Ping && id != command.Config:
+	case reqAll && allOK && id != command.Ping && (id != command.Config || len(args) < 2 || !eqFold(args[1], "set")):
+		// (CONFIG RESETSTAT and REWRITE reach every shard as their tips
+		// say; CONFIG SET stays on the home shard: a setting changed on
+		// every shard by one client is a change an operator makes per
+		// node.)
 		s.broadcast(v, e, aggAllOK, frame)
 		return
 	}
 	s.send(e, s.home, frame)
+}
+
+// tipsFallback gives the command tips of commands that redis-server 7.0
+// lists with none, as Redis 7.2 and later list them, so that routing does
+// not depend on the engine's version.
+var tipsFallback = map[string][]string{
+	"config|resetstat": {"request_policy:all_nodes", "response_policy:all_succeeded"},
+	"config|rewrite":   {"request_policy:all_nodes", "response_policy:all_succeeded"},
 }
 
 // broadcast sends frame to every live shard.
