@@ -12,6 +12,7 @@ package split
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -244,7 +245,8 @@ func (iv Interval) Verdict() Verdict {
 	return v
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// seconds converts s seconds to a Duration, rounded to the nanosecond.
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
 
 // String formats the verdict on one line, e.g.
 // "cycle 412µs: client 61% | path 22% | engine 9% | proxy 8% — client-bound;

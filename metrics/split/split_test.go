@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestVerdict(t *testing.T) {
@@ -140,5 +143,40 @@ func TestVerdictWitnesses(t *testing.T) {
 				t.Errorf("String() = %q", v.String())
 			}
 		})
+	}
+}
+
+func TestCollector(t *testing.T) {
+	iv := Interval{Length: time.Second, Requests: 300, Total: 300 * 3300 * time.Microsecond, Upstream: 300 * 3200 * time.Microsecond,
+		Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
+		Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, RunQueue: 3 * time.Millisecond, HostKnown: true,
+		ProbeWait: 2 * time.Millisecond, ProbeKnown: true}
+	v, ok := iv.Verdict(), true
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(func() (Verdict, bool) { return v, ok }))
+	want := `
+# HELP respmeter_engine_utilization Busy share (0..1) of the engine's command thread over the latest engine poll interval: max(CPU + run-queue wait, command execution) / interval.
+# TYPE respmeter_engine_utilization gauge
+respmeter_engine_utilization 0.9
+# HELP respmeter_engine_wait_seconds Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), run_queue = the thread waiting for a CPU (/proc schedstat).
+# TYPE respmeter_engine_wait_seconds gauge
+respmeter_engine_wait_seconds{part="queue"} 0
+respmeter_engine_wait_seconds{part="run_queue"} 0.003
+# HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
+# TYPE respmeter_network_path_seconds gauge
+respmeter_network_path_seconds 0.00019
+# HELP respmeter_upstream_probe_wait_seconds Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.
+# TYPE respmeter_upstream_probe_wait_seconds gauge
+respmeter_upstream_probe_wait_seconds 0.002
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+	ok = false
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Errorf("before the first interval: %d series, %v", n, err)
 	}
 }
