@@ -53,7 +53,8 @@ type analyzer struct {
 	// start.
 	ivSum, ivN, allSum, allN int64
 	// probeBase is the probe's unloaded baseline: the lowest median round
-	// trip of an interval with at least minProbeWindow PINGs; 0 before.
+	// trip of an interval without requests and with at least
+	// minProbeWindow PINGs; 0 before.
 	probeBase time.Duration
 	// Engine wait since start, per command label: the sum over intervals
 	// of the interval's mean wait (and run-queue wait) times the label's
@@ -139,10 +140,15 @@ func (a *analyzer) run(ctx context.Context) {
 }
 
 // addWitnesses fills in iv the engine thread's witnesses (the Poller's
-// latest interval), the network floor (the upstream sockets' mean TCP_INFO
-// RTT between prev and cur, or the probe's unloaded baseline when lower)
-// and the probe's wait: this interval's median PING round trip minus the
-// baseline.
+// latest interval), the probe's wait (this interval's median PING round
+// trip minus the unloaded baseline) and the network floor: the smaller of
+// the upstream sockets' mean TCP_INFO RTT between prev and cur and the
+// probe's unloaded baseline. The baseline is the lowest median of an
+// interval without requests (and with at least minProbeWindow PINGs); until
+// there is one, neither the probe wait nor the floor is known: the kernel's
+// RTT alone is no floor, since a delayed ACK rides on the engine's reply
+// and so holds the engine's time (measured: ~20 ms on loopback for a
+// saturated engine answering in 20 ms).
 func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot) {
 	if a.poller != nil {
 		if w, ok := a.poller.Witness(); ok && w.Commands > 0 && w.Interval > 0 {
@@ -152,23 +158,24 @@ func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot)
 			}
 		}
 	}
-	if n := cur.UpstreamRTT.N - prev.UpstreamRTT.N; n > 0 {
-		iv.RTTFloor = (cur.UpstreamRTT.Sum - prev.UpstreamRTT.Sum) / time.Duration(n)
-	}
 	if a.probe == nil {
 		return
 	}
 	p50, count := a.probe.Window()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if count >= minProbeWindow {
-		if a.probeBase == 0 || p50 < a.probeBase {
-			a.probeBase = p50
-		}
-		iv.ProbeWait, iv.ProbeKnown = p50-a.probeBase, true
+	if count >= minProbeWindow && iv.Requests == 0 && (a.probeBase == 0 || p50 < a.probeBase) {
+		a.probeBase = p50
 	}
-	if a.probeBase > 0 && (iv.RTTFloor == 0 || a.probeBase < iv.RTTFloor) {
-		iv.RTTFloor = a.probeBase
+	if a.probeBase == 0 {
+		return
+	}
+	if count >= minProbeWindow {
+		iv.ProbeWait, iv.ProbeKnown = max(p50-a.probeBase, 0), true
+	}
+	iv.RTTFloor = a.probeBase
+	if n := cur.UpstreamRTT.N - prev.UpstreamRTT.N; n > 0 {
+		iv.RTTFloor = min(iv.RTTFloor, (cur.UpstreamRTT.Sum-prev.UpstreamRTT.Sum)/time.Duration(n))
 	}
 }
 

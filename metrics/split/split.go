@@ -53,7 +53,7 @@ type Interval struct {
 	HostKnown   bool
 	// RTTFloor is the least time the network takes per request: the
 	// smaller of the upstream sockets' mean TCP_INFO RTT over the interval
-	// and the probe's unloaded baseline that are known; 0 when neither is.
+	// and the probe's unloaded baseline; 0 when unknown.
 	RTTFloor time.Duration
 	// ProbeWait is the probe PING's median round trip over the interval
 	// minus its unloaded baseline: the wait a request arriving at a random
@@ -165,8 +165,9 @@ const SaturatedUtilization = 0.9
 
 // Verdict computes the split. Engine time per request is capped at the
 // upstream time (the engine cannot take longer than the round trip that
-// contains it). Engine wait is QueueWait plus the run-queue wait per
-// command, capped so that the network keeps at least RTTFloor.
+// contains it). Engine wait is QueueWait, with the larger of Demand and
+// EngineMean as the demand, plus the run-queue wait per command, capped so
+// that the network keeps at least RTTFloor.
 func (iv Interval) Verdict() Verdict {
 	v := Verdict{Bound: "idle"}
 	if iv.Requests <= 0 {
@@ -186,7 +187,11 @@ func (iv Interval) Verdict() Verdict {
 	if iv.BusyKnown {
 		v.WaitKnown = true
 		v.Utilization = iv.Utilization
-		q := QueueWait(iv.Utilization, iv.Demand, upInFlight).Seconds()
+		// The requests ahead are mostly the proxy's own (inFlight counts
+		// them), each taking at least the engine's execution of them:
+		// Demand alone is diluted by cheap commands of other clients (the
+		// probe's PINGs).
+		q := QueueWait(iv.Utilization, max(iv.Demand, iv.EngineMean), upInFlight).Seconds()
 		if iv.HostKnown {
 			runq = iv.RunQueue.Seconds()
 		}
