@@ -64,7 +64,10 @@ type analyzer struct {
 	wait, runq                map[string]float64
 	waitN                     map[string]int64
 	wUtil, wDemand, wRunQ, wN float64
-	wHost                     bool
+	// wPreempt sums, weighted likewise, the run-queue wait the verdict
+	// took out of the engine's execution time (split.Interval.Verdict).
+	wPreempt float64
+	wHost    bool
 }
 
 // minProbeWindow is the fewest PINGs whose median may set the probe's
@@ -153,8 +156,9 @@ func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot)
 	if a.poller != nil {
 		if w, ok := a.poller.Witness(); ok && w.Commands > 0 && w.Interval > 0 {
 			iv.Utilization, iv.Demand, iv.BusyKnown = w.Utilization(), w.Demand(), true
+			iv.Commands, iv.ExecTime, iv.CPUTime = w.Commands, w.Exec, w.ThreadCPU()
 			if w.HasHost {
-				iv.RunQueue, iv.HostKnown = w.RunQueuePerCommand(), true
+				iv.RunQueueTime, iv.HostKnown = w.RunQueue, true
 			}
 		}
 	}
@@ -206,7 +210,10 @@ func (a *analyzer) account(prev, cur *metrics.Snapshot, iv split.Interval, v spl
 	r := float64(iv.Requests)
 	a.wUtil += iv.Utilization * r
 	a.wDemand += iv.Demand.Seconds() * r
-	a.wRunQ += iv.RunQueue.Seconds() * r
+	a.wRunQ += v.RunQueueWait.Seconds() * r
+	if up := iv.Upstream.Seconds() / r; iv.EngineMean > 0 {
+		a.wPreempt += max(min(iv.EngineMean.Seconds(), up)-v.Exec.Seconds(), 0) * r
+	}
 	a.wN += r
 	a.wHost = a.wHost || iv.HostKnown
 }
@@ -306,7 +313,10 @@ func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Durati
 	if a.wN > 0 {
 		iv.Utilization = a.wUtil / a.wN
 		iv.Demand = time.Duration(a.wDemand / a.wN * 1e9)
-		iv.RunQueue, iv.HostKnown = time.Duration(a.wRunQ/a.wN*1e9), a.wHost
+		iv.RunQueueWait, iv.HostKnown = time.Duration(a.wRunQ/a.wN*1e9), a.wHost
+		if iv.EngineMean > 0 {
+			iv.EngineMean = max(iv.EngineMean-time.Duration(a.wPreempt/a.wN*1e9), time.Nanosecond)
+		}
 		iv.BusyKnown = true
 		iv.RTTFloor = a.probeBase
 	}

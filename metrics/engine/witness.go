@@ -57,14 +57,20 @@ type Witness struct {
 // main thread's (host schedstat, else INFO main thread, else the whole
 // process). 0 when the interval is unknown.
 func (w Witness) Busy() time.Duration {
-	cpu := w.ProcCPU
+	return max(w.ThreadCPU()+w.RunQueue, w.Exec)
+}
+
+// ThreadCPU returns the command thread's CPU time in the interval: the
+// host's schedstat of the main thread, else INFO's main-thread CPU, else
+// the whole process's (0 when the engine gives none).
+func (w Witness) ThreadCPU() time.Duration {
 	switch {
 	case w.HasHost:
-		cpu = w.HostMainCPU
+		return w.HostMainCPU
 	case w.HasMainCPU:
-		cpu = w.MainCPU
+		return w.MainCPU
 	}
-	return max(cpu+w.RunQueue, w.Exec)
+	return w.ProcCPU
 }
 
 // Utilization returns Busy / Interval, 0..1 (capped at 1: the sources are
@@ -84,16 +90,6 @@ func (w Witness) Demand() time.Duration {
 		return 0
 	}
 	return w.Busy() / time.Duration(w.Commands)
-}
-
-// RunQueuePerCommand returns the main thread's run-queue wait per command
-// (RunQueue / Commands): the mean time a command's thread was ready but
-// waiting for a CPU. 0 without host witnesses or commands.
-func (w Witness) RunQueuePerCommand() time.Duration {
-	if !w.HasHost || w.Commands <= 0 {
-		return 0
-	}
-	return w.RunQueue / time.Duration(w.Commands)
 }
 
 // witnessSample is one poll's cumulative readings.

@@ -44,13 +44,21 @@ type Interval struct {
 	// over the engine poller's latest interval; all zero when unknown.
 	// Utilization is the thread's busy share, 0..1; Demand its busy time
 	// per engine command (execution, parsing and socket I/O); BusyKnown
-	// reports that both were measured. RunQueue is the thread's run-queue
-	// wait per engine command (/proc schedstat; HostKnown).
-	Utilization float64
-	Demand      time.Duration
-	BusyKnown   bool
-	RunQueue    time.Duration
-	HostKnown   bool
+	// reports that both were measured. Over the same poll interval:
+	// Commands the engine ran (all clients), ExecTime their execution
+	// (commandstats), CPUTime the thread's time on a CPU (0: unknown) and,
+	// from /proc schedstat (HostKnown), RunQueueTime, its time runnable
+	// but waiting for a CPU.
+	Utilization                     float64
+	Demand                          time.Duration
+	BusyKnown                       bool
+	Commands                        int64
+	ExecTime, CPUTime, RunQueueTime time.Duration
+	HostKnown                       bool
+	// RunQueueWait, when HostKnown and Commands is 0, is the run-queue
+	// wait per request as worked out already (a since-start verdict made
+	// of intervals' verdicts).
+	RunQueueWait time.Duration
 	// RTTFloor is the least time the network takes per request: the
 	// smaller of the upstream sockets' mean TCP_INFO RTT over the interval
 	// and the probe's unloaded baseline; 0 when unknown.
@@ -187,13 +195,44 @@ func (iv Interval) Verdict() Verdict {
 	if iv.BusyKnown {
 		v.WaitKnown = true
 		v.Utilization = iv.Utilization
-		// The requests ahead are mostly the proxy's own (inFlight counts
-		// them), each taking at least the engine's execution of them:
-		// Demand alone is diluted by cheap commands of other clients (the
-		// probe's PINGs).
-		q := QueueWait(iv.Utilization, max(iv.Demand, iv.EngineMean), upInFlight).Seconds()
-		if iv.HostKnown {
-			runq = iv.RunQueue.Seconds()
+		// The thread's occupied time is shared out over the engine's
+		// commands by the time each keeps it: its execution plus the
+		// per-command work outside execution (io: socket I/O, from the
+		// CPU beyond execution). share is a proxied request's part, so
+		// that cheap commands of other clients (the probe's PINGs) do not
+		// dilute the demand or run-queue wait of long ones; without
+		// execution figures every command counts alike.
+		share := 0.0
+		if n := float64(iv.Commands); n > 0 {
+			exec, cpu := iv.ExecTime.Seconds(), iv.CPUTime.Seconds()
+			io := max(cpu-exec, 0) / n
+			share = 1 / n
+			if occupied := exec + n*io; occupied > 0 && engine > 0 {
+				share = (engine + io) / occupied
+			}
+		}
+		// The requests ahead are the proxy's own (inFlight counts them),
+		// each taking a proxied request's share of the thread's busy time,
+		// and at least the engine's execution of it.
+		d := max(iv.Demand, iv.EngineMean)
+		if share > 0 {
+			d = max(d, seconds(iv.Demand.Seconds()*float64(iv.Commands)*share))
+		}
+		q := QueueWait(iv.Utilization, d, upInFlight).Seconds()
+		if iv.HostKnown && iv.Commands > 0 {
+			// A thread woken per command waits for the CPU once per
+			// command, a command preempted while it runs in proportion
+			// to its length: the run-queue time is shared out alike.
+			runq = iv.RunQueueTime.Seconds() * share
+			// A command preempted while it runs has that wait in its
+			// execution time too (commandstats is wall-clock): the
+			// run-queue share of the thread's occupied time is taken out
+			// of execution, up to the run-queue wait.
+			if rq, cpu := iv.RunQueueTime.Seconds(), iv.CPUTime.Seconds(); rq+cpu > 0 {
+				engine -= min(runq, engine*rq/(rq+cpu))
+			}
+		} else if iv.HostKnown {
+			runq = iv.RunQueueWait.Seconds()
 		}
 		v.ModelWait = seconds(q + runq)
 		room := max(upstream-engine-iv.RTTFloor.Seconds(), 0)

@@ -116,8 +116,20 @@ func TestVerdictWitnesses(t *testing.T) {
 			name: "starved",
 			iv: Interval{Length: time.Second, Requests: 300, Total: 300 * 3300 * time.Microsecond, Upstream: 300 * 3200 * time.Microsecond,
 				Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
-				Utilization: 0.9, Demand: 3 * ms, BusyKnown: true, RunQueue: 3 * ms, HostKnown: true},
-			bound: "engine-starved", wait: 3 * ms, runq: 3 * ms, path: 190 * time.Microsecond,
+				Utilization: 0.9, Demand: 3 * ms, BusyKnown: true, HostKnown: true,
+				Commands: 300, ExecTime: 3 * ms, CPUTime: 3*ms + 300*20*time.Microsecond, RunQueueTime: 900 * ms},
+			bound: "engine-starved", wait: 3 * ms, runq: 3 * ms, path: 200 * time.Microsecond,
+		},
+		{
+			// One client of 1 ms CPU-bound commands, the engine getting a
+			// quarter of a core: 4 ms of execution by the engine's clock,
+			// 3 ms of it in the run queue.
+			name: "starved while executing",
+			iv: Interval{Length: time.Second, Requests: 240, Total: 240 * 4100 * time.Microsecond, Upstream: 240 * 4050 * time.Microsecond,
+				Proxy: 240 * 50 * time.Microsecond, EngineMean: 4 * ms, InFlight: 1,
+				Utilization: 0.97, Demand: 4 * ms, BusyKnown: true, HostKnown: true,
+				Commands: 240 + 50, ExecTime: 240 * 4 * ms, CPUTime: 240 * ms, RunQueueTime: 720 * ms},
+			bound: "engine-starved", wait: 3 * ms, runq: 3 * ms, path: 50 * time.Microsecond,
 		},
 		{
 			// One client of DEBUG SLEEP 0.002: the thread ~95% busy, but no
@@ -149,7 +161,8 @@ func TestVerdictWitnesses(t *testing.T) {
 func TestCollector(t *testing.T) {
 	iv := Interval{Length: time.Second, Requests: 300, Total: 300 * 3300 * time.Microsecond, Upstream: 300 * 3200 * time.Microsecond,
 		Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
-		Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, RunQueue: 3 * time.Millisecond, HostKnown: true,
+		Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, HostKnown: true,
+		Commands: 300, ExecTime: 3 * time.Millisecond, CPUTime: 3*time.Millisecond + 300*20*time.Microsecond, RunQueueTime: 900 * time.Millisecond,
 		ProbeWait: 2 * time.Millisecond, ProbeKnown: true}
 	v, ok := iv.Verdict(), true
 	reg := prometheus.NewPedanticRegistry()
@@ -164,7 +177,7 @@ respmeter_engine_wait_seconds{part="queue"} 0
 respmeter_engine_wait_seconds{part="run_queue"} 0.003
 # HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
 # TYPE respmeter_network_path_seconds gauge
-respmeter_network_path_seconds 0.00019
+respmeter_network_path_seconds 0.000199901
 # HELP respmeter_upstream_probe_wait_seconds Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.
 # TYPE respmeter_upstream_probe_wait_seconds gauge
 respmeter_upstream_probe_wait_seconds 0.002
