@@ -409,16 +409,17 @@ func scenarioPathDelay(t testing.TB) {
 	}
 }
 
-// TestScenarioEngineStarved: redis-server pinned to one core at nice 15,
-// one closed-loop client of a CPU-bound Lua loop (50,000 iterations: ~1 ms
-// of CPU a call on an idle core), then a CPU burner at nice 0 pinned to the
-// same core. Truth: the engine does the same work, but its weight (36
-// against the burner's 1024, sched(7)) leaves it a few percent of the core
+// TestScenarioEngineStarved: redis-server pinned to one core at nice 5,
+// one closed-loop client of a CPU-bound Lua loop (20,000 iterations: ~0.4
+// ms of CPU a call on an idle core), then a CPU burner at nice 0 pinned to
+// the same core. Truth: the engine does the same work, but its weight (335
+// against the burner's 1024, sched(7)) leaves it a quarter of the core
 // while the burner runs, so each call waits milliseconds for the CPU; the
-// client measures its round trip before and with the burner. respmeter must say engine-starved in every interval
-// with the burners, its run-queue wait between half of and all of the
-// round trip the burner added (the engine's neighbours on a loaded
-// machine add run-queue wait of their own, before and with the burners).
+// client measures its round trip before and with the burner. respmeter
+// must say engine-starved in every interval with the burner, its run-queue
+// wait between half of and all of the round trip the burner added (the
+// engine's neighbours on a loaded machine add run-queue wait of their
+// own, before and with the burner).
 func TestScenarioEngineStarved(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	scRetry(t, 3, scenarioEngineStarved)

@@ -143,7 +143,8 @@ func (a *analyzer) run(ctx context.Context) {
 }
 
 // addWitnesses fills in iv the engine thread's witnesses (the Poller's
-// latest interval), the probe's wait (this interval's median PING round
+// latest interval; only from an engine that reports its command thread's
+// CPU), the probe's wait (this interval's median PING round
 // trip minus the unloaded baseline) and the network floor: the smaller of
 // the upstream sockets' mean TCP_INFO RTT between prev and cur and the
 // probe's unloaded baseline. The baseline is the lowest median of an
@@ -154,7 +155,10 @@ func (a *analyzer) run(ctx context.Context) {
 // saturated engine answering in 20 ms).
 func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot) {
 	if a.poller != nil {
-		if w, ok := a.poller.Witness(); ok && w.Commands > 0 && w.Interval > 0 {
+		// The one-thread model holds where the engine reports its command
+		// thread's CPU (Redis 7, Valkey); Dragonfly's INFO has the
+		// process's only, spread over a thread per core.
+		if w, ok := a.poller.Witness(); ok && w.Commands > 0 && w.Interval > 0 && w.HasMainCPU {
 			iv.Utilization, iv.Demand, iv.BusyKnown = w.Utilization(), w.Demand(), true
 			iv.Commands, iv.ExecTime, iv.CPUTime = w.Commands, w.Exec, w.ThreadCPU()
 			if w.HasHost {
