@@ -7,7 +7,10 @@ package main
 // what the clients measured themselves in the same run. Each test skips
 // under -short or without redis-server (redistest.Start). The truths are
 // milliseconds where the noise of a loaded 2-core machine is tens to
-// hundreds of microseconds.
+// hundreds of microseconds; each is tried up to three times
+// (redistest.Retry: measured at load average 14, the clients' round trip
+// ran 23% above what the proxy saw, and a relay set to 4 ms added 10-15
+// ms).
 
 import (
 	"context"
@@ -27,78 +30,6 @@ import (
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
 )
-
-// scRetry runs a scenario up to attempts times and passes if one attempt
-// passes: on a shared 2-core machine a neighbour's burst can starve the
-// clients or the relay for a second (measured: at load average 14 the
-// clients' round trip ran 23% above what the proxy saw, and a relay set
-// to 4 ms added 10-15 ms), which tests the neighbours. Each attempt's
-// failures are logged, only the last one's reported; an attempt's
-// cleanups run before the next attempt starts. A Skip inside an attempt
-// skips the test.
-func scRetry(t *testing.T, attempts int, body func(testing.TB)) {
-	t.Helper()
-	for i := 1; ; i++ {
-		a := &scAttempt{TB: t}
-		scGo(func() { body(a) })
-		for j := len(a.cleanups) - 1; j >= 0; j-- {
-			scGo(a.cleanups[j])
-		}
-		switch {
-		case a.skip != "":
-			t.Skip(a.skip)
-		case len(a.errs) == 0:
-			if i > 1 {
-				t.Logf("passed on attempt %d of %d", i, attempts)
-			}
-			return
-		case i == attempts:
-			for _, e := range a.errs {
-				t.Error(e)
-			}
-			return
-		}
-		t.Logf("attempt %d of %d failed, retrying:\n%s", i, attempts, strings.Join(a.errs, "\n"))
-	}
-}
-
-// scGo runs f on a goroutine of its own (where an attempt's Fatal may end
-// it) and waits for it.
-func scGo(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	<-done
-}
-
-// scAttempt is the testing.TB of one attempt: failures are collected
-// (Fatal and Skip end the attempt's goroutine) and cleanups kept for the
-// end of the attempt.
-type scAttempt struct {
-	testing.TB
-	errs     []string
-	skip     string
-	cleanups []func()
-}
-
-func (a *scAttempt) Cleanup(f func())  { a.cleanups = append(a.cleanups, f) }
-func (a *scAttempt) Error(args ...any) { a.errs = append(a.errs, fmt.Sprint(args...)) }
-func (a *scAttempt) Errorf(format string, args ...any) {
-	a.errs = append(a.errs, fmt.Sprintf(format, args...))
-}
-func (a *scAttempt) Fatal(args ...any)                 { a.Error(args...); runtime.Goexit() }
-func (a *scAttempt) Fatalf(format string, args ...any) { a.Errorf(format, args...); runtime.Goexit() }
-func (a *scAttempt) FailNow()                          { a.errs = append(a.errs, "FailNow"); runtime.Goexit() }
-func (a *scAttempt) Fail()                             { a.errs = append(a.errs, "Fail") }
-func (a *scAttempt) Failed() bool                      { return len(a.errs) > 0 }
-func (a *scAttempt) Skip(args ...any)                  { a.skip = fmt.Sprint(args...); runtime.Goexit() }
-func (a *scAttempt) Skipf(format string, args ...any) {
-	a.skip = fmt.Sprintf(format, args...)
-	runtime.Goexit()
-}
-func (a *scAttempt) SkipNow() { a.Skip("skipped") }
 
 // Scenario timing: the verdict interval, the engine poll (the witnesses'
 // window), the warm-up before intervals count and how many are measured.
@@ -329,7 +260,7 @@ const scSpin = "local t0 = redis.call('TIME') local us = tonumber(ARGV[1]) local
 // others, ~18 ms; the clients measure ~20 ms. respmeter must say
 // engine-saturated in every interval, with execution plus wait at least
 // 80% of upstream (so the path holds under 20% of it, the issue's bound),
-// and its total within 10% of the clients' own round trip. Measured on a
+// and its total at most the clients' own round trip. Measured on a
 // loaded 2-core machine: path 1-36% of single intervals, 5-11% of the
 // three together; the thread's utilisation reads 78-100% for a thread
 // with nine requests waiting.
@@ -340,7 +271,7 @@ const scSpin = "local t0 = redis.call('TIME') local us = tonumber(ARGV[1]) local
 // thread never idle), the wait with it.
 func TestScenarioEngineSaturated(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	scRetry(t, 3, scenarioEngineSaturated)
+	redistest.Retry(t, 3, scenarioEngineSaturated)
 }
 
 func scenarioEngineSaturated(t testing.TB) {
@@ -360,8 +291,12 @@ func scenarioEngineSaturated(t testing.TB) {
 	if s.pathShare > 0.2 {
 		t.Errorf("path share %.1f%%, want < 20%% with no network delay", 100*s.pathShare)
 	}
-	if d := float64(s.total-client) / float64(client); d < -0.1 || d > 0.1 {
-		t.Errorf("respmeter total %v vs the clients' %v (%+.1f%%), want within 10%%", s.total, client, 100*d)
+	// The proxy's total is part of what each client waits (t_sent and
+	// t_out are stamped before their writes): never more, and, with ten
+	// -race clients on a loaded 2-core machine, 10-25% less (their own
+	// goroutine wake-ups).
+	if d := float64(s.total-client) / float64(client); d > 0.01 || d < -0.3 {
+		t.Errorf("respmeter total %v vs the clients' %v (%+.1f%%), want at most theirs and at least 70%% of it", s.total, client, 100*d)
 	}
 }
 
@@ -375,7 +310,7 @@ func scenarioEngineSaturated(t testing.TB) {
 // engine wait under 5% of it.
 func TestScenarioPathDelay(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	scRetry(t, 3, scenarioPathDelay)
+	redistest.Retry(t, 3, scenarioPathDelay)
 }
 
 func scenarioPathDelay(t testing.TB) {
@@ -422,7 +357,7 @@ func scenarioPathDelay(t testing.TB) {
 // own, before and with the burner).
 func TestScenarioEngineStarved(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	scRetry(t, 3, scenarioEngineStarved)
+	redistest.Retry(t, 3, scenarioEngineStarved)
 }
 
 func scenarioEngineStarved(t testing.TB) {
