@@ -1,8 +1,10 @@
 // Package split answers "where did the time go?" for an interval of traffic:
 // it divides the average request cycle of closed-loop clients into the time
-// spent in the client (think time), in the engine (as the engine itself
-// reports it), on the path to the engine (upstream minus engine: network,
-// kernel, queueing) and in the proxy, and checks Little's law
+// spent in the client (think time), in the engine (execution, as the
+// engine itself reports it), waiting in the engine's host (for its command
+// thread, QueueWait, and for a CPU, the run-queue wait; from the thread's
+// witnesses), on the path to the engine (what is left of upstream:
+// network, kernel) and in the proxy, and checks Little's law
 // (L = λW: requests in flight = throughput × mean latency) with both sides
 // measured.
 //
@@ -173,9 +175,10 @@ const SaturatedUtilization = 0.9
 
 // Verdict computes the split. Engine time per request is capped at the
 // upstream time (the engine cannot take longer than the round trip that
-// contains it). Engine wait is QueueWait, with the larger of Demand and
-// EngineMean as the demand, plus the run-queue wait per command, capped so
-// that the network keeps at least RTTFloor.
+// contains it). Engine wait is QueueWait, with a proxied request's share of
+// the thread's busy time as the demand (at least Demand and EngineMean),
+// plus the run-queue time shared out over the engine's commands by the
+// same weights, capped so that the network keeps at least RTTFloor.
 func (iv Interval) Verdict() Verdict {
 	v := Verdict{Bound: "idle"}
 	if iv.Requests <= 0 {
