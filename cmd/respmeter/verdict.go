@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
@@ -77,22 +80,30 @@ const minProbeWindow = 5
 // sample samples the requests in flight every inFlightSample until ctx is
 // done. It is a goroutine of its own so that a slow Snapshot in run does
 // not leave gaps in the samples.
+//
+// For the mean to be unbiased the sampling times must not depend on the
+// proxy's activity. A Go timer (time.Ticker, time.Sleep) fires late, at
+// the process's next wake-up, and the process wakes when a request or a
+// reply arrives: such a sampler samples mostly right at those moments
+// (measured: L 2-4x λW for one client pausing 3 ms between GETs). So the
+// sampler sleeps in clock_nanosleep(CLOCK_MONOTONIC) on a thread of its
+// own, which the kernel wakes on time whatever the proxy does; its cost is
+// one thread, woken 100 times a second.
 func (a *analyzer) sample(ctx context.Context) {
-	tick := time.NewTicker(inFlightSample)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			v := a.inFlight()
-			a.mu.Lock()
-			a.ivSum += v
-			a.ivN++
-			a.allSum += v
-			a.allN++
-			a.mu.Unlock()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ts := unix.NsecToTimespec(int64(inFlightSample))
+	for ctx.Err() == nil {
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &ts, nil); err != nil && err != unix.EINTR {
+			return // unreachable on Linux: the arguments are valid
 		}
+		v := a.inFlight()
+		a.mu.Lock()
+		a.ivSum += v
+		a.ivN++
+		a.allSum += v
+		a.allN++
+		a.mu.Unlock()
 	}
 }
 
