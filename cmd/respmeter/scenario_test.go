@@ -235,6 +235,13 @@ func scBounds(t testing.TB, recs []*verdictRecord, want string) {
 	}
 }
 
+// scKeyServer starts redis-server with the key sc:k the GET scenarios read.
+func scKeyServer(t testing.TB) *redistest.Server {
+	srv := redistest.Start(t)
+	srv.Do("SET", "sc:k", "v")
+	return srv
+}
+
 // scEnginePID returns the engine's process ID from INFO server.
 func scEnginePID(t testing.TB, srv *redistest.Server) int {
 	t.Helper()
@@ -315,8 +322,7 @@ func TestScenarioPathDelay(t *testing.T) {
 }
 
 func scenarioPathDelay(t testing.TB) {
-	srv := redistest.Start(t)
-	srv.Do("SET", "sc:k", "v")
+	srv := scKeyServer(t)
 	relay := redistest.StartDelayRelay(t, srv.Addr(), 2*time.Millisecond)
 	st := scStack(t, relay)
 	load := scStart(t, st.proxy.Addr(), 1, "GET", "sc:k")
@@ -501,8 +507,7 @@ func TestScenarioLittleThink(t *testing.T) {
 }
 
 func scenarioLittleThink(t testing.TB) {
-	srv := redistest.Start(t)
-	srv.Do("SET", "sc:k", "v")
+	srv := scKeyServer(t)
 	st := scStack(t, srv.Addr())
 	load := scStartThink(t, st.proxy.Addr(), 1, 3*time.Millisecond, "GET", "sc:k")
 	recs := scVerdicts(t, st, load)
