@@ -314,8 +314,9 @@ func scenarioEngineSaturated(t testing.TB) {
 // clients, one of the relay and one of the engine directly (the
 // difference leaves out the clients' own overhead, which under -race on a
 // loaded machine is most of a millisecond). respmeter must say path-bound
-// in every interval, its network path within 10% of that difference, and
-// engine wait under 5% of it.
+// in every interval, its network path within 10% of that difference,
+// engine wait under 5% of it, and the probe's median round trip within
+// 1.3x of it.
 func TestScenarioPathDelay(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	redistest.Retry(t, 3, scenarioPathDelay)
@@ -348,6 +349,16 @@ func scenarioPathDelay(t testing.TB) {
 	}
 	if s.wait > path/20 {
 		t.Errorf("engine wait %v with an idle engine, want < 5%% of %v", s.wait, path)
+	}
+	// The probe's median PING under the load (its unloaded baseline plus
+	// the intervals' probe wait) is a round trip through the same relay:
+	// within 1.3x of what the relay adds to a client, either way.
+	st.analyzer.mu.Lock()
+	probe := st.analyzer.probeBase + s.probe
+	st.analyzer.mu.Unlock()
+	t.Logf("probe median under load %v (baseline %v + wait %v) vs the relay's %v", probe, probe-s.probe, s.probe, path)
+	if float64(probe) > 1.3*float64(path) || 1.3*float64(probe) < float64(path) {
+		t.Errorf("probe median %v vs the %v the relay adds to a client, want within 1.3x", probe, path)
 	}
 }
 
