@@ -59,6 +59,10 @@ type analyzer struct {
 	// trip of an interval without requests and with at least
 	// minProbeWindow PINGs; 0 before.
 	probeBase time.Duration
+	// witPrev is the Poller's WitnessTotal at the previous interval's end
+	// (witPrevOK); only run's goroutine uses them.
+	witPrev   engstats.Witness
+	witPrevOK bool
 	// Engine wait since start, per command label: the sum over intervals
 	// of the interval's mean wait (and run-queue wait) times the label's
 	// requests in it, in seconds·requests; waitN the requests counted.
@@ -153,9 +157,9 @@ func (a *analyzer) run(ctx context.Context) {
 	}
 }
 
-// addWitnesses fills in iv the engine thread's witnesses (the Poller's
-// latest interval; only from an engine that reports its command thread's
-// CPU), the probe's wait (this interval's median PING round
+// addWitnesses fills in iv the engine thread's witnesses (the sum of the
+// polls that ended within the interval, else the latest poll's; only from
+// an engine that reports its command thread's CPU), the probe's wait (this interval's median PING round
 // trip minus the unloaded baseline) and the network floor: the smaller of
 // the upstream sockets' mean TCP_INFO RTT between prev and cur and the
 // probe's unloaded baseline. The baseline is the lowest median of an
@@ -169,7 +173,16 @@ func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot)
 		// The one-thread model holds where the engine reports its command
 		// thread's CPU (Redis 7, Valkey); Dragonfly's INFO has the
 		// process's only, spread over a thread per core.
-		if w, ok := a.poller.Witness(); ok && w.Commands > 0 && w.Interval > 0 && w.HasMainCPU {
+		w, ok := a.poller.Witness()
+		// The polls that ended within this interval, when there were any:
+		// the witnesses then cover (about) the interval itself.
+		if tot, tok := a.poller.WitnessTotal(); tok {
+			if d := tot.Since(a.witPrev); a.witPrevOK && d.Interval > 0 && d.Commands > 0 {
+				w = d
+			}
+			a.witPrev, a.witPrevOK = tot, true
+		}
+		if ok && w.Commands > 0 && w.Interval > 0 && w.HasMainCPU {
 			iv.Utilization, iv.Demand, iv.BusyKnown = w.Utilization(), w.Demand(), true
 			iv.Commands, iv.ExecTime, iv.CPUTime = w.Commands, w.Exec, w.ThreadCPU()
 			if w.HasHost {

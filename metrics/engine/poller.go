@@ -83,6 +83,7 @@ type Poller struct {
 	hasPrevWit        bool
 	wit               Witness
 	hasWit            bool
+	witTotal          Witness       // the sum of every interval's wit
 	witCPU, witRunQ   time.Duration // sums of HostMainCPU|MainCPU and RunQueue since the first poll
 	witHasCPU, witHRQ bool
 }
@@ -378,6 +379,7 @@ func (p *Poller) applyWitness(cur witnessSample, execOK bool) {
 			}
 		}
 		p.wit, p.hasWit = w, true
+		p.witTotal.add(w)
 		switch {
 		case w.HasHost:
 			p.witCPU += w.HostMainCPU
@@ -397,6 +399,17 @@ func (p *Poller) Witness() (w Witness, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.wit, p.hasWit
+}
+
+// WitnessTotal returns the sum of the witnesses of every poll interval
+// since the first poll (the Has flags: the latest interval's); take two and
+// subtract them (Witness.Since) for the witnesses over a stretch of one's
+// own, to the nearest polls. ok is false before the second successful
+// poll.
+func (p *Poller) WitnessTotal() (w Witness, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.witTotal, p.hasWit
 }
 
 // Host returns the PID of the engine's process when it runs on this host

@@ -50,6 +50,42 @@ type Witness struct {
 	HasHost                  bool
 }
 
+// add adds the durations and counts of d to w; the Has flags and
+// IOThreads become d's (the latest interval's).
+func (w *Witness) add(d Witness) {
+	w.Interval += d.Interval
+	w.Commands += d.Commands
+	w.MainCPU += d.MainCPU
+	w.ProcCPU += d.ProcCPU
+	w.Exec += d.Exec
+	w.HostMainCPU += d.HostMainCPU
+	w.RunQueue += d.RunQueue
+	w.RunQueueAll += d.RunQueueAll
+	w.HostProcCPU += d.HostProcCPU
+	w.HasMainCPU, w.HasProcCPU, w.HasHost, w.IOThreads = d.HasMainCPU, d.HasProcCPU, d.HasHost, d.IOThreads
+}
+
+// Since returns the witness between two cumulative ones (Poller.WitnessTotal),
+// prev taken first: the sums of the poll intervals that ended in between.
+// A source is known only if it was in both.
+func (w Witness) Since(prev Witness) Witness {
+	return Witness{
+		Interval:    w.Interval - prev.Interval,
+		Commands:    w.Commands - prev.Commands,
+		MainCPU:     w.MainCPU - prev.MainCPU,
+		ProcCPU:     w.ProcCPU - prev.ProcCPU,
+		Exec:        w.Exec - prev.Exec,
+		HostMainCPU: w.HostMainCPU - prev.HostMainCPU,
+		RunQueue:    w.RunQueue - prev.RunQueue,
+		RunQueueAll: w.RunQueueAll - prev.RunQueueAll,
+		HostProcCPU: w.HostProcCPU - prev.HostProcCPU,
+		HasMainCPU:  w.HasMainCPU && prev.HasMainCPU,
+		HasProcCPU:  w.HasProcCPU && prev.HasProcCPU,
+		HasHost:     w.HasHost && prev.HasHost,
+		IOThreads:   w.IOThreads,
+	}
+}
+
 // Busy returns how long the command thread was occupied in the interval:
 // the larger of its CPU time plus its run-queue wait (a runnable thread
 // serves nobody else while it waits for a CPU) and the commands' wall-clock

@@ -47,6 +47,18 @@ func TestParseWitness(t *testing.T) {
 	if w.Busy() != 1900*time.Millisecond || w.Utilization() != 0.95 {
 		t.Errorf("exec-bound: busy %v util %v", w.Busy(), w.Utilization())
 	}
+	// Cumulative witnesses: the sum of two intervals less the first is
+	// the second.
+	var total Witness
+	total.add(w)
+	first := total
+	w2 := w
+	w2.Commands, w2.Exec, w2.RunQueue = 7, 5*time.Millisecond, time.Millisecond
+	total.add(w2)
+	if d := total.Since(first); d.Commands != 7 || d.Exec != 5*time.Millisecond || d.RunQueue != time.Millisecond ||
+		d.Interval != w.Interval || !d.HasHost || !d.HasMainCPU {
+		t.Errorf("Since: %+v", d)
+	}
 	// A counter going backwards (restart) leaves the source unknown.
 	cur.host.runQueue = 0
 	cur.commands = 5
