@@ -287,9 +287,15 @@ type statsDoc struct {
 		Little          bool               `json:"little"`
 		L               *float64           `json:"l"`
 		LambdaW         *float64           `json:"lambda_w"`
+		WaitKnown       bool               `json:"wait_known"`
+		HostKnown       bool               `json:"host_known"`
+		Utilization     float64            `json:"engine_utilization"`
 		String          string             `json:"string"`
 	} `json:"verdict"`
 }
+
+// verdictBounds matches every verdict's bound (split.Verdict.Bound).
+const verdictBounds = `^(client-bound|path-bound|proxy-bound|engine-bound|engine-saturated|engine-starved)$`
 
 // TestProxyObservability runs "respmeter proxy" with a fast probe, engine
 // poll and verdict in front of a real redis-server: /slowlog records a
@@ -383,7 +389,7 @@ func TestProxyObservability(t *testing.T) {
 		}
 		stats = statsDoc{}
 		_ = json.Unmarshal([]byte(body), &stats)
-		if v := stats.Verdict; v != nil && v.Requests > 0 && v.EngineKnown && stats.Probe != nil && stats.Probe.Count > 0 {
+		if v := stats.Verdict; v != nil && v.Requests > 0 && v.EngineKnown && v.WaitKnown && stats.Probe != nil && stats.Probe.Count > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -401,7 +407,7 @@ func TestProxyObservability(t *testing.T) {
 		t.Errorf("verdict interval %vs, want about 0.2s", v.IntervalSeconds)
 	}
 	sum := 0.0
-	for _, k := range []string{"client", "path", "engine", "proxy"} {
+	for _, k := range []string{"client", "path", "engine", "engine_wait", "proxy"} {
 		share, ok := v.Shares[k]
 		if !ok || share < 0 || share > 1 {
 			t.Errorf("verdict share %q = %v (present %v), want 0..1", k, share, ok)
@@ -411,9 +417,13 @@ func TestProxyObservability(t *testing.T) {
 	if sum < 0.99 || sum > 1.01 {
 		t.Errorf("verdict shares %v sum to %v, want 1", v.Shares, sum)
 	}
-	if v.CycleSeconds <= 0 || !strings.HasSuffix(v.Bound, "-bound") || !v.Little || v.L == nil || v.LambdaW == nil ||
+	if v.CycleSeconds <= 0 || !regexp.MustCompile(verdictBounds).MatchString(v.Bound) || !v.Little || v.L == nil || v.LambdaW == nil ||
 		!strings.HasPrefix(v.String, "cycle ") || !strings.Contains(v.String, "Little: L ") {
 		t.Errorf("verdict %+v", v)
+	}
+	// redis-server 7 on this host: its thread's witnesses, /proc included.
+	if !v.HostKnown || v.Utilization < 0 || v.Utilization > 1 || !strings.Contains(v.String, "engine wait") {
+		t.Errorf("verdict witnesses: %+v", v)
 	}
 	e := stats.Engine
 	if e == nil || e.Polls < 2 || !slices.Contains(e.Sources, "latency_histogram") || !slices.Contains(e.Sources, "commandstats") {
@@ -433,6 +443,11 @@ func TestProxyObservability(t *testing.T) {
 	for _, want := range []string{
 		"respmeter_upstream_probe_seconds_count{upstream=",
 		`respmeter_engine_commands_total{command="debug"} 1`,
+		"respmeter_engine_utilization ",
+		`respmeter_engine_wait_seconds{part="run_queue"} `,
+		"respmeter_network_path_seconds ",
+		"respmeter_engine_main_thread_cpu_seconds_total ",
+		"respmeter_engine_runqueue_wait_seconds_total ",
 	} {
 		if !strings.Contains(metricsBody, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -445,9 +460,11 @@ func TestProxyObservability(t *testing.T) {
 	}
 	out := p.stdout.String()
 	for _, re := range []string{
-		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\)) \| proxy \d+% — (client|path|engine|proxy)-bound; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
-		`(?m)^Command +Timed +total +upstream +engine +path +proxy$`,
-		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
+		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
+			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+% — ` + verdictBounds[1:len(verdictBounds)-1] +
+			`(; engine thread \d+% busy)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
+		`(?m)^Command +Timed +total +upstream +engine +wait +run queue +path +proxy$`,
+		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
 		`(?m)^think: mean \d+\.\d{3} ms over [1-9]\d* gaps`,
@@ -574,7 +591,7 @@ func TestProxyLimits(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +\d+\.\d{4}$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4}$`).MatchString(out) {
 		t.Errorf("no ping row with unknown engine and path:\n%s", out)
 	}
 }

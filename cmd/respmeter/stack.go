@@ -22,6 +22,7 @@ import (
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/proxy"
 )
 
@@ -128,6 +129,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		if err := an.poller.Register(reg); err != nil {
 			return nil, fmt.Errorf("register engine metrics: %w", err)
 		}
+	}
+	if err := reg.Register(split.NewCollector(an.latestVerdict)); err != nil {
+		return nil, fmt.Errorf("register verdict metrics: %w", err)
 	}
 	st.analyzer = an
 	bgCtx, cancelBg := context.WithCancel(context.Background())

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
@@ -52,27 +55,59 @@ type analyzer struct {
 	// In-flight samples: sums and counts of the current interval and since
 	// start.
 	ivSum, ivN, allSum, allN int64
+	// probeBase is the probe's unloaded baseline: the lowest median round
+	// trip of an interval without requests and with at least
+	// minProbeWindow PINGs; 0 before.
+	probeBase time.Duration
+	// witPrev is the Poller's WitnessTotal at the previous interval's end
+	// (witPrevOK); only run's goroutine uses them.
+	witPrev   engstats.Witness
+	witPrevOK bool
+	// Engine wait since start, per command label: the sum over intervals
+	// of the interval's mean wait (and run-queue wait) times the label's
+	// requests in it, in seconds·requests; waitN the requests counted.
+	// Request-weighted witnesses since start: wUtil, wDemand, wRunQ sums
+	// of the interval's values times its requests, over wN requests.
+	wait, runq                map[string]float64
+	waitN                     map[string]int64
+	wUtil, wDemand, wRunQ, wN float64
+	// wPreempt sums, weighted likewise, the run-queue wait the verdict
+	// took out of the engine's execution time (split.Interval.Verdict).
+	wPreempt float64
+	wHost    bool
 }
+
+// minProbeWindow is the fewest PINGs whose median may set the probe's
+// unloaded baseline or an interval's probe wait.
+const minProbeWindow = 5
 
 // sample samples the requests in flight every inFlightSample until ctx is
 // done. It is a goroutine of its own so that a slow Snapshot in run does
 // not leave gaps in the samples.
+//
+// For the mean to be unbiased the sampling times must not depend on the
+// proxy's activity. A Go timer (time.Ticker, time.Sleep) fires late, at
+// the process's next wake-up, and the process wakes when a request or a
+// reply arrives: such a sampler samples mostly right at those moments
+// (measured: L 2-4x λW for one client pausing 3 ms between GETs). So the
+// sampler sleeps in clock_nanosleep(CLOCK_MONOTONIC) on a thread of its
+// own, which the kernel wakes on time whatever the proxy does; its cost is
+// one thread, woken 100 times a second.
 func (a *analyzer) sample(ctx context.Context) {
-	tick := time.NewTicker(inFlightSample)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			v := a.inFlight()
-			a.mu.Lock()
-			a.ivSum += v
-			a.ivN++
-			a.allSum += v
-			a.allN++
-			a.mu.Unlock()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ts := unix.NsecToTimespec(int64(inFlightSample))
+	for ctx.Err() == nil {
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &ts, nil); err != nil && err != unix.EINTR {
+			return // unreachable on Linux: the arguments are valid
 		}
+		v := a.inFlight()
+		a.mu.Lock()
+		a.ivSum += v
+		a.ivN++
+		a.allSum += v
+		a.allN++
+		a.mu.Unlock()
 	}
 }
 
@@ -107,7 +142,9 @@ func (a *analyzer) run(ctx context.Context) {
 		if n > 0 {
 			iv.InFlight = float64(sum) / float64(n)
 		}
+		a.addWitnesses(&iv, prev, cur)
 		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
+		a.account(prev, cur, iv, rec.Verdict)
 		a.log.Debug("verdict", "interval", iv.Length, "requests", iv.Requests, "in_flight_samples", n,
 			"engine_mean", iv.EngineMean, "verdict", rec.Verdict.String())
 		a.mu.Lock()
@@ -118,6 +155,107 @@ func (a *analyzer) run(ctx context.Context) {
 		a.mu.Unlock()
 		prev, start = cur, now
 	}
+}
+
+// addWitnesses fills in iv the engine thread's witnesses (the sum of the
+// polls that ended within the interval, else the latest poll's; only from
+// an engine that reports its command thread's CPU), the probe's wait (this interval's median PING round
+// trip minus the unloaded baseline) and the network floor: the smaller of
+// the upstream sockets' mean TCP_INFO RTT between prev and cur and the
+// probe's unloaded baseline. The baseline is the lowest median of an
+// interval without requests (and with at least minProbeWindow PINGs); until
+// there is one, neither the probe wait nor the floor is known: the kernel's
+// RTT alone is no floor, since a delayed ACK rides on the engine's reply
+// and so holds the engine's time (measured: ~20 ms on loopback for a
+// saturated engine answering in 20 ms).
+func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot) {
+	if a.poller != nil {
+		// The one-thread model holds where the engine reports its command
+		// thread's CPU (Redis 7, Valkey); Dragonfly's INFO has the
+		// process's only, spread over a thread per core.
+		w, ok := a.poller.Witness()
+		// The polls that ended within this interval, when there were any:
+		// the witnesses then cover (about) the interval itself.
+		if tot, tok := a.poller.WitnessTotal(); tok {
+			if d := tot.Since(a.witPrev); a.witPrevOK && d.Interval > 0 && d.Commands > 0 {
+				w = d
+			}
+			a.witPrev, a.witPrevOK = tot, true
+		}
+		if ok && w.Commands > 0 && w.Interval > 0 && w.HasMainCPU {
+			iv.Utilization, iv.Demand, iv.BusyKnown = w.Utilization(), w.Demand(), true
+			iv.Commands, iv.ExecTime, iv.CPUTime = w.Commands, w.Exec, w.ThreadCPU()
+			if w.HasHost {
+				iv.RunQueueTime, iv.HostKnown = w.RunQueue, true
+			}
+		}
+	}
+	if a.probe == nil {
+		return
+	}
+	p50, count := a.probe.Window()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if count >= minProbeWindow && iv.Requests == 0 && (a.probeBase == 0 || p50 < a.probeBase) {
+		a.probeBase = p50
+	}
+	if a.probeBase == 0 {
+		return
+	}
+	if count >= minProbeWindow {
+		iv.ProbeWait, iv.ProbeKnown = max(p50-a.probeBase, 0), true
+	}
+	iv.RTTFloor = a.probeBase
+	if n := cur.UpstreamRTT.N - prev.UpstreamRTT.N; n > 0 {
+		iv.RTTFloor = min(iv.RTTFloor, (cur.UpstreamRTT.Sum-prev.UpstreamRTT.Sum)/time.Duration(n))
+	}
+}
+
+// account adds the interval's engine wait to the per-command sums since
+// start, weighted by each command's requests in the interval.
+func (a *analyzer) account(prev, cur *metrics.Snapshot, iv split.Interval, v split.Verdict) {
+	if !v.WaitKnown || iv.Requests <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wait == nil {
+		a.wait, a.runq, a.waitN = map[string]float64{}, map[string]float64{}, map[string]int64{}
+	}
+	for i := range cur.Commands {
+		n := cur.Commands[i].Phases[metrics.PhaseTotal].Count()
+		if i < len(prev.Commands) {
+			n -= prev.Commands[i].Phases[metrics.PhaseTotal].Count()
+		}
+		if n <= 0 {
+			continue
+		}
+		name := cur.Commands[i].Name
+		a.wait[name] += v.EngineWait.Seconds() * float64(n)
+		a.runq[name] += v.RunQueueWait.Seconds() * float64(n)
+		a.waitN[name] += n
+	}
+	r := float64(iv.Requests)
+	a.wUtil += iv.Utilization * r
+	a.wDemand += iv.Demand.Seconds() * r
+	a.wRunQ += v.RunQueueWait.Seconds() * r
+	if up := iv.Upstream.Seconds() / r; iv.EngineMean > 0 {
+		a.wPreempt += max(min(iv.EngineMean.Seconds(), up)-v.Exec.Seconds(), 0) * r
+	}
+	a.wN += r
+	a.wHost = a.wHost || iv.HostKnown
+}
+
+// waitMean returns the mean engine wait and run-queue wait of command
+// label cmd since start; ok is false when no interval had witnesses.
+func (a *analyzer) waitMean(cmd string) (wait, runq time.Duration, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.waitN[cmd]
+	if n <= 0 {
+		return 0, 0, false
+	}
+	return time.Duration(a.wait[cmd] / float64(n) * 1e9), time.Duration(a.runq[cmd] / float64(n) * 1e9), true
 }
 
 // engineMean returns the engine's mean execution time per request between
@@ -160,6 +298,15 @@ func (a *analyzer) latest() *verdictRecord {
 	return a.last
 }
 
+// latestVerdict returns the verdict of the latest interval; ok is false
+// before the first.
+func (a *analyzer) latestVerdict() (split.Verdict, bool) {
+	if rec := a.latest(); rec != nil {
+		return rec.Verdict, true
+	}
+	return split.Verdict{}, false
+}
+
 // engineMeans returns the engine's mean execution time per command label
 // since the Poller's first poll (INFO commandstats); empty when the Poller
 // is off or has not polled twice.
@@ -189,6 +336,18 @@ func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Durati
 	if a.allN > 0 {
 		iv.InFlight = float64(a.allSum) / float64(a.allN)
 	}
+	// The witnesses since start: their request-weighted means over the
+	// intervals that had them.
+	if a.wN > 0 {
+		iv.Utilization = a.wUtil / a.wN
+		iv.Demand = time.Duration(a.wDemand / a.wN * 1e9)
+		iv.RunQueueWait, iv.HostKnown = time.Duration(a.wRunQ/a.wN*1e9), a.wHost
+		if iv.EngineMean > 0 {
+			iv.EngineMean = max(iv.EngineMean-time.Duration(a.wPreempt/a.wN*1e9), time.Nanosecond)
+		}
+		iv.BusyKnown = true
+		iv.RTTFloor = a.probeBase
+	}
 	a.mu.Unlock()
 	return iv.Verdict()
 }
@@ -198,7 +357,10 @@ type sharesJSON struct {
 	Client float64 `json:"client"`
 	Path   float64 `json:"path"`
 	Engine float64 `json:"engine"`
-	Proxy  float64 `json:"proxy"`
+	// EngineWait holds RunQueue.
+	EngineWait float64 `json:"engine_wait"`
+	RunQueue   float64 `json:"run_queue"`
+	Proxy      float64 `json:"proxy"`
 }
 
 // verdictJSON is /stats "verdict": the latest interval's split.Verdict.
@@ -219,7 +381,21 @@ type verdictJSON struct {
 	Little  bool    `json:"little"`
 	L       float64 `json:"l"`
 	LambdaW float64 `json:"lambda_w"`
-	String  string  `json:"string"`
+	// The engine thread's witnesses and the split of upstream, per request
+	// (split.Verdict): WaitKnown is false without them (then path holds
+	// the wait); HostKnown when the run-queue wait was read from /proc.
+	WaitKnown           bool    `json:"wait_known"`
+	HostKnown           bool    `json:"host_known"`
+	Utilization         float64 `json:"engine_utilization"`
+	DemandSeconds       float64 `json:"engine_demand_seconds"`
+	EngineWaitSeconds   float64 `json:"engine_wait_seconds"`
+	RunQueueWaitSeconds float64 `json:"run_queue_wait_seconds"`
+	ModelWaitSeconds    float64 `json:"model_wait_seconds"`
+	NetworkSeconds      float64 `json:"network_seconds"`
+	RTTFloorSeconds     float64 `json:"rtt_floor_seconds"`
+	ProbeKnown          bool    `json:"probe_known"`
+	ProbeWaitSeconds    float64 `json:"probe_wait_seconds"`
+	String              string  `json:"string"`
 }
 
 // verdictDoc returns the latest verdict for /stats, nil before the first
@@ -231,18 +407,30 @@ func (a *analyzer) verdictDoc() *verdictJSON {
 	}
 	v := rec.Verdict
 	return &verdictJSON{
-		End:               rec.End,
-		IntervalSeconds:   rec.Interval.Length.Seconds(),
-		Requests:          rec.Interval.Requests,
-		CycleSeconds:      v.Cycle.Seconds(),
-		Shares:            sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, Proxy: v.Proxy},
-		Bound:             v.Bound,
-		EngineKnown:       v.EngineKnown,
-		EngineMeanSeconds: rec.Interval.EngineMean.Seconds(),
-		Little:            v.Little,
-		L:                 v.L,
-		LambdaW:           v.LambdaW,
-		String:            v.String(),
+		End:             rec.End,
+		IntervalSeconds: rec.Interval.Length.Seconds(),
+		Requests:        rec.Interval.Requests,
+		CycleSeconds:    v.Cycle.Seconds(),
+		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
+			Proxy: v.Proxy},
+		Bound:               v.Bound,
+		EngineKnown:         v.EngineKnown,
+		EngineMeanSeconds:   rec.Interval.EngineMean.Seconds(),
+		Little:              v.Little,
+		L:                   v.L,
+		LambdaW:             v.LambdaW,
+		WaitKnown:           v.WaitKnown,
+		HostKnown:           rec.Interval.HostKnown,
+		Utilization:         v.Utilization,
+		DemandSeconds:       rec.Interval.Demand.Seconds(),
+		EngineWaitSeconds:   v.EngineWait.Seconds(),
+		RunQueueWaitSeconds: v.RunQueueWait.Seconds(),
+		ModelWaitSeconds:    v.ModelWait.Seconds(),
+		NetworkSeconds:      v.Network.Seconds(),
+		RTTFloorSeconds:     rec.Interval.RTTFloor.Seconds(),
+		ProbeKnown:          v.ProbeKnown,
+		ProbeWaitSeconds:    v.ProbeWait.Seconds(),
+		String:              v.String(),
 	}
 }
 
@@ -361,8 +549,9 @@ func (a *analyzer) statsExtra() map[string]any {
 // start, like the table), a line with the verdict of the latest interval
 // that had requests, and the "where the time went" table: per command, the
 // mean total, upstream, engine (the engine's own INFO commandstats; "-"
-// when unknown), path (upstream - engine) and proxy times since start in
-// milliseconds, then the probe's mean PING round trip and the mean think
+// when unknown), engine wait and its run-queue part (the intervals' waits,
+// weighted by the command's requests in each; "-" without witnesses), path
+// (upstream - engine - wait) and proxy times since start in milliseconds, then the probe's mean PING round trip and the mean think
 // time.
 func (a *analyzer) writeVerdict(w io.Writer) error {
 	sn := a.set.Snapshot()
@@ -390,51 +579,67 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	const opsWidth, colWidth = 12, 10
 	fmt.Fprintf(&b, "\nWhere the time went: means since start in ms; Timed = commands timed; engine = the engine's own\n")
-	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); path = upstream - engine (network, kernel, queueing).\n")
+	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); wait = engine wait (its command thread busy with\n")
+	fmt.Fprintf(&b, "others, and waiting for a CPU: run queue); path = upstream - engine - wait (network, kernel).\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
-	for _, h := range []string{"total", "upstream", "engine", "path", "proxy"} {
+	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h)
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
 	dash := fmt.Sprintf(" %*s", colWidth, "-")
-	row := func(name string, c *metrics.CommandStats, eng time.Duration, engKnown bool) {
+	type waits struct {
+		wait, runq time.Duration
+		known      bool
+	}
+	row := func(name string, c *metrics.CommandStats, eng time.Duration, engKnown bool, w waits) {
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, name, opsWidth, c.Phases[metrics.PhaseTotal].Count())
 		up := c.Phases[metrics.PhaseUpstream].Mean()
 		b.WriteString(ms(c.Phases[metrics.PhaseTotal].Mean()) + ms(up))
-		if engKnown {
-			b.WriteString(ms(eng) + ms(up-eng))
-		} else {
-			b.WriteString(dash + dash)
+		switch {
+		case engKnown && w.known:
+			b.WriteString(ms(eng) + ms(w.wait) + ms(w.runq) + ms(up-eng-w.wait))
+		case engKnown:
+			b.WriteString(ms(eng) + dash + dash + ms(up-eng))
+		default:
+			b.WriteString(dash + dash + dash + dash)
 		}
 		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + "\n")
 	}
-	// Totals' engine mean is the per-command means weighted by requests,
-	// and only when the engine reported on every command in the totals.
-	var weighted float64
-	allKnown, rows := true, false
+	// Totals' engine mean and waits are the per-command means weighted by
+	// requests, and only when known for every command in the totals.
+	var weighted, wWait, wRunq float64
+	allKnown, allWait, rows := true, true, false
 	for i := range sn.Commands {
 		c := &sn.Commands[i]
 		if !c.Observed() {
 			continue
 		}
 		eng, ok := engineMeans[c.Name]
-		row(c.Name, c, eng, ok)
+		var w waits
+		w.wait, w.runq, w.known = a.waitMean(c.Name)
+		row(c.Name, c, eng, ok, w)
 		if i < len(sn.Excluded) && sn.Excluded[i] {
 			continue
 		}
 		rows = true
 		allKnown = allKnown && ok
-		weighted += float64(eng) * float64(c.Phases[metrics.PhaseTotal].Count())
+		allWait = allWait && w.known
+		n := float64(c.Phases[metrics.PhaseTotal].Count())
+		weighted += float64(eng) * n
+		wWait += float64(w.wait) * n
+		wRunq += float64(w.runq) * n
 	}
 	if rows {
 		t := sn.Totals()
 		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 		eng := time.Duration(0)
+		var w waits
 		if n := t.Phases[metrics.PhaseTotal].Count(); n > 0 {
 			eng = time.Duration(weighted / float64(n))
+			w = waits{time.Duration(wWait / float64(n)), time.Duration(wRunq / float64(n)), allWait}
 		}
-		row("Totals", &t, eng, allKnown)
+		row("Totals", &t, eng, allKnown, w)
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 

@@ -14,7 +14,9 @@
 //     INFO commandstats (https://redis.io/docs/latest/commands/info/) and,
 //     where LATENCY HISTOGRAM says nothing (Dragonfly), INFO latencystats.
 //     The engine's counters are cumulative; the Poller keeps the deltas
-//     between polls.
+//     between polls. The same poll reads the witnesses of the engine's
+//     command thread (Witness: INFO cpu and stats, and /proc/PID when the
+//     engine runs on this host).
 //
 // Both connections are named with CLIENT SETNAME so that CLIENT LIST and
 // MONITOR show them. Their own commands (PING, CLIENT, LATENCY, INFO) are

@@ -144,6 +144,13 @@ func TestProbe(t *testing.T) {
 	stop()
 	// Stopped: the exported histogram and Stats agree exactly.
 	st = p.Stats()
+	// The first window holds every round trip; the next one none.
+	if p50, n := p.Window(); n != st.Count || p50 != st.P50 {
+		t.Errorf("first Window: p50 %v over %d, want %v over %d", p50, n, st.P50, st.Count)
+	}
+	if p50, n := p.Window(); n != 0 || p50 != 0 {
+		t.Errorf("second Window: p50 %v over %d, want nothing", p50, n)
+	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := p.Register(reg); err != nil {
 		t.Fatal(err)

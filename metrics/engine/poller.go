@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,20 @@ type Poller struct {
 
 	cmds   []labelStats // indexed like labels
 	bounds []int64      // ascending union of the histogram bounds seen, µs
+
+	// Witnesses of the command thread (witness.go): procRoot is "/proc";
+	// pid is the engine's process on this host, 0 when it is elsewhere or
+	// unknown; prevWit the last poll's cumulative readings (hasPrevWit);
+	// wit the deltas of the last poll interval (hasWit).
+	procRoot          string
+	pid               int
+	prevWit           witnessSample
+	hasPrevWit        bool
+	wit               Witness
+	hasWit            bool
+	witTotal          Witness       // the sum of every interval's wit
+	witCPU, witRunQ   time.Duration // sums of HostMainCPU|MainCPU and RunQueue since the first poll
+	witHasCPU, witHRQ bool
 }
 
 // labelStats is what the Poller has accumulated for one command label.
@@ -103,6 +118,8 @@ func NewPoller(addr string, every time.Duration, names []string, logger *slog.Lo
 		logger: logger,
 		index:  make(map[string]int, len(names)+1),
 		health: health{logger: logger},
+
+		procRoot: "/proc",
 	}
 	for i, n := range names {
 		l := strings.ToLower(n)
@@ -166,6 +183,12 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 	}
 	if text, err := infoText(v); err == nil {
 		p.noteRunID(runID(text))
+		pid, _ := strconv.Atoi(infoValues(text)["process_id"])
+		pid, err := localPID(p.procRoot, p.addr, pid)
+		p.mu.Lock()
+		p.pid = pid
+		p.mu.Unlock()
+		p.logger.Debug("engine process", "pid", pid, "on_this_host", err == nil)
 	}
 	tick := time.NewTicker(p.every)
 	defer tick.Stop()
@@ -212,9 +235,22 @@ func (p *Poller) noteRunID(id string) {
 func (p *Poller) poll(c *conn) error {
 	now := time.Now()
 	// Pipelined: a single-threaded engine answers both from the same state.
-	vs, err := c.pipeline(opTimeout, []string{"LATENCY", "HISTOGRAM"}, []string{"INFO", "commandstats"})
+	vs, err := c.pipeline(opTimeout, []string{"LATENCY", "HISTOGRAM"}, []string{"INFO", "commandstats"},
+		[]string{"INFO", "cpu"}, []string{"INFO", "stats"})
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
+	}
+	cpuText, _ := infoText(vs[2]) // "" when the engine refuses: no CPU witness
+	statsText, _ := infoText(vs[3])
+	wit := parseWitness(cpuText, statsText)
+	wit.at = now
+	p.mu.Lock()
+	pid := p.pid
+	p.mu.Unlock()
+	if pid > 0 {
+		if h, err := readHost(p.procRoot, pid); err == nil {
+			wit.host, wit.hasHost = h, true
+		}
 	}
 	hist, herr := parseLatencyHistogram(vs[0])
 	if herr != nil {
@@ -239,6 +275,7 @@ func (p *Poller) poll(c *conn) error {
 		stat = nil
 	}
 	p.apply(now, hist, herr == nil, stat, lat)
+	p.applyWitness(wit, stat != nil)
 	if serr != nil {
 		p.fail(fmt.Errorf("info commandstats: %w", serr))
 	}
@@ -325,6 +362,62 @@ func (p *Poller) apply(now time.Time, hist map[string]cmdHist, histOK bool, stat
 	if stat != nil {
 		p.health.ok()
 	}
+}
+
+// applyWitness folds one poll's cumulative witness readings into the
+// Poller: the deltas since the previous poll become the last interval's
+// Witness, its Exec the commandstats time of that interval (execOK: INFO
+// commandstats answered).
+func (p *Poller) applyWitness(cur witnessSample, execOK bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hasPrevWit {
+		w := cur.delta(p.prevWit)
+		if execOK {
+			for i := range p.cmds {
+				w.Exec += time.Duration(p.cmds[i].lastUsec) * time.Microsecond
+			}
+		}
+		p.wit, p.hasWit = w, true
+		p.witTotal.add(w)
+		switch {
+		case w.HasHost:
+			p.witCPU += w.HostMainCPU
+			p.witRunQ += w.RunQueue
+			p.witHasCPU, p.witHRQ = true, true
+		case w.HasMainCPU:
+			p.witCPU += w.MainCPU
+			p.witHasCPU = true
+		}
+	}
+	p.prevWit, p.hasPrevWit = cur, true
+}
+
+// Witness returns the command thread's witnesses over the last poll
+// interval (see Witness); ok is false before the second successful poll.
+func (p *Poller) Witness() (w Witness, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.wit, p.hasWit
+}
+
+// WitnessTotal returns the sum of the witnesses of every poll interval
+// since the first poll (the Has flags: the latest interval's); take two and
+// subtract them (Witness.Since) for the witnesses over a stretch of one's
+// own, to the nearest polls. ok is false before the second successful
+// poll.
+func (p *Poller) WitnessTotal() (w Witness, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.witTotal, p.hasWit
+}
+
+// Host returns the PID of the engine's process when it runs on this host
+// and respmeter reads its /proc entries (the run-queue witness), else 0.
+func (p *Poller) Host() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
 }
 
 // addHist adds the calls of cur that are not in prev to the histogram of
@@ -537,7 +630,10 @@ func (p *Poller) bucketPct(c *labelStats, pct float64) time.Duration {
 //     respmeter_engine_commands_total{command}: execution time and calls
 //     from INFO commandstats deltas since the first poll, on every engine.
 //
-// and respmeter_engine_poll_errors_total. Register returns reg's error, such
+// and respmeter_engine_poll_errors_total; once two polls have answered,
+// respmeter_engine_main_thread_cpu_seconds_total (the command thread's CPU)
+// and, when the engine runs on this host,
+// respmeter_engine_runqueue_wait_seconds_total (see Witness). Register returns reg's error, such
 // as prometheus.AlreadyRegisteredError: one Poller per registry.
 func (p *Poller) Register(reg prometheus.Registerer) error {
 	return reg.Register(newPollerCollector(p))
@@ -547,6 +643,7 @@ func (p *Poller) Register(reg prometheus.Registerer) error {
 type pollerCollector struct {
 	p                               *Poller
 	duration, seconds, calls, pollE *prometheus.Desc
+	mainCPU, runQueue               *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*pollerCollector)(nil)
@@ -566,6 +663,12 @@ func newPollerCollector(p *Poller) *pollerCollector {
 			[]string{"command"}, nil),
 		pollE: prometheus.NewDesc("respmeter_engine_poll_errors_total",
 			"Failed engine statistics polls: dial errors, lost connections, failed INFO commandstats.", nil, nil),
+		mainCPU: prometheus.NewDesc("respmeter_engine_main_thread_cpu_seconds_total",
+			"CPU time of the engine's command thread in seconds since respmeter started: /proc/PID/task/PID/schedstat "+
+				"when the engine runs on this host, else INFO cpu used_cpu_*_main_thread (Redis >= 7, Valkey).", nil, nil),
+		runQueue: prometheus.NewDesc("respmeter_engine_runqueue_wait_seconds_total",
+			"Time the engine's command thread was runnable but waiting for a CPU, in seconds since respmeter started "+
+				"(/proc/PID/task/PID/schedstat; only when the engine runs on this host).", nil, nil),
 	}
 }
 
@@ -575,6 +678,8 @@ func (c *pollerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.seconds
 	ch <- c.calls
 	ch <- c.pollE
+	ch <- c.mainCPU
+	ch <- c.runQueue
 }
 
 // Collect implements prometheus.Collector.
@@ -600,4 +705,10 @@ func (c *pollerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.pollE, prometheus.CounterValue, float64(p.health.errors))
+	if p.witHasCPU {
+		ch <- prometheus.MustNewConstMetric(c.mainCPU, prometheus.CounterValue, p.witCPU.Seconds())
+	}
+	if p.witHRQ {
+		ch <- prometheus.MustNewConstMetric(c.runQueue, prometheus.CounterValue, p.witRunQ.Seconds())
+	}
 }

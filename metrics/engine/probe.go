@@ -56,6 +56,7 @@ type Probe struct {
 
 	mu     sync.Mutex
 	hist   *hdrhistogram.Histogram // round trips in µs since NewProbe
+	win    *hdrhistogram.Histogram // round trips in µs since the last Window call
 	sum    time.Duration           // exact sum of the round trips
 	health health
 }
@@ -73,6 +74,7 @@ func NewProbe(addr string, interval time.Duration, logger *slog.Logger) *Probe {
 		interval: interval,
 		logger:   logger,
 		hist:     hdrhistogram.New(histLowestMicros, histHighestMicros, histSigFigs),
+		win:      hdrhistogram.New(histLowestMicros, histHighestMicros, histSigFigs),
 		health:   health{logger: logger},
 	}
 }
@@ -141,6 +143,7 @@ func (p *Probe) record(rtt time.Duration) {
 	defer p.mu.Unlock()
 	// toMicros keeps the value in range, so RecordValue cannot fail.
 	_ = p.hist.RecordValue(toMicros(rtt))
+	_ = p.win.RecordValue(toMicros(rtt))
 	p.sum += rtt
 	p.health.ok()
 }
@@ -149,6 +152,20 @@ func (p *Probe) fail(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.health.fail(err)
+}
+
+// Window returns the median round trip (whole µs, highest equivalent value)
+// and the number of PINGs answered since the previous call to Window (or
+// NewProbe), and starts a new window. One caller should own the windows.
+func (p *Probe) Window() (p50 time.Duration, count int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	count = p.win.TotalCount()
+	if count > 0 {
+		p50 = time.Duration(p.win.ValueAtQuantile(50)) * time.Microsecond // pct 0-100
+	}
+	p.win.Reset()
+	return p50, count
 }
 
 // ProbeStats summarizes a Probe's round trips since NewProbe.

@@ -1,8 +1,10 @@
 // Package split answers "where did the time go?" for an interval of traffic:
 // it divides the average request cycle of closed-loop clients into the time
-// spent in the client (think time), in the engine (as the engine itself
-// reports it), on the path to the engine (upstream minus engine: network,
-// kernel, queueing) and in the proxy, and checks Little's law
+// spent in the client (think time), in the engine (execution, as the
+// engine itself reports it), waiting in the engine's host (for its command
+// thread, QueueWait, and for a CPU, the run-queue wait; from the thread's
+// witnesses), on the path to the engine (what is left of upstream:
+// network, kernel) and in the proxy, and checks Little's law
 // (L = λW: requests in flight = throughput × mean latency) with both sides
 // measured.
 //
@@ -12,6 +14,7 @@ package split
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -38,6 +41,65 @@ type Interval struct {
 	// InFlight is the time-averaged number of requests in flight (sent by
 	// clients, not yet answered); negative when not sampled.
 	InFlight float64
+
+	// Witnesses of the engine's command thread (metrics/engine.Witness),
+	// over the engine poller's latest interval; all zero when unknown.
+	// Utilization is the thread's busy share, 0..1; Demand its busy time
+	// per engine command (execution, parsing and socket I/O); BusyKnown
+	// reports that both were measured. Over the same poll interval:
+	// Commands the engine ran (all clients), ExecTime their execution
+	// (commandstats), CPUTime the thread's time on a CPU (0: unknown) and,
+	// from /proc schedstat (HostKnown), RunQueueTime, its time runnable
+	// but waiting for a CPU.
+	Utilization                     float64
+	Demand                          time.Duration
+	BusyKnown                       bool
+	Commands                        int64
+	ExecTime, CPUTime, RunQueueTime time.Duration
+	HostKnown                       bool
+	// RunQueueWait, when HostKnown and Commands is 0, is the run-queue
+	// wait per request as worked out already (a since-start verdict made
+	// of intervals' verdicts).
+	RunQueueWait time.Duration
+	// RTTFloor is the least time the network takes per request: the
+	// smaller of the upstream sockets' mean TCP_INFO RTT over the interval
+	// and the probe's unloaded baseline; 0 when unknown.
+	RTTFloor time.Duration
+	// ProbeWait is the probe PING's median round trip over the interval
+	// minus its unloaded baseline: the wait a request arriving at a random
+	// moment found, measured rather than modelled (ProbeKnown).
+	ProbeWait  time.Duration
+	ProbeKnown bool
+}
+
+// QueueWait is the engine-wait model: the mean time a request waits for
+// the engine's single command thread before it is served, from the
+// thread's measured utilisation u (0..1), its service demand d per command
+// and the mean number of the proxy's requests in the upstream phase
+// inFlight (Little's law on the upstream phase: sum of upstream times /
+// interval length).
+//
+// Model: M/M/1 (Kleinrock, Queueing Systems vol. 1, §3.2): wait = d·u/(1−u).
+// The engine's witnesses give a utilisation and a mean demand, not the
+// queue itself, and M/M/1 is the one-server model that needs nothing else;
+// its exponential service is the middle ground between deterministic work
+// (M/D/1: half the wait) and heavy-tailed work (more). Its open-system
+// assumption fails for a few closed-loop clients, whose requests cannot
+// queue behind requests that do not exist, so the wait is capped at the
+// closed-system bound (inFlight − 1)·d: at most every other request in
+// flight is ahead, each taking d. A saturated thread (u ≥ 1) gets the cap.
+// Requests of clients that bypass the proxy are not in inFlight, so with
+// such clients the cap is low.
+func QueueWait(u float64, d time.Duration, inFlight float64) time.Duration {
+	if u <= 0 || d <= 0 {
+		return 0
+	}
+	bound := max(inFlight-1, 0) * float64(d)
+	w := bound
+	if u < 1 {
+		w = min(float64(d)*u/(1-u), bound)
+	}
+	return time.Duration(w)
 }
 
 // FromSnapshots returns the request sums between two cumulative snapshots of
@@ -72,13 +134,33 @@ type Verdict struct {
 	// its next: (think + total) / requests.
 	Cycle time.Duration
 	// Shares of the cycle, 0..1, summing to 1: Client (think), Path
-	// (upstream - engine), Engine, Proxy.
-	Client, Path, Engine, Proxy float64
+	// (the network: upstream − engine execution − engine wait), Engine
+	// (execution), Wait (engine wait, run-queue wait included), Proxy.
+	// RunQueue is the run-queue part of Wait.
+	Client, Path, Engine, Wait, Proxy float64
+	RunQueue                          float64
 	// EngineKnown is false when the engine reported nothing: then Path
 	// holds all of upstream.
 	EngineKnown bool
-	// Bound names the largest share: "client-bound", "path-bound",
-	// "engine-bound" or "proxy-bound"; "idle" with no requests.
+	// WaitKnown reports that the engine thread's witnesses were measured
+	// (Interval.BusyKnown); without them Wait is 0 and Path holds it.
+	WaitKnown bool
+	// Per request means: Exec (engine execution), EngineWait (queue plus
+	// run queue), RunQueueWait, Network (Path), and the model's wait before
+	// the upstream cap (ModelWait).
+	Exec, EngineWait, RunQueueWait, Network, ModelWait time.Duration
+	// Utilization is the engine thread's busy share (Interval).
+	Utilization float64
+	// ProbeWait, ProbeKnown: Interval's, for the cross-check.
+	ProbeWait  time.Duration
+	ProbeKnown bool
+	// Bound names the largest part: "client-bound", "path-bound",
+	// "proxy-bound", or, when the engine's parts together are the largest,
+	// "engine-starved" (its run-queue wait is the largest of them: the
+	// host is short of CPU), "engine-saturated" (its queueing wait is at
+	// least its execution, or its thread is ≥ 90 % busy with at least two
+	// requests in flight) or "engine-bound" (execution itself); "idle" with
+	// no requests.
 	Bound string
 	// Little's law: L is the measured mean in flight, LambdaW the product
 	// of measured throughput and mean latency; Little is false when L was
@@ -87,9 +169,16 @@ type Verdict struct {
 	Little     bool
 }
 
+// SaturatedUtilization is the command thread's busy share from which a
+// queue is taken to form whenever two or more requests are in flight.
+const SaturatedUtilization = 0.9
+
 // Verdict computes the split. Engine time per request is capped at the
 // upstream time (the engine cannot take longer than the round trip that
-// contains it).
+// contains it). Engine wait is QueueWait, with a proxied request's share of
+// the thread's busy time as the demand (at least Demand and EngineMean),
+// plus the run-queue time shared out over the engine's commands by the
+// same weights, capped so that the network keeps at least RTTFloor.
 func (iv Interval) Verdict() Verdict {
 	v := Verdict{Bound: "idle"}
 	if iv.Requests <= 0 {
@@ -102,11 +191,65 @@ func (iv Interval) Verdict() Verdict {
 		v.EngineKnown = true
 		engine = min(iv.EngineMean.Seconds(), upstream)
 	}
-	parts := [4]float64{
-		iv.Think.Seconds() / n, // client
-		upstream - engine,      // path
-		engine,                 // engine
-		iv.Proxy.Seconds() / n, // proxy
+	var wait, runq, upInFlight float64
+	if iv.Length > 0 {
+		upInFlight = iv.Upstream.Seconds() / iv.Length.Seconds()
+	}
+	if iv.BusyKnown {
+		v.WaitKnown = true
+		v.Utilization = iv.Utilization
+		// The thread's occupied time is shared out over the engine's
+		// commands by the time each keeps it: its execution plus the
+		// per-command work outside execution (io: socket I/O, from the
+		// CPU beyond execution). share is a proxied request's part, so
+		// that cheap commands of other clients (the probe's PINGs) do not
+		// dilute the demand or run-queue wait of long ones; without
+		// execution figures every command counts alike.
+		share := 0.0
+		if n := float64(iv.Commands); n > 0 {
+			exec, cpu := iv.ExecTime.Seconds(), iv.CPUTime.Seconds()
+			io := max(cpu-exec, 0) / n
+			share = 1 / n
+			if occupied := exec + n*io; occupied > 0 && engine > 0 {
+				share = (engine + io) / occupied
+			}
+		}
+		// The requests ahead are the proxy's own (inFlight counts them),
+		// each taking a proxied request's share of the thread's busy time,
+		// and at least the engine's execution of it.
+		d := max(iv.Demand, iv.EngineMean)
+		if share > 0 {
+			d = max(d, seconds(iv.Demand.Seconds()*float64(iv.Commands)*share))
+		}
+		q := QueueWait(iv.Utilization, d, upInFlight).Seconds()
+		if iv.HostKnown && iv.Commands > 0 {
+			// A thread woken per command waits for the CPU once per
+			// command, a command preempted while it runs in proportion
+			// to its length: the run-queue time is shared out alike.
+			runq = iv.RunQueueTime.Seconds() * share
+			// A command preempted while it runs has that wait in its
+			// execution time too (commandstats is wall-clock): the
+			// run-queue share of the thread's occupied time is taken out
+			// of execution, up to the run-queue wait.
+			if rq, cpu := iv.RunQueueTime.Seconds(), iv.CPUTime.Seconds(); rq+cpu > 0 {
+				engine -= min(runq, engine*rq/(rq+cpu))
+			}
+		} else if iv.HostKnown {
+			runq = iv.RunQueueWait.Seconds()
+		}
+		v.ModelWait = seconds(q + runq)
+		room := max(upstream-engine-iv.RTTFloor.Seconds(), 0)
+		if total := q + runq; total > room {
+			q, runq = q*room/total, runq*room/total
+		}
+		wait = q + runq
+	}
+	parts := [5]float64{
+		iv.Think.Seconds() / n,   // client
+		upstream - engine - wait, // path (network)
+		engine,                   // engine execution
+		wait,                     // engine wait
+		iv.Proxy.Seconds() / n,   // proxy
 	}
 	var cycle float64
 	for _, p := range parts {
@@ -115,16 +258,32 @@ func (iv Interval) Verdict() Verdict {
 	if cycle <= 0 {
 		return v
 	}
-	v.Cycle = time.Duration(cycle * float64(time.Second))
-	v.Client, v.Path, v.Engine, v.Proxy = parts[0]/cycle, parts[1]/cycle, parts[2]/cycle, parts[3]/cycle
-	names := [4]string{"client-bound", "path-bound", "engine-bound", "proxy-bound"}
+	v.Cycle = seconds(cycle)
+	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0]/cycle, parts[1]/cycle, parts[2]/cycle, parts[3]/cycle, parts[4]/cycle
+	v.RunQueue = runq / cycle
+	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = seconds(engine), seconds(wait), seconds(runq), seconds(parts[1])
+	v.ProbeWait, v.ProbeKnown = iv.ProbeWait, iv.ProbeKnown
+
+	groups := [4]float64{parts[0], parts[1], engine + wait, parts[4]}
+	names := [4]string{"client-bound", "path-bound", "engine", "proxy-bound"}
 	best := 0
-	for i, p := range parts {
-		if p > parts[best] {
+	for i, p := range groups {
+		if p > groups[best] {
 			best = i
 		}
 	}
 	v.Bound = names[best]
+	if v.Bound == "engine" {
+		q := wait - runq
+		switch {
+		case runq > 0 && runq >= engine && runq >= q:
+			v.Bound = "engine-starved"
+		case v.WaitKnown && (q >= engine || iv.Utilization >= SaturatedUtilization && upInFlight >= 2):
+			v.Bound = "engine-saturated"
+		default:
+			v.Bound = "engine-bound"
+		}
+	}
 	if iv.InFlight >= 0 && iv.Length > 0 {
 		v.Little = true
 		v.L = iv.InFlight
@@ -133,9 +292,14 @@ func (iv Interval) Verdict() Verdict {
 	return v
 }
 
+// seconds converts s seconds to a Duration, rounded to the nanosecond.
+func seconds(s float64) time.Duration { return time.Duration(math.Round(s * float64(time.Second))) }
+
 // String formats the verdict on one line, e.g.
 // "cycle 412µs: client 61% | path 22% | engine 9% | proxy 8% — client-bound;
-// Little: L 3.98 vs λW 4.02".
+// Little: L 3.98 vs λW 4.02", with the engine thread's witnesses
+// "cycle 20.1ms: client 0% | path 1% | engine 10% | engine wait 88% | proxy 1%
+// — engine-saturated; engine thread 99% busy; Little: L 9.98 vs λW 10.01".
 func (v Verdict) String() string {
 	if v.Bound == "idle" {
 		return "no requests in the interval"
@@ -145,8 +309,17 @@ func (v Verdict) String() string {
 	if !v.EngineKnown {
 		eng = "n/a (no engine stats for these commands)"
 	}
+	if v.WaitKnown {
+		eng += fmt.Sprintf(" | engine wait %.0f%%", 100*v.Wait)
+		if v.RunQueue > 0 {
+			eng += fmt.Sprintf(" (run queue %.0f%%)", 100*v.RunQueue)
+		}
+	}
 	fmt.Fprintf(&b, "cycle %v: client %.0f%% | path %.0f%% | engine %s | proxy %.0f%% — %s",
 		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, 100*v.Proxy, v.Bound)
+	if v.WaitKnown {
+		fmt.Fprintf(&b, "; engine thread %.0f%% busy", 100*v.Utilization)
+	}
 	if v.Little {
 		fmt.Fprintf(&b, "; Little: L %.2f vs λW %.2f", v.L, v.LambdaW)
 	}

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestVerdict(t *testing.T) {
@@ -12,8 +15,11 @@ func TestVerdict(t *testing.T) {
 		name  string
 		iv    Interval
 		bound string
-		cycle time.Duration
+		cycle time.Duration // 0: not checked
 		want  string
+		// With the engine thread's witnesses (iv.BusyKnown): the engine
+		// wait, its run-queue part and the network path per request.
+		wait, runq, path time.Duration
 	}{
 		{
 			name: "client-bound",
@@ -41,14 +47,65 @@ func TestVerdict(t *testing.T) {
 			bound: "engine-bound", cycle: 100 * us,
 		},
 		{name: "idle", iv: Interval{}, bound: "idle", want: "no requests in the interval"},
+		{
+			// 10 closed-loop clients of 2 ms commands: 500 requests/s, 20 ms
+			// upstream each, the thread saturated.
+			name: "saturated",
+			iv: Interval{Length: time.Second, Requests: 500, Total: 500 * 20200 * time.Microsecond, Upstream: 500 * 20 * time.Millisecond,
+				Proxy: 500 * 200 * time.Microsecond, EngineMean: 2 * time.Millisecond, InFlight: 10.1,
+				Utilization: 1, Demand: 2 * time.Millisecond, BusyKnown: true, RTTFloor: 50 * time.Microsecond},
+			bound: "engine-saturated", wait: 17950 * time.Microsecond, path: 50 * time.Microsecond,
+		},
+		{
+			// One client through a 4 ms round-trip network: the engine idle.
+			name: "network",
+			iv: Interval{Length: time.Second, Requests: 240, Total: 240 * 4100 * time.Microsecond, Upstream: 240 * 4 * time.Millisecond,
+				Proxy: 240 * 100 * time.Microsecond, EngineMean: 2 * time.Microsecond, InFlight: 1,
+				Utilization: 0.001, Demand: 4 * time.Microsecond, BusyKnown: true, HostKnown: true},
+			bound: "path-bound", path: 3998 * time.Microsecond,
+		},
+		{
+			// One client; the engine waits 3 ms per command for a CPU.
+			name: "starved",
+			iv: Interval{Length: time.Second, Requests: 300, Total: 300 * 3300 * time.Microsecond, Upstream: 300 * 3200 * time.Microsecond,
+				Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
+				Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, HostKnown: true,
+				Commands: 300, ExecTime: 3 * time.Millisecond, CPUTime: 3*time.Millisecond + 300*20*time.Microsecond, RunQueueTime: 900 * time.Millisecond},
+			bound: "engine-starved", wait: 3 * time.Millisecond, runq: 3 * time.Millisecond, path: 200 * time.Microsecond,
+		},
+		{
+			// One client of 1 ms CPU-bound commands, the engine getting a
+			// quarter of a core: 4 ms of execution by the engine's clock,
+			// 3 ms of it in the run queue.
+			name: "starved while executing",
+			iv: Interval{Length: time.Second, Requests: 240, Total: 240 * 4100 * time.Microsecond, Upstream: 240 * 4050 * time.Microsecond,
+				Proxy: 240 * 50 * time.Microsecond, EngineMean: 4 * time.Millisecond, InFlight: 1,
+				Utilization: 0.97, Demand: 4 * time.Millisecond, BusyKnown: true, HostKnown: true,
+				Commands: 240 + 50, ExecTime: 240 * 4 * time.Millisecond, CPUTime: 240 * time.Millisecond, RunQueueTime: 720 * time.Millisecond},
+			bound: "engine-starved", wait: 3 * time.Millisecond, runq: 3 * time.Millisecond, path: 50 * time.Microsecond,
+		},
+		{
+			// One client of DEBUG SLEEP 0.002: the thread ~95% busy, but no
+			// queue can form with one request in flight.
+			name: "slow command",
+			iv: Interval{Length: time.Second, Requests: 470, Total: 470 * 2100 * time.Microsecond, Upstream: 470 * 2050 * time.Microsecond,
+				Proxy: 470 * 50 * time.Microsecond, EngineMean: 2 * time.Millisecond, InFlight: 0.98,
+				Utilization: 0.95, Demand: 2 * time.Millisecond, BusyKnown: true},
+			bound: "engine-bound", path: 50 * time.Microsecond,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := tc.iv.Verdict()
-			if v.Bound != tc.bound || v.Cycle != tc.cycle {
+			if v.Bound != tc.bound || tc.cycle != 0 && v.Cycle != tc.cycle {
 				t.Errorf("bound %q cycle %v, want %q %v", v.Bound, v.Cycle, tc.bound, tc.cycle)
 			}
+			near := func(a, b time.Duration) bool { return a-b < 2*time.Microsecond && b-a < 2*time.Microsecond }
+			if tc.iv.BusyKnown && (!near(v.EngineWait, tc.wait) || !near(v.RunQueueWait, tc.runq) || !near(v.Network, tc.path) ||
+				!strings.Contains(v.String(), "engine wait")) {
+				t.Errorf("%s: wait %v runq %v path %v; want %v %v %v", v, v.EngineWait, v.RunQueueWait, v.Network, tc.wait, tc.runq, tc.path)
+			}
 			if v.Bound != "idle" {
-				if sum := v.Client + v.Path + v.Engine + v.Proxy; sum < 0.999 || sum > 1.001 {
+				if sum := v.Client + v.Path + v.Engine + v.Wait + v.Proxy; sum < 0.999 || sum > 1.001 {
 					t.Errorf("shares sum to %v", sum)
 				}
 			}
@@ -59,5 +116,62 @@ func TestVerdict(t *testing.T) {
 				t.Errorf("String() lacks %q", tc.bound)
 			}
 		})
+	}
+}
+
+func TestQueueWait(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		u        float64
+		d        time.Duration
+		inFlight float64
+		want     time.Duration
+	}{
+		{0.5, ms, 10, ms},                                       // M/M/1: d·u/(1−u)
+		{0.8, ms, 10, 4 * time.Millisecond},                     // 4d
+		{0.99, 2 * time.Millisecond, 10, 18 * time.Millisecond}, // 99d capped at (10−1)·d
+		{1, 2 * time.Millisecond, 10, 18 * time.Millisecond},    // saturated: the cap
+		{0.95, 2 * time.Millisecond, 1, 0},                      // one client in a closed loop waits behind nobody
+		{0, ms, 10, 0}, {0.5, 0, 10, 0},
+	} {
+		if got := QueueWait(tc.u, tc.d, tc.inFlight); got < tc.want-time.Microsecond || got > tc.want+time.Microsecond {
+			t.Errorf("QueueWait(%v, %v, %v) = %v, want %v", tc.u, tc.d, tc.inFlight, got, tc.want)
+		}
+	}
+}
+
+func TestCollector(t *testing.T) {
+	iv := Interval{Length: time.Second, Requests: 300, Total: 300 * 3300 * time.Microsecond, Upstream: 300 * 3200 * time.Microsecond,
+		Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
+		Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, HostKnown: true,
+		Commands: 300, ExecTime: 3 * time.Millisecond, CPUTime: 3*time.Millisecond + 300*20*time.Microsecond, RunQueueTime: 900 * time.Millisecond,
+		ProbeWait: 2 * time.Millisecond, ProbeKnown: true}
+	v, ok := iv.Verdict(), true
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(func() (Verdict, bool) { return v, ok }))
+	want := `
+# HELP respmeter_engine_utilization Busy share (0..1) of the engine's command thread over the latest engine poll interval: max(CPU + run-queue wait, command execution) / interval.
+# TYPE respmeter_engine_utilization gauge
+respmeter_engine_utilization 0.9
+# HELP respmeter_engine_wait_seconds Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), run_queue = the thread waiting for a CPU (/proc schedstat).
+# TYPE respmeter_engine_wait_seconds gauge
+respmeter_engine_wait_seconds{part="queue"} 0
+respmeter_engine_wait_seconds{part="run_queue"} 0.003
+# HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
+# TYPE respmeter_network_path_seconds gauge
+respmeter_network_path_seconds 0.000199901
+# HELP respmeter_upstream_probe_wait_seconds Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.
+# TYPE respmeter_upstream_probe_wait_seconds gauge
+respmeter_upstream_probe_wait_seconds 0.002
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+	ok = false
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Errorf("before the first interval: %d series, %v", n, err)
 	}
 }

@@ -1,0 +1,546 @@
+package main
+
+// Scenarios with a known truth against a real redis-server, for the split
+// of upstream into engine execution, engine wait and the network path
+// (issue 17): the verdict of every interval measured under load must name
+// what was done to the engine or the path, and the split must agree with
+// what the clients measured themselves in the same run. Each test skips
+// under -short or without redis-server (redistest.Start). The truths are
+// milliseconds where the noise of a loaded 2-core machine is tens to
+// hundreds of microseconds; each is tried up to three times
+// (redistest.Retry: measured at load average 14, the clients' round trip
+// ran 23% above what the proxy saw, and a relay set to 4 ms added 10-15
+// ms).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
+
+	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/internal/redistest"
+)
+
+// Scenario timing: the verdict interval (scStarvedInterval for the starved
+// engine), the engine poll (the witnesses' window), the warm-up before
+// intervals count and how many are measured.
+const (
+	scInterval  = time.Second
+	scPoll      = 500 * time.Millisecond
+	scWarmUp    = 1500 * time.Millisecond
+	scIntervals = 3
+)
+
+// scStack starts the proxy in-process in front of upstream, with the probe
+// every 20 ms, the engine poll every scPoll and a verdict every interval,
+// and stops it when the test ends.
+func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
+	t.Helper()
+	cfg := configs.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Upstream = upstream
+	cfg.Admin = "off"
+	cfg.Loops = 1
+	cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
+	cfg.EnginePoll = configs.Duration(scPoll)
+	cfg.HDRInterval = configs.Duration(interval)
+	st, err := startStack(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = st.stop(ctx)
+	})
+	// One idle interval first: the probe's unloaded baseline.
+	deadline := time.Now().Add(5 * interval)
+	for st.analyzer.latest() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no verdict interval")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return st
+}
+
+// scLoad is closed-loop load: clients each send cmd, wait for the reply,
+// and send again, until stopped; each client measures its own round trips.
+type scLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	sum    time.Duration
+	n      int64
+	errs   []error
+	record bool
+}
+
+// scStart starts clients closed-loop clients of addr sending args.
+func scStart(t testing.TB, addr string, clients int, args ...any) *scLoad {
+	return scStartThink(t, addr, clients, 0, args...)
+}
+
+// scStartThink is scStart with clients that pause think after each reply.
+func scStartThink(t testing.TB, addr string, clients int, think time.Duration, args ...any) *scLoad {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &scLoad{cancel: cancel}
+	for range clients {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1, ReadTimeout: 10 * time.Second,
+			DisableIdentity: true, Protocol: 2})
+		l.wg.Go(func() {
+			defer c.Close()
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				err := c.Do(ctx, args...).Err()
+				rtt := time.Since(t0)
+				if ctx.Err() != nil {
+					return
+				}
+				l.mu.Lock()
+				if err != nil && err != redis.Nil {
+					l.errs = append(l.errs, err)
+				} else if l.record {
+					l.sum += rtt
+					l.n++
+				}
+				l.mu.Unlock()
+				if think > 0 {
+					redistest.SleepPrecise(think)
+				}
+			}
+		})
+	}
+	t.Cleanup(l.stop)
+	return l
+}
+
+// measure starts (on) or ends (off) the clients' own measurement window.
+func (l *scLoad) measure(on bool) {
+	l.mu.Lock()
+	l.record = on
+	l.mu.Unlock()
+}
+
+// mean returns the clients' mean round trip in the measurement window and
+// the number of round trips.
+func (l *scLoad) mean() (time.Duration, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == 0 {
+		return 0, 0
+	}
+	return l.sum / time.Duration(l.n), l.n
+}
+
+func (l *scLoad) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// scVerdicts waits scWarmUp, then collects the verdicts of scIntervals
+// whole intervals while the load runs, with the clients measuring over
+// the same stretch.
+func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
+	t.Helper()
+	time.Sleep(scWarmUp)
+	start := st.analyzer.latest()
+	for cur := st.analyzer.latest(); cur == start; cur = st.analyzer.latest() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	l.measure(true)
+	var out []*verdictRecord
+	last := st.analyzer.latest()
+	wait := time.Duration(scIntervals+3) * st.analyzer.interval
+	deadline := time.Now().Add(wait)
+	for len(out) < scIntervals {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d verdict intervals in %v", len(out), wait)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if cur := st.analyzer.latest(); cur != last {
+			out = append(out, cur)
+			last = cur
+		}
+	}
+	l.measure(false)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) > 0 {
+		t.Fatalf("%d client errors, first: %v", len(l.errs), l.errs[0])
+	}
+	return out
+}
+
+// scSplit is the request-weighted mean of the intervals' split, per
+// request.
+type scSplit struct {
+	requests                                   int64
+	upstream, exec, wait, runq, network, total time.Duration
+	probe                                      time.Duration
+	pathShare                                  float64
+	util                                       float64
+}
+
+func (s scSplit) String() string {
+	return fmt.Sprintf("%d requests: total %v upstream %v = engine %v + wait %v (run queue %v) + path %v; path share %.1f%%; thread %.0f%% busy; probe wait %v",
+		s.requests, s.total, s.upstream, s.exec, s.wait, s.runq, s.network, 100*s.pathShare, 100*s.util, s.probe)
+}
+
+func scMean(recs []*verdictRecord) scSplit {
+	var s scSplit
+	var up, exec, wait, runq, net, total, share, util, probe float64
+	for _, r := range recs {
+		n := float64(r.Interval.Requests)
+		v := r.Verdict
+		s.requests += r.Interval.Requests
+		up += r.Interval.Upstream.Seconds()
+		total += r.Interval.Total.Seconds()
+		exec += v.Exec.Seconds() * n
+		wait += v.EngineWait.Seconds() * n
+		runq += v.RunQueueWait.Seconds() * n
+		net += v.Network.Seconds() * n
+		share += v.Path * n
+		util += v.Utilization * n
+		probe += v.ProbeWait.Seconds() * n
+	}
+	if s.requests == 0 {
+		return s
+	}
+	n := float64(s.requests)
+	d := func(x float64) time.Duration { return time.Duration(x / n * 1e9) }
+	s.upstream, s.exec, s.wait, s.runq, s.network, s.total = d(up), d(exec), d(wait), d(runq), d(net), d(total)
+	s.pathShare, s.util, s.probe = share/n, util/n, d(probe)
+	return s
+}
+
+// scBounds checks that every interval's verdict is want and logs them.
+func scBounds(t testing.TB, recs []*verdictRecord, want string) {
+	t.Helper()
+	for i, r := range recs {
+		t.Logf("interval %d: %d requests, %s", i, r.Interval.Requests, r.Verdict)
+		if r.Verdict.Bound != want {
+			t.Errorf("interval %d: verdict %q, want %q (%s)", i, r.Verdict.Bound, want, r.Verdict)
+		}
+	}
+}
+
+// scKeyServer starts redis-server with the key sc:k the GET scenarios read.
+func scKeyServer(t testing.TB) *redistest.Server {
+	srv := redistest.Start(t)
+	srv.Do("SET", "sc:k", "v")
+	return srv
+}
+
+// scEnginePID returns the engine's process ID from INFO server.
+func scEnginePID(t testing.TB, srv *redistest.Server) int {
+	t.Helper()
+	info, _ := srv.Do("INFO", "server").(string)
+	_, rest, _ := strings.Cut(info, "process_id:")
+	end := strings.IndexAny(rest, "\r\n")
+	pid, err := strconv.Atoi(rest[:max(end, 0)])
+	if err != nil {
+		t.Fatalf("no process_id in INFO server: %v", err)
+	}
+	return pid
+}
+
+// scSpin is a Lua script that keeps the engine's command thread on the CPU
+// until ARGV[1] microseconds have passed on the engine's own clock (TIME):
+// CPU-bound work of a known wall-clock length, whatever share of a CPU the
+// engine gets on a loaded machine.
+const scSpin = "local t0 = redis.call('TIME') local us = tonumber(ARGV[1]) local n = 0 " +
+	"repeat local t = redis.call('TIME') n = n + 1 until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= us return n"
+
+// TestScenarioEngineSaturated: ten closed-loop clients of 2 ms of Lua CPU
+// work (scSpin) and no network delay. Truth: the engine executes each
+// command 2 ms and serves one at a time, so each waits behind the nine
+// others, ~18 ms; the clients measure ~20 ms. respmeter must say
+// engine-saturated in every interval, with execution plus wait at least
+// 80% of upstream (so the path holds under 20% of it, the issue's bound),
+// and its total at most the clients' own round trip. Measured on a
+// loaded 2-core machine: path 1-36% of single intervals, 5-11% of the
+// three together; the thread's utilisation reads 78-100% for a thread
+// with nine requests waiting.
+//
+// Not DEBUG SLEEP: the thread sleeps inside it, so neither its CPU nor its
+// run-queue time holds the thread's work outside execution (reading,
+// writing), and the utilisation comes out ~10% low (measured: 90% for a
+// thread never idle), the wait with it.
+func TestScenarioEngineSaturated(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	redistest.Retry(t, 3, scenarioEngineSaturated)
+}
+
+func scenarioEngineSaturated(t testing.TB) {
+	srv := redistest.Start(t)
+	st := scStack(t, srv.Addr(), scInterval)
+	load := scStart(t, st.proxy.Addr(), 10, "EVAL", scSpin, "0", "2000")
+	recs := scVerdicts(t, st, load)
+	load.stop()
+	scBounds(t, recs, "engine-saturated")
+	s := scMean(recs)
+	client, n := load.mean()
+	t.Logf("respmeter: %s; clients: mean round trip %v over %d", s, client, n)
+	if eng := s.exec + s.wait; float64(eng) < 0.8*float64(s.upstream) {
+		t.Errorf("engine %v + wait %v = %v is %.0f%% of upstream %v, want >= 80%%", s.exec, s.wait, eng,
+			100*float64(eng)/float64(s.upstream), s.upstream)
+	}
+	if s.pathShare > 0.2 {
+		t.Errorf("path share %.1f%%, want < 20%% with no network delay", 100*s.pathShare)
+	}
+	// The proxy's total is part of what each client waits (t_sent and
+	// t_out are stamped before their writes): never more, and, with ten
+	// -race clients on a loaded 2-core machine, 10-25% less (their own
+	// goroutine wake-ups).
+	if d := float64(s.total-client) / float64(client); d > 0.01 || d < -0.3 {
+		t.Errorf("respmeter total %v vs the clients' %v (%+.1f%%), want at most theirs and at least 70%% of it", s.total, client, 100*d)
+	}
+}
+
+// TestScenarioPathDelay: one closed-loop client of GET through a relay
+// that delays each direction 2 ms; the engine idle. Truth: what the relay
+// adds to a client's round trip, measured in the same run by two more
+// clients, one of the relay and one of the engine directly (the
+// difference leaves out the clients' own overhead, which under -race on a
+// loaded machine is most of a millisecond). respmeter must say path-bound
+// in every interval, its network path within 10% of that difference,
+// engine wait under 5% of it, and the probe's median round trip within
+// 1.3x of it.
+func TestScenarioPathDelay(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	redistest.Retry(t, 3, scenarioPathDelay)
+}
+
+func scenarioPathDelay(t testing.TB) {
+	srv := scKeyServer(t)
+	relay := redistest.StartDelayRelay(t, srv.Addr(), 2*time.Millisecond)
+	st := scStack(t, relay, scInterval)
+	load := scStart(t, st.proxy.Addr(), 1, "GET", "sc:k")
+	// The oracle's clients pause 4 ms between requests, so that the one of
+	// the engine does not load the machine (closed-loop, it would send
+	// thousands of requests a second).
+	viaRelay := scStartThink(t, relay, 1, 4*time.Millisecond, "GET", "sc:k")
+	direct := scStartThink(t, srv.Addr(), 1, 4*time.Millisecond, "GET", "sc:k")
+	viaRelay.measure(true)
+	direct.measure(true)
+	recs := scVerdicts(t, st, load)
+	for _, l := range []*scLoad{load, viaRelay, direct} {
+		l.stop()
+	}
+	scBounds(t, recs, "path-bound")
+	s := scMean(recs)
+	r, nr := viaRelay.mean()
+	d, nd := direct.mean()
+	path := r - d
+	t.Logf("respmeter: %s; clients: via the relay %v (%d), to the engine %v (%d): the relay adds %v", s, r, nr, d, nd, path)
+	if dev := float64(s.network-path) / float64(path); dev < -0.1 || dev > 0.1 {
+		t.Errorf("network path %v vs the %v the relay adds to a client (%+.1f%%), want within 10%%", s.network, path, 100*dev)
+	}
+	if s.wait > path/20 {
+		t.Errorf("engine wait %v with an idle engine, want < 5%% of %v", s.wait, path)
+	}
+	// The probe's median PING under the load (its unloaded baseline plus
+	// the intervals' probe wait) is a round trip through the same relay:
+	// within 1.3x of what the relay adds to a client, either way.
+	st.analyzer.mu.Lock()
+	probe := st.analyzer.probeBase + s.probe
+	st.analyzer.mu.Unlock()
+	t.Logf("probe median under load %v (baseline %v + wait %v) vs the relay's %v", probe, probe-s.probe, s.probe, path)
+	if float64(probe) > 1.3*float64(path) || 1.3*float64(probe) < float64(path) {
+		t.Errorf("probe median %v vs the %v the relay adds to a client, want within 1.3x", probe, path)
+	}
+}
+
+// scStarvedInterval is TestScenarioEngineStarved's verdict interval: a
+// starved engine on a loaded machine answers only 5-35 of its calls a
+// second, and an interval of a few requests is decided by a single slow
+// poll window (measured: path 74% in one 1 s interval of 5 requests,
+// engine-starved in the next two).
+const scStarvedInterval = 3 * time.Second
+
+// TestScenarioEngineStarved: redis-server pinned to one core at nice 5,
+// one closed-loop client of a CPU-bound Lua loop (20,000 iterations: ~0.4
+// ms of CPU a call on an idle core), then a CPU burner at nice 0 pinned to
+// the same core. Truth: the engine does the same work, but its weight (335
+// against the burner's 1024, sched(7)) leaves it a quarter of the core
+// while the burner runs, so each call waits milliseconds for the CPU; the
+// client measures its round trip before and with the burner. respmeter
+// must say engine-starved in every interval with the burner, its run-queue
+// wait between half of and all of the round trip the burner added (the
+// engine's neighbours on a loaded machine add run-queue wait of their
+// own, before and with the burner).
+func TestScenarioEngineStarved(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	redistest.Retry(t, 3, scenarioEngineStarved)
+}
+
+func scenarioEngineStarved(t testing.TB) {
+	srv := redistest.Start(t)
+	pid := scEnginePID(t, srv)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, pid)); err != nil {
+		t.Skipf("no schedstat for the engine: %v", err)
+	}
+	core := scPin(t, pid)
+	if err := unix.Setpriority(unix.PRIO_PROCESS, pid, 5); err != nil {
+		t.Skipf("renice the engine: %v", err)
+	}
+	scAvoid(t, core)
+	st := scStack(t, srv.Addr(), scStarvedInterval)
+	const loop = "local i = 0 while i < tonumber(ARGV[1]) do i = i + 1 end return i"
+	load := scStart(t, st.proxy.Addr(), 1, "EVAL", loop, "0", "20000")
+	before := scVerdicts(t, st, load)
+	baseline, _ := load.mean()
+	scBurn(t, core)
+	load.mu.Lock()
+	load.sum, load.n = 0, 0
+	load.mu.Unlock()
+	recs := scVerdicts(t, st, load)
+	load.stop()
+	sb := scMean(before)
+	t.Logf("before the burner: %s; client %v", sb, baseline)
+	scBounds(t, recs, "engine-starved")
+	s := scMean(recs)
+	client, n := load.mean()
+	added := client - baseline
+	t.Logf("respmeter: %s; client: mean round trip %v over %d, %v more than before the burner", s, client, n, added)
+	if added < 2*time.Millisecond {
+		t.Fatalf("the burner added only %v to the client's round trip: no starvation to find", added)
+	}
+	if s.runq < added/2 || s.runq > client {
+		t.Errorf("run-queue wait %v per request; the burner added %v to the client's %v", s.runq, added, client)
+	}
+}
+
+// scPin pins every thread of the engine pid to one core (the last one
+// this process may use) and returns it.
+func scPin(t testing.TB, pid int) int {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Skipf("sched_getaffinity: %v", err)
+	}
+	core := -1
+	for c := range 1024 {
+		if set.IsSet(c) {
+			core = c
+		}
+	}
+	if set.Count() < 2 {
+		t.Skip("one core only: pinning would starve the test itself")
+	}
+	var one unix.CPUSet
+	one.Set(core)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if err := unix.SchedSetaffinity(tid, &one); err != nil {
+			t.Skipf("pin the engine's thread %d to core %d: %v", tid, core, err)
+		}
+	}
+	return core
+}
+
+// scAvoid keeps this test process (the clients and the proxy) off core
+// while the test runs: every thread's affinity, which new threads inherit,
+// leaves it out. The burner pins itself back onto it. Without this the
+// burner starves the clients too, and the verdict rightly says
+// client-bound.
+func scAvoid(t testing.TB, core int) {
+	t.Helper()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Skipf("sched_getaffinity: %v", err)
+	}
+	rest := all
+	rest.Clear(core)
+	set := func(cs *unix.CPUSet) {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			tid, _ := strconv.Atoi(task.Name())
+			_ = unix.SchedSetaffinity(tid, cs) // a thread that just ended
+		}
+	}
+	set(&rest)
+	t.Cleanup(func() { set(&all) })
+}
+
+// scBurn runs a CPU burner pinned to core, at the default priority, until
+// the test ends or a minute has passed.
+func scBurn(t testing.TB, core int) {
+	t.Helper()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	ready := make(chan error, 1)
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its pinning
+		var one unix.CPUSet
+		one.Set(core)
+		ready <- unix.SchedSetaffinity(0, &one)
+		deadline := time.Now().Add(time.Minute)
+		for i := 0; ; i++ {
+			if i%1024 == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if time.Now().After(deadline) {
+					return
+				}
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Skipf("pin the burner to core %d: %v", core, err)
+	}
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// TestScenarioLittleThink: one client of GET pausing 3 ms between
+// requests, so a request is in flight ~5% of the time. Truth: Little's law
+// (L = λW) holds for any stable system; λW is measured from the proxy's own
+// throughput and latency, L by the analyzer's in-flight sampler, which
+// must not sample preferentially when the proxy is busy (a timer that fires
+// at the process's wake-ups would). Every interval's L must be within 15%
+// of its λW plus three standard errors of a sampled share (the samples of
+// a 1 s interval at 10 ms see a request ~5 times in 100).
+func TestScenarioLittleThink(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	redistest.Retry(t, 3, scenarioLittleThink)
+}
+
+func scenarioLittleThink(t testing.TB) {
+	srv := scKeyServer(t)
+	st := scStack(t, srv.Addr(), scInterval)
+	load := scStartThink(t, st.proxy.Addr(), 1, 3*time.Millisecond, "GET", "sc:k")
+	recs := scVerdicts(t, st, load)
+	load.stop()
+	samples := float64(scInterval / inFlightSample)
+	for i, r := range recs {
+		v := r.Verdict
+		// Sampling error of a share p from n samples: sqrt(p(1-p)/n).
+		p := min(v.LambdaW, 1)
+		tol := 0.15*v.LambdaW + 3*math.Sqrt(p*(1-p)/samples)
+		t.Logf("interval %d: L %.4f vs λW %.4f (tolerance ±%.4f): %s", i, v.L, v.LambdaW, tol, v)
+		if !v.Little || math.Abs(v.L-v.LambdaW) > tol {
+			t.Errorf("interval %d: L %.4f vs λW %.4f, want within ±%.4f", i, v.L, v.LambdaW, tol)
+		}
+	}
+}

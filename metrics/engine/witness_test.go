@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestParseWitness(t *testing.T) {
+	// Abridged from redis-server 7.0.15's INFO cpu and INFO stats.
+	cpu := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:0.000000\r\n" +
+		"used_cpu_user_children:0.000000\r\nused_cpu_sys_main_thread:1.000000\r\nused_cpu_user_main_thread:2.000000\r\n"
+	stats := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\nio_threads_active:0\r\n"
+	s := parseWitness(cpu, stats)
+	if !s.hasMainCPU || s.mainCPU != 3*time.Second || !s.hasProc || s.procCPU != 3750*time.Millisecond ||
+		!s.hasCommands || s.commands != 1234 || s.ioThreads {
+		t.Errorf("redis 7: %+v", s)
+	}
+	// Dragonfly-like: no main-thread figures.
+	s = parseWitness("# CPU\nused_cpu_sys:0.5\nused_cpu_user:0.5\n", "total_commands_processed:7\nio_threads_active:1\n")
+	if s.hasMainCPU || !s.hasProc || s.procCPU != time.Second || s.commands != 7 || !s.ioThreads {
+		t.Errorf("no main thread: %+v", s)
+	}
+	if s := parseWitness("", ""); s.hasMainCPU || s.hasProc || s.hasCommands {
+		t.Errorf("nothing: %+v", s)
+	}
+
+	t0 := time.Unix(100, 0)
+	prev := witnessSample{at: t0, commands: 100, mainCPU: time.Second, hasMainCPU: true, hasCommands: true,
+		host: hostSample{mainCPU: time.Second, runQueue: 2 * time.Second}, hasHost: true}
+	cur := witnessSample{at: t0.Add(2 * time.Second), commands: 1100, mainCPU: 1500 * time.Millisecond, hasMainCPU: true,
+		hasCommands: true, host: hostSample{mainCPU: 1400 * time.Millisecond, runQueue: 2200 * time.Millisecond}, hasHost: true}
+	w := cur.delta(prev)
+	w.Exec = 300 * time.Millisecond
+	// Busy: host CPU 400ms + run queue 200ms (more than Exec 300ms).
+	if w.Commands != 1000 || w.Busy() != 600*time.Millisecond || w.Utilization() != 0.3 ||
+		w.Demand() != 600*time.Microsecond {
+		t.Errorf("delta %+v: busy %v util %v demand %v", w, w.Busy(), w.Utilization(), w.Demand())
+	}
+	// DEBUG SLEEP: execution without CPU counts as busy.
+	w.Exec = 1900 * time.Millisecond
+	if w.Busy() != 1900*time.Millisecond || w.Utilization() != 0.95 {
+		t.Errorf("exec-bound: busy %v util %v", w.Busy(), w.Utilization())
+	}
+	// Cumulative witnesses: the sum of two intervals less the first is
+	// the second.
+	var total Witness
+	total.add(w)
+	first := total
+	w2 := w
+	w2.Commands, w2.Exec, w2.RunQueue = 7, 5*time.Millisecond, time.Millisecond
+	total.add(w2)
+	if d := total.Since(first); d.Commands != 7 || d.Exec != 5*time.Millisecond || d.RunQueue != time.Millisecond ||
+		d.Interval != w.Interval || !d.HasHost || !d.HasMainCPU {
+		t.Errorf("Since: %+v", d)
+	}
+	// A counter going backwards (restart) leaves the source unknown.
+	cur.host.runQueue = 0
+	cur.commands = 5
+	if w := cur.delta(prev); w.HasHost || w.Commands != 0 || !w.HasMainCPU {
+		t.Errorf("after restart %+v", w)
+	}
+}
+
+func TestParseProc(t *testing.T) {
+	cpu, rq, err := parseSchedstat([]byte("195875297 75271504 5030\n"))
+	if err != nil || cpu != 195875297 || rq != 75271504 {
+		t.Errorf("schedstat: %v %v %v", cpu, rq, err)
+	}
+	if _, _, err := parseSchedstat([]byte("12\n")); !errors.Is(err, errShape) {
+		t.Errorf("short schedstat: %v", err)
+	}
+	// A comm with spaces and parentheses; utime 250, stime 50 ticks.
+	stat := "9314 (redis-server (x) y) S 1 9314 9314 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 5 0 1000 1 2\n"
+	if d, err := parseProcStat([]byte(stat)); err != nil || d != 3*time.Second {
+		t.Errorf("stat: %v %v", d, err)
+	}
+	if _, err := parseProcStat([]byte("1 (x) S 1 2")); !errors.Is(err, errShape) {
+		t.Errorf("short stat: %v", err)
+	}
+
+	root := t.TempDir()
+	mk := func(pid, comm string) {
+		dir := filepath.Join(root, pid, "task", pid)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.WriteFile(filepath.Join(root, pid, "comm"), []byte(comm+"\n"), 0o644)
+		_ = os.WriteFile(filepath.Join(dir, "schedstat"), []byte("3000 5000 7\n"), 0o644)
+		_ = os.WriteFile(filepath.Join(root, pid, "stat"), []byte(pid+" ("+comm+") S "+
+			"1 1 1 0 -1 0 0 0 0 0 10 20 0 0 20 0 1 0 1 1 1\n"), 0o644)
+	}
+	mk("42", "redis-server")
+	mk("43", "bash")
+	_ = os.MkdirAll(filepath.Join(root, "42", "task", "44"), 0o755)
+	_ = os.WriteFile(filepath.Join(root, "42", "task", "44", "schedstat"), []byte("1 100 1\n"), 0o644)
+	for _, tc := range []struct {
+		addr string
+		pid  int
+		ok   bool
+	}{
+		{"127.0.0.1:6379", 42, true}, {"[::1]:6379", 42, true}, {"localhost:6379", 42, true},
+		{"10.0.0.5:6379", 42, false}, {"127.0.0.1:6379", 43, false}, {"127.0.0.1:6379", 99, false}, {"127.0.0.1:6379", 0, false},
+	} {
+		if got, err := localPID(root, tc.addr, tc.pid); (err == nil) != tc.ok || (tc.ok && got != tc.pid) {
+			t.Errorf("localPID(%s, %d) = %d, %v; want ok %v", tc.addr, tc.pid, got, err, tc.ok)
+		}
+	}
+	h, err := readHost(root, 42)
+	if err != nil || h.mainCPU != 3000 || h.runQueue != 5000 || h.runQueueAll != 5100 || h.procCPU != 300*time.Millisecond {
+		t.Errorf("readHost: %+v %v", h, err)
+	}
+}
+
+// TestPollerWitness: against a real redis-server on this host, the Poller
+// finds the engine's process, and a client keeping the engine's command
+// thread busy with DEBUG SLEEP 0.01 (wall-clock execution the client
+// measures itself) shows up as the thread's utilisation and as the
+// command count INFO stats gives.
+func TestPollerWitness(t *testing.T) {
+	s := startServer(t)
+	p := NewPoller(s.Addr(), 300*time.Millisecond, []string{"debug", "ping"}, nil)
+	runUntilCancel(t, p.Run)
+	waitFor(t, 5*time.Second, "first witness", func() bool { _, ok := p.Witness(); return ok })
+	if p.Host() <= 0 {
+		t.Fatalf("engine on 127.0.0.1 not found in /proc (pid %d)", p.Host())
+	}
+	c := s.Client()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan time.Duration)
+	go func() {
+		var busy time.Duration
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			if err := c.Do(context.Background(), "DEBUG", "SLEEP", "0.01").Err(); err != nil && err != redis.Nil {
+				break
+			}
+			busy += time.Since(t0)
+		}
+		done <- busy
+	}()
+	polls := p.Stats().Polls
+	waitFor(t, 10*time.Second, "two polls under load", func() bool { return p.Stats().Polls >= polls+3 })
+	w, _ := p.Witness()
+	cancel()
+	<-done
+	t.Logf("witness under a DEBUG SLEEP loop: %+v util %.2f demand %v", w, w.Utilization(), w.Demand())
+	// A closed loop of 10 ms sleeps keeps the thread busy ~95% of the time
+	// (the rest is the client's turnaround); at least 80% on a loaded machine.
+	if u := w.Utilization(); u < 0.8 {
+		t.Errorf("utilisation %.2f under a DEBUG SLEEP 0.01 closed loop, want >= 0.8", u)
+	}
+	// ~30 DEBUG SLEEPs per 300 ms poll plus the poll's own commands.
+	if w.Commands < 10 || w.Commands > 100 {
+		t.Errorf("commands %d in %v", w.Commands, w.Interval)
+	}
+	if !w.HasMainCPU || !w.HasProcCPU || !w.HasHost {
+		t.Errorf("witnesses missing from redis-server 7 on this host: %+v", w)
+	}
+	// DEBUG SLEEP sleeps: its CPU is a small part of its execution.
+	if w.HostMainCPU > w.Exec/2 {
+		t.Errorf("host CPU %v vs execution %v", w.HostMainCPU, w.Exec)
+	}
+}

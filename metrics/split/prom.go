@@ -1,0 +1,71 @@
+package split
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// NewCollector returns a prometheus.Collector that exports, at each scrape,
+// the verdict latest returns (ok false: nothing is exported, as before the
+// first interval or after one without requests):
+//
+//   - respmeter_engine_utilization: the engine's command thread's busy
+//     share, 0..1 (Verdict.Utilization), only with its witnesses;
+//   - respmeter_engine_wait_seconds{part}: mean engine wait per request in
+//     seconds, part = queue (waiting for the command thread) or run_queue
+//     (the thread waiting for a CPU), only with the witnesses;
+//   - respmeter_network_path_seconds: mean network part of upstream per
+//     request in seconds (upstream − engine execution − engine wait), only
+//     when the engine reported its execution time;
+//   - respmeter_upstream_probe_wait_seconds: the probe PING's median round
+//     trip minus its unloaded baseline, when the probe answered enough.
+//
+// latest is called from the scraping goroutine and must be safe for that.
+func NewCollector(latest func() (Verdict, bool)) prometheus.Collector {
+	return &collector{
+		latest: latest,
+		util: prometheus.NewDesc("respmeter_engine_utilization",
+			"Busy share (0..1) of the engine's command thread over the latest engine poll interval: "+
+				"max(CPU + run-queue wait, command execution) / interval.", nil, nil),
+		wait: prometheus.NewDesc("respmeter_engine_wait_seconds",
+			"Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the "+
+				"engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), "+
+				"run_queue = the thread waiting for a CPU (/proc schedstat).", []string{"part"}, nil),
+		network: prometheus.NewDesc("respmeter_network_path_seconds",
+			"Mean network part of the upstream phase per request over the latest verdict interval in seconds: "+
+				"upstream - engine execution - engine wait.", nil, nil),
+		probe: prometheus.NewDesc("respmeter_upstream_probe_wait_seconds",
+			"Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.", nil, nil),
+	}
+}
+
+type collector struct {
+	latest                     func() (Verdict, bool)
+	util, wait, network, probe *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.util
+	ch <- c.wait
+	ch <- c.network
+	ch <- c.probe
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	v, ok := c.latest()
+	if !ok || v.Bound == "idle" {
+		return
+	}
+	if v.WaitKnown {
+		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v.Utilization)
+		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, (v.EngineWait - v.RunQueueWait).Seconds(), "queue")
+		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, v.RunQueueWait.Seconds(), "run_queue")
+	}
+	if v.EngineKnown {
+		ch <- prometheus.MustNewConstMetric(c.network, prometheus.GaugeValue, v.Network.Seconds())
+	}
+	if v.ProbeKnown {
+		ch <- prometheus.MustNewConstMetric(c.probe, prometheus.GaugeValue, v.ProbeWait.Seconds())
+	}
+}
