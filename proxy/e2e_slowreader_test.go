@@ -557,7 +557,7 @@ func (l *srLog) String() string {
 //     allowed on top of the bound.
 //
 // The comparison is retried up to 3 times (fresh baseline and slow reader,
-// same proxies), as the split timing tests do with spRetry; the eviction,
+// same proxies), as the split timing tests do with redistest.Retry; the eviction,
 // log and memory checks hold on every attempt.
 func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 	redistest.VerifyNoLeaks(t)

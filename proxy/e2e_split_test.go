@@ -50,54 +50,6 @@ import (
 // test waits little for the poll that closes its interval.
 const spPollEvery = 200 * time.Millisecond
 
-// spRetry runs a timing measurement up to attempts times and passes if one
-// attempt passes: on a shared 2-core machine a neighbour's burst can push one
-// run past a ±5% bound without anything being wrong with the proxy. Each
-// attempt's failures are logged; only the last attempt's are reported as
-// errors. body must not call t.Skip (skip before spRetry).
-func spRetry(t *testing.T, attempts int, body func(testing.TB)) {
-	t.Helper()
-	for i := 1; ; i++ {
-		rt := &spAttempt{TB: t}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			body(rt)
-		}()
-		<-done
-		if len(rt.errs) == 0 {
-			if i > 1 {
-				t.Logf("passed on attempt %d of %d", i, attempts)
-			}
-			return
-		}
-		if i == attempts {
-			for _, e := range rt.errs {
-				t.Error(e)
-			}
-			return
-		}
-		t.Logf("attempt %d of %d failed, retrying:\n%s", i, attempts, strings.Join(rt.errs, "\n"))
-	}
-}
-
-// spAttempt is a testing.TB whose failures are collected (Fatal ends the
-// attempt's goroutine) instead of failing the test.
-type spAttempt struct {
-	testing.TB
-	errs []string
-}
-
-func (a *spAttempt) Error(args ...any) { a.errs = append(a.errs, fmt.Sprint(args...)) }
-func (a *spAttempt) Errorf(format string, args ...any) {
-	a.errs = append(a.errs, fmt.Sprintf(format, args...))
-}
-func (a *spAttempt) Fatal(args ...any)                 { a.Error(args...); runtime.Goexit() }
-func (a *spAttempt) Fatalf(format string, args ...any) { a.Errorf(format, args...); runtime.Goexit() }
-func (a *spAttempt) FailNow()                          { a.errs = append(a.errs, "FailNow"); runtime.Goexit() }
-func (a *spAttempt) Fail()                             { a.errs = append(a.errs, "Fail") }
-func (a *spAttempt) Failed() bool                      { return len(a.errs) > 0 }
-
 // spMoreProcs raises GOMAXPROCS to at least 8 for the test. The test's own
 // precise sleepers (delay relay writers, a pausing client, the in-flight
 // sampler) sleep in clock_nanosleep, and a thread in a system call keeps
@@ -356,7 +308,7 @@ func spBlock(t testing.TB, poller *engine.Poller, l *spLeg, req []byte, n int) {
 // out 3-7% low.
 func TestSplitPathDelay(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	spRetry(t, 3, splitPathDelay)
+	redistest.Retry(t, 3, splitPathDelay)
 }
 
 func splitPathDelay(t testing.TB) {
@@ -452,7 +404,7 @@ func splitPathDelay(t testing.TB) {
 // and upstream minus engine stays where it is for GET.
 func TestSplitEngineTime(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	spRetry(t, 3, splitEngineTime)
+	redistest.Retry(t, 3, splitEngineTime)
 }
 
 func splitEngineTime(t testing.TB) {
@@ -643,7 +595,7 @@ func (s *spSampler) end() float64 {
 // proxy.InFlight and the proxy's own throughput x latency.
 func TestSplitThinkAndVerdict(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	spRetry(t, 3, splitThinkAndVerdict)
+	redistest.Retry(t, 3, splitThinkAndVerdict)
 }
 
 func splitThinkAndVerdict(t testing.TB) {
@@ -759,7 +711,7 @@ func splitThinkAndVerdict(t testing.TB) {
 // round's upstream, not each command's.
 func TestSplitPipelining(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	spRetry(t, 3, splitPipelining)
+	redistest.Retry(t, 3, splitPipelining)
 }
 
 func splitPipelining(t testing.TB) {
