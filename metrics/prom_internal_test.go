@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
 	dto "github.com/prometheus/client_model/go"
 )
 
@@ -196,36 +195,6 @@ func TestBatchBounds(t *testing.T) {
 	want := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 	if got := batchBounds(); !equal(got, want) {
 		t.Errorf("batchBounds() = %v, want %v", got, want)
-	}
-}
-
-// TestHighestEquivalent checks highestEquivalent against hdrhistogram-go's
-// own buckets (Bar.To of a dense histogram) for a value in every bucket of
-// both geometries of the package, durations and batches.
-func TestHighestEquivalent(t *testing.T) {
-	for _, g := range []struct {
-		name    string
-		h       *hdrhistogram.Histogram
-		highest int64
-	}{{"durations", newDense(), histHighestMicros}, {"batches", newDenseBatch(), batchHighest}} {
-		for v := int64(1); v <= g.highest; v += 1 + v/4096 {
-			if err := g.h.RecordValue(v); err != nil {
-				t.Fatalf("%s: RecordValue(%d): %v", g.name, v, err)
-			}
-		}
-		n := 0
-		for _, bar := range g.h.Distribution() {
-			if bar.Count == 0 {
-				continue
-			}
-			n++
-			if got := highestEquivalent(bar.From); got != bar.To {
-				t.Errorf("%s: highestEquivalent(%d) = %d, want %d", g.name, bar.From, got, bar.To)
-			}
-		}
-		if n < 10000 {
-			t.Errorf("%s: only %d buckets checked", g.name, n)
-		}
 	}
 }
 
