@@ -283,8 +283,9 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			drain(sw.durs[x], &m.extra[x], newHistogram)
 		}
 		for si := range shards {
-			ls, ss, acc := &l.shards[si], &sn.Shards[si], &m.shards[si]
+			ss, acc := &sn.Shards[si], &m.shards[si]
 			l.mu.Lock()
+			ls := &l.shards[si] // l.shards grows under the lock
 			ss.Count += ls.count
 			ss.Errors += ls.errors
 			for p := range ls.phases {
