@@ -321,8 +321,8 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 }
 
 // Counters returns the connection and byte counters alone: atomic loads,
-// no lock and no histogram copy (a Snapshot copies every histogram, about
-// 190 KB each), so it may be polled often.
+// no lock and no histogram copy (a Snapshot makes a dense copy of every
+// histogram, 188 KB each), so it may be polled often.
 func (s *Set) Counters() Counters {
 	var bytes [numByteCounters]int64
 	for _, l := range s.loops {
