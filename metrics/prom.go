@@ -1,9 +1,9 @@
 package metrics
 
 import (
+	"iter"
 	"math"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -285,41 +285,39 @@ func (m *histogramMetric) Write(out *dto.Metric) error {
 // buckets of nativeSchema. Every bucket HdrHistogram recorded counts at its
 // highest equivalent value. labelValues follow desc's variable labels.
 func newHistogramMetric(desc *prometheus.Desc, boundsMicros []int64, d Durations, labelValues ...string) *histogramMetric {
-	return buildHistogramMetric(desc, boundsMicros, 1e6, d.Hist, d.Count(), d.Sum.Seconds(), labelValues)
+	return buildHistogramMetric(desc, boundsMicros, 1e6, histBuckets(d.Hist, d.sparse), d.Count(), d.Sum.Seconds(), labelValues)
 }
 
 // newCountsMetric converts c to a Prometheus histogram of unit-less counts
 // with classic buckets at bounds (ascending) and native buckets of
 // nativeSchema, as newHistogramMetric does for durations.
 func newCountsMetric(desc *prometheus.Desc, bounds []int64, c Counts, labelValues ...string) *histogramMetric {
-	return buildHistogramMetric(desc, bounds, 1, c.Hist, c.Count(), float64(c.Sum), labelValues)
+	return buildHistogramMetric(desc, bounds, 1, histBuckets(c.Hist, c.sparse), c.Count(), float64(c.Sum), labelValues)
 }
 
-// buildHistogramMetric converts hist, whose values are in units of
+// buildHistogramMetric converts a histogram's non-empty buckets (lowest
+// equivalent value, count; ascending), whose values are in units of
 // 1/perUnit of the exported unit (1e6 for microseconds exported as seconds,
 // 1 for counts), to a Prometheus histogram with classic buckets at bounds
-// (in hist's units, ascending) and native buckets of nativeSchema; count and
-// sum (in the exported unit) are the sample count and sum. hist may be nil
-// when count is 0.
-func buildHistogramMetric(desc *prometheus.Desc, bounds []int64, perUnit float64, hist *hdrhistogram.Histogram,
+// (in the histogram's units, ascending) and native buckets of nativeSchema;
+// each bucket counts at its highest equivalent value. count and sum (in the
+// exported unit) are the sample count and sum.
+func buildHistogramMetric(desc *prometheus.Desc, bounds []int64, perUnit float64, buckets iter.Seq2[int64, int64],
 	count int64, sum float64, labelValues []string,
 ) *histogramMetric {
 	classic := make([]uint64, len(bounds)) // per bucket, not cumulative
 	var native nativeBuckets
 	if count > 0 {
 		j := 0
-		// Distribution lists every bucket up to the highest recorded one.
-		for _, bar := range hist.Distribution() {
-			if bar.Count == 0 {
-				continue
-			}
-			for j < len(bounds) && bounds[j] < bar.To {
+		for from, n := range buckets {
+			to := highestEquivalent(from)
+			for j < len(bounds) && bounds[j] < to {
 				j++
 			}
 			if j < len(bounds) {
-				classic[j] += uint64(bar.Count)
+				classic[j] += uint64(n)
 			} // else only in the implicit +Inf bucket
-			native.add(nativeKey(float64(bar.To)/perUnit), bar.Count)
+			native.add(nativeKey(float64(to)/perUnit), n)
 		}
 	}
 	h := &dto.Histogram{

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -155,7 +156,7 @@ func TestNativeKeyHdrValues(t *testing.T) {
 // significant digits), exported as a plain count, lands clear of the schema
 // 3 boundaries.
 func TestNativeKeyBatchValues(t *testing.T) {
-	h := newBatchHistogram()
+	h := newDenseBatch()
 	var values []int64
 	for v := int64(1); v < 2048; v++ {
 		values = append(values, v)
@@ -194,5 +195,43 @@ func TestBatchBounds(t *testing.T) {
 	want := []int64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 	if got := batchBounds(); !equal(got, want) {
 		t.Errorf("batchBounds() = %v, want %v", got, want)
+	}
+}
+
+// TestSparseMatchesDense records the same values into the package's sparse
+// histogram and a dense one of the same geometry (the representation before
+// issue 16) and checks that every percentile the exports use, the max and
+// the Prometheus buckets are the same: sparse storage loses nothing.
+func TestSparseMatchesDense(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	sparse, dense := newHistogram(), newDense()
+	for range 200000 {
+		us := int64(100*math.Exp(1.5*rng.NormFloat64())) + 1
+		us = min(us, histHighestMicros)
+		if err := sparse.RecordValue(us); err != nil {
+			t.Fatal(err)
+		}
+		if err := dense.RecordValue(us); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pct := range []float64{0, 1, 10, 50, 90, 99, 99.9, 99.99, 99.999, 100} {
+		if s, d := sparse.ValueAtPercentile(pct), dense.ValueAtQuantile(pct); s != d {
+			t.Errorf("p%g: sparse %d, dense %d", pct, s, d)
+		}
+	}
+	if s, d := sparse.Max(), dense.Max(); s != d {
+		t.Errorf("max: sparse %d, dense %d", s, d)
+	}
+	c := newCollector(NewSet(1, nil))
+	var ms, md dto.Metric
+	if err := newHistogramMetric(c.think, c.boundsMicros, Durations{sparse: sparse}).Write(&ms); err != nil {
+		t.Fatal(err)
+	}
+	if err := newHistogramMetric(c.think, c.boundsMicros, Durations{Hist: dense}).Write(&md); err != nil {
+		t.Fatal(err)
+	}
+	if ms.String() != md.String() {
+		t.Errorf("Prometheus histogram from sparse:\n%v\nfrom dense:\n%v", &ms, &md)
 	}
 }

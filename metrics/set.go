@@ -6,16 +6,18 @@
 // label for each ID once, in the names slice passed to NewSet. Labels never
 // come from client input.
 //
-// Units: durations are recorded in HdrHistograms in whole microseconds
-// (1 µs .. 1 h, 3 significant digits); everything exported (Prometheus,
+// Units: durations are recorded in sparse HdrHistograms in whole
+// microseconds (1 µs .. 1 h, 3 significant digits); everything exported (Prometheus,
 // /stats) is in seconds, and the text table is in milliseconds.
 //
 // Concurrency: each event loop owns one Loop and is its only writer. The loop
 // goroutine takes Loop.Lock once per read/write batch and calls the *Locked
 // methods in between; readers (Snapshot, the Prometheus collector, /stats,
-// WriteTable) take the same mutex briefly per loop to swap out its histograms
-// (a hot/cold swap, as in client_golang's histogram) and merge them outside
-// the loop's lock. Connection and byte counters are atomics that any
+// WriteTable) take the same mutex briefly, once per command (or shard) of
+// each loop, to copy that command's new values into the loop's one swap
+// buffer and reset them (a hot/cold swap, as in client_golang's histogram,
+// with one cold side per loop instead of one per histogram), then merge the
+// swap buffer into the Set's cumulative histograms outside the loop's lock. Connection and byte counters are atomics that any
 // goroutine may update. There is no package-level state: every Set is
 // independent.
 //
@@ -79,16 +81,31 @@ func (p Phase) String() string {
 
 // Histogram geometry. Every histogram of a Set records whole microseconds with
 // this range and precision so that they can be merged bucket for bucket.
+//
+// The range costs nothing where it is not used: histograms are sparse
+// (hdrhistogram-go's PackedHistogram, the dense HdrHistogram's bucket
+// geometry without its dense counts array), so a histogram holds only the
+// buckets that received values, 4 bytes of index plus 1 to 8 bytes of count
+// each. The same 1 µs .. 1 h range therefore serves every phase, from queue
+// (mostly 1 µs) to a BLPOP's 30 s, with HdrHistogram's percentiles to the
+// bit: a dense histogram of this range holds 23,552 counters (~188 KB)
+// whatever it records.
 const (
 	histLowestMicros  = 1             // 1 µs; smaller values are recorded as 1
 	histHighestMicros = 3_600_000_000 // 1 h; larger values are recorded as 1 h
 	histSigFigs       = 3
 )
 
-// newHistogram allocates an empty histogram of the Set geometry. With this
-// geometry a histogram holds ~190 KB of counts, which is why Loops create them
-// lazily, on the first observation of each (command, phase).
-func newHistogram() *hdrhistogram.Histogram {
+// newHistogram allocates an empty sparse histogram of the Set geometry
+// (~250 bytes until it records). Loops create them lazily, on the first
+// observation of each (command, phase).
+func newHistogram() *hdrhistogram.PackedHistogram {
+	return hdrhistogram.NewPacked(histLowestMicros, histHighestMicros, histSigFigs)
+}
+
+// newDense allocates an empty dense histogram of the Set geometry (~188 KB):
+// the caller-owned copies of Set.Snapshot.
+func newDense() *hdrhistogram.Histogram {
 	return hdrhistogram.New(histLowestMicros, histHighestMicros, histSigFigs)
 }
 
@@ -268,7 +285,9 @@ func (s *Set) ProtocolError() { s.protocolErrors.Add(1) }
 // histograms out (see Set.Snapshot), so the lock is uncontended except during
 // a scrape. Steady-state recording allocates nothing; the first observation
 // of each (command, phase), (shard, phase) and shard batch allocates its
-// histogram, and the first shard observation of a loop its table of shards.
+// histogram, a histogram grows when it holds more distinct buckets than it
+// ever held between two scrapes, and the first shard observation of a loop
+// allocates its table of shards.
 type Loop struct {
 	mu    sync.Mutex
 	cmds  []cmdStats // indexed by command ID
@@ -334,9 +353,11 @@ type cmdStats struct {
 
 // timing is one duration distribution in one loop.
 type timing struct {
-	// hist records microseconds since the last scrape swapped it out; nil
-	// until the first observation.
-	hist *hdrhistogram.Histogram
+	// hist records microseconds since the last scrape took its values; nil
+	// until the first observation. A scrape copies it and resets it, so it
+	// keeps its capacity: it allocates again only to hold more buckets than
+	// it ever held between two scrapes.
+	hist *hdrhistogram.PackedHistogram
 	sum  time.Duration // cumulative exact sum of the observed durations (clamped at 0)
 	n    int64         // cumulative count of observations
 }

@@ -352,7 +352,8 @@ func TestObserveLockedAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, observe); n != 0 {
 		t.Errorf("ObserveLocked after warm-up: %v allocs per run, want 0", n)
 	}
-	// A scrape swaps spares in; recording into them allocates nothing either.
+	// A scrape copies the histograms out and resets them, keeping their
+	// capacity; recording into them again allocates nothing either.
 	s.Snapshot()
 	observe()
 	s.Snapshot()

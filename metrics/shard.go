@@ -34,16 +34,17 @@ const (
 	batchSigFigs = 3
 )
 
-// newBatchHistogram allocates an empty histogram of the batch geometry
-// (~90 KB of counts, allocated on the first batch of each loop and shard).
-func newBatchHistogram() *hdrhistogram.Histogram {
-	return hdrhistogram.New(batchLowest, batchHighest, batchSigFigs)
+// newBatchHistogram allocates an empty sparse histogram of the batch
+// geometry (allocated on the first batch of each loop and shard; it holds
+// only the buckets that received values, as newHistogram's).
+func newBatchHistogram() *hdrhistogram.PackedHistogram {
+	return hdrhistogram.NewPacked(batchLowest, batchHighest, batchSigFigs)
 }
 
-// newLike allocates an empty histogram of h's geometry, so that a spare or
-// an accumulator can take h's values bucket for bucket.
-func newLike(h *hdrhistogram.Histogram) *hdrhistogram.Histogram {
-	return hdrhistogram.New(h.LowestTrackableValue(), h.HighestTrackableValue(), int(h.SignificantFigures()))
+// newDenseBatch allocates an empty dense histogram of the batch geometry
+// (~90 KB): the caller-owned copies of Set.Snapshot.
+func newDenseBatch() *hdrhistogram.Histogram {
+	return hdrhistogram.New(batchLowest, batchHighest, batchSigFigs)
 }
 
 // shardRegistry maps shard labels to indexes. names is append-only and its
@@ -125,9 +126,9 @@ type shardStats struct {
 // tally is one distribution of unit-less counts in one loop, as timing is
 // for durations.
 type tally struct {
-	// hist records values since the last scrape swapped it out, clamped to
+	// hist records values since the last scrape took them, clamped to
 	// [batchLowest, batchHighest]; nil until the first observation.
-	hist *hdrhistogram.Histogram
+	hist *hdrhistogram.PackedHistogram
 	sum  int64 // cumulative exact sum of the observed values
 	n    int64 // cumulative count of observations
 }
@@ -367,22 +368,29 @@ func (s *ShardStats) Observed() bool { return s.Phases[PhaseTotal].Count() > 0 }
 // carried by one upstream write.
 type Counts struct {
 	// Hist records the values, 1 .. 1<<20 (larger ones as 1<<20), with 3
-	// significant digits, so values up to 2047 exactly; nil when nothing was
-	// observed. Its ValueAtQuantile takes a percent (0-100).
+	// significant digits, so values up to 2047 exactly: a dense copy in the
+	// Snapshots Set.Snapshot returns, nil when nothing was observed (and in
+	// the views the scrapes read, as Durations.Hist). Its ValueAtQuantile
+	// takes a percent (0-100).
 	Hist *hdrhistogram.Histogram
 	// Sum is the exact sum of the observed values (not clamped).
 	Sum int64
-	// N is the number of observations when Hist is nil (Set.Sums); with a
-	// histogram, Count reads it from the histogram.
+	// N is the number of observations when there is no histogram
+	// (Set.Sums); with one, Count reads it from the histogram.
 	N int64
+
+	sparse *hdrhistogram.PackedHistogram // a view's: the Set's cumulative histogram
 }
+
+// hist returns the histogram c reads from, or nil.
+func (c Counts) hist() histReader { return histOf(c.Hist, c.sparse) }
 
 // Count returns the number of observed values.
 func (c Counts) Count() int64 {
-	if c.Hist == nil {
-		return c.N
+	if h := c.hist(); h != nil {
+		return h.TotalCount()
 	}
-	return c.Hist.TotalCount()
+	return c.N
 }
 
 // Mean returns the exact mean of the observed values (Sum / Count), or 0 if
@@ -400,18 +408,20 @@ func (c Counts) Mean() float64 {
 // observations are at or below. It returns 0 if there are no observations
 // or no histogram (Set.Sums).
 func (c Counts) Percentile(pct float64) int64 {
-	if c.Hist == nil || c.Hist.TotalCount() == 0 {
+	h := c.hist()
+	if h == nil || h.TotalCount() == 0 {
 		return 0
 	}
-	return c.Hist.ValueAtQuantile(pct)
+	return h.ValueAtPercentile(pct)
 }
 
 // Max returns the largest observed value, as the highest value equivalent to
 // it at 3 significant digits, or 0 if there are no observations or no
 // histogram (Set.Sums).
 func (c Counts) Max() int64 {
-	if c.Hist == nil || c.Hist.TotalCount() == 0 {
+	h := c.hist()
+	if h == nil || h.TotalCount() == 0 {
 		return 0
 	}
-	return c.Hist.Max()
+	return h.Max()
 }

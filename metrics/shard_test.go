@@ -543,7 +543,8 @@ func TestShardLockedAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, record); n != 0 {
 		t.Errorf("shard recording after warm-up: %v allocs per run, want 0", n)
 	}
-	// A scrape swaps spares in; recording into them allocates nothing either.
+	// A scrape copies the histograms out and resets them, keeping their
+	// capacity; recording into them again allocates nothing either.
 	s.Snapshot()
 	record()
 	s.Snapshot()

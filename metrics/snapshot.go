@@ -40,6 +40,11 @@ type Snapshot struct {
 	// Excluded marks, by command ID, the commands Totals leaves out (see
 	// Set.ExcludeFromTotals); nil when none are.
 	Excluded []bool
+
+	// totals, set in a view, is the Set's reused CommandStats that Totals
+	// merges into (once per view: totalsDone) and returns.
+	totals     *CommandStats
+	totalsDone bool
 }
 
 // CommandStats is one command's stats merged over all loops.
@@ -58,23 +63,31 @@ func (c *CommandStats) Observed() bool { return c.Phases[PhaseTotal].Count() > 0
 // Durations is a merged distribution of durations.
 type Durations struct {
 	// Hist records whole microseconds, 1 µs .. 1 h, with 3 significant
-	// digits; nil when nothing was observed. Its ValueAtQuantile takes a
-	// percent (0-100), not a rank (0-1).
+	// digits: a dense copy in the Snapshots Set.Snapshot returns, nil when
+	// nothing was observed. Its ValueAtQuantile takes a percent (0-100),
+	// not a rank (0-1). The readers that only look (Set.Register's
+	// collector, /stats, Set.WriteTable) see the Set's sparse histogram
+	// instead and a nil Hist; Count, Mean, Percentile and Max read either.
 	Hist *hdrhistogram.Histogram
 	// Sum is the exact sum of the observed durations (negative ones counted
 	// as 0, not rounded to microseconds or clamped to the histogram range).
 	Sum time.Duration
-	// N is the number of observations when Hist is nil (Set.Sums); with a
-	// histogram, Count reads it from the histogram.
+	// N is the number of observations when there is no histogram
+	// (Set.Sums); with one, Count reads it from the histogram.
 	N int64
+
+	sparse *hdrhistogram.PackedHistogram // a view's: the Set's cumulative histogram
 }
+
+// hist returns the histogram d reads from, or nil.
+func (d Durations) hist() histReader { return histOf(d.Hist, d.sparse) }
 
 // Count returns the number of observed durations.
 func (d Durations) Count() int64 {
-	if d.Hist == nil {
-		return d.N
+	if h := d.hist(); h != nil {
+		return h.TotalCount()
 	}
-	return d.Hist.TotalCount()
+	return d.N
 }
 
 // Mean returns the exact mean of the observed durations (Sum / Count), or 0
@@ -90,37 +103,50 @@ func (d Durations) Mean() time.Duration {
 // Percentile returns the duration at percent pct (0-100, so 99.9 is the 99.9th
 // percentile): the highest value equivalent, at 3 significant digits, to the
 // one that pct percent of the observations are at or below. It returns 0 if
-// there are no observations.
+// there are no observations or no histogram (Set.Sums).
 func (d Durations) Percentile(pct float64) time.Duration {
-	if d.Count() == 0 {
+	h := d.hist()
+	if h == nil || h.TotalCount() == 0 {
 		return 0
 	}
-	return time.Duration(d.Hist.ValueAtQuantile(pct)) * time.Microsecond
+	return time.Duration(h.ValueAtPercentile(pct)) * time.Microsecond
 }
 
 // Max returns the largest observed duration, as the highest value equivalent
-// to it at 3 significant digits, or 0 if there are no observations.
+// to it at 3 significant digits, or 0 if there are no observations or no
+// histogram (Set.Sums).
 func (d Durations) Max() time.Duration {
-	if d.Count() == 0 {
+	h := d.hist()
+	if h == nil || h.TotalCount() == 0 {
 		return 0
 	}
-	return time.Duration(d.Hist.Max()) * time.Microsecond
+	return time.Duration(h.Max()) * time.Microsecond
 }
 
-// merge adds o into d, allocating d.Hist if needed.
+// merge adds o into d: into d.Hist (allocated if needed) if o has a dense
+// histogram, into d.sparse if o has a sparse one, else into d.N.
 func (d *Durations) merge(o Durations) {
 	d.Sum += o.Sum
-	if o.Hist == nil {
+	switch {
+	case o.Hist != nil:
+		if o.Hist.TotalCount() == 0 {
+			return
+		}
+		if d.Hist == nil {
+			d.Hist = newDense()
+		}
+		d.Hist.Merge(o.Hist) // same geometry: nothing is dropped
+	case o.sparse != nil:
+		if o.sparse.TotalCount() == 0 {
+			return
+		}
+		if d.sparse == nil {
+			d.sparse = newHistogram()
+		}
+		d.sparse.Merge(o.sparse)
+	default:
 		d.N += o.N
-		return
 	}
-	if o.Count() == 0 {
-		return
-	}
-	if d.Hist == nil {
-		d.Hist = newHistogram()
-	}
-	d.Hist.Merge(o.Hist) // same geometry: nothing is dropped
 }
 
 // Counters are the connection and byte counters of a Set.
@@ -146,7 +172,27 @@ type Counters struct {
 // with Set.ExcludeFromTotals: summed counts and errors, and per phase one
 // histogram over every command. Its Name is empty.
 func (sn *Snapshot) Totals() CommandStats {
+	if t := sn.totals; t != nil { // a view: merge into the reused histograms
+		if !sn.totalsDone {
+			t.Count, t.Errors = 0, 0
+			for p := range t.Phases {
+				if h := t.Phases[p].sparse; h != nil {
+					h.Reset()
+				}
+				t.Phases[p].Sum = 0
+			}
+			sn.mergeTotals(t)
+			sn.totalsDone = true
+		}
+		return *t
+	}
 	var t CommandStats
+	sn.mergeTotals(&t)
+	return t
+}
+
+// mergeTotals merges every command that Totals covers into t.
+func (sn *Snapshot) mergeTotals(t *CommandStats) {
 	for i := range sn.Commands {
 		if i < len(sn.Excluded) && sn.Excluded[i] {
 			continue
@@ -158,7 +204,6 @@ func (sn *Snapshot) Totals() CommandStats {
 			t.Phases[p].merge(c.Phases[p])
 		}
 	}
-	return t
 }
 
 // extras returns the Snapshot's per-loop distributions in extra* order.
@@ -167,145 +212,117 @@ func (sn *Snapshot) extras() [numExtra]*Durations {
 }
 
 // hists holds one histogram per phase.
-type hists [NumPhases]*hdrhistogram.Histogram
+type hists [NumPhases]*hdrhistogram.PackedHistogram
 
 // shardHists holds the histograms of one shard.
 type shardHists struct {
 	phases hists
-	batch  *hdrhistogram.Histogram
+	batch  *hdrhistogram.PackedHistogram
 }
 
 // merger is the reading side of the hot/cold swap. A reader holding mu locks
-// each loop just long enough to exchange every non-empty histogram of the loop
-// for an empty spare, then, without the loop's lock, merges the swapped-out
-// histograms into the cumulative ones, resets them and keeps them as the next
-// spares. So a loop is stalled for a few pointer swaps per scrape, never for
-// a merge, and all histograms are allocated at most once.
+// each loop once per command (once per shard, once for the per-loop
+// distributions) just long enough to copy that command's new values into
+// the loop's swap buffer and reset them, then, without the loop's lock,
+// merges the swap buffer into the cumulative histograms. So a loop is
+// stalled for one command's copy at a time, never for a merge, and the
+// scrape side holds one swap buffer per loop and one cumulative histogram
+// per observed (command or shard, phase): no spare per histogram, nothing
+// allocated per scrape that outlives it once the histograms have grown to
+// the buckets they hold.
 type merger struct {
-	mu          sync.Mutex
-	spares      [][]hists                           // [loop][cmd]: empty, or swapped out and not yet merged
-	extraSpares [][numExtra]*hdrhistogram.Histogram // [loop]
-	cmds        []hists                             // [cmd]: cumulative, merged over loops
-	extra       [numExtra]*hdrhistogram.Histogram   // cumulative, merged over loops
-	// Shards have a fixed number of slots (MaxShards+1 shardHists of
-	// pointers, ~3 KB per loop) so that registering one needs no growth here.
-	shardSpares [][MaxShards + 1]shardHists // [loop][shard]
-	shards      [MaxShards + 1]shardHists   // [shard]: cumulative, merged over loops
+	mu     sync.Mutex
+	swaps  []swapBuf                               // [loop]
+	cmds   []hists                                 // [cmd]: cumulative, merged over loops
+	extra  [numExtra]*hdrhistogram.PackedHistogram // cumulative, merged over loops
+	shards [MaxShards + 1]shardHists               // [shard]: cumulative, merged over loops
+	// view is the Snapshot that views (Set.view) fill and share, reused from
+	// scrape to scrape, and totals what its Totals merges into.
+	view   Snapshot
+	totals CommandStats
 }
 
 func (m *merger) init(loops, cmds int) {
-	m.spares = make([][]hists, loops)
-	for i := range m.spares {
-		m.spares[i] = make([]hists, cmds)
-	}
-	m.extraSpares = make([][numExtra]*hdrhistogram.Histogram, loops)
+	m.swaps = make([]swapBuf, loops)
 	m.cmds = make([]hists, cmds)
-	m.shardSpares = make([][MaxShards + 1]shardHists, loops)
-}
-
-// swap exchanges the histogram *h for *spare if *h holds values. A missing
-// spare is allocated here, under the loop's lock, with *h's geometry; that
-// happens once per (loop, command or shard, phase or batch).
-func swap(h, spare **hdrhistogram.Histogram) {
-	if *h == nil || (*h).TotalCount() == 0 {
-		return
-	}
-	if *spare == nil {
-		*spare = newLike(*h)
-	}
-	*h, *spare = *spare, *h
-}
-
-// drain merges a swapped-out histogram into *acc, allocating it with the
-// spare's geometry if needed, and resets it.
-func drain(spare *hdrhistogram.Histogram, acc **hdrhistogram.Histogram) {
-	if spare == nil || spare.TotalCount() == 0 {
-		return
-	}
-	if *acc == nil {
-		*acc = newLike(spare)
-	}
-	(*acc).Merge(spare) // same geometry: nothing is dropped
-	spare.Reset()
 }
 
 // mergeLocked folds every loop's new observations into the cumulative
-// histograms and returns a Snapshot that shares them: it is valid only while
-// s.merge.mu is held. The caller must hold s.merge.mu.
-func (s *Set) mergeLocked() *Snapshot {
+// histograms and fills sn (which newSnapshot or resetView prepared) so that
+// it shares them: sn's histograms are valid only while s.merge.mu is held.
+// The caller must hold s.merge.mu.
+func (s *Set) mergeLocked(sn *Snapshot) {
 	m := &s.merge
-	sn := s.newSnapshot()
+	extras := sn.extras()
 	for li, l := range s.loops {
-		spares, shardSpares := m.spares[li], &m.shardSpares[li]
-		l.mu.Lock()
+		sw := &m.swaps[li]
 		for ci := range l.cmds {
 			lc, sc := &l.cmds[ci], &sn.Commands[ci]
+			l.mu.Lock()
 			sc.Count += lc.count
 			sc.Errors += lc.errors
 			for p := range lc.phases {
 				sc.Phases[p].Sum += lc.phases[p].sum
-				swap(&lc.phases[p].hist, &spares[ci][p])
+				take(lc.phases[p].hist, &sw.durs[p], newHistogram)
+			}
+			l.mu.Unlock()
+			for p := range lc.phases {
+				drain(sw.durs[p], &m.cmds[ci][p], newHistogram)
 			}
 		}
-		extraSums := sn.extras()
+		l.mu.Lock()
 		for x := range l.extra {
-			extraSums[x].Sum += l.extra[x].sum
-			swap(&l.extra[x].hist, &m.extraSpares[li][x])
+			extras[x].Sum += l.extra[x].sum
+			take(l.extra[x].hist, &sw.durs[x], newHistogram)
 		}
 		// Shards registered after sn was made wait for the next merge: their
 		// histograms stay in the loop, their counters are cumulative.
-		for si := range min(len(l.shards), len(sn.Shards)) {
-			ls, ss, sp := &l.shards[si], &sn.Shards[si], &shardSpares[si]
+		shards := min(len(l.shards), len(sn.Shards))
+		l.mu.Unlock()
+		for x := range m.extra {
+			drain(sw.durs[x], &m.extra[x], newHistogram)
+		}
+		for si := range shards {
+			ss, acc := &sn.Shards[si], &m.shards[si]
+			l.mu.Lock()
+			ls := &l.shards[si] // l.shards grows under the lock
 			ss.Count += ls.count
 			ss.Errors += ls.errors
 			for p := range ls.phases {
 				ss.Phases[p].Sum += ls.phases[p].sum
-				swap(&ls.phases[p].hist, &sp.phases[p])
+				take(ls.phases[p].hist, &sw.durs[p], newHistogram)
 			}
 			ss.Batch.Sum += ls.batch.sum
-			swap(&ls.batch.hist, &sp.batch)
-		}
-		l.mu.Unlock()
-
-		for ci := range spares {
-			for p := range spares[ci] {
-				drain(spares[ci][p], &m.cmds[ci][p])
+			take(ls.batch.hist, &sw.batch, newBatchHistogram)
+			l.mu.Unlock()
+			for p := range acc.phases {
+				drain(sw.durs[p], &acc.phases[p], newHistogram)
 			}
-		}
-		for x := range m.extraSpares[li] {
-			drain(m.extraSpares[li][x], &m.extra[x])
-		}
-		for si := range sn.Shards {
-			sp, acc := &shardSpares[si], &m.shards[si]
-			for p := range sp.phases {
-				drain(sp.phases[p], &acc.phases[p])
-			}
-			drain(sp.batch, &acc.batch)
+			drain(sw.batch, &acc.batch, newBatchHistogram)
 		}
 	}
 	for ci := range sn.Commands {
 		for p := range sn.Commands[ci].Phases {
-			sn.Commands[ci].Phases[p].Hist = m.cmds[ci][p]
+			sn.Commands[ci].Phases[p].sparse = m.cmds[ci][p]
 		}
 	}
-	for x, d := range sn.extras() {
-		d.Hist = m.extra[x]
+	for x, d := range extras {
+		d.sparse = m.extra[x]
 	}
 	for si := range sn.Shards {
 		ss, acc := &sn.Shards[si], &m.shards[si]
 		for p := range ss.Phases {
-			ss.Phases[p].Hist = acc.phases[p]
+			ss.Phases[p].sparse = acc.phases[p]
 		}
-		ss.Batch.Hist = acc.batch
+		ss.Batch.sparse = acc.batch
 	}
 	sn.Routing = s.routing.load()
 	sn.Counters = s.Counters()
-	return sn
 }
 
 // Counters returns the connection and byte counters alone: atomic loads,
-// no lock and no histogram copy (a Snapshot copies every histogram, about
-// 190 KB each), so it may be polled often.
+// no lock and no histogram copy (a Snapshot makes a dense copy of every
+// histogram, 188 KB each), so it may be polled often.
 func (s *Set) Counters() Counters {
 	var bytes [numByteCounters]int64
 	for _, l := range s.loops {
@@ -392,48 +409,85 @@ func (s *Set) newSnapshot() *Snapshot {
 	return sn
 }
 
+// resetView empties the Set's reused view Snapshot, as newSnapshot would
+// make it but reusing its slices, and returns it. The caller must hold
+// s.merge.mu.
+func (s *Set) resetView() *Snapshot {
+	sn := &s.merge.view
+	shards := s.shards.list()
+	if sn.Commands == nil {
+		sn.Commands = make([]CommandStats, len(s.names))
+		sn.Shards = make([]ShardStats, 0, MaxShards+1)
+	}
+	for i := range sn.Commands {
+		sn.Commands[i] = CommandStats{Name: s.names[i]}
+	}
+	sn.Shards = sn.Shards[:len(shards)]
+	for i := range sn.Shards {
+		sn.Shards[i] = ShardStats{Name: shards[i]}
+	}
+	sn.Think, sn.ClientRTT, sn.UpstreamRTT, sn.RedirectPenalty, sn.ReorderWait = Durations{}, Durations{}, Durations{}, Durations{}, Durations{}
+	s.exclMu.Lock()
+	sn.Excluded = append(sn.Excluded[:0], s.excluded...)
+	s.exclMu.Unlock()
+	if len(sn.Excluded) == 0 {
+		sn.Excluded = nil
+	}
+	sn.totals, sn.totalsDone = &s.merge.totals, false
+	return sn
+}
+
 // view merges the loops and calls fn with a Snapshot that shares the Set's
-// cumulative histograms; fn must not keep it or modify it. Readers are
-// serialized.
+// cumulative histograms, reused from call to call; fn must not keep it or
+// modify it. Readers are serialized.
 func (s *Set) view(fn func(*Snapshot) error) error {
 	s.merge.mu.Lock()
 	defer s.merge.mu.Unlock()
-	return fn(s.mergeLocked())
+	sn := s.resetView()
+	s.mergeLocked(sn)
+	return fn(sn)
 }
 
 // Snapshot merges the stats of all loops, locking each only long enough to
-// swap its histograms out, and returns a copy owned by the caller. It may be
-// called from any goroutine, concurrently with recording. Each observed
-// (command or shard, phase) costs one histogram copy (~190 KB) per call, each
-// shard's batch histogram ~90 KB.
+// copy its new values out, and returns a copy owned by the caller, with
+// dense histograms (Durations.Hist, Counts.Hist). It may be called from any
+// goroutine, concurrently with recording. Each observed (command or shard,
+// phase) costs one dense histogram (~188 KB) per call, each shard's batch
+// histogram ~90 KB: the scrapes (Register's collector, StatsHandler,
+// WriteTable) read the Set's sparse histograms in place instead.
 func (s *Set) Snapshot() *Snapshot {
-	var out *Snapshot
-	_ = s.view(func(sn *Snapshot) error {
-		for ci := range sn.Commands {
-			for p := range sn.Commands[ci].Phases {
-				if h := sn.Commands[ci].Phases[p].Hist; h != nil {
-					sn.Commands[ci].Phases[p].Hist = h.Clone()
-				}
-			}
+	s.merge.mu.Lock()
+	defer s.merge.mu.Unlock()
+	sn := s.newSnapshot()
+	s.mergeLocked(sn)
+	for ci := range sn.Commands {
+		for p := range sn.Commands[ci].Phases {
+			toDense(&sn.Commands[ci].Phases[p])
 		}
-		for _, d := range sn.extras() {
-			if d.Hist != nil {
-				d.Hist = d.Hist.Clone()
-			}
+	}
+	for _, d := range sn.extras() {
+		toDense(d)
+	}
+	for si := range sn.Shards {
+		ss := &sn.Shards[si]
+		for p := range ss.Phases {
+			toDense(&ss.Phases[p])
 		}
-		for si := range sn.Shards {
-			ss := &sn.Shards[si]
-			for p := range ss.Phases {
-				if h := ss.Phases[p].Hist; h != nil {
-					ss.Phases[p].Hist = h.Clone()
-				}
-			}
-			if h := ss.Batch.Hist; h != nil {
-				ss.Batch.Hist = h.Clone()
-			}
+		if h := ss.Batch.sparse; h != nil {
+			ss.Batch.Hist = newDenseBatch()
+			h.MergeInto(ss.Batch.Hist)
+			ss.Batch.sparse = nil
 		}
-		out = sn
-		return nil
-	})
-	return out
+	}
+	return sn
+}
+
+// toDense replaces d's shared sparse histogram, if any, with a dense copy.
+func toDense(d *Durations) {
+	if d.sparse == nil {
+		return
+	}
+	d.Hist = newDense()
+	d.sparse.MergeInto(d.Hist) // same geometry: nothing is dropped
+	d.sparse = nil
 }

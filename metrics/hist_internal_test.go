@@ -1,0 +1,115 @@
+package metrics
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// TestHighestEquivalent checks highestEquivalent against hdrhistogram-go's
+// own buckets (Bar.To of a dense histogram) for a value in every bucket of
+// both geometries of the package, durations and batches.
+func TestHighestEquivalent(t *testing.T) {
+	for _, g := range []struct {
+		name    string
+		h       *hdrhistogram.Histogram
+		highest int64
+	}{{"durations", newDense(), histHighestMicros}, {"batches", newDenseBatch(), batchHighest}} {
+		for v := int64(1); v <= g.highest; v += 1 + v/4096 {
+			if err := g.h.RecordValue(v); err != nil {
+				t.Fatalf("%s: RecordValue(%d): %v", g.name, v, err)
+			}
+		}
+		n := 0
+		for _, bar := range g.h.Distribution() {
+			if bar.Count == 0 {
+				continue
+			}
+			n++
+			if got := highestEquivalent(bar.From); got != bar.To {
+				t.Errorf("%s: highestEquivalent(%d) = %d, want %d", g.name, bar.From, got, bar.To)
+			}
+		}
+		if n < 10000 {
+			t.Errorf("%s: only %d buckets checked", g.name, n)
+		}
+	}
+}
+
+// histSample returns n microsecond values of the spread BenchmarkScrapeMemory
+// records: log-normal around 100 µs (σ = 0.6), one in 500 in a tail of
+// 1 .. 50 ms.
+func histSample(n int) []int64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]int64, n)
+	for i := range out {
+		us := 100 * math.Exp(0.6*rng.NormFloat64())
+		if rng.IntN(500) == 0 {
+			us *= 10 + 490*rng.Float64()
+		}
+		out[i] = max(int64(math.Ceil(us)), 1)
+	}
+	return out
+}
+
+// reportPcts are the percentiles the exports show (/stats, the table).
+var reportPcts = []float64{50, 90, 99, 99.9, 99.99}
+
+// BenchmarkHistogramOptions measures the representations issue 16 weighed,
+// each fed the same 1,000,000 values (histSample): bytes held after them
+// (B/hist), ns per RecordValue, and the largest error of p50 .. p99.99
+// against the dense 1 µs .. 1 h, 3-digit histogram used before, in units
+// of the third significant digit (digit-err; the target is <= 1):
+//
+//   - dense 1 µs .. 1 h, 3 digits: the reference;
+//   - dense with a shorter range (100 s, 10 s): the counts array shrinks by
+//     1,024 counters (8 KB) per halving of the range only;
+//   - dense with 2 significant digits: small, but p99 off by up to ~8 in
+//     the third digit;
+//   - sparse (PackedHistogram), 1 µs .. 1 h, 3 digits: what the package
+//     uses. Same buckets, so no error, and bytes only for used buckets.
+func BenchmarkHistogramOptions(b *testing.B) {
+	values := histSample(1_000_000)
+	ref := newDense()
+	for _, v := range values {
+		_ = ref.RecordValue(v)
+	}
+	type recorder interface {
+		RecordValue(int64) error
+		ValueAtPercentile(float64) int64
+	}
+	for _, o := range []struct {
+		name  string
+		new   func() recorder
+		bytes func(recorder) int
+	}{
+		{"dense-1h-3digits", func() recorder { return newDense() }, func(r recorder) int { return r.(*hdrhistogram.Histogram).ByteSize() }},
+		{"dense-100s-3digits", func() recorder { return hdrhistogram.New(1, 100_000_000, 3) }, func(r recorder) int { return r.(*hdrhistogram.Histogram).ByteSize() }},
+		{"dense-10s-3digits", func() recorder { return hdrhistogram.New(1, 10_000_000, 3) }, func(r recorder) int { return r.(*hdrhistogram.Histogram).ByteSize() }},
+		{"dense-1h-2digits", func() recorder { return hdrhistogram.New(1, histHighestMicros, 2) }, func(r recorder) int { return r.(*hdrhistogram.Histogram).ByteSize() }},
+		{"sparse-1h-3digits", func() recorder { return newHistogram() }, func(r recorder) int { return r.(*hdrhistogram.PackedHistogram).GetMemorySize() }},
+	} {
+		b.Run(o.name, func(b *testing.B) {
+			var h recorder
+			b.ReportAllocs()
+			for b.Loop() {
+				h = o.new()
+				for _, v := range values {
+					_ = h.RecordValue(v)
+				}
+			}
+			var digitErr float64
+			for _, pct := range reportPcts {
+				want, got := ref.ValueAtPercentile(pct), h.ValueAtPercentile(pct)
+				unit := math.Pow(10, math.Floor(math.Log10(float64(want)))-2) // one in the third digit
+				digitErr = max(digitErr, math.Abs(float64(got-want))/unit)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(values)), "ns/record")
+			b.ReportMetric(float64(o.bytes(h)), "B/hist")
+			b.ReportMetric(digitErr, "digit-err")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
