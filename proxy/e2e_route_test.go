@@ -289,13 +289,14 @@ func TestRouteSlotsPubSub(t *testing.T) {
 		}
 		_ = ps.Close()
 	}
-	// With shared connections each subscriber moves to private ones once.
-	want := int64(0)
-	if sharedMode() {
-		want = int64(len(chans))
-	}
-	if r := set.Snapshot().Routing; r.HandoffsPubSub != want {
-		t.Errorf("pub/sub handoffs: %d, want %d (a mode of the routed client)", r.HandoffsPubSub, want)
+	// With shared connections each new subscriber connection moves to
+	// private ones once (go-redis may reuse a closed PubSub's connection,
+	// already private, for the next); without, none moves.
+	r := set.Snapshot().Routing
+	if sharedMode() && (r.HandoffsPubSub < 1 || r.HandoffsPubSub > int64(len(chans))) ||
+		!sharedMode() && r.HandoffsPubSub != 0 {
+		t.Errorf("pub/sub handoffs: %d (shared=%v), want 0 with private connections, 1..%d with shared ones",
+			r.HandoffsPubSub, sharedMode(), len(chans))
 	}
 	// The publisher kept routing normally meanwhile.
 	if err := pub.Set(ctx, "key:b", "x", 0).Err(); err != nil {
