@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"strconv"
 	"testing"
 
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -30,8 +30,8 @@ func TestClientStateReplayedOnEveryShard(t *testing.T) {
 	get := *command.Get.Info() // a key spec anywhere makes the engine's entries decide
 	s.p.resolver = routing.NewResolver(map[string]*command.Info{"client": &client, "get": &get})
 
-	noTouch := cmdBytes("CLIENT", "NO-TOUCH", "on")
-	cl.in = append(append(noTouch, cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "a")...), cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "b")...)
+	noTouch := redistest.Cmd("CLIENT", "NO-TOUCH", "on")
+	cl.in = append(append(noTouch, redistest.Cmd("CLIENT", "SETINFO", "LIB-NAME", "a")...), redistest.Cmd("CLIENT", "SETINFO", "LIB-NAME", "b")...)
 	s.clientTraffic(cl)
 	for i, ln := range s.links {
 		if got := bytes.Count(ln.c.(*memConn).out, noTouch); got != 1 {
@@ -42,24 +42,12 @@ func TestClientStateReplayedOnEveryShard(t *testing.T) {
 	for st := range s.states() {
 		replay = append(replay, st...)
 	}
-	if want := string(noTouch) + string(cmdBytes("CLIENT", "SETINFO", "LIB-NAME", "b")); string(replay) != want {
+	if want := string(noTouch) + string(redistest.Cmd("CLIENT", "SETINFO", "LIB-NAME", "b")); string(replay) != want {
 		t.Errorf("replayed on a new connection: %q, want %q", replay, want)
 	}
-	cl.in = cmdBytes("RESET")
+	cl.in = redistest.Cmd("RESET")
 	s.clientTraffic(cl)
 	for range s.states() {
 		t.Fatal("state left after RESET")
 	}
-}
-
-// cmdBytes encodes a request as a RESP array of bulk strings.
-func cmdBytes(args ...string) []byte {
-	var b []byte
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
-	for _, a := range args {
-		b = appendBulk(b, []byte(a))
-	}
-	return b
 }
