@@ -126,3 +126,36 @@ func setNameArg(id command.ID, args [][]byte) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// Reply modes set by CLIENT REPLY (https://redis.io/commands/client-reply).
+const (
+	replyOn uint8 = iota
+	replyOff
+	replySkipNext
+)
+
+// Subscription families; a confirmation's count is per family set as in
+// redis-server 7.0 pubsub.c: channels and patterns share one count
+// (clientSubscriptionsCount), shard channels have their own.
+const (
+	famChan uint8 = iota + 1
+	famPat
+	famShard
+)
+
+// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
+func eqFold(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
+}

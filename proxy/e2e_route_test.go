@@ -715,7 +715,7 @@ func TestRouteSlotsClientReplyInMulti(t *testing.T) {
 	defer c.Close()
 	c.Send(t, respJoin(redistest.Cmd("MULTI"), redistest.Cmd("SET", "k2", "1"), redistest.Cmd("CLIENT", "REPLY", "OFF"),
 		redistest.Cmd("GET", "k2"), redistest.Cmd("EXEC"), redistest.Cmd("PING"), redistest.Cmd("GET", "k2")))
-	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n+QUEUED\r\n"+
+	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n+QUEUED\r\n"+
 		"-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n$-1\r\n"), 5*time.Second)
 }
 

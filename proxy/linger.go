@@ -67,3 +67,7 @@ func (l *linger) write(b []byte) {
 
 // close flushes what was queued, then closes the connection.
 func (l *linger) close() { close(l.ch) }
+
+// lingerTimeout bounds how long a half-closed client's replies are waited
+// for.
+const lingerTimeout = 60 * time.Second

@@ -590,9 +590,6 @@ func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 // (its upstream is up).
 func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch u := c.Context().(type) {
-	case *upLink:
-		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
-		return nil, p.upstreamOpen(u.s, c)
 	case *rlink:
 		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
 		return nil, u.opened(c)
@@ -612,21 +609,10 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
-	if p.route == routeSlots || p.shared {
-		c.SetContext(newRSession(p, c, l))
-		return nil, gnet.None
-	}
-	s := newSession(p, c, l)
+	s := newRSession(p, c, l)
 	c.SetContext(s)
-	if !s.pinDeferred {
-		go p.dial(s, c.EventLoop())
-	}
+	s.open()
 	return nil, gnet.None
-}
-
-// dial connects s's upstream off the loop (see dialOn).
-func (p *Proxy) dial(s *session, el gnet.EventLoop) {
-	p.dialOn(el, s.upAddr, &s.link, s.dialFailed)
 }
 
 // dialOn connects to addr off the loop, then hands the socket to event
@@ -659,10 +645,6 @@ func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func
 // OnTraffic dispatches to the client or upstream side of a session.
 func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 	switch x := c.Context().(type) {
-	case *session:
-		x.clientTraffic(c)
-	case *upLink:
-		x.s.upstreamTraffic(c)
 	case *rsession:
 		x.clientTraffic(c)
 	case *rlink:
@@ -676,15 +658,6 @@ func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 // OnClose ends the side of a session that closed.
 func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch x := c.Context().(type) {
-	case *session:
-		x.l.clientGone(c)
-		x.clientClosed(c, err)
-	case *upLink:
-		delete(p.loopFor(c.EventLoop()).ups, c)
-		if err != nil {
-			x.s.drainUpstream(c)
-		}
-		x.s.upstreamClosed(err)
 	case *rsession:
 		x.l.clientGone(c)
 		x.clientClosed(c, err)
@@ -695,17 +668,6 @@ func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 		}
 		x.closed(err)
 	}
-	return gnet.None
-}
-
-func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
-	if s.closed {
-		return gnet.Close
-	}
-	if m := p.cfg.Metrics; m != nil {
-		m.UpstreamOpened()
-	}
-	s.upstreamOpened(c)
 	return gnet.None
 }
 
@@ -747,11 +709,23 @@ func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
 	return -1
 }
 
-// sampleRTT records the kernel's RTT estimate of one session's sockets.
-func (l *loop) sampleRTT(s *session) {
-	for i, c := range [2]gnetFder{s.client, s.up} {
-		if c == nil || (i == 0 && s.closed) {
-			continue
+// sampleRTT records the kernel's RTT estimate (TCP_INFO) of a client's
+// socket and of its home shard's engine connection (l.m locked).
+func (l *loop) sampleRTT(s *rsession) {
+	var up *rlink
+	switch {
+	case s.home < 0:
+	case !s.shared && s.home < len(s.links):
+		up = s.links[s.home]
+	case s.shared && s.home < len(s.sticky):
+		up = s.sticky[s.home]
+	}
+	for i, c := range [2]gnetFder{s.client, nil} {
+		if i == 1 {
+			if up == nil || up.c == nil || up.dead {
+				continue
+			}
+			c = up.c
 		}
 		ti, err := unix.GetsockoptTCPInfo(c.Fd(), unix.IPPROTO_TCP, unix.TCP_INFO)
 		if err != nil || ti.Rtt == 0 {

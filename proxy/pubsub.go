@@ -184,8 +184,8 @@ func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, 
 		}
 		return
 	}
-	shard := 0
-	if s.p.route != routeNone {
+	shard := s.home
+	if !s.fixed() {
 		slot := routing.Slot(names[0])
 		for _, n := range names[1:] {
 			if routing.Slot(n) != slot {
@@ -408,4 +408,27 @@ func (l *loop) renumber(out []byte, last int64) []byte {
 	}
 	l.scratch = b
 	return append(out[:0], b...)
+}
+
+// classifyPubsub looks at the first element of an array or push. confirm is
+// 1 for a subscribe confirmation, 2 for an unsubscribe one (0: neither);
+// message is true for a delivered message.
+func classifyPubsub(head []byte) (fam uint8, confirm int, message bool) {
+	switch {
+	case eqFold(head, "message"), eqFold(head, "pmessage"), eqFold(head, "smessage"):
+		return 0, 0, true
+	case eqFold(head, "subscribe"):
+		return famChan, 1, false
+	case eqFold(head, "unsubscribe"):
+		return famChan, 2, false
+	case eqFold(head, "psubscribe"):
+		return famPat, 1, false
+	case eqFold(head, "punsubscribe"):
+		return famPat, 2, false
+	case eqFold(head, "ssubscribe"):
+		return famShard, 1, false
+	case eqFold(head, "sunsubscribe"):
+		return famShard, 2, false
+	}
+	return 0, 0, false
 }

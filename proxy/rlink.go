@@ -55,6 +55,13 @@ type rlink struct {
 	// closed once drained.
 	progress int64
 	stalled  bool
+	// pre is how many leading bytes of the owner's next request went to
+	// the engine before the request was complete (rsession.forwardPartial):
+	// queue trims them off.
+	pre int
+	// raw: a SYNC/PSYNC was answered; the link relays the replication
+	// stream to its owner unframed (see onData).
+	raw bool
 }
 
 type rref struct {
@@ -66,6 +73,7 @@ type rref struct {
 // queue appends req (copied) to the link's write buffer, answered by part
 // of e.
 func (ln *rlink) queue(e *rentry, part int, req []byte) {
+	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
 	ln.q.push(rref{e: e, part: int32(part)})
@@ -83,9 +91,21 @@ func (ln *rlink) queue(e *rentry, part int, req []byte) {
 // state command broadcast to the client's other connections). reset marks
 // a RESET.
 func (ln *rlink) queueDrop(req []byte, reset bool) {
+	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
 	ln.q.push(rref{reset: reset})
+	if !ln.touched {
+		ln.touched = true
+		ln.l.touched = append(ln.l.touched, ln)
+	}
+}
+
+// queueRaw appends b (copied) to the link's write buffer with no request
+// of its own: the start of an incomplete request (rsession.forwardPartial),
+// or a replication stream's bytes (rsession.raw).
+func (ln *rlink) queueRaw(b []byte) {
+	ln.wb = append(ln.wb, b...)
 	if !ln.touched {
 		ln.touched = true
 		ln.l.touched = append(ln.l.touched, ln)
@@ -121,7 +141,7 @@ func (ln *rlink) write(t int64) {
 	_, _ = ln.c.Write(ln.wb)
 	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
-		if ln.mshard >= 0 {
+		if ln.mshard >= 0 && ln.wn > 0 {
 			m.Lock()
 			m.ShardBatchLocked(ln.mshard, ln.wn)
 			m.Unlock()
@@ -187,6 +207,25 @@ func (ln *rlink) onData(data []byte) {
 	now := ln.p.now()
 	ln.progress = now
 	for off := 0; off < len(data); {
+		if !ln.raw && !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 && ln.q.len() > 0 {
+			if r := ln.q.front(); r.e != nil && r.e.flags&eSync != 0 {
+				// The reply to SYNC/PSYNC starts the replication stream
+				// ("+FULLRESYNC ...", an RDB payload with no trailing
+				// CRLF, then commands): the request is answered by its
+				// first byte, and the rest is relayed as it comes.
+				ln.q.pop()
+				ln.raw = true
+				r.e.ps[r.part].svcFrom = r.e.ps[r.part].tSent
+				r.e.s.complete(r.e, int(r.part), nil, now, true)
+			}
+		}
+		if ln.raw {
+			if s := ln.owner; s != nil && !s.closed {
+				s.wbuf = append(s.wbuf, data[off:]...)
+				s.markDirty()
+			}
+			break
+		}
 		if !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 {
 			ln.stream = ln.streamable(data[off])
 			if ln.stream != nil {
@@ -474,9 +513,9 @@ func (ln *rlink) dialFailed(err error) {
 	ln.p.router.markDown(ln.addr)
 	// The requests never reached the engine: under slot routing they get
 	// the error and the client keeps its connection and its other
-	// shards; with one engine (shared mode) the client is closed once
-	// answered, as a passthrough client is.
-	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route == routeNone)
+	// shards; with one engine (no route, or pinned) the client is closed
+	// once answered, as a direct client whose connection failed is.
+	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route != routeSlots)
 }
 
 // shutdown closes the connection at once (see session.shutdownUpstream).
@@ -492,3 +531,8 @@ func (ln *rlink) shutdown() {
 func (p *Proxy) dialLink(ln *rlink, el gnet.EventLoop) {
 	p.dialOn(el, ln.addr, ln, ln.dialFailed)
 }
+
+// engineProtoErr starts the error Redis sends before closing a connection
+// on a request it cannot parse ("ERR Protocol error: ..."), as much of it as
+// a Frame.Head holds.
+var engineProtoErr = []byte("ERR Protocol err")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -52,6 +53,7 @@ const (
 	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
+	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see rlink.onData)
 )
 
 // rentry is one client request of a routed session.
@@ -74,6 +76,10 @@ type rentry struct {
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its session, from 1
 }
+
+// rentrySize is the memory one queued request costs at least, counted
+// against the client's query limit.
+const rentrySize = int(unsafe.Sizeof(rentry{}))
 
 // rpart is the part of a request sent to one shard.
 type rpart struct {
@@ -177,7 +183,7 @@ type rsession struct {
 	resp3  bool
 	slot   int
 	// paused: a request needs the requests in flight answered first
-	// (pauseWait, pausePrivate, pausePassthrough); it and everything
+	// (pauseWait, pauseWindow, pausePrivate); it and everything
 	// after it wait in hbuf.
 	paused       uint8
 	resuming     bool // clientData is processing hbuf itself
@@ -223,6 +229,9 @@ type rsession struct {
 	// sticky is, per shard, the shared connection the client's requests
 	// went to last (see link).
 	sticky []*rlink
+	// raw is the link a SYNC/PSYNC went to: the connection is a
+	// replication stream from then on, relayed unframed both ways.
+	raw *rlink
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -236,7 +245,35 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 		s.shared = true
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
+	if p.route == routePinned && p.pinFirstKey {
+		s.home = -1 // chosen by the first keyed command (see pinHome)
+	}
 	return s
+}
+
+// open starts the client's private engine connection when it has one
+// engine (no route, or --route pinned to a shard known at connect): opened
+// with the client's, as a direct connection would be (the engine counts
+// it, and the dial overlaps the client's first request).
+func (s *rsession) open() {
+	if !s.shared && s.fixed() && s.home >= 0 {
+		s.link(s.home)
+	}
+}
+
+// fixed reports whether the client talks to one engine only (no route, or
+// --route pinned): every request goes to its home shard.
+func (s *rsession) fixed() bool { return s.p.route != routeSlots }
+
+// pinHome binds a --pin-by first-key client to shard, or to the next live
+// shard round-robin when shard < 0 (a first batch that names no key: a
+// client that waits for the reply to its handshake, as go-redis does for
+// HELLO, must get it).
+func (s *rsession) pinHome(shard int) {
+	if shard < 0 {
+		shard = max(s.p.router.pickHome(s.p.router.load(), -1), 0)
+	}
+	s.home = shard
 }
 
 // sharedMaxInflight bounds one client's requests in flight on shared
@@ -253,18 +290,17 @@ const (
 
 // Pause kinds (rsession.paused).
 const (
-	pauseWait        uint8 = iota + 1 // then go on as before
-	pauseWindow                       // the shared window is full: go on once half is answered
-	pausePrivate                      // then use private upstream connections
-	pausePassthrough                  // then become a passthrough session on one private connection
+	pauseWait    uint8 = iota + 1 // then go on as before
+	pauseWindow                   // the shared window is full: go on once half is answered
+	pausePrivate                  // then use private upstream connections
 )
 
 // needsPause says whether a request must wait for the requests in flight
 // before it is sent, and what happens then:
 //
-//   - SYNC/PSYNC turn the connection into a replication stream: the client
-//     becomes a passthrough session on a private connection to its home
-//     shard, connection state replayed first.
+//   - SYNC/PSYNC turn the connection into a replication stream (rsession.raw)
+//     on a private connection to the home shard: the replies in flight
+//     come first.
 //   - With shared upstream connections, a command that changes the
 //     connection's state, makes it a feed or may block it moves the client
 //     to private connections for the rest of its life: MULTI, WATCH,
@@ -285,7 +321,15 @@ const (
 func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	switch id {
 	case command.Sync, command.Psync:
-		return pausePassthrough, "other"
+		// The connection becomes a replication stream: first every reply
+		// in flight, and a private connection.
+		switch {
+		case s.shared:
+			return pausePrivate, "other"
+		case s.q.len() > 0:
+			return pauseWait, "other"
+		}
+		return 0, ""
 	}
 	if !s.shared {
 		return 0, ""
@@ -376,10 +420,6 @@ func (s *rsession) resume() {
 			m.Handoff(reason)
 		}
 	}
-	if kind == pausePassthrough {
-		s.toPassthrough()
-		return
-	}
 	if kind == pausePrivate {
 		s.shared = false
 	}
@@ -389,67 +429,6 @@ func (s *rsession) resume() {
 	s.resuming = true
 	s.clientData(data)
 	s.resuming = false
-}
-
-// toPassthrough hands the client connection to a passthrough session on a
-// private upstream connection to its home shard, for SYNC/PSYNC (the
-// connection turns into a replication stream for good), with the
-// connection state replayed first (its replies dropped), then the held
-// input.
-func (s *rsession) toPassthrough() {
-	v := s.p.router.load()
-	shard := s.home
-	ns := newSession(s.p, s.client, s.l)
-	ns.upAddr = v.t.Addrs[shard]
-	if m := s.p.cfg.Metrics; m != nil {
-		ns.mshard = m.Shard(ns.upAddr)
-	}
-	ns.lastOut = s.lastOut
-	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
-	// Keep the client's own connection to that shard when it has one
-	// idle: its id (CLIENT ID) stays the same.
-	var keep *rlink
-	if !s.shared && shard < len(s.links) {
-		if ln := s.links[shard]; ln != nil && ln.c != nil && !ln.dead && ln.q.len() == 0 && !ln.rf.InFrame() && len(ln.wb) == 0 {
-			keep = ln
-			s.links[shard] = nil
-		}
-	}
-	if keep == nil {
-		for st := range s.states() {
-			ns.outq = append(ns.outq, st...)
-			ns.q.push(pending{kind: kindDiscard})
-			s.l.inflight.Add(1)
-		}
-	}
-	data := s.hbuf
-	s.hbuf = nil
-	// The routed session ends here; its other private links close, the
-	// client connection stays.
-	s.closed = true
-	for _, ln := range s.links {
-		if ln != nil {
-			ln.shutdown()
-		}
-	}
-	for _, ln := range s.extra {
-		ln.shutdown()
-	}
-	s.client.SetContext(ns)
-	if keep != nil {
-		keep.dead = true // the rlink is done; the connection lives on
-		keep.c.SetContext(&ns.link)
-		ns.up = keep.c
-	} else {
-		go s.p.dial(ns, s.client.EventLoop())
-	}
-	if req := replyModeReq(s.replyMode); req != nil {
-		// The engine connection takes over the client's CLIENT REPLY
-		// mode, after the replayed state (whose replies are awaited).
-		ns.replyMode = s.replyMode
-		ns.toUpstream(req)
-	}
-	ns.clientData(data)
 }
 
 // replyModeArg parses CLIENT REPLY ON|OFF|SKIP (args[0] is CLIENT); ok is
@@ -603,6 +582,11 @@ func (s *rsession) clientData(data []byte) {
 	if m := s.l.m; m != nil && !s.resuming {
 		m.AddClientBytes(len(data), 0)
 	}
+	if s.raw != nil {
+		s.raw.queueRaw(data)
+		s.l.flushAll()
+		return
+	}
 	now := p.now()
 	if m := s.l.m; m != nil && !s.resuming && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
 		m.Lock()
@@ -655,10 +639,19 @@ func (s *rsession) clientData(data []byte) {
 			off = len(data)
 			break
 		}
+		if s.raw != nil {
+			// SYNC/PSYNC: what follows is the replica's, unframed.
+			s.raw.queueRaw(data[off:])
+			off = len(data)
+			break
+		}
 	}
 	s.flushHeld()
 	tail := data[off:]
-	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*pendingSize > lim {
+	if len(tail) > 0 {
+		s.forwardPartial(tail)
+	}
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*rentrySize > lim {
 		s.evict("query_limit")
 		return
 	}
@@ -673,6 +666,39 @@ func (s *rsession) clientData(data []byte) {
 	}
 	s.markDirty()
 	s.l.flushAll()
+}
+
+// forwardPartial sends the part of an incomplete request that the scanner
+// has validated (tail starts with it) to the engine at once, when the
+// client has one private engine connection and nothing waits before it:
+// the engine's own limits (requirepass: 10 elements and 16 KiB bulks
+// before AUTH; a lowered proto-max-bulk-len) then cut the client off as
+// early as on a direct connection, instead of the proxy holding up to
+// ClientQueryLimit. The link trims those bytes off the request once it is
+// complete (rlink.pre). Not for a request that may be one the proxy
+// answers itself (CLIENT REPLY: three elements, a first of six bytes).
+func (s *rsession) forwardPartial(tail []byte) {
+	if !s.fixed() || s.shared || s.home < 0 || s.paused != 0 || s.stopRead || len(s.held) > 0 {
+		return
+	}
+	cut := s.scan.Pending()
+	if cut == 0 || mayBeClientReply(tail[:cut]) {
+		return
+	}
+	ln := s.link(s.home)
+	if cut > ln.pre {
+		ln.queueRaw(tail[ln.pre:cut])
+		ln.pre = cut
+	}
+}
+
+// mayBeClientReply reports whether the start of a multibulk request may
+// become CLIENT REPLY: three elements whose first is six bytes long and,
+// as far as it has arrived, "client" (any case).
+func mayBeClientReply(b []byte) bool {
+	const head = "*3\r\n$6\r\nclient"
+	n := min(len(b), len(head))
+	return eqFold(b[:n], head[:n])
 }
 
 // route classifies one request and queues it on the shard(s) that answer
@@ -728,6 +754,36 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	}
+	if s.p.route == routePinned {
+		// --route pinned: every request goes to the client's shard; a
+		// keyed one of another shard is counted (the emulated client
+		// routes badly), and under --pin-by first-key the first key
+		// picks the shard (requests before it wait, see flushHeld).
+		if k, ok := s.p.resolver.FirstKey(args); ok {
+			switch sh := v.t.Shard(routing.Slot(k)); {
+			case s.home < 0:
+				s.pinHome(sh)
+			case sh != s.home:
+				if m := s.p.cfg.Metrics; m != nil {
+					m.PinnedMisroute()
+				}
+			}
+		}
+		if s.home < 0 {
+			s.holdFor(e, frame)
+			return
+		}
+	}
+	if id == command.Sync || id == command.Psync {
+		// From its reply on, the connection carries an RDB payload (with
+		// no trailing CRLF) and then the replication stream: bytes are
+		// relayed both ways unframed (needsPause made this the only
+		// request in flight, on a private connection).
+		e.flags |= eSync
+		s.raw = s.link(s.home)
+		s.send(e, s.home, frame)
+		return
+	}
 	fam, _ := subFamily(id)
 	if fam == 0 && id != command.Reset && s.resp2Subscribed() {
 		// A RESP2 connection in subscribe mode: a subscribed connection
@@ -755,7 +811,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	}
-	if s.p.route == routeNone {
+	if s.fixed() {
 		switch id {
 		case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
 			s.stateCmd(e, id, args, frame)
@@ -776,7 +832,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		case command.Reset:
 			s.tx.on, s.tx.aborted = false, false
 		}
-		s.send(e, 0, frame)
+		s.send(e, s.home, frame)
 		return
 	}
 	switch id {
@@ -906,12 +962,11 @@ var (
 	askingReq    = []byte("*1\r\n$6\r\nASKING\r\n")
 	crossSlotErr = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
 	execAbortErr = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
-	// replyInMultiErr answers CLIENT REPLY inside MULTI under slot routing.
-	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n")
-	// replyInMultiSharedErr answers it with shared upstream connections.
-	replyInMultiSharedErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --upstream-mode shared\r\n")
-	redirectMoved         = []byte("MOVED ")
-	redirectAsk           = []byte("ASK ")
+	// replyInMultiErr answers CLIENT REPLY inside MULTI, which the proxy
+	// applies itself (see clientReply).
+	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n")
+	redirectMoved   = []byte("MOVED ")
+	redirectAsk     = []byte("ASK ")
 )
 
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the
@@ -924,11 +979,7 @@ func (s *rsession) clientReply(e *rentry, m uint8) {
 		// which makes EXEC fail as a queuing error does in Redis
 		// (EXECABORT).
 		s.tx.aborted = true
-		if s.p.route == routeNone {
-			s.local(e, replyInMultiSharedErr)
-		} else {
-			s.local(e, replyInMultiErr)
-		}
+		s.local(e, replyInMultiErr)
 		return
 	}
 	if m == replySkipNext && s.replyMode == replyOff {
@@ -972,6 +1023,9 @@ func (s *rsession) holdFor(e *rentry, frame []byte) {
 func (s *rsession) flushHeld() {
 	if !slices.ContainsFunc(s.heldE, func(e *rentry) bool { return e != nil }) || s.closed {
 		return
+	}
+	if s.home < 0 {
+		s.pinHome(-1)
 	}
 	shard := s.home
 	if s.tx.on {
@@ -1607,6 +1661,10 @@ func (s *rsession) flush() {
 				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
 			}
 		}
+		if tOut >= s.l.nextRTT && s.p.cfg.TCPInfoInterval > 0 {
+			s.l.nextRTT = tOut + int64(s.p.cfg.TCPInfoInterval)
+			s.l.sampleRTT(s)
+		}
 		m.Unlock()
 		if s.q.len() == 0 {
 			s.lastOut = tOut
@@ -1705,11 +1763,6 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 	if !s.closed && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
-			if s.paused == pausePassthrough {
-				// It would turn into a subscriber or a feed that nobody
-				// reads: Redis drops such a client on EOF.
-				s.paused, s.hbuf = 0, nil
-			}
 			el := c.EventLoop()
 			time.AfterFunc(lingerTimeout, func() {
 				_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
@@ -1732,7 +1785,7 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *rsession) blockedAtHead() bool {
-	return s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
+	return s.raw != nil || s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
 }
 
 func (s *rsession) shutdown() {
