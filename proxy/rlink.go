@@ -337,6 +337,16 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	if f.Type == '>' {
 		return // a push on a shared link: nobody to give it to
 	}
+	if ln.q.len() == 0 && ln.pre > 0 && f.Type == '-' && ln.owner != nil {
+		// The engine refused the start of a request it got early
+		// (rsession.forwardPartial): "-ERR Protocol error: ..." from the
+		// header alone, and its close follows (see closed). The client gets
+		// it as from a direct connection.
+		ln.engineProtoErr, ln.protoErrBy = true, ln.owner
+		ln.owner.stopRead = true
+		ln.owner.oob(ln, frame)
+		return
+	}
 	if ln.q.len() == 0 {
 		ln.p.log.Debug("unmatched reply from upstream", "upstream", ln.addr, "type", string(f.Type))
 		return

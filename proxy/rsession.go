@@ -630,6 +630,7 @@ func (s *rsession) clientData(data []byte) {
 		frame := data[off : off+n]
 		off += n
 		if kind == resp.KindEmpty {
+			s.endPartial(frame) // the engine ignores it as well
 			continue
 		}
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
@@ -639,6 +640,7 @@ func (s *rsession) clientData(data []byte) {
 			off = len(data)
 			break
 		}
+		s.endPartial(frame)
 		if s.raw != nil {
 			// SYNC/PSYNC: what follows is the replica's, unframed.
 			s.raw.queueRaw(data[off:])
@@ -689,6 +691,20 @@ func (s *rsession) forwardPartial(tail []byte) {
 	if cut > ln.pre {
 		ln.queueRaw(tail[ln.pre:cut])
 		ln.pre = cut
+	}
+}
+
+// endPartial sends the rest of frame when its start went to the engine
+// early (forwardPartial) and routing it sent nothing: an empty request, or
+// a QUIT the proxy answers. A request that waits (held, paused) is sent,
+// trimmed, when it goes.
+func (s *rsession) endPartial(frame []byte) {
+	if s.home < 0 || s.home >= len(s.links) || len(s.held) > 0 || s.paused != 0 {
+		return
+	}
+	if ln := s.links[s.home]; ln != nil && ln.pre > 0 {
+		ln.queueRaw(frame[ln.pre:])
+		ln.pre = 0
 	}
 }
 
