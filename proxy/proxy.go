@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
-	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -94,8 +93,7 @@ type loop struct {
 	// atomic add on a cache line that the other loops also write moves the
 	// line between cores twice per command (see InFlight for the sum).
 	inflight atomic.Int64
-	args     [][]byte  // scratch for request arguments
-	done     []doneRec // scratch: requests answered in the current batch
+	args     [][]byte // scratch for request arguments
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
 	// ups holds the loop's open upstream connections, so that Stop can
@@ -135,23 +133,13 @@ type loop struct {
 	keys        [][]byte
 	slots       []uint16
 	group       []int32
-	elems       [][]byte
-	elems2      [][]byte
+	mg          *merger   // reply merging scratch (merge.go)
+	replies     [][]byte  // scratch: a request's part replies
+	pos         [][]int32 // scratch: an MGET's key positions per part
 	num         []byte
 	scratch     []byte
 	sf          *resp.ReplyFramer
 	hscan       resp.RequestScanner // splits held requests
-}
-
-// doneRec is a request whose reply completed in the current read batch; it
-// is recorded once the batch's reply bytes have been written to the client.
-type doneRec struct {
-	tIn, tSent, tReply int64
-	svcFrom            int64 // start of the service interval: max(t_sent, previous t_reply)
-	cmd                int
-	isErr              bool
-	argc               int32
-	key                slowlog.KeyBuf
 }
 
 // New checks cfg and returns a Proxy ready to Start.
@@ -567,7 +555,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
+		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		if el != nil && p.shared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {

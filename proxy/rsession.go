@@ -1213,28 +1213,20 @@ func (s *rsession) scanRoute(v *topoView, e *rentry, args [][]byte) bool {
 	if err != nil || n == 0 {
 		return false
 	}
-	k := int(c % uint64(n))
+	engine, k := scanCursor(c, n)
 	e.agg, e.scanPos, e.scanN = aggScan, k, n
 	b := s.l.scratch[:0]
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
 	b = append(b, "\r\n"...)
 	b = appendBulk(b, args[0])
-	b = appendBulk(b, strconv.AppendUint(s.l.num[:0], c/uint64(n), 10))
+	b = appendBulk(b, strconv.AppendUint(s.l.num[:0], engine, 10))
 	for _, a := range args[2:] {
 		b = appendBulk(b, a)
 	}
 	s.l.scratch = b
 	s.send(e, v.live[k], b)
 	return true
-}
-
-func appendBulk(b, a []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(a)), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, a...)
-	return append(b, "\r\n"...)
 }
 
 // stateCmd handles a connection-state command (AUTH, HELLO, SELECT,
@@ -1892,8 +1884,8 @@ func (s *rsession) advance() {
 	}
 }
 
-// finish merges the parts' replies of e into e.out and returns the bytes
-// the parts held.
+// finish merges the parts' replies of e into e.out (see merge.go) and
+// returns the bytes the parts held.
 func (s *rsession) finish(e *rentry) (held int) {
 	for i := range e.ps {
 		held += len(e.ps[i].reply)
@@ -1903,155 +1895,65 @@ func (s *rsession) finish(e *rentry) (held int) {
 		e.out = append(e.out[:0], execAbortErr...)
 		return held
 	}
-	// A part that failed fails the whole request, as a cluster client
-	// reports it (the first error in part order).
-	if e.agg != aggRelay {
-		for i := range e.ps {
-			if r := e.ps[i].reply; len(r) > 0 && (r[0] == '-' || r[0] == '!') {
-				e.out = append(e.out[:0], r...)
+	if e.agg == aggRelay || e.agg == aggAllOK {
+		if e.agg == aggAllOK {
+			if i := firstError(s.l.partReplies(e)); i >= 0 {
+				e.out = append(e.out[:0], e.ps[i].reply...)
 				return held
 			}
 		}
-	}
-	switch e.agg {
-	case aggRelay, aggAllOK:
 		// Swap buffers instead of copying: the part's buffer becomes the
 		// reply.
 		e.out, e.ps[0].reply = e.ps[0].reply, e.out[:0]
+		return held
+	}
+	rs := s.l.partReplies(e)
+	if i := firstError(rs); i >= 0 {
+		e.out = append(e.out[:0], rs[i]...)
+		return held
+	}
+	m := s.l.mg
+	bad := -1
+	switch e.agg {
 	case aggSum:
-		var sum int64
-		for i := range e.ps {
-			r := e.ps[i].reply
-			n, ok := parseIntReply(r)
-			if !ok {
-				e.out = append(e.out[:0], r...)
-				return held
-			}
-			sum += n
-		}
-		e.out = append(e.out[:0], ':')
-		e.out = strconv.AppendInt(e.out, sum, 10)
-		e.out = append(e.out, "\r\n"...)
+		e.out, bad = m.sum(e.out[:0], rs)
 	case aggMGet:
-		n := 0
+		pos := s.l.pos[:0]
 		for i := range e.ps {
-			n += len(e.ps[i].pos)
+			pos = append(pos, e.ps[i].pos)
 		}
-		elems := s.l.elems[:0]
-		for range n {
-			elems = append(elems, nil)
-		}
-		for i := range e.ps {
-			p := &e.ps[i]
-			got, ok := splitArray(s.l.sf, p.reply, s.l.elems2[:0])
-			s.l.elems2 = got[:0]
-			if !ok || len(got) != len(p.pos) {
-				e.out = append(e.out[:0], p.reply...)
-				return held
-			}
-			for j, pos := range p.pos {
-				elems[pos] = got[j]
-			}
-		}
-		e.out = append(e.out[:0], '*')
-		e.out = strconv.AppendInt(e.out, int64(n), 10)
-		e.out = append(e.out, "\r\n"...)
-		for _, el := range elems {
-			e.out = append(e.out, el...)
-		}
-		clear(elems)
-		s.l.elems = elems[:0]
+		e.out, bad = m.mget(e.out[:0], rs, pos)
+		clear(pos)
+		s.l.pos = pos[:0]
 	case aggConcat:
-		n := 0
-		e.out = e.out[:0]
-		for i := range e.ps {
-			r := e.ps[i].reply
-			cnt, body, ok := arrayBody(r)
-			if !ok {
-				e.out = append(e.out[:0], r...)
-				return held
-			}
-			n += cnt
-			e.out = append(e.out, body...)
-		}
-		hdr := strconv.AppendInt(append(s.l.num[:0], '*'), int64(n), 10)
-		hdr = append(hdr, "\r\n"...)
-		e.out = append(e.out, hdr...)
-		copy(e.out[len(hdr):], e.out[:len(e.out)-len(hdr)])
-		copy(e.out, hdr)
+		e.out, bad = m.concat(e.out[:0], rs)
 	case aggSubs:
 		e.out = e.out[:0]
-		for i := range e.ps {
-			e.out = append(e.out, e.ps[i].reply...)
+		for _, r := range rs {
+			e.out = append(e.out, r...)
 		}
 		e.out = s.l.renumber(e.out, s.shardSubs())
 	case aggScan:
-		r := e.ps[0].reply
-		got, ok := splitArray(s.l.sf, r, s.l.elems2[:0])
-		s.l.elems2 = got[:0]
-		var c uint64
-		var err error
-		if ok && len(got) == 2 && len(got[0]) > 0 && got[0][0] == '$' {
-			line := got[0][bytes.IndexByte(got[0], '\n')+1:]
-			c, err = strconv.ParseUint(string(bytes.TrimSuffix(line, []byte("\r\n"))), 10, 64)
+		var ok bool
+		if e.out, ok = m.scan(e.out[:0], rs[0], e.scanPos, e.scanN); !ok {
+			bad = 0
 		}
-		if !ok || len(got) != 2 || err != nil {
-			e.out = append(e.out[:0], r...)
-			return held
-		}
-		var next uint64
-		switch {
-		case c != 0:
-			next = c*uint64(e.scanN) + uint64(e.scanPos)
-		case e.scanPos+1 < e.scanN:
-			next = uint64(e.scanPos + 1)
-		}
-		cur := strconv.AppendUint(s.l.num[:0], next, 10)
-		e.out = append(e.out[:0], "*2\r\n"...)
-		e.out = appendBulk(e.out, cur)
-		e.out = append(e.out, got[1]...)
 	}
+	if bad >= 0 {
+		e.out = append(e.out[:0], rs[bad]...)
+	}
+	clear(rs)
+	s.l.replies = rs[:0]
 	return held
 }
 
-// parseIntReply reads an integer reply ":n\r\n".
-func parseIntReply(r []byte) (int64, bool) {
-	if len(r) < 4 || r[0] != ':' {
-		return 0, false
+// partReplies returns the replies of e's parts in part order, in the
+// loop's scratch slice (valid until the next call).
+func (l *loop) partReplies(e *rentry) [][]byte {
+	rs := l.replies[:0]
+	for i := range e.ps {
+		rs = append(rs, e.ps[i].reply)
 	}
-	n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
-	return n, err == nil
-}
-
-// arrayBody splits an array reply "*n\r\n<elements>" into n and the
-// elements' bytes.
-func arrayBody(r []byte) (int, []byte, bool) {
-	if len(r) < 4 || r[0] != '*' {
-		return 0, nil, false
-	}
-	i := bytes.IndexByte(r, '\n')
-	n, err := strconv.Atoi(string(r[1 : i-1]))
-	if err != nil || n < 0 {
-		return 0, nil, false
-	}
-	return n, r[i+1:], true
-}
-
-// splitArray appends to dst the complete elements of the array reply r,
-// each as its bytes.
-func splitArray(f *resp.ReplyFramer, r []byte, dst [][]byte) ([][]byte, bool) {
-	n, body, ok := arrayBody(r)
-	if !ok {
-		return dst, false
-	}
-	for i := 0; i < n; i++ {
-		f.Reset()
-		k, fin, err := f.Feed(body)
-		if err != nil || !fin {
-			return dst, false
-		}
-		dst = append(dst, body[:k])
-		body = body[k:]
-	}
-	return dst, len(body) == 0
+	l.replies = rs
+	return rs
 }
