@@ -9,9 +9,6 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// Pieces shared by the passthrough session (session.go) and the routed
-// session (rsession.go).
-
 // outputGuard applies the client output limit the way Redis's
 // client-output-buffer-limit does with a hard and a soft limit: replies
 // queued beyond the hard limit (limit + outputSlack, at most 2 x limit)
@@ -66,8 +63,8 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 	return now.Sub(g.overSince) > time.Second
 }
 
-// holdInput appends data, read while a session waits (a hand-back to
-// decide, a hand-off to finish), to buf, counting it as client bytes, and
+// holdInput appends data, read while a client waits (a pause, see
+// client.needsPause), to buf, counting it as client bytes, and
 // reports whether buf is now over the query limit.
 func (l *loop) holdInput(buf, data []byte) ([]byte, bool) {
 	if m := l.m; m != nil {

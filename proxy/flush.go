@@ -14,7 +14,7 @@ import (
 // holds for the connection and drops the rest. Redis closes a client that
 // sent QUIT, or one it answered with a protocol error, only once every reply
 // queued for it has been written (CLIENT_CLOSE_AFTER_REPLY). So does the
-// proxy: closeFlushed keeps the connection open, while its session ignores
+// proxy: closeFlushed keeps the connection open, while its client ignores
 // further input, until gnet holds nothing for it, then closes it. A client
 // that never reads keeps its connection, as it would with Redis (what is
 // queued for it stayed within the output limit, and nothing is added once

@@ -43,7 +43,7 @@ var memPeer net.Addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
 // pair builds a client in the default shape (one engine, a private
 // connection) whose client and engine connections are memConns, logging to
 // sl (nil: no slow log).
-func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*rsession, *memConn, *rlink) {
+func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*client, *memConn, *link) {
 	tb.Helper()
 	return memPair(tb, Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure}, sl)
 }
@@ -52,7 +52,7 @@ func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*rsession, *memConn, *r
 // connections (one per shard; cfg.Upstream's alone without routing) are
 // memConns, and returns it with the connection of shard 0 (key:a's owner).
 // With shared upstream connections they are the loop's.
-func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*rsession, *memConn, *rlink) {
+func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*client, *memConn, *link) {
 	tb.Helper()
 	set := metrics.NewSet(1, command.Names())
 	cfg.Metrics, cfg.SlowLog = set, sl
@@ -65,15 +65,15 @@ func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*rsession, *memConn, *
 		l.m = set.Loop(0)
 	}
 	cl := &memConn{}
-	s := newRSession(p, cl, l)
+	s := newClient(p, cl, l)
 	s.home = 0
 	addrs := cfg.Shards
 	if len(addrs) == 0 {
 		addrs = []string{cfg.Upstream}
 	}
-	var ln *rlink
+	var ln *link
 	for i, addr := range addrs {
-		x := &rlink{p: p, l: l, idx: i, addr: addr, rf: resp.NewReplyFramer(), mshard: set.Shard(addr), c: &memConn{}}
+		x := &link{p: p, l: l, idx: i, addr: addr, rf: resp.NewReplyFramer(), mshard: set.Shard(addr), c: &memConn{}}
 		if p.shared {
 			for len(l.shared) <= i*2 {
 				l.shared = append(l.shared, nil)
@@ -91,7 +91,7 @@ func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*rsession, *memConn, *
 }
 
 // roundTrip sends one request through the client and its reply back.
-func roundTrip(s *rsession, cl *memConn, ln *rlink, req, reply []byte) {
+func roundTrip(s *client, cl *memConn, ln *link, req, reply []byte) {
 	up := ln.c.(*memConn)
 	cl.in = req
 	s.clientTraffic(cl)
@@ -166,7 +166,7 @@ func BenchmarkHotPath(b *testing.B) {
 
 // routedPair builds a client under --route slots over three shards (or
 // with shared upstream connections) on memConns; see memPair.
-func routedPair(tb testing.TB, shared bool, sl *slowlog.Log) (*rsession, *memConn, *rlink) {
+func routedPair(tb testing.TB, shared bool, sl *slowlog.Log) (*client, *memConn, *link) {
 	tb.Helper()
 	cfg := Config{Listen: "127.0.0.1:0", Route: RouteSlots, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, Measure: true}
 	if shared {
@@ -283,10 +283,10 @@ func TestSharedWritesOncePerPass(t *testing.T) {
 	l := p.loopFor(el)
 	l.m = set.Loop(0)
 	up := &memConn{}
-	ln := &rlink{p: p, l: l, idx: 0, addr: "127.0.0.1:1", rf: resp.NewReplyFramer(), mshard: set.Shard("127.0.0.1:1"), c: up}
-	l.shared = []*rlink{ln}
+	ln := &link{p: p, l: l, idx: 0, addr: "127.0.0.1:1", rf: resp.NewReplyFramer(), mshard: set.Shard("127.0.0.1:1"), c: up}
+	l.shared = []*link{ln}
 	c1, c2 := &memConn{}, &memConn{}
-	s1, s2 := newRSession(p, c1, l), newRSession(p, c2, l)
+	s1, s2 := newClient(p, c1, l), newClient(p, c2, l)
 	s1.slot, s2.slot = 0, 0
 	c1.in = []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
 	s1.clientTraffic(c1)
@@ -328,9 +328,9 @@ func TestSharedWritesOncePerPass(t *testing.T) {
 func TestSharedLinkDropsRepliesOfGoneClient(t *testing.T) {
 	gone, goneCl, ln := routedPair(t, true, nil)
 	gone.clientTraffic(&memConn{in: getReq})
-	stay := newRSession(gone.p, &memConn{}, gone.l)
+	stay := newClient(gone.p, &memConn{}, gone.l)
 	stay.home = 0
-	stayCl := stay.client.(*memConn)
+	stayCl := stay.conn.(*memConn)
 	stayCl.in = getReq
 	stay.clientTraffic(stayCl)
 	if ln.q.len() != 2 {

@@ -123,7 +123,7 @@ func (m *merger) concat(dst []byte, replies [][]byte) (out []byte, bad int) {
 	return dst, -1
 }
 
-// SCAN over several shards (see rsession.scanRoute): the client's cursor is
+// SCAN over several shards (see client.scanRoute): the client's cursor is
 // engineCursor*n + k, where k is the shard's position in the list of the n
 // live shards. Cursor 0 starts on the first shard with cursor 0; when a
 // shard's iteration ends the next shard starts, so one full iteration

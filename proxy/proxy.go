@@ -88,7 +88,7 @@ var _ gnet.EventHandler = (*Proxy)(nil)
 type loop struct {
 	el gnet.EventLoop
 	m  *metrics.Loop // nil when not measuring
-	// inflight counts the requests of this loop's sessions sent and not yet
+	// inflight counts the requests of this loop's clients sent and not yet
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the
 	// line between cores twice per command (see InFlight for the sum).
@@ -117,19 +117,19 @@ type loop struct {
 	stallTimer    bool
 	runStallCheck gnet.Runnable
 
-	// Routed sessions' scratch and pool (see rsession.go).
+	// Clients' scratch and pool (see client.go).
 	p       *Proxy
-	touched []*rlink // links with requests to write at the end of the callback
+	touched []*link // links with requests to write at the end of the callback
 	// Shared links whose write waits for the end of the loop's pass
 	// (flushAll, deferShared), the task that writes them, and whether it
 	// is queued.
-	deferred    []*rlink
+	deferred    []*link
 	runDeferred gnet.Runnable
 	flushQueued bool
-	dirty       []*rsession // sessions with replies to write at the end of the callback
-	resume      []*rsession // sessions whose pause ended (handoffs)
-	shared      []*rlink    // shared upstream connections (see loop.sharedLink)
-	rpool       []*rentry
+	dirty       []*client // clients with replies to write at the end of the callback
+	resume      []*client // clients whose pause ended
+	shared      []*link   // shared upstream connections (see loop.sharedLink)
+	rpool       []*request
 	keys        [][]byte
 	slots       []uint16
 	group       []int32
@@ -471,7 +471,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		p.log.Warn("drain timeout; closing with requests pending", "pending", p.InFlight())
 	}
 	// Requests still pending get an error that says so: each loop closes
-	// its upstream connections first (their sessions answer what is
+	// its upstream connections first (their clients answer what is
 	// pending, then close their clients), and gets a moment to do it.
 	p.closing.Store(true)
 	if p.InFlight() > 0 {
@@ -574,11 +574,11 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 // now reads the monotonic clock, in nanoseconds since the proxy was made.
 func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 
-// OnOpen starts a client session (dialing its upstream) or completes one
-// (its upstream is up).
+// OnOpen starts a client (dialing its engine connection) or completes a
+// link's dial.
 func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch u := c.Context().(type) {
-	case *rlink:
+	case *link:
 		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
 		return nil, u.opened(c)
 	}
@@ -597,7 +597,7 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
-	s := newRSession(p, c, l)
+	s := newClient(p, c, l)
 	c.SetContext(s)
 	s.open()
 	return nil, gnet.None
@@ -630,12 +630,12 @@ func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func
 	}
 }
 
-// OnTraffic dispatches to the client or upstream side of a session.
+// OnTraffic dispatches to a client or one of its links.
 func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 	switch x := c.Context().(type) {
-	case *rsession:
+	case *client:
 		x.clientTraffic(c)
-	case *rlink:
+	case *link:
 		x.traffic(c)
 	default:
 		_, _ = c.Discard(-1)
@@ -643,13 +643,13 @@ func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 	return gnet.None
 }
 
-// OnClose ends the side of a session that closed.
+// OnClose ends the client or link that closed.
 func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch x := c.Context().(type) {
-	case *rsession:
+	case *client:
 		x.l.clientGone(c)
 		x.clientClosed(c, err)
-	case *rlink:
+	case *link:
 		delete(p.loopFor(c.EventLoop()).ups, c)
 		if err != nil {
 			x.drain(c)
@@ -699,8 +699,8 @@ func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
 
 // sampleRTT records the kernel's RTT estimate (TCP_INFO) of a client's
 // socket and of its home shard's engine connection (l.m locked).
-func (l *loop) sampleRTT(s *rsession) {
-	var up *rlink
+func (l *loop) sampleRTT(s *client) {
+	var up *link
 	switch {
 	case s.home < 0:
 	case !s.shared && s.home < len(s.links):
@@ -708,7 +708,7 @@ func (l *loop) sampleRTT(s *rsession) {
 	case s.shared && s.home < len(s.sticky):
 		up = s.sticky[s.home]
 	}
-	for i, c := range [2]gnetFder{s.client, nil} {
+	for i, c := range [2]gnetFder{s.conn, nil} {
 		if i == 1 {
 			if up == nil || up.c == nil || up.dead {
 				continue

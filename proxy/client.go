@@ -19,21 +19,34 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// A routed session (Config.Route = RouteSlots) is one client connection
-// whose commands go to the shard that owns their hash slot, over one
-// upstream connection per shard (an rlink, opened on first use on the
-// client's event loop). Replies go back to the client in request order: a
-// reply that completes before the ones ahead of it is held (copied) until
-// they are out, so a slow shard holds up later replies to that client, as
-// it would for any cluster client that pipelines.
+// A client is one client connection, in every upstream shape: its
+// requests are framed, queued and sent to engine connections (links), and
+// the replies go back in request order, each timed. The shape decides which
+// engine connection a request goes to:
 //
-// Every request is an rentry in the session's queue, answered by one or
+//   - one engine (Config.Route none, or RoutePinned to one shard): every
+//     request goes to the client's home shard, over its own private link
+//     (opened with the client, as a direct connection would be) or, with
+//     Config.UpstreamMode shared, over the loop's shared links;
+//   - slot routing (RouteSlots): each command goes to the shard that owns
+//     its hash slot, over one link per shard opened on first use; keyless
+//     commands follow the command tips (broadcast, merge: see merge.go).
+//
+// A reply that completes before the ones ahead of it is held (copied)
+// until they are out, so a slow shard holds up later replies to that
+// client, as it would for any cluster client that pipelines. Pub/sub,
+// MONITOR (pubsub.go) and SYNC/PSYNC (raw) are modes of the same client on
+// its own links, never a hand-over to another type.
+//
+// Every request is a request in the client's queue, answered by one or
 // more parts: one part for a single-slot command, one per slot group for a
 // multi-key fan-out (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH), one per shard
 // for a broadcast (DBSIZE, KEYS, FLUSHALL, ...). Each link keeps a FIFO of
-// the parts it was sent, since an engine answers in order.
+// the parts it was sent, since an engine answers in order. Everything in a
+// client is touched only by the event loop its connection lives on; its
+// links live on the same loop.
 
-// Reply aggregation of a routed request (rentry.agg).
+// Reply aggregation of a request (request.agg).
 const (
 	aggRelay  uint8 = iota // one part: its reply as is
 	aggLocal               // answered by the proxy (out holds the reply)
@@ -45,7 +58,7 @@ const (
 	aggSubs                // pub/sub confirmations from several connections, renumbered (see pubsub.go)
 )
 
-// rentry.flags
+// request.flags
 const (
 	eQuit      uint8 = 1 << iota // QUIT: close the client after this reply
 	eInTx                        // queued inside MULTI: redirects are relayed, not followed
@@ -53,12 +66,12 @@ const (
 	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
-	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see rlink.onData)
+	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
 )
 
-// rentry is one client request of a routed session.
-type rentry struct {
-	s                  *rsession
+// request is one request of a client.
+type request struct {
+	s                  *client
 	tIn, tSent, tReply int64 // ns on the proxy's clock; tSent is the first part's
 	svc                int64 // longest part service time (ns)
 	penalty            int64 // extra time spent following redirects (ns)
@@ -67,23 +80,23 @@ type rentry struct {
 	flags              uint8
 	ready              bool
 	left               int32          // parts not answered yet
-	ps                 []rpart        // reused across requests
+	ps                 []part         // reused across requests
 	out                []byte         // the reply, once ready (reused)
 	scanPos, scanN     int            // aggScan: position in the live shard list, and its length
 	argc               int32          // arguments including the name (slow log)
 	key                slowlog.KeyBuf // first key, only with the slow log on
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
-	seq                uint64         // the request's number in its session, from 1
+	seq                uint64         // the request's number in its client, from 1
 }
 
-// rentrySize is the memory one queued request costs at least, counted
+// requestSize is the memory one queued request costs at least, counted
 // against the client's query limit.
-const rentrySize = int(unsafe.Sizeof(rentry{}))
+const requestSize = int(unsafe.Sizeof(request{}))
 
-// rpart is the part of a request sent to one shard.
-type rpart struct {
-	link    *rlink
+// part is the part of a request sent to one shard.
+type part struct {
+	link    *link
 	req     []byte  // the request bytes, kept to re-send on MOVED/ASK or once a held request is released
 	pos     []int32 // aggMGet: positions of this part's keys in the request
 	reply   []byte  // the part's reply (multi-part requests, or one that waits behind others)
@@ -95,7 +108,7 @@ type rpart struct {
 	mshard  int
 	// sub is the subscription family of a pub/sub request (0 for others),
 	// answered by expect confirmations (0: until the link has none of the
-	// family left; see rlink.confirmation).
+	// family left; see link.confirmation).
 	sub    uint8
 	expect int32
 }
@@ -106,7 +119,7 @@ type rpart struct {
 const maxRedirects = 5
 
 // state commands replayed, in this order, on every shard connection a
-// routed session opens after they were sent.
+// client opens after they were sent.
 const (
 	stAuth = iota
 	stHello
@@ -119,8 +132,7 @@ const (
 
 // stateSlot returns the state slot a connection-state command sets (AUTH,
 // HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT TRACKING), or
-// -1. Routed sessions (stateCmd) and handed-over clients (handback.record)
-// keep their state by it.
+// -1. Clients keep their state by it (stateCmd).
 func stateSlot(id command.ID, args [][]byte) int {
 	switch id {
 	case command.Auth:
@@ -142,17 +154,17 @@ func stateSlot(id command.ID, args [][]byte) int {
 	return -1
 }
 
-type rsession struct {
-	p      *Proxy
-	l      *loop
-	client gnet.Conn
+type client struct {
+	p    *Proxy
+	l    *loop
+	conn gnet.Conn
 
 	scan    resp.RequestScanner
 	partial []byte
-	q       ring[*rentry]
-	links   []*rlink // by topology shard index
-	extra   []*rlink // links to nodes outside the map (ASK targets)
-	home    int      // shard of keyless commands
+	q       ring[*request]
+	links   []*link // by topology shard index
+	extra   []*link // links to nodes outside the map (ASK targets)
+	home    int     // shard of keyless commands
 	state   [numStates][]byte
 	// cstate holds the other CLIENT subcommands that set connection state
 	// by rule (command.ConnState: NO-TOUCH, NO-EVICT, SETINFO, Valkey's
@@ -166,7 +178,7 @@ type rsession struct {
 	// proxy answered it already (ASKING, MULTI) and the engine's reply is
 	// dropped.
 	held  []byte
-	heldE []*rentry
+	heldE []*request
 
 	tx struct {
 		on      bool
@@ -191,15 +203,15 @@ type rsession struct {
 	pauseReason  string
 	hbuf         []byte
 
-	wbuf     []byte    // replies to write at the end of the callback
-	done     []*rentry // requests whose replies are in wbuf, for timing
-	dirty    bool      // on the loop's dirty list: flush at the end of the callback
-	buffered int       // bytes of replies held behind slower ones
+	wbuf     []byte     // replies to write at the end of the callback
+	done     []*request // requests whose replies are in wbuf, for timing
+	dirty    bool       // on the loop's dirty list: flush at the end of the callback
+	buffered int        // bytes of replies held behind slower ones
 	// streaming is the link whose reply is going to the client part by
 	// part (cut-through). Out-of-band frames (pushes, pub/sub messages,
 	// MONITOR lines) wait in pushHold while it streams, or until the replies
 	// their link delivered before them are written (see oob).
-	streaming *rlink
+	streaming *link
 	pushHold  []byte
 	pushTags  []pushTag
 	// seq numbers the requests; written is the seq of the last one whose
@@ -228,14 +240,14 @@ type rsession struct {
 	subShard int
 	// sticky is, per shard, the shared connection the client's requests
 	// went to last (see link).
-	sticky []*rlink
+	sticky []*link
 	// raw is the link a SYNC/PSYNC went to: the connection is a
 	// replication stream from then on, relayed unframed both ways.
-	raw *rlink
+	raw *link
 }
 
-func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
-	s := &rsession{p: p, l: l, client: c, subShard: -1}
+func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
+	s := &client{p: p, l: l, conn: c, subShard: -1}
 	s.downs = p.router.downs.Load()
 	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
 		s.home = h
@@ -255,21 +267,21 @@ func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
 // engine (no route, or --route pinned to a shard known at connect): opened
 // with the client's, as a direct connection would be (the engine counts
 // it, and the dial overlaps the client's first request).
-func (s *rsession) open() {
+func (s *client) open() {
 	if !s.shared && s.fixed() && s.home >= 0 {
-		s.link(s.home)
+		s.linkTo(s.home)
 	}
 }
 
 // fixed reports whether the client talks to one engine only (no route, or
 // --route pinned): every request goes to its home shard.
-func (s *rsession) fixed() bool { return s.p.route != routeSlots }
+func (s *client) fixed() bool { return s.p.route != routeSlots }
 
 // pinHome binds a --pin-by first-key client to shard, or to the next live
 // shard round-robin when shard < 0 (a first batch that names no key: a
 // client that waits for the reply to its handshake, as go-redis does for
 // HELLO, must get it).
-func (s *rsession) pinHome(shard int) {
+func (s *client) pinHome(shard int) {
 	if shard < 0 {
 		shard = max(s.p.router.pickHome(s.p.router.load(), -1), 0)
 	}
@@ -288,7 +300,7 @@ const (
 	sharedResumeAt    = sharedMaxInflight / 2
 )
 
-// Pause kinds (rsession.paused).
+// Pause kinds (client.paused).
 const (
 	pauseWait    uint8 = iota + 1 // then go on as before
 	pauseWindow                   // the shared window is full: go on once half is answered
@@ -298,7 +310,7 @@ const (
 // needsPause says whether a request must wait for the requests in flight
 // before it is sent, and what happens then:
 //
-//   - SYNC/PSYNC turn the connection into a replication stream (rsession.raw)
+//   - SYNC/PSYNC turn the connection into a replication stream (client.raw)
 //     on a private connection to the home shard: the replies in flight
 //     come first.
 //   - With shared upstream connections, a command that changes the
@@ -312,13 +324,13 @@ const (
 //     report per-connection state, by rule from the engine's entry
 //     (command.ConnState: SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
 //     SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO, ...: a
-//     client id must stay the client's own; not REPLY, which the session
+//     client id must stay the client's own; not REPLY, which the client
 //     applies itself). HELLO 2/3 alone only switches the shared connection
 //     used, after the requests in flight.
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
-func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
+func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	switch id {
 	case command.Sync, command.Psync:
 		// The connection becomes a replication stream: first every reply
@@ -377,7 +389,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// rule from the engine's entry (command.ConnState): SETNAME,
 		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
 		// GETNAME, GETREDIR, TRACKINGINFO, ...; not REPLY, which the
-		// session applies itself (route). A subcommand the table does not
+		// client applies itself (route). A subcommand the table does not
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
@@ -401,7 +413,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 // that is already the held buffer (being resumed) is kept in place: a
 // million pipelined requests resumed in rounds must not be copied once per
 // round.
-func (s *rsession) holdRest(rest []byte) {
+func (s *client) holdRest(rest []byte) {
 	if s.resuming {
 		s.hbuf = rest
 		return
@@ -410,7 +422,7 @@ func (s *rsession) holdRest(rest []byte) {
 }
 
 // resume runs once the requests in flight before a pause are answered.
-func (s *rsession) resume() {
+func (s *client) resume() {
 	if s.closed || s.paused == 0 {
 		return
 	}
@@ -453,7 +465,7 @@ func replyModeArg(args [][]byte) (mode uint8, ok bool) {
 // SKIP. RESET ends both modes; under OFF its own reply is sent (the engine
 // clears the mode first), under SKIP it is dropped. CLIENT REPLY itself is
 // handled in route.
-func (s *rsession) applyReplyMode(e *rentry, id command.ID, args [][]byte) {
+func (s *client) applyReplyMode(e *request, id command.ID, args [][]byte) {
 	if fam, _ := subFamily(id); fam != 0 && !s.tx.on {
 		// Confirmations are sent even under CLIENT REPLY OFF/SKIP
 		// (redis-server 7.0 pubsub.c writes them as pushes); a SKIP is
@@ -492,13 +504,13 @@ func replyModeReq(mode uint8) []byte {
 }
 
 // newEntry takes an entry from the loop's pool.
-func (s *rsession) newEntry(id command.ID, now int64) *rentry {
-	var e *rentry
+func (s *client) newEntry(id command.ID, now int64) *request {
+	var e *request
 	if n := len(s.l.rpool); n > 0 {
 		e = s.l.rpool[n-1]
 		s.l.rpool = s.l.rpool[:n-1]
 	} else {
-		e = new(rentry)
+		e = new(request)
 	}
 	s.seq++
 	e.s, e.tIn, e.cmd, e.seq = s, now, id, s.seq
@@ -508,7 +520,7 @@ func (s *rsession) newEntry(id command.ID, now int64) *rentry {
 }
 
 // recycle returns e to the loop's pool, keeping its buffers unless large.
-func (l *loop) recycle(e *rentry) {
+func (l *loop) recycle(e *request) {
 	ps := e.ps[:0]
 	for i := range e.ps[:cap(e.ps)] {
 		p := &e.ps[:cap(e.ps)][i]
@@ -524,16 +536,16 @@ func (l *loop) recycle(e *rentry) {
 	if cap(out) > 64<<10 {
 		out = nil
 	}
-	*e = rentry{ps: ps, out: out}
+	*e = request{ps: ps, out: out}
 	l.rpool = append(l.rpool, e)
 }
 
 // part adds a part to e and returns it.
-func (e *rentry) part() *rpart {
+func (e *request) part() *part {
 	if len(e.ps) < cap(e.ps) {
 		e.ps = e.ps[:len(e.ps)+1]
 	} else {
-		e.ps = append(e.ps, rpart{})
+		e.ps = append(e.ps, part{})
 	}
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
@@ -544,20 +556,20 @@ func (e *rentry) part() *rpart {
 }
 
 // local answers e with reply, from the proxy.
-func (s *rsession) local(e *rentry, reply []byte) {
+func (s *client) local(e *request, reply []byte) {
 	e.agg = aggLocal
 	e.out = append(e.out[:0], reply...)
 	e.ready = true
 }
 
 // clientTraffic frames the client's requests and routes each one.
-func (s *rsession) clientTraffic(c gnet.Conn) {
+func (s *client) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	s.clientData(data)
 }
 
 // clientData processes bytes from the client.
-func (s *rsession) clientData(data []byte) {
+func (s *client) clientData(data []byte) {
 	if s.closed || s.stopRead {
 		return
 	}
@@ -621,7 +633,7 @@ func (s *rsession) clientData(data []byte) {
 			if m := p.cfg.Metrics; m != nil {
 				m.ProtocolError()
 			}
-			p.log.Debug("client protocol error", "client", s.client.RemoteAddr().String(), "err", pe.Error())
+			p.log.Debug("client protocol error", "client", s.conn.RemoteAddr().String(), "err", pe.Error())
 			break
 		}
 		if n == 0 {
@@ -653,7 +665,7 @@ func (s *rsession) clientData(data []byte) {
 	if len(tail) > 0 {
 		s.forwardPartial(tail)
 	}
-	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*rentrySize > lim {
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*requestSize > lim {
 		s.evict("query_limit")
 		return
 	}
@@ -677,9 +689,9 @@ func (s *rsession) clientData(data []byte) {
 // before AUTH; a lowered proto-max-bulk-len) then cut the client off as
 // early as on a direct connection, instead of the proxy holding up to
 // ClientQueryLimit. The link trims those bytes off the request once it is
-// complete (rlink.pre). Not for a request that may be one the proxy
+// complete (link.pre). Not for a request that may be one the proxy
 // answers itself (CLIENT REPLY: three elements, a first of six bytes).
-func (s *rsession) forwardPartial(tail []byte) {
+func (s *client) forwardPartial(tail []byte) {
 	if !s.fixed() || s.shared || s.home < 0 || s.paused != 0 || s.stopRead || len(s.held) > 0 {
 		return
 	}
@@ -687,7 +699,7 @@ func (s *rsession) forwardPartial(tail []byte) {
 	if cut == 0 || mayBeClientReply(tail[:cut]) {
 		return
 	}
-	ln := s.link(s.home)
+	ln := s.linkTo(s.home)
 	if cut > ln.pre {
 		ln.queueRaw(tail[ln.pre:cut])
 		ln.pre = cut
@@ -698,7 +710,7 @@ func (s *rsession) forwardPartial(tail []byte) {
 // early (forwardPartial) and routing it sent nothing: an empty request, or
 // a QUIT the proxy answers. A request that waits (held, paused) is sent,
 // trimmed, when it goes.
-func (s *rsession) endPartial(frame []byte) {
+func (s *client) endPartial(frame []byte) {
 	if s.home < 0 || s.home >= len(s.links) || len(s.held) > 0 || s.paused != 0 {
 		return
 	}
@@ -720,7 +732,7 @@ func mayBeClientReply(b []byte) bool {
 // route classifies one request and queues it on the shard(s) that answer
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
-func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
+func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := s.p.resolver.Lookup(args[0])
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
@@ -796,7 +808,7 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 		// relayed both ways unframed (needsPause made this the only
 		// request in flight, on a private connection).
 		e.flags |= eSync
-		s.raw = s.link(s.home)
+		s.raw = s.linkTo(s.home)
 		s.send(e, s.home, frame)
 		return
 	}
@@ -988,7 +1000,7 @@ var (
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the
 // replies (applyReplyMode) and never sends it, so the engine connections
 // keep answering everything and requests still go to their shards.
-func (s *rsession) clientReply(e *rentry, m uint8) {
+func (s *client) clientReply(e *request, m uint8) {
 	if s.tx.on {
 		// Executed inside EXEC, it would leave the connection with its
 		// replies off while the proxy waits for them: refused when queued,
@@ -1010,7 +1022,7 @@ func (s *rsession) clientReply(e *rentry, m uint8) {
 	}
 }
 
-func (s *rsession) crossSlot(e *rentry) {
+func (s *client) crossSlot(e *request) {
 	if s.tx.on {
 		s.tx.aborted = true
 	}
@@ -1023,11 +1035,11 @@ func (s *rsession) crossSlot(e *rentry) {
 // hold keeps a request already answered by the proxy (MULTI, ASKING) to
 // send ahead of the next routed command, on its connection; the engine's
 // reply to it is dropped.
-func (s *rsession) hold(frame []byte) { s.holdFor(nil, frame) }
+func (s *client) hold(frame []byte) { s.holdFor(nil, frame) }
 
 // holdFor keeps a request whose reply answers e (nil: dropped) to send
 // ahead of the next routed command, on its connection (see flushHeld).
-func (s *rsession) holdFor(e *rentry, frame []byte) {
+func (s *client) holdFor(e *request, frame []byte) {
 	s.held = append(s.held, frame...)
 	s.heldE = append(s.heldE, e)
 }
@@ -1036,8 +1048,8 @@ func (s *rsession) holdFor(e *rentry, frame []byte) {
 // for (CLIENT CACHING, keyless commands in a transaction) go to the home
 // shard, or bind the transaction to it, when no later command of the batch
 // took them to its own. A client may send one alone and wait for its reply.
-func (s *rsession) flushHeld() {
-	if !slices.ContainsFunc(s.heldE, func(e *rentry) bool { return e != nil }) || s.closed {
+func (s *client) flushHeld() {
+	if !slices.ContainsFunc(s.heldE, func(e *request) bool { return e != nil }) || s.closed {
 		return
 	}
 	if s.home < 0 {
@@ -1050,13 +1062,13 @@ func (s *rsession) flushHeld() {
 		}
 		shard = s.tx.shard
 	}
-	s.release(s.link(shard))
+	s.release(s.linkTo(shard))
 }
 
 // send queues e's request on shard, after any held requests (which go to
 // the same shard, in order).
-func (s *rsession) send(e *rentry, shard int, frame []byte) {
-	ln := s.link(shard)
+func (s *client) send(e *request, shard int, frame []byte) {
+	ln := s.linkTo(shard)
 	s.release(ln)
 	p := e.part()
 	if s.p.router.cluster {
@@ -1066,7 +1078,7 @@ func (s *rsession) send(e *rentry, shard int, frame []byte) {
 }
 
 // release sends the held requests to ln.
-func (s *rsession) release(ln *rlink) {
+func (s *client) release(ln *link) {
 	held := s.held
 	for i := 0; len(held) > 0 && i < len(s.heldE); i++ {
 		n, _, _ := s.l.hscan.Scan(held)
@@ -1105,10 +1117,10 @@ func (s *rsession) release(ln *rlink) {
 //     forward messages to each other as a cluster bus does; PSUBSCRIBE
 //     stays on the home shard and sees only what is published there);
 //   - everything else (PING, ECHO, INFO, CONFIG, RANDOMKEY, CLIENT, WAIT,
-//     EVAL with 0 keys, a request with a bad numkeys, ...): the session's
+//     EVAL with 0 keys, a request with a bad numkeys, ...): the client's
 //     home shard, chosen round-robin at connect. Inside a transaction they
 //     go to the transaction's shard.
-func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
 	if g := s.p.router.downs.Load(); g != s.downs {
 		// A shard was found unreachable since this client last looked:
 		// keyless commands leave a home shard that is down, as a cluster
@@ -1186,14 +1198,14 @@ var tipsFallback = map[string][]string{
 }
 
 // broadcast sends frame to every live shard.
-func (s *rsession) broadcast(v *topoView, e *rentry, agg uint8, frame []byte) {
+func (s *client) broadcast(v *topoView, e *request, agg uint8, frame []byte) {
 	if len(v.live) == 0 {
 		s.local(e, []byte("-CLUSTERDOWN no shard serves any slot\r\n"))
 		return
 	}
 	e.agg = agg
 	for _, shard := range v.live {
-		ln := s.link(shard)
+		ln := s.linkTo(shard)
 		s.release(ln)
 		e.part()
 		ln.queue(e, len(e.ps)-1, frame)
@@ -1207,7 +1219,7 @@ func (s *rsession) broadcast(v *topoView, e *rentry, agg uint8, frame []byte) {
 // full iteration returns every key of every shard exactly once (under the
 // guarantees of SCAN, as long as the shard map does not change). A cursor
 // that is not a number goes to the home shard, which refuses it.
-func (s *rsession) scanRoute(v *topoView, e *rentry, args [][]byte) bool {
+func (s *client) scanRoute(v *topoView, e *request, args [][]byte) bool {
 	n := len(v.live)
 	c, err := strconv.ParseUint(string(args[1]), 10, 64)
 	if err != nil || n == 0 {
@@ -1237,7 +1249,7 @@ func (s *rsession) scanRoute(v *topoView, e *rentry, args [][]byte) bool {
 // client reads from it and its invalidation pushes reach the client, as a
 // cluster client tracking on every node connection gets them. (With
 // REDIRECT id only the home shard knows the id: the others refuse it.)
-func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
 		s.keyless(s.p.router.load(), e, id, args, frame)
 		return
@@ -1248,7 +1260,7 @@ func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byt
 	}
 	// The home connection first: opened now, it replays the state saved
 	// so far, not this command too (which it gets below, once).
-	s.link(s.home)
+	s.linkTo(s.home)
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
 }
@@ -1262,7 +1274,7 @@ type namedState struct {
 // states yields the connection state to replay on a new connection, in
 // order: AUTH, HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT
 // TRACKING, then the other CLIENT setters in the order first sent.
-func (s *rsession) states() func(yield func([]byte) bool) {
+func (s *client) states() func(yield func([]byte) bool) {
 	return func(yield func([]byte) bool) {
 		for _, st := range s.state {
 			if len(st) > 0 && !yield(st) {
@@ -1282,12 +1294,12 @@ func (s *rsession) states() func(yield func([]byte) bool) {
 // does: the home shard answers, every open shard connection gets it, and
 // it is replayed on every one opened later (the latest for each key: all
 // arguments but the last, so SETINFO LIB-NAME and LIB-VER are two).
-func (s *rsession) clientStateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) clientStateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
 		s.keyless(s.p.router.load(), e, id, args, frame)
 		return
 	}
-	s.link(s.home) // opened now, it replays the state so far, not this command too
+	s.linkTo(s.home) // opened now, it replays the state so far, not this command too
 	var kb []byte
 	for _, a := range args[1 : len(args)-1] {
 		kb = append(append(kb, bytes.ToLower(a)...), ' ')
@@ -1304,8 +1316,8 @@ func (s *rsession) clientStateCmd(e *rentry, id command.ID, args [][]byte, frame
 
 // broadcastState sends frame to the home shard (whose reply the client
 // gets) and to every other open shard connection (replies dropped).
-func (s *rsession) broadcastState(e *rentry, frame []byte) {
-	home := s.link(s.home)
+func (s *client) broadcastState(e *request, frame []byte) {
+	home := s.linkTo(s.home)
 	reset := e.cmd == command.Reset
 	for _, ln := range s.links {
 		if ln != nil && ln != home {
@@ -1318,8 +1330,8 @@ func (s *rsession) broadcastState(e *rentry, frame []byte) {
 	s.send(e, s.home, frame)
 }
 
-// link returns the session's connection to shard, opening it if needed.
-func (s *rsession) link(shard int) *rlink {
+// linkTo returns the client's connection to shard, opening it if needed.
+func (s *client) linkTo(shard int) *link {
 	if s.shared {
 		// While requests are in flight (other than the one being
 		// routed, already queued), more go where they went (a shared
@@ -1346,12 +1358,12 @@ func (s *rsession) link(shard int) *rlink {
 	return ln
 }
 
-// linkAddr returns the session's connection to addr (a node that may be
+// linkAddr returns the client's connection to addr (a node that may be
 // outside the map: an ASK target).
-func (s *rsession) linkAddr(addr string) *rlink {
+func (s *client) linkAddr(addr string) *link {
 	v := s.p.router.load()
 	if i := v.t.Index(addr); i >= 0 {
-		return s.link(i)
+		return s.linkTo(i)
 	}
 	for _, ln := range s.extra {
 		if ln.addr == addr {
@@ -1363,8 +1375,8 @@ func (s *rsession) linkAddr(addr string) *rlink {
 	return ln
 }
 
-func (s *rsession) newLink(shard int, addr string) *rlink {
-	ln := &rlink{p: s.p, l: s.l, owner: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
+func (s *client) newLink(shard int, addr string) *link {
+	ln := &link{p: s.p, l: s.l, owner: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
 	if m := s.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
@@ -1372,12 +1384,12 @@ func (s *rsession) newLink(shard int, addr string) *rlink {
 	for st := range s.states() {
 		ln.queueDrop(st, false)
 	}
-	go s.p.dialLink(ln, s.client.EventLoop())
+	go s.p.dialLink(ln, s.conn.EventLoop())
 	return ln
 }
 
 // dropLink forgets a failed link, so that the next command opens a new one.
-func (s *rsession) dropLink(ln *rlink) {
+func (s *client) dropLink(ln *link) {
 	if ln.idx >= 0 && ln.idx < len(s.links) && s.links[ln.idx] == ln {
 		s.links[ln.idx] = nil
 	}
@@ -1393,7 +1405,7 @@ func (s *rsession) dropLink(ln *rlink) {
 // keys hash to several slots into one request per slot (as a cluster client
 // does; a cluster node refuses keys of two slots even when it owns both),
 // and reports whether it did. The replies are merged in finish.
-func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) bool {
+func (s *client) fanout(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) bool {
 	step := 1
 	switch id {
 	case command.Mget:
@@ -1460,7 +1472,7 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 			p.pos = append(p.pos, int32(ki))
 		}
 		p.req = b
-		ln := s.link(v.t.Shard(slot))
+		ln := s.linkTo(v.t.Shard(slot))
 		s.release(ln)
 		ln.queue(e, len(e.ps)-1, b)
 	}
@@ -1468,19 +1480,19 @@ func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, 
 }
 
 // slow adds a command to the slow log.
-func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+func (s *client) slow(sl *slowlog.Log, e *request, tOut int64) {
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.conn.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
-func (s *rsession) endStream() {
+func (s *client) endStream() {
 	s.streaming = nil
 	s.releasePushes()
 }
 
-// markDirty puts s on its loop's list of sessions to flush at the end of
+// markDirty puts s on its loop's list of clients to flush at the end of
 // the callback.
-func (s *rsession) markDirty() {
+func (s *client) markDirty() {
 	if !s.dirty {
 		s.dirty = true
 		s.l.dirty = append(s.l.dirty, s)
@@ -1488,7 +1500,7 @@ func (s *rsession) markDirty() {
 }
 
 // flushAll ends a callback: it writes what the links have queued (one write
-// per link), then each touched session's ready replies (one write per
+// per link), then each touched client's ready replies (one write per
 // client). A shared link is written once per pass of the event loop
 // instead (see deferShared).
 func (l *loop) flushAll() {
@@ -1570,7 +1582,7 @@ func (l *loop) writeDeferred() {
 // sharedLink returns the loop's shared connection number k (of
 // Config.UpstreamConns) to shard for the given protocol, opening it if
 // needed.
-func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
+func (l *loop) sharedLink(shard int, resp3 bool, k int) *link {
 	n := l.p.cfg.UpstreamConns
 	i := shard*2*n + k
 	if resp3 {
@@ -1583,7 +1595,7 @@ func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
 		return ln
 	}
 	addr := l.p.router.load().t.Addrs[shard]
-	ln := &rlink{p: l.p, l: l, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1, resp3: resp3}
+	ln := &link{p: l.p, l: l, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1, resp3: resp3}
 	if m := l.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
@@ -1596,7 +1608,7 @@ func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
 }
 
 // dropShared forgets a failed shared link.
-func (l *loop) dropShared(ln *rlink) {
+func (l *loop) dropShared(ln *link) {
 	for i, x := range l.shared {
 		if x == ln {
 			l.shared[i] = nil
@@ -1606,7 +1618,7 @@ func (l *loop) dropShared(ln *rlink) {
 
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
-func (s *rsession) flush() {
+func (s *client) flush() {
 	if s.closed {
 		return
 	}
@@ -1629,7 +1641,7 @@ func (s *rsession) flush() {
 		if s.linger != nil {
 			s.linger.write(s.wbuf)
 		} else {
-			_, _ = s.client.Write(s.wbuf)
+			_, _ = s.conn.Write(s.wbuf)
 		}
 		if m := s.l.m; m != nil {
 			m.AddClientBytes(0, len(s.wbuf))
@@ -1703,7 +1715,7 @@ func (s *rsession) flush() {
 // closeIfDone closes the client when it asked for it (QUIT), when its
 // replies were all that was left (a broken upstream, a half-closed
 // client), or at once after an engine protocol error.
-func (s *rsession) closeIfDone() {
+func (s *client) closeIfDone() {
 	if s.closed {
 		return
 	}
@@ -1713,14 +1725,14 @@ func (s *rsession) closeIfDone() {
 			s.linger.close()
 			s.linger = nil
 		} else {
-			s.l.closeFlushed(s.client)
+			s.l.closeFlushed(s.conn)
 		}
 		s.shutdown()
 	}
 }
 
 // maybeResume queues s for resume once its requests in flight are answered.
-func (s *rsession) maybeResume() {
+func (s *client) maybeResume() {
 	if s.paused == 0 || s.closed || s.resumeQueued {
 		return
 	}
@@ -1735,38 +1747,38 @@ func (s *rsession) maybeResume() {
 
 // checkOutput applies the client output limit (outputGuard) to the
 // replies gnet holds for the client plus those held behind a slower shard.
-func (s *rsession) checkOutput(lim, added int) {
-	if s.out.exceeded(s.client.OutboundBuffered(), s.buffered+len(s.pushHold), added, lim) {
+func (s *client) checkOutput(lim, added int) {
+	if s.out.exceeded(s.conn.OutboundBuffered(), s.buffered+len(s.pushHold), added, lim) {
 		s.evict("output_limit")
 	}
 }
 
-func (s *rsession) evict(reason string) {
+func (s *client) evict(reason string) {
 	if s.closed {
 		return
 	}
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientEvicted(reason)
 	}
-	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
+	s.p.log.Warn("client evicted", "reason", reason, "client", s.conn.RemoteAddr().String())
 	if s.linger != nil {
 		s.linger.close()
 		s.linger = nil
 	} else {
-		s.l.closeNow(s.client)
+		s.l.closeNow(s.conn)
 	}
 	s.shutdown()
 }
 
-// clientClosed ends the session: its shard connections are closed at once
+// clientClosed ends the client: its shard connections are closed at once
 // (a blocked BLPOP must not pop an element for a client that left).
-func (s *rsession) clientClosed(c gnet.Conn, err error) {
+func (s *client) clientClosed(c gnet.Conn, err error) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientClosed()
 	}
 	s.p.clients.Add(-1)
 	// A client that half-closed after sending requests still gets their
-	// replies, as from Redis (see session.clientClosed), up to a request
+	// replies, as from Redis, up to a request
 	// that may block (Redis frees a blocked client on EOF).
 	if !s.closed && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
@@ -1792,11 +1804,11 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
-func (s *rsession) blockedAtHead() bool {
+func (s *client) blockedAtHead() bool {
 	return s.raw != nil || s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
 }
 
-func (s *rsession) shutdown() {
+func (s *client) shutdown() {
 	if s.closed {
 		return
 	}
@@ -1826,8 +1838,8 @@ func (s *rsession) shutdown() {
 // the last part.
 //
 // With streamed, the reply's bytes went to the write buffer as they
-// arrived (rlink.onData): e was next in line.
-func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed bool) {
+// arrived (link.onData): e was next in line.
+func (s *client) complete(e *request, i int, reply []byte, now int64, streamed bool) {
 	p := &e.ps[i]
 	p.tReply = now
 	if ln := p.link; ln != nil && ln.owner == s {
@@ -1864,7 +1876,7 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed 
 
 // advance moves the replies that are ready at the head of the queue to the
 // write buffer, oldest first, and onto s.done for timing.
-func (s *rsession) advance() {
+func (s *client) advance() {
 	for s.q.len() > 0 && s.q.front().ready {
 		e := s.q.pop()
 		if e.flags&eWritten == 0 {
@@ -1886,7 +1898,7 @@ func (s *rsession) advance() {
 
 // finish merges the parts' replies of e into e.out (see merge.go) and
 // returns the bytes the parts held.
-func (s *rsession) finish(e *rentry) (held int) {
+func (s *client) finish(e *request) (held int) {
 	for i := range e.ps {
 		held += len(e.ps[i].reply)
 	}
@@ -1949,7 +1961,7 @@ func (s *rsession) finish(e *rentry) (held int) {
 
 // partReplies returns the replies of e's parts in part order, in the
 // loop's scratch slice (valid until the next call).
-func (l *loop) partReplies(e *rentry) [][]byte {
+func (l *loop) partReplies(e *request) [][]byte {
 	rs := l.replies[:0]
 	for i := range e.ps {
 		rs = append(rs, e.ps[i].reply)

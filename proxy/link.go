@@ -11,21 +11,21 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// rlink is a routed session's connection to one shard. Its FIFO holds, for
-// every request written to it and not yet answered, the entry and part the
-// reply belongs to (a nil entry: a reply to drop, such as the replies to
+// link is a connection to one engine (a shard): a client's own, or one of
+// its loop's shared connections. Its FIFO holds, for every request written
+// to it and not yet answered, the request and part the reply belongs to (a nil entry: a reply to drop, such as the replies to
 // replayed AUTH/HELLO or to the ASKING sent before an ASK retry).
-type rlink struct {
+type link struct {
 	p      *Proxy
 	l      *loop
-	owner  *rsession // nil for a loop's shared link (Config.UpstreamMode "shared")
-	idx    int       // topology shard index; -1 for a node outside the map
-	resp3  bool      // a shared link speaking RESP3 (HELLO 3 sent first)
-	addr   string    // host:port
-	mshard int       // metrics shard index; -1 when not measuring
+	owner  *client // nil for a loop's shared link (Config.UpstreamMode "shared")
+	idx    int     // topology shard index; -1 for a node outside the map
+	resp3  bool    // a shared link speaking RESP3 (HELLO 3 sent first)
+	addr   string  // host:port
+	mshard int     // metrics shard index; -1 when not measuring
 	c      gnet.Conn
 	rf     *resp.ReplyFramer
-	q      ring[rref]
+	q      ring[linkRef]
 	wb     []byte // requests to write at the end of the batch (or once connected)
 	wn     int    // requests in wb
 	cur    []byte // the reply being received, when it spans reads
@@ -33,13 +33,13 @@ type rlink struct {
 	// pipelined request starts there).
 	lastReply int64
 	touched   bool
-	stream    *rsession // the client the reply being received streams to
+	stream    *client // the client the reply being received streams to
 	// dropping: the reply being received answers a client that left (a
 	// shared link keeps receiving its replies): framed, not kept.
 	dropping       bool
 	dead           bool
-	engineProtoErr bool      // the last reply was the engine's protocol error
-	protoErrBy     *rsession // the client whose request it answered
+	engineProtoErr bool    // the last reply was the engine's protocol error
+	protoErrBy     *client // the client whose request it answered
 	// Pub/sub and MONITOR on a private link (see pubsub.go): the engine's
 	// subscription counts from its latest confirmations (channels,
 	// patterns, shard channels), whether MONITOR made it a feed, and the
@@ -48,7 +48,7 @@ type rlink struct {
 	monitor bool
 	subAcc  []byte
 	// lastSeq is the seq of the owner's request this link answered last
-	// (see rsession.oob).
+	// (see client.oob).
 	lastSeq uint64
 	// A shared link's progress is when (p.now) it last got reply bytes or
 	// requests with none in flight; stalled: taken out of use (stall.go),
@@ -56,7 +56,7 @@ type rlink struct {
 	progress int64
 	stalled  bool
 	// pre is how many leading bytes of the owner's next request went to
-	// the engine before the request was complete (rsession.forwardPartial):
+	// the engine before the request was complete (client.forwardPartial):
 	// queue trims them off.
 	pre int
 	// raw: a SYNC/PSYNC was answered; the link relays the replication
@@ -64,19 +64,19 @@ type rlink struct {
 	raw bool
 }
 
-type rref struct {
-	e     *rentry
+type linkRef struct {
+	e     *request
 	part  int32
 	reset bool // a RESET whose reply is dropped (it still ends subscriptions and MONITOR)
 }
 
 // queue appends req (copied) to the link's write buffer, answered by part
 // of e.
-func (ln *rlink) queue(e *rentry, part int, req []byte) {
+func (ln *link) queue(e *request, part int, req []byte) {
 	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
-	ln.q.push(rref{e: e, part: int32(part)})
+	ln.q.push(linkRef{e: e, part: int32(part)})
 	if e != nil {
 		e.ps[part].link = ln
 	}
@@ -90,11 +90,11 @@ func (ln *rlink) queue(e *rentry, part int, req []byte) {
 // dropped (a replayed state command, the ASKING before an ASK retry, a
 // state command broadcast to the client's other connections). reset marks
 // a RESET.
-func (ln *rlink) queueDrop(req []byte, reset bool) {
+func (ln *link) queueDrop(req []byte, reset bool) {
 	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
-	ln.q.push(rref{reset: reset})
+	ln.q.push(linkRef{reset: reset})
 	if !ln.touched {
 		ln.touched = true
 		ln.l.touched = append(ln.l.touched, ln)
@@ -102,9 +102,9 @@ func (ln *rlink) queueDrop(req []byte, reset bool) {
 }
 
 // queueRaw appends b (copied) to the link's write buffer with no request
-// of its own: the start of an incomplete request (rsession.forwardPartial),
-// or a replication stream's bytes (rsession.raw).
-func (ln *rlink) queueRaw(b []byte) {
+// of its own: the start of an incomplete request (client.forwardPartial),
+// or a replication stream's bytes (client.raw).
+func (ln *link) queueRaw(b []byte) {
 	ln.wb = append(ln.wb, b...)
 	if !ln.touched {
 		ln.touched = true
@@ -113,9 +113,9 @@ func (ln *rlink) queueRaw(b []byte) {
 }
 
 // write sends the buffered requests, stamping their t_sent with t (read
-// before the write: see session.clientTraffic). While the connection is
+// before the write: once the bytes are in the socket the engine may answer first). While the connection is
 // being dialed they wait.
-func (ln *rlink) write(t int64) {
+func (ln *link) write(t int64) {
 	ln.touched = false
 	if ln.c == nil || len(ln.wb) == 0 {
 		return
@@ -156,7 +156,7 @@ func (ln *rlink) write(t int64) {
 }
 
 // opened runs when the dial completed.
-func (ln *rlink) opened(c gnet.Conn) gnet.Action {
+func (ln *link) opened(c gnet.Conn) gnet.Action {
 	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return gnet.Close
 	}
@@ -174,14 +174,14 @@ func (ln *rlink) opened(c gnet.Conn) gnet.Action {
 }
 
 // traffic frames the shard's replies and hands each to its request.
-func (ln *rlink) traffic(c gnet.Conn) {
+func (ln *link) traffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	ln.onData(data)
 }
 
 // drain reads, without blocking, what the engine sent before the
-// connection failed (see session.drainUpstream) and handles it as traffic.
-func (ln *rlink) drain(c gnet.Conn) {
+// connection failed (a reply and the reset may arrive together) and handles it as traffic.
+func (ln *link) drain(c gnet.Conn) {
 	var buf [16 << 10]byte
 	for !ln.dead {
 		n, err := unix.Read(c.Fd(), buf[:])
@@ -197,7 +197,7 @@ func (ln *rlink) drain(c gnet.Conn) {
 // whole), is streamed: its bytes go to the client as they arrive
 // (cut-through), so a large reply is never held whole. Others are
 // collected whole and handed to their request.
-func (ln *rlink) onData(data []byte) {
+func (ln *link) onData(data []byte) {
 	if ln.dead || ln.owner != nil && ln.owner.closed {
 		return
 	}
@@ -296,13 +296,13 @@ func (ln *rlink) onData(data []byte) {
 	ln.l.flushAll()
 }
 
-// streamable returns the session to stream the reply starting with type
+// streamable returns the client to stream the reply starting with type
 // byte t to, or nil: the reply must answer the request next in line for
 // its client, alone (not one part of a fan-out), and not be an error or a
 // push; and the link must not be a pub/sub or MONITOR feed, whose frames
 // are seen whole (feed), nor the reply one that changes that (MONITOR,
 // RESET).
-func (ln *rlink) streamable(t byte) *rsession {
+func (ln *link) streamable(t byte) *client {
 	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
 	}
@@ -321,7 +321,7 @@ func (ln *rlink) streamable(t byte) *rsession {
 // shared link would otherwise cost a copy of each). Errors are still
 // collected (an engine protocol error must be seen), and pushes are not
 // replies.
-func (ln *rlink) forGone(t byte) bool {
+func (ln *link) forGone(t byte) bool {
 	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
 		return false
 	}
@@ -330,7 +330,7 @@ func (ln *rlink) forGone(t byte) bool {
 }
 
 // onReply matches one complete reply with the oldest request of the link.
-func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
+func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if ln.owner != nil && ln.feed(frame, f.Type, f.Head, f.Int, now) {
 		return
 	}
@@ -339,7 +339,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	}
 	if ln.q.len() == 0 && ln.pre > 0 && f.Type == '-' && ln.owner != nil {
 		// The engine refused the start of a request it got early
-		// (rsession.forwardPartial): "-ERR Protocol error: ..." from the
+		// (client.forwardPartial): "-ERR Protocol error: ..." from the
 		// header alone, and its close follows (see closed). The client gets
 		// it as from a direct connection.
 		ln.engineProtoErr, ln.protoErrBy = true, ln.owner
@@ -389,7 +389,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 // target, once, leaving the map alone. It reports false when frame is not a
 // redirect, the request was not kept, or it was redirected too often:
 // then the client gets the engine's reply.
-func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
+func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	line := frame[1 : len(frame)-2]
 	if !bytes.HasPrefix(line, redirectMoved) && !bytes.HasPrefix(line, redirectAsk) {
 		return false
@@ -426,7 +426,7 @@ func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
 // the link. With lost, a client that had requests on it is closed once it
 // has its replies, as a passthrough client is: what the engine did with
 // them is unknown (or, unreachable, the client learns it at once).
-func (ln *rlink) fail(reply []byte, lost bool) {
+func (ln *link) fail(reply []byte, lost bool) {
 	if ln.dead {
 		return
 	}
@@ -478,7 +478,7 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 }
 
 // closed runs when the shard connection closed.
-func (ln *rlink) closed(err error) {
+func (ln *link) closed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil && ln.c != nil {
 		m.UpstreamClosed()
 	}
@@ -512,7 +512,7 @@ func (ln *rlink) closed(err error) {
 }
 
 // dialFailed runs on the loop when the shard could not be reached.
-func (ln *rlink) dialFailed(err error) {
+func (ln *link) dialFailed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamDialFailed()
 	}
@@ -528,8 +528,8 @@ func (ln *rlink) dialFailed(err error) {
 	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route != routeSlots)
 }
 
-// shutdown closes the connection at once (see session.shutdownUpstream).
-func (ln *rlink) shutdown() {
+// shutdown closes the connection at once (SHUT_RDWR: a blocked command is freed at once).
+func (ln *link) shutdown() {
 	ln.dead = true
 	if ln.c != nil {
 		_ = unix.Shutdown(ln.c.Fd(), unix.SHUT_RDWR)
@@ -538,7 +538,7 @@ func (ln *rlink) shutdown() {
 }
 
 // dialLink connects a shard link off the loop and enrolls it on el.
-func (p *Proxy) dialLink(ln *rlink, el gnet.EventLoop) {
+func (p *Proxy) dialLink(ln *link, el gnet.EventLoop) {
 	p.dialOn(el, ln.addr, ln, ln.dialFailed)
 }
 
