@@ -154,6 +154,56 @@ func stateSlot(id command.ID, args [][]byte) int {
 	return -1
 }
 
+// closeState says how far a client is on its way out. It only moves
+// forward (closing): each state implies what the ones before it do.
+type closeState uint8
+
+const (
+	csOpen     closeState = iota
+	csStopRead            // input is ignored from here (QUIT, a protocol error); replies still go out
+	// csOnOutput: a QUIT whose reply was dropped (CLIENT REPLY OFF/SKIP): the
+	// client is closed after the next output it gets, if any, as
+	// redis-server 7.0 closes a CLOSE_AFTER_REPLY client (see eQuietQuit).
+	csOnOutput
+	csAfterReplies // closed once every request in flight is answered (QUIT, engine gone, draining)
+	csNow          // closed once what is ready is written (the engine's protocol error)
+	csClosed       // gone: its links are closed, nothing more is written
+)
+
+// closing moves the client to state c, unless it is further already.
+func (s *client) closing(c closeState) { s.cs = max(s.cs, c) }
+
+// stopped reports whether the client's input is ignored (csStopRead on).
+func (s *client) stopped() bool { return s.cs >= csStopRead }
+
+// gone reports whether the client is closed.
+func (s *client) gone() bool { return s.cs == csClosed }
+
+// clientFlag is one bit of a client's connection state (client.flags).
+type clientFlag uint8
+
+const (
+	// cfShared: requests go to the loop's shared upstream connections
+	// (Config.UpstreamMode "shared") until a stateful command moves the
+	// client to private ones.
+	cfShared       clientFlag = 1 << iota
+	cfResp3                   // HELLO 3 sent: the client speaks RESP3 (and uses the RESP3 shared connection)
+	cfResuming                // clientData is processing the input held during a pause
+	cfResumeQueued            // on the loop's resume list (maybeResume)
+	cfDirty                   // on the loop's dirty list: flush at the end of the callback
+)
+
+func (s *client) has(f clientFlag) bool { return s.flags&f != 0 }
+
+// set turns flag f on or off.
+func (s *client) set(f clientFlag, on bool) {
+	if on {
+		s.flags |= f
+	} else {
+		s.flags &^= f
+	}
+}
+
 type client struct {
 	p    *Proxy
 	l    *loop
@@ -187,25 +237,18 @@ type client struct {
 		aborted bool
 	}
 
-	// shared: requests go to the loop's shared upstream connections
-	// (Config.UpstreamMode "shared") until a stateful command moves the
-	// client to private ones; resp3 selects the RESP3 shared connection;
-	// slot picks one of Config.UpstreamConns.
-	shared bool
-	resp3  bool
-	slot   int
+	flags clientFlag
+	// slot picks one of Config.UpstreamConns for a shared client.
+	slot int
 	// paused: a request needs the requests in flight answered first
 	// (pauseWait, pauseWindow, pausePrivate); it and everything
 	// after it wait in hbuf.
-	paused       uint8
-	resuming     bool // clientData is processing hbuf itself
-	resumeQueued bool // on the loop's resume list (maybeResume)
-	pauseReason  string
-	hbuf         []byte
+	paused      uint8
+	pauseReason string
+	hbuf        []byte
 
 	wbuf     []byte     // replies to write at the end of the callback
 	done     []*request // requests whose replies are in wbuf, for timing
-	dirty    bool       // on the loop's dirty list: flush at the end of the callback
 	buffered int        // bytes of replies held behind slower ones
 	// streaming is the link whose reply is going to the client part by
 	// part (cut-through). Out-of-band frames (pushes, pub/sub messages,
@@ -217,17 +260,11 @@ type client struct {
 	// seq numbers the requests; written is the seq of the last one whose
 	// reply went to the write buffer.
 	seq, written uint64
-	stopRead     bool
-	closeAfter   bool
-	// closeOnOutput: a QUIT whose reply was dropped; the client is closed
-	// after the next output it gets (see eQuietQuit).
-	closeOnOutput bool
-	closeNow      bool // close once what is ready is written (engine protocol error)
-	closed        bool
-	linger        *linger // the client half-closed: replies go through it
-	name          string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
-	lastOut       int64
-	out           outputGuard
+	cs           closeState
+	linger       *linger // the client half-closed: replies go through it
+	name         string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
+	lastOut      int64
+	out          outputGuard
 	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
 	// replySkipNext): under slot routing the proxy applies it itself,
 	// dropping replies, so that the requests still go to their shards.
@@ -254,7 +291,7 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	}
 	s.tx.slot, s.tx.shard = -1, -1
 	if p.shared {
-		s.shared = true
+		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
 	if p.route == routePinned && p.pinFirstKey {
@@ -268,7 +305,7 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 // with the client's, as a direct connection would be (the engine counts
 // it, and the dial overlaps the client's first request).
 func (s *client) open() {
-	if !s.shared && s.fixed() && s.home >= 0 {
+	if !s.has(cfShared) && s.fixed() && s.home >= 0 {
 		s.linkTo(s.home)
 	}
 }
@@ -336,14 +373,14 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// The connection becomes a replication stream: first every reply
 		// in flight, and a private connection.
 		switch {
-		case s.shared:
+		case s.has(cfShared):
 			return pausePrivate, "other"
 		case s.q.len() > 0:
 			return pauseWait, "other"
 		}
 		return 0, ""
 	}
-	if !s.shared {
+	if !s.has(cfShared) {
 		return 0, ""
 	}
 	if s.p.authRequired.Load() {
@@ -370,7 +407,7 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		if len(args) > 2 {
 			return pausePrivate, "state"
 		}
-		if s.q.len() > 0 && len(args) == 2 && (args[1][0] == '3') != s.resp3 {
+		if s.q.len() > 0 && len(args) == 2 && (args[1][0] == '3') != s.has(cfResp3) {
 			return pauseWait, ""
 		}
 		return 0, ""
@@ -414,7 +451,7 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 // million pipelined requests resumed in rounds must not be copied once per
 // round.
 func (s *client) holdRest(rest []byte) {
-	if s.resuming {
+	if s.has(cfResuming) {
 		s.hbuf = rest
 		return
 	}
@@ -423,7 +460,7 @@ func (s *client) holdRest(rest []byte) {
 
 // resume runs once the requests in flight before a pause are answered.
 func (s *client) resume() {
-	if s.closed || s.paused == 0 {
+	if s.gone() || s.paused == 0 {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
@@ -433,14 +470,14 @@ func (s *client) resume() {
 		}
 	}
 	if kind == pausePrivate {
-		s.shared = false
+		s.set(cfShared, false)
 	}
 	s.paused = 0
 	data := s.hbuf
 	s.hbuf = nil
-	s.resuming = true
+	s.set(cfResuming, true)
 	s.clientData(data)
-	s.resuming = false
+	s.set(cfResuming, false)
 }
 
 // replyModeArg parses CLIENT REPLY ON|OFF|SKIP (args[0] is CLIENT); ok is
@@ -570,7 +607,7 @@ func (s *client) clientTraffic(c gnet.Conn) {
 
 // clientData processes bytes from the client.
 func (s *client) clientData(data []byte) {
-	if s.closed || s.stopRead {
+	if s.gone() || s.stopped() {
 		return
 	}
 	p := s.p
@@ -584,14 +621,14 @@ func (s *client) clientData(data []byte) {
 		return
 	}
 	if p.draining.Load() {
-		s.stopRead, s.closeAfter = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 		s.l.flushAll()
 		return
 	}
 	// Held input (resuming) was counted when it was read, and its think
 	// time is not now minus the last reply.
-	if m := s.l.m; m != nil && !s.resuming {
+	if m := s.l.m; m != nil && !s.has(cfResuming) {
 		m.AddClientBytes(len(data), 0)
 	}
 	if s.raw != nil {
@@ -600,7 +637,7 @@ func (s *client) clientData(data []byte) {
 		return
 	}
 	now := p.now()
-	if m := s.l.m; m != nil && !s.resuming && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
+	if m := s.l.m; m != nil && !s.has(cfResuming) && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
 		m.Lock()
 		m.ThinkLocked(time.Duration(now - s.lastOut))
 		m.Unlock()
@@ -612,8 +649,8 @@ func (s *client) clientData(data []byte) {
 	}
 	v := p.router.load()
 	off := 0
-	for off < len(data) && !s.stopRead {
-		if s.shared && s.q.len() >= sharedMaxInflight {
+	for off < len(data) && !s.stopped() {
+		if s.has(cfShared) && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
 			// up every other client's replies: its next requests wait for
 			// these to be answered.
@@ -629,7 +666,7 @@ func (s *client) clientData(data []byte) {
 				pe = resp.ProtocolError(err.Error())
 			}
 			s.local(s.newEntry(command.Other, now), pe.Reply())
-			s.stopRead, s.closeAfter = true, true
+			s.closing(csAfterReplies)
 			if m := p.cfg.Metrics; m != nil {
 				m.ProtocolError()
 			}
@@ -670,7 +707,7 @@ func (s *client) clientData(data []byte) {
 		return
 	}
 	switch {
-	case s.stopRead || len(tail) == 0 || s.paused != 0:
+	case s.stopped() || len(tail) == 0 || s.paused != 0:
 		s.partial = s.partial[:0]
 		s.scan.Reset()
 	case fromPartial:
@@ -692,7 +729,7 @@ func (s *client) clientData(data []byte) {
 // complete (link.pre). Not for a request that may be one the proxy
 // answers itself (CLIENT REPLY: three elements, a first of six bytes).
 func (s *client) forwardPartial(tail []byte) {
-	if !s.fixed() || s.shared || s.home < 0 || s.paused != 0 || s.stopRead || len(s.held) > 0 {
+	if !s.fixed() || s.has(cfShared) || s.home < 0 || s.paused != 0 || s.stopped() || len(s.held) > 0 {
 		return
 	}
 	cut := s.scan.Pending()
@@ -768,14 +805,14 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			// pub/sub confirmation, say) is written, and not before.
 			e.flags |= eQuietQuit
 		}
-		s.stopRead = true
+		s.closing(csStopRead)
 		return
 	case command.Hello:
-		if s.shared {
+		if s.has(cfShared) {
 			// HELLO [2|3] without AUTH or SETNAME: the shared connection
 			// of that protocol answers it (see needsPause).
 			if len(args) >= 2 {
-				s.resp3 = args[1][0] == '3'
+				s.set(cfResp3, args[1][0] == '3')
 			}
 			s.state[stHello] = append(s.state[stHello][:0], frame...)
 			s.send(e, 0, frame)
@@ -1049,7 +1086,7 @@ func (s *client) holdFor(e *request, frame []byte) {
 // shard, or bind the transaction to it, when no later command of the batch
 // took them to its own. A client may send one alone and wait for its reply.
 func (s *client) flushHeld() {
-	if !slices.ContainsFunc(s.heldE, func(e *request) bool { return e != nil }) || s.closed {
+	if !slices.ContainsFunc(s.heldE, func(e *request) bool { return e != nil }) || s.gone() {
 		return
 	}
 	if s.home < 0 {
@@ -1256,7 +1293,7 @@ func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte
 	}
 	k := stateSlot(id, args) // >= 0: the callers route only state commands here
 	if id == command.Hello && len(args) >= 2 {
-		s.resp3 = args[1][0] == '3'
+		s.set(cfResp3, args[1][0] == '3')
 	}
 	// The home connection first: opened now, it replays the state saved
 	// so far, not this command too (which it gets below, once).
@@ -1332,7 +1369,7 @@ func (s *client) broadcastState(e *request, frame []byte) {
 
 // linkTo returns the client's connection to shard, opening it if needed.
 func (s *client) linkTo(shard int) *link {
-	if s.shared {
+	if s.has(cfShared) {
 		// While requests are in flight (other than the one being
 		// routed, already queued), more go where they went (a shared
 		// connection taken out of use as stalled still is), so that the
@@ -1340,7 +1377,7 @@ func (s *client) linkTo(shard int) *link {
 		if s.q.len() > 1 && shard < len(s.sticky) && s.sticky[shard] != nil && !s.sticky[shard].dead {
 			return s.sticky[shard]
 		}
-		ln := s.l.sharedLink(shard, s.resp3, s.slot)
+		ln := s.l.sharedLink(shard, s.has(cfResp3), s.slot)
 		for shard >= len(s.sticky) {
 			s.sticky = append(s.sticky, nil)
 		}
@@ -1493,8 +1530,8 @@ func (s *client) endStream() {
 // markDirty puts s on its loop's list of clients to flush at the end of
 // the callback.
 func (s *client) markDirty() {
-	if !s.dirty {
-		s.dirty = true
+	if !s.has(cfDirty) {
+		s.set(cfDirty, true)
 		s.l.dirty = append(s.l.dirty, s)
 	}
 }
@@ -1531,7 +1568,7 @@ func (l *loop) flushAll() {
 	}
 	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
 		s := l.dirty[i]
-		s.dirty = false
+		s.set(cfDirty, false)
 		s.flush()
 		l.dirty[i] = nil
 	}
@@ -1540,7 +1577,7 @@ func (l *loop) flushAll() {
 	for len(l.resume) > 0 {
 		s := l.resume[0]
 		l.resume = append(l.resume[:0], l.resume[1:]...)
-		s.resumeQueued = false
+		s.set(cfResumeQueued, false)
 		s.resume()
 	}
 }
@@ -1619,7 +1656,7 @@ func (l *loop) dropShared(ln *link) {
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
 func (s *client) flush() {
-	if s.closed {
+	if s.gone() {
 		return
 	}
 	s.advance()
@@ -1634,8 +1671,8 @@ func (s *client) flush() {
 		tOut = s.p.now()
 	}
 	written := len(s.wbuf)
-	if written > 0 && s.closeOnOutput {
-		s.closeAfter = true
+	if written > 0 && s.cs == csOnOutput {
+		s.closing(csAfterReplies)
 	}
 	if len(s.wbuf) > 0 {
 		if s.linger != nil {
@@ -1716,10 +1753,10 @@ func (s *client) flush() {
 // replies were all that was left (a broken upstream, a half-closed
 // client), or at once after an engine protocol error.
 func (s *client) closeIfDone() {
-	if s.closed {
+	if s.gone() {
 		return
 	}
-	if s.closeNow || s.closeAfter && s.q.len() == 0 ||
+	if s.cs == csNow || s.cs == csAfterReplies && s.q.len() == 0 ||
 		s.linger != nil && (s.q.len() == 0 && s.paused == 0 || s.blockedAtHead()) {
 		if s.linger != nil {
 			s.linger.close()
@@ -1733,14 +1770,14 @@ func (s *client) closeIfDone() {
 
 // maybeResume queues s for resume once its requests in flight are answered.
 func (s *client) maybeResume() {
-	if s.paused == 0 || s.closed || s.resumeQueued {
+	if s.paused == 0 || s.gone() || s.has(cfResumeQueued) {
 		return
 	}
 	// A handoff waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
 	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
-		s.resumeQueued = true
+		s.set(cfResumeQueued, true)
 		s.l.resume = append(s.l.resume, s)
 	}
 }
@@ -1754,7 +1791,7 @@ func (s *client) checkOutput(lim, added int) {
 }
 
 func (s *client) evict(reason string) {
-	if s.closed {
+	if s.gone() {
 		return
 	}
 	if m := s.p.cfg.Metrics; m != nil {
@@ -1780,7 +1817,7 @@ func (s *client) clientClosed(c gnet.Conn, err error) {
 	// A client that half-closed after sending requests still gets their
 	// replies, as from Redis, up to a request
 	// that may block (Redis frees a blocked client on EOF).
-	if !s.closed && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
+	if !s.gone() && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
 			el := c.EventLoop()
@@ -1809,10 +1846,10 @@ func (s *client) blockedAtHead() bool {
 }
 
 func (s *client) shutdown() {
-	if s.closed {
+	if s.gone() {
 		return
 	}
-	s.closed = true
+	s.cs = csClosed
 	if s.linger != nil {
 		s.linger.close()
 		s.linger = nil
@@ -1887,9 +1924,9 @@ func (s *client) advance() {
 		}
 		s.done = append(s.done, e)
 		if e.flags&eQuit != 0 || e.flags&eQuietQuit != 0 && len(s.wbuf) > 0 {
-			s.closeAfter = true
+			s.closing(csAfterReplies)
 		} else if e.flags&eQuietQuit != 0 {
-			s.closeOnOutput = true
+			s.closing(csOnOutput)
 		}
 		s.written = e.seq
 		s.releasePushes()

@@ -157,7 +157,7 @@ func (ln *link) write(t int64) {
 
 // opened runs when the dial completed.
 func (ln *link) opened(c gnet.Conn) gnet.Action {
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return gnet.Close
 	}
 	ln.c = c
@@ -198,7 +198,7 @@ func (ln *link) drain(c gnet.Conn) {
 // (cut-through), so a large reply is never held whole. Others are
 // collected whole and handed to their request.
 func (ln *link) onData(data []byte) {
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
 	if m := ln.l.m; m != nil {
@@ -220,7 +220,7 @@ func (ln *link) onData(data []byte) {
 			}
 		}
 		if ln.raw {
-			if s := ln.owner; s != nil && !s.closed {
+			if s := ln.owner; s != nil && !s.gone() {
 				s.wbuf = append(s.wbuf, data[off:]...)
 				s.markDirty()
 			}
@@ -247,7 +247,7 @@ func (ln *link) onData(data []byte) {
 		}
 		if err == nil && ln.stream != nil {
 			s := ln.stream
-			if !s.closed {
+			if !s.gone() {
 				s.wbuf = append(s.wbuf, chunk...)
 				s.markDirty()
 			}
@@ -260,7 +260,7 @@ func (ln *link) onData(data []byte) {
 			prev := ln.lastReply
 			ln.lastReply = now
 			ln.engineProtoErr = false
-			if !s.closed {
+			if !s.gone() {
 				r.e.ps[r.part].svcFrom = max(r.e.ps[r.part].tSent, prev)
 				s.complete(r.e, int(r.part), nil, now, true)
 			}
@@ -308,7 +308,7 @@ func (ln *link) streamable(t byte) *client {
 	}
 	r := ln.q.front()
 	e := r.e
-	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
+	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
 		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset {
 		return nil
 	}
@@ -326,7 +326,7 @@ func (ln *link) forGone(t byte) bool {
 		return false
 	}
 	e := ln.q.front().e
-	return e != nil && e.s.closed
+	return e != nil && e.s.gone()
 }
 
 // onReply matches one complete reply with the oldest request of the link.
@@ -343,7 +343,7 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 		// header alone, and its close follows (see closed). The client gets
 		// it as from a direct connection.
 		ln.engineProtoErr, ln.protoErrBy = true, ln.owner
-		ln.owner.stopRead = true
+		ln.owner.closing(csStopRead)
 		ln.owner.oob(ln, frame)
 		return
 	}
@@ -369,7 +369,7 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if ln.engineProtoErr && r.e != nil {
 		ln.protoErrBy = r.e.s
 	}
-	if r.e == nil || r.e.s.closed {
+	if r.e == nil || r.e.s.gone() {
 		return // a replayed state command's reply, ASKING's +OK, or a client that left
 	}
 	e := r.e
@@ -443,14 +443,14 @@ func (ln *link) fail(reply []byte, lost bool) {
 		ln.stream = nil
 		s.streaming = nil
 		ln.q.pop()
-		s.stopRead, s.closeNow = true, true
+		s.closing(csNow)
 		s.markDirty()
 	}
 	now := ln.p.now()
 	pending := 0
 	for ln.q.len() > 0 {
 		r := ln.q.pop()
-		if r.e == nil || r.e.s.closed || r.e.s.closeNow {
+		if r.e == nil || r.e.s.cs >= csNow {
 			continue
 		}
 		pending++
@@ -459,13 +459,13 @@ func (ln *link) fail(reply []byte, lost bool) {
 		if lost {
 			// What the engine did with the request is unknown: the
 			// client is closed once it has its replies.
-			s.closeAfter, s.stopRead = true, true
+			s.closing(csAfterReplies)
 		}
 	}
-	if s := ln.owner; lost && s != nil && !s.closed && (ln.subs.any() || ln.monitor) {
+	if s := ln.owner; lost && s != nil && !s.gone() && (ln.subs.any() || ln.monitor) {
 		// Its subscriptions or MONITOR feed are gone with it: the client
 		// is closed, as its own connection to the engine would be.
-		s.closeAfter, s.stopRead = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 	}
 	if lost && pending > 0 && ln.c != nil && !ln.p.closing.Load() {
@@ -482,25 +482,25 @@ func (ln *link) closed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil && ln.c != nil {
 		m.UpstreamClosed()
 	}
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
-	if s := ln.protoErrBy; ln.engineProtoErr && s != nil && !s.closed {
+	if s := ln.protoErrBy; ln.engineProtoErr && s != nil && !s.gone() {
 		// The engine refused a request it could not parse and closed the
 		// connection, as it would have closed the client's own: that
 		// client gets what is ready and is closed the same way, with no
 		// errors of ours after the engine's. (On a shared connection the
 		// other clients' requests on it fail as on any lost connection.)
-		s.stopRead, s.closeNow = true, true
+		s.closing(csNow)
 		s.markDirty()
 	}
-	if s := ln.owner; s != nil && !s.closed && ln.c != nil {
+	if s := ln.owner; s != nil && !s.gone() && ln.c != nil {
 		// The engine closed a connection it served on this client's
 		// behalf (CLIENT KILL, ACL DELUSER, its idle timeout, a crash):
 		// the client is closed once its replies are written, as its own
 		// connection would be, even with nothing in flight. (A dial that
 		// failed never reached the engine: only the requests for it fail.)
-		s.stopRead, s.closeAfter = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 	}
 	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
@@ -516,7 +516,7 @@ func (ln *link) dialFailed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamDialFailed()
 	}
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
 	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)

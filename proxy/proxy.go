@@ -703,9 +703,9 @@ func (l *loop) sampleRTT(s *client) {
 	var up *link
 	switch {
 	case s.home < 0:
-	case !s.shared && s.home < len(s.links):
+	case !s.has(cfShared) && s.home < len(s.links):
 		up = s.links[s.home]
-	case s.shared && s.home < len(s.sticky):
+	case s.has(cfShared) && s.home < len(s.sticky):
 		up = s.sticky[s.home]
 	}
 	for i, c := range [2]gnetFder{s.conn, nil} {

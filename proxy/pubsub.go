@@ -109,7 +109,7 @@ func subFamily(id command.ID) (fam uint8, unsub bool) {
 
 // resp2Subscribed reports whether the client's next request reaches a RESP2
 // connection in subscribe mode.
-func (s *client) resp2Subscribed() bool { return !s.resp3 && s.subs.any() }
+func (s *client) resp2Subscribed() bool { return !s.has(cfResp3) && s.subs.any() }
 
 // feedShard returns a shard whose connection is in subscribe mode: the
 // subscription link's, or the lowest shard holding a shard channel.
@@ -251,7 +251,7 @@ type pushTag struct {
 // reply is streaming, it waits in pushHold (releasePushes). Frames keep
 // their order of arrival.
 func (s *client) oob(ln *link, frame []byte) {
-	if s.closed {
+	if s.gone() {
 		return
 	}
 	if (s.streaming == nil || s.streaming == ln) && ln.lastSeq <= s.written && len(s.pushTags) == 0 {
@@ -307,7 +307,7 @@ func (ln *link) inSubMode() bool {
 // traffic rather than a reply; it reports whether it did.
 func (ln *link) feed(frame []byte, typ byte, head []byte, count int64, now int64) bool {
 	s := ln.owner
-	if typ == '>' || typ == '*' && !s.resp3 && ln.inSubMode() {
+	if typ == '>' || typ == '*' && !s.has(cfResp3) && ln.inSubMode() {
 		fam, confirm, message := classifyPubsub(head)
 		switch {
 		case message:
@@ -362,7 +362,7 @@ func (ln *link) confirmation(fam uint8, unsub bool, frame []byte, count int64, n
 	ln.q.pop()
 	prev := ln.lastReply
 	ln.lastReply = now
-	if !r.e.s.closed {
+	if !r.e.s.gone() {
 		p.svcFrom = max(p.tSent, prev)
 		r.e.s.complete(r.e, int(r.part), ln.subAcc, now, false)
 	}
