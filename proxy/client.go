@@ -528,18 +528,6 @@ func (s *client) applyReplyMode(e *request, id command.ID, args [][]byte) {
 	}
 }
 
-// replyModeReq is the CLIENT REPLY request that puts an engine connection
-// in mode (nil for replyOn).
-func replyModeReq(mode uint8) []byte {
-	switch mode {
-	case replyOff:
-		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n")
-	case replySkipNext:
-		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n")
-	}
-	return nil
-}
-
 // newEntry takes an entry from the loop's pool.
 func (s *client) newEntry(id command.ID, now int64) *request {
 	var e *request
@@ -554,27 +542,6 @@ func (s *client) newEntry(id command.ID, now int64) *request {
 	s.q.push(e)
 	s.l.inflight.Add(1)
 	return e
-}
-
-// recycle returns e to the loop's pool, keeping its buffers unless large.
-func (l *loop) recycle(e *request) {
-	ps := e.ps[:0]
-	for i := range e.ps[:cap(e.ps)] {
-		p := &e.ps[:cap(e.ps)][i]
-		p.link = nil
-		if cap(p.req) > 64<<10 {
-			p.req = nil
-		}
-		if cap(p.reply) > 64<<10 {
-			p.reply = nil
-		}
-	}
-	out := e.out[:0]
-	if cap(out) > 64<<10 {
-		out = nil
-	}
-	*e = request{ps: ps, out: out}
-	l.rpool = append(l.rpool, e)
 }
 
 // part adds a part to e and returns it.
@@ -1536,123 +1503,6 @@ func (s *client) markDirty() {
 	}
 }
 
-// flushAll ends a callback: it writes what the links have queued (one write
-// per link), then each touched client's ready replies (one write per
-// client). A shared link is written once per pass of the event loop
-// instead (see deferShared).
-func (l *loop) flushAll() {
-	if len(l.touched) > 0 {
-		var t int64
-		if l.m != nil {
-			t = l.p.now()
-		}
-		deferring := l.deferShared()
-		for i, ln := range l.touched {
-			l.touched[i] = nil
-			if ln.owner == nil && deferring && !ln.dead {
-				l.deferred = append(l.deferred, ln) // stays touched until written
-				continue
-			}
-			if !ln.dead {
-				ln.write(t)
-			}
-			ln.touched = false
-		}
-		l.touched = l.touched[:0]
-		if len(l.deferred) > 0 && !l.flushQueued {
-			l.flushQueued = true
-			if l.el.Execute(context.Background(), l.runDeferred) != nil {
-				l.writeDeferred() // the loop is shutting down
-			}
-		}
-	}
-	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
-		s := l.dirty[i]
-		s.set(cfDirty, false)
-		s.flush()
-		l.dirty[i] = nil
-	}
-	l.dirty = l.dirty[:0]
-	// Handoffs last: resume processes held input, which flushes again.
-	for len(l.resume) > 0 {
-		s := l.resume[0]
-		l.resume = append(l.resume[:0], l.resume[1:]...)
-		s.set(cfResumeQueued, false)
-		s.resume()
-	}
-}
-
-// deferShared reports whether this loop gathers the requests of several
-// clients into one write per shared connection. gnet v2.9.7 calls the
-// handler once per ready connection and has no hook for the end of a pass
-// over epoll's ready list, so the write is queued as a task with
-// EventLoop.Execute: gnet runs tasks after the ready connections of its
-// next pass (an epoll_wait that does not block, since the task's eventfd
-// is ready). So the requests of every client read in between go out in
-// one write, as twemproxy and predixy batch, at the cost of one eventfd
-// write and one allocation (gnet's closure) per pass instead of one
-// write(2) per client. Private links are written at once.
-func (l *loop) deferShared() bool {
-	return l.el != nil && l.runDeferred != nil && !l.p.closing.Load()
-}
-
-// writeDeferred writes the shared links deferred by flushAll.
-func (l *loop) writeDeferred() {
-	l.flushQueued = false
-	if len(l.deferred) == 0 {
-		return
-	}
-	var t int64
-	if l.m != nil {
-		t = l.p.now()
-	}
-	for i, ln := range l.deferred {
-		if !ln.dead {
-			ln.write(t)
-		}
-		ln.touched = false
-		l.deferred[i] = nil
-	}
-	l.deferred = l.deferred[:0]
-}
-
-// sharedLink returns the loop's shared connection number k (of
-// Config.UpstreamConns) to shard for the given protocol, opening it if
-// needed.
-func (l *loop) sharedLink(shard int, resp3 bool, k int) *link {
-	n := l.p.cfg.UpstreamConns
-	i := shard*2*n + k
-	if resp3 {
-		i += n
-	}
-	for i >= len(l.shared) {
-		l.shared = append(l.shared, nil)
-	}
-	if ln := l.shared[i]; ln != nil {
-		return ln
-	}
-	addr := l.p.router.load().t.Addrs[shard]
-	ln := &link{p: l.p, l: l, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1, resp3: resp3}
-	if m := l.p.cfg.Metrics; m != nil {
-		ln.mshard = m.Shard(addr)
-	}
-	if resp3 {
-		ln.queueDrop(hello3Req, false)
-	}
-	l.shared[i] = ln
-	go l.p.dialLink(ln, l.el)
-	return ln
-}
-
-// dropShared forgets a failed shared link.
-func (l *loop) dropShared(ln *link) {
-	for i, x := range l.shared {
-		if x == ln {
-			l.shared[i] = nil
-		}
-	}
-}
-
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
 func (s *client) flush() {
@@ -1994,15 +1844,4 @@ func (s *client) finish(e *request) (held int) {
 	clear(rs)
 	s.l.replies = rs[:0]
 	return held
-}
-
-// partReplies returns the replies of e's parts in part order, in the
-// loop's scratch slice (valid until the next call).
-func (l *loop) partReplies(e *request) [][]byte {
-	rs := l.replies[:0]
-	for i := range e.ps {
-		rs = append(rs, e.ps[i].reply)
-	}
-	l.replies = rs
-	return rs
 }

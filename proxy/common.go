@@ -63,18 +63,6 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 	return now.Sub(g.overSince) > time.Second
 }
 
-// holdInput appends data, read while a client waits (a pause, see
-// client.needsPause), to buf, counting it as client bytes, and
-// reports whether buf is now over the query limit.
-func (l *loop) holdInput(buf, data []byte) ([]byte, bool) {
-	if m := l.m; m != nil {
-		m.AddClientBytes(len(data), 0)
-	}
-	buf = append(buf, data...)
-	lim := l.p.cfg.ClientQueryLimit
-	return buf, lim > 0 && len(buf) > lim
-}
-
 // slowRec records one command, labelled name (its metric label,
 // routing.Resolver.Name), in the slow log from its stamps (ns on the
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time

@@ -17,8 +17,6 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/respmeter/respmeter/metrics"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -82,65 +80,6 @@ type Proxy struct {
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
-
-// loop is the per-event-loop state: only that loop's goroutine touches it,
-// except the atomic counters that InFlight and Stop read.
-type loop struct {
-	el gnet.EventLoop
-	m  *metrics.Loop // nil when not measuring
-	// inflight counts the requests of this loop's clients sent and not yet
-	// answered. It is per loop, not one counter for the proxy, because an
-	// atomic add on a cache line that the other loops also write moves the
-	// line between cores twice per command (see InFlight for the sum).
-	inflight atomic.Int64
-	args     [][]byte // scratch for request arguments
-	// nextRTT is when (p.now) this loop next samples TCP_INFO.
-	nextRTT int64
-	// ups holds the loop's open upstream connections, so that Stop can
-	// close them first when its drain timeout expires (their requests
-	// then get the shutdown error before their clients are closed).
-	ups map[gnet.Conn]struct{}
-	// clients holds the loop's open client connections, and flushing
-	// those waiting for their replies to be written before they are
-	// closed (see closeFlushed); nflushing counts them for Stop.
-	clients map[gnet.Conn]struct{}
-	// flushing maps each such client to the bytes gnet held for it at the
-	// last look; flushWait is the wait before the next look, flushTimer
-	// whether one is pending.
-	flushing      map[gnet.Conn]int
-	nflushing     atomic.Int64
-	flushWait     time.Duration
-	flushTimer    bool
-	flushLooks    atomic.Int64 // checkFlushing passes (tests read it)
-	runFlushCheck gnet.Runnable
-	// stallTimer: a checkStalls is scheduled (stall.go).
-	stallTimer    bool
-	runStallCheck gnet.Runnable
-
-	// Clients' scratch and pool (see client.go).
-	p       *Proxy
-	touched []*link // links with requests to write at the end of the callback
-	// Shared links whose write waits for the end of the loop's pass
-	// (flushAll, deferShared), the task that writes them, and whether it
-	// is queued.
-	deferred    []*link
-	runDeferred gnet.Runnable
-	flushQueued bool
-	dirty       []*client // clients with replies to write at the end of the callback
-	resume      []*client // clients whose pause ended
-	shared      []*link   // shared upstream connections (see loop.sharedLink)
-	rpool       []*request
-	keys        [][]byte
-	slots       []uint16
-	group       []int32
-	mg          *merger   // reply merging scratch (merge.go)
-	replies     [][]byte  // scratch: a request's part replies
-	pos         [][]int32 // scratch: an MGET's key positions per part
-	num         []byte
-	scratch     []byte
-	sf          *resp.ReplyFramer
-	hscan       resp.RequestScanner // splits held requests
-}
 
 // New checks cfg and returns a Proxy ready to Start.
 func New(cfg Config) (*Proxy, error) {
@@ -550,27 +489,6 @@ func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.loops[el]
-	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
-			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
-		if el != nil && p.shared {
-			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
-				l.writeDeferred()
-				return nil
-			})
-		}
-		if m := p.cfg.Metrics; m != nil {
-			l.m = m.Loop(len(p.loops) % m.Loops())
-		}
-		p.loops[el] = l
-	}
-	return l
-}
-
 // now reads the monotonic clock, in nanoseconds since the proxy was made.
 func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 
@@ -696,34 +614,6 @@ func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
 	}
 	return -1
 }
-
-// sampleRTT records the kernel's RTT estimate (TCP_INFO) of a client's
-// socket and of its home shard's engine connection (l.m locked).
-func (l *loop) sampleRTT(s *client) {
-	var up *link
-	switch {
-	case s.home < 0:
-	case !s.has(cfShared) && s.home < len(s.links):
-		up = s.links[s.home]
-	case s.has(cfShared) && s.home < len(s.sticky):
-		up = s.sticky[s.home]
-	}
-	for i, c := range [2]gnetFder{s.conn, nil} {
-		if i == 1 {
-			if up == nil || up.c == nil || up.dead {
-				continue
-			}
-			c = up.c
-		}
-		ti, err := unix.GetsockoptTCPInfo(c.Fd(), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil || ti.Rtt == 0 {
-			continue
-		}
-		l.m.TCPRTTLocked(i == 1, time.Duration(ti.Rtt)*time.Microsecond)
-	}
-}
-
-type gnetFder interface{ Fd() int }
 
 // upstreamError is the reply a pending request gets when its upstream is
 // unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.
