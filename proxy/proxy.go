@@ -54,6 +54,7 @@ type Proxy struct {
 	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
 	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
 	route       routeKind
+	shape       shape // by route: fixedShape or slotShape
 	shared      bool
 	pinFirstKey bool
 
@@ -192,9 +193,10 @@ func New(cfg Config) (*Proxy, error) {
 		runDone: make(chan error, 1),
 		loops:   make(map[gnet.EventLoop]*loop),
 	}
+	p.shape = fixedShape{}
 	switch cfg.Route {
 	case RouteSlots:
-		p.route = routeSlots
+		p.route, p.shape = routeSlots, slotShape{}
 	case RoutePinned:
 		p.route = routePinned
 	}
