@@ -337,14 +337,17 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if f.Type == '>' {
 		return // a push on a shared link: nobody to give it to
 	}
-	if ln.q.len() == 0 && ln.pre > 0 && f.Type == '-' && ln.owner != nil {
-		// The engine refused the start of a request it got early
-		// (client.forwardPartial): "-ERR Protocol error: ..." from the
-		// header alone, and its close follows (see closed). The client gets
-		// it as from a direct connection.
-		ln.engineProtoErr, ln.protoErrBy = true, ln.owner
-		ln.owner.closing(csStopRead)
-		ln.owner.oob(ln, frame)
+	if s := ln.owner; ln.q.len() == 0 && f.Type == '-' && s != nil && s.fixed() {
+		// An error that answers nothing the client sent whole, on the
+		// client's own connection to its one engine: the engine refused
+		// the start of a request it got early (client.forwardPartial),
+		// "-ERR Protocol error: ..." from the header alone, or refused the
+		// connection itself ("-ERR max number of clients reached"). Its
+		// close follows (see closed); the client gets both as a direct
+		// client would.
+		ln.engineProtoErr, ln.protoErrBy = true, s
+		s.closing(csStopRead)
+		s.oob(ln, frame)
 		return
 	}
 	if ln.q.len() == 0 {
