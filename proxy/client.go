@@ -668,7 +668,11 @@ func (s *client) clientData(data []byte) {
 	if len(tail) > 0 {
 		s.forwardPartial(tail)
 	}
-	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*requestSize > lim {
+	// Unprocessed input: the incomplete tail, the bookkeeping of requests
+	// in flight, and the requests waiting in the client's own engine
+	// connections (a client pipelining into a stalled engine grows all
+	// three; Redis would hold them in its query buffer).
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*requestSize+s.backlog() > lim {
 		s.evict("query_limit")
 		return
 	}
@@ -683,6 +687,21 @@ func (s *client) clientData(data []byte) {
 	}
 	s.markDirty()
 	s.l.flushAll()
+}
+
+// backlog returns the bytes of the client's requests that its own engine
+// connections hold, not yet taken by the engine (while dialing, or stalled).
+func (s *client) backlog() int {
+	n := 0
+	for _, ln := range s.links {
+		if ln != nil {
+			n += len(ln.wb)
+			if ln.c != nil {
+				n += ln.c.OutboundBuffered()
+			}
+		}
+	}
+	return n
 }
 
 // forwardPartial sends the part of an incomplete request that the scanner
