@@ -55,6 +55,15 @@ const (
 	aggConcat              // arrays concatenated (KEYS)
 	aggScan                // SCAN: the engine's cursor re-encoded with the shard
 	aggSubs                // pub/sub confirmations from several connections, renumbered (see pubsub.go)
+	// Command tips response policies of a broadcast (Redis 7 COMMAND
+	// DOCS/INFO tips; see merge.go): agg_logical_and (SCRIPT EXISTS),
+	// agg_logical_or, agg_min (WAIT, WAITAOF), agg_max, one_succeeded
+	// (SCRIPT KILL, FUNCTION KILL).
+	aggAnd
+	aggOr
+	aggMin
+	aggMax
+	aggOneOK
 )
 
 // request.flags
@@ -1467,8 +1476,14 @@ func (s *client) finish(e *request) (held int) {
 		return held
 	}
 	rs := s.l.partReplies(e)
-	if i := firstError(rs); i >= 0 {
+	i := firstError(rs)
+	if e.agg == aggOneOK {
+		i = oneSucceeded(rs)
+	}
+	if i >= 0 {
 		e.out = append(e.out[:0], rs[i]...)
+		clear(rs)
+		s.l.replies = rs[:0]
 		return held
 	}
 	m := s.l.mg
@@ -1486,6 +1501,8 @@ func (s *client) finish(e *request) (held int) {
 		s.l.pos = pos[:0]
 	case aggConcat:
 		e.out, bad = m.concat(e.out[:0], rs)
+	case aggAnd, aggOr, aggMin, aggMax:
+		e.out, bad = m.ints(e.out[:0], rs, e.agg)
 	case aggSubs:
 		e.out = e.out[:0]
 		for _, r := range rs {

@@ -862,3 +862,70 @@ func TestRouteSlotsKeylessFirstTransaction(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteSlotsCommandTips: keyless commands whose Redis 7 command tips say
+// request_policy:all_shards reach every shard and their replies are merged
+// by the tip's response policy, whichever shard is the client's home:
+// SCRIPT EXISTS (agg_logical_and) answers 0 when one shard lost the script
+// (an EVALSHA there would fail with NOSCRIPT), and SCRIPT KILL
+// (one_succeeded) kills a busy script on any shard. Before, both went to the
+// client's home shard only (1 and -NOTBUSY on two connections of three).
+func TestRouteSlotsCommandTips(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, err := routing.EvenSplit(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const script = "return 1"
+	for lost := range srvs {
+		c := goRedis(t, p.Addr())
+		sha, err := c.ScriptLoad(ctx, script).Result() // every shard (all_succeeded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs[lost].Do("SCRIPT", "FLUSH")
+		for i := range 3 { // three connections: three home shards
+			got, err := goRedis(t, p.Addr()).ScriptExists(ctx, sha).Result()
+			if err != nil || len(got) != 1 || got[0] {
+				t.Errorf("shard %d lost the script; SCRIPT EXISTS on connection %d = %v, %v; want [false]", lost, i, got, err)
+			}
+		}
+	}
+	// A key on each shard in turn: a busy script there, killed through a
+	// new connection.
+	keyOn := func(shard int) string {
+		for i := 0; ; i++ {
+			if k := fmt.Sprintf("busy:%d", i); topo.Shard(routing.Slot([]byte(k))) == shard {
+				return k
+			}
+		}
+	}
+	for _, s := range srvs {
+		s.Do("CONFIG", "SET", "busy-reply-threshold", "50")
+	}
+	for shard, s := range srvs {
+		done := make(chan error, 1)
+		go func() {
+			done <- goRedis(t, p.Addr()).Eval(ctx, "while true do end", []string{keyOn(shard)}).Err()
+		}()
+		redistest.Eventually(t, 10*time.Second, func() error {
+			if err := s.Client().Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "BUSY") {
+				return fmt.Errorf("shard %d not busy yet (PING: %v)", shard, err)
+			}
+			return nil
+		})
+		if err := goRedis(t, p.Addr()).ScriptKill(ctx).Err(); err != nil {
+			t.Errorf("SCRIPT KILL with a script busy on shard %d: %v; want OK", shard, err)
+			_ = s.Client().Do(ctx, "SCRIPT", "KILL").Err()
+		}
+		if err := <-done; err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("the busy script on shard %d ended with %v; want killed by SCRIPT KILL", shard, err)
+		}
+	}
+	// No script anywhere: every shard's -NOTBUSY, one of them relayed.
+	if err := goRedis(t, p.Addr()).ScriptKill(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOTBUSY") {
+		t.Errorf("SCRIPT KILL with no script running: %v; want NOTBUSY", err)
+	}
+}

@@ -21,6 +21,7 @@ type merger struct {
 	f      *resp.ReplyFramer
 	elems  [][]byte
 	elems2 [][]byte
+	vals   []int64
 	num    []byte
 }
 
@@ -121,6 +122,93 @@ func (m *merger) concat(dst []byte, replies [][]byte) (out []byte, bad int) {
 	copy(body[len(hdr):], body[:len(body)-len(hdr)])
 	copy(body, hdr)
 	return dst, -1
+}
+
+// oneSucceeded returns the index of the reply the client gets under
+// response_policy:one_succeeded (SCRIPT KILL, FUNCTION KILL: the shard
+// running the script answers OK, the others -NOTBUSY): the first reply that
+// is not an error, else the first error.
+func oneSucceeded(replies [][]byte) int {
+	for i, r := range replies {
+		if len(r) > 0 && r[0] != '-' && r[0] != '!' {
+			return i
+		}
+	}
+	return min(0, len(replies)-1)
+}
+
+// ints combines integer replies, or arrays of integer replies element by
+// element, with op: aggAnd and aggOr (response_policy:agg_logical_and and
+// agg_logical_or: SCRIPT EXISTS's array of 0 and 1 from every shard is 1
+// only where every shard has the script), aggMin and aggMax (agg_min: WAIT's
+// count of replicas that acknowledged, the fewest over the shards;
+// WAITAOF's pair). Every reply must have the first one's shape; bad is the
+// index of one that does not, or -1.
+func (m *merger) ints(dst []byte, replies [][]byte, op uint8) (out []byte, bad int) {
+	vals := m.vals[:0]
+	array := false
+	for i, r := range replies {
+		var got [][]byte
+		switch {
+		case len(r) > 0 && r[0] == ':':
+			got = append(m.elems2[:0], r)
+		case len(r) > 0 && r[0] == '*':
+			var ok bool
+			if got, ok = splitArray(m.f, r, m.elems2[:0]); !ok {
+				return dst, i
+			}
+		default:
+			return dst, i
+		}
+		m.elems2 = got[:0]
+		if i == 0 {
+			array = r[0] == '*'
+		} else if array != (r[0] == '*') || len(got) != len(vals) {
+			return dst, i
+		}
+		for j, g := range got {
+			v, ok := parseIntReply(g)
+			if !ok {
+				return dst, i
+			}
+			switch {
+			case i == 0:
+				vals = append(vals, v)
+			case op == aggAnd:
+				vals[j] = b2i(vals[j] != 0 && v != 0)
+			case op == aggOr:
+				vals[j] = b2i(vals[j] != 0 || v != 0)
+			case op == aggMin:
+				vals[j] = min(vals[j], v)
+			case op == aggMax:
+				vals[j] = max(vals[j], v)
+			}
+		}
+	}
+	m.vals = vals
+	if op == aggAnd || op == aggOr {
+		for j := range vals {
+			vals[j] = b2i(vals[j] != 0)
+		}
+	}
+	if array {
+		dst = append(dst, '*')
+		dst = strconv.AppendInt(dst, int64(len(vals)), 10)
+		dst = append(dst, "\r\n"...)
+	}
+	for _, v := range vals {
+		dst = append(dst, ':')
+		dst = strconv.AppendInt(dst, v, 10)
+		dst = append(dst, "\r\n"...)
+	}
+	return dst, -1
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // SCAN over several shards (see client.scanRoute): the client's cursor is

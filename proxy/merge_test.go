@@ -170,3 +170,49 @@ func TestMergeAllocs(t *testing.T) {
 		t.Errorf("%v allocations per merge round, want 0", a)
 	}
 }
+
+func TestOneSucceeded(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want int
+	}{
+		{[]string{"-NOTBUSY No scripts in execution right now.\r\n", "+OK\r\n", "-NOTBUSY x\r\n"}, 1},
+		{[]string{"-NOTBUSY a\r\n", "-NOTBUSY b\r\n"}, 0},
+		{[]string{"+OK\r\n", "-ERR x\r\n"}, 0},
+		{nil, -1},
+	} {
+		if got := oneSucceeded(replies(tc.in...)); got != tc.want {
+			t.Errorf("oneSucceeded(%q) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestMergeInts(t *testing.T) {
+	m := newMerger()
+	for _, tc := range []struct {
+		name    string
+		op      uint8
+		in      []string
+		want    string
+		wantBad int
+	}{
+		{"SCRIPT EXISTS: and per element", aggAnd, []string{"*3\r\n:1\r\n:1\r\n:0\r\n", "*3\r\n:1\r\n:0\r\n:0\r\n", "*3\r\n:1\r\n:1\r\n:1\r\n"},
+			"*3\r\n:1\r\n:0\r\n:0\r\n", -1},
+		{"or per element", aggOr, []string{"*2\r\n:0\r\n:0\r\n", "*2\r\n:0\r\n:1\r\n"}, "*2\r\n:0\r\n:1\r\n", -1},
+		{"and of scalars", aggAnd, []string{":1\r\n", ":1\r\n"}, ":1\r\n", -1},
+		{"and normalises to 0/1", aggAnd, []string{":2\r\n", ":5\r\n"}, ":1\r\n", -1},
+		{"WAIT: the fewest replicas", aggMin, []string{":2\r\n", ":0\r\n", ":1\r\n"}, ":0\r\n", -1},
+		{"WAITAOF: element-wise min", aggMin, []string{"*2\r\n:1\r\n:3\r\n", "*2\r\n:0\r\n:4\r\n"}, "*2\r\n:0\r\n:3\r\n", -1},
+		{"max", aggMax, []string{":-1\r\n", ":7\r\n"}, ":7\r\n", -1},
+		{"empty arrays", aggAnd, []string{"*0\r\n", "*0\r\n"}, "*0\r\n", -1},
+		{"shapes differ: scalar then array", aggMin, []string{":1\r\n", "*1\r\n:1\r\n"}, "", 1},
+		{"lengths differ", aggAnd, []string{"*1\r\n:1\r\n", "*2\r\n:1\r\n:1\r\n"}, "", 1},
+		{"not an integer", aggAnd, []string{"*1\r\n:1\r\n", "*1\r\n$1\r\n1\r\n"}, "", 1},
+		{"not an integer reply", aggMin, []string{"+OK\r\n", ":1\r\n"}, "", 0},
+	} {
+		out, bad := m.ints(nil, replies(tc.in...), tc.op)
+		if bad != tc.wantBad || bad < 0 && string(out) != tc.want {
+			t.Errorf("%s: ints = %q, bad %d; want %q, bad %d", tc.name, out, bad, tc.want, tc.wantBad)
+		}
+	}
+}

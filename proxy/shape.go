@@ -185,16 +185,22 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 //   - FLUSHALL, FLUSHDB, SCRIPT LOAD/FLUSH, FUNCTION LOAD/DELETE/FLUSH/
 //     RESTORE, LATENCY RESET, SLOWLOG RESET, MEMORY PURGE (all_succeeded):
 //     sent to every shard, the first reply unless one is an error;
+//   - SCRIPT EXISTS (agg_logical_and): every shard, 1 only where every
+//     shard has the script (an EVALSHA after a 1 then works on any shard);
+//   - WAIT, WAITAOF (agg_min): every shard, the fewest acknowledgements;
+//   - SCRIPT KILL, FUNCTION KILL (one_succeeded): every shard, OK if the
+//     shard running the script killed it, else the first error (NOTBUSY);
 //   - KEYS: sent to every shard, arrays concatenated;
 //   - SCAN: one shard at a time, the cursor encoding the shard;
 //   - PUBLISH: the shard of the channel's slot, where SUBSCRIBE to that
 //     channel (its first one) takes a subscriber (standalone shards do not
 //     forward messages to each other as a cluster bus does; PSUBSCRIBE
 //     stays on the home shard and sees only what is published there);
-//   - everything else (PING, ECHO, INFO, CONFIG, RANDOMKEY, CLIENT, WAIT,
-//     EVAL with 0 keys, a request with a bad numkeys, ...): the client's
-//     home shard, chosen round-robin at connect. Inside a transaction they
-//     go to the transaction's shard.
+//   - everything else, including response_policy:special (PING, ECHO, INFO,
+//     CONFIG GET/SET, RANDOMKEY, CLIENT, LATENCY, MEMORY STATS, EVAL with 0
+//     keys, a request with a bad numkeys, ...): the client's home shard,
+//     chosen round-robin at connect. Inside a transaction they go to the
+//     transaction's shard.
 func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
 	if g := s.p.router.downs.Load(); g != s.downs {
 		// A shard was found unreachable since this client last looked:
@@ -219,15 +225,15 @@ func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, 
 	if len(tips) == 0 {
 		tips = tipsFallback[info.Name]
 	}
-	var reqAll, sum, allOK bool
+	reqAll, policy := false, aggRelay
 	for _, t := range tips {
 		switch t {
 		case "request_policy:all_shards", "request_policy:all_nodes":
 			reqAll = true
-		case "response_policy:agg_sum":
-			sum = true
-		case "response_policy:all_succeeded":
-			allOK = true
+		default:
+			if a, ok := responsePolicies[t]; ok {
+				policy = a
+			}
 		}
 	}
 	switch {
@@ -250,18 +256,31 @@ func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, 
 	case id == command.Keys && len(args) == 2:
 		s.broadcast(v, e, aggConcat, frame)
 		return
-	case reqAll && sum && id != command.Ping:
-		s.broadcast(v, e, aggSum, frame)
-		return
-	case reqAll && allOK && id != command.Ping && (id != command.Config || len(args) < 2 || !eqFold(args[1], "set")):
-		// (CONFIG RESETSTAT and REWRITE reach every shard as their tips
-		// say; CONFIG SET stays on the home shard: a setting changed on
-		// every shard by one client is a change an operator makes per
-		// node.)
-		s.broadcast(v, e, aggAllOK, frame)
+	case reqAll && policy != aggRelay && id != command.Ping && (id != command.Config || len(args) < 2 || !eqFold(args[1], "set")):
+		// (PING is answered by the home shard, as a liveness check of the
+		// client's connection; CONFIG RESETSTAT and REWRITE reach every
+		// shard as their tips say, but CONFIG SET stays on the home shard:
+		// a setting changed on every shard by one client is a change an
+		// operator makes per node.)
+		s.broadcast(v, e, policy, frame)
 		return
 	}
 	s.send(e, s.home, frame)
+}
+
+// responsePolicies maps the command tips' response policies respmeter
+// merges to their aggregation (merge.go). response_policy:special (INFO,
+// LATENCY, MEMORY STATS, FUNCTION STATS, ...: a reply per node that a
+// cluster client shows per node) and commands with no request policy stay
+// on the home shard.
+var responsePolicies = map[string]uint8{
+	"response_policy:agg_sum":         aggSum,
+	"response_policy:all_succeeded":   aggAllOK,
+	"response_policy:one_succeeded":   aggOneOK,
+	"response_policy:agg_logical_and": aggAnd,
+	"response_policy:agg_logical_or":  aggOr,
+	"response_policy:agg_min":         aggMin,
+	"response_policy:agg_max":         aggMax,
 }
 
 // tipsFallback gives the command tips of commands that redis-server 7.0
