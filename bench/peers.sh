@@ -9,6 +9,12 @@
 #   respmeter            client -> respmeter proxy (defaults: 1 upstream conn per client conn) -> redis
 #   respmeter-shared     client -> respmeter proxy --upstream-mode shared -> redis
 #   respmeter-nomeasure  client -> respmeter proxy --measure=false (frame and forward only) -> redis
+#   respmeter-pinned     client -> respmeter proxy --route pinned --shards <redis> -> redis
+#   respmeter-slots      client -> respmeter proxy --route slots --shards <redis> (every slot on it) -> redis
+#   <any respmeter target>-b  the same with the binary RESPMETER_B: an A/B of two builds in one
+#                        interleaved run (e.g. TARGETS="respmeter respmeter-b respmeter-slots
+#                        respmeter-slots-b" RESPMETER_B=/tmp/respmeter-old); the summary then adds
+#                        a table of proxy CPU µs/op, B over A, per target, tool and pipeline.
 # twemproxy, predixy and respmeter-shared pipeline all clients onto few engine connections;
 # haproxy and respmeter (default) give each client connection its own. respmeter runs with
 # --loops PROXY_THREADS; twemproxy has one thread.
@@ -52,9 +58,9 @@
 #   REPS=3 TEST_TIME=6 KEYS=200000 DATA_SIZE=256 THREADS=4 CLIENTS=25 PIPELINES="1 16"
 #   RB_N=100000 RTT_N=20000 RTT_TIME=3 PROXY_THREADS=$(nproc)
 #   TARGETS="direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"
-#   MEMTIER= PREDIXY= RESPMETER= (default: go build ./cmd/respmeter into OUT)
+#   MEMTIER= PREDIXY= RESPMETER= (default: go build ./cmd/respmeter into OUT) RESPMETER_B=
 #   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy)
-#   BASE_PORT=27600 (uses BASE_PORT..BASE_PORT+20)  OUT=$(mktemp -d)
+#   BASE_PORT=27600 (uses BASE_PORT..BASE_PORT+40)  OUT=$(mktemp -d)
 # Duration: about 34 s per target and repetition with MEMTIER, 15 s without: 7 targets x 3
 # repetitions took 566-708 s on 2 cores (about 5 minutes without memtier). Short settings
 # (TEST_TIME=2, RB_N=20000) check that the script works; their figures are not worth quoting:
@@ -106,12 +112,22 @@ declare -A PORT=(
   [respmeter]=$((BASE_PORT + 4))
   [respmeter-shared]=$((BASE_PORT + 5))
   [respmeter-nomeasure]=$((BASE_PORT + 6))
+  [respmeter-pinned]=$((BASE_PORT + 7))
+  [respmeter-slots]=$((BASE_PORT + 8))
 )
 declare -A ADMIN=(
   [respmeter]=$((BASE_PORT + 14))
   [respmeter-shared]=$((BASE_PORT + 15))
   [respmeter-nomeasure]=$((BASE_PORT + 16))
+  [respmeter-pinned]=$((BASE_PORT + 17))
+  [respmeter-slots]=$((BASE_PORT + 18))
 )
+# The -b targets (RESPMETER_B) take ports 20 above their A target's.
+for t in respmeter respmeter-shared respmeter-nomeasure respmeter-pinned respmeter-slots; do
+  PORT[$t-b]=$((PORT[$t] + 20))
+  ADMIN[$t-b]=$((ADMIN[$t] + 20))
+done
+RESPMETER_B=${RESPMETER_B:-}
 TWEM_STATS_PORT=$((BASE_PORT + 11))
 declare -A PID=()
 STARTED=()
@@ -135,7 +151,8 @@ declare -A SKIP=()
 active=()
 for t in $TARGETS; do
   case $t in
-    direct | respmeter | respmeter-shared | respmeter-nomeasure) ;;
+    direct | respmeter | respmeter-shared | respmeter-nomeasure | respmeter-pinned | respmeter-slots) ;;
+    respmeter*-b) [ -n "$RESPMETER_B" ] && [ -x "$RESPMETER_B" ] || SKIP[$t]="RESPMETER_B unset or not executable" ;;
     twemproxy) [ -x "$NUTCRACKER" ] || SKIP[$t]="no nutcracker (apt-get install -y nutcracker)" ;;
     haproxy) [ -x "$HAPROXY" ] || SKIP[$t]="no haproxy (apt-get install -y haproxy)" ;;
     predixy) [ -n "$PREDIXY" ] && [ -x "$PREDIXY" ] || SKIP[$t]="PREDIXY unset or not executable" ;;
@@ -285,12 +302,17 @@ StandaloneServerPool {
 EOF
       start_bg predixy "$PREDIXY" "$cfg"
       ;;
-    respmeter | respmeter-shared | respmeter-nomeasure)
-      local extra=()
-      [ "$t" = respmeter-shared ] && extra=(--upstream-mode shared)
-      [ "$t" = respmeter-nomeasure ] && extra=(--measure=false)
-      echo "$RESPMETER proxy --listen 127.0.0.1:$port --upstream 127.0.0.1:$REDIS_PORT --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
-      start_bg "$t" "$RESPMETER" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$REDIS_PORT" \
+    respmeter*)
+      local extra=() bin=$RESPMETER
+      case $t in *-b) bin=$RESPMETER_B ;; esac
+      case ${t%-b} in
+        respmeter-shared) extra=(--upstream-mode shared) ;;
+        respmeter-nomeasure) extra=(--measure=false) ;;
+        respmeter-pinned) extra=(--route pinned --shards "127.0.0.1:$REDIS_PORT") ;;
+        respmeter-slots) extra=(--route slots --shards "127.0.0.1:$REDIS_PORT") ;;
+      esac
+      echo "$bin proxy --listen 127.0.0.1:$port --upstream 127.0.0.1:$REDIS_PORT --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
+      start_bg "$t" "$bin" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$REDIS_PORT" \
         --admin "127.0.0.1:${ADMIN[$t]}" --loops "$PROXY_THREADS" --log-level warn "${extra[@]}"
       ;;
   esac
@@ -576,6 +598,22 @@ for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "hapr
     allowed = b["own"] / want
     print(f"| {t} ≥ {want}× {peer}, P{pl} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
           f"{fmt(allowed - a['floor'], 1)} | {fmt(a['proxy'] - a['sys'], 1)} |")
+
+# A/B of two builds (RESPMETER_B): each -b target against its A target, same cells, interleaved.
+pairs = [t for t in wanted if t.endswith("-b") and t[:-2] in wanted]
+if pairs:
+    print("\n#### A/B: RESPMETER_B (B) against RESPMETER (A), medians\n")
+    print("| target | tool | P | A proxy µs/op | B proxy µs/op | B / A | A ops/s | B ops/s | B / A ops |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tb in pairs:
+        ta = tb[:-2]
+        for tool in tools + ["rb-rtt"]:
+            for pl in sorted({int(k[2]) for k in cells if k[1] == tool}):
+                a, b = stat(ta, tool, pl), stat(tb, tool, pl)
+                if not a or not b:
+                    continue
+                print(f"| {ta} | {tool} | {pl} | {fmt(a['proxy'], 2)} | {fmt(b['proxy'], 2)} | {fmt(ratio(b['proxy'], a['proxy']))} | "
+                      f"{a['ops']:.0f} | {b['ops']:.0f} | {fmt(ratio(b['ops'], a['ops']))} |")
 PY
 echo >&2
 cat "$OUT/env.txt" >&2

@@ -46,7 +46,7 @@ type Config struct {
 	// requests of the clients of one event loop are pipelined onto
 	// UpstreamConns shared connections per shard (per protocol), replies
 	// demultiplexed in order; a client that needs connection state moves to
-	// private connections (see rsession.needsPause). Not with RoutePinned.
+	// private connections (see client.needsPause). Not with RoutePinned.
 	UpstreamMode string
 	// AuthCheck is how often, with UpstreamMode shared, respmeter checks
 	// whether the engines accept a new connection without a password (see

@@ -9,9 +9,6 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// Pieces shared by the passthrough session (session.go) and the routed
-// session (rsession.go).
-
 // outputGuard applies the client output limit the way Redis's
 // client-output-buffer-limit does with a hard and a soft limit: replies
 // queued beyond the hard limit (limit + outputSlack, at most 2 x limit)
@@ -66,18 +63,6 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 	return now.Sub(g.overSince) > time.Second
 }
 
-// holdInput appends data, read while a session waits (a hand-back to
-// decide, a hand-off to finish), to buf, counting it as client bytes, and
-// reports whether buf is now over the query limit.
-func (l *loop) holdInput(buf, data []byte) ([]byte, bool) {
-	if m := l.m; m != nil {
-		m.AddClientBytes(len(data), 0)
-	}
-	buf = append(buf, data...)
-	lim := l.p.cfg.ClientQueryLimit
-	return buf, lim > 0 && len(buf) > lim
-}
-
 // slowRec records one command, labelled name (its metric label,
 // routing.Resolver.Name), in the slow log from its stamps (ns on the
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
@@ -125,4 +110,37 @@ func setNameArg(id command.ID, args [][]byte) ([]byte, bool) {
 		return name, found
 	}
 	return nil, false
+}
+
+// Reply modes set by CLIENT REPLY (https://redis.io/commands/client-reply).
+const (
+	replyOn uint8 = iota
+	replyOff
+	replySkipNext
+)
+
+// Subscription families; a confirmation's count is per family set as in
+// redis-server 7.0 pubsub.c: channels and patterns share one count
+// (clientSubscriptionsCount), shard channels have their own.
+const (
+	famChan uint8 = iota + 1
+	famPat
+	famShard
+)
+
+// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
+func eqFold(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
 }

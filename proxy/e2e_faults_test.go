@@ -8,6 +8,7 @@ package proxy_test
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,4 +279,40 @@ func TestClientMalformedInput(t *testing.T) {
 		t.Errorf("ProtocolErrors = %d, want >= 7", n)
 	}
 	_ = bystander.Close()
+}
+
+// TestEngineRefusesConnection: an engine at its maxclients answers a new
+// connection "-ERR max number of clients reached" and closes it before the
+// client sends anything. A client of the proxy, whose own engine connection
+// is opened when it connects, gets the same bytes and the close, as a direct
+// client does (a client type that opens its engine connection with the
+// client's but matches engine bytes only to requests would give the close
+// alone).
+func TestEngineRefusesConnection(t *testing.T) {
+	if sharedMode() || routedMode() {
+		t.Skip("the engine connection is opened per client only with one private connection per client")
+	}
+	e := e2eSetup(t)
+	held := redistest.Dial(t, e.srv.Addr()) // one connection the engine keeps
+	held.Send(t, respCmd("PING"))
+	held.Expect(t, []byte("+PONG\r\n"), 2*time.Second)
+	info := e.srv.Do("INFO", "clients").(string)
+	var n int
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "connected_clients:"); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no connected_clients in INFO clients: %q", info)
+	}
+	e.srv.Do("CONFIG", "SET", "maxclients", strconv.Itoa(n))
+	t.Cleanup(func() { e.srv.Do("CONFIG", "SET", "maxclients", "10000") })
+	for _, tg := range e.targets() {
+		c := redistest.Dial(t, tg.addr)
+		got, closed := c.ReadToClose(3 * time.Second)
+		if string(got) != "-ERR max number of clients reached\r\n" || !closed {
+			t.Errorf("%s: got %q, closed %v; want the engine's refusal, then the close", tg.name, got, closed)
+		}
+	}
 }

@@ -2,12 +2,15 @@ package proxy_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/proxy"
 )
 
@@ -68,4 +71,45 @@ func TestMaxClients(t *testing.T) {
 	if n := e.set.Counters().ClientsRejected; n != 1 {
 		t.Errorf("rejected = %d, want 1", n)
 	}
+}
+
+// TestQueryLimitCountsStalledEngineBacklog: a client pipelining large
+// requests to an engine that stopped reading (SIGSTOP) is evicted at the
+// client query limit: the bytes waiting for the engine in the client's own
+// engine connections count against it, as the requests' bytes would in
+// Redis's query buffer. Under --route slots (before the client types were
+// one) only the requests' bookkeeping counted, and 64 MiB of SETs sat in the
+// proxy's memory under a 4 MiB limit.
+func TestQueryLimitCountsStalledEngineBacklog(t *testing.T) {
+	if sharedMode() {
+		t.Skip("a shared connection's backlog is every client's, not counted against one")
+	}
+	srv := redistest.Start(t)
+	p, set := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) { c.ClientQueryLimit = 4 << 20 })
+	c := redistest.Dial(t, p.Addr())
+	c.Send(t, respCmd("PING"))
+	c.Expect(t, []byte("+PONG\r\n"), 2*time.Second) // its engine connection is up
+	srv.Stop()
+	defer srv.Cont()
+	val := strings.Repeat("v", 1<<20)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 64 {
+			if c.Write(respCmd("SET", "big:"+strconv.Itoa(i), val)) != nil {
+				return // evicted: the proxy closed the connection
+			}
+		}
+	}()
+	redistest.Eventually(t, 20*time.Second, func() error {
+		if n := set.Counters().ClientsEvictedQueryLimit; n != 1 {
+			return fmt.Errorf("%d query-limit evictions, want 1", n)
+		}
+		return nil
+	})
+	_, closed := c.ReadToClose(5 * time.Second)
+	if !closed {
+		t.Error("the evicted client's connection is still open")
+	}
+	<-done
 }

@@ -715,7 +715,7 @@ func TestRouteSlotsClientReplyInMulti(t *testing.T) {
 	defer c.Close()
 	c.Send(t, respJoin(redistest.Cmd("MULTI"), redistest.Cmd("SET", "k2", "1"), redistest.Cmd("CLIENT", "REPLY", "OFF"),
 		redistest.Cmd("GET", "k2"), redistest.Cmd("EXEC"), redistest.Cmd("PING"), redistest.Cmd("GET", "k2")))
-	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n+QUEUED\r\n"+
+	c.Expect(t, []byte("+OK\r\n+QUEUED\r\n-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n+QUEUED\r\n"+
 		"-EXECABORT Transaction discarded because of previous errors.\r\n+PONG\r\n$-1\r\n"), 5*time.Second)
 }
 
@@ -860,5 +860,72 @@ func TestRouteSlotsKeylessFirstTransaction(t *testing.T) {
 		if v := owner.Do("GET", "key:a"); v != strconv.Itoa(i) {
 			t.Errorf("connection %d: key:a on its owner is %v", i, v)
 		}
+	}
+}
+
+// TestRouteSlotsCommandTips: keyless commands whose Redis 7 command tips say
+// request_policy:all_shards reach every shard and their replies are merged
+// by the tip's response policy, whichever shard is the client's home:
+// SCRIPT EXISTS (agg_logical_and) answers 0 when one shard lost the script
+// (an EVALSHA there would fail with NOSCRIPT), and SCRIPT KILL
+// (one_succeeded) kills a busy script on any shard. Before, both went to the
+// client's home shard only (1 and -NOTBUSY on two connections of three).
+func TestRouteSlotsCommandTips(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	topo, err := routing.EvenSplit(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const script = "return 1"
+	for lost := range srvs {
+		c := goRedis(t, p.Addr())
+		sha, err := c.ScriptLoad(ctx, script).Result() // every shard (all_succeeded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs[lost].Do("SCRIPT", "FLUSH")
+		for i := range 3 { // three connections: three home shards
+			got, err := goRedis(t, p.Addr()).ScriptExists(ctx, sha).Result()
+			if err != nil || len(got) != 1 || got[0] {
+				t.Errorf("shard %d lost the script; SCRIPT EXISTS on connection %d = %v, %v; want [false]", lost, i, got, err)
+			}
+		}
+	}
+	// A key on each shard in turn: a busy script there, killed through a
+	// new connection.
+	keyOn := func(shard int) string {
+		for i := 0; ; i++ {
+			if k := fmt.Sprintf("busy:%d", i); topo.Shard(routing.Slot([]byte(k))) == shard {
+				return k
+			}
+		}
+	}
+	for _, s := range srvs {
+		s.Do("CONFIG", "SET", "busy-reply-threshold", "50")
+	}
+	for shard, s := range srvs {
+		done := make(chan error, 1)
+		go func() {
+			done <- goRedis(t, p.Addr()).Eval(ctx, "while true do end", []string{keyOn(shard)}).Err()
+		}()
+		redistest.Eventually(t, 10*time.Second, func() error {
+			if err := s.Client().Ping(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "BUSY") {
+				return fmt.Errorf("shard %d not busy yet (PING: %v)", shard, err)
+			}
+			return nil
+		})
+		if err := goRedis(t, p.Addr()).ScriptKill(ctx).Err(); err != nil {
+			t.Errorf("SCRIPT KILL with a script busy on shard %d: %v; want OK", shard, err)
+			_ = s.Client().Do(ctx, "SCRIPT", "KILL").Err()
+		}
+		if err := <-done; err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Errorf("the busy script on shard %d ended with %v; want killed by SCRIPT KILL", shard, err)
+		}
+	}
+	// No script anywhere: every shard's -NOTBUSY, one of them relayed.
+	if err := goRedis(t, p.Addr()).ScriptKill(ctx).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOTBUSY") {
+		t.Errorf("SCRIPT KILL with no script running: %v; want NOTBUSY", err)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,18 +87,6 @@ func spRenice(t testing.TB, srv *redistest.Server) {
 	if err != nil {
 		t.Logf("engine not reniced: %v", err)
 	}
-}
-
-// spRaceEnabled reports whether the test binary was built with -race.
-func spRaceEnabled() bool {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, st := range bi.Settings {
-			if st.Key == "-race" {
-				return st.Value == "true"
-			}
-		}
-	}
-	return false
 }
 
 // spStartPoller runs an engine.Poller on addr until the test ends and waits

@@ -40,32 +40,64 @@ func (c *memConn) EventLoop() gnet.EventLoop   { return nil }
 // come).
 var memPeer net.Addr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
 
-// pair builds a session whose client and upstream are memConns, logging
-// to sl (nil: no slow log).
-func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*session, *memConn, *memConn) {
+// pair builds a client in the default shape (one engine, a private
+// connection) whose client and engine connections are memConns, logging to
+// sl (nil: no slow log).
+func pair(tb testing.TB, measure bool, sl *slowlog.Log) (*client, *memConn, *link) {
+	tb.Helper()
+	return memPair(tb, Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure}, sl)
+}
+
+// memPair builds a client of cfg's shape whose client and engine
+// connections (one per shard; cfg.Upstream's alone without routing) are
+// memConns, and returns it with the connection of shard 0 (key:a's owner).
+// With shared upstream connections they are the loop's.
+func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*client, *memConn, *link) {
 	tb.Helper()
 	set := metrics.NewSet(1, command.Names())
-	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: measure, Metrics: set, SlowLog: sl})
+	cfg.Metrics, cfg.SlowLog = set, sl
+	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cl, up := &memConn{}, &memConn{}
-	l := &loop{args: make([][]byte, 0, 16)}
-	if measure {
+	l := p.loopFor(nil)
+	if cfg.Measure {
 		l.m = set.Loop(0)
 	}
-	s := newSession(p, cl, l)
-	s.upstreamOpened(up)
-	return s, cl, up
+	cl := &memConn{}
+	s := newClient(p, cl, l)
+	s.home = 0
+	addrs := cfg.Shards
+	if len(addrs) == 0 {
+		addrs = []string{cfg.Upstream}
+	}
+	var ln *link
+	for i, addr := range addrs {
+		x := &link{p: p, l: l, idx: i, addr: addr, rf: resp.NewReplyFramer(), mshard: set.Shard(addr), c: &memConn{}}
+		if p.shared {
+			for len(l.shared) <= i*2 {
+				l.shared = append(l.shared, nil)
+			}
+			l.shared[i*2] = x
+		} else {
+			x.owner = s
+			s.links = append(s.links, x)
+		}
+		if i == 0 {
+			ln = x
+		}
+	}
+	return s, cl, ln
 }
 
-// roundTrip sends one request through the session and its reply back.
-func roundTrip(s *session, cl, up *memConn, req, reply []byte) {
+// roundTrip sends one request through the client and its reply back.
+func roundTrip(s *client, cl *memConn, ln *link, req, reply []byte) {
+	up := ln.c.(*memConn)
 	cl.in = req
 	s.clientTraffic(cl)
 	up.out = up.out[:0]
 	up.in = reply
-	s.upstreamTraffic(up)
+	ln.traffic(up)
 	cl.out = cl.out[:0]
 }
 
@@ -93,7 +125,8 @@ func TestHotPathAllocs(t *testing.T) {
 // TestSessionForwardsAndMatches checks the in-memory pair itself: bytes go
 // through unchanged, and the reply is matched to the request.
 func TestSessionForwardsAndMatches(t *testing.T) {
-	s, cl, up := pair(t, true, nil)
+	s, cl, ln := pair(t, true, nil)
+	up := ln.c.(*memConn)
 	cl.in = append(append([]byte{}, getReq...), getReq...)
 	s.clientTraffic(cl)
 	if string(up.out) != string(getReq)+string(getReq) {
@@ -103,12 +136,12 @@ func TestSessionForwardsAndMatches(t *testing.T) {
 		t.Fatalf("pending = %d, want 2", s.q.len())
 	}
 	up.in = append(append([]byte{}, getReply...), getReply[:3]...)
-	s.upstreamTraffic(up)
+	ln.traffic(up)
 	if s.q.len() != 1 {
 		t.Fatalf("pending after 1.5 replies = %d, want 1", s.q.len())
 	}
 	up.in = getReply[3:]
-	s.upstreamTraffic(up)
+	ln.traffic(up)
 	if s.q.len() != 0 || string(cl.out) != string(getReply)+string(getReply) {
 		t.Fatalf("pending %d, client got %q", s.q.len(), cl.out)
 	}
@@ -131,53 +164,15 @@ func BenchmarkHotPath(b *testing.B) {
 	}
 }
 
-// routedPair builds a routed session (--route slots over three shards, or
-// with shared upstream connections) whose client and shard connections are
-// memConns, and returns it with the connection of shard 0 (key:a's owner).
-func routedPair(tb testing.TB, shared bool, sl *slowlog.Log) (*rsession, *memConn, *rlink) {
+// routedPair builds a client under --route slots over three shards (or
+// with shared upstream connections) on memConns; see memPair.
+func routedPair(tb testing.TB, shared bool, sl *slowlog.Log) (*client, *memConn, *link) {
 	tb.Helper()
-	set := metrics.NewSet(1, command.Names())
-	cfg := Config{Listen: "127.0.0.1:0", Route: RouteSlots, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"},
-		Measure: true, Metrics: set, SlowLog: sl}
+	cfg := Config{Listen: "127.0.0.1:0", Route: RouteSlots, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, Measure: true}
 	if shared {
 		cfg.UpstreamMode = UpstreamShared
 	}
-	p, err := New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l := p.loopFor(nil)
-	l.m = set.Loop(0)
-	cl := &memConn{}
-	s := newRSession(p, cl, l)
-	s.home = 0
-	var ln *rlink
-	for i, addr := range cfg.Shards {
-		x := &rlink{p: p, l: l, idx: i, addr: addr, rf: resp.NewReplyFramer(), mshard: set.Shard(addr), c: &memConn{}}
-		if shared {
-			for len(l.shared) <= i*2 {
-				l.shared = append(l.shared, nil)
-			}
-			l.shared[i*2] = x
-		} else {
-			x.owner = s
-			s.links = append(s.links, x)
-		}
-		if i == 0 {
-			ln = x
-		}
-	}
-	return s, cl, ln
-}
-
-func routedRoundTrip(s *rsession, cl *memConn, ln *rlink, req, reply []byte) {
-	up := ln.c.(*memConn)
-	cl.in = req
-	s.clientTraffic(cl)
-	up.out = up.out[:0]
-	up.in = reply
-	ln.traffic(up)
-	cl.out = cl.out[:0]
+	return memPair(tb, cfg, sl)
 }
 
 // TestRoutedHotPathAllocs pins the routed per-command path (route by slot,
@@ -186,7 +181,7 @@ func routedRoundTrip(s *rsession, cl *memConn, ln *rlink, req, reply []byte) {
 func TestRoutedHotPathAllocs(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		s, cl, ln := routedPair(t, shared, nil)
-		routedRoundTrip(s, cl, ln, getReq, getReply)
+		roundTrip(s, cl, ln, getReq, getReply)
 		if string(cl.out) != "" { // cleared by roundTrip; check one by hand
 			t.Fatal("unexpected")
 		}
@@ -203,9 +198,9 @@ func TestRoutedHotPathAllocs(t *testing.T) {
 		}
 		cl.out = cl.out[:0]
 		for i := 0; i < 100; i++ {
-			routedRoundTrip(s, cl, ln, getReq, getReply)
+			roundTrip(s, cl, ln, getReq, getReply)
 		}
-		allocs := testing.AllocsPerRun(1000, func() { routedRoundTrip(s, cl, ln, getReq, getReply) })
+		allocs := testing.AllocsPerRun(1000, func() { roundTrip(s, cl, ln, getReq, getReply) })
 		if allocs != 0 {
 			t.Errorf("shared=%v: %v allocations per command, want 0", shared, allocs)
 		}
@@ -224,7 +219,7 @@ func BenchmarkRoutedHotPath(b *testing.B) {
 			s, cl, ln := routedPair(b, shared, nil)
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				routedRoundTrip(s, cl, ln, getReq, getReply)
+				roundTrip(s, cl, ln, getReq, getReply)
 			}
 		})
 	}
@@ -246,9 +241,9 @@ func TestHotPathAllocsSlowLogged(t *testing.T) {
 	}
 	rs, rcl, ln := routedPair(t, false, sl)
 	for i := 0; i < 100; i++ {
-		routedRoundTrip(rs, rcl, ln, getReq, getReply)
+		roundTrip(rs, rcl, ln, getReq, getReply)
 	}
-	if a := testing.AllocsPerRun(1000, func() { routedRoundTrip(rs, rcl, ln, getReq, getReply) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { roundTrip(rs, rcl, ln, getReq, getReply) }); a != 0 {
 		t.Errorf("routed: %v allocations per slow command, want 0", a)
 	}
 	es := sl.Entries()
@@ -288,10 +283,10 @@ func TestSharedWritesOncePerPass(t *testing.T) {
 	l := p.loopFor(el)
 	l.m = set.Loop(0)
 	up := &memConn{}
-	ln := &rlink{p: p, l: l, idx: 0, addr: "127.0.0.1:1", rf: resp.NewReplyFramer(), mshard: set.Shard("127.0.0.1:1"), c: up}
-	l.shared = []*rlink{ln}
+	ln := &link{p: p, l: l, idx: 0, addr: "127.0.0.1:1", rf: resp.NewReplyFramer(), mshard: set.Shard("127.0.0.1:1"), c: up}
+	l.shared = []*link{ln}
 	c1, c2 := &memConn{}, &memConn{}
-	s1, s2 := newRSession(p, c1, l), newRSession(p, c2, l)
+	s1, s2 := newClient(p, c1, l), newClient(p, c2, l)
 	s1.slot, s2.slot = 0, 0
 	c1.in = []byte("*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
 	s1.clientTraffic(c1)
@@ -333,9 +328,9 @@ func TestSharedWritesOncePerPass(t *testing.T) {
 func TestSharedLinkDropsRepliesOfGoneClient(t *testing.T) {
 	gone, goneCl, ln := routedPair(t, true, nil)
 	gone.clientTraffic(&memConn{in: getReq})
-	stay := newRSession(gone.p, &memConn{}, gone.l)
+	stay := newClient(gone.p, &memConn{}, gone.l)
 	stay.home = 0
-	stayCl := stay.client.(*memConn)
+	stayCl := stay.conn.(*memConn)
 	stayCl.in = getReq
 	stay.clientTraffic(stayCl)
 	if ln.q.len() != 2 {

@@ -8,7 +8,7 @@ import (
 
 // linger delivers the remaining replies of a client that half-closed its
 // connection. gnet closes a socket as soon as a read returns EOF, so the
-// session keeps a duplicate descriptor of it (see session.clientClosed) and
+// client keeps a duplicate descriptor of it (see client.clientClosed) and
 // hands reply bytes to a goroutine that writes them through the Go runtime's
 // poller. Used only in that rare case: the fast path never sees it.
 type linger struct {
@@ -67,3 +67,7 @@ func (l *linger) write(b []byte) {
 
 // close flushes what was queued, then closes the connection.
 func (l *linger) close() { close(l.ch) }
+
+// lingerTimeout bounds how long a half-closed client's replies are waited
+// for.
+const lingerTimeout = 60 * time.Second

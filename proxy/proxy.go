@@ -17,9 +17,6 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/respmeter/respmeter/metrics"
-	"github.com/respmeter/respmeter/metrics/slowlog"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -57,6 +54,7 @@ type Proxy struct {
 	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
 	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
 	route       routeKind
+	shape       shape // by route: fixedShape or slotShape
 	shared      bool
 	pinFirstKey bool
 
@@ -83,76 +81,6 @@ type Proxy struct {
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
-
-// loop is the per-event-loop state: only that loop's goroutine touches it,
-// except the atomic counters that InFlight and Stop read.
-type loop struct {
-	el gnet.EventLoop
-	m  *metrics.Loop // nil when not measuring
-	// inflight counts the requests of this loop's sessions sent and not yet
-	// answered. It is per loop, not one counter for the proxy, because an
-	// atomic add on a cache line that the other loops also write moves the
-	// line between cores twice per command (see InFlight for the sum).
-	inflight atomic.Int64
-	args     [][]byte  // scratch for request arguments
-	done     []doneRec // scratch: requests answered in the current batch
-	// nextRTT is when (p.now) this loop next samples TCP_INFO.
-	nextRTT int64
-	// ups holds the loop's open upstream connections, so that Stop can
-	// close them first when its drain timeout expires (their requests
-	// then get the shutdown error before their clients are closed).
-	ups map[gnet.Conn]struct{}
-	// clients holds the loop's open client connections, and flushing
-	// those waiting for their replies to be written before they are
-	// closed (see closeFlushed); nflushing counts them for Stop.
-	clients map[gnet.Conn]struct{}
-	// flushing maps each such client to the bytes gnet held for it at the
-	// last look; flushWait is the wait before the next look, flushTimer
-	// whether one is pending.
-	flushing      map[gnet.Conn]int
-	nflushing     atomic.Int64
-	flushWait     time.Duration
-	flushTimer    bool
-	flushLooks    atomic.Int64 // checkFlushing passes (tests read it)
-	runFlushCheck gnet.Runnable
-	// stallTimer: a checkStalls is scheduled (stall.go).
-	stallTimer    bool
-	runStallCheck gnet.Runnable
-
-	// Routed sessions' scratch and pool (see rsession.go).
-	p       *Proxy
-	touched []*rlink // links with requests to write at the end of the callback
-	// Shared links whose write waits for the end of the loop's pass
-	// (flushAll, deferShared), the task that writes them, and whether it
-	// is queued.
-	deferred    []*rlink
-	runDeferred gnet.Runnable
-	flushQueued bool
-	dirty       []*rsession // sessions with replies to write at the end of the callback
-	resume      []*rsession // sessions whose pause ended (handoffs)
-	shared      []*rlink    // shared upstream connections (see loop.sharedLink)
-	rpool       []*rentry
-	keys        [][]byte
-	slots       []uint16
-	group       []int32
-	elems       [][]byte
-	elems2      [][]byte
-	num         []byte
-	scratch     []byte
-	sf          *resp.ReplyFramer
-	hscan       resp.RequestScanner // splits held requests
-}
-
-// doneRec is a request whose reply completed in the current read batch; it
-// is recorded once the batch's reply bytes have been written to the client.
-type doneRec struct {
-	tIn, tSent, tReply int64
-	svcFrom            int64 // start of the service interval: max(t_sent, previous t_reply)
-	cmd                int
-	isErr              bool
-	argc               int32
-	key                slowlog.KeyBuf
-}
 
 // New checks cfg and returns a Proxy ready to Start.
 func New(cfg Config) (*Proxy, error) {
@@ -265,9 +193,10 @@ func New(cfg Config) (*Proxy, error) {
 		runDone: make(chan error, 1),
 		loops:   make(map[gnet.EventLoop]*loop),
 	}
+	p.shape = fixedShape{}
 	switch cfg.Route {
 	case RouteSlots:
-		p.route = routeSlots
+		p.route, p.shape = routeSlots, slotShape{}
 	case RoutePinned:
 		p.route = routePinned
 	}
@@ -483,7 +412,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		p.log.Warn("drain timeout; closing with requests pending", "pending", p.InFlight())
 	}
 	// Requests still pending get an error that says so: each loop closes
-	// its upstream connections first (their sessions answer what is
+	// its upstream connections first (their clients answer what is
 	// pending, then close their clients), and gets a moment to do it.
 	p.closing.Store(true)
 	if p.InFlight() > 0 {
@@ -562,38 +491,14 @@ func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.loops[el]
-	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
-			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
-		if el != nil && p.shared {
-			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
-				l.writeDeferred()
-				return nil
-			})
-		}
-		if m := p.cfg.Metrics; m != nil {
-			l.m = m.Loop(len(p.loops) % m.Loops())
-		}
-		p.loops[el] = l
-	}
-	return l
-}
-
 // now reads the monotonic clock, in nanoseconds since the proxy was made.
 func (p *Proxy) now() int64 { return int64(time.Since(p.base)) }
 
-// OnOpen starts a client session (dialing its upstream) or completes one
-// (its upstream is up).
+// OnOpen starts a client (dialing its engine connection) or completes a
+// link's dial.
 func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch u := c.Context().(type) {
-	case *upLink:
-		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
-		return nil, p.upstreamOpen(u.s, c)
-	case *rlink:
+	case *link:
 		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
 		return nil, u.opened(c)
 	}
@@ -612,21 +517,10 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
-	if p.route == routeSlots || p.shared {
-		c.SetContext(newRSession(p, c, l))
-		return nil, gnet.None
-	}
-	s := newSession(p, c, l)
+	s := newClient(p, c, l)
 	c.SetContext(s)
-	if !s.pinDeferred {
-		go p.dial(s, c.EventLoop())
-	}
+	s.open()
 	return nil, gnet.None
-}
-
-// dial connects s's upstream off the loop (see dialOn).
-func (p *Proxy) dial(s *session, el gnet.EventLoop) {
-	p.dialOn(el, s.upAddr, &s.link, s.dialFailed)
 }
 
 // dialOn connects to addr off the loop, then hands the socket to event
@@ -656,16 +550,12 @@ func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func
 	}
 }
 
-// OnTraffic dispatches to the client or upstream side of a session.
+// OnTraffic dispatches to a client or one of its links.
 func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 	switch x := c.Context().(type) {
-	case *session:
+	case *client:
 		x.clientTraffic(c)
-	case *upLink:
-		x.s.upstreamTraffic(c)
-	case *rsession:
-		x.clientTraffic(c)
-	case *rlink:
+	case *link:
 		x.traffic(c)
 	default:
 		_, _ = c.Discard(-1)
@@ -673,39 +563,19 @@ func (p *Proxy) OnTraffic(c gnet.Conn) gnet.Action {
 	return gnet.None
 }
 
-// OnClose ends the side of a session that closed.
+// OnClose ends the client or link that closed.
 func (p *Proxy) OnClose(c gnet.Conn, err error) gnet.Action {
 	switch x := c.Context().(type) {
-	case *session:
+	case *client:
 		x.l.clientGone(c)
 		x.clientClosed(c, err)
-	case *upLink:
-		delete(p.loopFor(c.EventLoop()).ups, c)
-		if err != nil {
-			x.s.drainUpstream(c)
-		}
-		x.s.upstreamClosed(err)
-	case *rsession:
-		x.l.clientGone(c)
-		x.clientClosed(c, err)
-	case *rlink:
+	case *link:
 		delete(p.loopFor(c.EventLoop()).ups, c)
 		if err != nil {
 			x.drain(c)
 		}
 		x.closed(err)
 	}
-	return gnet.None
-}
-
-func (p *Proxy) upstreamOpen(s *session, c gnet.Conn) gnet.Action {
-	if s.closed {
-		return gnet.Close
-	}
-	if m := p.cfg.Metrics; m != nil {
-		m.UpstreamOpened()
-	}
-	s.upstreamOpened(c)
 	return gnet.None
 }
 
@@ -746,22 +616,6 @@ func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
 	}
 	return -1
 }
-
-// sampleRTT records the kernel's RTT estimate of one session's sockets.
-func (l *loop) sampleRTT(s *session) {
-	for i, c := range [2]gnetFder{s.client, s.up} {
-		if c == nil || (i == 0 && s.closed) {
-			continue
-		}
-		ti, err := unix.GetsockoptTCPInfo(c.Fd(), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil || ti.Rtt == 0 {
-			continue
-		}
-		l.m.TCPRTTLocked(i == 1, time.Duration(ti.Rtt)*time.Microsecond)
-	}
-}
-
-type gnetFder interface{ Fd() int }
 
 // upstreamError is the reply a pending request gets when its upstream is
 // unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.

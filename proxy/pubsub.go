@@ -9,7 +9,7 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// Pub/sub and MONITOR of a routed client (rsession) are a mode of its own
+// Pub/sub and MONITOR of a routed client (client) are a mode of its own
 // shard connections, not a hand-over to another client type:
 //
 //   - SUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go to one connection, the
@@ -24,7 +24,7 @@ import (
 //     channels goes to each of them. Their confirmations carry the client's
 //     total count of shard channels, as from one engine.
 //   - Messages, and RESP3 pushes, are relayed as they arrive, after the
-//     replies the client has been sent so far (see rsession.oob).
+//     replies the client has been sent so far (see client.oob).
 //   - A RESP2 connection in subscribe mode answers only (P|S)(UN)SUBSCRIBE,
 //     PING, QUIT and RESET (redis-server 7.0 server.c processCommand): while
 //     the client is subscribed, its other requests go to a subscribed
@@ -109,11 +109,11 @@ func subFamily(id command.ID) (fam uint8, unsub bool) {
 
 // resp2Subscribed reports whether the client's next request reaches a RESP2
 // connection in subscribe mode.
-func (s *rsession) resp2Subscribed() bool { return !s.resp3 && s.subs.any() }
+func (s *client) resp2Subscribed() bool { return !s.has(cfResp3) && s.subs.any() }
 
 // feedShard returns a shard whose connection is in subscribe mode: the
 // subscription link's, or the lowest shard holding a shard channel.
-func (s *rsession) feedShard() int {
+func (s *client) feedShard() int {
 	if len(s.subs.chans)+len(s.subs.pats) > 0 && s.subShard >= 0 {
 		return s.subShard
 	}
@@ -131,7 +131,7 @@ func (s *rsession) feedShard() int {
 
 // pubsub routes a (P|S)(UN)SUBSCRIBE sent outside a transaction (see the
 // comment at the top of this file).
-func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) pubsub(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
 	fam, unsub := subFamily(id)
 	names := args[1:]
 	if s.subs == nil {
@@ -184,8 +184,8 @@ func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, 
 		}
 		return
 	}
-	shard := 0
-	if s.p.route != routeNone {
+	shard := s.home
+	if !s.fixed() {
 		slot := routing.Slot(names[0])
 		for _, n := range names[1:] {
 			if routing.Slot(n) != slot {
@@ -211,8 +211,8 @@ func (s *rsession) pubsub(v *topoView, e *rentry, id command.ID, args [][]byte, 
 // sendSub queues a part of e on shard's connection that is answered by
 // expect confirmations of family fam (0: one per channel until the link has
 // none of the family left, for an UNSUBSCRIBE of everything).
-func (s *rsession) sendSub(e *rentry, shard int, fam uint8, expect int, frame []byte) {
-	ln := s.link(shard)
+func (s *client) sendSub(e *request, shard int, fam uint8, expect int, frame []byte) {
+	ln := s.linkTo(shard)
 	s.release(ln)
 	p := e.part()
 	p.sub, p.expect = fam, int32(expect)
@@ -224,7 +224,7 @@ func (s *rsession) sendSub(e *rentry, shard int, fam uint8, expect int, frame []
 
 // shardSubs returns the client's shard channel count, as the engines'
 // latest confirmations give it, over all of its connections.
-func (s *rsession) shardSubs() int64 {
+func (s *client) shardSubs() int64 {
 	var n int64
 	for _, ln := range s.links {
 		if ln != nil {
@@ -250,8 +250,8 @@ type pushTag struct {
 // is not written yet (held behind a slower shard), or while another link's
 // reply is streaming, it waits in pushHold (releasePushes). Frames keep
 // their order of arrival.
-func (s *rsession) oob(ln *rlink, frame []byte) {
-	if s.closed {
+func (s *client) oob(ln *link, frame []byte) {
+	if s.gone() {
 		return
 	}
 	if (s.streaming == nil || s.streaming == ln) && ln.lastSeq <= s.written && len(s.pushTags) == 0 {
@@ -266,7 +266,7 @@ func (s *rsession) oob(ln *rlink, frame []byte) {
 // releasePushes moves the held out-of-band frames whose reply is written
 // (the leading run of them, in order) to the write buffer, unless a reply
 // is streaming.
-func (s *rsession) releasePushes() {
+func (s *client) releasePushes() {
 	if s.streaming != nil || len(s.pushTags) == 0 {
 		return
 	}
@@ -292,7 +292,7 @@ func (s *rsession) releasePushes() {
 
 // inSubMode reports whether the link's frames must be classified as
 // pub/sub traffic: it holds subscriptions, or a pub/sub request is next.
-func (ln *rlink) inSubMode() bool {
+func (ln *link) inSubMode() bool {
 	if ln.subs.any() {
 		return true
 	}
@@ -305,9 +305,9 @@ func (ln *rlink) inSubMode() bool {
 
 // feed handles a frame of a private link that may be pub/sub or MONITOR
 // traffic rather than a reply; it reports whether it did.
-func (ln *rlink) feed(frame []byte, typ byte, head []byte, count int64, now int64) bool {
+func (ln *link) feed(frame []byte, typ byte, head []byte, count int64, now int64) bool {
 	s := ln.owner
-	if typ == '>' || typ == '*' && !s.resp3 && ln.inSubMode() {
+	if typ == '>' || typ == '*' && !s.has(cfResp3) && ln.inSubMode() {
 		fam, confirm, message := classifyPubsub(head)
 		switch {
 		case message:
@@ -333,14 +333,14 @@ func (ln *rlink) feed(frame []byte, typ byte, head []byte, count int64, now int6
 // of the link, complete once every confirmation it expects has come; one
 // no request expects (an engine unsubscribing the client from a shard
 // channel whose slot moved) is relayed as it is.
-func (ln *rlink) confirmation(fam uint8, unsub bool, frame []byte, count int64, now int64) {
+func (ln *link) confirmation(fam uint8, unsub bool, frame []byte, count int64, now int64) {
 	s := ln.owner
 	ln.subs.set(fam, count)
 	total := count
 	if fam == famShard {
 		total = s.shardSubs()
 	}
-	var r rref
+	var r linkRef
 	if ln.q.len() > 0 {
 		r = ln.q.front()
 	}
@@ -362,7 +362,7 @@ func (ln *rlink) confirmation(fam uint8, unsub bool, frame []byte, count int64, 
 	ln.q.pop()
 	prev := ln.lastReply
 	ln.lastReply = now
-	if !r.e.s.closed {
+	if !r.e.s.gone() {
 		p.svcFrom = max(p.tSent, prev)
 		r.e.s.complete(r.e, int(r.part), ln.subAcc, now, false)
 	}
@@ -408,4 +408,27 @@ func (l *loop) renumber(out []byte, last int64) []byte {
 	}
 	l.scratch = b
 	return append(out[:0], b...)
+}
+
+// classifyPubsub looks at the first element of an array or push. confirm is
+// 1 for a subscribe confirmation, 2 for an unsubscribe one (0: neither);
+// message is true for a delivered message.
+func classifyPubsub(head []byte) (fam uint8, confirm int, message bool) {
+	switch {
+	case eqFold(head, "message"), eqFold(head, "pmessage"), eqFold(head, "smessage"):
+		return 0, 0, true
+	case eqFold(head, "subscribe"):
+		return famChan, 1, false
+	case eqFold(head, "unsubscribe"):
+		return famChan, 2, false
+	case eqFold(head, "psubscribe"):
+		return famPat, 1, false
+	case eqFold(head, "punsubscribe"):
+		return famPat, 2, false
+	case eqFold(head, "ssubscribe"):
+		return famShard, 1, false
+	case eqFold(head, "sunsubscribe"):
+		return famShard, 2, false
+	}
+	return 0, 0, false
 }

@@ -91,7 +91,7 @@ type router struct {
 	// failures and successes.
 	mu          sync.Mutex
 	unreachable map[string]bool
-	downs       atomic.Uint64 // markDown calls: sessions re-check their home shard when it moves
+	downs       atomic.Uint64 // markDown calls: clients re-check their home shard when it moves
 }
 
 func (r *router) load() *topoView { return r.view.Load() }

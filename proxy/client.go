@@ -6,8 +6,8 @@ import (
 	"errors"
 	"io"
 	"slices"
-	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -18,21 +18,34 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// A routed session (Config.Route = RouteSlots) is one client connection
-// whose commands go to the shard that owns their hash slot, over one
-// upstream connection per shard (an rlink, opened on first use on the
-// client's event loop). Replies go back to the client in request order: a
-// reply that completes before the ones ahead of it is held (copied) until
-// they are out, so a slow shard holds up later replies to that client, as
-// it would for any cluster client that pipelines.
+// A client is one client connection, in every upstream shape: its
+// requests are framed, queued and sent to engine connections (links), and
+// the replies go back in request order, each timed. The shape decides which
+// engine connection a request goes to:
 //
-// Every request is an rentry in the session's queue, answered by one or
+//   - one engine (Config.Route none, or RoutePinned to one shard): every
+//     request goes to the client's home shard, over its own private link
+//     (opened with the client, as a direct connection would be) or, with
+//     Config.UpstreamMode shared, over the loop's shared links;
+//   - slot routing (RouteSlots): each command goes to the shard that owns
+//     its hash slot, over one link per shard opened on first use; keyless
+//     commands follow the command tips (broadcast, merge: see merge.go).
+//
+// A reply that completes before the ones ahead of it is held (copied)
+// until they are out, so a slow shard holds up later replies to that
+// client, as it would for any cluster client that pipelines. Pub/sub,
+// MONITOR (pubsub.go) and SYNC/PSYNC (raw) are modes of the same client on
+// its own links, never a hand-over to another type.
+//
+// Every request is a request in the client's queue, answered by one or
 // more parts: one part for a single-slot command, one per slot group for a
 // multi-key fan-out (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH), one per shard
 // for a broadcast (DBSIZE, KEYS, FLUSHALL, ...). Each link keeps a FIFO of
-// the parts it was sent, since an engine answers in order.
+// the parts it was sent, since an engine answers in order. Everything in a
+// client is touched only by the event loop its connection lives on; its
+// links live on the same loop.
 
-// Reply aggregation of a routed request (rentry.agg).
+// Reply aggregation of a request (request.agg).
 const (
 	aggRelay  uint8 = iota // one part: its reply as is
 	aggLocal               // answered by the proxy (out holds the reply)
@@ -42,9 +55,18 @@ const (
 	aggConcat              // arrays concatenated (KEYS)
 	aggScan                // SCAN: the engine's cursor re-encoded with the shard
 	aggSubs                // pub/sub confirmations from several connections, renumbered (see pubsub.go)
+	// Command tips response policies of a broadcast (Redis 7 COMMAND
+	// DOCS/INFO tips; see merge.go): agg_logical_and (SCRIPT EXISTS),
+	// agg_logical_or, agg_min (WAIT, WAITAOF), agg_max, one_succeeded
+	// (SCRIPT KILL, FUNCTION KILL).
+	aggAnd
+	aggOr
+	aggMin
+	aggMax
+	aggOneOK
 )
 
-// rentry.flags
+// request.flags
 const (
 	eQuit      uint8 = 1 << iota // QUIT: close the client after this reply
 	eInTx                        // queued inside MULTI: redirects are relayed, not followed
@@ -52,11 +74,12 @@ const (
 	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
+	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
 )
 
-// rentry is one client request of a routed session.
-type rentry struct {
-	s                  *rsession
+// request is one request of a client.
+type request struct {
+	s                  *client
 	tIn, tSent, tReply int64 // ns on the proxy's clock; tSent is the first part's
 	svc                int64 // longest part service time (ns)
 	penalty            int64 // extra time spent following redirects (ns)
@@ -65,19 +88,23 @@ type rentry struct {
 	flags              uint8
 	ready              bool
 	left               int32          // parts not answered yet
-	ps                 []rpart        // reused across requests
+	ps                 []part         // reused across requests
 	out                []byte         // the reply, once ready (reused)
 	scanPos, scanN     int            // aggScan: position in the live shard list, and its length
 	argc               int32          // arguments including the name (slow log)
 	key                slowlog.KeyBuf // first key, only with the slow log on
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
-	seq                uint64         // the request's number in its session, from 1
+	seq                uint64         // the request's number in its client, from 1
 }
 
-// rpart is the part of a request sent to one shard.
-type rpart struct {
-	link    *rlink
+// requestSize is the memory one queued request costs at least, counted
+// against the client's query limit.
+const requestSize = int(unsafe.Sizeof(request{}))
+
+// part is the part of a request sent to one shard.
+type part struct {
+	link    *link
 	req     []byte  // the request bytes, kept to re-send on MOVED/ASK or once a held request is released
 	pos     []int32 // aggMGet: positions of this part's keys in the request
 	reply   []byte  // the part's reply (multi-part requests, or one that waits behind others)
@@ -89,7 +116,7 @@ type rpart struct {
 	mshard  int
 	// sub is the subscription family of a pub/sub request (0 for others),
 	// answered by expect confirmations (0: until the link has none of the
-	// family left; see rlink.confirmation).
+	// family left; see link.confirmation).
 	sub    uint8
 	expect int32
 }
@@ -100,7 +127,7 @@ type rpart struct {
 const maxRedirects = 5
 
 // state commands replayed, in this order, on every shard connection a
-// routed session opens after they were sent.
+// client opens after they were sent.
 const (
 	stAuth = iota
 	stHello
@@ -113,8 +140,7 @@ const (
 
 // stateSlot returns the state slot a connection-state command sets (AUTH,
 // HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT TRACKING), or
-// -1. Routed sessions (stateCmd) and handed-over clients (handback.record)
-// keep their state by it.
+// -1. Clients keep their state by it (stateCmd).
 func stateSlot(id command.ID, args [][]byte) int {
 	switch id {
 	case command.Auth:
@@ -136,17 +162,67 @@ func stateSlot(id command.ID, args [][]byte) int {
 	return -1
 }
 
-type rsession struct {
-	p      *Proxy
-	l      *loop
-	client gnet.Conn
+// closeState says how far a client is on its way out. It only moves
+// forward (closing): each state implies what the ones before it do.
+type closeState uint8
+
+const (
+	csOpen     closeState = iota
+	csStopRead            // input is ignored from here (QUIT, a protocol error); replies still go out
+	// csOnOutput: a QUIT whose reply was dropped (CLIENT REPLY OFF/SKIP): the
+	// client is closed after the next output it gets, if any, as
+	// redis-server 7.0 closes a CLOSE_AFTER_REPLY client (see eQuietQuit).
+	csOnOutput
+	csAfterReplies // closed once every request in flight is answered (QUIT, engine gone, draining)
+	csNow          // closed once what is ready is written (the engine's protocol error)
+	csClosed       // gone: its links are closed, nothing more is written
+)
+
+// closing moves the client to state c, unless it is further already.
+func (s *client) closing(c closeState) { s.cs = max(s.cs, c) }
+
+// stopped reports whether the client's input is ignored (csStopRead on).
+func (s *client) stopped() bool { return s.cs >= csStopRead }
+
+// gone reports whether the client is closed.
+func (s *client) gone() bool { return s.cs == csClosed }
+
+// clientFlag is one bit of a client's connection state (client.flags).
+type clientFlag uint8
+
+const (
+	// cfShared: requests go to the loop's shared upstream connections
+	// (Config.UpstreamMode "shared") until a stateful command moves the
+	// client to private ones.
+	cfShared       clientFlag = 1 << iota
+	cfResp3                   // HELLO 3 sent: the client speaks RESP3 (and uses the RESP3 shared connection)
+	cfResuming                // clientData is processing the input held during a pause
+	cfResumeQueued            // on the loop's resume list (maybeResume)
+	cfDirty                   // on the loop's dirty list: flush at the end of the callback
+)
+
+func (s *client) has(f clientFlag) bool { return s.flags&f != 0 }
+
+// set turns flag f on or off.
+func (s *client) set(f clientFlag, on bool) {
+	if on {
+		s.flags |= f
+	} else {
+		s.flags &^= f
+	}
+}
+
+type client struct {
+	p    *Proxy
+	l    *loop
+	conn gnet.Conn
 
 	scan    resp.RequestScanner
 	partial []byte
-	q       ring[*rentry]
-	links   []*rlink // by topology shard index
-	extra   []*rlink // links to nodes outside the map (ASK targets)
-	home    int      // shard of keyless commands
+	q       ring[*request]
+	links   []*link // by topology shard index
+	extra   []*link // links to nodes outside the map (ASK targets)
+	home    int     // shard of keyless commands
 	state   [numStates][]byte
 	// cstate holds the other CLIENT subcommands that set connection state
 	// by rule (command.ConnState: NO-TOUCH, NO-EVICT, SETINFO, Valkey's
@@ -160,7 +236,7 @@ type rsession struct {
 	// proxy answered it already (ASKING, MULTI) and the engine's reply is
 	// dropped.
 	held  []byte
-	heldE []*rentry
+	heldE []*request
 
 	tx struct {
 		on      bool
@@ -169,47 +245,34 @@ type rsession struct {
 		aborted bool
 	}
 
-	// shared: requests go to the loop's shared upstream connections
-	// (Config.UpstreamMode "shared") until a stateful command moves the
-	// client to private ones; resp3 selects the RESP3 shared connection;
-	// slot picks one of Config.UpstreamConns.
-	shared bool
-	resp3  bool
-	slot   int
+	flags clientFlag
+	// slot picks one of Config.UpstreamConns for a shared client.
+	slot int
 	// paused: a request needs the requests in flight answered first
-	// (pauseWait, pausePrivate, pausePassthrough); it and everything
+	// (pauseWait, pauseWindow, pausePrivate); it and everything
 	// after it wait in hbuf.
-	paused       uint8
-	resuming     bool // clientData is processing hbuf itself
-	resumeQueued bool // on the loop's resume list (maybeResume)
-	pauseReason  string
-	hbuf         []byte
+	paused      uint8
+	pauseReason string
+	hbuf        []byte
 
-	wbuf     []byte    // replies to write at the end of the callback
-	done     []*rentry // requests whose replies are in wbuf, for timing
-	dirty    bool      // on the loop's dirty list: flush at the end of the callback
-	buffered int       // bytes of replies held behind slower ones
+	wbuf     []byte     // replies to write at the end of the callback
+	done     []*request // requests whose replies are in wbuf, for timing
+	buffered int        // bytes of replies held behind slower ones
 	// streaming is the link whose reply is going to the client part by
 	// part (cut-through). Out-of-band frames (pushes, pub/sub messages,
 	// MONITOR lines) wait in pushHold while it streams, or until the replies
 	// their link delivered before them are written (see oob).
-	streaming *rlink
+	streaming *link
 	pushHold  []byte
 	pushTags  []pushTag
 	// seq numbers the requests; written is the seq of the last one whose
 	// reply went to the write buffer.
 	seq, written uint64
-	stopRead     bool
-	closeAfter   bool
-	// closeOnOutput: a QUIT whose reply was dropped; the client is closed
-	// after the next output it gets (see eQuietQuit).
-	closeOnOutput bool
-	closeNow      bool // close once what is ready is written (engine protocol error)
-	closed        bool
-	linger        *linger // the client half-closed: replies go through it
-	name          string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
-	lastOut       int64
-	out           outputGuard
+	cs           closeState
+	linger       *linger // the client half-closed: replies go through it
+	name         string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
+	lastOut      int64
+	out          outputGuard
 	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
 	// replySkipNext): under slot routing the proxy applies it itself,
 	// dropping replies, so that the requests still go to their shards.
@@ -222,21 +285,52 @@ type rsession struct {
 	subShard int
 	// sticky is, per shard, the shared connection the client's requests
 	// went to last (see link).
-	sticky []*rlink
+	sticky []*link
+	// raw is the link a SYNC/PSYNC went to: the connection is a
+	// replication stream from then on, relayed unframed both ways.
+	raw *link
 }
 
-func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
-	s := &rsession{p: p, l: l, client: c, subShard: -1}
+func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
+	s := &client{p: p, l: l, conn: c, subShard: -1}
 	s.downs = p.router.downs.Load()
 	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
 		s.home = h
 	}
 	s.tx.slot, s.tx.shard = -1, -1
 	if p.shared {
-		s.shared = true
+		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
+	if p.route == routePinned && p.pinFirstKey {
+		s.home = -1 // chosen by the first keyed command (see pinHome)
+	}
 	return s
+}
+
+// open starts the client's private engine connection when it has one
+// engine (no route, or --route pinned to a shard known at connect): opened
+// with the client's, as a direct connection would be (the engine counts
+// it, and the dial overlaps the client's first request).
+func (s *client) open() {
+	if !s.has(cfShared) && s.fixed() && s.home >= 0 {
+		s.linkTo(s.home)
+	}
+}
+
+// fixed reports whether the client talks to one engine only (no route, or
+// --route pinned): every request goes to its home shard.
+func (s *client) fixed() bool { return s.p.route != routeSlots }
+
+// pinHome binds a --pin-by first-key client to shard, or to the next live
+// shard round-robin when shard < 0 (a first batch that names no key: a
+// client that waits for the reply to its handshake, as go-redis does for
+// HELLO, must get it).
+func (s *client) pinHome(shard int) {
+	if shard < 0 {
+		shard = max(s.p.router.pickHome(s.p.router.load(), -1), 0)
+	}
+	s.home = shard
 }
 
 // sharedMaxInflight bounds one client's requests in flight on shared
@@ -251,20 +345,19 @@ const (
 	sharedResumeAt    = sharedMaxInflight / 2
 )
 
-// Pause kinds (rsession.paused).
+// Pause kinds (client.paused).
 const (
-	pauseWait        uint8 = iota + 1 // then go on as before
-	pauseWindow                       // the shared window is full: go on once half is answered
-	pausePrivate                      // then use private upstream connections
-	pausePassthrough                  // then become a passthrough session on one private connection
+	pauseWait    uint8 = iota + 1 // then go on as before
+	pauseWindow                   // the shared window is full: go on once half is answered
+	pausePrivate                  // then use private upstream connections
 )
 
 // needsPause says whether a request must wait for the requests in flight
 // before it is sent, and what happens then:
 //
-//   - SYNC/PSYNC turn the connection into a replication stream: the client
-//     becomes a passthrough session on a private connection to its home
-//     shard, connection state replayed first.
+//   - SYNC/PSYNC turn the connection into a replication stream (client.raw)
+//     on a private connection to the home shard: the replies in flight
+//     come first.
 //   - With shared upstream connections, a command that changes the
 //     connection's state, makes it a feed or may block it moves the client
 //     to private connections for the rest of its life: MULTI, WATCH,
@@ -276,18 +369,26 @@ const (
 //     report per-connection state, by rule from the engine's entry
 //     (command.ConnState: SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
 //     SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO, ...: a
-//     client id must stay the client's own; not REPLY, which the session
+//     client id must stay the client's own; not REPLY, which the client
 //     applies itself). HELLO 2/3 alone only switches the shared connection
 //     used, after the requests in flight.
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
-func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
+func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	switch id {
 	case command.Sync, command.Psync:
-		return pausePassthrough, "other"
+		// The connection becomes a replication stream: first every reply
+		// in flight, and a private connection.
+		switch {
+		case s.has(cfShared):
+			return pausePrivate, "other"
+		case s.q.len() > 0:
+			return pauseWait, "other"
+		}
+		return 0, ""
 	}
-	if !s.shared {
+	if !s.has(cfShared) {
 		return 0, ""
 	}
 	if s.p.authRequired.Load() {
@@ -314,7 +415,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		if len(args) > 2 {
 			return pausePrivate, "state"
 		}
-		if s.q.len() > 0 && len(args) == 2 && (args[1][0] == '3') != s.resp3 {
+		if s.q.len() > 0 && len(args) == 2 && (args[1][0] == '3') != s.has(cfResp3) {
 			return pauseWait, ""
 		}
 		return 0, ""
@@ -333,7 +434,7 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// rule from the engine's entry (command.ConnState): SETNAME,
 		// TRACKING, CACHING, NO-EVICT, NO-TOUCH, SETINFO, CAPA, ID, INFO,
 		// GETNAME, GETREDIR, TRACKINGINFO, ...; not REPLY, which the
-		// session applies itself (route). A subcommand the table does not
+		// client applies itself (route). A subcommand the table does not
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
@@ -357,8 +458,8 @@ func (s *rsession) needsPause(id command.ID, args [][]byte) (uint8, string) {
 // that is already the held buffer (being resumed) is kept in place: a
 // million pipelined requests resumed in rounds must not be copied once per
 // round.
-func (s *rsession) holdRest(rest []byte) {
-	if s.resuming {
+func (s *client) holdRest(rest []byte) {
+	if s.has(cfResuming) {
 		s.hbuf = rest
 		return
 	}
@@ -366,8 +467,8 @@ func (s *rsession) holdRest(rest []byte) {
 }
 
 // resume runs once the requests in flight before a pause are answered.
-func (s *rsession) resume() {
-	if s.closed || s.paused == 0 {
+func (s *client) resume() {
+	if s.gone() || s.paused == 0 {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
@@ -376,80 +477,15 @@ func (s *rsession) resume() {
 			m.Handoff(reason)
 		}
 	}
-	if kind == pausePassthrough {
-		s.toPassthrough()
-		return
-	}
 	if kind == pausePrivate {
-		s.shared = false
+		s.set(cfShared, false)
 	}
 	s.paused = 0
 	data := s.hbuf
 	s.hbuf = nil
-	s.resuming = true
+	s.set(cfResuming, true)
 	s.clientData(data)
-	s.resuming = false
-}
-
-// toPassthrough hands the client connection to a passthrough session on a
-// private upstream connection to its home shard, for SYNC/PSYNC (the
-// connection turns into a replication stream for good), with the
-// connection state replayed first (its replies dropped), then the held
-// input.
-func (s *rsession) toPassthrough() {
-	v := s.p.router.load()
-	shard := s.home
-	ns := newSession(s.p, s.client, s.l)
-	ns.upAddr = v.t.Addrs[shard]
-	if m := s.p.cfg.Metrics; m != nil {
-		ns.mshard = m.Shard(ns.upAddr)
-	}
-	ns.lastOut = s.lastOut
-	ns.wantResp3, ns.resp3 = s.resp3, s.resp3
-	// Keep the client's own connection to that shard when it has one
-	// idle: its id (CLIENT ID) stays the same.
-	var keep *rlink
-	if !s.shared && shard < len(s.links) {
-		if ln := s.links[shard]; ln != nil && ln.c != nil && !ln.dead && ln.q.len() == 0 && !ln.rf.InFrame() && len(ln.wb) == 0 {
-			keep = ln
-			s.links[shard] = nil
-		}
-	}
-	if keep == nil {
-		for st := range s.states() {
-			ns.outq = append(ns.outq, st...)
-			ns.q.push(pending{kind: kindDiscard})
-			s.l.inflight.Add(1)
-		}
-	}
-	data := s.hbuf
-	s.hbuf = nil
-	// The routed session ends here; its other private links close, the
-	// client connection stays.
-	s.closed = true
-	for _, ln := range s.links {
-		if ln != nil {
-			ln.shutdown()
-		}
-	}
-	for _, ln := range s.extra {
-		ln.shutdown()
-	}
-	s.client.SetContext(ns)
-	if keep != nil {
-		keep.dead = true // the rlink is done; the connection lives on
-		keep.c.SetContext(&ns.link)
-		ns.up = keep.c
-	} else {
-		go s.p.dial(ns, s.client.EventLoop())
-	}
-	if req := replyModeReq(s.replyMode); req != nil {
-		// The engine connection takes over the client's CLIENT REPLY
-		// mode, after the replayed state (whose replies are awaited).
-		ns.replyMode = s.replyMode
-		ns.toUpstream(req)
-	}
-	ns.clientData(data)
+	s.set(cfResuming, false)
 }
 
 // replyModeArg parses CLIENT REPLY ON|OFF|SKIP (args[0] is CLIENT); ok is
@@ -474,7 +510,7 @@ func replyModeArg(args [][]byte) (mode uint8, ok bool) {
 // SKIP. RESET ends both modes; under OFF its own reply is sent (the engine
 // clears the mode first), under SKIP it is dropped. CLIENT REPLY itself is
 // handled in route.
-func (s *rsession) applyReplyMode(e *rentry, id command.ID, args [][]byte) {
+func (s *client) applyReplyMode(e *request, id command.ID, args [][]byte) {
 	if fam, _ := subFamily(id); fam != 0 && !s.tx.on {
 		// Confirmations are sent even under CLIENT REPLY OFF/SKIP
 		// (redis-server 7.0 pubsub.c writes them as pushes); a SKIP is
@@ -500,26 +536,14 @@ func (s *rsession) applyReplyMode(e *rentry, id command.ID, args [][]byte) {
 	}
 }
 
-// replyModeReq is the CLIENT REPLY request that puts an engine connection
-// in mode (nil for replyOn).
-func replyModeReq(mode uint8) []byte {
-	switch mode {
-	case replyOff:
-		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$3\r\nOFF\r\n")
-	case replySkipNext:
-		return []byte("*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n")
-	}
-	return nil
-}
-
 // newEntry takes an entry from the loop's pool.
-func (s *rsession) newEntry(id command.ID, now int64) *rentry {
-	var e *rentry
+func (s *client) newEntry(id command.ID, now int64) *request {
+	var e *request
 	if n := len(s.l.rpool); n > 0 {
 		e = s.l.rpool[n-1]
 		s.l.rpool = s.l.rpool[:n-1]
 	} else {
-		e = new(rentry)
+		e = new(request)
 	}
 	s.seq++
 	e.s, e.tIn, e.cmd, e.seq = s, now, id, s.seq
@@ -528,33 +552,12 @@ func (s *rsession) newEntry(id command.ID, now int64) *rentry {
 	return e
 }
 
-// recycle returns e to the loop's pool, keeping its buffers unless large.
-func (l *loop) recycle(e *rentry) {
-	ps := e.ps[:0]
-	for i := range e.ps[:cap(e.ps)] {
-		p := &e.ps[:cap(e.ps)][i]
-		p.link = nil
-		if cap(p.req) > 64<<10 {
-			p.req = nil
-		}
-		if cap(p.reply) > 64<<10 {
-			p.reply = nil
-		}
-	}
-	out := e.out[:0]
-	if cap(out) > 64<<10 {
-		out = nil
-	}
-	*e = rentry{ps: ps, out: out}
-	l.rpool = append(l.rpool, e)
-}
-
 // part adds a part to e and returns it.
-func (e *rentry) part() *rpart {
+func (e *request) part() *part {
 	if len(e.ps) < cap(e.ps) {
 		e.ps = e.ps[:len(e.ps)+1]
 	} else {
-		e.ps = append(e.ps, rpart{})
+		e.ps = append(e.ps, part{})
 	}
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
@@ -565,21 +568,21 @@ func (e *rentry) part() *rpart {
 }
 
 // local answers e with reply, from the proxy.
-func (s *rsession) local(e *rentry, reply []byte) {
+func (s *client) local(e *request, reply []byte) {
 	e.agg = aggLocal
 	e.out = append(e.out[:0], reply...)
 	e.ready = true
 }
 
 // clientTraffic frames the client's requests and routes each one.
-func (s *rsession) clientTraffic(c gnet.Conn) {
+func (s *client) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	s.clientData(data)
 }
 
 // clientData processes bytes from the client.
-func (s *rsession) clientData(data []byte) {
-	if s.closed || s.stopRead {
+func (s *client) clientData(data []byte) {
+	if s.gone() || s.stopped() {
 		return
 	}
 	p := s.p
@@ -593,18 +596,23 @@ func (s *rsession) clientData(data []byte) {
 		return
 	}
 	if p.draining.Load() {
-		s.stopRead, s.closeAfter = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 		s.l.flushAll()
 		return
 	}
 	// Held input (resuming) was counted when it was read, and its think
 	// time is not now minus the last reply.
-	if m := s.l.m; m != nil && !s.resuming {
+	if m := s.l.m; m != nil && !s.has(cfResuming) {
 		m.AddClientBytes(len(data), 0)
 	}
+	if s.raw != nil {
+		s.raw.queueRaw(data)
+		s.l.flushAll()
+		return
+	}
 	now := p.now()
-	if m := s.l.m; m != nil && !s.resuming && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
+	if m := s.l.m; m != nil && !s.has(cfResuming) && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
 		m.Lock()
 		m.ThinkLocked(time.Duration(now - s.lastOut))
 		m.Unlock()
@@ -616,8 +624,8 @@ func (s *rsession) clientData(data []byte) {
 	}
 	v := p.router.load()
 	off := 0
-	for off < len(data) && !s.stopRead {
-		if s.shared && s.q.len() >= sharedMaxInflight {
+	for off < len(data) && !s.stopped() {
+		if s.has(cfShared) && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
 			// up every other client's replies: its next requests wait for
 			// these to be answered.
@@ -633,11 +641,11 @@ func (s *rsession) clientData(data []byte) {
 				pe = resp.ProtocolError(err.Error())
 			}
 			s.local(s.newEntry(command.Other, now), pe.Reply())
-			s.stopRead, s.closeAfter = true, true
+			s.closing(csAfterReplies)
 			if m := p.cfg.Metrics; m != nil {
 				m.ProtocolError()
 			}
-			p.log.Debug("client protocol error", "client", s.client.RemoteAddr().String(), "err", pe.Error())
+			p.log.Debug("client protocol error", "client", s.conn.RemoteAddr().String(), "err", pe.Error())
 			break
 		}
 		if n == 0 {
@@ -646,6 +654,7 @@ func (s *rsession) clientData(data []byte) {
 		frame := data[off : off+n]
 		off += n
 		if kind == resp.KindEmpty {
+			s.endPartial(frame) // the engine ignores it as well
 			continue
 		}
 		s.l.args = resp.Args(frame, kind, s.l.args[:0])
@@ -655,15 +664,29 @@ func (s *rsession) clientData(data []byte) {
 			off = len(data)
 			break
 		}
+		s.endPartial(frame)
+		if s.raw != nil {
+			// SYNC/PSYNC: what follows is the replica's, unframed.
+			s.raw.queueRaw(data[off:])
+			off = len(data)
+			break
+		}
 	}
 	s.flushHeld()
 	tail := data[off:]
-	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*pendingSize > lim {
+	if len(tail) > 0 {
+		s.forwardPartial(tail)
+	}
+	// Unprocessed input: the incomplete tail, the bookkeeping of requests
+	// in flight, and the requests waiting in the client's own engine
+	// connections (a client pipelining into a stalled engine grows all
+	// three; Redis would hold them in its query buffer).
+	if lim := p.cfg.ClientQueryLimit; lim > 0 && len(tail)+s.q.len()*requestSize+s.backlog() > lim {
 		s.evict("query_limit")
 		return
 	}
 	switch {
-	case s.stopRead || len(tail) == 0 || s.paused != 0:
+	case s.stopped() || len(tail) == 0 || s.paused != 0:
 		s.partial = s.partial[:0]
 		s.scan.Reset()
 	case fromPartial:
@@ -675,10 +698,72 @@ func (s *rsession) clientData(data []byte) {
 	s.l.flushAll()
 }
 
+// backlog returns the bytes of the client's requests that its own engine
+// connections hold, not yet taken by the engine (while dialing, or stalled).
+func (s *client) backlog() int {
+	n := 0
+	for _, ln := range s.links {
+		if ln != nil {
+			n += len(ln.wb)
+			if ln.c != nil {
+				n += ln.c.OutboundBuffered()
+			}
+		}
+	}
+	return n
+}
+
+// forwardPartial sends the part of an incomplete request that the scanner
+// has validated (tail starts with it) to the engine at once, when the
+// client has one private engine connection and nothing waits before it:
+// the engine's own limits (requirepass: 10 elements and 16 KiB bulks
+// before AUTH; a lowered proto-max-bulk-len) then cut the client off as
+// early as on a direct connection, instead of the proxy holding up to
+// ClientQueryLimit. The link trims those bytes off the request once it is
+// complete (link.pre). Not for a request that may be one the proxy
+// answers itself (CLIENT REPLY: three elements, a first of six bytes).
+func (s *client) forwardPartial(tail []byte) {
+	if !s.fixed() || s.has(cfShared) || s.home < 0 || s.paused != 0 || s.stopped() || len(s.held) > 0 {
+		return
+	}
+	cut := s.scan.Pending()
+	if cut == 0 || mayBeClientReply(tail[:cut]) {
+		return
+	}
+	ln := s.linkTo(s.home)
+	if cut > ln.pre {
+		ln.queueRaw(tail[ln.pre:cut])
+		ln.pre = cut
+	}
+}
+
+// endPartial sends the rest of frame when its start went to the engine
+// early (forwardPartial) and routing it sent nothing: an empty request, or
+// a QUIT the proxy answers. A request that waits (held, paused) is sent,
+// trimmed, when it goes.
+func (s *client) endPartial(frame []byte) {
+	if s.home < 0 || s.home >= len(s.links) || len(s.held) > 0 || s.paused != 0 {
+		return
+	}
+	if ln := s.links[s.home]; ln != nil && ln.pre > 0 {
+		ln.queueRaw(frame[ln.pre:])
+		ln.pre = 0
+	}
+}
+
+// mayBeClientReply reports whether the start of a multibulk request may
+// become CLIENT REPLY: three elements whose first is six bytes long and,
+// as far as it has arrived, "client" (any case).
+func mayBeClientReply(b []byte) bool {
+	const head = "*3\r\n$6\r\nclient"
+	n := min(len(b), len(head))
+	return eqFold(b[:n], head[:n])
+}
+
 // route classifies one request and queues it on the shard(s) that answer
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
-func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
+func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := s.p.resolver.Lookup(args[0])
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
@@ -714,19 +799,49 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			// pub/sub confirmation, say) is written, and not before.
 			e.flags |= eQuietQuit
 		}
-		s.stopRead = true
+		s.closing(csStopRead)
 		return
 	case command.Hello:
-		if s.shared {
+		if s.has(cfShared) {
 			// HELLO [2|3] without AUTH or SETNAME: the shared connection
 			// of that protocol answers it (see needsPause).
 			if len(args) >= 2 {
-				s.resp3 = args[1][0] == '3'
+				s.set(cfResp3, args[1][0] == '3')
 			}
 			s.state[stHello] = append(s.state[stHello][:0], frame...)
 			s.send(e, 0, frame)
 			return
 		}
+	}
+	if s.p.route == routePinned {
+		// --route pinned: every request goes to the client's shard; a
+		// keyed one of another shard is counted (the emulated client
+		// routes badly), and under --pin-by first-key the first key
+		// picks the shard (requests before it wait, see flushHeld).
+		if k, ok := s.p.resolver.FirstKey(args); ok {
+			switch sh := v.t.Shard(routing.Slot(k)); {
+			case s.home < 0:
+				s.pinHome(sh)
+			case sh != s.home:
+				if m := s.p.cfg.Metrics; m != nil {
+					m.PinnedMisroute()
+				}
+			}
+		}
+		if s.home < 0 {
+			s.holdFor(e, frame)
+			return
+		}
+	}
+	if id == command.Sync || id == command.Psync {
+		// From its reply on, the connection carries an RDB payload (with
+		// no trailing CRLF) and then the replication stream: bytes are
+		// relayed both ways unframed (needsPause made this the only
+		// request in flight, on a private connection).
+		e.flags |= eSync
+		s.raw = s.linkTo(s.home)
+		s.send(e, s.home, frame)
+		return
 	}
 	fam, _ := subFamily(id)
 	if fam == 0 && id != command.Reset && s.resp2Subscribed() {
@@ -755,148 +870,8 @@ func (s *rsession) route(v *topoView, args [][]byte, frame []byte, now int64) (p
 			return
 		}
 	}
-	if s.p.route == routeNone {
-		switch id {
-		case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-			s.stateCmd(e, id, args, frame)
-			return
-		case command.Client:
-			if len(args) >= 3 && eqFold(args[1], "setname") {
-				s.stateCmd(e, id, args, frame)
-				return
-			}
-		case command.Multi:
-			s.tx.on = true
-		case command.Exec, command.Discard:
-			if id == command.Exec && s.tx.aborted {
-				e.flags |= eExecAbort
-				frame = discardReq
-			}
-			s.tx.on, s.tx.aborted = false, false
-		case command.Reset:
-			s.tx.on, s.tx.aborted = false, false
-		}
-		s.send(e, 0, frame)
-		return
-	}
-	switch id {
-	case command.Asking:
-		// Answered now (a client waits for it), sent with the next
-		// command, on its connection.
-		s.hold(frame)
-		s.local(e, okReply)
-		return
-	case command.Multi:
-		if s.tx.on {
-			// Redis's answer, without letting it pick the transaction's
-			// shard.
-			s.local(e, []byte("-ERR MULTI calls can not be nested\r\n"))
-			return
-		}
-		s.tx.on = true
-		e.flags |= eInTx
-		if s.tx.shard < 0 {
-			// The shard is the one of the transaction's first command:
-			// MULTI is answered now and sent ahead of that command.
-			s.hold(frame)
-			s.local(e, okReply)
-			return
-		}
-		s.send(e, s.tx.shard, frame)
-		return
-	case command.Exec, command.Discard:
-		if !s.tx.on {
-			break
-		}
-		shard := s.tx.shard
-		if shard < 0 {
-			shard = s.home
-		}
-		if id == command.Exec && s.tx.aborted {
-			e.flags |= eExecAbort
-			frame = discardReq
-		}
-		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
-		s.send(e, shard, frame)
-		return
-	case command.Unwatch:
-		if !s.tx.on {
-			shard := s.tx.shard
-			if shard < 0 {
-				shard = s.home
-			}
-			s.tx.slot, s.tx.shard = -1, -1
-			s.send(e, shard, frame)
-			return
-		}
-	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-		s.stateCmd(e, id, args, frame)
-		return
-	case command.Client:
-		if len(args) >= 3 && (eqFold(args[1], "setname") || eqFold(args[1], "tracking")) {
-			s.stateCmd(e, id, args, frame)
-			return
-		}
-		if len(args) >= 3 && !eqFold(args[1], "reply") && !eqFold(args[1], "caching") {
-			switch in := s.p.resolver.CallInfo(id, args); {
-			case command.ConnState(in) == command.ConnSets:
-				s.clientStateCmd(e, id, args, frame)
-				return
-			case in.Subcommands != nil:
-				s.p.unknownSubcommand(args[1])
-			}
-		}
-		if len(args) == 3 && eqFold(args[1], "caching") && !s.tx.on {
-			// It modifies the next command (client-side caching, OPTIN
-			// and OPTOUT modes): it goes with it, on its connection.
-			s.holdFor(e, frame)
-			return
-		}
-	case command.Reset:
-		s.state, s.cstate = [numStates][]byte{}, s.cstate[:0]
-		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
-		s.broadcastState(e, frame)
-		return
-	}
-	keys, err := s.p.resolver.Keys(args, s.l.keys[:0])
-	s.l.keys = keys[:0]
-	if err != nil || len(keys) == 0 {
-		s.keyless(v, e, id, args, frame)
-		return
-	}
-	slot := routing.Slot(keys[0])
-	for _, k := range keys[1:] {
-		if routing.Slot(k) != slot {
-			if !s.tx.on && s.fanout(v, e, id, args, frame) {
-				return
-			}
-			s.crossSlot(e)
-			return
-		}
-	}
-	shard := v.t.Shard(slot)
-	if shard < 0 {
-		s.local(e, []byte("-CLUSTERDOWN Hash slot not served\r\n"))
-		return
-	}
-	if s.tx.on || id == command.Watch {
-		// A transaction (and WATCH before it) stays on one slot, as in
-		// Redis Cluster: a key of another slot gets CROSSSLOT and the
-		// EXEC then fails.
-		switch {
-		case s.tx.shard < 0:
-			s.tx.slot, s.tx.shard = int(slot), shard
-		case s.tx.slot < 0 && shard == s.tx.shard:
-			s.tx.slot = int(slot) // the transaction began with keyless commands on this shard
-		case int(slot) != s.tx.slot:
-			s.crossSlot(e)
-			return
-		default:
-			shard = s.tx.shard
-		}
-	}
-	s.send(e, shard, frame)
-	return
+	s.p.shape.dispatch(s, v, e, id, args, frame)
+	return false
 }
 
 var (
@@ -906,29 +881,24 @@ var (
 	askingReq    = []byte("*1\r\n$6\r\nASKING\r\n")
 	crossSlotErr = []byte("-CROSSSLOT Keys in request don't hash to the same slot\r\n")
 	execAbortErr = []byte("-EXECABORT Transaction discarded because of previous errors.\r\n")
-	// replyInMultiErr answers CLIENT REPLY inside MULTI under slot routing.
-	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --route slots\r\n")
-	// replyInMultiSharedErr answers it with shared upstream connections.
-	replyInMultiSharedErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter --upstream-mode shared\r\n")
-	redirectMoved         = []byte("MOVED ")
-	redirectAsk           = []byte("ASK ")
+	// replyInMultiErr answers CLIENT REPLY inside MULTI, which the proxy
+	// applies itself (see clientReply).
+	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n")
+	redirectMoved   = []byte("MOVED ")
+	redirectAsk     = []byte("ASK ")
 )
 
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the
 // replies (applyReplyMode) and never sends it, so the engine connections
 // keep answering everything and requests still go to their shards.
-func (s *rsession) clientReply(e *rentry, m uint8) {
+func (s *client) clientReply(e *request, m uint8) {
 	if s.tx.on {
 		// Executed inside EXEC, it would leave the connection with its
 		// replies off while the proxy waits for them: refused when queued,
 		// which makes EXEC fail as a queuing error does in Redis
 		// (EXECABORT).
 		s.tx.aborted = true
-		if s.p.route == routeNone {
-			s.local(e, replyInMultiSharedErr)
-		} else {
-			s.local(e, replyInMultiErr)
-		}
+		s.local(e, replyInMultiErr)
 		return
 	}
 	if m == replySkipNext && s.replyMode == replyOff {
@@ -943,7 +913,7 @@ func (s *rsession) clientReply(e *rentry, m uint8) {
 	}
 }
 
-func (s *rsession) crossSlot(e *rentry) {
+func (s *client) crossSlot(e *request) {
 	if s.tx.on {
 		s.tx.aborted = true
 	}
@@ -956,11 +926,11 @@ func (s *rsession) crossSlot(e *rentry) {
 // hold keeps a request already answered by the proxy (MULTI, ASKING) to
 // send ahead of the next routed command, on its connection; the engine's
 // reply to it is dropped.
-func (s *rsession) hold(frame []byte) { s.holdFor(nil, frame) }
+func (s *client) hold(frame []byte) { s.holdFor(nil, frame) }
 
 // holdFor keeps a request whose reply answers e (nil: dropped) to send
 // ahead of the next routed command, on its connection (see flushHeld).
-func (s *rsession) holdFor(e *rentry, frame []byte) {
+func (s *client) holdFor(e *request, frame []byte) {
 	s.held = append(s.held, frame...)
 	s.heldE = append(s.heldE, e)
 }
@@ -969,9 +939,12 @@ func (s *rsession) holdFor(e *rentry, frame []byte) {
 // for (CLIENT CACHING, keyless commands in a transaction) go to the home
 // shard, or bind the transaction to it, when no later command of the batch
 // took them to its own. A client may send one alone and wait for its reply.
-func (s *rsession) flushHeld() {
-	if !slices.ContainsFunc(s.heldE, func(e *rentry) bool { return e != nil }) || s.closed {
+func (s *client) flushHeld() {
+	if !slices.ContainsFunc(s.heldE, func(e *request) bool { return e != nil }) || s.gone() {
 		return
+	}
+	if s.home < 0 {
+		s.pinHome(-1)
 	}
 	shard := s.home
 	if s.tx.on {
@@ -980,13 +953,13 @@ func (s *rsession) flushHeld() {
 		}
 		shard = s.tx.shard
 	}
-	s.release(s.link(shard))
+	s.release(s.linkTo(shard))
 }
 
 // send queues e's request on shard, after any held requests (which go to
 // the same shard, in order).
-func (s *rsession) send(e *rentry, shard int, frame []byte) {
-	ln := s.link(shard)
+func (s *client) send(e *request, shard int, frame []byte) {
+	ln := s.linkTo(shard)
 	s.release(ln)
 	p := e.part()
 	if s.p.router.cluster {
@@ -996,7 +969,7 @@ func (s *rsession) send(e *rentry, shard int, frame []byte) {
 }
 
 // release sends the held requests to ln.
-func (s *rsession) release(ln *rlink) {
+func (s *client) release(ln *link) {
 	held := s.held
 	for i := 0; len(held) > 0 && i < len(s.heldE); i++ {
 		n, _, _ := s.l.hscan.Scan(held)
@@ -1019,154 +992,6 @@ func (s *rsession) release(ln *rlink) {
 	s.held, s.heldE = s.held[:0], s.heldE[:0]
 }
 
-// keyless routes a command that names no keys (or whose keys the engine
-// will refuse: it answers those itself). The policy follows the command
-// tips of Redis 7 (COMMAND DOCS "request_policy"/"response_policy"):
-//
-//   - DBSIZE, and all_shards/all_nodes commands whose response policy is
-//     agg_sum: sent to every shard, integer replies summed;
-//   - FLUSHALL, FLUSHDB, SCRIPT LOAD/FLUSH, FUNCTION LOAD/DELETE/FLUSH/
-//     RESTORE, LATENCY RESET, SLOWLOG RESET, MEMORY PURGE (all_succeeded):
-//     sent to every shard, the first reply unless one is an error;
-//   - KEYS: sent to every shard, arrays concatenated;
-//   - SCAN: one shard at a time, the cursor encoding the shard;
-//   - PUBLISH: the shard of the channel's slot, where SUBSCRIBE to that
-//     channel (its first one) takes a subscriber (standalone shards do not
-//     forward messages to each other as a cluster bus does; PSUBSCRIBE
-//     stays on the home shard and sees only what is published there);
-//   - everything else (PING, ECHO, INFO, CONFIG, RANDOMKEY, CLIENT, WAIT,
-//     EVAL with 0 keys, a request with a bad numkeys, ...): the session's
-//     home shard, chosen round-robin at connect. Inside a transaction they
-//     go to the transaction's shard.
-func (s *rsession) keyless(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) {
-	if g := s.p.router.downs.Load(); g != s.downs {
-		// A shard was found unreachable since this client last looked:
-		// keyless commands leave a home shard that is down, as a cluster
-		// client sends them to any node it can reach.
-		s.downs = g
-		s.home = s.p.router.rehome(v, s.home)
-	}
-	if s.tx.on {
-		if s.tx.shard < 0 {
-			// The transaction goes to the shard of its first keyed
-			// command: keyless ones before it wait with MULTI (flushHeld
-			// sends them to the home shard if the batch names no key).
-			s.holdFor(e, frame)
-			return
-		}
-		s.send(e, s.tx.shard, frame)
-		return
-	}
-	info := s.p.resolver.CallInfo(id, args)
-	tips := info.Tips
-	if len(tips) == 0 {
-		tips = tipsFallback[info.Name]
-	}
-	var reqAll, sum, allOK bool
-	for _, t := range tips {
-		switch t {
-		case "request_policy:all_shards", "request_policy:all_nodes":
-			reqAll = true
-		case "response_policy:agg_sum":
-			sum = true
-		case "response_policy:all_succeeded":
-			allOK = true
-		}
-	}
-	switch {
-	case id == command.Publish && len(args) == 3:
-		if !s.p.router.cluster {
-			// Standalone shards do not forward messages to each other as a
-			// cluster's bus does: every shard gets it, and the reply is the
-			// receivers over all of them (see pubsub.go).
-			s.broadcast(v, e, aggSum, frame)
-			return
-		}
-		if sh := v.t.Shard(routing.Slot(args[1])); sh >= 0 {
-			s.send(e, sh, frame)
-			return
-		}
-	case id == command.Scan:
-		if s.scanRoute(v, e, args) {
-			return
-		}
-	case id == command.Keys && len(args) == 2:
-		s.broadcast(v, e, aggConcat, frame)
-		return
-	case reqAll && sum && id != command.Ping:
-		s.broadcast(v, e, aggSum, frame)
-		return
-	case reqAll && allOK && id != command.Ping && (id != command.Config || len(args) < 2 || !eqFold(args[1], "set")):
-		// (CONFIG RESETSTAT and REWRITE reach every shard as their tips
-		// say; CONFIG SET stays on the home shard: a setting changed on
-		// every shard by one client is a change an operator makes per
-		// node.)
-		s.broadcast(v, e, aggAllOK, frame)
-		return
-	}
-	s.send(e, s.home, frame)
-}
-
-// tipsFallback gives the command tips of commands that redis-server 7.0
-// lists with none, as Redis 7.2 and later list them, so that routing does
-// not depend on the engine's version.
-var tipsFallback = map[string][]string{
-	"config|resetstat": {"request_policy:all_nodes", "response_policy:all_succeeded"},
-	"config|rewrite":   {"request_policy:all_nodes", "response_policy:all_succeeded"},
-}
-
-// broadcast sends frame to every live shard.
-func (s *rsession) broadcast(v *topoView, e *rentry, agg uint8, frame []byte) {
-	if len(v.live) == 0 {
-		s.local(e, []byte("-CLUSTERDOWN no shard serves any slot\r\n"))
-		return
-	}
-	e.agg = agg
-	for _, shard := range v.live {
-		ln := s.link(shard)
-		s.release(ln)
-		e.part()
-		ln.queue(e, len(e.ps)-1, frame)
-	}
-}
-
-// scanRoute sends SCAN to the shard its cursor names. The client's cursor
-// is engineCursor*N + k, where k is the position of the shard in the list
-// of live shards (N of them): cursor 0 starts on the first shard with
-// cursor 0, and when a shard's iteration ends the next one starts, so one
-// full iteration returns every key of every shard exactly once (under the
-// guarantees of SCAN, as long as the shard map does not change). A cursor
-// that is not a number goes to the home shard, which refuses it.
-func (s *rsession) scanRoute(v *topoView, e *rentry, args [][]byte) bool {
-	n := len(v.live)
-	c, err := strconv.ParseUint(string(args[1]), 10, 64)
-	if err != nil || n == 0 {
-		return false
-	}
-	k := int(c % uint64(n))
-	e.agg, e.scanPos, e.scanN = aggScan, k, n
-	b := s.l.scratch[:0]
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, "\r\n"...)
-	b = appendBulk(b, args[0])
-	b = appendBulk(b, strconv.AppendUint(s.l.num[:0], c/uint64(n), 10))
-	for _, a := range args[2:] {
-		b = appendBulk(b, a)
-	}
-	s.l.scratch = b
-	s.send(e, v.live[k], b)
-	return true
-}
-
-func appendBulk(b, a []byte) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(a)), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, a...)
-	return append(b, "\r\n"...)
-}
-
 // stateCmd handles a connection-state command (AUTH, HELLO, SELECT,
 // READONLY/READWRITE, CLIENT SETNAME, CLIENT TRACKING): the home shard
 // answers it, every shard connection already open gets it too (its reply
@@ -1175,18 +1000,18 @@ func appendBulk(b, a []byte) []byte {
 // client reads from it and its invalidation pushes reach the client, as a
 // cluster client tracking on every node connection gets them. (With
 // REDIRECT id only the home shard knows the id: the others refuse it.)
-func (s *rsession) stateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
 		s.keyless(s.p.router.load(), e, id, args, frame)
 		return
 	}
 	k := stateSlot(id, args) // >= 0: the callers route only state commands here
 	if id == command.Hello && len(args) >= 2 {
-		s.resp3 = args[1][0] == '3'
+		s.set(cfResp3, args[1][0] == '3')
 	}
 	// The home connection first: opened now, it replays the state saved
 	// so far, not this command too (which it gets below, once).
-	s.link(s.home)
+	s.linkTo(s.home)
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
 }
@@ -1200,7 +1025,7 @@ type namedState struct {
 // states yields the connection state to replay on a new connection, in
 // order: AUTH, HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT
 // TRACKING, then the other CLIENT setters in the order first sent.
-func (s *rsession) states() func(yield func([]byte) bool) {
+func (s *client) states() func(yield func([]byte) bool) {
 	return func(yield func([]byte) bool) {
 		for _, st := range s.state {
 			if len(st) > 0 && !yield(st) {
@@ -1220,12 +1045,12 @@ func (s *rsession) states() func(yield func([]byte) bool) {
 // does: the home shard answers, every open shard connection gets it, and
 // it is replayed on every one opened later (the latest for each key: all
 // arguments but the last, so SETINFO LIB-NAME and LIB-VER are two).
-func (s *rsession) clientStateCmd(e *rentry, id command.ID, args [][]byte, frame []byte) {
+func (s *client) clientStateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
 	if s.tx.on {
 		s.keyless(s.p.router.load(), e, id, args, frame)
 		return
 	}
-	s.link(s.home) // opened now, it replays the state so far, not this command too
+	s.linkTo(s.home) // opened now, it replays the state so far, not this command too
 	var kb []byte
 	for _, a := range args[1 : len(args)-1] {
 		kb = append(append(kb, bytes.ToLower(a)...), ' ')
@@ -1242,8 +1067,8 @@ func (s *rsession) clientStateCmd(e *rentry, id command.ID, args [][]byte, frame
 
 // broadcastState sends frame to the home shard (whose reply the client
 // gets) and to every other open shard connection (replies dropped).
-func (s *rsession) broadcastState(e *rentry, frame []byte) {
-	home := s.link(s.home)
+func (s *client) broadcastState(e *request, frame []byte) {
+	home := s.linkTo(s.home)
 	reset := e.cmd == command.Reset
 	for _, ln := range s.links {
 		if ln != nil && ln != home {
@@ -1256,9 +1081,9 @@ func (s *rsession) broadcastState(e *rentry, frame []byte) {
 	s.send(e, s.home, frame)
 }
 
-// link returns the session's connection to shard, opening it if needed.
-func (s *rsession) link(shard int) *rlink {
-	if s.shared {
+// linkTo returns the client's connection to shard, opening it if needed.
+func (s *client) linkTo(shard int) *link {
+	if s.has(cfShared) {
 		// While requests are in flight (other than the one being
 		// routed, already queued), more go where they went (a shared
 		// connection taken out of use as stalled still is), so that the
@@ -1266,7 +1091,7 @@ func (s *rsession) link(shard int) *rlink {
 		if s.q.len() > 1 && shard < len(s.sticky) && s.sticky[shard] != nil && !s.sticky[shard].dead {
 			return s.sticky[shard]
 		}
-		ln := s.l.sharedLink(shard, s.resp3, s.slot)
+		ln := s.l.sharedLink(shard, s.has(cfResp3), s.slot)
 		for shard >= len(s.sticky) {
 			s.sticky = append(s.sticky, nil)
 		}
@@ -1284,12 +1109,12 @@ func (s *rsession) link(shard int) *rlink {
 	return ln
 }
 
-// linkAddr returns the session's connection to addr (a node that may be
+// linkAddr returns the client's connection to addr (a node that may be
 // outside the map: an ASK target).
-func (s *rsession) linkAddr(addr string) *rlink {
+func (s *client) linkAddr(addr string) *link {
 	v := s.p.router.load()
 	if i := v.t.Index(addr); i >= 0 {
-		return s.link(i)
+		return s.linkTo(i)
 	}
 	for _, ln := range s.extra {
 		if ln.addr == addr {
@@ -1301,8 +1126,8 @@ func (s *rsession) linkAddr(addr string) *rlink {
 	return ln
 }
 
-func (s *rsession) newLink(shard int, addr string) *rlink {
-	ln := &rlink{p: s.p, l: s.l, owner: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
+func (s *client) newLink(shard int, addr string) *link {
+	ln := &link{p: s.p, l: s.l, owner: s, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1}
 	if m := s.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
@@ -1310,12 +1135,12 @@ func (s *rsession) newLink(shard int, addr string) *rlink {
 	for st := range s.states() {
 		ln.queueDrop(st, false)
 	}
-	go s.p.dialLink(ln, s.client.EventLoop())
+	go s.p.dialLink(ln, s.conn.EventLoop())
 	return ln
 }
 
 // dropLink forgets a failed link, so that the next command opens a new one.
-func (s *rsession) dropLink(ln *rlink) {
+func (s *client) dropLink(ln *link) {
 	if ln.idx >= 0 && ln.idx < len(s.links) && s.links[ln.idx] == ln {
 		s.links[ln.idx] = nil
 	}
@@ -1327,225 +1152,30 @@ func (s *rsession) dropLink(ln *rlink) {
 	}
 }
 
-// fanout splits a multi-key MGET, MSET, DEL, UNLINK, EXISTS or TOUCH whose
-// keys hash to several slots into one request per slot (as a cluster client
-// does; a cluster node refuses keys of two slots even when it owns both),
-// and reports whether it did. The replies are merged in finish.
-func (s *rsession) fanout(v *topoView, e *rentry, id command.ID, args [][]byte, frame []byte) bool {
-	step := 1
-	switch id {
-	case command.Mget:
-		e.agg = aggMGet
-	case command.Mset:
-		e.agg, step = aggAllOK, 2
-		if len(args)%2 != 1 {
-			// The engine checks the arity before the slots: let it answer.
-			e.agg = aggRelay
-			s.send(e, s.home, frame)
-			return true
-		}
-	case command.Del, command.Unlink, command.Exists, command.Touch:
-		e.agg = aggSum
-	default:
-		return false
-	}
-	// Group the keys by slot: part i of e serves slot slots[i].
-	slots := s.l.slots[:0]
-	group := s.l.group[:0]
-	for i := 1; i < len(args); i += step {
-		slot := routing.Slot(args[i])
-		g := -1
-		for j, sl := range slots {
-			if sl == slot {
-				g = j
-				break
-			}
-		}
-		if g < 0 {
-			if v.t.Shard(slot) < 0 {
-				s.l.slots, s.l.group = slots, group
-				e.agg = aggRelay
-				s.local(e, []byte("-CLUSTERDOWN Hash slot not served\r\n"))
-				return true
-			}
-			g = len(slots)
-			slots = append(slots, slot)
-		}
-		group = append(group, int32(g))
-	}
-	s.l.slots, s.l.group = slots, group
-	for g, slot := range slots {
-		n := 0
-		for _, x := range group {
-			if int(x) == g {
-				n++
-			}
-		}
-		p := e.part()
-		b := append(p.req, '*')
-		b = strconv.AppendInt(b, int64(n*step+1), 10)
-		b = append(b, "\r\n"...)
-		b = appendBulk(b, args[0])
-		for ki, x := range group {
-			if int(x) != g {
-				continue
-			}
-			a := 1 + ki*step
-			b = appendBulk(b, args[a])
-			if step == 2 {
-				b = appendBulk(b, args[a+1])
-			}
-			p.pos = append(p.pos, int32(ki))
-		}
-		p.req = b
-		ln := s.link(v.t.Shard(slot))
-		s.release(ln)
-		ln.queue(e, len(e.ps)-1, b)
-	}
-	return true
-}
-
 // slow adds a command to the slow log.
-func (s *rsession) slow(sl *slowlog.Log, e *rentry, tOut int64) {
-	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.client.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+func (s *client) slow(sl *slowlog.Log, e *request, tOut int64) {
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.conn.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
-func (s *rsession) endStream() {
+func (s *client) endStream() {
 	s.streaming = nil
 	s.releasePushes()
 }
 
-// markDirty puts s on its loop's list of sessions to flush at the end of
+// markDirty puts s on its loop's list of clients to flush at the end of
 // the callback.
-func (s *rsession) markDirty() {
-	if !s.dirty {
-		s.dirty = true
+func (s *client) markDirty() {
+	if !s.has(cfDirty) {
+		s.set(cfDirty, true)
 		s.l.dirty = append(s.l.dirty, s)
-	}
-}
-
-// flushAll ends a callback: it writes what the links have queued (one write
-// per link), then each touched session's ready replies (one write per
-// client). A shared link is written once per pass of the event loop
-// instead (see deferShared).
-func (l *loop) flushAll() {
-	if len(l.touched) > 0 {
-		var t int64
-		if l.m != nil {
-			t = l.p.now()
-		}
-		deferring := l.deferShared()
-		for i, ln := range l.touched {
-			l.touched[i] = nil
-			if ln.owner == nil && deferring && !ln.dead {
-				l.deferred = append(l.deferred, ln) // stays touched until written
-				continue
-			}
-			if !ln.dead {
-				ln.write(t)
-			}
-			ln.touched = false
-		}
-		l.touched = l.touched[:0]
-		if len(l.deferred) > 0 && !l.flushQueued {
-			l.flushQueued = true
-			if l.el.Execute(context.Background(), l.runDeferred) != nil {
-				l.writeDeferred() // the loop is shutting down
-			}
-		}
-	}
-	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
-		s := l.dirty[i]
-		s.dirty = false
-		s.flush()
-		l.dirty[i] = nil
-	}
-	l.dirty = l.dirty[:0]
-	// Handoffs last: resume processes held input, which flushes again.
-	for len(l.resume) > 0 {
-		s := l.resume[0]
-		l.resume = append(l.resume[:0], l.resume[1:]...)
-		s.resumeQueued = false
-		s.resume()
-	}
-}
-
-// deferShared reports whether this loop gathers the requests of several
-// clients into one write per shared connection. gnet v2.9.7 calls the
-// handler once per ready connection and has no hook for the end of a pass
-// over epoll's ready list, so the write is queued as a task with
-// EventLoop.Execute: gnet runs tasks after the ready connections of its
-// next pass (an epoll_wait that does not block, since the task's eventfd
-// is ready). So the requests of every client read in between go out in
-// one write, as twemproxy and predixy batch, at the cost of one eventfd
-// write and one allocation (gnet's closure) per pass instead of one
-// write(2) per client. Private links are written at once.
-func (l *loop) deferShared() bool {
-	return l.el != nil && l.runDeferred != nil && !l.p.closing.Load()
-}
-
-// writeDeferred writes the shared links deferred by flushAll.
-func (l *loop) writeDeferred() {
-	l.flushQueued = false
-	if len(l.deferred) == 0 {
-		return
-	}
-	var t int64
-	if l.m != nil {
-		t = l.p.now()
-	}
-	for i, ln := range l.deferred {
-		if !ln.dead {
-			ln.write(t)
-		}
-		ln.touched = false
-		l.deferred[i] = nil
-	}
-	l.deferred = l.deferred[:0]
-}
-
-// sharedLink returns the loop's shared connection number k (of
-// Config.UpstreamConns) to shard for the given protocol, opening it if
-// needed.
-func (l *loop) sharedLink(shard int, resp3 bool, k int) *rlink {
-	n := l.p.cfg.UpstreamConns
-	i := shard*2*n + k
-	if resp3 {
-		i += n
-	}
-	for i >= len(l.shared) {
-		l.shared = append(l.shared, nil)
-	}
-	if ln := l.shared[i]; ln != nil {
-		return ln
-	}
-	addr := l.p.router.load().t.Addrs[shard]
-	ln := &rlink{p: l.p, l: l, idx: shard, addr: addr, rf: resp.NewReplyFramer(), mshard: -1, resp3: resp3}
-	if m := l.p.cfg.Metrics; m != nil {
-		ln.mshard = m.Shard(addr)
-	}
-	if resp3 {
-		ln.queueDrop(hello3Req, false)
-	}
-	l.shared[i] = ln
-	go l.p.dialLink(ln, l.el)
-	return ln
-}
-
-// dropShared forgets a failed shared link.
-func (l *loop) dropShared(ln *rlink) {
-	for i, x := range l.shared {
-		if x == ln {
-			l.shared[i] = nil
-		}
 	}
 }
 
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
-func (s *rsession) flush() {
-	if s.closed {
+func (s *client) flush() {
+	if s.gone() {
 		return
 	}
 	s.advance()
@@ -1560,14 +1190,14 @@ func (s *rsession) flush() {
 		tOut = s.p.now()
 	}
 	written := len(s.wbuf)
-	if written > 0 && s.closeOnOutput {
-		s.closeAfter = true
+	if written > 0 && s.cs == csOnOutput {
+		s.closing(csAfterReplies)
 	}
 	if len(s.wbuf) > 0 {
 		if s.linger != nil {
 			s.linger.write(s.wbuf)
 		} else {
-			_, _ = s.client.Write(s.wbuf)
+			_, _ = s.conn.Write(s.wbuf)
 		}
 		if m := s.l.m; m != nil {
 			m.AddClientBytes(0, len(s.wbuf))
@@ -1607,6 +1237,10 @@ func (s *rsession) flush() {
 				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
 			}
 		}
+		if tOut >= s.l.nextRTT && s.p.cfg.TCPInfoInterval > 0 {
+			s.l.nextRTT = tOut + int64(s.p.cfg.TCPInfoInterval)
+			s.l.sampleRTT(s)
+		}
 		m.Unlock()
 		if s.q.len() == 0 {
 			s.lastOut = tOut
@@ -1637,79 +1271,74 @@ func (s *rsession) flush() {
 // closeIfDone closes the client when it asked for it (QUIT), when its
 // replies were all that was left (a broken upstream, a half-closed
 // client), or at once after an engine protocol error.
-func (s *rsession) closeIfDone() {
-	if s.closed {
+func (s *client) closeIfDone() {
+	if s.gone() {
 		return
 	}
-	if s.closeNow || s.closeAfter && s.q.len() == 0 ||
+	if s.cs == csNow || s.cs == csAfterReplies && s.q.len() == 0 ||
 		s.linger != nil && (s.q.len() == 0 && s.paused == 0 || s.blockedAtHead()) {
 		if s.linger != nil {
 			s.linger.close()
 			s.linger = nil
 		} else {
-			s.l.closeFlushed(s.client)
+			s.l.closeFlushed(s.conn)
 		}
 		s.shutdown()
 	}
 }
 
 // maybeResume queues s for resume once its requests in flight are answered.
-func (s *rsession) maybeResume() {
-	if s.paused == 0 || s.closed || s.resumeQueued {
+func (s *client) maybeResume() {
+	if s.paused == 0 || s.gone() || s.has(cfResumeQueued) {
 		return
 	}
 	// A handoff waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
 	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
-		s.resumeQueued = true
+		s.set(cfResumeQueued, true)
 		s.l.resume = append(s.l.resume, s)
 	}
 }
 
 // checkOutput applies the client output limit (outputGuard) to the
 // replies gnet holds for the client plus those held behind a slower shard.
-func (s *rsession) checkOutput(lim, added int) {
-	if s.out.exceeded(s.client.OutboundBuffered(), s.buffered+len(s.pushHold), added, lim) {
+func (s *client) checkOutput(lim, added int) {
+	if s.out.exceeded(s.conn.OutboundBuffered(), s.buffered+len(s.pushHold), added, lim) {
 		s.evict("output_limit")
 	}
 }
 
-func (s *rsession) evict(reason string) {
-	if s.closed {
+func (s *client) evict(reason string) {
+	if s.gone() {
 		return
 	}
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientEvicted(reason)
 	}
-	s.p.log.Warn("client evicted", "reason", reason, "client", s.client.RemoteAddr().String())
+	s.p.log.Warn("client evicted", "reason", reason, "client", s.conn.RemoteAddr().String())
 	if s.linger != nil {
 		s.linger.close()
 		s.linger = nil
 	} else {
-		s.l.closeNow(s.client)
+		s.l.closeNow(s.conn)
 	}
 	s.shutdown()
 }
 
-// clientClosed ends the session: its shard connections are closed at once
+// clientClosed ends the client: its shard connections are closed at once
 // (a blocked BLPOP must not pop an element for a client that left).
-func (s *rsession) clientClosed(c gnet.Conn, err error) {
+func (s *client) clientClosed(c gnet.Conn, err error) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientClosed()
 	}
 	s.p.clients.Add(-1)
 	// A client that half-closed after sending requests still gets their
-	// replies, as from Redis (see session.clientClosed), up to a request
+	// replies, as from Redis, up to a request
 	// that may block (Redis frees a blocked client on EOF).
-	if !s.closed && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
+	if !s.gone() && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
-			if s.paused == pausePassthrough {
-				// It would turn into a subscriber or a feed that nobody
-				// reads: Redis drops such a client on EOF.
-				s.paused, s.hbuf = 0, nil
-			}
 			el := c.EventLoop()
 			time.AfterFunc(lingerTimeout, func() {
 				_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
@@ -1731,15 +1360,15 @@ func (s *rsession) clientClosed(c gnet.Conn, err error) {
 
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
-func (s *rsession) blockedAtHead() bool {
-	return s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
+func (s *client) blockedAtHead() bool {
+	return s.raw != nil || s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
 }
 
-func (s *rsession) shutdown() {
-	if s.closed {
+func (s *client) shutdown() {
+	if s.gone() {
 		return
 	}
-	s.closed = true
+	s.cs = csClosed
 	if s.linger != nil {
 		s.linger.close()
 		s.linger = nil
@@ -1765,8 +1394,8 @@ func (s *rsession) shutdown() {
 // the last part.
 //
 // With streamed, the reply's bytes went to the write buffer as they
-// arrived (rlink.onData): e was next in line.
-func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed bool) {
+// arrived (link.onData): e was next in line.
+func (s *client) complete(e *request, i int, reply []byte, now int64, streamed bool) {
 	p := &e.ps[i]
 	p.tReply = now
 	if ln := p.link; ln != nil && ln.owner == s {
@@ -1803,7 +1432,7 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed 
 
 // advance moves the replies that are ready at the head of the queue to the
 // write buffer, oldest first, and onto s.done for timing.
-func (s *rsession) advance() {
+func (s *client) advance() {
 	for s.q.len() > 0 && s.q.front().ready {
 		e := s.q.pop()
 		if e.flags&eWritten == 0 {
@@ -1814,18 +1443,18 @@ func (s *rsession) advance() {
 		}
 		s.done = append(s.done, e)
 		if e.flags&eQuit != 0 || e.flags&eQuietQuit != 0 && len(s.wbuf) > 0 {
-			s.closeAfter = true
+			s.closing(csAfterReplies)
 		} else if e.flags&eQuietQuit != 0 {
-			s.closeOnOutput = true
+			s.closing(csOnOutput)
 		}
 		s.written = e.seq
 		s.releasePushes()
 	}
 }
 
-// finish merges the parts' replies of e into e.out and returns the bytes
-// the parts held.
-func (s *rsession) finish(e *rentry) (held int) {
+// finish merges the parts' replies of e into e.out (see merge.go) and
+// returns the bytes the parts held.
+func (s *client) finish(e *request) (held int) {
 	for i := range e.ps {
 		held += len(e.ps[i].reply)
 	}
@@ -1834,155 +1463,62 @@ func (s *rsession) finish(e *rentry) (held int) {
 		e.out = append(e.out[:0], execAbortErr...)
 		return held
 	}
-	// A part that failed fails the whole request, as a cluster client
-	// reports it (the first error in part order).
-	if e.agg != aggRelay {
-		for i := range e.ps {
-			if r := e.ps[i].reply; len(r) > 0 && (r[0] == '-' || r[0] == '!') {
-				e.out = append(e.out[:0], r...)
+	if e.agg == aggRelay || e.agg == aggAllOK {
+		if e.agg == aggAllOK {
+			if i := firstError(s.l.partReplies(e)); i >= 0 {
+				e.out = append(e.out[:0], e.ps[i].reply...)
 				return held
 			}
 		}
-	}
-	switch e.agg {
-	case aggRelay, aggAllOK:
 		// Swap buffers instead of copying: the part's buffer becomes the
 		// reply.
 		e.out, e.ps[0].reply = e.ps[0].reply, e.out[:0]
+		return held
+	}
+	rs := s.l.partReplies(e)
+	i := firstError(rs)
+	if e.agg == aggOneOK {
+		i = oneSucceeded(rs)
+	}
+	if i >= 0 {
+		e.out = append(e.out[:0], rs[i]...)
+		clear(rs)
+		s.l.replies = rs[:0]
+		return held
+	}
+	m := s.l.mg
+	bad := -1
+	switch e.agg {
 	case aggSum:
-		var sum int64
-		for i := range e.ps {
-			r := e.ps[i].reply
-			n, ok := parseIntReply(r)
-			if !ok {
-				e.out = append(e.out[:0], r...)
-				return held
-			}
-			sum += n
-		}
-		e.out = append(e.out[:0], ':')
-		e.out = strconv.AppendInt(e.out, sum, 10)
-		e.out = append(e.out, "\r\n"...)
+		e.out, bad = m.sum(e.out[:0], rs)
 	case aggMGet:
-		n := 0
+		pos := s.l.pos[:0]
 		for i := range e.ps {
-			n += len(e.ps[i].pos)
+			pos = append(pos, e.ps[i].pos)
 		}
-		elems := s.l.elems[:0]
-		for range n {
-			elems = append(elems, nil)
-		}
-		for i := range e.ps {
-			p := &e.ps[i]
-			got, ok := splitArray(s.l.sf, p.reply, s.l.elems2[:0])
-			s.l.elems2 = got[:0]
-			if !ok || len(got) != len(p.pos) {
-				e.out = append(e.out[:0], p.reply...)
-				return held
-			}
-			for j, pos := range p.pos {
-				elems[pos] = got[j]
-			}
-		}
-		e.out = append(e.out[:0], '*')
-		e.out = strconv.AppendInt(e.out, int64(n), 10)
-		e.out = append(e.out, "\r\n"...)
-		for _, el := range elems {
-			e.out = append(e.out, el...)
-		}
-		clear(elems)
-		s.l.elems = elems[:0]
+		e.out, bad = m.mget(e.out[:0], rs, pos)
+		clear(pos)
+		s.l.pos = pos[:0]
 	case aggConcat:
-		n := 0
-		e.out = e.out[:0]
-		for i := range e.ps {
-			r := e.ps[i].reply
-			cnt, body, ok := arrayBody(r)
-			if !ok {
-				e.out = append(e.out[:0], r...)
-				return held
-			}
-			n += cnt
-			e.out = append(e.out, body...)
-		}
-		hdr := strconv.AppendInt(append(s.l.num[:0], '*'), int64(n), 10)
-		hdr = append(hdr, "\r\n"...)
-		e.out = append(e.out, hdr...)
-		copy(e.out[len(hdr):], e.out[:len(e.out)-len(hdr)])
-		copy(e.out, hdr)
+		e.out, bad = m.concat(e.out[:0], rs)
+	case aggAnd, aggOr, aggMin, aggMax:
+		e.out, bad = m.ints(e.out[:0], rs, e.agg)
 	case aggSubs:
 		e.out = e.out[:0]
-		for i := range e.ps {
-			e.out = append(e.out, e.ps[i].reply...)
+		for _, r := range rs {
+			e.out = append(e.out, r...)
 		}
 		e.out = s.l.renumber(e.out, s.shardSubs())
 	case aggScan:
-		r := e.ps[0].reply
-		got, ok := splitArray(s.l.sf, r, s.l.elems2[:0])
-		s.l.elems2 = got[:0]
-		var c uint64
-		var err error
-		if ok && len(got) == 2 && len(got[0]) > 0 && got[0][0] == '$' {
-			line := got[0][bytes.IndexByte(got[0], '\n')+1:]
-			c, err = strconv.ParseUint(string(bytes.TrimSuffix(line, []byte("\r\n"))), 10, 64)
+		var ok bool
+		if e.out, ok = m.scan(e.out[:0], rs[0], e.scanPos, e.scanN); !ok {
+			bad = 0
 		}
-		if !ok || len(got) != 2 || err != nil {
-			e.out = append(e.out[:0], r...)
-			return held
-		}
-		var next uint64
-		switch {
-		case c != 0:
-			next = c*uint64(e.scanN) + uint64(e.scanPos)
-		case e.scanPos+1 < e.scanN:
-			next = uint64(e.scanPos + 1)
-		}
-		cur := strconv.AppendUint(s.l.num[:0], next, 10)
-		e.out = append(e.out[:0], "*2\r\n"...)
-		e.out = appendBulk(e.out, cur)
-		e.out = append(e.out, got[1]...)
 	}
+	if bad >= 0 {
+		e.out = append(e.out[:0], rs[bad]...)
+	}
+	clear(rs)
+	s.l.replies = rs[:0]
 	return held
-}
-
-// parseIntReply reads an integer reply ":n\r\n".
-func parseIntReply(r []byte) (int64, bool) {
-	if len(r) < 4 || r[0] != ':' {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
-	return n, err == nil
-}
-
-// arrayBody splits an array reply "*n\r\n<elements>" into n and the
-// elements' bytes.
-func arrayBody(r []byte) (int, []byte, bool) {
-	if len(r) < 4 || r[0] != '*' {
-		return 0, nil, false
-	}
-	i := bytes.IndexByte(r, '\n')
-	n, err := strconv.Atoi(string(r[1 : i-1]))
-	if err != nil || n < 0 {
-		return 0, nil, false
-	}
-	return n, r[i+1:], true
-}
-
-// splitArray appends to dst the complete elements of the array reply r,
-// each as its bytes.
-func splitArray(f *resp.ReplyFramer, r []byte, dst [][]byte) ([][]byte, bool) {
-	n, body, ok := arrayBody(r)
-	if !ok {
-		return dst, false
-	}
-	for i := 0; i < n; i++ {
-		f.Reset()
-		k, fin, err := f.Feed(body)
-		if err != nil || !fin {
-			return dst, false
-		}
-		dst = append(dst, body[:k])
-		body = body[k:]
-	}
-	return dst, len(body) == 0
 }

@@ -11,21 +11,21 @@ import (
 	"github.com/respmeter/respmeter/routing/command"
 )
 
-// rlink is a routed session's connection to one shard. Its FIFO holds, for
-// every request written to it and not yet answered, the entry and part the
-// reply belongs to (a nil entry: a reply to drop, such as the replies to
+// link is a connection to one engine (a shard): a client's own, or one of
+// its loop's shared connections. Its FIFO holds, for every request written
+// to it and not yet answered, the request and part the reply belongs to (a nil entry: a reply to drop, such as the replies to
 // replayed AUTH/HELLO or to the ASKING sent before an ASK retry).
-type rlink struct {
+type link struct {
 	p      *Proxy
 	l      *loop
-	owner  *rsession // nil for a loop's shared link (Config.UpstreamMode "shared")
-	idx    int       // topology shard index; -1 for a node outside the map
-	resp3  bool      // a shared link speaking RESP3 (HELLO 3 sent first)
-	addr   string    // host:port
-	mshard int       // metrics shard index; -1 when not measuring
+	owner  *client // nil for a loop's shared link (Config.UpstreamMode "shared")
+	idx    int     // topology shard index; -1 for a node outside the map
+	resp3  bool    // a shared link speaking RESP3 (HELLO 3 sent first)
+	addr   string  // host:port
+	mshard int     // metrics shard index; -1 when not measuring
 	c      gnet.Conn
 	rf     *resp.ReplyFramer
-	q      ring[rref]
+	q      ring[linkRef]
 	wb     []byte // requests to write at the end of the batch (or once connected)
 	wn     int    // requests in wb
 	cur    []byte // the reply being received, when it spans reads
@@ -33,13 +33,13 @@ type rlink struct {
 	// pipelined request starts there).
 	lastReply int64
 	touched   bool
-	stream    *rsession // the client the reply being received streams to
+	stream    *client // the client the reply being received streams to
 	// dropping: the reply being received answers a client that left (a
 	// shared link keeps receiving its replies): framed, not kept.
 	dropping       bool
 	dead           bool
-	engineProtoErr bool      // the last reply was the engine's protocol error
-	protoErrBy     *rsession // the client whose request it answered
+	engineProtoErr bool    // the last reply was the engine's protocol error
+	protoErrBy     *client // the client whose request it answered
 	// Pub/sub and MONITOR on a private link (see pubsub.go): the engine's
 	// subscription counts from its latest confirmations (channels,
 	// patterns, shard channels), whether MONITOR made it a feed, and the
@@ -48,27 +48,35 @@ type rlink struct {
 	monitor bool
 	subAcc  []byte
 	// lastSeq is the seq of the owner's request this link answered last
-	// (see rsession.oob).
+	// (see client.oob).
 	lastSeq uint64
 	// A shared link's progress is when (p.now) it last got reply bytes or
 	// requests with none in flight; stalled: taken out of use (stall.go),
 	// closed once drained.
 	progress int64
 	stalled  bool
+	// pre is how many leading bytes of the owner's next request went to
+	// the engine before the request was complete (client.forwardPartial):
+	// queue trims them off.
+	pre int
+	// raw: a SYNC/PSYNC was answered; the link relays the replication
+	// stream to its owner unframed (see onData).
+	raw bool
 }
 
-type rref struct {
-	e     *rentry
+type linkRef struct {
+	e     *request
 	part  int32
 	reset bool // a RESET whose reply is dropped (it still ends subscriptions and MONITOR)
 }
 
 // queue appends req (copied) to the link's write buffer, answered by part
 // of e.
-func (ln *rlink) queue(e *rentry, part int, req []byte) {
+func (ln *link) queue(e *request, part int, req []byte) {
+	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
-	ln.q.push(rref{e: e, part: int32(part)})
+	ln.q.push(linkRef{e: e, part: int32(part)})
 	if e != nil {
 		e.ps[part].link = ln
 	}
@@ -82,10 +90,22 @@ func (ln *rlink) queue(e *rentry, part int, req []byte) {
 // dropped (a replayed state command, the ASKING before an ASK retry, a
 // state command broadcast to the client's other connections). reset marks
 // a RESET.
-func (ln *rlink) queueDrop(req []byte, reset bool) {
+func (ln *link) queueDrop(req []byte, reset bool) {
+	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
-	ln.q.push(rref{reset: reset})
+	ln.q.push(linkRef{reset: reset})
+	if !ln.touched {
+		ln.touched = true
+		ln.l.touched = append(ln.l.touched, ln)
+	}
+}
+
+// queueRaw appends b (copied) to the link's write buffer with no request
+// of its own: the start of an incomplete request (client.forwardPartial),
+// or a replication stream's bytes (client.raw).
+func (ln *link) queueRaw(b []byte) {
+	ln.wb = append(ln.wb, b...)
 	if !ln.touched {
 		ln.touched = true
 		ln.l.touched = append(ln.l.touched, ln)
@@ -93,9 +113,9 @@ func (ln *rlink) queueDrop(req []byte, reset bool) {
 }
 
 // write sends the buffered requests, stamping their t_sent with t (read
-// before the write: see session.clientTraffic). While the connection is
+// before the write: once the bytes are in the socket the engine may answer first). While the connection is
 // being dialed they wait.
-func (ln *rlink) write(t int64) {
+func (ln *link) write(t int64) {
 	ln.touched = false
 	if ln.c == nil || len(ln.wb) == 0 {
 		return
@@ -121,7 +141,7 @@ func (ln *rlink) write(t int64) {
 	_, _ = ln.c.Write(ln.wb)
 	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
-		if ln.mshard >= 0 {
+		if ln.mshard >= 0 && ln.wn > 0 {
 			m.Lock()
 			m.ShardBatchLocked(ln.mshard, ln.wn)
 			m.Unlock()
@@ -136,8 +156,8 @@ func (ln *rlink) write(t int64) {
 }
 
 // opened runs when the dial completed.
-func (ln *rlink) opened(c gnet.Conn) gnet.Action {
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+func (ln *link) opened(c gnet.Conn) gnet.Action {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return gnet.Close
 	}
 	ln.c = c
@@ -154,14 +174,14 @@ func (ln *rlink) opened(c gnet.Conn) gnet.Action {
 }
 
 // traffic frames the shard's replies and hands each to its request.
-func (ln *rlink) traffic(c gnet.Conn) {
+func (ln *link) traffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	ln.onData(data)
 }
 
 // drain reads, without blocking, what the engine sent before the
-// connection failed (see session.drainUpstream) and handles it as traffic.
-func (ln *rlink) drain(c gnet.Conn) {
+// connection failed (a reply and the reset may arrive together) and handles it as traffic.
+func (ln *link) drain(c gnet.Conn) {
 	var buf [16 << 10]byte
 	for !ln.dead {
 		n, err := unix.Read(c.Fd(), buf[:])
@@ -177,8 +197,8 @@ func (ln *rlink) drain(c gnet.Conn) {
 // whole), is streamed: its bytes go to the client as they arrive
 // (cut-through), so a large reply is never held whole. Others are
 // collected whole and handed to their request.
-func (ln *rlink) onData(data []byte) {
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+func (ln *link) onData(data []byte) {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
 	if m := ln.l.m; m != nil {
@@ -187,6 +207,25 @@ func (ln *rlink) onData(data []byte) {
 	now := ln.p.now()
 	ln.progress = now
 	for off := 0; off < len(data); {
+		if !ln.raw && !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 && ln.q.len() > 0 {
+			if r := ln.q.front(); r.e != nil && r.e.flags&eSync != 0 {
+				// The reply to SYNC/PSYNC starts the replication stream
+				// ("+FULLRESYNC ...", an RDB payload with no trailing
+				// CRLF, then commands): the request is answered by its
+				// first byte, and the rest is relayed as it comes.
+				ln.q.pop()
+				ln.raw = true
+				r.e.ps[r.part].svcFrom = r.e.ps[r.part].tSent
+				r.e.s.complete(r.e, int(r.part), nil, now, true)
+			}
+		}
+		if ln.raw {
+			if s := ln.owner; s != nil && !s.gone() {
+				s.wbuf = append(s.wbuf, data[off:]...)
+				s.markDirty()
+			}
+			break
+		}
 		if !ln.rf.InFrame() && ln.stream == nil && len(ln.cur) == 0 {
 			ln.stream = ln.streamable(data[off])
 			if ln.stream != nil {
@@ -208,7 +247,7 @@ func (ln *rlink) onData(data []byte) {
 		}
 		if err == nil && ln.stream != nil {
 			s := ln.stream
-			if !s.closed {
+			if !s.gone() {
 				s.wbuf = append(s.wbuf, chunk...)
 				s.markDirty()
 			}
@@ -221,7 +260,7 @@ func (ln *rlink) onData(data []byte) {
 			prev := ln.lastReply
 			ln.lastReply = now
 			ln.engineProtoErr = false
-			if !s.closed {
+			if !s.gone() {
 				r.e.ps[r.part].svcFrom = max(r.e.ps[r.part].tSent, prev)
 				s.complete(r.e, int(r.part), nil, now, true)
 			}
@@ -257,19 +296,19 @@ func (ln *rlink) onData(data []byte) {
 	ln.l.flushAll()
 }
 
-// streamable returns the session to stream the reply starting with type
+// streamable returns the client to stream the reply starting with type
 // byte t to, or nil: the reply must answer the request next in line for
 // its client, alone (not one part of a fan-out), and not be an error or a
 // push; and the link must not be a pub/sub or MONITOR feed, whose frames
 // are seen whole (feed), nor the reply one that changes that (MONITOR,
 // RESET).
-func (ln *rlink) streamable(t byte) *rsession {
+func (ln *link) streamable(t byte) *client {
 	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
 	}
 	r := ln.q.front()
 	e := r.e
-	if e == nil || e.s.closed || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
+	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
 		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset {
 		return nil
 	}
@@ -282,21 +321,34 @@ func (ln *rlink) streamable(t byte) *rsession {
 // shared link would otherwise cost a copy of each). Errors are still
 // collected (an engine protocol error must be seen), and pushes are not
 // replies.
-func (ln *rlink) forGone(t byte) bool {
+func (ln *link) forGone(t byte) bool {
 	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
 		return false
 	}
 	e := ln.q.front().e
-	return e != nil && e.s.closed
+	return e != nil && e.s.gone()
 }
 
 // onReply matches one complete reply with the oldest request of the link.
-func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
+func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if ln.owner != nil && ln.feed(frame, f.Type, f.Head, f.Int, now) {
 		return
 	}
 	if f.Type == '>' {
 		return // a push on a shared link: nobody to give it to
+	}
+	if s := ln.owner; ln.q.len() == 0 && f.Type == '-' && s != nil && s.fixed() {
+		// An error that answers nothing the client sent whole, on the
+		// client's own connection to its one engine: the engine refused
+		// the start of a request it got early (client.forwardPartial),
+		// "-ERR Protocol error: ..." from the header alone, or refused the
+		// connection itself ("-ERR max number of clients reached"). Its
+		// close follows (see closed); the client gets both as a direct
+		// client would.
+		ln.engineProtoErr, ln.protoErrBy = true, s
+		s.closing(csStopRead)
+		s.oob(ln, frame)
+		return
 	}
 	if ln.q.len() == 0 {
 		ln.p.log.Debug("unmatched reply from upstream", "upstream", ln.addr, "type", string(f.Type))
@@ -320,7 +372,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 	if ln.engineProtoErr && r.e != nil {
 		ln.protoErrBy = r.e.s
 	}
-	if r.e == nil || r.e.s.closed {
+	if r.e == nil || r.e.s.gone() {
 		return // a replayed state command's reply, ASKING's +OK, or a client that left
 	}
 	e := r.e
@@ -340,7 +392,7 @@ func (ln *rlink) onReply(frame []byte, f *resp.Frame, now int64) {
 // target, once, leaving the map alone. It reports false when frame is not a
 // redirect, the request was not kept, or it was redirected too often:
 // then the client gets the engine's reply.
-func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
+func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	line := frame[1 : len(frame)-2]
 	if !bytes.HasPrefix(line, redirectMoved) && !bytes.HasPrefix(line, redirectAsk) {
 		return false
@@ -377,7 +429,7 @@ func (ln *rlink) redirect(e *rentry, part int, frame []byte, now int64) bool {
 // the link. With lost, a client that had requests on it is closed once it
 // has its replies, as a passthrough client is: what the engine did with
 // them is unknown (or, unreachable, the client learns it at once).
-func (ln *rlink) fail(reply []byte, lost bool) {
+func (ln *link) fail(reply []byte, lost bool) {
 	if ln.dead {
 		return
 	}
@@ -394,14 +446,14 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 		ln.stream = nil
 		s.streaming = nil
 		ln.q.pop()
-		s.stopRead, s.closeNow = true, true
+		s.closing(csNow)
 		s.markDirty()
 	}
 	now := ln.p.now()
 	pending := 0
 	for ln.q.len() > 0 {
 		r := ln.q.pop()
-		if r.e == nil || r.e.s.closed || r.e.s.closeNow {
+		if r.e == nil || r.e.s.cs >= csNow {
 			continue
 		}
 		pending++
@@ -410,13 +462,13 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 		if lost {
 			// What the engine did with the request is unknown: the
 			// client is closed once it has its replies.
-			s.closeAfter, s.stopRead = true, true
+			s.closing(csAfterReplies)
 		}
 	}
-	if s := ln.owner; lost && s != nil && !s.closed && (ln.subs.any() || ln.monitor) {
+	if s := ln.owner; lost && s != nil && !s.gone() && (ln.subs.any() || ln.monitor) {
 		// Its subscriptions or MONITOR feed are gone with it: the client
 		// is closed, as its own connection to the engine would be.
-		s.closeAfter, s.stopRead = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 	}
 	if lost && pending > 0 && ln.c != nil && !ln.p.closing.Load() {
@@ -429,29 +481,29 @@ func (ln *rlink) fail(reply []byte, lost bool) {
 }
 
 // closed runs when the shard connection closed.
-func (ln *rlink) closed(err error) {
+func (ln *link) closed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil && ln.c != nil {
 		m.UpstreamClosed()
 	}
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
-	if s := ln.protoErrBy; ln.engineProtoErr && s != nil && !s.closed {
+	if s := ln.protoErrBy; ln.engineProtoErr && s != nil && !s.gone() {
 		// The engine refused a request it could not parse and closed the
 		// connection, as it would have closed the client's own: that
 		// client gets what is ready and is closed the same way, with no
 		// errors of ours after the engine's. (On a shared connection the
 		// other clients' requests on it fail as on any lost connection.)
-		s.stopRead, s.closeNow = true, true
+		s.closing(csNow)
 		s.markDirty()
 	}
-	if s := ln.owner; s != nil && !s.closed && ln.c != nil {
+	if s := ln.owner; s != nil && !s.gone() && ln.c != nil {
 		// The engine closed a connection it served on this client's
 		// behalf (CLIENT KILL, ACL DELUSER, its idle timeout, a crash):
 		// the client is closed once its replies are written, as its own
 		// connection would be, even with nothing in flight. (A dial that
 		// failed never reached the engine: only the requests for it fail.)
-		s.stopRead, s.closeAfter = true, true
+		s.closing(csAfterReplies)
 		s.markDirty()
 	}
 	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
@@ -463,24 +515,24 @@ func (ln *rlink) closed(err error) {
 }
 
 // dialFailed runs on the loop when the shard could not be reached.
-func (ln *rlink) dialFailed(err error) {
+func (ln *link) dialFailed(err error) {
 	if m := ln.p.cfg.Metrics; m != nil {
 		m.UpstreamDialFailed()
 	}
-	if ln.dead || ln.owner != nil && ln.owner.closed {
+	if ln.dead || ln.owner != nil && ln.owner.gone() {
 		return
 	}
 	ln.p.log.Warn("upstream unreachable", "upstream", ln.addr, "err", err)
 	ln.p.router.markDown(ln.addr)
 	// The requests never reached the engine: under slot routing they get
 	// the error and the client keeps its connection and its other
-	// shards; with one engine (shared mode) the client is closed once
-	// answered, as a passthrough client is.
-	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route == routeNone)
+	// shards; with one engine (no route, or pinned) the client is closed
+	// once answered, as a direct client whose connection failed is.
+	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route != routeSlots)
 }
 
-// shutdown closes the connection at once (see session.shutdownUpstream).
-func (ln *rlink) shutdown() {
+// shutdown closes the connection at once (SHUT_RDWR: a blocked command is freed at once).
+func (ln *link) shutdown() {
 	ln.dead = true
 	if ln.c != nil {
 		_ = unix.Shutdown(ln.c.Fd(), unix.SHUT_RDWR)
@@ -489,6 +541,11 @@ func (ln *rlink) shutdown() {
 }
 
 // dialLink connects a shard link off the loop and enrolls it on el.
-func (p *Proxy) dialLink(ln *rlink, el gnet.EventLoop) {
+func (p *Proxy) dialLink(ln *link, el gnet.EventLoop) {
 	p.dialOn(el, ln.addr, ln, ln.dialFailed)
 }
+
+// engineProtoErr starts the error Redis sends before closing a connection
+// on a request it cannot parse ("ERR Protocol error: ..."), as much of it as
+// a Frame.Head holds.
+var engineProtoErr = []byte("ERR Protocol err")
