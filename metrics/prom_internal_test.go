@@ -111,14 +111,14 @@ func TestToMicros(t *testing.T) {
 }
 
 func TestEmptyHistogramMetric(t *testing.T) {
-	c := newCollector(NewSet(1, nil))
+	c := newCollector(NewSet(1, nil), Export{})
 	m := newHistogramMetric(c.think, c.boundsMicros, Durations{})
 	var out dto.Metric
 	if err := m.Write(&out); err != nil {
 		t.Fatal(err)
 	}
 	h := out.GetHistogram()
-	if h.GetSampleCount() != 0 || len(h.GetPositiveSpan()) != 0 || h.GetZeroThreshold() == 0 || len(h.GetBucket()) != 19 {
+	if h.GetSampleCount() != 0 || len(h.GetPositiveSpan()) != 0 || h.GetZeroThreshold() == 0 || len(h.GetBucket()) != 22 {
 		t.Errorf("empty histogram: %v", h)
 	}
 }
@@ -223,7 +223,7 @@ func TestSparseMatchesDense(t *testing.T) {
 	if s, d := sparse.Max(), dense.Max(); s != d {
 		t.Errorf("max: sparse %d, dense %d", s, d)
 	}
-	c := newCollector(NewSet(1, nil))
+	c := newCollector(NewSet(1, nil), Export{})
 	var ms, md dto.Metric
 	if err := newHistogramMetric(c.think, c.boundsMicros, Durations{sparse: sparse}).Write(&ms); err != nil {
 		t.Fatal(err)
