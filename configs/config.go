@@ -245,7 +245,7 @@ type Config struct {
 	HDRInterval Duration `yaml:"hdr_interval"`
 	// MetricsPhases lists the phases (MetricsPhaseNames) whose per-command
 	// and per-shard duration histograms /metrics exports: each (command,
-	// phase) costs 26 series. Default: all five; at least one.
+	// phase) costs 28 series. Default: all five; at least one.
 	MetricsPhases []string `yaml:"metrics_phases"`
 	// MetricsCommands caps the command labels /metrics exports: the first
 	// MetricsCommands commands seen keep their own label, later ones are

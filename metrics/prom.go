@@ -16,20 +16,23 @@ import (
 const nativeSchema = 3
 
 // classicBoundsMicros are the upper bounds of the classic histogram buckets,
-// in microseconds: 1 µs .. 10 s in 1-2-5 steps (22 buckets), so that the
-// proxy's own microseconds (proxy and queue phases, typically 1-20 µs) fall
-// into buckets of their own rather than all below the first bound.
+// in microseconds: 1, 2, 3, 4, 5, 7 µs, then 10 µs .. 10 s in 1-2.5-5 steps
+// (25 buckets). The six below 10 µs resolve the proxy's own microseconds
+// (proxy and queue phases, typically 1-5 µs, recorded in whole
+// microseconds), which all fell below the first bound before; from 10 µs
+// up the bounds are unchanged, and so is the interpolation error of
+// histogram_quantile there (TestClassicP99Error).
 func classicBoundsMicros() []int64 {
 	return []int64{
-		1, 2, 5, 10, 20, 50, 100, 200, 500, // µs
-		1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, // ms
-		1_000_000, 2_000_000, 5_000_000, 10_000_000, // s
+		1, 2, 3, 4, 5, 7, 10, 25, 50, 100, 250, 500, // µs
+		1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, // ms
+		1_000_000, 2_500_000, 5_000_000, 10_000_000, // s
 	}
 }
 
 // ClassicBoundsMicros returns the upper bounds, in microseconds, of the
-// classic buckets of every respmeter duration histogram (1 µs .. 10 s in
-// 1-2-5 steps); the caller owns the slice.
+// classic buckets of every respmeter duration histogram (1, 2, 3, 4, 5,
+// 7 µs, then 10 µs .. 10 s in 1-2.5-5 steps); the caller owns the slice.
 func ClassicBoundsMicros() []int64 { return classicBoundsMicros() }
 
 // ParsePhase returns the phase whose String is name, or false.
@@ -47,8 +50,8 @@ func ParsePhase(name string) (Phase, bool) {
 type Export struct {
 	// Phases lists the phases whose respmeter_command_duration_seconds and
 	// respmeter_shard_command_duration_seconds series are exported; nil or
-	// empty means all NumPhases. Each exported (command, phase) costs 26
-	// series (22 classic buckets, +Inf, _sum, _count; native buckets ride
+	// empty means all NumPhases. Each exported (command, phase) costs 28
+	// series (25 classic buckets, +Inf, _sum, _count; native buckets ride
 	// in the same series).
 	Phases []Phase
 	// MaxCommands caps the command labels exported: the first MaxCommands

@@ -89,8 +89,8 @@ func TestDurationHistogram(t *testing.T) {
 	}{
 		sum: 2.0011,
 		classic: map[float64]uint64{
-			0.000001: 0, 0.00001: 0, 0.00005: 0, 0.0001: 1, 0.0002: 1, 0.0005: 1,
-			0.001: 2, 0.002: 2, 0.5: 2, 1: 2, 2: 2, 5: 3, 10: 3,
+			0.000001: 0, 0.00001: 0, 0.00005: 0, 0.0001: 1, 0.00025: 1, 0.0005: 1,
+			0.001: 2, 0.0025: 2, 0.5: 2, 1: 2, 2.5: 3, 5: 3, 10: 3,
 		},
 		native: map[int]uint64{-106: 1, -79: 1, 9: 1},
 	}
@@ -114,8 +114,8 @@ func TestDurationHistogram(t *testing.T) {
 			if math.Abs(h.GetSampleSum()-tc.sum) > 1e-12 {
 				t.Errorf("sum %g, want %g", h.GetSampleSum(), tc.sum)
 			}
-			if n := len(h.GetBucket()); n != 22 {
-				t.Errorf("%d classic buckets, want 22 (1us..10s)", n)
+			if n := len(h.GetBucket()); n != 25 {
+				t.Errorf("%d classic buckets, want 25 (1us..10s)", n)
 			}
 			seen := 0
 			for _, b := range h.GetBucket() {

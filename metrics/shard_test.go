@@ -398,10 +398,10 @@ respmeter_handoffs_total{reason="transaction"} 1
 	}
 	h := findMetric(t, reg, "respmeter_shard_command_duration_seconds",
 		map[string]string{"shard": shardA, "phase": "total"}).GetHistogram()
-	if h.GetSampleCount() != 3 || math.Abs(h.GetSampleSum()-2.0011) > 1e-12 || len(h.GetBucket()) != 22 {
-		t.Errorf("shard A total: count %d sum %g, %d buckets; want 3, 2.0011, 22", h.GetSampleCount(), h.GetSampleSum(), len(h.GetBucket()))
+	if h.GetSampleCount() != 3 || math.Abs(h.GetSampleSum()-2.0011) > 1e-12 || len(h.GetBucket()) != 25 {
+		t.Errorf("shard A total: count %d sum %g, %d buckets; want 3, 2.0011, 25", h.GetSampleCount(), h.GetSampleSum(), len(h.GetBucket()))
 	}
-	wantCum := map[float64]uint64{0.00005: 0, 0.0001: 1, 0.001: 2, 1: 2, 2: 2, 5: 3}
+	wantCum := map[float64]uint64{0.00005: 0, 0.0001: 1, 0.001: 2, 1: 2, 2.5: 3}
 	for _, bk := range h.GetBucket() {
 		if want, ok := wantCum[bk.GetUpperBound()]; ok && bk.GetCumulativeCount() != want {
 			t.Errorf("shard A total le=%g: %d, want %d", bk.GetUpperBound(), bk.GetCumulativeCount(), want)

@@ -172,7 +172,7 @@ func TestProbe(t *testing.T) {
 		if l := m.GetLabel(); len(l) != 0 {
 			t.Errorf("labels %v, want none (the caller wraps the registerer with shard=)", l)
 		}
-		if b := m.GetHistogram().GetBucket(); len(b) != 22 || b[0].GetUpperBound() != 1e-6 || b[21].GetUpperBound() != 10 {
+		if b := m.GetHistogram().GetBucket(); len(b) != 25 || b[0].GetUpperBound() != 1e-6 || b[24].GetUpperBound() != 10 {
 			t.Errorf("buckets %v", b)
 		}
 		if n := m.GetHistogram().GetPositiveSpan(); len(n) == 0 || m.GetHistogram().GetSchema() != 3 {
