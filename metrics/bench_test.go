@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/respmeter/respmeter/metrics"
 )
@@ -149,22 +148,13 @@ func BenchmarkScrapeSize(b *testing.B) {
 			if err := s.RegisterExport(reg, tc.ex); err != nil {
 				b.Fatal(err)
 			}
-			var size, series int
+			var text []byte
 			for b.Loop() {
-				mfs, err := reg.Gather()
-				if err != nil {
-					b.Fatal(err)
-				}
-				var buf bytes.Buffer
-				enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
-				for _, mf := range mfs {
-					if err := enc.Encode(mf); err != nil {
-						b.Fatal(err)
-					}
-				}
-				size = buf.Len()
-				series = bytes.Count(buf.Bytes(), []byte("\n")) - 2*len(mfs) // minus HELP and TYPE
+				text = exposition(b, reg)
 			}
+			// Every line is a series but the HELP and TYPE of each family.
+			series := bytes.Count(text, []byte("\n")) - 2*bytes.Count(text, []byte("\n# TYPE "))
+			size := len(text)
 			b.ReportMetric(float64(size), "bytes/scrape")
 			b.ReportMetric(float64(series), "series")
 		})

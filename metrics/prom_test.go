@@ -283,20 +283,25 @@ func TestPromlint(t *testing.T) {
 }
 
 func TestExpositionGolden(t *testing.T) {
-	// Gather and encode here: testutil.GatherAndFormat with no metric names
-	// selects none.
-	mfs, err := newRegistry(t, populated()).Gather()
+	golden(t, "metrics.txt", exposition(t, newRegistry(t, populated())))
+}
+
+// exposition gathers g and encodes it as Prometheus text, what /metrics
+// serves (testutil.GatherAndFormat with no metric names selects none).
+func exposition(tb testing.TB, g prometheus.Gatherer) []byte {
+	tb.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	golden(t, "metrics.txt", buf.Bytes())
+	return buf.Bytes()
 }
 
 func TestRegisterTwice(t *testing.T) {
