@@ -76,6 +76,11 @@ run() {
   else
     args+=(--upstream "${SHARD_ADDRS[0]}")
   fi
+  # Every name exported, as before the /metrics cap existed (issue 19: --metrics-commands,
+  # default 100): the worst case this script measures.
+  if "$OUT/respmeter-$target" proxy --help 2>&1 | grep -q -- --metrics-commands; then
+    args+=(--metrics-commands 0)
+  fi
   start_bg "$target-${shape/:/-}" "$OUT/respmeter-$target" "${args[@]}"
   pid=$LAST_PID
   wait_ping "respmeter-$target" "$PROXY_PORT" "$pid"

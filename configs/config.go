@@ -243,6 +243,20 @@ type Config struct {
 	// HDRInterval is the interval of the HdrHistogram log and of the
 	// verdict (where the time went). Default 1s; at least MinHDRInterval.
 	HDRInterval Duration `yaml:"hdr_interval"`
+	// MetricsPhases lists the phases (MetricsPhaseNames) whose per-command
+	// and per-shard duration histograms /metrics exports: each (command,
+	// phase) costs 28 series. Default: all five; at least one.
+	MetricsPhases []string `yaml:"metrics_phases"`
+	// MetricsCommands caps the command labels /metrics exports: the first
+	// MetricsCommands commands seen keep their own label, later ones are
+	// added to command="other". Default 100; 0 means no cap.
+	MetricsCommands int `yaml:"metrics_commands"`
+}
+
+// MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
+// order of the phase label of respmeter_command_duration_seconds.
+func MetricsPhaseNames() []string {
+	return []string{"total", "upstream", "proxy", "service", "queue"}
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -269,6 +283,8 @@ func Default() Config {
 		SlowlogLen:        128,
 		HDRLog:            "",
 		HDRInterval:       Duration(time.Second),
+		MetricsPhases:     MetricsPhaseNames(),
+		MetricsCommands:   100,
 
 		TopologyRefresh: Duration(30 * time.Second),
 		UpstreamConns:   1,
@@ -414,6 +430,18 @@ func (c *Config) Validate() error {
 	add(checkPeriod("probe_interval", c.ProbeInterval, MinProbeInterval, true))
 	add(checkPeriod("engine_poll", c.EnginePoll, MinEnginePoll, true))
 	add(checkPeriod("hdr_interval", c.HDRInterval, MinHDRInterval, false))
+	if len(c.MetricsPhases) == 0 {
+		add(invalid("metrics_phases", "must list at least one of %s", strings.Join(MetricsPhaseNames(), ",")))
+	}
+	for i, ph := range c.MetricsPhases {
+		if e := checkEnum("metrics_phases", ph, MetricsPhaseNames()); e != nil {
+			e.entry = i + 1
+			add(e)
+		}
+	}
+	if c.MetricsCommands < 0 {
+		add(invalid("metrics_commands", "must be >= 0 (0 means no cap), got %d", c.MetricsCommands))
+	}
 	switch {
 	case c.SlowlogLen <= 0:
 		add(invalid("slowlog_len", "must be > 0, got %d", c.SlowlogLen))

@@ -52,6 +52,8 @@ var fields = []field{
 	{"slowlog_len", func(c *Config) any { return &c.SlowlogLen }},
 	{"hdr_log", func(c *Config) any { return &c.HDRLog }},
 	{"hdr_interval", func(c *Config) any { return &c.HDRInterval }},
+	{"metrics_phases", func(c *Config) any { return &c.MetricsPhases }},
+	{"metrics_commands", func(c *Config) any { return &c.MetricsCommands }},
 }
 
 // lookupField returns the field for key, or false.

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -104,5 +105,58 @@ func BenchmarkShardObserveLocked(b *testing.B) {
 		l.ShardObserveLocked(sh, time.Duration(100+i&1023)*us, time.Duration(50+i&511)*us, time.Duration(50+i&511)*us, false)
 		l.ShardBatchLocked(sh, 1+i&15)
 		i++
+	}
+}
+
+// scrapeSizeNames returns n command names for BenchmarkScrapeSize: "other"
+// and n-1 made-up ones (the size depends on the count, not the spelling).
+func scrapeSizeNames(n int) []string {
+	names := []string{"other"}
+	for i := 1; i < n; i++ {
+		names = append(names, fmt.Sprintf("cmd%03d", i))
+	}
+	return names
+}
+
+// BenchmarkScrapeSize measures the /metrics text of a proxy that saw 218
+// commands (Redis's own test suite through one proxy, issue 19), each in
+// every phase from 1 µs to 100 ms, under the cardinality budgets of Export:
+// bytes per scrape and series (b.ReportMetric), and the time to gather and
+// encode.
+func BenchmarkScrapeSize(b *testing.B) {
+	const commands = 218
+	s := metrics.NewSet(1, scrapeSizeNames(commands))
+	l := s.Loop(0)
+	l.Lock()
+	for i := range 100 * commands {
+		d := time.Duration(1+(i*7919)%100_000) * us
+		l.ObserveLocked(i%commands, d, d/2, d/4, false)
+	}
+	l.Unlock()
+	for _, tc := range []struct {
+		name string
+		ex   metrics.Export
+	}{
+		{"all", metrics.Export{}},
+		{"commands=100", metrics.Export{MaxCommands: 100}},
+		{"commands=100,phases=total+upstream+proxy", metrics.Export{MaxCommands: 100,
+			Phases: []metrics.Phase{metrics.PhaseTotal, metrics.PhaseUpstream, metrics.PhaseProxy}}},
+		{"commands=20,phases=total", metrics.Export{MaxCommands: 20, Phases: []metrics.Phase{metrics.PhaseTotal}}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			if err := s.RegisterExport(reg, tc.ex); err != nil {
+				b.Fatal(err)
+			}
+			var text []byte
+			for b.Loop() {
+				text = exposition(b, reg)
+			}
+			// Every line is a series but the HELP and TYPE of each family.
+			series := bytes.Count(text, []byte("\n")) - 2*bytes.Count(text, []byte("\n# TYPE "))
+			size := len(text)
+			b.ReportMetric(float64(size), "bytes/scrape")
+			b.ReportMetric(float64(series), "series")
+		})
 	}
 }

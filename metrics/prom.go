@@ -3,7 +3,9 @@ package metrics
 import (
 	"iter"
 	"math"
+	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -14,13 +16,51 @@ import (
 const nativeSchema = 3
 
 // classicBoundsMicros are the upper bounds of the classic histogram buckets,
-// in microseconds: 10 µs .. 10 s in 1-2.5-5 steps.
+// in microseconds: 1, 2, 3, 4, 5, 7 µs, then 10 µs .. 10 s in 1-2.5-5 steps
+// (25 buckets). The six below 10 µs resolve the proxy's own microseconds
+// (proxy and queue phases, typically 1-5 µs, recorded in whole
+// microseconds), which all fell below the first bound before; from 10 µs
+// up the bounds are unchanged, and so is the interpolation error of
+// histogram_quantile there (TestClassicP99Error).
 func classicBoundsMicros() []int64 {
 	return []int64{
-		10, 25, 50, 100, 250, 500, // µs
+		1, 2, 3, 4, 5, 7, 10, 25, 50, 100, 250, 500, // µs
 		1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, // ms
 		1_000_000, 2_500_000, 5_000_000, 10_000_000, // s
 	}
+}
+
+// ClassicBoundsMicros returns the upper bounds, in microseconds, of the
+// classic buckets of every respmeter duration histogram (1, 2, 3, 4, 5,
+// 7 µs, then 10 µs .. 10 s in 1-2.5-5 steps); the caller owns the slice.
+func ClassicBoundsMicros() []int64 { return classicBoundsMicros() }
+
+// ParsePhase returns the phase whose String is name, or false.
+func ParsePhase(name string) (Phase, bool) {
+	for p := range NumPhases {
+		if p.String() == name {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// Export selects what Set.RegisterExport exports: the cardinality budget of
+// /metrics. The zero value exports everything, as Register does.
+type Export struct {
+	// Phases lists the phases whose respmeter_command_duration_seconds and
+	// respmeter_shard_command_duration_seconds series are exported; nil or
+	// empty means all NumPhases. Each exported (command, phase) costs 28
+	// series (25 classic buckets, +Inf, _sum, _count; native buckets ride
+	// in the same series).
+	Phases []Phase
+	// MaxCommands caps the command labels exported: the first MaxCommands
+	// commands seen (in the order scrapes first saw them, by command ID
+	// within one scrape) keep their own label for the life of the
+	// collector, and the counts and durations of every later one are added
+	// to command="other" (where unknown commands already are). "other"
+	// itself does not count against the cap. 0 means no cap.
+	MaxCommands int
 }
 
 // batchBounds are the upper bounds of the classic buckets of the batch
@@ -33,13 +73,21 @@ func batchBounds() []int64 {
 	return out
 }
 
-// Register registers one prometheus.Collector for the Set with reg. At each
+// Register registers one prometheus.Collector for the Set with reg that
+// exports everything: RegisterExport(reg, Export{}).
+func (s *Set) Register(reg prometheus.Registerer) error {
+	return s.RegisterExport(reg, Export{})
+}
+
+// RegisterExport registers one prometheus.Collector for the Set with reg,
+// limited by ex (see Export; the zero value limits nothing). At each
 // scrape the collector merges the loops (as Snapshot does, but without copying
 // the histograms) and exports, in seconds and bytes:
 //
 //   - respmeter_command_duration_seconds{command,phase}: histogram with
-//     classic buckets (10 µs .. 10 s) and native buckets (schema 3) in the same
-//     series, only for (command, phase) pairs observed at least once;
+//     classic buckets (1 µs .. 10 s, ClassicBoundsMicros) and native buckets
+//     (schema 3) in the same series, only for (command, phase) pairs
+//     observed at least once, and only for the phases in ex.Phases;
 //   - respmeter_commands_total{command} and
 //     respmeter_command_errors_total{command}, for commands counted at least
 //     once;
@@ -69,10 +117,11 @@ func batchBounds() []int64 {
 // counter family drops _total: expose them as Prometheus text or protobuf, as
 // NewAdminMux does.
 //
-// Register returns reg's error, such as prometheus.AlreadyRegisteredError if
-// the Set's collector is already registered with reg.
-func (s *Set) Register(reg prometheus.Registerer) error {
-	return reg.Register(newCollector(s))
+// RegisterExport returns reg's error, such as
+// prometheus.AlreadyRegisteredError if the Set's collector is already
+// registered with reg.
+func (s *Set) RegisterExport(reg prometheus.Registerer, ex Export) error {
+	return reg.Register(newCollector(s, ex))
 }
 
 // collector exports a Set's stats at scrape time.
@@ -90,16 +139,25 @@ type collector struct {
 	shardDuration, shardCommands, shardErrors, batch                               *prometheus.Desc
 	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs, sharedStalls *prometheus.Desc
 	reorderWait                                                                    *prometheus.Desc
+
+	// The cardinality budget (Export). Collect runs under the Set's merge
+	// lock (Set.view), so these need no lock of their own.
+	phases      [NumPhases]bool
+	maxCommands int
+	named       []bool                                   // by command ID: exported under its own label
+	nNamed      int                                      // named commands, "other" not counted
+	other       [NumPhases]*hdrhistogram.PackedHistogram // scratch: "other" plus the commands over the cap
 }
 
 var _ prometheus.Collector = (*collector)(nil)
 
-func newCollector(s *Set) *collector {
+func newCollector(s *Set, ex Export) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("respmeter_"+name, help, labels, nil)
 	}
-	return &collector{
+	c := &collector{
 		s:            s,
+		maxCommands:  ex.MaxCommands,
 		boundsMicros: classicBoundsMicros(),
 		batchBounds:  batchBounds(),
 		duration: d("command_duration_seconds",
@@ -167,6 +225,15 @@ func newCollector(s *Set) *collector {
 			"Shared upstream connections taken out of use because their oldest request had no reply "+
 				"for 100 ms (a script or CLIENT PAUSE holding them); new requests went to another."),
 	}
+	for _, p := range ex.Phases {
+		c.phases[p] = true
+	}
+	if len(ex.Phases) == 0 {
+		for p := range c.phases {
+			c.phases[p] = true
+		}
+	}
+	return c
 }
 
 // Describe implements prometheus.Collector.
@@ -188,19 +255,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // serialized with each other and with the Set's other readers.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	_ = c.s.view(func(sn *Snapshot) error {
-		for i := range sn.Commands {
-			cs := &sn.Commands[i]
-			if cs.Count == 0 {
-				continue
-			}
-			ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(cs.Count), cs.Name)
-			ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(cs.Errors), cs.Name)
-			for p, d := range cs.Phases {
-				if d.Count() > 0 {
-					ch <- newHistogramMetric(c.duration, c.boundsMicros, d, cs.Name, Phase(p).String())
-				}
-			}
-		}
+		c.collectCommands(ch, sn)
 		ch <- newHistogramMetric(c.think, c.boundsMicros, sn.Think)
 		if sn.ClientRTT.Count() > 0 {
 			ch <- newHistogramMetric(c.tcpRTT, c.boundsMicros, sn.ClientRTT, "client")
@@ -213,7 +268,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.shardCommands, prometheus.CounterValue, float64(ss.Count), ss.Name)
 			ch <- prometheus.MustNewConstMetric(c.shardErrors, prometheus.CounterValue, float64(ss.Errors), ss.Name)
 			for p, d := range ss.Phases {
-				if d.Count() > 0 {
+				if c.phases[p] && d.Count() > 0 {
 					ch <- newHistogramMetric(c.shardDuration, c.boundsMicros, d, ss.Name, Phase(p).String())
 				}
 			}
@@ -257,6 +312,111 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return nil
 	})
+}
+
+// collectCommands exports the per-command series of sn within the budget:
+// commands over c.maxCommands are added to "other" (command ID 0, see
+// NewSet), phases not in c.phases are left out.
+func (c *collector) collectCommands(ch chan<- prometheus.Metric, sn *Snapshot) {
+	if len(c.named) < len(sn.Commands) {
+		c.named = append(c.named, make([]bool, len(sn.Commands)-len(c.named))...)
+	}
+	// First pass: admit new commands while the cap allows, and add the
+	// others into the scratch "other".
+	var other CommandStats
+	if len(sn.Commands) > 0 {
+		other = sn.Commands[0] // the "other" ID itself
+	}
+	var otherSums [NumPhases]time.Duration
+	spilled := false
+	for i := 1; i < len(sn.Commands); i++ {
+		cs := &sn.Commands[i]
+		if cs.Count == 0 || c.named[i] {
+			continue
+		}
+		if c.maxCommands == 0 || c.nNamed < c.maxCommands {
+			c.named[i] = true
+			c.nNamed++
+			continue
+		}
+		if !spilled {
+			spilled = true
+			for p := range c.other {
+				if c.other[p] == nil {
+					c.other[p] = newHistogram()
+				}
+				c.other[p].Reset()
+				if h := other.Phases[p].sparse; h != nil {
+					c.other[p].Merge(h)
+				}
+				otherSums[p] = other.Phases[p].Sum
+			}
+		}
+		other.Count += cs.Count
+		other.Errors += cs.Errors
+		for p := range cs.Phases {
+			if h := cs.Phases[p].sparse; h != nil {
+				c.other[p].Merge(h)
+			}
+			otherSums[p] += cs.Phases[p].Sum
+		}
+	}
+	if spilled {
+		for p := range other.Phases {
+			other.Phases[p] = Durations{Sum: otherSums[p], sparse: c.other[p]}
+		}
+	}
+	for i := range sn.Commands {
+		cs := &sn.Commands[i]
+		switch {
+		case i == 0:
+			cs = &other
+		case !c.named[i]:
+			continue
+		}
+		if cs.Count == 0 {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(cs.Count), cs.Name)
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(cs.Errors), cs.Name)
+		for p, d := range cs.Phases {
+			if c.phases[p] && d.Count() > 0 {
+				ch <- newHistogramMetric(c.duration, c.boundsMicros, d, cs.Name, Phase(p).String())
+			}
+		}
+	}
+}
+
+// NewDurationsMetric returns a histogram metric in seconds of h, a dense
+// histogram of whole microseconds with this package's geometry (1 µs ..
+// 1 h, 3 significant digits), whose values sum to sum: classic buckets at
+// ClassicBoundsMicros and native buckets of schema 3 in one series, as
+// respmeter_command_duration_seconds. labelValues follow desc's variable
+// labels. It reads h while building the metric and keeps nothing of it.
+func NewDurationsMetric(desc *prometheus.Desc, h *hdrhistogram.Histogram, sum time.Duration, labelValues ...string) prometheus.Metric {
+	return newHistogramMetric(desc, classicBoundsMicros(), Durations{Hist: h, Sum: sum}, labelValues...)
+}
+
+// NewBucketsMetric returns a histogram metric in seconds of values that
+// were bucketed elsewhere (such as an engine's LATENCY HISTOGRAM):
+// counts[i] values at most boundsMicros[i] microseconds and above the
+// previous bound (boundsMicros ascending, len(counts) == len(boundsMicros)),
+// summing to sum seconds. Classic buckets are those bounds; native buckets
+// (schema 3) count each bucket at its bound, so they are no finer than the
+// source. labelValues follow desc's variable labels.
+func NewBucketsMetric(desc *prometheus.Desc, boundsMicros, counts []int64, sum float64, labelValues ...string) prometheus.Metric {
+	var count int64
+	for _, n := range counts {
+		count += n
+	}
+	buckets := func(yield func(int64, int64) bool) {
+		for i, b := range boundsMicros {
+			if counts[i] > 0 && !yield(b, counts[i]) {
+				return
+			}
+		}
+	}
+	return buildHistogramMetricAt(desc, boundsMicros, 1e6, buckets, func(v int64) int64 { return v }, count, sum, labelValues)
 }
 
 // histogramMetric is a prometheus.Metric for a histogram built at scrape
@@ -305,12 +465,21 @@ func newCountsMetric(desc *prometheus.Desc, bounds []int64, c Counts, labelValue
 func buildHistogramMetric(desc *prometheus.Desc, bounds []int64, perUnit float64, buckets iter.Seq2[int64, int64],
 	count int64, sum float64, labelValues []string,
 ) *histogramMetric {
+	return buildHistogramMetricAt(desc, bounds, perUnit, buckets, highestEquivalent, count, sum, labelValues)
+}
+
+// buildHistogramMetricAt is buildHistogramMetric with the value each bucket
+// counts at given by at(bucket key) rather than HdrHistogram's highest
+// equivalent value.
+func buildHistogramMetricAt(desc *prometheus.Desc, bounds []int64, perUnit float64, buckets iter.Seq2[int64, int64],
+	at func(int64) int64, count int64, sum float64, labelValues []string,
+) *histogramMetric {
 	classic := make([]uint64, len(bounds)) // per bucket, not cumulative
 	var native nativeBuckets
 	if count > 0 {
 		j := 0
 		for from, n := range buckets {
-			to := highestEquivalent(from)
+			to := at(from)
 			for j < len(bounds) && bounds[j] < to {
 				j++
 			}

@@ -89,7 +89,7 @@ func TestDurationHistogram(t *testing.T) {
 	}{
 		sum: 2.0011,
 		classic: map[float64]uint64{
-			0.00001: 0, 0.00005: 0, 0.0001: 1, 0.00025: 1, 0.0005: 1,
+			0.000001: 0, 0.00001: 0, 0.00005: 0, 0.0001: 1, 0.00025: 1, 0.0005: 1,
 			0.001: 2, 0.0025: 2, 0.5: 2, 1: 2, 2.5: 3, 5: 3, 10: 3,
 		},
 		native: map[int]uint64{-106: 1, -79: 1, 9: 1},
@@ -102,7 +102,7 @@ func TestDurationHistogram(t *testing.T) {
 	}{
 		{metrics.PhaseTotal, threeValues.sum, threeValues.classic, threeValues.native},
 		{metrics.PhaseUpstream, threeValues.sum, threeValues.classic, threeValues.native},
-		{metrics.PhaseProxy, 0, map[float64]uint64{0.00001: 3, 10: 3}, map[int]uint64{-159: 3}}, // 3 × 0 s, recorded as 1 µs
+		{metrics.PhaseProxy, 0, map[float64]uint64{0.000001: 3, 10: 3}, map[int]uint64{-159: 3}}, // 3 × 0 s, recorded as 1 µs: the first bucket
 	}
 	for _, tc := range tests {
 		t.Run(tc.phase.String(), func(t *testing.T) {
@@ -114,8 +114,8 @@ func TestDurationHistogram(t *testing.T) {
 			if math.Abs(h.GetSampleSum()-tc.sum) > 1e-12 {
 				t.Errorf("sum %g, want %g", h.GetSampleSum(), tc.sum)
 			}
-			if n := len(h.GetBucket()); n != 19 {
-				t.Errorf("%d classic buckets, want 19 (10us..10s)", n)
+			if n := len(h.GetBucket()); n != 25 {
+				t.Errorf("%d classic buckets, want 25 (1us..10s)", n)
 			}
 			seen := 0
 			for _, b := range h.GetBucket() {
@@ -283,20 +283,25 @@ func TestPromlint(t *testing.T) {
 }
 
 func TestExpositionGolden(t *testing.T) {
-	// Gather and encode here: testutil.GatherAndFormat with no metric names
-	// selects none.
-	mfs, err := newRegistry(t, populated()).Gather()
+	golden(t, "metrics.txt", exposition(t, newRegistry(t, populated())))
+}
+
+// exposition gathers g and encodes it as Prometheus text, what /metrics
+// serves (testutil.GatherAndFormat with no metric names selects none).
+func exposition(tb testing.TB, g prometheus.Gatherer) []byte {
+	tb.Helper()
+	mfs, err := g.Gather()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	golden(t, "metrics.txt", buf.Bytes())
+	return buf.Bytes()
 }
 
 func TestRegisterTwice(t *testing.T) {
@@ -304,5 +309,67 @@ func TestRegisterTwice(t *testing.T) {
 	reg := newRegistry(t, s)
 	if err := s.Register(reg); err == nil {
 		t.Error("second Register with the same registry succeeded")
+	}
+}
+
+// TestExportBudget: with MaxCommands 1 and Phases {total}, the first
+// command seen keeps its label for good, later ones are added (counts,
+// errors, durations) to command="other" together with the unknown
+// commands, and only the total phase is exported.
+func TestExportBudget(t *testing.T) {
+	s := metrics.NewSet(2, testNames)
+	record(s,
+		op{loop: 0, cmd: cmdSet, total: 100 * us, upstream: 90 * us},
+		op{loop: 1, cmd: cmdOther, total: 3 * time.Millisecond, upstream: 2 * time.Millisecond, isErr: true},
+	)
+	reg := prometheus.NewPedanticRegistry()
+	if err := s.RegisterExport(reg, metrics.Export{Phases: []metrics.Phase{metrics.PhaseTotal}, MaxCommands: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil { // the first scrape admits set
+		t.Fatal(err)
+	}
+	// get and ping arrive after the cap is reached: both go to "other",
+	// while set, admitted first, keeps its label (and gets new values).
+	record(s,
+		op{loop: 0, cmd: cmdGet, total: time.Millisecond, upstream: time.Millisecond},
+		op{loop: 1, cmd: cmdPing, total: 2 * time.Second, upstream: 2 * time.Second, isErr: true},
+		op{loop: 1, cmd: cmdSet, total: 200 * us, upstream: 150 * us},
+	)
+	if got, err := testutil.GatherAndCount(reg, "respmeter_command_duration_seconds"); err != nil || got != 2 {
+		t.Errorf("duration series: %d, %v; want 2 (set and other, total phase only)", got, err)
+	}
+	for cmd, want := range map[string]struct {
+		count, errs float64
+		sum         float64 // seconds, total phase
+	}{
+		"set":   {2, 0, 300e-6},
+		"other": {3, 2, 3e-3 + 1e-3 + 2},
+	} {
+		if got := findMetric(t, reg, "respmeter_commands_total", map[string]string{"command": cmd}).GetCounter().GetValue(); got != want.count {
+			t.Errorf("%s: %g commands, want %g", cmd, got, want.count)
+		}
+		if got := findMetric(t, reg, "respmeter_command_errors_total", map[string]string{"command": cmd}).GetCounter().GetValue(); got != want.errs {
+			t.Errorf("%s: %g errors, want %g", cmd, got, want.errs)
+		}
+		h := findMetric(t, reg, "respmeter_command_duration_seconds", map[string]string{"command": cmd, "phase": "total"}).GetHistogram()
+		if h.GetSampleCount() != uint64(want.count) || math.Abs(h.GetSampleSum()-want.sum) > 1e-9 {
+			t.Errorf("%s total: count %d sum %g, want %g, %g", cmd, h.GetSampleCount(), h.GetSampleSum(), want.count, want.sum)
+		}
+		var native uint64
+		for _, n := range nativeCounts(h) {
+			native += n
+		}
+		if native != uint64(want.count) {
+			t.Errorf("%s total: %d values in native buckets, want %g", cmd, native, want.count)
+		}
+	}
+	// A scrape adds nothing twice: the scratch "other" starts afresh.
+	h := findMetric(t, reg, "respmeter_command_duration_seconds", map[string]string{"command": "other", "phase": "total"}).GetHistogram()
+	if h.GetSampleCount() != 3 {
+		t.Errorf("other after another scrape: count %d, want 3", h.GetSampleCount())
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
 	}
 }

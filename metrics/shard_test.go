@@ -398,8 +398,8 @@ respmeter_handoffs_total{reason="transaction"} 1
 	}
 	h := findMetric(t, reg, "respmeter_shard_command_duration_seconds",
 		map[string]string{"shard": shardA, "phase": "total"}).GetHistogram()
-	if h.GetSampleCount() != 3 || math.Abs(h.GetSampleSum()-2.0011) > 1e-12 || len(h.GetBucket()) != 19 {
-		t.Errorf("shard A total: count %d sum %g, %d buckets; want 3, 2.0011, 19", h.GetSampleCount(), h.GetSampleSum(), len(h.GetBucket()))
+	if h.GetSampleCount() != 3 || math.Abs(h.GetSampleSum()-2.0011) > 1e-12 || len(h.GetBucket()) != 25 {
+		t.Errorf("shard A total: count %d sum %g, %d buckets; want 3, 2.0011, 25", h.GetSampleCount(), h.GetSampleSum(), len(h.GetBucket()))
 	}
 	wantCum := map[float64]uint64{0.00005: 0, 0.0001: 1, 0.001: 2, 1: 2, 2.5: 3}
 	for _, bk := range h.GetBucket() {

@@ -63,6 +63,8 @@ type proxyFlags struct {
 	slowlogLen        int
 	hdrLog            string
 	hdrInterval       time.Duration
+	metricsPhases     []string
+	metricsCommands   int
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -207,6 +209,8 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
 	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
 	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")
 	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
+	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "comma-separated `phases` whose duration histograms /metrics exports per command and shard (total,upstream,proxy,service,queue)")
+	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels /metrics exports; later commands are counted as command=\"other\"; 0 means no cap")
 	return cmd
 }
 

@@ -441,13 +441,14 @@ func TestProxyObservability(t *testing.T) {
 
 	metricsBody := httpGet(t, admin+"/metrics")
 	for _, want := range []string{
-		"respmeter_upstream_probe_seconds_count{upstream=",
-		`respmeter_engine_commands_total{command="debug"} 1`,
-		"respmeter_engine_utilization ",
-		`respmeter_engine_wait_seconds{part="run_queue"} `,
-		"respmeter_network_path_seconds ",
-		"respmeter_engine_main_thread_cpu_seconds_total ",
-		"respmeter_engine_runqueue_wait_seconds_total ",
+		// The engine's figures name it in shard=, the one backend label.
+		`respmeter_upstream_probe_seconds_count{shard="` + srv.Addr() + `"}`,
+		`respmeter_engine_commands_total{command="debug",shard="` + srv.Addr() + `"} 1`,
+		`respmeter_engine_utilization{shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_wait_seconds{part="run_queue",shard="` + srv.Addr() + `"} `,
+		`respmeter_network_path_seconds{shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_main_thread_cpu_seconds_total{shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_runqueue_wait_seconds_total{shard="` + srv.Addr() + `"} `,
 	} {
 		if !strings.Contains(metricsBody, want) {
 			t.Errorf("/metrics lacks %s", want)

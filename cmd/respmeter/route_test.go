@@ -174,7 +174,7 @@ func TestProxyRouteSlots(t *testing.T) {
 	}
 	for _, want := range []string{
 		"respmeter_crossslot_replies_total 1\n",
-		fmt.Sprintf("respmeter_upstream_probe_seconds_count{upstream=%q}", shards[0]),
+		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", shards[0]),
 		`respmeter_commands_total{command="mget"} 1` + "\n",
 	} {
 		if !strings.Contains(body, want) {
@@ -316,7 +316,7 @@ func TestProxyRouteCluster(t *testing.T) {
 
 	want := []string{
 		`respmeter_redirects_total{kind="moved"} 1` + "\n",
-		fmt.Sprintf("respmeter_upstream_probe_seconds_count{upstream=%q}", seed),
+		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", seed),
 	}
 	for _, a := range cl.Addrs() {
 		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a))

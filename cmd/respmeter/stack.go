@@ -101,9 +101,18 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	if err := st.set.Register(reg); err != nil {
+	ex, err := metricsExport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.set.RegisterExport(reg, ex); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	// The engine's own figures (probe, poll, verdict) carry the engine's
+	// address in the label shard, the one label that names a backend in
+	// every series: several proxies in front of one engine then export
+	// series that max by (shard) deduplicates (configs/prometheus/).
+	engReg := prometheus.WrapRegistererWith(prometheus.Labels{"shard": probeAddr(cfg)}, reg)
 	an := &analyzer{
 		set:        st.set,
 		log:        log.With("component", "verdict"),
@@ -114,7 +123,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	if cfg.ProbeInterval > 0 {
 		an.probe = engstats.NewProbe(probeAddr(cfg), time.Duration(cfg.ProbeInterval), log)
-		if err := an.probe.Register(reg); err != nil {
+		if err := an.probe.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register probe metrics: %w", err)
 		}
 	}
@@ -126,11 +135,11 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			"component", "engine-poll", "route", cfg.Route, "engine_poll", cfg.EnginePoll.String())
 	case cfg.EnginePoll > 0:
 		an.poller = engstats.NewPoller(cfg.Upstream, time.Duration(cfg.EnginePoll), names, log)
-		if err := an.poller.Register(reg); err != nil {
+		if err := an.poller.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register engine metrics: %w", err)
 		}
 	}
-	if err := reg.Register(split.NewCollector(an.latestVerdict)); err != nil {
+	if err := engReg.Register(split.NewCollector(an.latestVerdict)); err != nil {
 		return nil, fmt.Errorf("register verdict metrics: %w", err)
 	}
 	st.analyzer = an
@@ -275,6 +284,20 @@ func probeAddr(cfg configs.Config) string {
 		return cfg.Shards[0]
 	}
 	return cfg.Cluster
+}
+
+// metricsExport returns the /metrics cardinality budget of cfg
+// (metrics_phases, metrics_commands).
+func metricsExport(cfg configs.Config) (metrics.Export, error) {
+	ex := metrics.Export{MaxCommands: cfg.MetricsCommands}
+	for _, name := range cfg.MetricsPhases {
+		p, ok := metrics.ParsePhase(name)
+		if !ok {
+			return ex, fmt.Errorf("metrics_phases: unknown phase %q", name)
+		}
+		ex.Phases = append(ex.Phases, p)
+	}
+	return ex, nil
 }
 
 // proxyLimit maps a configured limit, where 0 means unlimited, to

@@ -169,11 +169,14 @@ func TestProbe(t *testing.T) {
 		if got := m.GetHistogram().GetSampleCount(); got != uint64(st.Count) {
 			t.Errorf("histogram count %d, Stats count %d", got, st.Count)
 		}
-		if l := m.GetLabel(); len(l) != 1 || l[0].GetName() != "upstream" || l[0].GetValue() != s.Addr() {
-			t.Errorf("labels %v", l)
+		if l := m.GetLabel(); len(l) != 0 {
+			t.Errorf("labels %v, want none (the caller wraps the registerer with shard=)", l)
 		}
-		if b := m.GetHistogram().GetBucket(); len(b) != 19 || b[0].GetUpperBound() != 10e-6 || b[18].GetUpperBound() != 10 {
+		if b := m.GetHistogram().GetBucket(); len(b) != 25 || b[0].GetUpperBound() != 1e-6 || b[24].GetUpperBound() != 10 {
 			t.Errorf("buckets %v", b)
+		}
+		if n := m.GetHistogram().GetPositiveSpan(); len(n) == 0 || m.GetHistogram().GetSchema() != 3 {
+			t.Errorf("native buckets: schema %d, spans %v", m.GetHistogram().GetSchema(), n)
 		}
 	}
 	if !h {
@@ -374,6 +377,9 @@ func TestPollerRun(t *testing.T) {
 	lint(t, reg)
 	if h := findMetric(t, reg, "respmeter_engine_command_duration_seconds", "set"); h == nil || h.GetHistogram().GetSampleCount() != 10 {
 		t.Errorf("set histogram %v, want 10 calls", h)
+	}
+	if h := findMetric(t, reg, "respmeter_engine_command_duration_seconds", "set").GetHistogram(); h.GetSchema() != 3 || len(h.GetPositiveSpan()) == 0 {
+		t.Errorf("set histogram: schema %d, native spans %v; want native buckets of schema 3", h.GetSchema(), h.GetPositiveSpan())
 	}
 	stop()
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/respmeter/respmeter/metrics"
 )
 
 // DefaultPollInterval is the Poller's interval when NewPoller is given zero
@@ -622,10 +624,12 @@ func (p *Poller) bucketPct(c *labelStats, pct float64) time.Duration {
 //
 //   - respmeter_engine_command_duration_seconds{command}: histogram of the
 //     engine's execution time from LATENCY HISTOGRAM deltas since the first
-//     poll; bucket bounds are the engine's power-of-two microsecond bounds
-//     in seconds (the union of those seen for any command, so every command
-//     has the same buckets); the sum is the commandstats time of the same
-//     label. Only while LATENCY HISTOGRAM is available.
+//     poll; classic bucket bounds are the engine's power-of-two microsecond
+//     bounds in seconds (the union of those seen for any command, so every
+//     command has the same buckets), native buckets (schema 3) count each
+//     engine bucket at its bound (metrics.NewBucketsMetric); the sum is the
+//     commandstats time of the same label. Only while LATENCY HISTOGRAM is
+//     available.
 //   - respmeter_engine_command_seconds_total{command} and
 //     respmeter_engine_commands_total{command}: execution time and calls
 //     from INFO commandstats deltas since the first poll, on every engine.
@@ -634,7 +638,9 @@ func (p *Poller) bucketPct(c *labelStats, pct float64) time.Duration {
 // respmeter_engine_main_thread_cpu_seconds_total (the command thread's CPU)
 // and, when the engine runs on this host,
 // respmeter_engine_runqueue_wait_seconds_total (see Witness). Register returns reg's error, such
-// as prometheus.AlreadyRegisteredError: one Poller per registry.
+// as prometheus.AlreadyRegisteredError: one Poller per registry, unless each
+// registers through prometheus.WrapRegistererWith(prometheus.Labels{"shard":
+// addr}, reg), as respmeter does: the engine's address in the label shard.
 func (p *Poller) Register(reg prometheus.Registerer) error {
 	return reg.Register(newPollerCollector(p))
 }
@@ -695,13 +701,11 @@ func (c *pollerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, float64(s.usec)/1e6, name)
 		}
 		if s.histCount > 0 {
-			buckets := make(map[float64]uint64, len(p.bounds))
-			var cum int64
-			for _, b := range p.bounds {
-				cum += s.hist[b]
-				buckets[float64(b)/1e6] = uint64(cum)
+			counts := make([]int64, len(p.bounds))
+			for j, b := range p.bounds {
+				counts[j] = s.hist[b]
 			}
-			ch <- prometheus.MustNewConstHistogram(c.duration, uint64(s.histCount), float64(s.usec)/1e6, buckets, name)
+			ch <- metrics.NewBucketsMetric(c.duration, p.bounds, counts, float64(s.usec)/1e6, name)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.pollE, prometheus.CounterValue, float64(p.health.errors))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/respmeter/respmeter/metrics"
 )
 
 // DefaultProbeInterval is the Probe's PING interval when NewProbe is given
@@ -22,17 +24,6 @@ const (
 	histHighestMicros = 3_600_000_000 // 1 h; larger values are recorded as 1 h
 	histSigFigs       = 3
 )
-
-// classicBoundsMicros are the upper bounds of the Probe's classic histogram
-// buckets, in microseconds: 10 µs .. 10 s in 1-2.5-5 steps, the buckets of
-// respmeter_command_duration_seconds.
-func classicBoundsMicros() []int64 {
-	return []int64{
-		10, 25, 50, 100, 250, 500, // µs
-		1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, // ms
-		1_000_000, 2_500_000, 5_000_000, 10_000_000, // s
-	}
-}
 
 // toMicros converts d to whole microseconds rounded up, clamped to 1 µs .. 1 h
 // (as package metrics records).
@@ -198,41 +189,41 @@ func (p *Probe) Stats() ProbeStats {
 }
 
 // Register registers a prometheus.Collector for the Probe with reg. At each
-// scrape it exports, with the constant label upstream=<addr>:
+// scrape it exports:
 //
 //   - respmeter_upstream_probe_seconds: histogram of the PING round trips
-//     since NewProbe, in seconds, classic buckets 10 µs .. 10 s (each
-//     HdrHistogram bucket counts at its highest equivalent value); the sum is
-//     exact;
+//     since NewProbe, in seconds, with the classic buckets (1 µs .. 10 s)
+//     and native buckets (schema 3) of respmeter_command_duration_seconds
+//     (metrics.NewDurationsMetric; each HdrHistogram bucket counts at its
+//     highest equivalent value); the sum is exact;
 //   - respmeter_upstream_probe_errors_total: failed dials, error replies and
 //     lost connections.
 //
-// Probes of different upstreams can share a registry. Register returns reg's
-// error, such as prometheus.AlreadyRegisteredError.
+// The series carry no label naming the engine: register through
+// prometheus.WrapRegistererWith(prometheus.Labels{"shard": addr}, reg), as
+// respmeter does, so that probes of different engines can share a registry.
+// Register returns reg's error, such as prometheus.AlreadyRegisteredError.
 func (p *Probe) Register(reg prometheus.Registerer) error {
 	return reg.Register(newProbeCollector(p))
 }
 
 // probeCollector exports a Probe at scrape time.
 type probeCollector struct {
-	p            *Probe
-	boundsMicros []int64
-	rtt, errors  *prometheus.Desc
+	p           *Probe
+	rtt, errors *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*probeCollector)(nil)
 
 func newProbeCollector(p *Probe) *probeCollector {
-	cl := prometheus.Labels{"upstream": p.addr}
 	return &probeCollector{
-		p:            p,
-		boundsMicros: classicBoundsMicros(),
+		p: p,
 		rtt: prometheus.NewDesc("respmeter_upstream_probe_seconds",
 			"Round trip of PING to the engine on respmeter's probe connection in seconds: "+
 				"the path plus an idle engine. Recorded in whole microseconds (1us..1h, 3 significant digits).",
-			nil, cl),
+			nil, nil),
 		errors: prometheus.NewDesc("respmeter_upstream_probe_errors_total",
-			"Failed probe dials, PING error replies and lost probe connections.", nil, cl),
+			"Failed probe dials, PING error replies and lost probe connections.", nil, nil),
 	}
 }
 
@@ -246,30 +237,9 @@ func (c *probeCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *probeCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	p.mu.Lock()
-	count := uint64(p.hist.TotalCount())
-	sum := p.sum.Seconds()
-	cum := make([]uint64, len(c.boundsMicros)) // per bucket, then cumulated
-	for _, bar := range p.hist.Distribution() {
-		if bar.Count == 0 {
-			continue
-		}
-		// Buckets are few and bars ascend; a linear search is fine.
-		for j, ub := range c.boundsMicros {
-			if bar.To <= ub {
-				cum[j] += uint64(bar.Count)
-				break
-			}
-		}
-	}
+	rtt := metrics.NewDurationsMetric(c.rtt, p.hist, p.sum)
 	errs := p.health.errors
 	p.mu.Unlock()
-
-	buckets := make(map[float64]uint64, len(cum))
-	var run uint64
-	for j, ub := range c.boundsMicros {
-		run += cum[j]
-		buckets[float64(ub)/1e6] = run
-	}
-	ch <- prometheus.MustNewConstHistogram(c.rtt, count, sum, buckets)
+	ch <- rtt
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(errs))
 }
