@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -53,23 +55,58 @@ func (s *Set) StatsHandler() http.Handler { return s.StatsHandlerWith(nil) }
 // extra() (called once per request; nil for none) are added to the document,
 // each value encoded as JSON. Keys that /stats already has are not replaced.
 func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
+	return s.StatsHandlerWindowed(nil, extra)
+}
+
+// StatsHandlerWindowed is StatsHandlerWith that also answers
+// /stats?window=D (D a Go duration: 10s, 500ms, 1m) from win: "commands",
+// "totals" and "shards" then cover only the newest intervals of win that
+// cover D (Window.Stats; up to win.Len() intervals), each command and shard
+// with a "rate" (commands per second over the window) and the shards
+// without "batch", and a "window" section says what was merged:
+//
+//	"window": {"seconds": S, "intervals": N, "interval_seconds": I,
+//	           "start": RFC3339, "end": RFC3339}
+//
+// The other sections stay cumulative. A bad or non-positive D, or a
+// window asked of a nil win, gets 400.
+func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
+		var ws *WindowStats
+		if q := r.URL.Query().Get("window"); q != "" {
+			d, err := time.ParseDuration(q)
+			switch {
+			case err != nil || d <= 0:
+				http.Error(w, fmt.Sprintf("window=%q: want a positive duration such as 10s", q), http.StatusBadRequest)
+				return
+			case win == nil:
+				http.Error(w, "window: no intervals are kept here", http.StatusBadRequest)
+				return
+			}
+			ws = win.Stats(d)
+		}
 		var stats statsJSON
 		_ = s.view(func(sn *Snapshot) error {
 			stats = newStatsJSON(sn)
 			return nil
 		})
+		if ws != nil {
+			stats.setWindow(ws, win.Interval())
+		}
 		var doc any = stats
 		if extra != nil {
 			m := map[string]any{
 				"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
 				"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
 				"shards": stats.Shards, "routing": stats.Routing,
+			}
+			if stats.Window != nil {
+				m["window"] = stats.Window
 			}
 			for k, v := range extra() {
 				if _, taken := m[k]; !taken {
@@ -89,6 +126,55 @@ func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
 	})
 }
 
+// setWindow replaces the cumulative commands, totals and shards of doc with
+// those of ws and adds its "window" section.
+func (doc *statsJSON) setWindow(ws *WindowStats, interval time.Duration) {
+	sn, secs := ws.Snapshot, ws.Seconds()
+	rate := func(n int64) *float64 {
+		r := 0.0
+		if secs > 0 {
+			r = float64(n) / secs
+		}
+		return &r
+	}
+	doc.Window = &windowJSON{
+		Seconds: secs, Intervals: ws.Intervals, IntervalSeconds: interval.Seconds(),
+		Start: ws.Start.UTC().Format(time.RFC3339Nano), End: ws.End.UTC().Format(time.RFC3339Nano),
+	}
+	doc.Commands = make(map[string]commandJSON)
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Count > 0 {
+			cj := newCommandJSON(c)
+			cj.Rate = rate(c.Count)
+			doc.Commands[c.Name] = cj
+		}
+	}
+	totals := sn.Totals()
+	doc.Totals = newCommandJSON(&totals)
+	doc.Totals.Rate = rate(totals.Count)
+	doc.Shards = make([]shardJSON, 0, len(sn.Shards))
+	for i := range sn.Shards {
+		ss := &sn.Shards[i]
+		doc.Shards = append(doc.Shards, shardJSON{
+			Shard:    ss.Name,
+			Commands: ss.Count,
+			Errors:   ss.Errors,
+			Rate:     rate(ss.Count),
+			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
+			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
+		})
+	}
+}
+
+// windowJSON is the "window" section of /stats?window=D.
+type windowJSON struct {
+	Seconds         float64 `json:"seconds"`
+	Intervals       int     `json:"intervals"`
+	IntervalSeconds float64 `json:"interval_seconds"`
+	Start           string  `json:"start"`
+	End             string  `json:"end"`
+}
+
 // statsJSON is the /stats document. Maps are encoded with sorted keys, so the
 // output is deterministic.
 type statsJSON struct {
@@ -100,6 +186,7 @@ type statsJSON struct {
 	Bytes       bytesJSON                `json:"bytes"`
 	Shards      []shardJSON              `json:"shards"`
 	Routing     routingJSON              `json:"routing"`
+	Window      *windowJSON              `json:"window,omitempty"`
 }
 
 // shardJSON is one entry of "shards".
@@ -107,9 +194,10 @@ type shardJSON struct {
 	Shard    string         `json:"shard"`
 	Commands int64          `json:"commands"`
 	Errors   int64          `json:"errors"`
+	Rate     *float64       `json:"rate,omitempty"`
 	Total    percentileJSON `json:"total"`
 	Upstream percentileJSON `json:"upstream"`
-	Batch    batchJSON      `json:"batch"`
+	Batch    *batchJSON     `json:"batch,omitempty"`
 }
 
 // percentileJSON is a short summary of a Durations, in seconds.
@@ -141,6 +229,7 @@ type routingJSON struct {
 type commandJSON struct {
 	Count  int64                    `json:"count"`
 	Errors int64                    `json:"errors"`
+	Rate   *float64                 `json:"rate,omitempty"`
 	Phases map[string]durationsJSON `json:"phases"`
 }
 
@@ -225,7 +314,7 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 			Errors:   ss.Errors,
 			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
 			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
-			Batch: batchJSON{
+			Batch: &batchJSON{
 				Count: ss.Batch.Count(),
 				Mean:  ss.Batch.Mean(),
 				P50:   ss.Batch.Percentile(50),

@@ -30,6 +30,14 @@ import (
 // request's headers (a slow-loris guard; scrapes send theirs at once).
 const adminReadHeaderTimeout = 10 * time.Second
 
+// windowInterval and windowIntervals shape the stack's metrics.Window:
+// /stats?window=D and the live page at / see up to the last minute, one
+// second at a time.
+const (
+	windowInterval  = time.Second
+	windowIntervals = 60
+)
+
 // stack is one running proxy with its metrics Set, slow log, background
 // tasks (PING probe, engine poller, verdict, HdrHistogram log) and admin
 // HTTP server, as both the proxy and the demo subcommands run it. Its
@@ -41,6 +49,9 @@ type stack struct {
 	// analyzer computes the verdict and owns the probe and poller (nil
 	// when off).
 	analyzer *analyzer
+	// window keeps the last windowIntervals seconds for /stats?window=D
+	// and the live page.
+	window *metrics.Window
 	// loops is the number of event loops actually used (cfg.Loops, or one
 	// per CPU when that is 0).
 	loops int
@@ -96,6 +107,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
 		adminErr: make(chan error, 1),
 	}
+	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -228,6 +240,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.bg.Go(func() { an.sample(bgCtx) })
 	st.bg.Go(func() { an.run(bgCtx) })
+	st.bg.Go(func() { st.window.Run(bgCtx) })
 
 	alog := log.With("component", "admin")
 	if adminLn == nil {
@@ -236,7 +249,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.adminAddr = adminLn.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/stats", st.set.StatsHandlerWith(an.statsExtra))
+	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtra))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	// Go's profiler, as caddy's admin endpoint serves it: the admin address
