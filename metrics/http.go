@@ -11,7 +11,8 @@ import (
 )
 
 // NewAdminMux returns a mux serving GET /metrics, the Prometheus exposition
-// of reg (promhttp.HandlerFor), and GET /stats, s.StatsHandler. The caller
+// of reg (promhttp.HandlerFor), GET /stats, s.StatsHandler, and the live
+// page, GET / and GET /live/ (LiveHandler); other paths get 404. The caller
 // registers s with reg (s.Register) along with any other collectors.
 // OpenMetrics is not offered because respmeter_client_connections and
 // respmeter_client_connections_total would clash there (see Set.Register);
@@ -20,6 +21,9 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /stats", s.StatsHandler())
+	live := LiveHandler()
+	mux.Handle("GET /{$}", live)
+	mux.Handle("GET /live/", live)
 	return mux
 }
 
