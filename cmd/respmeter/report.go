@@ -20,6 +20,8 @@ type reportOptions struct {
 	plot    string   // plot file, .svg or .png; "" for none
 	tags    string   // regular expression selecting tags; "" for all
 	names   []string // names of FILE and --compare FILE2
+	json    bool     // JSON instead of the text table
+	csv     bool     // CSV instead of the text table
 }
 
 // newReportCmd returns the "respmeter report" command, writing tables to
@@ -31,7 +33,7 @@ type reportOptions struct {
 func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o reportOptions
 	cmd := &cobra.Command{
-		Use:   "report FILE [--compare FILE2] [--plot OUT.svg|OUT.png] [--names A,B]",
+		Use:   "report FILE [--compare FILE2] [--plot OUT.svg|OUT.png] [--names A,B] [--json|--csv]",
 		Short: "Summarize, compare or plot HdrHistogram interval logs",
 		Long: `Read an HdrHistogram interval log, such as the one the proxy writes, merge
 the intervals of each tag and print one row of latency percentiles per tag:
@@ -53,6 +55,17 @@ ratio FILE2/FILE (above 1: FILE2 is slower, or for count did more). The
 columns are named after the files' base names without extension, or after
 --names.
 
+With --json or --csv, write the same figures machine-readable instead of
+the text table, latencies in seconds (as /stats and proxy --summary; the
+log's whole microseconds / 10^6, in the shortest form that reads back
+exactly). --json: {"name", "start", "end", "intervals", "unit": "seconds",
+"tags": {TAG: {"count", "p50", "p90", "p99", "p99.9", "p99.99", "max"}}},
+latencies left out of an empty tag; with --compare {"a": ..., "b": ...,
+"ratios": {TAG: {FIGURE: B/A}}}, a ratio left out where the table shows "-".
+--csv: the header tag,count,p50_seconds,...,max_seconds and one row per
+tag; with --compare the long form tag,stat,A,B,ratio. Empty cells stand
+for "-".
+
 With --plot, also write the latency-by-percentile distribution of every tag
 (of both logs with --compare) as SVG or PNG, chosen by the extension, in the
 style of HdrHistogram's plotter.
@@ -68,7 +81,9 @@ Exit codes: 0 success, 1 the plot could not be written, 2 usage error or a log
 that cannot be opened or read.`,
 		Example: `  respmeter report run.hlog
   respmeter report redis.hlog --compare valkey.hlog
-  respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg`,
+  respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg
+  respmeter report run.hlog --json > run.json
+  respmeter report redis.hlog --compare valkey.hlog --csv > cmp.csv`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError(cmd, fmt.Errorf("%s takes exactly one log FILE, got %d arguments", cmd.CommandPath(), len(args)))
@@ -88,6 +103,8 @@ that cannot be opened or read.`,
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
 	fl.StringVar(&o.tags, "tags", "", "only tags matching this regular `EXPR` (e.g. '^get\\.' or '\\.total$'); a plot of more than 10 tags defaults to '\\.total$'")
+	fl.BoolVar(&o.json, "json", false, "write the figures as JSON (latencies in seconds) instead of the text table")
+	fl.BoolVar(&o.csv, "csv", false, "write the figures as CSV (latencies in seconds) instead of the text table")
 	fl.StringSliceVar(&o.names, "names", nil, "names of FILE and FILE2 with --compare, as `A,B` (default: the files' base names)")
 	return cmd
 }
@@ -95,6 +112,9 @@ that cannot be opened or read.`,
 // runReport is the body of "respmeter report FILE".
 func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOptions) error {
 	// Check the whole command line before reading anything.
+	if o.json && o.csv {
+		return usageError(cmd, errors.New("--json and --csv: choose one output format"))
+	}
 	if o.plot != "" {
 		if ext := strings.ToLower(filepath.Ext(o.plot)); ext != ".svg" && ext != ".png" {
 			return usageError(cmd, fmt.Errorf("--plot %s: the file name must end in .svg or .png", o.plot))
@@ -129,7 +149,16 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		return err
 	}
 	if o.compare == "" {
-		if err := a.Table(stdout); err != nil {
+		var err error
+		switch {
+		case o.json:
+			err = a.WriteJSON(stdout, filepath.Base(file))
+		case o.csv:
+			err = a.WriteCSV(stdout)
+		default:
+			err = a.Table(stdout)
+		}
+		if err != nil {
 			return failure(fmt.Errorf("writing the table: %w", err))
 		}
 		return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{filepath.Base(file): a})
@@ -138,7 +167,15 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 	if err != nil {
 		return err
 	}
-	if err := report.Compare(stdout, a, b, nameA, nameB); err != nil {
+	switch {
+	case o.json:
+		err = report.WriteCompareJSON(stdout, a, b, nameA, nameB)
+	case o.csv:
+		err = report.WriteCompareCSV(stdout, a, b, nameA, nameB)
+	default:
+		err = report.Compare(stdout, a, b, nameA, nameB)
+	}
+	if err != nil {
 		return failure(fmt.Errorf("writing the comparison: %w", err))
 	}
 	return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{nameA: a, nameB: b})

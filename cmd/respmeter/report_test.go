@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/report"
 )
 
 // execReport runs "respmeter report args..." in-process and returns its
@@ -269,5 +274,57 @@ func TestReportTags(t *testing.T) {
 	}
 	if _, stderr, code := execReport(t, redis, "--tags", "("); code != exitUsage || !strings.Contains(stderr, "--tags") {
 		t.Errorf("bad expression: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestReportJSONCSV: --json and --csv write the text table's figures (a
+// log written by the proxy's own interval-log writer), --compare's too,
+// and the two flags exclude each other.
+func TestReportJSONCSV(t *testing.T) {
+	redis, valkey := testRuns(t)
+	table, _, code := execReport(t, redis)
+	if code != exitOK {
+		t.Fatalf("table: exit %d", code)
+	}
+	js, stderr, code := execReport(t, redis, "--json")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("--json: exit %d, stderr:\n%s", code, stderr)
+	}
+	var doc report.LogJSON
+	if err := json.Unmarshal([]byte(js), &doc); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, js)
+	}
+	if doc.Name != "redis.hlog" || doc.Unit != "seconds" || doc.Intervals == 0 {
+		t.Errorf("--json header %+v", doc)
+	}
+	// Every figure of the text table, in seconds.
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		f := strings.Fields(line)
+		got := doc.Tags[f[0]]
+		if n, _ := strconv.ParseInt(f[1], 10, 64); int64(got["count"]) != n {
+			t.Errorf("%s count: JSON %v, table %s", f[0], got["count"], f[1])
+		}
+		for i, k := range []string{"p50", "p90", "p99", "p99.9", "p99.99", "max"} {
+			if ms := fmt.Sprintf("%.3f", got[k]*1e3); ms != f[2+i] {
+				t.Errorf("%s %s: JSON %v s = %s ms, table %s", f[0], k, got[k], ms, f[2+i])
+			}
+		}
+	}
+
+	cs, stderr, code := execReport(t, redis, "--compare", valkey, "--csv", "--names", "redis,valkey")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("--compare --csv: exit %d, stderr:\n%s", code, stderr)
+	}
+	recs, err := csv.NewReader(strings.NewReader(cs)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// get, set and ping with 5 phases each, and think: 16 tags of 7 figures.
+	if strings.Join(recs[0], ",") != "tag,stat,redis,valkey,ratio" || len(recs) != 1+16*7 {
+		t.Errorf("--compare --csv: %d records, header %v", len(recs), recs[0])
+	}
+
+	if _, stderr, code := execReport(t, redis, "--json", "--csv"); code != exitUsage || !strings.Contains(stderr, "choose one") {
+		t.Errorf("--json --csv: exit %d, stderr %q", code, stderr)
 	}
 }

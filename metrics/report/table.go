@@ -106,17 +106,21 @@ func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
 	if nameB == "" {
 		nameB = "b"
 	}
-	tags := append(a.Tags(), b.Tags()...)
-	slices.Sort(tags)
-	tags = slices.Compact(tags)
 	rows := [][]string{{"tag", "stat", nameA, nameB, nameB + "/" + nameA}}
-	for _, tag := range tags {
+	for _, tag := range unionTags(a, b) {
 		ha, hb := a.hists[tag], b.hists[tag]
 		for _, s := range stats {
 			rows = append(rows, []string{tagName(tag), s.name, s.format(ha), s.format(hb), s.ratio(ha, hb)})
 		}
 	}
 	return writeTable(w, rows, 2)
+}
+
+// unionTags returns the tags of a and b, sorted, each once.
+func unionTags(a, b *Log) []string {
+	tags := append(a.Tags(), b.Tags()...)
+	slices.Sort(tags)
+	return slices.Compact(tags)
 }
 
 // writeTable writes rows as columns separated by two spaces, the first left
