@@ -243,6 +243,10 @@ type Config struct {
 	// HDRInterval is the interval of the HdrHistogram log and of the
 	// verdict (where the time went). Default 1s; at least MinHDRInterval.
 	HDRInterval Duration `yaml:"hdr_interval"`
+	// Summary is the file a JSON summary of the run is written to at exit
+	// and on SIGUSR1 (the /stats document since start, the verdict since
+	// start and the run's settings); "" (the default) writes none.
+	Summary string `yaml:"summary"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -269,6 +273,7 @@ func Default() Config {
 		SlowlogLen:        128,
 		HDRLog:            "",
 		HDRInterval:       Duration(time.Second),
+		Summary:           "",
 
 		TopologyRefresh: Duration(30 * time.Second),
 		UpstreamConns:   1,

@@ -52,6 +52,7 @@ var fields = []field{
 	{"slowlog_len", func(c *Config) any { return &c.SlowlogLen }},
 	{"hdr_log", func(c *Config) any { return &c.HDRLog }},
 	{"hdr_interval", func(c *Config) any { return &c.HDRInterval }},
+	{"summary", func(c *Config) any { return &c.Summary }},
 }
 
 // lookupField returns the field for key, or false.

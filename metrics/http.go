@@ -3,6 +3,7 @@ package metrics
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -94,40 +95,64 @@ func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) htt
 			}
 			ws = win.Stats(d)
 		}
-		var stats statsJSON
-		_ = s.view(func(sn *Snapshot) error {
-			stats = newStatsJSON(sn)
-			return nil
-		})
-		if ws != nil {
-			stats.setWindow(ws, win.Interval())
+		var interval time.Duration
+		if win != nil {
+			interval = win.Interval()
 		}
-		var doc any = stats
-		if extra != nil {
-			m := map[string]any{
-				"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
-				"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
-				"shards": stats.Shards, "routing": stats.Routing,
-			}
-			if stats.Window != nil {
-				m["window"] = stats.Window
-			}
-			for k, v := range extra() {
-				if _, taken := m[k]; !taken {
-					m[k] = v
-				}
-			}
-			doc = m
-		}
+		doc := s.statsDoc(ws, interval, extra)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method == http.MethodHead {
 			return
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(doc) // only fails when the client has gone
+		_ = writeIndented(w, doc) // only fails when the client has gone
 	})
+}
+
+// WriteStats writes the /stats document (StatsHandlerWith's, cumulative)
+// to w as indented JSON, with the sections of extra (nil for none) added
+// as there. It returns w's error. It may be called concurrently with
+// recording and with the handlers.
+func (s *Set) WriteStats(w io.Writer, extra func() map[string]any) error {
+	return writeIndented(w, s.statsDoc(nil, 0, extra))
+}
+
+// statsDoc builds the /stats document: cumulative, or over ws (of a
+// Window of intervals of the given length) when ws is not nil, plus the
+// sections of extra.
+func (s *Set) statsDoc(ws *WindowStats, interval time.Duration, extra func() map[string]any) any {
+	var stats statsJSON
+	_ = s.view(func(sn *Snapshot) error {
+		stats = newStatsJSON(sn)
+		return nil
+	})
+	if ws != nil {
+		stats.setWindow(ws, interval)
+	}
+	if extra == nil {
+		return stats
+	}
+	m := map[string]any{
+		"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
+		"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
+		"shards": stats.Shards, "routing": stats.Routing,
+	}
+	if stats.Window != nil {
+		m["window"] = stats.Window
+	}
+	for k, v := range extra() {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// writeIndented writes doc to w as JSON indented by two spaces.
+func writeIndented(w io.Writer, doc any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
 }
 
 // setWindow replaces the cumulative commands, totals and shards of doc with

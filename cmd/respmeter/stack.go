@@ -43,6 +43,7 @@ const (
 // HTTP server, as both the proxy and the demo subcommands run it. Its
 // methods are called from the goroutine that started it.
 type stack struct {
+	cfg     configs.Config
 	set     *metrics.Set
 	proxy   *proxy.Proxy
 	slowlog *slowlog.Log
@@ -102,6 +103,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}, log.With("component", "proxy"))
 	names := cmds.Labels()
 	st := &stack{
+		cfg:      cfg,
 		loops:    loops,
 		set:      metrics.NewSet(loops, names),
 		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
@@ -168,6 +170,11 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 				_ = stop()
 			}
 		}()
+	}
+	if cfg.Summary != "" {
+		if err := checkSummaryPath(cfg.Summary); err != nil {
+			return nil, err
+		}
 	}
 	var adminLn net.Listener
 	if cfg.Admin != configs.AdminOff {
