@@ -20,6 +20,7 @@ type reportOptions struct {
 	plot    string   // plot file, .svg or .png; "" for none
 	tags    string   // regular expression selecting tags; "" for all
 	names   []string // names of FILE and --compare FILE2
+	tagMap  []string // FROM=TO renames, applied to both logs
 	json    bool     // JSON instead of the text table
 	csv     bool     // CSV instead of the text table
 }
@@ -66,6 +67,11 @@ latencies left out of an empty tag; with --compare {"a": ..., "b": ...,
 tag; with --compare the long form tag,stat,A,B,ratio. Empty cells stand
 for "-".
 
+--tag-map FROM=TO renames tag FROM to TO in each log that has it, before
+--tags and the comparison: memtier_benchmark's --hdr-file-prefix logs have
+no tags, so --tag-map '(untagged)=get.total' (or '=get.total') pairs such a
+client-side log with respmeter's get.total. Repeatable.
+
 With --plot, also write the latency-by-percentile distribution of every tag
 (of both logs with --compare) as SVG or PNG, chosen by the extension, in the
 style of HdrHistogram's plotter.
@@ -82,6 +88,7 @@ that cannot be opened or read.`,
 		Example: `  respmeter report run.hlog
   respmeter report redis.hlog --compare valkey.hlog
   respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg
+  respmeter report memtier_FULL_RUN_1.txt --compare run.hlog --tag-map '(untagged)=get.total'
   respmeter report run.hlog --json > run.json
   respmeter report redis.hlog --compare valkey.hlog --csv > cmp.csv`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -103,6 +110,7 @@ that cannot be opened or read.`,
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
 	fl.StringVar(&o.tags, "tags", "", "only tags matching this regular `EXPR` (e.g. '^get\\.' or '\\.total$'); a plot of more than 10 tags defaults to '\\.total$'")
+	fl.StringArrayVar(&o.tagMap, "tag-map", nil, "rename tag `FROM=TO` in both logs (FROM (untagged) or empty: intervals without a tag); repeatable")
 	fl.BoolVar(&o.json, "json", false, "write the figures as JSON (latencies in seconds) instead of the text table")
 	fl.BoolVar(&o.csv, "csv", false, "write the figures as CSV (latencies in seconds) instead of the text table")
 	fl.StringSliceVar(&o.names, "names", nil, "names of FILE and FILE2 with --compare, as `A,B` (default: the files' base names)")
@@ -128,6 +136,10 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		}
 		tagRe = re
 	}
+	renames, err := parseTagMap(o.tagMap)
+	if err != nil {
+		return usageError(cmd, err)
+	}
 	var nameA, nameB string
 	switch {
 	case cmd.Flags().Changed("names") && o.compare == "":
@@ -144,7 +156,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		nameA, nameB = defaultNames(file, o.compare)
 	}
 
-	a, err := loadLog(file, tagRe)
+	a, err := loadLog(file, tagRe, renames)
 	if err != nil {
 		return err
 	}
@@ -163,7 +175,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		}
 		return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{filepath.Base(file): a})
 	}
-	b, err := loadLog(o.compare, tagRe)
+	b, err := loadLog(o.compare, tagRe, renames)
 	if err != nil {
 		return err
 	}
@@ -186,9 +198,31 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 // legend cannot be told apart.
 const plotTagLimit = 10
 
-// loadLog reads the interval log at path. Its errors name path and are
-// usage errors (exit 2): the input is what is wrong.
-func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
+// tagRename is one --tag-map FROM=TO.
+type tagRename struct{ from, to string }
+
+// parseTagMap parses --tag-map values FROM=TO; FROM "(untagged)" or ""
+// names the untagged intervals, TO must be a tag.
+func parseTagMap(vals []string) ([]tagRename, error) {
+	var out []tagRename
+	for _, v := range vals {
+		from, to, ok := strings.Cut(v, "=")
+		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+		if !ok || to == "" || to == "(untagged)" {
+			return nil, fmt.Errorf("--tag-map %q: want FROM=TO, TO a tag such as get.total", v)
+		}
+		if from == "(untagged)" {
+			from = report.Untagged
+		}
+		out = append(out, tagRename{from, to})
+	}
+	return out, nil
+}
+
+// loadLog reads the interval log at path and applies renames in order.
+// Its errors name path and are usage errors (exit 2): the input is what is
+// wrong.
+func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Log, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("report: %w", err)}
@@ -197,6 +231,11 @@ func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
 	l, err := report.Load(f)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", path, err)}
+	}
+	for _, r := range renames {
+		if l, err = l.Rename(r.from, r.to); err != nil {
+			return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: --tag-map: %w", path, err)}
+		}
 	}
 	if tagRe != nil {
 		l = l.Filter(tagRe.MatchString)

@@ -38,11 +38,11 @@ func (s stat) number(h *hdrhistogram.Histogram) (v float64, ok bool) {
 }
 
 // ratioNumber returns b's figure of s over a's, as ratio prints it; ok is
-// false where ratio prints "-".
+// false where ratio prints "-" or "n/a".
 func (s stat) ratioNumber(a, b *hdrhistogram.Histogram) (float64, bool) {
 	va, okA := s.number(a)
 	vb, okB := s.number(b)
-	if !okA || !okB || va == 0 {
+	if !okA || !okB || va == 0 || s.atFloor(a) || s.atFloor(b) {
 		return 0, false
 	}
 	return vb / va, true
@@ -70,7 +70,7 @@ type CompareJSON struct {
 	B LogJSON `json:"b"`
 	// Ratios maps every tag of either log to B's figure over A's, per
 	// figure, left out where Compare prints "-" (a side missing, or A's
-	// figure 0).
+	// figure 0) or "n/a" (a latency at the 1 µs floor).
 	Ratios map[string]map[string]float64 `json:"ratios"`
 }
 

@@ -48,6 +48,9 @@ func asTableCell(key string, v float64) string {
 	if float64(us)/1e6 != v {
 		return fmt.Sprintf("not whole microseconds: %v", v)
 	}
+	if us <= 1 {
+		return "≤1µs"
+	}
 	return fmt.Sprintf("%d.%03d", us/1000, us%1000)
 }
 
@@ -197,7 +200,7 @@ func TestCompareExports(t *testing.T) {
 		}
 		r, ok := doc.Ratios[tag][key]
 		switch {
-		case f[4] == "-":
+		case f[4] == "-" || f[4] == "n/a":
 			if ok || rec[4] != "" {
 				t.Errorf("%s %s: ratio JSON %v CSV %q where the text has -", tag, key, r, rec[4])
 			}
@@ -208,5 +211,52 @@ func TestCompareExports(t *testing.T) {
 				t.Errorf("%s %s: ratio CSV %q, JSON %v", tag, key, rec[4], r)
 			}
 		}
+	}
+}
+
+// TestCompareFloor: a latency at the histograms' 1 µs floor shows as ≤1µs
+// and its ratio as n/a (it read 885759.000 against 885.759 ms), in the text
+// and, left out, in JSON and CSV; a count's ratio stays.
+func TestCompareFloor(t *testing.T) {
+	a := load(t, writeLog(t, []interval{{0, "get.queue", []int64{1, 1, 1}}}))
+	b := load(t, writeLog(t, []interval{{0, "get.queue", []int64{885_759, 885_759, 885_759}}}))
+	var text, js, cs bytes.Buffer
+	if err := report.Compare(&text, a, b, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	want := "tag        stat          a        b       b/a\n" +
+		"get.queue  count         3        3     1.000\n" +
+		"get.queue  p50(ms)    ≤1µs  885.759       n/a\n" +
+		"get.queue  p90(ms)    ≤1µs  885.759       n/a\n" +
+		"get.queue  p99(ms)    ≤1µs  885.759       n/a\n" +
+		"get.queue  p99.9(ms)  ≤1µs  885.759       n/a\n" +
+		"get.queue  p99.99(ms) ≤1µs  885.759       n/a\n" +
+		"get.queue  max(ms)    ≤1µs  885.759       n/a\n"
+	got := text.String()
+	norm := func(s string) string { // compare cells, not padding
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+		return strings.Join(out, "\n")
+	}
+	if norm(got) != norm(want) {
+		t.Errorf("text:\n%s\nwant:\n%s", got, want)
+	}
+	if err := report.WriteCompareJSON(&js, a, b, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	var doc report.CompareJSON
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if r := doc.Ratios["get.queue"]; len(r) != 1 || r["count"] != 1 || doc.A.Tags["get.queue"]["p50"] != 1e-6 {
+		t.Errorf("JSON ratios %v (want only count 1), a's p50 %v (want 1e-06)", r, doc.A.Tags["get.queue"]["p50"])
+	}
+	if err := report.WriteCompareCSV(&cs, a, b, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(cs.String(), "get.queue,p50_seconds,1e-06,0.885759,\n") {
+		t.Errorf("CSV:\n%s", cs.String())
 	}
 }
