@@ -21,6 +21,7 @@ type reportOptions struct {
 	tags    string   // regular expression selecting tags; "" for all
 	names   []string // names of FILE and --compare FILE2
 	tagMap  []string // FROM=TO renames, applied to both logs
+	linear  bool     // linear latency axis in the plot
 	json    bool     // JSON instead of the text table
 	csv     bool     // CSV instead of the text table
 }
@@ -74,7 +75,8 @@ client-side log with respmeter's get.total. Repeatable.
 
 With --plot, also write the latency-by-percentile distribution of every tag
 (of both logs with --compare) as SVG or PNG, chosen by the extension, in the
-style of HdrHistogram's plotter.
+style of HdrHistogram's plotter: the latency axis on a log scale (--linear:
+linear from 0), a colour per tag, a dash pattern and a marker per log.
 
 The log is HdrHistogram's interval log format (version 1.3), so it can also be
 read by HdrHistogram's HistogramLogProcessor (its default
@@ -110,6 +112,7 @@ that cannot be opened or read.`,
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
 	fl.StringVar(&o.tags, "tags", "", "only tags matching this regular `EXPR` (e.g. '^get\\.' or '\\.total$'); a plot of more than 10 tags defaults to '\\.total$'")
+	fl.BoolVar(&o.linear, "linear", false, "with --plot, a linear latency axis from 0 instead of the log scale")
 	fl.StringArrayVar(&o.tagMap, "tag-map", nil, "rename tag `FROM=TO` in both logs (FROM (untagged) or empty: intervals without a tag); repeatable")
 	fl.BoolVar(&o.json, "json", false, "write the figures as JSON (latencies in seconds) instead of the text table")
 	fl.BoolVar(&o.csv, "csv", false, "write the figures as CSV (latencies in seconds) instead of the text table")
@@ -120,6 +123,9 @@ that cannot be opened or read.`,
 // runReport is the body of "respmeter report FILE".
 func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOptions) error {
 	// Check the whole command line before reading anything.
+	if o.linear && o.plot == "" {
+		return usageError(cmd, errors.New("--linear shapes the plot: give --plot OUT too"))
+	}
 	if o.json && o.csv {
 		return usageError(cmd, errors.New("--json and --csv: choose one output format"))
 	}
@@ -173,7 +179,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		if err != nil {
 			return failure(fmt.Errorf("writing the table: %w", err))
 		}
-		return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{filepath.Base(file): a})
+		return writePlot(cmd, o, tagRe, map[string]*report.Log{filepath.Base(file): a})
 	}
 	b, err := loadLog(o.compare, tagRe, renames)
 	if err != nil {
@@ -190,7 +196,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 	if err != nil {
 		return failure(fmt.Errorf("writing the comparison: %w", err))
 	}
-	return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{nameA: a, nameB: b})
+	return writePlot(cmd, o, tagRe, map[string]*report.Log{nameA: a, nameB: b})
 }
 
 // plotTagLimit is how many tags a plot shows before it keeps only the
@@ -244,7 +250,8 @@ func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Lo
 }
 
 // writePlot writes the plot of logs to path, if path is not empty.
-func writePlot(cmd *cobra.Command, path string, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
+func writePlot(cmd *cobra.Command, o reportOptions, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
+	path := o.plot
 	if path == "" {
 		return nil
 	}
@@ -260,7 +267,7 @@ func writePlot(cmd *cobra.Command, path string, tagRe *regexp.Regexp, logs map[s
 			}
 		}
 	}
-	if err := report.Plot(path, logs); err != nil {
+	if err := report.Plot(path, logs, report.PlotOptions{Linear: o.linear}); err != nil {
 		return failure(err)
 	}
 	return nil
