@@ -19,10 +19,11 @@ import (
 // Stats merges the newest slots that cover the asked window.
 //
 // Memory: one sparse copy of the previous cumulative histogram per
-// observed (command or shard, phase), plus n sparse slots each, holding
-// only the buckets that received values in that interval (a few hundred
-// bytes for a command whose interval latencies span a few dozen buckets);
-// slots are reset and reused, never freed.
+// observed (command or shard, phase), plus, per interval in which it
+// received values, a sparse histogram of that interval's buckets (about
+// 250 bytes of hdrhistogram-go's per-histogram geometry plus 5 bytes per
+// bucket); a slot's histogram is reused when the series is busy again when
+// the ring comes round, dropped when it is idle.
 //
 // All methods are safe for concurrent use.
 type Window struct {
@@ -138,15 +139,15 @@ func diff(d, prev *windowEntry, count, errors int64, phases *[NumPhases]Duration
 		cur := phases[p].sparse
 		d.sums[p] = phases[p].Sum - prev.sums[p]
 		prev.sums[p] = phases[p].Sum
-		if d.hists[p] != nil {
-			d.hists[p].Reset()
-		}
-		if cur == nil {
+		old := prev.hists[p]
+		if cur == nil || (old != nil && old.TotalCount() == cur.TotalCount()) {
+			// Nothing new (cumulative: same count). An idle series keeps
+			// no histogram in the slot: memory follows what is in use.
+			d.hists[p] = nil
 			continue
 		}
-		old := prev.hists[p]
-		if old != nil && old.TotalCount() == cur.TotalCount() {
-			continue // cumulative: nothing new
+		if d.hists[p] != nil {
+			d.hists[p].Reset()
 		}
 		if d.hists[p] == nil {
 			d.hists[p] = newHistogram()
@@ -160,6 +161,9 @@ func diff(d, prev *windowEntry, count, errors int64, phases *[NumPhases]Duration
 			}
 			return true
 		})
+		// The slot is kept for the whole ring: give back the spare
+		// capacity its growth left (up to half of it).
+		d.hists[p].Compact()
 		if old == nil {
 			old = newHistogram()
 			prev.hists[p] = old

@@ -31,11 +31,13 @@ import (
 const adminReadHeaderTimeout = 10 * time.Second
 
 // windowInterval and windowIntervals shape the stack's metrics.Window:
-// /stats?window=D and the live page at / see up to the last minute, one
-// second at a time.
+// /stats?window=D and the live page at / see up to the last 30 seconds,
+// one second at a time. Each interval costs memory for every (command,
+// phase) busy in it (BenchmarkWindowMemory: 30 intervals with every
+// command name busy hold about 14 MiB), so the ring is kept short.
 const (
 	windowInterval  = time.Second
-	windowIntervals = 60
+	windowIntervals = 30
 )
 
 // stack is one running proxy with its metrics Set, slow log, background
@@ -50,7 +52,7 @@ type stack struct {
 	// analyzer computes the verdict and owns the probe and poller (nil
 	// when off).
 	analyzer *analyzer
-	// window keeps the last windowIntervals seconds for /stats?window=D
+	// window keeps the last windowIntervals intervals for /stats?window=D
 	// and the live page.
 	window *metrics.Window
 	// loops is the number of event loops actually used (cfg.Loops, or one
