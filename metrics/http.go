@@ -183,15 +183,9 @@ func (doc *statsJSON) setWindow(ws *WindowStats, interval time.Duration) {
 	doc.Totals.Rate = rate(totals.Count)
 	doc.Shards = make([]shardJSON, 0, len(sn.Shards))
 	for i := range sn.Shards {
-		ss := &sn.Shards[i]
-		doc.Shards = append(doc.Shards, shardJSON{
-			Shard:    ss.Name,
-			Commands: ss.Count,
-			Errors:   ss.Errors,
-			Rate:     rate(ss.Count),
-			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
-			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
-		})
+		sj := newShardJSON(&sn.Shards[i])
+		sj.Rate = rate(sj.Commands)
+		doc.Shards = append(doc.Shards, sj)
 	}
 }
 
@@ -337,19 +331,14 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 	}
 	for i := range sn.Shards {
 		ss := &sn.Shards[i]
-		doc.Shards = append(doc.Shards, shardJSON{
-			Shard:    ss.Name,
-			Commands: ss.Count,
-			Errors:   ss.Errors,
-			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
-			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
-			Batch: &batchJSON{
-				Count: ss.Batch.Count(),
-				Mean:  ss.Batch.Mean(),
-				P50:   ss.Batch.Percentile(50),
-				P99:   ss.Batch.Percentile(99),
-			},
-		})
+		sj := newShardJSON(ss)
+		sj.Batch = &batchJSON{
+			Count: ss.Batch.Count(),
+			Mean:  ss.Batch.Mean(),
+			P50:   ss.Batch.Percentile(50),
+			P99:   ss.Batch.Percentile(99),
+		}
+		doc.Shards = append(doc.Shards, sj)
 	}
 	for i := range sn.Commands {
 		if c := &sn.Commands[i]; c.Count > 0 {
@@ -359,6 +348,17 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 	totals := sn.Totals()
 	doc.Totals = newCommandJSON(&totals)
 	return doc
+}
+
+// newShardJSON returns ss's entry of "shards", without rate and batch.
+func newShardJSON(ss *ShardStats) shardJSON {
+	return shardJSON{
+		Shard:    ss.Name,
+		Commands: ss.Count,
+		Errors:   ss.Errors,
+		Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
+		Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
+	}
 }
 
 func newCommandJSON(c *CommandStats) commandJSON {

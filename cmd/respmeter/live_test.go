@@ -94,11 +94,7 @@ func (g *loadGen) stop() { g.cancel(); g.wg.Wait() }
 func TestLivePage(t *testing.T) {
 	browser := chromiumPath(t)
 	srv := redistest.Start(t) // skips without redis-server or with -short
-	p := start(t, nil, "proxy",
-		"--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
-		"--loops", "2", "--engine-poll", "500ms")
-	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
-	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--engine-poll", "500ms")
 
 	gets := startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
 		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
