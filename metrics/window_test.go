@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,4 +287,41 @@ func BenchmarkWindowMemory(b *testing.B) {
 	b.ReportMetric(float64(without)/(1<<20), "set-MiB")
 	b.ReportMetric(extra/(1<<20), "window-MiB")
 	b.ReportMetric(extra/series, "window-B/series")
+}
+
+// TestWindowConcurrent: recording, ticks, windowed reads and scrapes at
+// once (run with -race); every command recorded lands in exactly one
+// interval, so the window over the whole ring counts them all.
+func TestWindowConcurrent(t *testing.T) {
+	s := metrics.NewSet(2, testNames)
+	w := metrics.NewWindow(s, time.Millisecond, 1<<16) // never wraps here
+	const perLoop = 5000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for li := range 2 {
+		wg.Go(func() {
+			for i := range perLoop {
+				record(s, op{loop: li, cmd: cmdGet, total: time.Duration(1+i%700) * us, upstream: us})
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	h := s.StatsHandlerWindowed(w, nil)
+	t0 := time.Now()
+	for i := 1; ; i++ {
+		w.Tick(t0.Add(time.Duration(i) * time.Millisecond))
+		_ = w.Stats(time.Hour)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/stats?window=5s", nil))
+		select {
+		case <-done:
+			w.Tick(t0.Add(time.Duration(i+1) * time.Millisecond))
+			ws := w.Stats(time.Hour)
+			if n := ws.Snapshot.Commands[cmdGet].Count; n != 2*perLoop || ws.Snapshot.Commands[cmdGet].Phases[metrics.PhaseTotal].Count() != 2*perLoop {
+				t.Errorf("window over %d intervals: get %d, timed %d; want %d", ws.Intervals, n,
+					ws.Snapshot.Commands[cmdGet].Phases[metrics.PhaseTotal].Count(), 2*perLoop)
+			}
+			return
+		default:
+		}
+	}
 }
