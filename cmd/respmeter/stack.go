@@ -278,7 +278,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			st.adminErr <- err
 		}
 	}()
-	alog.Info("admin listening", "addr", st.adminAddr, "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
+	alog.Info("admin listening", "addr", st.adminAddr, "live", "/", "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
 	if host, _, _ := net.SplitHostPort(cfg.Admin); !configs.IsLoopback(host) {
 		alog.Warn("admin address is not loopback: /metrics, /stats and /slowlog are reachable from other hosts, without authentication",
 			"addr", cfg.Admin)
