@@ -251,6 +251,10 @@ type Config struct {
 	// MetricsCommands commands seen keep their own label, later ones are
 	// added to command="other". Default 100; 0 means no cap.
 	MetricsCommands int `yaml:"metrics_commands"`
+	// Summary is the file a JSON summary of the run is written to at exit
+	// and on SIGUSR1 (the /stats document since start, the verdict since
+	// start and the run's settings); "" (the default) writes none.
+	Summary string `yaml:"summary"`
 }
 
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
@@ -285,6 +289,7 @@ func Default() Config {
 		HDRInterval:       Duration(time.Second),
 		MetricsPhases:     MetricsPhaseNames(),
 		MetricsCommands:   100,
+		Summary:           "",
 
 		TopologyRefresh: Duration(30 * time.Second),
 		UpstreamConns:   1,

@@ -190,6 +190,7 @@ func TestSet(t *testing.T) {
 		{key: "slowlog_len", val: "7", check: func(c Config) bool { return c.SlowlogLen == 7 }},
 		{key: "hdr_log", val: "/tmp/x.hlog", check: func(c Config) bool { return c.HDRLog == "/tmp/x.hlog" }},
 		{key: "hdr_interval", val: "200ms", check: func(c Config) bool { return c.HDRInterval == Duration(200*time.Millisecond) }},
+		{key: "summary", val: "/tmp/run.json", check: func(c Config) bool { return c.Summary == "/tmp/run.json" }},
 		{key: "client_output_limit", val: "64M", wantErr: `key "client_output_limit": must be a size in bytes such as 1048576, "512KiB", "64MiB" or "1GiB" (KB/MB/GB are powers of 1000), got "64M"`},
 		{key: "client_query_limit", val: "-1", wantErr: `key "client_query_limit": must be >= 0 (0 means unlimited), got "-1"`},
 		{key: "max_clients", val: "lots", wantErr: `key "max_clients": must be an integer, got "lots"`},

@@ -54,6 +54,7 @@ var fields = []field{
 	{"hdr_interval", func(c *Config) any { return &c.HDRInterval }},
 	{"metrics_phases", func(c *Config) any { return &c.MetricsPhases }},
 	{"metrics_commands", func(c *Config) any { return &c.MetricsCommands }},
+	{"summary", func(c *Config) any { return &c.Summary }},
 }
 
 // lookupField returns the field for key, or false.

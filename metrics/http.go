@@ -2,14 +2,18 @@ package metrics
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // NewAdminMux returns a mux serving GET /metrics, the Prometheus exposition
-// of reg (promhttp.HandlerFor), and GET /stats, s.StatsHandler. The caller
+// of reg (promhttp.HandlerFor), GET /stats, s.StatsHandler, and the live
+// page, GET / and GET /live/ (LiveHandler); other paths get 404. The caller
 // registers s with reg (s.Register) along with any other collectors.
 // OpenMetrics is not offered because respmeter_client_connections and
 // respmeter_client_connections_total would clash there (see Set.Register);
@@ -18,6 +22,9 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("GET /stats", s.StatsHandler())
+	live := LiveHandler()
+	mux.Handle("GET /{$}", live)
+	mux.Handle("GET /live/", live)
 	return mux
 }
 
@@ -53,40 +60,142 @@ func (s *Set) StatsHandler() http.Handler { return s.StatsHandlerWith(nil) }
 // extra() (called once per request; nil for none) are added to the document,
 // each value encoded as JSON. Keys that /stats already has are not replaced.
 func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
+	return s.StatsHandlerWindowed(nil, extra)
+}
+
+// StatsHandlerWindowed is StatsHandlerWith that also answers
+// /stats?window=D (D a Go duration: 10s, 500ms, 1m) from win: "commands",
+// "totals" and "shards" then cover only the newest intervals of win that
+// cover D (Window.Stats; up to win.Len() intervals), each command and shard
+// with a "rate" (commands per second over the window) and the shards
+// without "batch", and a "window" section says what was merged:
+//
+//	"window": {"seconds": S, "intervals": N, "interval_seconds": I,
+//	           "start": RFC3339, "end": RFC3339}
+//
+// The other sections stay cumulative. A bad or non-positive D, or a
+// window asked of a nil win, gets 400.
+func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		var stats statsJSON
-		_ = s.view(func(sn *Snapshot) error {
-			stats = newStatsJSON(sn)
-			return nil
-		})
-		var doc any = stats
-		if extra != nil {
-			m := map[string]any{
-				"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
-				"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
-				"shards": stats.Shards, "routing": stats.Routing,
+		var ws *WindowStats
+		if q := r.URL.Query().Get("window"); q != "" {
+			d, err := time.ParseDuration(q)
+			switch {
+			case err != nil || d <= 0:
+				http.Error(w, fmt.Sprintf("window=%q: want a positive duration such as 10s", q), http.StatusBadRequest)
+				return
+			case win == nil:
+				http.Error(w, "window: no intervals are kept here", http.StatusBadRequest)
+				return
 			}
-			for k, v := range extra() {
-				if _, taken := m[k]; !taken {
-					m[k] = v
-				}
-			}
-			doc = m
+			ws = win.Stats(d)
 		}
+		var interval time.Duration
+		if win != nil {
+			interval = win.Interval()
+		}
+		doc := s.statsDoc(ws, interval, extra)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method == http.MethodHead {
 			return
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(doc) // only fails when the client has gone
+		_ = writeIndented(w, doc) // only fails when the client has gone
 	})
+}
+
+// WriteStats writes the /stats document (StatsHandlerWith's, cumulative)
+// to w as indented JSON, with the sections of extra (nil for none) added
+// as there. It returns w's error. It may be called concurrently with
+// recording and with the handlers.
+func (s *Set) WriteStats(w io.Writer, extra func() map[string]any) error {
+	return writeIndented(w, s.statsDoc(nil, 0, extra))
+}
+
+// statsDoc builds the /stats document: cumulative, or over ws (of a
+// Window of intervals of the given length) when ws is not nil, plus the
+// sections of extra.
+func (s *Set) statsDoc(ws *WindowStats, interval time.Duration, extra func() map[string]any) any {
+	var stats statsJSON
+	_ = s.view(func(sn *Snapshot) error {
+		stats = newStatsJSON(sn)
+		return nil
+	})
+	if ws != nil {
+		stats.setWindow(ws, interval)
+	}
+	if extra == nil {
+		return stats
+	}
+	m := map[string]any{
+		"commands": stats.Commands, "totals": stats.Totals, "think": stats.Think,
+		"tcp_rtt": stats.TCPRTT, "connections": stats.Connections, "bytes": stats.Bytes,
+		"shards": stats.Shards, "routing": stats.Routing,
+	}
+	if stats.Window != nil {
+		m["window"] = stats.Window
+	}
+	for k, v := range extra() {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// writeIndented writes doc to w as JSON indented by two spaces.
+func writeIndented(w io.Writer, doc any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}
+
+// setWindow replaces the cumulative commands, totals and shards of doc with
+// those of ws and adds its "window" section.
+func (doc *statsJSON) setWindow(ws *WindowStats, interval time.Duration) {
+	sn, secs := ws.Snapshot, ws.Seconds()
+	rate := func(n int64) *float64 {
+		r := 0.0
+		if secs > 0 {
+			r = float64(n) / secs
+		}
+		return &r
+	}
+	doc.Window = &windowJSON{
+		Seconds: secs, Intervals: ws.Intervals, IntervalSeconds: interval.Seconds(),
+		Start: ws.Start.UTC().Format(time.RFC3339Nano), End: ws.End.UTC().Format(time.RFC3339Nano),
+	}
+	doc.Commands = make(map[string]commandJSON)
+	for i := range sn.Commands {
+		if c := &sn.Commands[i]; c.Count > 0 {
+			cj := newCommandJSON(c)
+			cj.Rate = rate(c.Count)
+			doc.Commands[c.Name] = cj
+		}
+	}
+	totals := sn.Totals()
+	doc.Totals = newCommandJSON(&totals)
+	doc.Totals.Rate = rate(totals.Count)
+	doc.Shards = make([]shardJSON, 0, len(sn.Shards))
+	for i := range sn.Shards {
+		sj := newShardJSON(&sn.Shards[i])
+		sj.Rate = rate(sj.Commands)
+		doc.Shards = append(doc.Shards, sj)
+	}
+}
+
+// windowJSON is the "window" section of /stats?window=D.
+type windowJSON struct {
+	Seconds         float64 `json:"seconds"`
+	Intervals       int     `json:"intervals"`
+	IntervalSeconds float64 `json:"interval_seconds"`
+	Start           string  `json:"start"`
+	End             string  `json:"end"`
 }
 
 // statsJSON is the /stats document. Maps are encoded with sorted keys, so the
@@ -100,6 +209,7 @@ type statsJSON struct {
 	Bytes       bytesJSON                `json:"bytes"`
 	Shards      []shardJSON              `json:"shards"`
 	Routing     routingJSON              `json:"routing"`
+	Window      *windowJSON              `json:"window,omitempty"`
 }
 
 // shardJSON is one entry of "shards".
@@ -107,9 +217,10 @@ type shardJSON struct {
 	Shard    string         `json:"shard"`
 	Commands int64          `json:"commands"`
 	Errors   int64          `json:"errors"`
+	Rate     *float64       `json:"rate,omitempty"`
 	Total    percentileJSON `json:"total"`
 	Upstream percentileJSON `json:"upstream"`
-	Batch    batchJSON      `json:"batch"`
+	Batch    *batchJSON     `json:"batch,omitempty"`
 }
 
 // percentileJSON is a short summary of a Durations, in seconds.
@@ -141,6 +252,7 @@ type routingJSON struct {
 type commandJSON struct {
 	Count  int64                    `json:"count"`
 	Errors int64                    `json:"errors"`
+	Rate   *float64                 `json:"rate,omitempty"`
 	Phases map[string]durationsJSON `json:"phases"`
 }
 
@@ -219,19 +331,14 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 	}
 	for i := range sn.Shards {
 		ss := &sn.Shards[i]
-		doc.Shards = append(doc.Shards, shardJSON{
-			Shard:    ss.Name,
-			Commands: ss.Count,
-			Errors:   ss.Errors,
-			Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
-			Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
-			Batch: batchJSON{
-				Count: ss.Batch.Count(),
-				Mean:  ss.Batch.Mean(),
-				P50:   ss.Batch.Percentile(50),
-				P99:   ss.Batch.Percentile(99),
-			},
-		})
+		sj := newShardJSON(ss)
+		sj.Batch = &batchJSON{
+			Count: ss.Batch.Count(),
+			Mean:  ss.Batch.Mean(),
+			P50:   ss.Batch.Percentile(50),
+			P99:   ss.Batch.Percentile(99),
+		}
+		doc.Shards = append(doc.Shards, sj)
 	}
 	for i := range sn.Commands {
 		if c := &sn.Commands[i]; c.Count > 0 {
@@ -241,6 +348,17 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 	totals := sn.Totals()
 	doc.Totals = newCommandJSON(&totals)
 	return doc
+}
+
+// newShardJSON returns ss's entry of "shards", without rate and batch.
+func newShardJSON(ss *ShardStats) shardJSON {
+	return shardJSON{
+		Shard:    ss.Name,
+		Commands: ss.Count,
+		Errors:   ss.Errors,
+		Total:    newPercentileJSON(ss.Phases[PhaseTotal]),
+		Upstream: newPercentileJSON(ss.Phases[PhaseUpstream]),
+	}
 }
 
 func newCommandJSON(c *CommandStats) commandJSON {

@@ -186,6 +186,10 @@ func TestAdminMux(t *testing.T) {
 		{http.MethodGet, "/stats", http.StatusOK, `"commands": {`},
 		{http.MethodPost, "/stats", http.StatusMethodNotAllowed, ""},
 		{http.MethodGet, "/nope", http.StatusNotFound, ""},
+		{http.MethodGet, "/", http.StatusOK, `<script src="live/live.js">`},
+		{http.MethodGet, "/live/live.js", http.StatusOK, `fetch("stats?window="`},
+		{http.MethodGet, "/live/live.css", http.StatusOK, `.bar {`},
+		{http.MethodPost, "/", http.StatusMethodNotAllowed, ""},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, srv.URL+tc.path, nil)

@@ -62,6 +62,7 @@ type proxyFlags struct {
 	slowlogThreshold  time.Duration
 	slowlogLen        int
 	hdrLog            string
+	summary           string
 	hdrInterval       time.Duration
 	metricsPhases     []string
 	metricsCommands   int
@@ -156,7 +157,7 @@ RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT,
 RESPMETER_CLIENT_OUTPUT_LIMIT, RESPMETER_CLIENT_QUERY_LIMIT,
 RESPMETER_MAX_CLIENTS, RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL,
 RESPMETER_SLOWLOG_THRESHOLD, RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG,
-RESPMETER_HDR_INTERVAL;
+RESPMETER_HDR_INTERVAL, RESPMETER_SUMMARY;
 RESPMETER_CONFIG names the file), then flags given on the command line.
 
 Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
@@ -167,7 +168,12 @@ when routing), the verdict since start and that of the latest interval with
 requests, and a table of mean times per command (total, upstream, engine,
 path, proxy), and keeps running. SIGINT or SIGTERM stops accepting clients,
 waits up to --drain-timeout for replies in flight, prints the same and exits
-0; a second one cuts the wait short.`,
+0; a second one cuts the wait short. With --summary FILE, both also write
+FILE (replaced whole): the /stats document since start (per command and
+phase count, mean, p50, p90, p99, p99.9, p99.99 and max in seconds; shards,
+connections, engine, probe), "verdict" since start, "verdict_latest" (the
+latest interval's, as /stats has it) and "run" (version, start, end,
+addresses, settings; "final" is true at exit).`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
   respmeter proxy --config /etc/respmeter/passthrough.yaml --admin 0.0.0.0:9121
   respmeter proxy --config my.yaml --check
@@ -192,7 +198,7 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
 	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
 	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "upstream connection `mode`: private (each client connection its own) or shared (the clients of an event loop pipelined onto --upstream-conns connections; not with --route pinned)")
 	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared upstream connections per event loop, engine (shard) and protocol with --upstream-mode shared; 0 means 1")
-	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
+	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving the live page /, /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
 	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
@@ -211,6 +217,7 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
 	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
 	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "comma-separated `phases` whose duration histograms /metrics exports per command and shard (total,upstream,proxy,service,queue)")
 	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels /metrics exports; later commands are counted as command=\"other\"; 0 means no cap")
+	fs.StringVar(&f.summary, "summary", d.Summary, "write a JSON summary of the run to `file` at exit and on SIGUSR1")
 	return cmd
 }
 
@@ -351,6 +358,9 @@ wait:
 				if err := st.writeTables(a.stdout); err != nil {
 					mlog.Warn("write table", "err", err)
 				}
+				if err := st.writeSummary(false); err != nil {
+					mlog.Warn("write summary", "err", err)
+				}
 				continue
 			}
 			reason = sig.String()
@@ -390,6 +400,10 @@ wait:
 	}
 	if err := st.writeTables(a.stdout); err != nil {
 		mlog.Warn("write table", "err", err)
+	}
+	if err := st.writeSummary(true); err != nil {
+		mlog.Error("write summary", "err", err)
+		code = exitFailure
 	}
 	mlog.Info("stopped")
 	if code != exitOK {

@@ -48,11 +48,7 @@ const tableHeader = "Latency in milliseconds"
 // SIGTERM stops with exit 0 after printing it again.
 func TestProxyRedis(t *testing.T) {
 	srv := redistest.Start(t) // skips without redis-server or with -short
-	p := start(t, nil, "proxy",
-		"--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
-		"--loops", "2", "--drain-timeout", "2s")
-	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
-	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--drain-timeout", "2s")
 	if strings.HasSuffix(admin, ":0") || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("port 0 logged instead of the chosen port: proxy %s, admin %s", addr, admin)
 	}
@@ -97,6 +93,18 @@ func TestProxyRedis(t *testing.T) {
 	if !strings.Contains(p.stderr.String(), `msg=stopping component=main reason=terminated`) {
 		t.Errorf("no stopping line in stderr:\n%s", p.stderr)
 	}
+}
+
+// startProxy runs "respmeter proxy" in front of upstream, listening and
+// serving its admin endpoints on free loopback ports, with args added, and
+// returns it with the two addresses it logged.
+func startProxy(t *testing.T, upstream string, args ...string) (p *proc, addr, admin string) {
+	t.Helper()
+	p = start(t, nil, append([]string{"proxy",
+		"--listen", "127.0.0.1:0", "--upstream", upstream, "--admin", "127.0.0.1:0"}, args...)...)
+	addr = p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	admin = p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+	return p, addr, admin
 }
 
 // exited reports whether p has exited 50 ms from now.

@@ -20,6 +20,10 @@ type reportOptions struct {
 	plot    string   // plot file, .svg or .png; "" for none
 	tags    string   // regular expression selecting tags; "" for all
 	names   []string // names of FILE and --compare FILE2
+	tagMap  []string // FROM=TO renames, applied to both logs
+	linear  bool     // linear latency axis in the plot
+	json    bool     // JSON instead of the text table
+	csv     bool     // CSV instead of the text table
 }
 
 // newReportCmd returns the "respmeter report" command, writing tables to
@@ -31,7 +35,7 @@ type reportOptions struct {
 func newReportCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o reportOptions
 	cmd := &cobra.Command{
-		Use:   "report FILE [--compare FILE2] [--plot OUT.svg|OUT.png] [--names A,B]",
+		Use:   "report FILE [--compare FILE2] [--plot OUT.svg|OUT.png] [--names A,B] [--json|--csv]",
 		Short: "Summarize, compare or plot HdrHistogram interval logs",
 		Long: `Read an HdrHistogram interval log, such as the one the proxy writes, merge
 the intervals of each tag and print one row of latency percentiles per tag:
@@ -53,9 +57,26 @@ ratio FILE2/FILE (above 1: FILE2 is slower, or for count did more). The
 columns are named after the files' base names without extension, or after
 --names.
 
+With --json or --csv, write the same figures machine-readable instead of
+the text table, latencies in seconds (as /stats and proxy --summary; the
+log's whole microseconds / 10^6, in the shortest form that reads back
+exactly). --json: {"name", "start", "end", "intervals", "unit": "seconds",
+"tags": {TAG: {"count", "p50", "p90", "p99", "p99.9", "p99.99", "max"}}},
+latencies left out of an empty tag; with --compare {"a": ..., "b": ...,
+"ratios": {TAG: {FIGURE: B/A}}}, a ratio left out where the table shows "-".
+--csv: the header tag,count,p50_seconds,...,max_seconds and one row per
+tag; with --compare the long form tag,stat,A,B,ratio. Empty cells stand
+for "-".
+
+--tag-map FROM=TO renames tag FROM to TO in each log that has it, before
+--tags and the comparison: memtier_benchmark's --hdr-file-prefix logs have
+no tags, so --tag-map '(untagged)=get.total' (or '=get.total') pairs such a
+client-side log with respmeter's get.total. Repeatable.
+
 With --plot, also write the latency-by-percentile distribution of every tag
 (of both logs with --compare) as SVG or PNG, chosen by the extension, in the
-style of HdrHistogram's plotter.
+style of HdrHistogram's plotter: the latency axis on a log scale (--linear:
+linear from 0), a colour per tag, a dash pattern and a marker per log.
 
 The log is HdrHistogram's interval log format (version 1.3), so it can also be
 read by HdrHistogram's HistogramLogProcessor (its default
@@ -68,7 +89,10 @@ Exit codes: 0 success, 1 the plot could not be written, 2 usage error or a log
 that cannot be opened or read.`,
 		Example: `  respmeter report run.hlog
   respmeter report redis.hlog --compare valkey.hlog
-  respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg`,
+  respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg
+  respmeter report memtier_FULL_RUN_1.txt --compare run.hlog --tag-map '(untagged)=get.total'
+  respmeter report run.hlog --json > run.json
+  respmeter report redis.hlog --compare valkey.hlog --csv > cmp.csv`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError(cmd, fmt.Errorf("%s takes exactly one log FILE, got %d arguments", cmd.CommandPath(), len(args)))
@@ -88,6 +112,10 @@ that cannot be opened or read.`,
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")
 	fl.StringVar(&o.tags, "tags", "", "only tags matching this regular `EXPR` (e.g. '^get\\.' or '\\.total$'); a plot of more than 10 tags defaults to '\\.total$'")
+	fl.BoolVar(&o.linear, "linear", false, "with --plot, a linear latency axis from 0 instead of the log scale")
+	fl.StringArrayVar(&o.tagMap, "tag-map", nil, "rename tag `FROM=TO` in both logs (FROM (untagged) or empty: intervals without a tag); repeatable")
+	fl.BoolVar(&o.json, "json", false, "write the figures as JSON (latencies in seconds) instead of the text table")
+	fl.BoolVar(&o.csv, "csv", false, "write the figures as CSV (latencies in seconds) instead of the text table")
 	fl.StringSliceVar(&o.names, "names", nil, "names of FILE and FILE2 with --compare, as `A,B` (default: the files' base names)")
 	return cmd
 }
@@ -95,6 +123,12 @@ that cannot be opened or read.`,
 // runReport is the body of "respmeter report FILE".
 func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOptions) error {
 	// Check the whole command line before reading anything.
+	if o.linear && o.plot == "" {
+		return usageError(cmd, errors.New("--linear shapes the plot: give --plot OUT too"))
+	}
+	if o.json && o.csv {
+		return usageError(cmd, errors.New("--json and --csv: choose one output format"))
+	}
 	if o.plot != "" {
 		if ext := strings.ToLower(filepath.Ext(o.plot)); ext != ".svg" && ext != ".png" {
 			return usageError(cmd, fmt.Errorf("--plot %s: the file name must end in .svg or .png", o.plot))
@@ -107,6 +141,10 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 			return usageError(cmd, fmt.Errorf("--tags %q: %v", o.tags, err))
 		}
 		tagRe = re
+	}
+	renames, err := parseTagMap(o.tagMap)
+	if err != nil {
+		return usageError(cmd, err)
 	}
 	var nameA, nameB string
 	switch {
@@ -124,24 +162,41 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		nameA, nameB = defaultNames(file, o.compare)
 	}
 
-	a, err := loadLog(file, tagRe)
+	a, err := loadLog(file, tagRe, renames)
 	if err != nil {
 		return err
 	}
 	if o.compare == "" {
-		if err := a.Table(stdout); err != nil {
+		var err error
+		switch {
+		case o.json:
+			err = a.WriteJSON(stdout, filepath.Base(file))
+		case o.csv:
+			err = a.WriteCSV(stdout)
+		default:
+			err = a.Table(stdout)
+		}
+		if err != nil {
 			return failure(fmt.Errorf("writing the table: %w", err))
 		}
-		return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{filepath.Base(file): a})
+		return writePlot(cmd, o, tagRe, map[string]*report.Log{filepath.Base(file): a})
 	}
-	b, err := loadLog(o.compare, tagRe)
+	b, err := loadLog(o.compare, tagRe, renames)
 	if err != nil {
 		return err
 	}
-	if err := report.Compare(stdout, a, b, nameA, nameB); err != nil {
+	switch {
+	case o.json:
+		err = report.WriteCompareJSON(stdout, a, b, nameA, nameB)
+	case o.csv:
+		err = report.WriteCompareCSV(stdout, a, b, nameA, nameB)
+	default:
+		err = report.Compare(stdout, a, b, nameA, nameB)
+	}
+	if err != nil {
 		return failure(fmt.Errorf("writing the comparison: %w", err))
 	}
-	return writePlot(cmd, o.plot, tagRe, map[string]*report.Log{nameA: a, nameB: b})
+	return writePlot(cmd, o, tagRe, map[string]*report.Log{nameA: a, nameB: b})
 }
 
 // plotTagLimit is how many tags a plot shows before it keeps only the
@@ -149,9 +204,31 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 // legend cannot be told apart.
 const plotTagLimit = 10
 
-// loadLog reads the interval log at path. Its errors name path and are
-// usage errors (exit 2): the input is what is wrong.
-func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
+// tagRename is one --tag-map FROM=TO.
+type tagRename struct{ from, to string }
+
+// parseTagMap parses --tag-map values FROM=TO; FROM "(untagged)" or ""
+// names the untagged intervals, TO must be a tag.
+func parseTagMap(vals []string) ([]tagRename, error) {
+	var out []tagRename
+	for _, v := range vals {
+		from, to, ok := strings.Cut(v, "=")
+		from, to = strings.TrimSpace(from), strings.TrimSpace(to)
+		if !ok || to == "" || to == "(untagged)" {
+			return nil, fmt.Errorf("--tag-map %q: want FROM=TO, TO a tag such as get.total", v)
+		}
+		if from == "(untagged)" {
+			from = report.Untagged
+		}
+		out = append(out, tagRename{from, to})
+	}
+	return out, nil
+}
+
+// loadLog reads the interval log at path and applies renames in order.
+// Its errors name path and are usage errors (exit 2): the input is what is
+// wrong.
+func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Log, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("report: %w", err)}
@@ -161,6 +238,11 @@ func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", path, err)}
 	}
+	for _, r := range renames {
+		if l, err = l.Rename(r.from, r.to); err != nil {
+			return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: --tag-map: %w", path, err)}
+		}
+	}
 	if tagRe != nil {
 		l = l.Filter(tagRe.MatchString)
 	}
@@ -168,7 +250,8 @@ func loadLog(path string, tagRe *regexp.Regexp) (*report.Log, error) {
 }
 
 // writePlot writes the plot of logs to path, if path is not empty.
-func writePlot(cmd *cobra.Command, path string, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
+func writePlot(cmd *cobra.Command, o reportOptions, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
+	path := o.plot
 	if path == "" {
 		return nil
 	}
@@ -184,7 +267,7 @@ func writePlot(cmd *cobra.Command, path string, tagRe *regexp.Regexp, logs map[s
 			}
 		}
 	}
-	if err := report.Plot(path, logs); err != nil {
+	if err := report.Plot(path, logs, report.PlotOptions{Linear: o.linear}); err != nil {
 		return failure(err)
 	}
 	return nil

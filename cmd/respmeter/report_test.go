@@ -3,18 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
+	"github.com/respmeter/respmeter/metrics/report"
 )
 
 // execReport runs "respmeter report args..." in-process and returns its
@@ -269,5 +276,138 @@ func TestReportTags(t *testing.T) {
 	}
 	if _, stderr, code := execReport(t, redis, "--tags", "("); code != exitUsage || !strings.Contains(stderr, "--tags") {
 		t.Errorf("bad expression: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestReportJSONCSV: --json and --csv write the text table's figures (a
+// log written by the proxy's own interval-log writer), --compare's too,
+// and the two flags exclude each other.
+func TestReportJSONCSV(t *testing.T) {
+	redis, valkey := testRuns(t)
+	table, _, code := execReport(t, redis)
+	if code != exitOK {
+		t.Fatalf("table: exit %d", code)
+	}
+	js, stderr, code := execReport(t, redis, "--json")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("--json: exit %d, stderr:\n%s", code, stderr)
+	}
+	var doc report.LogJSON
+	if err := json.Unmarshal([]byte(js), &doc); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, js)
+	}
+	if doc.Name != "redis.hlog" || doc.Unit != "seconds" || doc.Intervals == 0 {
+		t.Errorf("--json header %+v", doc)
+	}
+	// Every figure of the text table, in seconds.
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		f := strings.Fields(line)
+		got := doc.Tags[f[0]]
+		if n, _ := strconv.ParseInt(f[1], 10, 64); int64(got["count"]) != n {
+			t.Errorf("%s count: JSON %v, table %s", f[0], got["count"], f[1])
+		}
+		for i, k := range []string{"p50", "p90", "p99", "p99.9", "p99.99", "max"} {
+			ms := fmt.Sprintf("%.3f", got[k]*1e3)
+			if got[k] <= 1e-6 {
+				ms = "≤1µs" // the table's floor
+			}
+			if ms != f[2+i] {
+				t.Errorf("%s %s: JSON %v s = %s ms, table %s", f[0], k, got[k], ms, f[2+i])
+			}
+		}
+	}
+
+	cs, stderr, code := execReport(t, redis, "--compare", valkey, "--csv", "--names", "redis,valkey")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("--compare --csv: exit %d, stderr:\n%s", code, stderr)
+	}
+	recs, err := csv.NewReader(strings.NewReader(cs)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// get, set and ping with 5 phases each, and think: 16 tags of 7 figures.
+	if strings.Join(recs[0], ",") != "tag,stat,redis,valkey,ratio" || len(recs) != 1+16*7 {
+		t.Errorf("--compare --csv: %d records, header %v", len(recs), recs[0])
+	}
+
+	if _, stderr, code := execReport(t, redis, "--json", "--csv"); code != exitUsage || !strings.Contains(stderr, "choose one") {
+		t.Errorf("--json --csv: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// writeUntaggedLog writes an interval log without tags, as
+// memtier_benchmark's --hdr-file-prefix does, holding values µs, plus
+// tagged ones (tag: values) when given.
+func writeUntaggedLog(t *testing.T, path string, values []int64, tagged map[string][]int64) {
+	t.Helper()
+	var buf bytes.Buffer
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	w, err := hdrlog.NewWriter(&buf, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(tag string, vs []int64) {
+		h := hdrhistogram.New(1, 3_600_000_000, 3)
+		for _, v := range vs {
+			_ = h.RecordValue(v)
+		}
+		if err := w.WriteInterval(start, start.Add(time.Second), tag, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("", values)
+	for tag, vs := range tagged {
+		write(tag, vs)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReportTagMap: --tag-map '(untagged)=get.total' pairs an untagged
+// client log with respmeter's get.total in --compare; a rename onto a tag
+// the log already has, and a malformed mapping, are usage errors.
+func TestReportTagMap(t *testing.T) {
+	redis, _ := testRuns(t)
+	client := filepath.Join(t.TempDir(), "memtier_FULL_RUN_1.txt")
+	writeUntaggedLog(t, client, []int64{300, 400, 500}, nil)
+
+	rowOf := func(out, tag, stat string) []string {
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 5 && f[0] == tag && f[1] == stat {
+				return f
+			}
+		}
+		return nil
+	}
+	plain, stderr, code := execReport(t, client, "--compare", redis)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if r := rowOf(plain, "get.total", "count"); r == nil || r[2] != "-" {
+		t.Fatalf("without --tag-map get.total should be missing from the client log: %v\n%s", r, plain)
+	}
+	for _, mapping := range []string{"(untagged)=get.total", "=get.total"} {
+		out, stderr, code := execReport(t, client, "--compare", redis, "--tag-map", mapping)
+		if code != exitOK {
+			t.Fatalf("%s: exit %d: %s", mapping, code, stderr)
+		}
+		if r := rowOf(out, "get.total", "count"); r == nil || r[2] != "3" || r[3] != "1500" || r[4] != "500.000" {
+			t.Errorf("%s: get.total count row %v, want 3 vs 1500, ratio 500.000\n%s", mapping, r, out)
+		}
+		if r := rowOf(out, "(untagged)", "count"); r != nil {
+			t.Errorf("%s: the untagged row is still there: %v", mapping, r)
+		}
+	}
+
+	both := filepath.Join(t.TempDir(), "both.hlog")
+	writeUntaggedLog(t, both, []int64{1}, map[string][]int64{"get.total": {2}})
+	if _, stderr, code := execReport(t, both, "--tag-map", "=get.total"); code != exitUsage || !strings.Contains(stderr, "already") {
+		t.Errorf("rename onto an existing tag: exit %d, stderr %q", code, stderr)
+	}
+	for _, bad := range []string{"get.total", "x=", "x=(untagged)"} {
+		if _, stderr, code := execReport(t, redis, "--tag-map", bad); code != exitUsage || !strings.Contains(stderr, "--tag-map") {
+			t.Errorf("--tag-map %q: exit %d, stderr %q", bad, code, stderr)
+		}
 	}
 }

@@ -30,17 +30,31 @@ import (
 // request's headers (a slow-loris guard; scrapes send theirs at once).
 const adminReadHeaderTimeout = 10 * time.Second
 
+// windowInterval and windowIntervals shape the stack's metrics.Window:
+// /stats?window=D and the live page at / see up to the last 30 seconds,
+// one second at a time. Each interval costs memory for every (command,
+// phase) busy in it (BenchmarkWindowMemory: 30 intervals with every
+// command name busy hold about 14 MiB), so the ring is kept short.
+const (
+	windowInterval  = time.Second
+	windowIntervals = 30
+)
+
 // stack is one running proxy with its metrics Set, slow log, background
 // tasks (PING probe, engine poller, verdict, HdrHistogram log) and admin
 // HTTP server, as both the proxy and the demo subcommands run it. Its
 // methods are called from the goroutine that started it.
 type stack struct {
+	cfg     configs.Config
 	set     *metrics.Set
 	proxy   *proxy.Proxy
 	slowlog *slowlog.Log
 	// analyzer computes the verdict and owns the probe and poller (nil
 	// when off).
 	analyzer *analyzer
+	// window keeps the last windowIntervals intervals for /stats?window=D
+	// and the live page.
+	window *metrics.Window
 	// loops is the number of event loops actually used (cfg.Loops, or one
 	// per CPU when that is 0).
 	loops int
@@ -91,11 +105,13 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}, log.With("component", "proxy"))
 	names := cmds.Labels()
 	st := &stack{
+		cfg:      cfg,
 		loops:    loops,
 		set:      metrics.NewSet(loops, names),
 		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
 		adminErr: make(chan error, 1),
 	}
+	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -165,6 +181,11 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 				_ = stop()
 			}
 		}()
+	}
+	if cfg.Summary != "" {
+		if err := checkSummaryPath(cfg.Summary); err != nil {
+			return nil, err
+		}
 	}
 	var adminLn net.Listener
 	if cfg.Admin != configs.AdminOff {
@@ -237,6 +258,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.bg.Go(func() { an.sample(bgCtx) })
 	st.bg.Go(func() { an.run(bgCtx) })
+	st.bg.Go(func() { st.window.Run(bgCtx) })
 
 	alog := log.With("component", "admin")
 	if adminLn == nil {
@@ -245,7 +267,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.adminAddr = adminLn.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/stats", st.set.StatsHandlerWith(an.statsExtra))
+	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtra))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	// Go's profiler, as caddy's admin endpoint serves it: the admin address
@@ -265,7 +287,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			st.adminErr <- err
 		}
 	}()
-	alog.Info("admin listening", "addr", st.adminAddr, "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
+	alog.Info("admin listening", "addr", st.adminAddr, "live", "/", "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
 	if host, _, _ := net.SplitHostPort(cfg.Admin); !configs.IsLoopback(host) {
 		alog.Warn("admin address is not loopback: /metrics, /stats and /slowlog are reachable from other hosts, without authentication",
 			"addr", cfg.Admin)

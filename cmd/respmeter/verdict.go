@@ -326,6 +326,12 @@ func (a *analyzer) engineMeans() map[string]time.Duration {
 // snapshot sn: engine means since the Poller's first poll, in-flight
 // samples since start. It matches the cumulative tables printed with it.
 func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Duration) split.Verdict {
+	return a.sinceStartRecord(sn, means).Verdict
+}
+
+// sinceStartRecord is sinceStart with the interval it covers (since
+// start, ending now).
+func (a *analyzer) sinceStartRecord(sn *metrics.Snapshot, means map[string]time.Duration) verdictRecord {
 	iv := split.FromSnapshots(nil, sn)
 	iv.Length = time.Since(a.started)
 	iv.EngineMean = engineMean(nil, sn, func(cmd string) (time.Duration, bool) {
@@ -349,7 +355,7 @@ func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Durati
 		iv.RTTFloor = a.probeBase
 	}
 	a.mu.Unlock()
-	return iv.Verdict()
+	return verdictRecord{End: time.Now(), Interval: iv, Verdict: iv.Verdict()}
 }
 
 // sharesJSON are a verdict's shares of the request cycle, 0..1.
@@ -405,6 +411,11 @@ func (a *analyzer) verdictDoc() *verdictJSON {
 	if rec == nil {
 		return nil
 	}
+	return newVerdictJSON(rec)
+}
+
+// newVerdictJSON returns rec as /stats shows a verdict.
+func newVerdictJSON(rec *verdictRecord) *verdictJSON {
 	v := rec.Verdict
 	return &verdictJSON{
 		End:             rec.End,

@@ -30,17 +30,28 @@ const (
 // as HdrHistogram's outputPercentileDistribution (and so its plotter) uses.
 const ticksPerHalfDistance = 5
 
+// PlotOptions change how Plot draws.
+type PlotOptions struct {
+	// Linear draws the latency axis on a linear scale from 0 instead of
+	// the default log scale, which keeps the percentiles below p99 from
+	// being flattened by the tail.
+	Linear bool
+}
+
 // Plot writes to path a percentile-distribution plot of logs, keyed by log
 // name, as HdrHistogram's plotter (plotFiles.html) draws them: the x axis is
 // the percentile on a log scale of 1/(1-p), ticked 0%, 90%, 99%, 99.9%, ...,
-// the y axis the latency in milliseconds (the logs' microseconds / 1000),
-// one line per tag with a non-empty histogram. Lines are named by tag, or by
-// "name: tag" when there is more than one log; a tag has one colour and a
-// log one dash pattern. The 100th percentile (the max), which has no finite
+// the y axis the latency in milliseconds (the logs' microseconds / 1000) on
+// a log scale by decades (values below the 1 µs floor drawn at it), or a
+// linear one with opts.Linear, one line per tag with a non-empty histogram.
+// Lines are named by tag, or by "name: tag" when there is more than one
+// log; a tag has one colour and a log one dash pattern, and with more than
+// one log each log's points also carry a marker shape of their own, so
+// that identical lines of two logs stay apart. The 100th percentile (the max), which has no finite
 // x, is drawn at the right end of the axis. The format follows path's
 // extension, .svg or .png; any other fails, as does a plot with no line.
 // Plot creates or truncates path, and removes it if it fails after that.
-func Plot(path string, logs map[string]*Log) (err error) {
+func Plot(path string, logs map[string]*Log, opts PlotOptions) (err error) {
 	var render func(p *plot.Plot, w io.Writer) error
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
 	case ".png":
@@ -60,7 +71,7 @@ func Plot(path string, logs map[string]*Log) (err error) {
 	default:
 		return fmt.Errorf("report: plot %s: unknown format %q (want .svg or .png)", path, ext)
 	}
-	p, err := newPlot(logs)
+	p, err := newPlot(logs, opts)
 	if err != nil {
 		return err
 	}
@@ -90,7 +101,7 @@ type series struct {
 	hasMax  bool // the last point is the 100th percentile; its X is set last
 }
 
-func newPlot(logs map[string]*Log) (*plot.Plot, error) {
+func newPlot(logs map[string]*Log, opts PlotOptions) (*plot.Plot, error) {
 	names := make([]string, 0, len(logs))
 	var tags []string
 	for name, l := range logs {
@@ -102,7 +113,7 @@ func newPlot(logs map[string]*Log) (*plot.Plot, error) {
 	tags = slices.Compact(tags)
 
 	var lines []series
-	maxX, maxY := 1.0, 0.0 // largest finite x, largest latency
+	maxX, maxY, minY := 1.0, 0.0, math.Inf(1) // largest finite x, largest and smallest latency
 	for li, name := range names {
 		l := logs[name]
 		for _, tag := range l.Tags() {
@@ -122,7 +133,10 @@ func newPlot(logs map[string]*Log) (*plot.Plot, error) {
 					maxX = max(maxX, x)
 				}
 				y := float64(b.ValueAt) / 1000
-				maxY = max(maxY, y)
+				if !opts.Linear {
+					y = max(y, floorMicros/1000.0) // a log axis has no 0
+				}
+				maxY, minY = max(maxY, y), min(minY, y)
 				s.xys = append(s.xys, plotter.XY{X: x, Y: y})
 			}
 			lines = append(lines, s)
@@ -141,24 +155,46 @@ func newPlot(logs map[string]*Log) (*plot.Plot, error) {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.TickerFunc(percentileTicks)
 	p.Y.Label.Text = "Latency (ms)"
+	if !opts.Linear {
+		p.Y.Label.Text = "Latency (ms, log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
 	for _, s := range lines {
 		if s.hasMax {
 			s.xys[len(s.xys)-1].X = xEnd
 		}
-		line, err := plotter.NewLine(s.xys)
+		line, points, err := plotter.NewLinePoints(s.xys)
 		if err != nil {
 			return nil, fmt.Errorf("report: plot %s: %w", s.name, err)
 		}
 		line.Color = plotutil.Color(s.tag)
 		line.Dashes = plotutil.Dashes(s.lg + s.tag/len(plotutil.DefaultColors))
 		line.Width = vg.Points(1.5)
-		p.Add(line)
-		p.Legend.Add(s.name, line)
+		if len(logs) > 1 {
+			points.Color = line.Color
+			points.Shape = plotutil.Shape(s.lg)
+			points.Radius = vg.Points(2.5)
+			p.Add(line, points)
+			p.Legend.Add(s.name, line, points)
+		} else {
+			p.Add(line)
+			p.Legend.Add(s.name, line)
+		}
 	}
 	p.X.Min, p.X.Max = 1, xEnd
-	p.Y.Min, p.Y.Max = 0, maxY*1.05 // headroom under the title
+	if opts.Linear {
+		p.Y.Min, p.Y.Max = 0, maxY*1.05 // headroom under the title
+	} else {
+		// Whole decades around the lines: the log ticks mark each.
+		p.Y.Min = math.Pow(10, math.Floor(math.Log10(minY)))
+		p.Y.Max = math.Pow(10, math.Ceil(math.Log10(maxY*1.05)))
+		if p.Y.Max <= p.Y.Min {
+			p.Y.Max = p.Y.Min * 10
+		}
+	}
 	return p, nil
 }
 

@@ -31,6 +31,8 @@ var (
 	ErrFormat = errors.New("report: not an HdrHistogram log")
 	// ErrEmpty reports a log with no interval lines.
 	ErrEmpty = errors.New("report: no intervals in log")
+	// ErrTagTaken reports a Rename onto a tag the log already has.
+	ErrTagTaken = errors.New("report: tag already in the log")
 )
 
 // Untagged is the tag under which a Log keeps interval lines that have none
@@ -152,7 +154,6 @@ func covers(m, h *hdrhistogram.Histogram) bool {
 		m.SignificantFigures() >= h.SignificantFigures()
 }
 
-// Tags returns the log's tags, sorted; Untagged ("") sorts first.
 // Filter returns a Log holding only the tags keep accepts (histograms are
 // shared, not copied).
 func (l *Log) Filter(keep func(tag string) bool) *Log {
@@ -165,6 +166,25 @@ func (l *Log) Filter(keep func(tag string) bool) *Log {
 	return out
 }
 
+// Rename returns a Log whose tag from (Untagged for intervals without a
+// tag, as memtier_benchmark's --hdr-file-prefix logs have) is called to, so
+// that it pairs with another log's to in Compare; the histograms are
+// shared, not copied. A log without from is returned as is. It fails with
+// ErrTagTaken when the log has both from and to, a different tag.
+func (l *Log) Rename(from, to string) (*Log, error) {
+	h, ok := l.hists[from]
+	if !ok || from == to {
+		return l, nil
+	}
+	if _, taken := l.hists[to]; taken {
+		return nil, fmt.Errorf("%w: %q renamed to %q", ErrTagTaken, tagName(from), tagName(to))
+	}
+	out := l.Filter(func(t string) bool { return t != from })
+	out.hists[to] = h
+	return out, nil
+}
+
+// Tags returns the log's tags, sorted; Untagged ("") sorts first.
 func (l *Log) Tags() []string {
 	tags := make([]string, 0, len(l.hists))
 	for t := range l.hists {

@@ -215,7 +215,7 @@ func TestPlot(t *testing.T) {
 	} {
 		t.Run(tc.name+"/png", func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".png")
-			if err := report.Plot(path, tc.logs); err != nil {
+			if err := report.Plot(path, tc.logs, report.PlotOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			f, err := os.Open(path)
@@ -243,14 +243,14 @@ func TestPlot(t *testing.T) {
 		})
 		t.Run(tc.name+"/svg", func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".svg")
-			if err := report.Plot(path, tc.logs); err != nil {
+			if err := report.Plot(path, tc.logs, report.PlotOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			data, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"<svg", "99.99%", "get.total", "Latency (ms)"} {
+			for _, want := range []string{"<svg", "99.99%", "get.total", "Latency (ms"} {
 				if !bytes.Contains(data, []byte(want)) {
 					t.Errorf("SVG lacks %q", want)
 				}
@@ -276,7 +276,7 @@ func TestPlotErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.file)
-			err := report.Plot(path, tc.logs)
+			err := report.Plot(path, tc.logs, report.PlotOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("err %v, want one containing %q", err, tc.msg)
 			}

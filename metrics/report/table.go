@@ -34,12 +34,29 @@ func pctStat(name string, pct float64) stat {
 	return stat{name, func(h *hdrhistogram.Histogram) int64 { return h.ValueAtQuantile(pct) }, true}
 }
 
+// floorMicros is the histograms' floor: respmeter records whole
+// microseconds rounded up, at least 1 (metrics.toMicros), so a latency of
+// 1 µs (or 0, as some clients' logs hold) says "at most 1 µs", not how
+// much less.
+const floorMicros = 1
+
+// atFloor reports whether s is a latency whose value for h is at the floor.
+func (s stat) atFloor(h *hdrhistogram.Histogram) bool {
+	return s.isMs && h != nil && h.TotalCount() > 0 && s.value(h) <= floorMicros
+}
+
+// floorCell is how the tables show a latency at the floor.
+const floorCell = "≤1µs"
+
 // format returns s's value for h: the count, or milliseconds with 3 decimals
-// (exact, the histograms hold whole microseconds); "-" for a missing tag and
-// for the latencies of an empty histogram.
+// (exact, the histograms hold whole microseconds), "≤1µs" at the 1 µs floor;
+// "-" for a missing tag and for the latencies of an empty histogram.
 func (s stat) format(h *hdrhistogram.Histogram) string {
 	if h == nil || (s.isMs && h.TotalCount() == 0) {
 		return "-"
+	}
+	if s.atFloor(h) {
+		return floorCell
 	}
 	v := s.value(h)
 	if !s.isMs {
@@ -48,11 +65,16 @@ func (s stat) format(h *hdrhistogram.Histogram) string {
 	return fmt.Sprintf("%d.%03d", v/1000, v%1000)
 }
 
-// ratio returns b's value of s over a's with 3 decimals, or "-" if either is
-// missing or a's is 0.
+// ratio returns b's value of s over a's with 3 decimals; "-" if either is
+// missing or a's is 0; "n/a" for latencies where either side is at the
+// 1 µs floor, whose ratio would say nothing (1 µs against 885 ms read
+// 885759.000).
 func (s stat) ratio(a, b *hdrhistogram.Histogram) string {
 	if a == nil || b == nil || (s.isMs && (a.TotalCount() == 0 || b.TotalCount() == 0)) {
 		return "-"
+	}
+	if s.atFloor(a) || s.atFloor(b) {
+		return "n/a"
 	}
 	va, vb := s.value(a), s.value(b)
 	if va == 0 {
@@ -95,10 +117,11 @@ func (l *Log) Table(w io.Writer) error {
 // and nameB in the header (say "redis" and "valkey"; "a" and "b" if empty).
 // For each tag found in either log, sorted, it writes one row per figure
 // (count, p50, p90, p99, p99.9, p99.99, max; latencies in milliseconds with 3
-// decimals) with columns tag, stat, a's value, b's value and b/a, the ratio
-// with 3 decimals: above 1 means b is slower (or, for count, did more).
-// Values of a tag missing from a log, and ratios without both values or with
-// a zero divisor, are "-". It returns w's error.
+// decimals; "≤1µs" at the histograms' 1 µs floor) with columns tag, stat,
+// a's value, b's value and b/a, the ratio with 3 decimals: above 1 means b
+// is slower (or, for count, did more). Values of a tag missing from a log,
+// and ratios without both values or with a zero divisor, are "-"; ratios of
+// a latency at the floor on either side are "n/a". It returns w's error.
 func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
 	if nameA == "" {
 		nameA = "a"
@@ -106,17 +129,21 @@ func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
 	if nameB == "" {
 		nameB = "b"
 	}
-	tags := append(a.Tags(), b.Tags()...)
-	slices.Sort(tags)
-	tags = slices.Compact(tags)
 	rows := [][]string{{"tag", "stat", nameA, nameB, nameB + "/" + nameA}}
-	for _, tag := range tags {
+	for _, tag := range unionTags(a, b) {
 		ha, hb := a.hists[tag], b.hists[tag]
 		for _, s := range stats {
 			rows = append(rows, []string{tagName(tag), s.name, s.format(ha), s.format(hb), s.ratio(ha, hb)})
 		}
 	}
 	return writeTable(w, rows, 2)
+}
+
+// unionTags returns the tags of a and b, sorted, each once.
+func unionTags(a, b *Log) []string {
+	tags := append(a.Tags(), b.Tags()...)
+	slices.Sort(tags)
+	return slices.Compact(tags)
 }
 
 // writeTable writes rows as columns separated by two spaces, the first left

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+)
+
+// chromiumPath returns the headless browser the live-page test drives:
+// $RESPMETER_CHROMIUM, else chromium (Debian's package) or a Chrome from
+// PATH; it skips t when there is none.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("RESPMETER_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium in PATH (apt-get install -y chromium); the live page is not tested")
+	return ""
+}
+
+// artifactDir returns where a test keeps files worth looking at after the
+// run: $RESPMETER_ARTIFACTS when set (created), else t.TempDir().
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("RESPMETER_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// loadGen runs closed-loop go-redis clients against addr, each calling op
+// until stop; count holds the commands answered.
+type loadGen struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	count  atomic.Int64
+}
+
+func startLoad(t *testing.T, addr string, clients int, op func(ctx context.Context, c *redis.Client, i int) error) *loadGen {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &loadGen{cancel: cancel}
+	for n := range clients {
+		c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
+		g.wg.Go(func() {
+			defer c.Close()
+			for i := 0; ctx.Err() == nil; i++ {
+				if err := op(ctx, c, n*1_000_000+i); err != nil && ctx.Err() == nil {
+					t.Errorf("load: %v", err)
+					return
+				}
+				g.count.Add(1)
+			}
+		})
+	}
+	t.Cleanup(g.stop)
+	return g
+}
+
+func (g *loadGen) stop() { g.cancel(); g.wg.Wait() }
+
+// TestLivePage loads the live page at / in a real headless Chromium while
+// go-redis clients drive a real redis-server through "respmeter proxy", and
+// checks that the rendered DOM follows the load second by second: a GET
+// row with a positive rate under GET load; then, once the load switches to
+// SET, INCR and LPUSH, rows for those appear and the GET row leaves the
+// 5-second window. The verdict bar must show shares summing to 100 %. A
+// screenshot of the page under the second load is written to
+// $RESPMETER_ARTIFACTS (or the test's temporary directory) as
+// live-page.png.
+func TestLivePage(t *testing.T) {
+	browser := chromiumPath(t)
+	srv := redistest.Start(t) // skips without redis-server or with -short
+	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--engine-poll", "500ms")
+
+	gets := startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
+		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return nil
+	})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.WindowSize(1400, 900),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx)
+	defer cancelB()
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
+		t.Fatalf("load the page: %v", err)
+	}
+
+	// evalUntil polls the page's DOM with expr (JavaScript returning a
+	// string) every 200 ms until ok accepts the result or 60 s pass.
+	evalUntil := func(what, expr string, ok func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		var got string
+		for {
+			var err error
+			got, err = chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+			if err == nil && ok(got) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: page shows %q (err %v)", what, got, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	const getRate = `(() => { const c = document.querySelector('#commands tr[data-command="get"] td.rate'); return c ? c.textContent : ""; })()`
+	positive := func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 0 }
+	evalUntil("GET row with a positive rate", getRate, positive)
+	evalUntil("GET total p99 in ms", `(() => { const c = document.querySelector('#commands tr[data-command="get"] td.total-p99'); return c ? c.textContent : ""; })()`, positive)
+	// The page keeps reading /stats: its update counter grows.
+	u1 := evalUntil("updates", `document.getElementById("status").dataset.updates || ""`, positive)
+	evalUntil("more updates", `document.getElementById("status").dataset.updates || ""`, func(s string) bool {
+		a, _ := strconv.Atoi(u1)
+		b, err := strconv.Atoi(s)
+		return err == nil && b >= a+2
+	})
+	// The verdict bar: six shares that sum to 100 %.
+	evalUntil("verdict bar summing to 100 %", `(() => {
+		const segs = [...document.querySelectorAll('#verdict-bar div')];
+		if (segs.length !== 6) return "";
+		return String(segs.reduce((s, d) => s + parseFloat(d.style.width), 0));
+	})()`, func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 99.5 && f < 100.5 })
+
+	// Switch the load: GET stops, SET, INCR and LPUSH start.
+	getsDone := gets.count.Load()
+	gets.stop()
+	mixed := startLoad(t, addr, 3, func(ctx context.Context, c *redis.Client, i int) error {
+		switch i % 3 {
+		case 0:
+			return c.Set(ctx, "k"+strconv.Itoa(i%100), "v", 0).Err()
+		case 1:
+			return c.Incr(ctx, "counter").Err()
+		}
+		return c.LPush(ctx, "list", "x").Err()
+	})
+	rows := `[...document.querySelectorAll('#commands tbody tr')].map(r => r.dataset.command).join(",")`
+	got := evalUntil("SET, INCR and LPUSH rows and no GET row", rows, func(s string) bool {
+		return s != "" && !contains(s, "get") && contains(s, "set") && contains(s, "incr") && contains(s, "lpush")
+	})
+	t.Logf("%d GETs before the switch; rows after: %s", getsDone, got)
+	evalUntil("SET row with a positive rate", `(() => { const c = document.querySelector('#commands tr[data-command="set"] td.rate'); return c ? c.textContent : ""; })()`, positive)
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG (below: JPEG)
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	out := filepath.Join(artifactDir(t), "live-page.png")
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", out, len(png))
+
+	mixed.stop()
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}
+
+// contains reports whether the comma-separated list s holds name.
+func contains(s, name string) bool { return slices.Contains(strings.Split(s, ","), name) }

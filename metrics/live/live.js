@@ -1,0 +1,149 @@
+// respmeter's live page: reads /stats?window=W every second and renders it.
+// Plain JavaScript, no dependencies; everything is served from the binary.
+"use strict";
+
+const phases = ["total", "upstream", "proxy", "service", "queue"];
+const pcts = ["p50", "p99", "p99.9"];
+// The verdict's shares as the bar shows them; engine_wait holds run_queue,
+// so the bar's "engine wait" is the part that is not run queue.
+const shareParts = [
+  ["client", "client"], ["path", "path"], ["engine", "engine"],
+  ["engine_wait", "engine wait (queue)"], ["run_queue", "run queue"], ["proxy", "proxy"],
+];
+
+const $ = (id) => document.getElementById(id);
+
+// ms formats seconds as milliseconds with 3 decimals.
+function ms(sec) { return (sec * 1000).toFixed(3); }
+
+function cell(text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  return td;
+}
+
+function commandRow(name, c, cls) {
+  const tr = document.createElement("tr");
+  tr.dataset.command = name;
+  if (cls) tr.className = cls;
+  tr.appendChild(cell(name, "name"));
+  tr.appendChild(cell(c.rate === undefined ? "–" : c.rate.toFixed(1), "rate"));
+  tr.appendChild(cell(String(c.errors), "errors"));
+  for (const p of phases) {
+    const d = (c.phases || {})[p];
+    for (const q of pcts) {
+      tr.appendChild(cell(d ? ms(d[q]) : "–", p + "-" + q.replace(".", "")));
+    }
+  }
+  return tr;
+}
+
+function renderCommands(doc) {
+  const body = $("commands").tBodies[0];
+  const rows = [];
+  const names = Object.keys(doc.commands || {}).sort(
+    (a, b) => (doc.commands[b].rate || 0) - (doc.commands[a].rate || 0) || a.localeCompare(b));
+  for (const n of names) rows.push(commandRow(n, doc.commands[n]));
+  rows.push(commandRow("Totals", doc.totals, "totals"));
+  body.replaceChildren(...rows);
+}
+
+function renderShards(doc) {
+  const shards = (doc.shards || []).filter((s) => s.total && s.total.p50 > 0 || s.commands > 0);
+  // Without routing the one "shard" is the upstream with no latencies of its own.
+  const routed = shards.some((s) => s.total.p50 > 0);
+  $("shards-section").hidden = !routed;
+  if (!routed) return;
+  const rows = shards.map((s) => {
+    const tr = document.createElement("tr");
+    tr.dataset.shard = s.shard;
+    tr.appendChild(cell(s.shard, "name"));
+    tr.appendChild(cell(s.rate === undefined ? "–" : s.rate.toFixed(1), "rate"));
+    tr.appendChild(cell(String(s.errors), "errors"));
+    for (const p of ["total", "upstream"]) {
+      for (const q of pcts) tr.appendChild(cell(ms(s[p][q]), p + "-" + q.replace(".", "")));
+    }
+    return tr;
+  });
+  $("shards").tBodies[0].replaceChildren(...rows);
+}
+
+function renderVerdict(doc) {
+  const v = doc.verdict;
+  const bar = $("verdict-bar");
+  if (!v) {
+    bar.replaceChildren();
+    $("verdict-text").textContent = "no verdict yet (the first interval has not ended)";
+    $("verdict-when").textContent = "";
+    return;
+  }
+  const s = v.shares;
+  const parts = {
+    client: s.client, path: s.path, engine: s.engine,
+    engine_wait: Math.max(s.engine_wait - s.run_queue, 0), run_queue: s.run_queue, proxy: s.proxy,
+  };
+  const segs = [];
+  const legend = [];
+  for (const [key, label] of shareParts) {
+    const pct = 100 * (parts[key] || 0);
+    const d = document.createElement("div");
+    d.className = key;
+    d.style.width = pct.toFixed(2) + "%";
+    d.title = label + " " + pct.toFixed(1) + "%";
+    if (pct >= 6) d.textContent = label + " " + pct.toFixed(0) + "%";
+    segs.push(d);
+    const l = document.createElement("span");
+    l.className = key;
+    l.dataset.share = key;
+    l.textContent = label + " " + pct.toFixed(1) + "%";
+    legend.push(l);
+  }
+  bar.replaceChildren(...segs);
+  $("verdict-legend").replaceChildren(...legend);
+  $("verdict-text").textContent = v.string;
+  $("verdict-when").textContent = "(latest " + v.interval_seconds.toFixed(2) + " s interval, " + v.requests + " requests: " + v.bound + ")";
+
+  $("split-engine").textContent = v.engine_known ? ms(v.engine_mean_seconds) : "n/a";
+  $("split-wait").textContent = v.wait_known ? ms(v.engine_wait_seconds) : "n/a";
+  $("split-runq").textContent = v.host_known ? ms(v.run_queue_wait_seconds) : "n/a";
+  $("split-path").textContent = ms(v.network_seconds);
+  $("split-probe").textContent = doc.probe && doc.probe.count > 0 ? ms(doc.probe.p50) : "n/a";
+  $("split-util").textContent = v.wait_known ? (100 * v.engine_utilization).toFixed(0) + " %" : "n/a";
+  $("split-little").textContent = v.little ? v.l.toFixed(2) + " vs " + v.lambda_w.toFixed(2) : "n/a";
+}
+
+function render(doc) {
+  const w = doc.window;
+  $("window-text").textContent = w
+    ? "(last " + w.seconds.toFixed(1) + " s: " + w.intervals + " intervals of " + w.interval_seconds + " s)"
+    : "(since start)";
+  renderCommands(doc);
+  renderShards(doc);
+  renderVerdict(doc);
+}
+
+let updates = 0;
+
+async function tick() {
+  const st = $("status");
+  try {
+    const r = await fetch("stats?window=" + encodeURIComponent($("window").value), { cache: "no-store" });
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    render(await r.json());
+    updates++;
+    st.className = "status";
+    st.textContent = "updated " + new Date().toLocaleTimeString() + " (" + updates + " updates)";
+    st.dataset.updates = String(updates);
+  } catch (e) {
+    st.className = "status err";
+    st.textContent = "cannot read /stats: " + e.message;
+  }
+}
+
+// The window may be chosen in the address: /?window=30s.
+const asked = new URLSearchParams(location.search).get("window");
+if (asked && [...$("window").options].some((o) => o.value === asked)) $("window").value = asked;
+$("window").addEventListener("change", tick);
+tick();
+setInterval(tick, 1000);
