@@ -13,6 +13,17 @@ import (
 
 const opTimeout = 10 * time.Second
 
+// mustDial dials addr with opts and closes the connection at the end of t.
+func mustDial(t *testing.T, ctx context.Context, addr string, opts respconn.Options) *respconn.Conn {
+	t.Helper()
+	c, err := respconn.Dial(ctx, addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // TestConnRedis talks to a real redis-server that requires a password:
 // AUTH with the password and with an ACL user, a refused AUTH that does not
 // leak the password, CLIENT SETNAME, pipelining, RESP3 after HELLO 3, and
@@ -24,33 +35,27 @@ func TestConnRedis(t *testing.T) {
 	ctx := context.Background()
 	opts := respconn.Options{Timeout: opTimeout}
 
-	t.Run("password and name", func(t *testing.T) {
-		o := opts
-		o.Password, o.Name = password, "respmeter-test"
-		c, err := respconn.Dial(ctx, s.Addr(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		v, err := c.Do(opTimeout, "CLIENT", "GETNAME")
-		if err != nil || v.Str != "respmeter-test" {
-			t.Fatalf("CLIENT GETNAME = %v, %v", v, err)
-		}
-	})
-
-	t.Run("ACL user", func(t *testing.T) {
-		o := opts
-		o.User, o.Password = "meter", "meter-pw"
-		c, err := respconn.Dial(ctx, s.Addr(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		v, err := c.Do(opTimeout, "ACL", "WHOAMI")
-		if err != nil || v.Str != "meter" {
-			t.Fatalf("ACL WHOAMI = %v, %v", v, err)
-		}
-	})
+	// Logged in (and named) as opts say: the engine's own view is the oracle.
+	for _, tt := range []struct {
+		name string
+		opts respconn.Options
+		ask  []string
+		want string
+	}{
+		{"password and name", respconn.Options{Timeout: opTimeout, Password: password, Name: "respmeter-test"},
+			[]string{"CLIENT", "GETNAME"}, "respmeter-test"},
+		{"ACL user", respconn.Options{Timeout: opTimeout, User: "meter", Password: "meter-pw"},
+			[]string{"ACL", "WHOAMI"}, "meter"},
+		{"password is the default user", respconn.Options{Timeout: opTimeout, Password: password},
+			[]string{"ACL", "WHOAMI"}, "default"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := mustDial(t, ctx, s.Addr(), tt.opts).Do(opTimeout, tt.ask...)
+			if err != nil || v.Str != tt.want {
+				t.Fatalf("%v = %v, %v; want %q", tt.ask, v, err, tt.want)
+			}
+		})
+	}
 
 	t.Run("wrong password", func(t *testing.T) {
 		o := opts
@@ -73,11 +78,7 @@ func TestConnRedis(t *testing.T) {
 		// CLIENT SETNAME's -NOAUTH is ignored; the first command sees it.
 		o := opts
 		o.Name = "respmeter-test"
-		c, err := respconn.Dial(ctx, s.Addr(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := mustDial(t, ctx, s.Addr(), o)
 		v, err := c.Do(opTimeout, "PING")
 		if err != nil || !v.IsError() || !strings.HasPrefix(v.Str, "NOAUTH") {
 			t.Fatalf("PING = %v, %v; want -NOAUTH", v, err)
@@ -87,11 +88,7 @@ func TestConnRedis(t *testing.T) {
 	t.Run("pipeline and RESP3", func(t *testing.T) {
 		o := opts
 		o.Password = password
-		c, err := respconn.Dial(ctx, s.Addr(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := mustDial(t, ctx, s.Addr(), o)
 		vs, err := c.Pipeline(opTimeout,
 			[]string{"DEL", "h"},
 			[]string{"HSET", "h", "f", "v"},
@@ -124,11 +121,7 @@ func TestConnRedis(t *testing.T) {
 		o.Password = password
 		cctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		c, err := respconn.Dial(cctx, s.Addr(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := mustDial(t, cctx, s.Addr(), o)
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.Do(0, "BLPOP", "never-pushed", "0") // blocks forever
