@@ -127,6 +127,13 @@ func TestConnRedis(t *testing.T) {
 			_, err := c.Do(0, "BLPOP", "never-pushed", "0") // blocks forever
 			done <- err
 		}()
+		// Cancel only once the engine holds the BLPOP: Do is then in Read.
+		redistest.Eventually(t, opTimeout, func() error {
+			if info := s.Do("INFO", "clients").(string); !strings.Contains(info, "blocked_clients:1") {
+				return errors.New("BLPOP not blocked yet")
+			}
+			return nil
+		})
 		cancel()
 		select {
 		case err := <-done:
