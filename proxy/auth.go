@@ -1,11 +1,11 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
+	"strings"
 	"time"
 
-	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -37,36 +37,20 @@ func (p *Proxy) authCheck(ctx context.Context) bool {
 	return false
 }
 
+// noauthReply starts the engine's answer to a command on a connection that
+// must authenticate first (-NOAUTH Authentication required.).
 var noauthReply = []byte("-NOAUTH")
 
 // refusesAnonymous sends PING on a new connection to addr and reports
 // whether the reply is -NOAUTH.
 func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
-	c, err := p.dialer.DialContext(ctx, "tcp", addr)
+	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout})
 	if err != nil {
 		return false
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(p.cfg.DialTimeout))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return false
-	}
-	var buf [512]byte
-	var got []byte
-	f := resp.NewReplyFramer()
-	for {
-		n, err := c.Read(buf[:])
-		if n > 0 {
-			got = append(got, buf[:n]...)
-			if _, done, ferr := f.Feed(buf[:n]); done || ferr != nil {
-				break
-			}
-		}
-		if err != nil {
-			return false
-		}
-	}
-	return bytes.HasPrefix(got, noauthReply)
+	v, err := c.Do(p.cfg.DialTimeout, "PING")
+	return err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:]))
 }
 
 // watchAuth keeps p.authRequired up to date until ctx ends: every interval,

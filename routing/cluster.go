@@ -1,18 +1,17 @@
 package routing
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Errors of FetchCluster, besides the dial and I/O errors it wraps.
@@ -89,47 +88,40 @@ func fetchCluster(ctx context.Context, seed string, timeout time.Duration) (*Top
 		}
 		return err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", seed)
+	c, err := respconn.Dial(ctx, seed, respconn.Options{})
 	if err != nil {
 		return nil, fail(err)
 	}
-	defer c.Close()
-	// Unblock reads and writes once ctx ends (ctx.Err() is set by then,
-	// so fail sees it; a conn deadline at the same instant might not).
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	r := bufio.NewReaderSize(c, maxLineLen)
-	ask := func(sub string) (respValue, error) {
-		req := "*2\r\n$7\r\nCLUSTER\r\n$" + strconv.Itoa(len(sub)) + "\r\n" + sub + "\r\n"
-		if _, err := io.WriteString(c, req); err != nil {
-			return respValue{}, err
+	defer c.Close() // Dial closes it as soon as ctx ends, so fail sees ctx.Err()
+	ask := func(sub string) (respconn.Value, error) {
+		v, err := c.Do(0, "CLUSTER", sub)
+		if errors.Is(err, respconn.ErrProtocol) {
+			err = fmt.Errorf("%w: %w", ErrBadClusterReply, err)
 		}
-		return readRESP(r, 0)
+		return v, err
 	}
 
 	v, err := ask("SHARDS")
 	if err != nil {
 		return nil, fail(err)
 	}
-	if v.kind != '-' {
+	if !v.IsError() {
 		return parseShards(v, seedHost)
 	}
-	if isClusterDisabled(v.str) {
-		return nil, fmt.Errorf("%w: %q", ErrClusterDisabled, v.str)
+	if isClusterDisabled(v.Str) {
+		return nil, fmt.Errorf("%w: %q", ErrClusterDisabled, v.Str)
 	}
-	shardsErr := v.str
+	shardsErr := v.Str
 	if v, err = ask("SLOTS"); err != nil {
 		return nil, fail(err)
 	}
-	if v.kind != '-' {
+	if !v.IsError() {
 		return parseSlots(v, seedHost)
 	}
-	if isClusterDisabled(v.str) {
-		return nil, fmt.Errorf("%w: %q", ErrClusterDisabled, v.str)
+	if isClusterDisabled(v.Str) {
+		return nil, fmt.Errorf("%w: %q", ErrClusterDisabled, v.Str)
 	}
-	return nil, fmt.Errorf("%w: %q, then %q", ErrClusterRefused, shardsErr, v.str)
+	return nil, fmt.Errorf("%w: %q, then %q", ErrClusterRefused, shardsErr, v.Str)
 }
 
 // isClusterDisabled reports whether an error reply says the node runs
@@ -175,11 +167,11 @@ func buildTopology(claims []claim) (*Topology, error) {
 }
 
 // slotRange checks an inclusive slot range from a reply.
-func slotRange(lo, hi respValue) (int, int, error) {
-	if lo.kind != ':' || hi.kind != ':' || lo.num < 0 || lo.num > hi.num || hi.num >= NumSlots {
+func slotRange(lo, hi respconn.Value) (int, int, error) {
+	if lo.Type != respconn.TypeInteger || hi.Type != respconn.TypeInteger || lo.Int < 0 || lo.Int > hi.Int || hi.Int >= NumSlots {
 		return 0, 0, fmt.Errorf("%w: bad slot range %v-%v", ErrBadClusterReply, lo, hi)
 	}
-	return int(lo.num), int(hi.num), nil
+	return int(lo.Int), int(hi.Int), nil
 }
 
 // nodeAddr resolves a node's "host:port" as FetchCluster documents.
@@ -204,40 +196,40 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 // tls-port, ip, endpoint, hostname, role, replication-offset, health). The
 // node with role "master" owns the shard's slots; a shard without one
 // leaves its slots unassigned.
-func parseShards(v respValue, seedHost string) (*Topology, error) {
-	if v.kind != '*' || v.null {
+func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
+	if v.Type != respconn.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SHARDS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
-	for _, shard := range v.arr {
+	for _, shard := range v.Elems {
 		fields, err := pairs(shard)
 		if err != nil {
 			return nil, err
 		}
 		slotsV, nodesV := fields["slots"], fields["nodes"]
-		if slotsV.kind != '*' || len(slotsV.arr)%2 != 0 || nodesV.kind != '*' {
+		if slotsV.Type != respconn.TypeArray || len(slotsV.Elems)%2 != 0 || nodesV.Type != respconn.TypeArray {
 			return nil, fmt.Errorf("%w: shard without slots or nodes array: %v", ErrBadClusterReply, shard)
 		}
-		if len(slotsV.arr) == 0 {
+		if len(slotsV.Elems) == 0 {
 			continue
 		}
 		var addr string
-		for _, node := range nodesV.arr {
+		for _, node := range nodesV.Elems {
 			nf, err := pairs(node)
 			if err != nil {
 				return nil, err
 			}
-			if nf["role"].str != "master" {
+			if nf["role"].Str != "master" {
 				continue
 			}
 			port := nf["port"]
-			if port.kind != ':' || port.num == 0 {
+			if port.Type != respconn.TypeInteger || port.Int == 0 {
 				port = nf["tls-port"]
 			}
-			if port.kind != ':' {
+			if port.Type != respconn.TypeInteger {
 				return nil, fmt.Errorf("%w: master without port: %v", ErrBadClusterReply, node)
 			}
-			if addr, err = nodeAddr(nf["endpoint"].str, nf["ip"].str, seedHost, port.num); err != nil {
+			if addr, err = nodeAddr(nf["endpoint"].Str, nf["ip"].Str, seedHost, port.Int); err != nil {
 				return nil, err
 			}
 			break
@@ -245,8 +237,8 @@ func parseShards(v respValue, seedHost string) (*Topology, error) {
 		if addr == "" {
 			continue // no master (yet): the slots stay unassigned
 		}
-		for i := 0; i < len(slotsV.arr); i += 2 {
-			lo, hi, err := slotRange(slotsV.arr[i], slotsV.arr[i+1])
+		for i := 0; i < len(slotsV.Elems); i += 2 {
+			lo, hi, err := slotRange(slotsV.Elems[i], slotsV.Elems[i+1])
 			if err != nil {
 				return nil, err
 			}
@@ -262,32 +254,32 @@ func parseShards(v respValue, seedHost string) (*Topology, error) {
 // (3.0.6+) and a key/value array of metadata such as ip and hostname
 // (7.0+). The endpoint is a bulk string, possibly empty or "?", or null
 // under unknown-endpoint.
-func parseSlots(v respValue, seedHost string) (*Topology, error) {
-	if v.kind != '*' || v.null {
+func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
+	if v.Type != respconn.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SLOTS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
-	for _, e := range v.arr {
-		if e.kind != '*' || len(e.arr) < 3 {
+	for _, e := range v.Elems {
+		if e.Type != respconn.TypeArray || len(e.Elems) < 3 {
 			return nil, fmt.Errorf("%w: CLUSTER SLOTS entry %v", ErrBadClusterReply, e)
 		}
-		lo, hi, err := slotRange(e.arr[0], e.arr[1])
+		lo, hi, err := slotRange(e.Elems[0], e.Elems[1])
 		if err != nil {
 			return nil, err
 		}
-		m := e.arr[2]
-		if m.kind != '*' || len(m.arr) < 2 || (m.arr[0].kind != '$' && m.arr[0].kind != '+') || m.arr[1].kind != ':' {
+		m := e.Elems[2]
+		if m.Type != respconn.TypeArray || len(m.Elems) < 2 || (m.Elems[0].Type != respconn.TypeBulk && m.Elems[0].Type != respconn.TypeSimple) || m.Elems[1].Type != respconn.TypeInteger {
 			return nil, fmt.Errorf("%w: CLUSTER SLOTS master %v", ErrBadClusterReply, m)
 		}
 		var ip string
-		if len(m.arr) >= 4 && m.arr[3].kind == '*' {
-			meta, err := pairs(m.arr[3])
+		if len(m.Elems) >= 4 && m.Elems[3].Type == respconn.TypeArray {
+			meta, err := pairs(m.Elems[3])
 			if err != nil {
 				return nil, err
 			}
-			ip = meta["ip"].str
+			ip = meta["ip"].Str
 		}
-		addr, err := nodeAddr(m.arr[0].str, ip, seedHost, m.arr[1].num)
+		addr, err := nodeAddr(m.Elems[0].Str, ip, seedHost, m.Elems[1].Int)
 		if err != nil {
 			return nil, err
 		}
@@ -298,125 +290,18 @@ func parseSlots(v respValue, seedHost string) (*Topology, error) {
 
 // pairs reads a RESP2 array of alternating keys and values (a RESP3 map
 // sent over RESP2) into a map; keys must be strings, and a later duplicate
-// wins. Absent keys read as the zero respValue (kind 0, str "").
-func pairs(v respValue) (map[string]respValue, error) {
-	if v.kind != '*' || len(v.arr)%2 != 0 {
+// wins. Absent keys read as the zero respconn.Value (Type 0, Str "").
+func pairs(v respconn.Value) (map[string]respconn.Value, error) {
+	if v.Type != respconn.TypeArray || len(v.Elems)%2 != 0 {
 		return nil, fmt.Errorf("%w: want key/value array, got %v", ErrBadClusterReply, v)
 	}
-	m := make(map[string]respValue, len(v.arr)/2)
-	for i := 0; i < len(v.arr); i += 2 {
-		k := v.arr[i]
-		if k.kind != '$' && k.kind != '+' {
+	m := make(map[string]respconn.Value, len(v.Elems)/2)
+	for i := 0; i < len(v.Elems); i += 2 {
+		k := v.Elems[i]
+		if k.Type != respconn.TypeBulk && k.Type != respconn.TypeSimple {
 			return nil, fmt.Errorf("%w: key %v is not a string", ErrBadClusterReply, k)
 		}
-		m[k.str] = v.arr[i+1]
+		m[k.Str] = v.Elems[i+1]
 	}
 	return m, nil
-}
-
-// Bounds of readRESP: a topology reply is small, so anything beyond these
-// is a broken or hostile peer, refused before allocating.
-const (
-	maxLineLen  = 16 << 10 // a type line, simple string or error, CRLF included
-	maxBulkLen  = 1 << 20  // one bulk string
-	maxArrayLen = 1 << 20  // elements of one array
-	maxDepth    = 8        // CLUSTER SLOTS nests 4 deep
-)
-
-// respValue is one decoded RESP2 value.
-type respValue struct {
-	kind byte        // '+', '-', ':', '$' or '*'
-	str  string      // simple string, error text or bulk string
-	num  int64       // integer
-	null bool        // null bulk string or null array ($-1, *-1)
-	arr  []respValue // array elements
-}
-
-func (v respValue) String() string {
-	switch {
-	case v.kind == 0:
-		return "(absent)"
-	case v.null:
-		return "(nil)"
-	case v.kind == ':':
-		return strconv.FormatInt(v.num, 10)
-	case v.kind == '*':
-		parts := make([]string, len(v.arr))
-		for i, e := range v.arr {
-			parts[i] = e.String()
-		}
-		s := "[" + strings.Join(parts, " ") + "]"
-		if len(s) > 200 {
-			s = s[:200] + "...]"
-		}
-		return s
-	}
-	return string(v.kind) + strconv.Quote(v.str)
-}
-
-// readRESP reads one RESP2 value from r: simple strings, errors, integers,
-// bulk strings and arrays, nested at most maxDepth deep, with the bounds
-// above. A malformed value gives an error wrapping ErrBadClusterReply; an
-// I/O error is returned as is.
-func readRESP(r *bufio.Reader, depth int) (respValue, error) {
-	if depth > maxDepth {
-		return respValue{}, fmt.Errorf("%w: nested deeper than %d", ErrBadClusterReply, maxDepth)
-	}
-	line, err := r.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		return respValue{}, fmt.Errorf("%w: line longer than %d bytes", ErrBadClusterReply, maxLineLen)
-	}
-	if err != nil {
-		return respValue{}, err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return respValue{}, fmt.Errorf("%w: bad line %q", ErrBadClusterReply, line)
-	}
-	v := respValue{kind: line[0]}
-	body := line[1 : len(line)-2]
-	switch v.kind {
-	case '+', '-':
-		v.str = string(body)
-		return v, nil
-	case ':':
-		if v.num, err = strconv.ParseInt(string(body), 10, 64); err != nil {
-			return respValue{}, fmt.Errorf("%w: bad integer %q", ErrBadClusterReply, body)
-		}
-		return v, nil
-	case '$', '*':
-	default:
-		return respValue{}, fmt.Errorf("%w: unexpected type byte in %q", ErrBadClusterReply, line)
-	}
-	n, err := strconv.Atoi(string(body))
-	switch {
-	case err != nil || n < -1:
-		return respValue{}, fmt.Errorf("%w: bad length in %q", ErrBadClusterReply, line)
-	case n == -1:
-		v.null = true
-		return v, nil
-	case v.kind == '$' && n > maxBulkLen, v.kind == '*' && n > maxArrayLen:
-		return respValue{}, fmt.Errorf("%w: length %d too large", ErrBadClusterReply, n)
-	}
-	if v.kind == '$' {
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(r, b); err != nil {
-			return respValue{}, err
-		}
-		if !bytes.HasSuffix(b, []byte("\r\n")) {
-			return respValue{}, fmt.Errorf("%w: bulk string of %d not followed by CRLF", ErrBadClusterReply, n)
-		}
-		v.str = string(b[:n])
-		return v, nil
-	}
-	// Grow by append: a huge announced length costs nothing until the
-	// elements actually arrive.
-	v.arr = make([]respValue, 0, min(n, 64))
-	for range n {
-		e, err := readRESP(r, depth+1)
-		if err != nil {
-			return respValue{}, err
-		}
-		v.arr = append(v.arr, e)
-	}
-	return v, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // enc encodes v as RESP2: a string as a bulk string, an int as an integer,
@@ -102,13 +103,13 @@ func (f *fakeNode) serve(c net.Conn, answer func(string) string) {
 	defer c.Close()
 	r := bufio.NewReader(c)
 	for {
-		v, err := readRESP(r, 0)
+		v, err := respconn.Read(r)
 		if err != nil {
 			return
 		}
-		words := make([]string, len(v.arr))
-		for i, e := range v.arr {
-			words[i] = e.str
+		words := make([]string, len(v.Elems))
+		for i, e := range v.Elems {
+			words[i] = e.Str
 		}
 		req := strings.Join(words, " ")
 		f.mu.Lock()
@@ -373,7 +374,7 @@ func TestFetchClusterErrors(t *testing.T) {
 		return []any{"id", "x", "port", port, "ip", "10.0.0.1", "endpoint", "10.0.0.1", "role", "master"}
 	}
 	shard := func(slots []any, n []any) []any { return []any{"slots", slots, "nodes", []any{n}} }
-	deep := strings.Repeat("*1\r\n", 10) + ":1\r\n"
+	deep := strings.Repeat("*1\r\n", respconn.MaxDepth+1) + ":1\r\n"
 	tests := []struct {
 		name          string
 		shards, slots string
@@ -403,15 +404,15 @@ func TestFetchClusterErrors(t *testing.T) {
 		{"slots bad range", unknownShards, enc([]any{[]any{0, 99999, []any{"h", 7000}}}), ErrBadClusterReply, "slot range"},
 		{"slots bad metadata", unknownShards, enc([]any{[]any{0, 1, []any{"h", 7000, "id", []any{"ip"}}}}),
 			ErrBadClusterReply, "key/value"},
-		{"type byte", "%1\r\n+a\r\n+b\r\n", "", ErrBadClusterReply, "type byte"},
-		{"bad integer", ":x\r\n", "", ErrBadClusterReply, "bad integer"},
-		{"bad length", "*x\r\n", "", ErrBadClusterReply, "bad length"},
-		{"negative length", "$-2\r\n", "", ErrBadClusterReply, "bad length"},
-		{"huge array", "*99999999\r\n", "", ErrBadClusterReply, "too large"},
-		{"huge bulk", "$99999999\r\n", "", ErrBadClusterReply, "too large"},
+		{"type byte", "@1\r\n+a\r\n+b\r\n", "", ErrBadClusterReply, "type byte"},
+		{"bad integer", ":x\r\n", "", ErrBadClusterReply, `integer "x"`},
+		{"bad length", "*x\r\n", "", ErrBadClusterReply, `integer "x"`},
+		{"negative length", "$-2\r\n", "", ErrBadClusterReply, "length -2 outside"},
+		{"huge array", "*99999999\r\n", "", ErrBadClusterReply, "outside"},
+		{"huge bulk", "$99999999\r\n", "", ErrBadClusterReply, "outside"},
 		{"bulk without CRLF", "$2\r\nabcd\r\n", "", ErrBadClusterReply, "CRLF"},
-		{"LF only", "+OK\n", "", ErrBadClusterReply, "bad line"},
-		{"long line", "+" + strings.Repeat("x", 20000) + "\r\n", "", ErrBadClusterReply, "longer than"},
+		{"LF only", "+OK\n", "", ErrBadClusterReply, "not ended by CRLF"},
+		{"long line", "+" + strings.Repeat("x", respconn.MaxLineLen) + "\r\n", "", ErrBadClusterReply, "longer than"},
 		{"too deep", deep, "", ErrBadClusterReply, "deeper"},
 		{"hang-up", hangUp, "", io.EOF, "EOF"},
 	}
@@ -501,11 +502,11 @@ func FuzzClusterReply(f *testing.F) {
 		if len(b) > 4096 {
 			return
 		}
-		v, err := readRESP(bufio.NewReaderSize(bytes.NewReader(b), maxLineLen), 0)
+		v, err := respconn.Read(bufio.NewReaderSize(bytes.NewReader(b), respconn.MaxLineLen))
 		if err != nil {
 			return
 		}
-		for _, parse := range []func(respValue, string) (*Topology, error){parseShards, parseSlots} {
+		for _, parse := range []func(respconn.Value, string) (*Topology, error){parseShards, parseSlots} {
 			top, err := parse(v, "seed.example")
 			if err != nil {
 				if !errors.Is(err, ErrBadClusterReply) {

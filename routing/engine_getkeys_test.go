@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -20,22 +21,22 @@ type docArg struct {
 }
 
 // docMap turns a RESP2 map reply (a flat array of key, value) into a map.
-func docMap(r reply) map[string]reply {
-	m := map[string]reply{}
-	for i := 0; i+1 < len(r.arr); i += 2 {
-		m[r.arr[i].str] = r.arr[i+1]
+func docMap(r respconn.Value) map[string]respconn.Value {
+	m := map[string]respconn.Value{}
+	for i := 0; i+1 < len(r.Elems); i += 2 {
+		m[r.Elems[i].Str] = r.Elems[i+1]
 	}
 	return m
 }
 
-func docArgs(r reply) []docArg {
+func docArgs(r respconn.Value) []docArg {
 	var out []docArg
-	for _, e := range r.arr {
+	for _, e := range r.Elems {
 		m := docMap(e)
-		a := docArg{name: m["name"].str, typ: m["type"].str, token: m["token"].str, args: docArgs(m["arguments"])}
-		for _, f := range m["flags"].arr {
-			a.optional = a.optional || f.str == "optional"
-			a.multi = a.multi || f.str == "multiple"
+		a := docArg{name: m["name"].Str, typ: m["type"].Str, token: m["token"].Str, args: docArgs(m["arguments"])}
+		for _, f := range m["flags"].Elems {
+			a.optional = a.optional || f.Str == "optional"
+			a.multi = a.multi || f.Str == "multiple"
 		}
 		out = append(out, a)
 	}
@@ -108,18 +109,18 @@ func TestEngineGetkeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.c.Close()
+	defer rc.Close()
 	docs, err := rc.pipeline([][][]byte{{[]byte("COMMAND"), []byte("DOCS")}})
-	if err != nil || docs[0].kind != '*' {
+	if err != nil || docs[0].Type != '*' {
 		t.Fatalf("COMMAND DOCS: %v %v", docs, err)
 	}
 	var samples [][]string
 	n := 0
-	var walk func(name string, d map[string]reply)
-	walk = func(name string, d map[string]reply) {
-		if subs := d["subcommands"]; len(subs.arr) > 0 {
-			for i := 0; i+1 < len(subs.arr); i += 2 {
-				walk(subs.arr[i].str, docMap(subs.arr[i+1]))
+	var walk func(name string, d map[string]respconn.Value)
+	walk = func(name string, d map[string]respconn.Value) {
+		if subs := d["subcommands"]; len(subs.Elems) > 0 {
+			for i := 0; i+1 < len(subs.Elems); i += 2 {
+				walk(subs.Elems[i].Str, docMap(subs.Elems[i+1]))
 			}
 			return
 		}
@@ -129,8 +130,8 @@ func TestEngineGetkeys(t *testing.T) {
 			samples = append(samples, sampleArgs(slices.Clone(head), args, full, &n))
 		}
 	}
-	for i := 0; i+1 < len(docs[0].arr); i += 2 {
-		walk(docs[0].arr[i].str, docMap(docs[0].arr[i+1]))
+	for i := 0; i+1 < len(docs[0].Elems); i += 2 {
+		walk(docs[0].Elems[i].Str, docMap(docs[0].Elems[i+1]))
 	}
 	cmds := make([][][]byte, len(samples))
 	for i, s := range samples {
@@ -149,11 +150,11 @@ func TestEngineGetkeys(t *testing.T) {
 		args := cmds[i][2:]
 		got, kerr := r.Keys(args, nil)
 		rep := replies[i]
-		switch rep.kind {
+		switch rep.Type {
 		case '*':
-			want := make([]string, len(rep.arr))
-			for j, e := range rep.arr {
-				want[j] = e.str
+			want := make([]string, len(rep.Elems))
+			for j, e := range rep.Elems {
+				want[j] = e.Str
 			}
 			if len(want) == 0 && kerr != nil {
 				none++ // numkeys refused here, [] from GETKEYS (see Keys)
@@ -172,17 +173,17 @@ func TestEngineGetkeys(t *testing.T) {
 				none++
 				continue
 			}
-			if strings.Contains(rep.str, "no key arguments") && onlyNotKeys(r, args) {
+			if strings.Contains(rep.Str, "no key arguments") && onlyNotKeys(r, args) {
 				notKey++
 				continue
 			}
-			t.Errorf("%s: %q: Resolver.Keys = %q, %v; COMMAND GETKEYS error %q", engine, s, strs(got), kerr, rep.str)
+			t.Errorf("%s: %q: Resolver.Keys = %q, %v; COMMAND GETKEYS error %q", engine, s, strs(got), kerr, rep.Str)
 		default:
 			t.Fatalf("%s: %q: unexpected reply %v", engine, s, rep)
 		}
 	}
 	t.Logf("%s: %d samples of %d commands: %d agree on keys, %d agree on none, %d shard-channel samples",
-		engine, len(samples), len(docs[0].arr)/2, withKeys, none, notKey)
+		engine, len(samples), len(docs[0].Elems)/2, withKeys, none, notKey)
 	t.Logf("%s: %d samples whose keys the built-in table alone misses: %q", engine, len(builtinWrong), builtinWrong)
 	if withKeys < 100 {
 		t.Errorf("%s: only %d samples with keys", engine, withKeys)

@@ -344,10 +344,10 @@ func TestKeysOracle(t *testing.T) {
 			covered[info.Name] = true
 		}
 		switch {
-		case r.kind == '*':
-			want := make([]string, len(r.arr))
-			for j, e := range r.arr {
-				want[j] = e.str
+		case r.Type == '*':
+			want := make([]string, len(r.Elems))
+			for j, e := range r.Elems {
+				want[j] = e.Str
 			}
 			if kerr != nil && (len(want) == 0 || stricterThanGetkeys(args)) {
 				// Keys refuses what the engine will refuse: GETKEYS answers
@@ -369,16 +369,16 @@ func TestKeysOracle(t *testing.T) {
 			} else {
 				agreeNone++
 			}
-		case r.kind == '-':
+		case r.Type == '-':
 			if len(got) == 0 {
 				agreeNone++
 				continue
 			}
-			if info != nil && isNotKeyOnly(info) && strings.Contains(r.str, "no key arguments") {
+			if info != nil && isNotKeyOnly(info) && strings.Contains(r.Str, "no key arguments") {
 				notKey++ // shard channels: Keys includes not_key specs, GETKEYS does not
 				continue
 			}
-			t.Errorf("%q: Keys = %q, %v; COMMAND GETKEYS error %q", args, strs(got), kerr, r.str)
+			t.Errorf("%q: Keys = %q, %v; COMMAND GETKEYS error %q", args, strs(got), kerr, r.Str)
 		default:
 			t.Fatalf("%q: unexpected reply %v", args, r)
 		}
@@ -567,7 +567,7 @@ var oracleSamples = []string{
 func TestKeysErrorTextOracle(t *testing.T) {
 	t.Parallel() // a fresh node takes about 2 s to report cluster_state:ok
 	rc := startClusterRedis(t)
-	if r, err := rc.pipeline([][][]byte{argv("CLUSTER ADDSLOTSRANGE 0 16383")}); err != nil || r[0].str != "OK" {
+	if r, err := rc.pipeline([][][]byte{argv("CLUSTER ADDSLOTSRANGE 0 16383")}); err != nil || r[0].Str != "OK" {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v %v", r, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -575,11 +575,11 @@ func TestKeysErrorTextOracle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(r[0].str, "cluster_state:ok") {
+		if strings.Contains(r[0].Str, "cluster_state:ok") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster state not ok: %s", r[0].str)
+			t.Fatalf("cluster state not ok: %s", r[0].Str)
 		}
 	}
 	cases := []struct {
@@ -630,7 +630,7 @@ func TestKeysErrorTextOracle(t *testing.T) {
 		if _, err := Keys(cmds[i], nil); err != tc.err {
 			t.Errorf("Keys(%s) error = %v, want %v", tc.line, err, tc.err)
 		}
-		if r := replies[i]; r.kind != '-' || r.str != tc.text {
+		if r := replies[i]; r.Type != '-' || r.Str != tc.text {
 			t.Errorf("%s: engine replied %v, documented %q", tc.line, r, tc.text)
 		}
 	}

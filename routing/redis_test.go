@@ -1,17 +1,12 @@
 package routing
 
 import (
-	"bufio"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"strconv"
-	"strings"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // startClusterRedis runs a cluster-enabled redis-server without persistence
@@ -25,115 +20,29 @@ func startClusterRedis(t *testing.T) *respConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rc.c.Close() })
+	t.Cleanup(func() { rc.Close() })
 	return rc
 }
 
-// respConn is a minimal RESP2 client for the oracle tests.
-type respConn struct {
-	c net.Conn
-	r *bufio.Reader
-}
+// respConn is the oracle tests' connection to a real engine.
+type respConn struct{ *respconn.Conn }
 
 func dialRESP(addr string) (*respConn, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: time.Second})
 	if err != nil {
 		return nil, err
 	}
-	return &respConn{c: c, r: bufio.NewReader(c)}, nil
+	return &respConn{c}, nil
 }
 
-// reply is a decoded RESP2 reply: kind is the type byte ('+', '-', ':',
-// '$', '*'); str holds simple strings, errors, integers and bulk strings.
-type reply struct {
-	kind byte
-	str  string
-	null bool
-	arr  []reply
-}
-
-func (r reply) String() string {
-	switch {
-	case r.null:
-		return "(nil)"
-	case r.kind == '*':
-		parts := make([]string, len(r.arr))
-		for i, e := range r.arr {
-			parts[i] = e.String()
+// pipeline sends all cmds (binary arguments) in one write and reads one
+// reply per command, within 30 s.
+func (rc *respConn) pipeline(cmds [][][]byte) ([]respconn.Value, error) {
+	strs := make([][]string, len(cmds))
+	for i, args := range cmds {
+		for _, a := range args {
+			strs[i] = append(strs[i], string(a))
 		}
-		return "[" + strings.Join(parts, " ") + "]"
-	case r.kind == '$':
-		return strconv.Quote(r.str)
 	}
-	return string(r.kind) + r.str
-}
-
-// pipeline sends all cmds in one go (writing from a goroutine, so neither
-// side's socket buffer can stall the other) and reads one reply per command.
-func (rc *respConn) pipeline(cmds [][][]byte) ([]reply, error) {
-	rc.c.SetDeadline(time.Now().Add(30 * time.Second))
-	werr := make(chan error, 1)
-	go func() {
-		w := bufio.NewWriterSize(rc.c, 64<<10)
-		for _, args := range cmds {
-			fmt.Fprintf(w, "*%d\r\n", len(args))
-			for _, a := range args {
-				fmt.Fprintf(w, "$%d\r\n", len(a))
-				w.Write(a)
-				w.WriteString("\r\n")
-			}
-		}
-		werr <- w.Flush()
-	}()
-	out := make([]reply, 0, len(cmds))
-	for range cmds {
-		r, err := rc.read()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, <-werr
-}
-
-func (rc *respConn) read() (reply, error) {
-	line, err := rc.r.ReadString('\n')
-	if err != nil {
-		return reply{}, err
-	}
-	if len(line) < 3 || !strings.HasSuffix(line, "\r\n") {
-		return reply{}, fmt.Errorf("bad reply line %q", line)
-	}
-	r := reply{kind: line[0], str: line[1 : len(line)-2]}
-	switch r.kind {
-	case '+', '-', ':':
-		return r, nil
-	case '$', '*':
-		n, err := strconv.Atoi(r.str)
-		if err != nil {
-			return reply{}, fmt.Errorf("bad length in %q", line)
-		}
-		if n < 0 {
-			r.null = true
-			return r, nil
-		}
-		if r.kind == '$' {
-			buf := make([]byte, n+2)
-			if _, err := io.ReadFull(rc.r, buf); err != nil {
-				return reply{}, err
-			}
-			r.str = string(buf[:n])
-			return r, nil
-		}
-		r.str = ""
-		for range n {
-			e, err := rc.read()
-			if err != nil {
-				return reply{}, err
-			}
-			r.arr = append(r.arr, e)
-		}
-		return r, nil
-	}
-	return reply{}, errors.New("unknown reply type in " + strconv.Quote(line))
+	return rc.Pipeline(30*time.Second, strs...)
 }

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // refSlot is the Redis Cluster specification's keyHashSlot written plainly:
@@ -197,8 +199,8 @@ func TestSlotOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range replies {
-		want, err := strconv.Atoi(r.str)
-		if r.kind != ':' || err != nil {
+		want := int(r.Int)
+		if r.Type != respconn.TypeInteger {
 			t.Fatalf("CLUSTER KEYSLOT %q = %v, want an integer", keys[i], r)
 		}
 		if got := Slot(keys[i]); int(got) != want {

@@ -1,12 +1,11 @@
 package engine
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Timeouts and reconnection pacing of the side connections.
@@ -29,73 +28,17 @@ const (
 	pollName  = "respmeter-poll"
 )
 
-// conn is one side connection. It is used by one goroutine only (the Run
-// goroutine of its Probe or Poller); close may be called from any goroutine.
-type conn struct {
-	nc   net.Conn
-	r    *bufio.Reader
-	wbuf []byte
-	stop func() bool // unregisters the close-on-cancel hook
-}
+// conn is one side connection; see dial.
+type conn = respconn.Conn
 
-// dial connects to addr, names the connection with CLIENT SETNAME and arms a
-// hook that closes it as soon as ctx is done, so that a blocked read returns
-// at once. An error reply to CLIENT SETNAME (an engine without it) is not a
-// failure; an error reply that means the engine cannot serve us (NOAUTH,
-// LOADING) surfaces on the first real command.
+// dial connects to addr and names the connection with CLIENT SETNAME (an
+// error reply to it, from an engine without it, is not a failure; one that
+// means the engine cannot serve us, NOAUTH or LOADING, surfaces on the first
+// real command). The connection is closed as soon as ctx is done, so that a
+// blocked read returns at once. It is used by one goroutine only (the Run
+// goroutine of its Probe or Poller).
 func dial(ctx context.Context, addr, name string) (*conn, error) {
-	d := net.Dialer{Timeout: dialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	c := &conn{nc: nc, r: bufio.NewReaderSize(nc, maxLineLen)}
-	c.stop = context.AfterFunc(ctx, func() { _ = nc.Close() })
-	if _, err := c.do(dialTimeout, "CLIENT", "SETNAME", name); err != nil {
-		c.close()
-		return nil, fmt.Errorf("client setname: %w", err)
-	}
-	return c, nil
-}
-
-// do sends one command and reads its reply within timeout.
-func (c *conn) do(timeout time.Duration, args ...string) (value, error) {
-	vs, err := c.pipeline(timeout, args)
-	if err != nil {
-		return value{}, err
-	}
-	return vs[0], nil
-}
-
-// pipeline sends cmds in one write and reads their replies, all within
-// timeout. Error replies are returned as values, not errors: the error is
-// for the connection (I/O, timeout, malformed bytes), after which c must be
-// closed.
-func (c *conn) pipeline(timeout time.Duration, cmds ...[]string) ([]value, error) {
-	if err := c.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
-	}
-	c.wbuf = c.wbuf[:0]
-	for _, args := range cmds {
-		c.wbuf = appendCommand(c.wbuf, args...)
-	}
-	if _, err := c.nc.Write(c.wbuf); err != nil {
-		return nil, err
-	}
-	out := make([]value, len(cmds))
-	for i := range out {
-		v, err := readValue(c.r)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = v
-	}
-	return out, nil
-}
-
-func (c *conn) close() {
-	c.stop()
-	_ = c.nc.Close()
+	return respconn.Dial(ctx, addr, respconn.Options{Timeout: dialTimeout, Name: name})
 }
 
 // sleepCtx waits d or until ctx is done and reports whether ctx is still

@@ -208,7 +208,7 @@ func TestPollerDebugSleep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.close()
+	defer c.Close()
 	if err := p.poll(c); err != nil { // baseline
 		t.Fatal(err)
 	}

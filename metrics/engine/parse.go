@@ -1,11 +1,35 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
+
+// Errors. None of them reaches a caller of the exported API: they end up,
+// wrapped, in the LastErr of ProbeStats and PollerStats (with the
+// connection's own: I/O errors and respconn.ErrProtocol).
+var (
+	// errReply reports an error reply (-ERR ...) from the engine.
+	errReply = errors.New("engine: error reply")
+	// errShape reports a well-formed reply whose shape is not the one
+	// documented for the command (for example a LATENCY HISTOGRAM entry
+	// without histogram_usec).
+	errShape = errors.New("engine: unexpected reply shape")
+)
+
+// replyErr returns the engine's error message as an error wrapping errReply
+// if v is an error reply, and nil otherwise.
+func replyErr(v respconn.Value) error {
+	if v.IsError() {
+		return fmt.Errorf("%w: %s", errReply, v.Str)
+	}
+	return nil
+}
 
 // cmdHist is one command's entry of LATENCY HISTOGRAM: the engine's
 // cumulative call count and its latency histogram, both since the engine
@@ -32,50 +56,48 @@ type cmdHist struct {
 // name, not position. An empty array (Dragonfly, or latency-tracking off
 // since the last reset) decodes to an empty map. An error reply returns an
 // error wrapping errReply; any other deviation returns errShape.
-func parseLatencyHistogram(v value) (map[string]cmdHist, error) {
-	if err := v.err(); err != nil {
+func parseLatencyHistogram(v respconn.Value) (map[string]cmdHist, error) {
+	if err := replyErr(v); err != nil {
 		return nil, err
 	}
-	if v.kind != '*' || v.null || len(v.elems)%2 != 0 {
+	if v.Type != respconn.TypeArray || v.Null || len(v.Elems)%2 != 0 {
 		return nil, fmt.Errorf("%w: latency histogram: not an array of name/entry pairs", errShape)
 	}
-	out := make(map[string]cmdHist, len(v.elems)/2)
-	for i := 0; i < len(v.elems); i += 2 {
-		name, entry := v.elems[i], v.elems[i+1]
-		if !isString(name) || entry.kind != '*' || len(entry.elems)%2 != 0 {
+	out := make(map[string]cmdHist, len(v.Elems)/2)
+	for i := 0; i < len(v.Elems); i += 2 {
+		name, entry := v.Elems[i], v.Elems[i+1]
+		if !name.IsString() || entry.Type != respconn.TypeArray || len(entry.Elems)%2 != 0 {
 			return nil, fmt.Errorf("%w: latency histogram: entry %d", errShape, i/2)
 		}
 		h := cmdHist{calls: -1}
-		var cum []value
-		for j := 0; j < len(entry.elems); j += 2 {
-			k, val := entry.elems[j], entry.elems[j+1]
+		var cum []respconn.Value
+		for j := 0; j < len(entry.Elems); j += 2 {
+			k, val := entry.Elems[j], entry.Elems[j+1]
 			switch {
-			case !isString(k):
-			case k.str == "calls" && val.kind == ':':
-				h.calls = val.num
-			case k.str == "histogram_usec" && val.kind == '*':
-				cum = val.elems
+			case !k.IsString():
+			case k.Str == "calls" && val.Type == respconn.TypeInteger:
+				h.calls = val.Int
+			case k.Str == "histogram_usec" && val.Type == respconn.TypeArray:
+				cum = val.Elems
 			}
 		}
 		if h.calls < 0 || cum == nil || len(cum)%2 != 0 {
-			return nil, fmt.Errorf("%w: latency histogram: %q lacks calls or histogram_usec", errShape, name.str)
+			return nil, fmt.Errorf("%w: latency histogram: %q lacks calls or histogram_usec", errShape, name.Str)
 		}
 		h.buckets = make(map[int64]int64, len(cum)/2)
 		var lastBound, lastCount int64 = 0, 0
 		for j := 0; j < len(cum); j += 2 {
 			b, c := cum[j], cum[j+1]
-			if b.kind != ':' || c.kind != ':' || b.num <= lastBound || c.num < lastCount {
-				return nil, fmt.Errorf("%w: latency histogram: %q: buckets not ascending", errShape, name.str)
+			if b.Type != respconn.TypeInteger || c.Type != respconn.TypeInteger || b.Int <= lastBound || c.Int < lastCount {
+				return nil, fmt.Errorf("%w: latency histogram: %q: buckets not ascending", errShape, name.Str)
 			}
-			h.buckets[b.num] = c.num - lastCount
-			lastBound, lastCount = b.num, c.num
+			h.buckets[b.Int] = c.Int - lastCount
+			lastBound, lastCount = b.Int, c.Int
 		}
-		out[name.str] = h
+		out[name.Str] = h
 	}
 	return out, nil
 }
-
-func isString(v value) bool { return (v.kind == '$' || v.kind == '+') && !v.null }
 
 // cmdStat is one command's line of INFO commandstats: cumulative calls and
 // microseconds spent executing them (the engine's own time, without I/O or
@@ -85,14 +107,14 @@ type cmdStat struct {
 }
 
 // infoText returns the text of an INFO reply (a bulk string).
-func infoText(v value) (string, error) {
-	if err := v.err(); err != nil {
+func infoText(v respconn.Value) (string, error) {
+	if err := replyErr(v); err != nil {
 		return "", err
 	}
-	if v.kind != '$' || v.null {
+	if v.Type != respconn.TypeBulk || v.Null {
 		return "", fmt.Errorf("%w: INFO reply is not a bulk string", errShape)
 	}
-	return v.str, nil
+	return v.Str, nil
 }
 
 // infoFields calls fn for each "prefix<name>:<fields>" line of an INFO

@@ -15,19 +15,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // The files testdata/redis-7.0.15-*.resp are raw RESP2 replies captured from
 // redis-server 7.0.15 (-1 after CLIENT SETNAME, 4 SET, 3 GET, 2 DEBUG SLEEP
 // 0.005; -2 after CONFIG RESETSTAT and 1 GET).
 
-func readCaptured(t *testing.T, name string) value {
+func readCaptured(t *testing.T, name string) respconn.Value {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := readValue(bufio.NewReader(strings.NewReader(string(b))))
+	v, err := respconn.Read(bufio.NewReader(strings.NewReader(string(b))))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -64,8 +66,8 @@ func TestParseLatencyHistogramCaptured(t *testing.T) {
 }
 
 func TestParseLatencyHistogramBad(t *testing.T) {
-	entry := func(calls int64, cum ...int64) value {
-		var e []value
+	entry := func(calls int64, cum ...int64) respconn.Value {
+		var e []respconn.Value
 		for _, c := range cum {
 			e = append(e, num(c))
 		}
@@ -73,10 +75,10 @@ func TestParseLatencyHistogramBad(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		in   value
+		in   respconn.Value
 		want error
 	}{
-		{"error reply (Redis 6)", value{kind: '-', str: "ERR unknown subcommand 'HISTOGRAM'"}, errReply},
+		{"error reply (Redis 6)", respconn.Value{Type: '-', Str: "ERR unknown subcommand 'HISTOGRAM'"}, errReply},
 		{"not an array", bulk("x"), errShape},
 		{"odd array", arr(bulk("get")), errShape},
 		{"entry not array", arr(bulk("get"), num(1)), errShape},
@@ -131,7 +133,7 @@ func TestParseCommandStatsCaptured(t *testing.T) {
 			t.Errorf("%q: err = %v, want errShape", bad, err)
 		}
 	}
-	if _, err := infoText(value{kind: '-', str: "NOAUTH Authentication required."}); !errors.Is(err, errReply) {
+	if _, err := infoText(respconn.Value{Type: '-', Str: "NOAUTH Authentication required."}); !errors.Is(err, errReply) {
 		t.Errorf("error reply: %v", err)
 	}
 }
@@ -300,7 +302,7 @@ func TestApplyGrowth(t *testing.T) {
 // TestApplyDragonfly feeds Dragonfly-style replies: an empty LATENCY
 // HISTOGRAM, so latencystats and commandstats are the sources.
 func TestApplyDragonfly(t *testing.T) {
-	v, err := readValue(bufio.NewReader(strings.NewReader(dragonflyHistogram)))
+	v, err := respconn.Read(bufio.NewReader(strings.NewReader(dragonflyHistogram)))
 	if err != nil {
 		t.Fatal(err)
 	}

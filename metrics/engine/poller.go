@@ -163,7 +163,7 @@ func (p *Poller) Run(ctx context.Context) {
 		if err == nil {
 			bo.reset()
 			err = p.session(ctx, c)
-			c.close()
+			c.Close()
 		} else {
 			err = fmt.Errorf("dial: %w", err)
 		}
@@ -179,7 +179,7 @@ func (p *Poller) Run(ctx context.Context) {
 
 // session polls on c until ctx is done or c fails, and returns the failure.
 func (p *Poller) session(ctx context.Context, c *conn) error {
-	v, err := c.do(opTimeout, "INFO", "server")
+	v, err := c.Do(opTimeout, "INFO", "server")
 	if err != nil {
 		return fmt.Errorf("info server: %w", err)
 	}
@@ -237,7 +237,7 @@ func (p *Poller) noteRunID(id string) {
 func (p *Poller) poll(c *conn) error {
 	now := time.Now()
 	// Pipelined: a single-threaded engine answers both from the same state.
-	vs, err := c.pipeline(opTimeout, []string{"LATENCY", "HISTOGRAM"}, []string{"INFO", "commandstats"},
+	vs, err := c.Pipeline(opTimeout, []string{"LATENCY", "HISTOGRAM"}, []string{"INFO", "commandstats"},
 		[]string{"INFO", "cpu"}, []string{"INFO", "stats"})
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
@@ -260,7 +260,7 @@ func (p *Poller) poll(c *conn) error {
 	}
 	var lat map[string]latencyPct
 	if len(hist) == 0 {
-		v, err := c.do(opTimeout, "INFO", "latencystats")
+		v, err := c.Do(opTimeout, "INFO", "latencystats")
 		if err != nil {
 			return fmt.Errorf("poll: %w", err)
 		}

@@ -94,7 +94,7 @@ func (p *Probe) Run(ctx context.Context) {
 		}
 		bo.reset()
 		err = p.probe(ctx, c)
-		c.close()
+		c.Close()
 		if ctx.Err() != nil {
 			return
 		}
@@ -111,12 +111,12 @@ func (p *Probe) probe(ctx context.Context, c *conn) error {
 	defer tick.Stop()
 	for {
 		start := time.Now()
-		v, err := c.do(opTimeout, "PING")
+		v, err := c.Do(opTimeout, "PING")
 		rtt := time.Since(start)
 		if err != nil {
 			return fmt.Errorf("ping: %w", err)
 		}
-		if err := v.err(); err != nil {
+		if err := replyErr(v); err != nil {
 			p.fail(fmt.Errorf("ping: %w", err)) // the connection is fine
 		} else {
 			p.record(rtt)

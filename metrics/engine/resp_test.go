@@ -3,40 +3,39 @@ package engine
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
-	"testing/iotest"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
-// appendValue encodes v as RESP2, the inverse of readValue for round trips.
-func appendValue(b []byte, v value) []byte {
-	b = append(b, v.kind)
-	switch v.kind {
+// appendValue encodes v as RESP2, the inverse of respconn.Read for round trips.
+func appendValue(b []byte, v respconn.Value) []byte {
+	b = append(b, v.Type)
+	switch v.Type {
 	case '+', '-':
-		b = append(b, v.str...)
+		b = append(b, v.Str...)
 	case ':':
-		b = strconv.AppendInt(b, v.num, 10)
+		b = strconv.AppendInt(b, v.Int, 10)
 	case '$':
-		if v.null {
+		if v.Null {
 			return append(b, "-1\r\n"...)
 		}
-		b = strconv.AppendInt(b, int64(len(v.str)), 10)
+		b = strconv.AppendInt(b, int64(len(v.Str)), 10)
 		b = append(b, "\r\n"...)
-		b = append(b, v.str...)
+		b = append(b, v.Str...)
 	case '*':
-		if v.null {
+		if v.Null {
 			return append(b, "-1\r\n"...)
 		}
-		b = strconv.AppendInt(b, int64(len(v.elems)), 10)
+		b = strconv.AppendInt(b, int64(len(v.Elems)), 10)
 		b = append(b, "\r\n"...)
-		for _, e := range v.elems {
+		for _, e := range v.Elems {
 			b = appendValue(b, e)
 		}
 		return b
@@ -44,90 +43,27 @@ func appendValue(b []byte, v value) []byte {
 	return append(b, "\r\n"...)
 }
 
-func bulk(s string) value  { return value{kind: '$', str: s} }
-func num(n int64) value    { return value{kind: ':', num: n} }
-func arr(e ...value) value { return value{kind: '*', elems: append([]value{}, e...)} }
-
-func TestReadValue(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want value
-	}{
-		{"simple", "+PONG\r\n", value{kind: '+', str: "PONG"}},
-		{"error", "-ERR unknown subcommand 'HISTOGRAM'\r\n", value{kind: '-', str: "ERR unknown subcommand 'HISTOGRAM'"}},
-		{"integer", ":-42\r\n", num(-42)},
-		{"bulk", "$5\r\nhe\r\no\r\n", bulk("he\r\no")},
-		{"empty bulk", "$0\r\n\r\n", bulk("")},
-		{"null bulk", "$-1\r\n", value{kind: '$', null: true}},
-		{"null array", "*-1\r\n", value{kind: '*', null: true}},
-		{"empty array", "*0\r\n", arr()},
-		{"nested", "*2\r\n$3\r\nget\r\n*2\r\n:8\r\n:1\r\n", arr(bulk("get"), arr(num(8), num(1)))},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for _, split := range []string{"whole", "bytewise"} {
-				var r io.Reader = strings.NewReader(tt.in + "+next\r\n")
-				if split == "bytewise" {
-					r = iotest.OneByteReader(r)
-				}
-				br := bufio.NewReaderSize(r, maxLineLen)
-				got, err := readValue(br)
-				if err != nil {
-					t.Fatalf("%s: %v", split, err)
-				}
-				if !reflect.DeepEqual(got, tt.want) {
-					t.Errorf("%s: got %+v, want %+v", split, got, tt.want)
-				}
-				// The reader stops exactly at the end of the reply.
-				next, err := readValue(br)
-				if err != nil || next.str != "next" {
-					t.Errorf("%s: following reply: %+v, %v", split, next, err)
-				}
+// isRESP2 reports whether v and its elements are of RESP2 types only, the
+// ones appendValue encodes.
+func isRESP2(v respconn.Value) bool {
+	switch v.Type {
+	case '+', '-', ':', '$':
+		return true
+	case '*':
+		for _, e := range v.Elems {
+			if !isRESP2(e) {
+				return false
 			}
-		})
+		}
+		return true
 	}
+	return false
 }
 
-func TestReadValueBad(t *testing.T) {
-	long := "+" + strings.Repeat("x", maxLineLen) + "\r\n"
-	deep := strings.Repeat("*1\r\n", maxDepth+1) + ":1\r\n"
-	tests := []struct {
-		name    string
-		in      string
-		wantErr error // errProtocol, or the reader's error for a cut reply
-	}{
-		{"unknown type", "%1\r\n", errProtocol},
-		{"LF only", "+OK\n", errProtocol},
-		{"empty line", "\r\n", errProtocol},
-		{"bad integer", ":12a\r\n", errProtocol},
-		{"bad length", "$x\r\n", errProtocol},
-		{"negative length", "$-2\r\n", errProtocol},
-		{"bulk too long", "$" + strconv.Itoa(maxBulkLen+1) + "\r\n", errProtocol},
-		{"array too long", "*" + strconv.Itoa(maxArrayLen+1) + "\r\n", errProtocol},
-		{"bulk without CRLF", "$2\r\nabcd", errProtocol},
-		{"line too long", long, errProtocol},
-		{"too deep", deep, errProtocol},
-		{"cut line", "+PON", io.EOF},
-		{"cut bulk", "$5\r\nab", io.ErrUnexpectedEOF},
-		{"cut array", "*2\r\n:1\r\n", io.EOF},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := readValue(bufio.NewReaderSize(strings.NewReader(tt.in), maxLineLen))
-			if !errors.Is(err, tt.wantErr) {
-				t.Errorf("err = %v, want %v", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestAppendCommand(t *testing.T) {
-	got := string(appendCommand(nil, "CLIENT", "SETNAME", "respmeter-probe"))
-	want := "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$15\r\nrespmeter-probe\r\n"
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
+func bulk(s string) respconn.Value { return respconn.Value{Type: respconn.TypeBulk, Str: s} }
+func num(n int64) respconn.Value   { return respconn.Value{Type: respconn.TypeInteger, Int: n} }
+func arr(e ...respconn.Value) respconn.Value {
+	return respconn.Value{Type: respconn.TypeArray, Elems: append([]respconn.Value{}, e...)}
 }
 
 // TestReadValueCapturedSplits reads every captured reply cut at random
@@ -139,13 +75,13 @@ func TestReadValueCapturedSplits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := readValue(bufio.NewReader(bytes.NewReader(b)))
+		want, err := respconn.Read(bufio.NewReader(bytes.NewReader(b)))
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
 		for range 20 {
 			r := &chunkReader{b: b, rng: rng}
-			got, err := readValue(bufio.NewReaderSize(r, maxLineLen))
+			got, err := respconn.Read(bufio.NewReaderSize(r, respconn.MaxLineLen))
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s: split read: %v", path, err)
 			}
@@ -178,8 +114,8 @@ func capturedFiles(t testing.TB) []string {
 	return paths
 }
 
-// FuzzReadValue checks that readValue never panics and that what it accepts
-// survives a round trip: encoded again and read back, the value is the same.
+// FuzzReadValue checks that respconn.Read never panics and that what it accepts
+// survives a round trip: encoded again and read back, the respconn.Value is the same.
 func FuzzReadValue(f *testing.F) {
 	for _, path := range capturedFiles(f) {
 		b, err := os.ReadFile(path)
@@ -194,12 +130,12 @@ func FuzzReadValue(f *testing.F) {
 		if len(in) > 1<<16 {
 			return
 		}
-		v, err := readValue(bufio.NewReaderSize(bytes.NewReader(in), maxLineLen))
-		if err != nil {
+		v, err := respconn.Read(bufio.NewReaderSize(bytes.NewReader(in), respconn.MaxLineLen))
+		if err != nil || !isRESP2(v) {
 			return
 		}
 		enc := appendValue(nil, v)
-		again, err := readValue(bufio.NewReaderSize(bytes.NewReader(enc), maxLineLen))
+		again, err := respconn.Read(bufio.NewReaderSize(bytes.NewReader(enc), respconn.MaxLineLen))
 		if err != nil {
 			t.Fatalf("re-encoded %q: %v", enc, err)
 		}

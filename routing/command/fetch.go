@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command/internal/cmdgen"
 )
 
@@ -75,51 +75,42 @@ func fetchInfo(ctx context.Context, addr string, timeout time.Duration) (map[str
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("%w (%v)", ctx.Err(), err)
 		}
-		if errors.Is(err, cmdgen.ErrProtocol) {
+		if errors.Is(err, respconn.ErrProtocol) {
 			return fmt.Errorf("%w: %w", ErrBadReply, err)
 		}
 		return err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := respconn.Dial(ctx, addr, respconn.Options{})
 	if err != nil {
 		return nil, fail(err)
 	}
-	defer c.Close()
-	// Unblock reads and writes once ctx ends (ctx.Err() is set by then, so
-	// fail sees it; a conn deadline at the same instant might not).
-	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	conn := cmdgen.NewConn(c)
+	defer c.Close() // Dial closes it as soon as ctx ends, so fail sees ctx.Err()
 
-	var refusal cmdgen.ServerError
-	v, err := conn.Do("COMMAND", "INFO")
-	infoAnswer := "an empty array"
-	switch {
-	case errors.As(err, &refusal):
-		infoAnswer = fmt.Sprintf("%q", string(refusal))
-	case err != nil:
+	v, err := c.Do(0, "COMMAND", "INFO")
+	if err != nil {
 		return nil, fail(err)
 	}
-	if a, ok := v.([]any); err != nil || (ok && len(a) == 0) {
-		v, err = conn.Do("COMMAND")
-		if errors.As(err, &refusal) {
-			return nil, fmt.Errorf("%w: COMMAND INFO answered %s, COMMAND %q", ErrRefused, infoAnswer, string(refusal))
-		}
-		if err != nil {
+	infoAnswer := "an empty array"
+	if v.IsError() {
+		infoAnswer = fmt.Sprintf("%q", v.Str)
+	}
+	if v.IsError() || (v.IsArray() && len(v.Elems) == 0) {
+		if v, err = c.Do(0, "COMMAND"); err != nil {
 			return nil, fail(err)
 		}
+		if v.IsError() {
+			return nil, fmt.Errorf("%w: COMMAND INFO answered %s, COMMAND %q", ErrRefused, infoAnswer, v.Str)
+		}
 	}
-	all, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: got %T, want array", ErrBadReply, v)
+	if !v.IsArray() {
+		return nil, fmt.Errorf("%w: got %T, want array", ErrBadReply, v.Any())
 	}
-	m := make(map[string]*Info, len(all))
-	for _, e := range all {
-		if e == nil { // COMMAND INFO's answer for an unknown name; none asked
+	m := make(map[string]*Info, len(v.Elems))
+	for _, e := range v.Elems {
+		if e.Null { // COMMAND INFO's answer for an unknown name; none asked
 			continue
 		}
-		cmd, err := cmdgen.DecodeCommand(e, true)
+		cmd, err := cmdgen.DecodeCommand(e.Any(), true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 		}

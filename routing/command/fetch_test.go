@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command/internal/cmdgen"
 )
 
@@ -472,18 +472,13 @@ func FuzzFetchReply(f *testing.F) {
 		if len(b) > 4096 {
 			return
 		}
-		rw := struct {
-			io.Reader
-			io.Writer
-		}{bytes.NewReader(b), io.Discard}
-		v, err := cmdgen.NewConn(rw).Do("COMMAND", "INFO")
+		v, err := respconn.Read(bufio.NewReaderSize(bytes.NewReader(b), respconn.MaxLineLen))
 		if err != nil {
 			return
 		}
-		all, _ := v.([]any)
-		for _, e := range all {
+		for _, e := range v.Elems {
 			for _, lax := range []bool{false, true} {
-				if c, err := cmdgen.DecodeCommand(e, lax); err == nil {
+				if c, err := cmdgen.DecodeCommand(e.Any(), lax); err == nil {
 					_ = infoOf(c)
 				}
 			}

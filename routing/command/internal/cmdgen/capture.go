@@ -1,15 +1,13 @@
 package cmdgen
 
 import (
-	"bufio"
-	"errors"
+	"context"
 	"fmt"
-	"io"
-	"net"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Capture dials a redis-server at addr (host:port), switches to RESP3 with
@@ -17,45 +15,51 @@ import (
 // specs) and version. It sets a deadline of timeout on the whole exchange.
 // Entries are decoded by DecodeCommand in strict mode.
 func Capture(addr string, timeout time.Duration) (*File, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("cmdgen: dial %s: %w", addr, err)
 	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, fmt.Errorf("cmdgen: set deadline: %w", err)
+	defer c.Close() // Dial closes it when ctx ends: the whole exchange's deadline
+	// do runs one command; an error reply is an error.
+	do := func(args ...string) (respconn.Value, error) {
+		v, err := c.Do(0, args...)
+		if err == nil {
+			err = v.Err()
+		}
+		if err != nil {
+			return respconn.Value{}, fmt.Errorf("cmdgen: %s: %w", args[0], err)
+		}
+		return v, nil
 	}
-	c := NewConn(conn)
 
-	if _, err := c.Do("HELLO", "3"); err != nil {
+	if _, err := do("HELLO", "3"); err != nil {
 		return nil, err
 	}
-	v, err := c.Do("INFO", "server")
+	v, err := do("INFO", "server")
 	if err != nil {
 		return nil, err
 	}
-	info, ok := v.(string)
-	if !ok {
-		return nil, fmt.Errorf("cmdgen: INFO server: got %T, want string", v)
+	if !v.IsString() {
+		return nil, fmt.Errorf("cmdgen: INFO server: got %v, want string", v)
 	}
-	version := infoField(info, "redis_version")
+	version := infoField(v.Str, "redis_version")
 	if version == "" {
 		return nil, fmt.Errorf("cmdgen: INFO server has no redis_version")
 	}
-	v, err = c.Do("COMMAND", "INFO")
-	if err != nil {
+	if v, err = do("COMMAND", "INFO"); err != nil {
 		return nil, err
 	}
-	all, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("cmdgen: COMMAND INFO: got %T, want array", v)
+	if !v.IsArray() {
+		return nil, fmt.Errorf("cmdgen: COMMAND INFO: got %v, want array", v)
 	}
 	f := &File{Server: "redis-server " + version, Version: version}
-	for _, e := range all {
-		if e == nil { // COMMAND INFO answers nil for unknown names; none asked
+	for _, e := range v.Elems {
+		if e.Null { // COMMAND INFO answers nil for unknown names; none asked
 			continue
 		}
-		cmd, err := DecodeCommand(e, false)
+		cmd, err := DecodeCommand(e.Any(), false)
 		if err != nil {
 			return nil, err
 		}
@@ -84,7 +88,7 @@ func sortCommands(cmds []*Command) {
 // DecodeCommand converts one element of a COMMAND INFO (or COMMAND) reply
 // into a Command. It is the one decoder of command entries: Capture uses it
 // for the generator's JSON, and package command's FetchInfo for the table of
-// a running engine. It takes the reply as Conn.Do decodes it in either
+// a running engine. It takes the reply as respconn.Value.Any gives it in either
 // protocol: a key spec and its begin_search and find_keys are RESP3 maps
 // (map[string]any) or, over RESP2, flat arrays of alternating keys and
 // values. Names are lower-cased ("client|reply" for a subcommand); empty
@@ -319,177 +323,4 @@ func toStrings(v any) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// Conn is a minimal RESP client, enough for Capture and for package
-// command's FetchInfo: one request at a time, replies decoded into nil,
-// string, int64, float64, bool, []any (arrays, sets, pushes),
-// map[string]any (maps) and ServerError (error replies, returned as errors
-// by Do). It speaks RESP2 until HELLO 3 is sent through it, and decodes
-// RESP3 types whenever they come. It is not safe for concurrent use.
-type Conn struct {
-	w io.Writer
-	r *bufio.Reader
-}
-
-// NewConn returns a Conn that writes requests to rw and reads replies
-// from it. Deadlines and closing are the caller's.
-func NewConn(rw io.ReadWriter) *Conn {
-	return &Conn{w: rw, r: bufio.NewReader(rw)}
-}
-
-// Bounds of the reader: a confused or hostile peer cannot make it allocate
-// without bound (maxLen bounds every announced length) or recurse without
-// bound (maxDepth; COMMAND INFO nests 8 deep: reply, entry, subcommands,
-// entry, key specs, key spec, begin_search, spec, value).
-const (
-	maxLen   = 64 << 20
-	maxDepth = 16
-)
-
-// ErrProtocol is wrapped by Do's error when the reply is not RESP, nests
-// deeper than the reader allows or announces a length over its bound.
-var ErrProtocol = errors.New("cmdgen: malformed RESP reply")
-
-// ServerError is an error reply from the server.
-type ServerError string
-
-func (e ServerError) Error() string { return "cmdgen: server error: " + string(e) }
-
-// Do sends args as one command and reads its reply. An error reply comes
-// back as an error wrapping ServerError (errors.As gives its text); a reply
-// that is not RESP gives an error wrapping ErrProtocol; other errors are the
-// I/O errors, wrapped.
-func (c *Conn) Do(args ...string) (any, error) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	if _, err := io.WriteString(c.w, b.String()); err != nil {
-		return nil, fmt.Errorf("cmdgen: write %s: %w", args[0], err)
-	}
-	v, err := c.read(0)
-	if err != nil {
-		return nil, fmt.Errorf("cmdgen: read reply to %s: %w", args[0], err)
-	}
-	if e, ok := v.(ServerError); ok {
-		return nil, fmt.Errorf("%s: %w", args[0], e)
-	}
-	return v, nil
-}
-
-func (c *Conn) line() (string, error) {
-	s, err := c.r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	if !strings.HasSuffix(s, "\r\n") {
-		return "", fmt.Errorf("%w: line not terminated by CRLF", ErrProtocol)
-	}
-	return s[:len(s)-2], nil
-}
-
-func (c *Conn) read(depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("%w: nested deeper than %d", ErrProtocol, maxDepth)
-	}
-	l, err := c.line()
-	if err != nil {
-		return nil, err
-	}
-	if l == "" {
-		return nil, fmt.Errorf("%w: empty line", ErrProtocol)
-	}
-	typ, rest := l[0], l[1:]
-	switch typ {
-	case '+':
-		return rest, nil
-	case '-':
-		return ServerError(rest), nil
-	case ':':
-		n, err := strconv.ParseInt(rest, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bad integer %q", ErrProtocol, rest)
-		}
-		return n, nil
-	case ',':
-		f, err := strconv.ParseFloat(rest, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bad double %q", ErrProtocol, rest)
-		}
-		return f, nil
-	case '(':
-		return rest, nil
-	case '#':
-		return rest == "t", nil
-	case '_':
-		return nil, nil
-	case '$', '=', '!':
-		n, err := parseLen(rest)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(c.r, buf); err != nil {
-			return nil, err
-		}
-		s := string(buf[:n])
-		if typ == '=' && len(s) >= 4 { // verbatim: "txt:" prefix
-			s = s[4:]
-		}
-		if typ == '!' {
-			return ServerError(s), nil
-		}
-		return s, nil
-	case '*', '~', '>':
-		n, err := parseLen(rest)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		a := make([]any, 0, min(n, 1024))
-		for range n {
-			v, err := c.read(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		return a, nil
-	case '%', '|':
-		n, err := parseLen(rest)
-		if err != nil || n < 0 {
-			return nil, err
-		}
-		m := make(map[string]any, min(n, 1024))
-		for range n {
-			k, err := c.read(depth + 1)
-			if err != nil {
-				return nil, err
-			}
-			ks, ok := k.(string)
-			if !ok {
-				return nil, fmt.Errorf("%w: map key: got %T, want string", ErrProtocol, k)
-			}
-			if m[ks], err = c.read(depth + 1); err != nil {
-				return nil, err
-			}
-		}
-		if typ == '|' { // attribute: metadata for the next reply, dropped
-			return c.read(depth)
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("%w: unknown RESP type byte %q", ErrProtocol, typ)
-}
-
-func parseLen(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < -1 {
-		return 0, fmt.Errorf("%w: bad length %q", ErrProtocol, s)
-	}
-	if n > maxLen {
-		return 0, fmt.Errorf("%w: length %d over limit %d", ErrProtocol, n, maxLen)
-	}
-	return n, nil
 }

@@ -1,0 +1,316 @@
+// Package respconn is a small blocking RESP client for respmeter's side
+// connections: the engine probe and poller, the cluster topology fetch, the
+// command table fetch and the proxy's auth check. It is not on the hot path
+// (proxy/resp frames client and upstream traffic there) and imports nothing
+// of respmeter, so every other package may use it.
+//
+// Read decodes one RESP2 or RESP3 reply (RESP3 spec:
+// https://github.com/redis/redis-specifications/blob/master/protocol/RESP3.md)
+// into a Value, bounding every announced length before allocating; Conn
+// sends commands and reads their replies with a deadline.
+package respconn
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// RESP type bytes: the first byte of every reply line. RESP2 has the first
+// five; the rest are RESP3's, sent after HELLO 3.
+const (
+	TypeSimple    byte = '+' // simple string
+	TypeError     byte = '-' // simple error
+	TypeInteger   byte = ':' // signed 64-bit integer
+	TypeBulk      byte = '$' // bulk string; $-1 is RESP2's null
+	TypeArray     byte = '*' // array; *-1 is RESP2's null array
+	TypeNull      byte = '_' // RESP3 null
+	TypeDouble    byte = ',' // RESP3 double, as text (inf, -inf, nan too)
+	TypeBoolean   byte = '#' // RESP3 boolean: #t or #f
+	TypeBigNumber byte = '(' // RESP3 big number, as decimal text
+	TypeBulkError byte = '!' // RESP3 bulk error
+	TypeVerbatim  byte = '=' // RESP3 verbatim string: "txt:" or "mkd:" then the text
+	TypeMap       byte = '%' // RESP3 map: keys and values alternating in Elems
+	TypeSet       byte = '~' // RESP3 set
+	TypePush      byte = '>' // RESP3 push (out-of-band data)
+	TypeAttribute byte = '|' // RESP3 attribute: Read drops it and returns the reply it annotates
+)
+
+// Limits of Read, checked before allocating. A line (simple string, error,
+// number, or the header of a bulk or aggregate) is bounded by the size of
+// the bufio.Reader's buffer; Dial makes it MaxLineLen.
+const (
+	MaxLineLen  = 64 << 10 // longest line, CRLF included, read by a Conn
+	MaxBulkLen  = 16 << 20 // longest bulk string, bulk error or verbatim string, in bytes
+	MaxElems    = 1 << 20  // most elements of one aggregate (a map's pairs count twice)
+	MaxDepth    = 16       // deepest aggregate nesting (COMMAND INFO over RESP3 nests 8)
+	maxInitCap  = 1024     // aggregates grow with the elements actually read beyond this
+	verbatimTag = 4        // "txt:" before a verbatim string's text
+)
+
+// ErrProtocol is wrapped by Read's error when the bytes are not RESP, or
+// break one of the limits above.
+var ErrProtocol = errors.New("respconn: malformed reply")
+
+// ServerError is an error reply (-ERR ... or RESP3 !) from the server: its
+// text, error code first ("NOAUTH Authentication required.").
+type ServerError string
+
+func (e ServerError) Error() string { return "respconn: server error: " + string(e) }
+
+// Value is one reply.
+type Value struct {
+	Type  byte    // one of the Type constants (never TypeAttribute)
+	Null  bool    // TypeNull, $-1 or *-1
+	Str   string  // simple/bulk string, error text, verbatim text (tag dropped), double and big number text
+	Int   int64   // TypeInteger; TypeBoolean: 1 for #t, 0 for #f
+	Elems []Value // TypeArray, TypeSet, TypePush; TypeMap: key, value, key, value, ...
+}
+
+// IsError reports whether v is an error reply.
+func (v Value) IsError() bool { return v.Type == TypeError || v.Type == TypeBulkError }
+
+// Err returns v's text as a ServerError if v is an error reply, and nil
+// otherwise.
+func (v Value) Err() error {
+	if v.IsError() {
+		return ServerError(v.Str)
+	}
+	return nil
+}
+
+// IsString reports whether v is a non-null simple, bulk or verbatim string.
+func (v Value) IsString() bool {
+	return !v.Null && (v.Type == TypeSimple || v.Type == TypeBulk || v.Type == TypeVerbatim)
+}
+
+// IsArray reports whether v is a non-null array, set or push.
+func (v Value) IsArray() bool {
+	return !v.Null && (v.Type == TypeArray || v.Type == TypeSet || v.Type == TypePush)
+}
+
+// Any returns v as plain Go values: nil (null), string (strings, big
+// numbers), int64, float64 (a double; 0 for text that does not parse),
+// bool, ServerError (an error reply), []any (arrays, sets, pushes) and
+// map[string]any (a map; keys that are not strings are formatted with %v,
+// a later duplicate wins).
+func (v Value) Any() any {
+	switch {
+	case v.Null:
+		return nil
+	case v.IsError():
+		return ServerError(v.Str)
+	}
+	switch v.Type {
+	case TypeInteger:
+		return v.Int
+	case TypeBoolean:
+		return v.Int == 1
+	case TypeDouble:
+		f, _ := strconv.ParseFloat(v.Str, 64)
+		return f
+	case TypeArray, TypeSet, TypePush:
+		a := make([]any, len(v.Elems))
+		for i, e := range v.Elems {
+			a[i] = e.Any()
+		}
+		return a
+	case TypeMap:
+		m := make(map[string]any, len(v.Elems)/2)
+		for i := 0; i+1 < len(v.Elems); i += 2 {
+			k, ok := v.Elems[i].Any().(string)
+			if !ok {
+				k = fmt.Sprint(v.Elems[i].Any())
+			}
+			m[k] = v.Elems[i+1].Any()
+		}
+		return m
+	}
+	return v.Str
+}
+
+// String formats v for error messages: strings quoted with their type
+// byte, aggregates in brackets, cut at 200 bytes.
+func (v Value) String() string {
+	switch {
+	case v.Type == 0:
+		return "(absent)"
+	case v.Null:
+		return "(nil)"
+	case v.Type == TypeInteger:
+		return strconv.FormatInt(v.Int, 10)
+	case v.Type == TypeBoolean:
+		return strconv.FormatBool(v.Int == 1)
+	case len(v.Elems) > 0 || v.Type == TypeArray || v.Type == TypeSet || v.Type == TypePush || v.Type == TypeMap:
+		b := []byte{'['}
+		for i, e := range v.Elems {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, e.String()...)
+			if len(b) > 200 {
+				return string(b[:200]) + "...]"
+			}
+		}
+		return string(append(b, ']'))
+	}
+	return string(v.Type) + strconv.Quote(v.Str)
+}
+
+// Read reads one complete reply from r. It returns an error wrapping
+// ErrProtocol for bytes that are not RESP2/RESP3 or break a limit (a line
+// longer than r's buffer, a length over MaxBulkLen or MaxElems, nesting
+// deeper than MaxDepth), and r's error (io.EOF, io.ErrUnexpectedEOF inside a
+// bulk string, a timeout, ...) when the reply is cut short. Streamed strings
+// and aggregates (RESP3 "$?", "*?") are refused as ErrProtocol: no engine
+// sends them to a side connection.
+func Read(r *bufio.Reader) (Value, error) { return read(r, 0) }
+
+func read(r *bufio.Reader, depth int) (Value, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return Value{}, err
+	}
+	if len(line) == 0 {
+		return Value{}, fmt.Errorf("%w: empty line", ErrProtocol)
+	}
+	v := Value{Type: line[0]}
+	body := line[1:]
+	switch v.Type {
+	case TypeSimple, TypeError, TypeBigNumber:
+		v.Str = string(body)
+	case TypeDouble:
+		if _, err := strconv.ParseFloat(string(body), 64); err != nil {
+			return Value{}, fmt.Errorf("%w: double %q", ErrProtocol, body)
+		}
+		v.Str = string(body)
+	case TypeInteger:
+		if v.Int, err = parseInt(body); err != nil {
+			return Value{}, err
+		}
+	case TypeNull:
+		if len(body) != 0 {
+			return Value{}, fmt.Errorf("%w: null %q", ErrProtocol, line)
+		}
+		v.Null = true
+	case TypeBoolean:
+		switch string(body) {
+		case "t":
+			v.Int = 1
+		case "f":
+		default:
+			return Value{}, fmt.Errorf("%w: boolean %q", ErrProtocol, line)
+		}
+	case TypeBulk, TypeBulkError, TypeVerbatim:
+		n, err := parseLen(body, MaxBulkLen)
+		if err != nil {
+			return Value{}, err
+		}
+		if n < 0 {
+			v.Null = true
+			break
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return Value{}, err
+		}
+		if buf[n] != '\r' || buf[n+1] != '\n' {
+			return Value{}, fmt.Errorf("%w: bulk of %d bytes not followed by CRLF", ErrProtocol, n)
+		}
+		if v.Type == TypeVerbatim {
+			if n < verbatimTag || buf[verbatimTag-1] != ':' {
+				return Value{}, fmt.Errorf("%w: verbatim string without its format tag", ErrProtocol)
+			}
+			buf = buf[verbatimTag:]
+			n -= verbatimTag
+		}
+		v.Str = string(buf[:n])
+	case TypeArray, TypeSet, TypePush, TypeMap, TypeAttribute:
+		if depth >= MaxDepth {
+			return Value{}, fmt.Errorf("%w: aggregates nested deeper than %d", ErrProtocol, MaxDepth)
+		}
+		n, err := parseLen(body, MaxElems)
+		if err != nil {
+			return Value{}, err
+		}
+		if n < 0 {
+			v.Null = true
+			break
+		}
+		if v.Type == TypeMap || v.Type == TypeAttribute {
+			if n > MaxElems/2 {
+				return Value{}, fmt.Errorf("%w: map of %d pairs over %d elements", ErrProtocol, n, MaxElems)
+			}
+			n *= 2
+		}
+		// Grow with the elements actually read rather than trusting n.
+		v.Elems = make([]Value, 0, min(n, maxInitCap))
+		for range n {
+			e, err := read(r, depth+1)
+			if err != nil {
+				return Value{}, err
+			}
+			v.Elems = append(v.Elems, e)
+		}
+		if v.Type == TypeAttribute { // metadata about the next reply: dropped
+			return read(r, depth)
+		}
+	default:
+		return Value{}, fmt.Errorf("%w: type byte %q", ErrProtocol, v.Type)
+	}
+	return v, nil
+}
+
+// readLine returns the next CRLF-terminated line without its CRLF. The slice
+// is only valid until the next read from r.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, r.Size())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(line) < 2 || line[len(line)-2] != '\r' {
+		return nil, fmt.Errorf("%w: line not ended by CRLF", ErrProtocol)
+	}
+	return line[:len(line)-2], nil
+}
+
+func parseInt(b []byte) (int64, error) {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: integer %q", ErrProtocol, b)
+	}
+	return n, nil
+}
+
+// parseLen parses a bulk or aggregate length: -1 (null) or 0..limit.
+func parseLen(b []byte, limit int) (int, error) {
+	n, err := parseInt(b)
+	if err != nil {
+		return 0, err
+	}
+	if n < -1 || n > int64(limit) {
+		return 0, fmt.Errorf("%w: length %d outside -1..%d", ErrProtocol, n, limit)
+	}
+	return int(n), nil
+}
+
+// AppendCommand appends args encoded as a RESP array of bulk strings, the
+// form of request every engine accepts.
+func AppendCommand(b []byte, args ...string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
