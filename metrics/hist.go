@@ -72,26 +72,34 @@ type swapBuf struct {
 // (empty; allocated here with newFn's geometry on first use) and resets h,
 // which keeps its capacity. The caller holds the loop's lock.
 func take(h *hdrhistogram.PackedHistogram, slot **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if h == nil || h.TotalCount() == 0 {
-		return
+	if addTo(h, slot, newFn) { // into an empty histogram: a copy
+		h.Reset()
 	}
-	if *slot == nil {
-		*slot = newFn()
-	}
-	(*slot).Merge(h) // same geometry, into an empty histogram: a copy
-	h.Reset()
 }
 
-// drain merges the swap buffer slot into the cumulative histogram *acc
-// (allocated with newFn's geometry on first use) and resets slot. The
-// caller holds the Set's merge lock, not the loop's.
-func drain(slot *hdrhistogram.PackedHistogram, acc **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if slot == nil || slot.TotalCount() == 0 {
+// drain merges the swap buffer slot into the cumulative histogram *acc and,
+// if ivl is not nil, into the interval histogram *ivl (see Set.Interval),
+// then resets slot. The caller holds the Set's merge lock, not the loop's.
+func drain(slot *hdrhistogram.PackedHistogram, acc, ivl **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
+	if !addTo(slot, acc, newFn) {
 		return
 	}
-	if *acc == nil {
-		*acc = newFn()
+	if ivl != nil {
+		addTo(slot, ivl, newFn)
 	}
-	(*acc).Merge(slot) // same geometry: nothing is dropped
 	slot.Reset()
+}
+
+// addTo merges h, if it holds values, into *dst, allocated with newFn's
+// geometry if nil (the geometry of h: nothing is dropped), and reports
+// whether h held values. h is not changed.
+func addTo(h *hdrhistogram.PackedHistogram, dst **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) bool {
+	if h == nil || h.TotalCount() == 0 {
+		return false
+	}
+	if *dst == nil {
+		*dst = newFn()
+	}
+	(*dst).Merge(h)
+	return true
 }

@@ -82,6 +82,13 @@ type Durations struct {
 // hist returns the histogram d reads from, or nil.
 func (d Durations) hist() histReader { return histOf(d.Hist, d.sparse) }
 
+// Sparse returns the Set's sparse histogram that a view shares (Set.Interval),
+// in microseconds with Hist's geometry, or nil (always nil in the Snapshots
+// Set.Snapshot returns, which have Hist instead). It belongs to the Set:
+// read it only while the view is valid, and do not change its counts (its
+// tag and times, which only interval log writers read, may be set).
+func (d Durations) Sparse() *hdrhistogram.PackedHistogram { return d.sparse }
+
 // Count returns the number of observed durations.
 func (d Durations) Count() int64 {
 	if h := d.hist(); h != nil {
@@ -240,11 +247,15 @@ type merger struct {
 	// scrape to scrape, and totals what its Totals merges into.
 	view   Snapshot
 	totals CommandStats
+	// ivl is Set.Interval's state: what was merged since its last call.
+	ivl intervals
 }
 
 func (m *merger) init(loops, cmds int) {
 	m.swaps = make([]swapBuf, loops)
 	m.cmds = make([]hists, cmds)
+	m.ivl.cmds = make([]hists, cmds)
+	m.ivl.prevCmds = make([]sums, cmds)
 }
 
 // mergeLocked folds every loop's new observations into the cumulative
@@ -267,7 +278,7 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			}
 			l.mu.Unlock()
 			for p := range lc.phases {
-				drain(sw.durs[p], &m.cmds[ci][p], newHistogram)
+				drain(sw.durs[p], &m.cmds[ci][p], m.ivl.track(&m.ivl.cmds[ci][p]), newHistogram)
 			}
 		}
 		l.mu.Lock()
@@ -280,7 +291,7 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 		shards := min(len(l.shards), len(sn.Shards))
 		l.mu.Unlock()
 		for x := range m.extra {
-			drain(sw.durs[x], &m.extra[x], newHistogram)
+			drain(sw.durs[x], &m.extra[x], m.ivl.track(&m.ivl.extra[x]), newHistogram)
 		}
 		for si := range shards {
 			ss, acc := &sn.Shards[si], &m.shards[si]
@@ -296,9 +307,9 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			take(ls.batch.hist, &sw.batch, newBatchHistogram)
 			l.mu.Unlock()
 			for p := range acc.phases {
-				drain(sw.durs[p], &acc.phases[p], newHistogram)
+				drain(sw.durs[p], &acc.phases[p], m.ivl.track(&m.ivl.shards[si].phases[p]), newHistogram)
 			}
-			drain(sw.batch, &acc.batch, newBatchHistogram)
+			drain(sw.batch, &acc.batch, m.ivl.track(&m.ivl.shards[si].batch), newBatchHistogram)
 		}
 	}
 	for ci := range sn.Commands {
