@@ -68,13 +68,17 @@ type swapBuf struct {
 	batch *hdrhistogram.PackedHistogram                                // batch geometry
 }
 
-// take moves the values of the loop's histogram h, if any, into *slot
-// (empty; allocated here with newFn's geometry on first use) and resets h,
-// which keeps its capacity. The caller holds the loop's lock.
-func take(h *hdrhistogram.PackedHistogram, slot **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if addTo(h, slot, newFn) { // into an empty histogram: a copy
-		h.Reset()
+// take moves the values r recorded since the last take, if any, into *slot
+// (empty; allocated here with newFn's geometry on first use) and resets r,
+// which keeps its storage. The caller holds the loop's lock.
+func take(r *rec, slot **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
+	if r.pending == 0 {
+		return
 	}
+	if *slot == nil {
+		*slot = newFn()
+	}
+	r.moveTo(*slot)
 }
 
 // drain merges the swap buffer slot into the cumulative histogram *acc and,

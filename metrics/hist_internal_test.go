@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -111,5 +113,124 @@ func BenchmarkHistogramOptions(b *testing.B) {
 			b.ReportMetric(digitErr, "digit-err")
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// buckets returns h's non-empty buckets as (lowest value, count) pairs.
+func buckets(h *hdrhistogram.PackedHistogram) [][2]int64 {
+	var out [][2]int64
+	h.ForEachBucket(func(v, c int64) bool {
+		out = append(out, [2]int64{v, c})
+		return true
+	})
+	return out
+}
+
+// TestRecMatchesSparse records the same values into a rec and straight
+// into a sparse histogram, in both geometries, over three scrapes (moveTo
+// into an emptied swap buffer): the buckets must be the same, including
+// hot counts that overflowed their byte (a value recorded 1,000 times) and
+// values on both sides of hotValues.
+func TestRecMatchesSparse(t *testing.T) {
+	for _, g := range []struct {
+		name    string
+		newFn   func() *hdrhistogram.PackedHistogram
+		highest int64
+	}{{"durations", newHistogram, histHighestMicros}, {"batches", newBatchHistogram, batchHighest}} {
+		t.Run(g.name, func(t *testing.T) {
+			var r rec
+			swap := g.newFn()
+			sample := histSample(20_000)
+			for round := range 3 {
+				want := g.newFn()
+				add := func(v int64) {
+					v = min(v, g.highest)
+					r.record(v, g.newFn)
+					_ = want.RecordValue(v)
+				}
+				for _, v := range sample[round*5000 : (round+1)*5000] {
+					add(v * int64(1+round)) // rounds differ
+				}
+				for range 1000 {
+					add(hotValues - 1) // overflows its byte 3 times
+				}
+				for _, v := range []int64{1, 15, 16, hotValues - 16, hotValues, hotValues + 1, g.highest} {
+					add(v)
+				}
+				if r.pending != want.TotalCount() {
+					t.Errorf("round %d: pending %d, want %d", round, r.pending, want.TotalCount())
+				}
+				swap.Reset()
+				r.moveTo(swap)
+				if got, exp := buckets(swap), buckets(want); fmt.Sprint(got) != fmt.Sprint(exp) {
+					t.Errorf("round %d: %d buckets, %d values; want %d buckets, %d values", round, len(got), swap.TotalCount(), len(exp), want.TotalCount())
+				}
+				if r.pending != 0 || r.spill.TotalCount() != 0 || slices.ContainsFunc(r.hot.counts, func(c uint8) bool { return c != 0 }) {
+					t.Errorf("round %d: rec not reset by moveTo", round)
+				}
+			}
+		})
+	}
+}
+
+// recSpreads are the value spreads of BenchmarkRecorder: histSample's
+// (log-normal around 100 µs with a tail, as BenchmarkScrapeMemory records)
+// and BenchmarkObserveLocked's (100 .. 1123 in turn, 1,024 buckets).
+var recSpreads = []struct {
+	name   string
+	values []int64
+}{
+	{"lognormal", histSample(1 << 16)},
+	{"uniform1024", func() []int64 {
+		vs := make([]int64, 1<<16)
+		for i := range vs {
+			vs[i] = 100 + int64(i&1023)
+		}
+		return vs
+	}()},
+}
+
+// BenchmarkRecorder measures the time per value of a loop's recording, side
+// by side: the sparse histogram alone (before the hot counts), rec (hot
+// counts below hotValues, sparse above) and the dense histogram, each with
+// a move into an emptied swap buffer (a scrape) every 65,536 values, as
+// between two scrapes of a busy loop.
+func BenchmarkRecorder(b *testing.B) {
+	type recorder struct {
+		record func(int64)
+		scrape func()
+	}
+	for _, sp := range recSpreads {
+		for _, o := range []struct {
+			name string
+			new  func() recorder
+		}{
+			{"sparse", func() recorder {
+				h, swap := newHistogram(), newHistogram()
+				return recorder{func(v int64) { _ = h.RecordValue(v) }, func() { swap.Reset(); swap.Merge(h); h.Reset() }}
+			}},
+			{"rec", func() recorder {
+				var r rec
+				swap := newHistogram()
+				return recorder{func(v int64) { r.record(v, newHistogram) }, func() { swap.Reset(); take(&r, &swap, newHistogram) }}
+			}},
+			{"dense", func() recorder {
+				h, swap := newDense(), newDense()
+				return recorder{func(v int64) { _ = h.RecordValue(v) }, func() { swap.Reset(); swap.Merge(h); h.Reset() }}
+			}},
+		} {
+			b.Run(sp.name+"/"+o.name, func(b *testing.B) {
+				r := o.new()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					r.record(sp.values[i&(len(sp.values)-1)])
+					i++
+					if i&65535 == 0 {
+						r.scrape()
+					}
+				}
+			})
+		}
 	}
 }

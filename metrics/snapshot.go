@@ -274,7 +274,7 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			sc.Errors += lc.errors
 			for p := range lc.phases {
 				sc.Phases[p].Sum += lc.phases[p].sum
-				take(lc.phases[p].hist, &sw.durs[p], newHistogram)
+				take(&lc.phases[p].rec, &sw.durs[p], newHistogram)
 			}
 			l.mu.Unlock()
 			for p := range lc.phases {
@@ -284,7 +284,7 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 		l.mu.Lock()
 		for x := range l.extra {
 			extras[x].Sum += l.extra[x].sum
-			take(l.extra[x].hist, &sw.durs[x], newHistogram)
+			take(&l.extra[x].rec, &sw.durs[x], newHistogram)
 		}
 		// Shards registered after sn was made wait for the next merge: their
 		// histograms stay in the loop, their counters are cumulative.
@@ -301,10 +301,10 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			ss.Errors += ls.errors
 			for p := range ls.phases {
 				ss.Phases[p].Sum += ls.phases[p].sum
-				take(ls.phases[p].hist, &sw.durs[p], newHistogram)
+				take(&ls.phases[p].rec, &sw.durs[p], newHistogram)
 			}
 			ss.Batch.Sum += ls.batch.sum
-			take(ls.batch.hist, &sw.batch, newBatchHistogram)
+			take(&ls.batch.rec, &sw.batch, newBatchHistogram)
 			l.mu.Unlock()
 			for p := range acc.phases {
 				drain(sw.durs[p], &acc.phases[p], m.ivl.track(&m.ivl.shards[si].phases[p]), newHistogram)
