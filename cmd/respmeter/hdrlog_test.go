@@ -20,6 +20,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/respmeter/respmeter/internal/heaptest"
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
@@ -616,15 +617,6 @@ func TestHDRLogSameAsSnapshotDeltas(t *testing.T) {
 	}
 }
 
-// hdrLiveHeap returns the bytes of live heap objects after a full
-// collection.
-func hdrLiveHeap() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // TestHDRLogHeapBounded writes 50 intervals of an HDR log for a Set with
 // 32 command names in use (a line per command and phase in every interval,
 // as with an operator's --hdr-log under mixed load) and checks what the log
@@ -645,7 +637,7 @@ func TestHDRLogHeapBounded(t *testing.T) {
 	// by an interval of the log (withLog) or a scrape, and returns the live
 	// heap held then.
 	build := func(withLog bool) uint64 {
-		base := hdrLiveHeap()
+		base := heaptest.Live()
 		set := metrics.NewSet(1, names)
 		var l *hdrLog
 		if withLog {
@@ -665,7 +657,7 @@ func TestHDRLogHeapBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		live := hdrLiveHeap() - base
+		live := heaptest.Live() - base
 		runtime.KeepAlive(set)
 		runtime.KeepAlive(l)
 		return live
