@@ -57,53 +57,32 @@ func highestEquivalent(v int64) int64 {
 	return v + 1<<k - 1
 }
 
-// swapBuf is a loop's swap buffer: a scrape copies one command's (or
+// swapBuf is a loop's swap buffer: a scrape moves one command's (or
 // shard's, or the per-loop distributions') new values into it under the
-// loop's lock, resets them there, and merges the copy into the Set's
-// cumulative histograms after releasing the lock. One per loop, reused by
-// every command, so its histograms only ever grow to the largest single
-// histogram of that loop.
+// loop's lock, and merges them into the Set's cumulative histograms after
+// releasing the lock. One per loop, reused by every command, so it only
+// ever grows to the largest single distribution of that loop.
 type swapBuf struct {
-	durs  [max(int(NumPhases), numExtra)]*hdrhistogram.PackedHistogram // duration geometry
-	batch *hdrhistogram.PackedHistogram                                // batch geometry
+	durs  [max(int(NumPhases), numExtra)]rec // duration geometry
+	batch rec                                // batch geometry
 }
 
-// take moves the values r recorded since the last take, if any, into *slot
-// (empty; allocated here with newFn's geometry on first use) and resets r,
-// which keeps its storage. The caller holds the loop's lock.
-func take(r *rec, slot **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if r.pending == 0 {
+// drain adds the swap buffer slot to the cumulative histogram *acc and,
+// if ivl is not nil, to the interval histogram *ivl (see Set.Interval),
+// each allocated with newFn's geometry if nil, then resets slot. The
+// caller holds the Set's merge lock, not the loop's.
+func drain(slot *rec, acc, ivl **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
+	if slot.pending == 0 {
 		return
 	}
-	if *slot == nil {
-		*slot = newFn()
+	for _, dst := range [2]**hdrhistogram.PackedHistogram{acc, ivl} {
+		if dst == nil {
+			continue
+		}
+		if *dst == nil {
+			*dst = newFn()
+		}
+		slot.addTo(*dst)
 	}
-	r.moveTo(*slot)
-}
-
-// drain merges the swap buffer slot into the cumulative histogram *acc and,
-// if ivl is not nil, into the interval histogram *ivl (see Set.Interval),
-// then resets slot. The caller holds the Set's merge lock, not the loop's.
-func drain(slot *hdrhistogram.PackedHistogram, acc, ivl **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if !addTo(slot, acc, newFn) {
-		return
-	}
-	if ivl != nil {
-		addTo(slot, ivl, newFn)
-	}
-	slot.Reset()
-}
-
-// addTo merges h, if it holds values, into *dst, allocated with newFn's
-// geometry if nil (the geometry of h: nothing is dropped), and reports
-// whether h held values. h is not changed.
-func addTo(h *hdrhistogram.PackedHistogram, dst **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) bool {
-	if h == nil || h.TotalCount() == 0 {
-		return false
-	}
-	if *dst == nil {
-		*dst = newFn()
-	}
-	(*dst).Merge(h)
-	return true
+	slot.reset()
 }

@@ -128,8 +128,8 @@ func buckets(h *hdrhistogram.PackedHistogram) [][2]int64 {
 }
 
 // TestRecMatchesSparse records the same values into a rec and straight
-// into a sparse histogram, in both geometries, over three scrapes (moveTo
-// into an emptied swap buffer): the buckets must be the same, including
+// into a sparse histogram, in both geometries, over three scrapes (takeFrom
+// into a swap slot, addTo an emptied histogram): the buckets must be the same, including
 // hot counts that overflowed their byte (a value recorded 1,000 times) and
 // values on both sides of hotValues.
 func TestRecMatchesSparse(t *testing.T) {
@@ -139,7 +139,7 @@ func TestRecMatchesSparse(t *testing.T) {
 		highest int64
 	}{{"durations", newHistogram, histHighestMicros}, {"batches", newBatchHistogram, batchHighest}} {
 		t.Run(g.name, func(t *testing.T) {
-			var r rec
+			var r, slot rec
 			swap := g.newFn()
 			sample := histSample(20_000)
 			for round := range 3 {
@@ -161,13 +161,22 @@ func TestRecMatchesSparse(t *testing.T) {
 				if r.pending != want.TotalCount() {
 					t.Errorf("round %d: pending %d, want %d", round, r.pending, want.TotalCount())
 				}
+				// A scrape: the loop's rec into the swap slot, then the
+				// slot into a histogram.
+				slot.takeFrom(&r, g.newFn)
+				if r.pending != 0 || slot.pending != want.TotalCount() {
+					t.Errorf("round %d: pending %d after takeFrom, slot %d; want 0, %d", round, r.pending, slot.pending, want.TotalCount())
+				}
 				swap.Reset()
-				r.moveTo(swap)
+				slot.addTo(swap)
+				slot.reset()
 				if got, exp := buckets(swap), buckets(want); fmt.Sprint(got) != fmt.Sprint(exp) {
 					t.Errorf("round %d: %d buckets, %d values; want %d buckets, %d values", round, len(got), swap.TotalCount(), len(exp), want.TotalCount())
 				}
-				if r.pending != 0 || r.spill.TotalCount() != 0 || slices.ContainsFunc(r.hot.counts, func(c uint8) bool { return c != 0 }) {
-					t.Errorf("round %d: rec not reset by moveTo", round)
+				for _, x := range []*rec{&r, &slot} {
+					if x.pending != 0 || x.spill.TotalCount() != 0 || slices.ContainsFunc(x.hot.counts, func(c uint8) bool { return c != 0 }) {
+						t.Errorf("round %d: rec not reset by the scrape", round)
+					}
 				}
 			}
 		})
@@ -195,30 +204,38 @@ var recSpreads = []struct {
 // (ns/op), side by side: the sparse histogram alone (before the hot
 // counts), rec (hot counts below hotValues, sparse above) and the dense
 // histogram. Every 65,536 values, as between two scrapes of a busy loop,
-// it moves them into an emptied swap buffer, as a scrape does under the
-// loop's lock, timed apart (µs/scrape).
+// it moves them into a swap buffer, as a scrape does under the loop's lock,
+// timed apart (µs/take: how long the loop waits), then drains that into a
+// cumulative histogram (untimed).
 func BenchmarkRecorder(b *testing.B) {
 	type recorder struct {
 		record func(int64)
-		scrape func()
+		take   func() // under the loop's lock
+		drain  func() // after it
 	}
 	for _, sp := range recSpreads {
 		for _, o := range []struct {
 			name string
 			new  func() recorder
 		}{
-			{"sparse", func() recorder {
-				h, swap := newHistogram(), newHistogram()
-				return recorder{func(v int64) { _ = h.RecordValue(v) }, func() { swap.Reset(); swap.Merge(h); h.Reset() }}
+			{"sparse", func() recorder { // the swap buffer before rec
+				h, swap, acc := newHistogram(), newHistogram(), newHistogram()
+				return recorder{func(v int64) { _ = h.RecordValue(v) },
+					func() { swap.Merge(h); h.Reset() },
+					func() { acc.Merge(swap); swap.Reset() }}
 			}},
 			{"rec", func() recorder {
-				var r rec
-				swap := newHistogram()
-				return recorder{func(v int64) { r.record(v, newHistogram) }, func() { swap.Reset(); take(&r, &swap, newHistogram) }}
+				var r, slot rec
+				acc := newHistogram()
+				return recorder{func(v int64) { r.record(v, newHistogram) },
+					func() { slot.takeFrom(&r, newHistogram) },
+					func() { drain(&slot, &acc, nil, newHistogram) }}
 			}},
 			{"dense", func() recorder {
-				h, swap := newDense(), newDense()
-				return recorder{func(v int64) { _ = h.RecordValue(v) }, func() { swap.Reset(); swap.Merge(h); h.Reset() }}
+				h, swap, acc := newDense(), newDense(), newDense()
+				return recorder{func(v int64) { _ = h.RecordValue(v) },
+					func() { swap.Merge(h); h.Reset() },
+					func() { acc.Merge(swap); swap.Reset() }}
 			}},
 		} {
 			b.Run(sp.name+"/"+o.name, func(b *testing.B) {
@@ -233,14 +250,15 @@ func BenchmarkRecorder(b *testing.B) {
 					if i&65535 == 0 {
 						b.StopTimer()
 						t0 := time.Now()
-						r.scrape()
+						r.take()
 						scraping += time.Since(t0)
 						scrapes++
+						r.drain()
 						b.StartTimer()
 					}
 				}
 				if scrapes > 0 {
-					b.ReportMetric(float64(scraping.Microseconds())/float64(scrapes), "µs/scrape")
+					b.ReportMetric(float64(scraping.Microseconds())/float64(scrapes), "µs/take")
 				}
 			})
 		}

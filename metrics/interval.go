@@ -87,18 +87,30 @@ func (s *Set) Interval(fn func(*Snapshot) error) error {
 func (iv *intervals) seed(m *merger) {
 	for ci := range m.cmds {
 		for p, h := range m.cmds[ci] {
-			addTo(h, &iv.cmds[ci][p], newHistogram)
+			mergeInto(h, &iv.cmds[ci][p], newHistogram)
 		}
 	}
 	for x, h := range m.extra {
-		addTo(h, &iv.extra[x], newHistogram)
+		mergeInto(h, &iv.extra[x], newHistogram)
 	}
 	for si := range m.shards {
 		for p, h := range m.shards[si].phases {
-			addTo(h, &iv.shards[si].phases[p], newHistogram)
+			mergeInto(h, &iv.shards[si].phases[p], newHistogram)
 		}
-		addTo(m.shards[si].batch, &iv.shards[si].batch, newBatchHistogram)
+		mergeInto(m.shards[si].batch, &iv.shards[si].batch, newBatchHistogram)
 	}
+}
+
+// mergeInto merges h, if it holds values, into *dst, allocated with
+// newFn's geometry (h's) if nil.
+func mergeInto(h *hdrhistogram.PackedHistogram, dst **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
+	if h == nil || h.TotalCount() == 0 {
+		return
+	}
+	if *dst == nil {
+		*dst = newFn()
+	}
+	(*dst).Merge(h) // same geometry: nothing is dropped
 }
 
 // fill points sn's histograms, which mergeLocked made the cumulative ones,

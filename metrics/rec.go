@@ -65,27 +65,50 @@ func (r *rec) record(v int64, newFn func() *hdrhistogram.PackedHistogram) {
 	*c++
 }
 
-// moveTo adds the values recorded since the last call to dst, which must
-// have the rec's geometry and be empty (a swap buffer), and resets the
-// rec, keeping its storage. The hot counts go first, in ascending order, so
-// that each lands at the end of dst's buckets.
-func (r *rec) moveTo(dst *hdrhistogram.PackedHistogram) {
-	h := r.hot
-	for pg, p := range h.page {
+// takeFrom moves the values r recorded since it was last taken, if any,
+// into s, which must be empty (a loop's swap buffer: the caller holds the
+// loop's lock, and drains s after releasing it), and resets r, which keeps
+// its storage. It copies r's hot counts (at most 2 KiB) rather than
+// adding them to a histogram, so that the loop waits for a copy only.
+func (s *rec) takeFrom(r *rec, newFn func() *hdrhistogram.PackedHistogram) {
+	if r.pending == 0 {
+		return
+	}
+	if s.spill == nil {
+		s.spill = newFn()
+		s.hot = &hotCounts{}
+	}
+	s.hot.page = r.hot.page
+	s.hot.counts = append(s.hot.counts[:0], r.hot.counts...)
+	clear(r.hot.counts)
+	if r.spill.TotalCount() > 0 {
+		s.spill.Merge(r.spill) // same geometry: nothing is dropped
+		r.spill.Reset()
+	}
+	s.pending, r.pending = r.pending, 0
+}
+
+// addTo adds the values of r, which must have dst's geometry, to dst; r is
+// not changed.
+func (r *rec) addTo(dst *hdrhistogram.PackedHistogram) {
+	for pg, p := range r.hot.page {
 		if p == 0 {
 			continue
 		}
-		counts := h.counts[int(p-1)*hotPage : int(p)*hotPage]
-		for i, c := range counts {
+		for i, c := range r.hot.counts[int(p-1)*hotPage : int(p)*hotPage] {
 			if c != 0 {
 				_ = dst.RecordValues(int64(pg*hotPage+i), int64(c))
 			}
 		}
-		clear(counts)
 	}
 	if r.spill.TotalCount() > 0 {
-		dst.Merge(r.spill) // same geometry: nothing is dropped
-		r.spill.Reset()
+		dst.Merge(r.spill)
 	}
+}
+
+// reset empties r, keeping its storage.
+func (r *rec) reset() {
+	clear(r.hot.counts)
+	r.spill.Reset()
 	r.pending = 0
 }

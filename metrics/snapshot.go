@@ -274,24 +274,24 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			sc.Errors += lc.errors
 			for p := range lc.phases {
 				sc.Phases[p].Sum += lc.phases[p].sum
-				take(&lc.phases[p].rec, &sw.durs[p], newHistogram)
+				sw.durs[p].takeFrom(&lc.phases[p].rec, newHistogram)
 			}
 			l.mu.Unlock()
 			for p := range lc.phases {
-				drain(sw.durs[p], &m.cmds[ci][p], m.ivl.track(&m.ivl.cmds[ci][p]), newHistogram)
+				drain(&sw.durs[p], &m.cmds[ci][p], m.ivl.track(&m.ivl.cmds[ci][p]), newHistogram)
 			}
 		}
 		l.mu.Lock()
 		for x := range l.extra {
 			extras[x].Sum += l.extra[x].sum
-			take(&l.extra[x].rec, &sw.durs[x], newHistogram)
+			sw.durs[x].takeFrom(&l.extra[x].rec, newHistogram)
 		}
 		// Shards registered after sn was made wait for the next merge: their
 		// histograms stay in the loop, their counters are cumulative.
 		shards := min(len(l.shards), len(sn.Shards))
 		l.mu.Unlock()
 		for x := range m.extra {
-			drain(sw.durs[x], &m.extra[x], m.ivl.track(&m.ivl.extra[x]), newHistogram)
+			drain(&sw.durs[x], &m.extra[x], m.ivl.track(&m.ivl.extra[x]), newHistogram)
 		}
 		for si := range shards {
 			ss, acc := &sn.Shards[si], &m.shards[si]
@@ -301,15 +301,15 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			ss.Errors += ls.errors
 			for p := range ls.phases {
 				ss.Phases[p].Sum += ls.phases[p].sum
-				take(&ls.phases[p].rec, &sw.durs[p], newHistogram)
+				sw.durs[p].takeFrom(&ls.phases[p].rec, newHistogram)
 			}
 			ss.Batch.Sum += ls.batch.sum
-			take(&ls.batch.rec, &sw.batch, newBatchHistogram)
+			sw.batch.takeFrom(&ls.batch.rec, newBatchHistogram)
 			l.mu.Unlock()
 			for p := range acc.phases {
-				drain(sw.durs[p], &acc.phases[p], m.ivl.track(&m.ivl.shards[si].phases[p]), newHistogram)
+				drain(&sw.durs[p], &acc.phases[p], m.ivl.track(&m.ivl.shards[si].phases[p]), newHistogram)
 			}
-			drain(sw.batch, &acc.batch, m.ivl.track(&m.ivl.shards[si].batch), newBatchHistogram)
+			drain(&sw.batch, &acc.batch, m.ivl.track(&m.ivl.shards[si].batch), newBatchHistogram)
 		}
 	}
 	for ci := range sn.Commands {
