@@ -548,7 +548,7 @@ func hdrScale(i int) float64 { return 1 + float64(i%7)/3 }
 // have nothing new, some follow other scrapes, and values recorded before
 // the log started are in its first interval.
 func TestHDRLogSameAsSnapshotDeltas(t *testing.T) {
-	names := command.Names()[:32]
+	names := command.Names()[:16]
 	set := metrics.NewSet(1, names)
 	hdrRound(set, len(names), 40, 1) // before the log
 	start := time.Unix(1_700_000_000, 0)
@@ -617,7 +617,7 @@ func TestHDRLogSameAsSnapshotDeltas(t *testing.T) {
 	}
 }
 
-// TestHDRLogHeapBounded writes 50 intervals of an HDR log for a Set with
+// TestHDRLogHeapBounded writes 30 intervals of an HDR log for a Set with
 // 32 command names in use (a line per command and phase in every interval,
 // as with an operator's --hdr-log under mixed load) and checks what the log
 // keeps: the live heap then is at most 2 KiB per distribution (5 phases
@@ -628,9 +628,9 @@ func TestHDRLogSameAsSnapshotDeltas(t *testing.T) {
 // (~188 KB each).
 func TestHDRLogHeapBounded(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: 50 intervals")
+		t.Skip("-short: 30 intervals")
 	}
-	const numNames, intervals = 32, 50
+	const numNames, intervals = 32, 30
 	names := command.Names()[:numNames]
 	start := time.Unix(1_700_000_000, 0)
 	// build records intervals rounds of 20 commands per name, each followed
