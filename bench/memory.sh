@@ -7,6 +7,8 @@
 # shape in SHAPES one respmeter at a time:
 #   LOOPS:none    respmeter proxy --loops LOOPS --upstream <the first redis-server>
 #   LOOPS:slots   respmeter proxy --loops LOOPS --route slots --shards <all SHARDS redis-servers>
+#   LOOPS:ROUTE:hdr  as LOOPS:ROUTE, plus --hdr-log OUT/<target>-<shape>.hlog (an interval line
+#                 per command name and phase every second, the default --hdr-interval)
 # and drives it for DURATION s with CLIENTS redis-cli processes, each replaying
 # bench/memory-commands.txt (220 command names of the built-in table, valid arguments) in a loop,
 # with its own hash tag so that routed, the clients' keys spread over the shards. DURATION times,
@@ -19,7 +21,7 @@
 # Requirements: bash, redis-server, redis-cli, curl, awk, git and go (to build both targets).
 #
 # Env knobs (defaults):
-#   DURATION=60 CLIENTS=6 SHARDS=3 SHAPES="2:none 4:none 2:slots" BEFORE=bbd267c (empty: after
+#   DURATION=60 CLIENTS=6 SHARDS=3 SHAPES="2:none 4:none 2:slots 2:none:hdr" BEFORE=bbd267c (empty: after
 #   only) BASE_PORT=28700 (uses BASE_PORT..BASE_PORT+SHARDS+2)  OUT=$(mktemp -d)
 #
 # Output: one markdown table on stdout (and OUT/memory.md): per target and shape, the command
@@ -30,7 +32,7 @@
 set -euo pipefail
 
 DURATION=${DURATION:-60} CLIENTS=${CLIENTS:-6} SHARDS=${SHARDS:-3}
-SHAPES=${SHAPES:-2:none 4:none 2:slots}
+SHAPES=${SHAPES:-2:none 4:none 2:slots 2:none:hdr}
 BEFORE=${BEFORE-bbd267c}
 BASE_PORT=${BASE_PORT:-28700}
 OUT=${OUT:-$(mktemp -d)}
@@ -69,7 +71,9 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 # run TARGET SHAPE: one respmeter, DURATION s of clients and scrapes; appends a row to ROWS.
 ROWS=()
 run() {
-  local target=$1 shape=$2 loops=${2%%:*} route=${2##*:} args pid t rss rss10=0 max=0
+  local target=$1 shape=$2 loops route hdr name args pid t rss rss10=0 max=0
+  IFS=: read -r loops route hdr <<<"$shape"
+  name=$target-${shape//:/-}
   args=(proxy --listen "127.0.0.1:$PROXY_PORT" --admin "127.0.0.1:$ADMIN_PORT" --loops "$loops")
   if [ "$route" = slots ]; then
     args+=(--route slots --shards "$(IFS=,; echo "${SHARD_ADDRS[*]}")")
@@ -81,7 +85,10 @@ run() {
   if "$OUT/respmeter-$target" proxy --help 2>&1 | grep -q -- --metrics-commands; then
     args+=(--metrics-commands 0)
   fi
-  start_bg "$target-${shape/:/-}" "$OUT/respmeter-$target" "${args[@]}"
+  if [ "$hdr" = hdr ]; then
+    args+=(--hdr-log "$OUT/$name.hlog")
+  fi
+  start_bg "$name" "$OUT/respmeter-$target" "${args[@]}"
   pid=$LAST_PID
   wait_ping "respmeter-$target" "$PROXY_PORT" "$pid"
   "$REDIS_CLI" -p "$PROXY_PORT" ping >/dev/null
@@ -98,13 +105,13 @@ run() {
     clients+=($!)
     STARTED+=($!)
   done
-  : >"$OUT/$target-${shape/:/-}.tsv"
+  : >"$OUT/$name.tsv"
   for t in $(seq 1 "$DURATION"); do
     sleep 1
     curl -sf "127.0.0.1:$ADMIN_PORT/metrics" >"$OUT/metrics.txt" || die "scraping /metrics of $target $shape failed"
     curl -sf "127.0.0.1:$ADMIN_PORT/stats" >/dev/null || die "fetching /stats of $target $shape failed"
     rss=$(rss_kib "$pid")
-    printf '%s\t%s\n' "$t" "$rss" >>"$OUT/$target-${shape/:/-}.tsv"
+    printf '%s\t%s\n' "$t" "$rss" >>"$OUT/$name.tsv"
     [ "$t" = 10 ] && rss10=$rss
     [ "$rss" -gt "$max" ] && max=$rss
   done
@@ -116,8 +123,11 @@ run() {
   heap=$(awk '/^go_memstats_heap_inuse_bytes / { printf "%.1f", $2 / 1048576 }' "$OUT/metrics.txt")
   kill "$pid"
   wait "$pid" 2>/dev/null || true
+  if [ "$hdr" = hdr ]; then
+    log "$name.hlog: $(grep -c '^Tag=' "$OUT/$name.hlog" || true) interval lines"
+  fi
   ROWS+=("$(printf '| %s | %s loops, %s | %s | %.1f | %.1f | %.1f | %s |' "$target" "$loops" \
-    "$([ "$route" = slots ] && echo "routed, $SHARDS shards" || echo passthrough)" "$names" \
+    "$([ "$route" = slots ] && echo "routed, $SHARDS shards" || echo passthrough)$([ "$hdr" = hdr ] && echo ", --hdr-log")" "$names" \
     "$(echo "$rss10" | awk '{ print $1 / 1024 }')" "$(echo "$rss" | awk '{ print $1 / 1024 }')" \
     "$(echo "$max" | awk '{ print $1 / 1024 }')" "$heap")")
   log "$target $shape: ${ROWS[-1]}"

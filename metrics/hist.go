@@ -57,41 +57,32 @@ func highestEquivalent(v int64) int64 {
 	return v + 1<<k - 1
 }
 
-// swapBuf is a loop's swap buffer: a scrape copies one command's (or
+// swapBuf is a loop's swap buffer: a scrape moves one command's (or
 // shard's, or the per-loop distributions') new values into it under the
-// loop's lock, resets them there, and merges the copy into the Set's
-// cumulative histograms after releasing the lock. One per loop, reused by
-// every command, so its histograms only ever grow to the largest single
-// histogram of that loop.
+// loop's lock, and merges them into the Set's cumulative histograms after
+// releasing the lock. One per loop, reused by every command, so it only
+// ever grows to the largest single distribution of that loop.
 type swapBuf struct {
-	durs  [max(int(NumPhases), numExtra)]*hdrhistogram.PackedHistogram // duration geometry
-	batch *hdrhistogram.PackedHistogram                                // batch geometry
+	durs  [max(int(NumPhases), numExtra)]rec // duration geometry
+	batch rec                                // batch geometry
 }
 
-// take moves the values of the loop's histogram h, if any, into *slot
-// (empty; allocated here with newFn's geometry on first use) and resets h,
-// which keeps its capacity. The caller holds the loop's lock.
-func take(h *hdrhistogram.PackedHistogram, slot **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if h == nil || h.TotalCount() == 0 {
-		return
-	}
-	if *slot == nil {
-		*slot = newFn()
-	}
-	(*slot).Merge(h) // same geometry, into an empty histogram: a copy
-	h.Reset()
-}
-
-// drain merges the swap buffer slot into the cumulative histogram *acc
-// (allocated with newFn's geometry on first use) and resets slot. The
+// drain adds the swap buffer slot to the cumulative histogram *acc and,
+// if ivl is not nil, to the interval histogram *ivl (see Set.Interval),
+// each allocated with newFn's geometry if nil, then resets slot. The
 // caller holds the Set's merge lock, not the loop's.
-func drain(slot *hdrhistogram.PackedHistogram, acc **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
-	if slot == nil || slot.TotalCount() == 0 {
+func drain(slot *rec, acc, ivl **hdrhistogram.PackedHistogram, newFn func() *hdrhistogram.PackedHistogram) {
+	if slot.pending == 0 {
 		return
 	}
-	if *acc == nil {
-		*acc = newFn()
+	for _, dst := range [2]**hdrhistogram.PackedHistogram{acc, ivl} {
+		if dst == nil {
+			continue
+		}
+		if *dst == nil {
+			*dst = newFn()
+		}
+		slot.addTo(*dst)
 	}
-	(*acc).Merge(slot) // same geometry: nothing is dropped
-	slot.Reset()
+	slot.reset()
 }

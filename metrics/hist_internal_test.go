@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 )
@@ -111,5 +114,153 @@ func BenchmarkHistogramOptions(b *testing.B) {
 			b.ReportMetric(digitErr, "digit-err")
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// buckets returns h's non-empty buckets as (lowest value, count) pairs.
+func buckets(h *hdrhistogram.PackedHistogram) [][2]int64 {
+	var out [][2]int64
+	h.ForEachBucket(func(v, c int64) bool {
+		out = append(out, [2]int64{v, c})
+		return true
+	})
+	return out
+}
+
+// TestRecMatchesSparse records the same values into a rec and straight
+// into a sparse histogram, in both geometries, over three scrapes (takeFrom
+// into a swap slot, addTo an emptied histogram): the buckets must be the same, including
+// hot counts that overflowed their byte (a value recorded 1,000 times) and
+// values on both sides of hotValues.
+func TestRecMatchesSparse(t *testing.T) {
+	for _, g := range []struct {
+		name    string
+		newFn   func() *hdrhistogram.PackedHistogram
+		highest int64
+	}{{"durations", newHistogram, histHighestMicros}, {"batches", newBatchHistogram, batchHighest}} {
+		t.Run(g.name, func(t *testing.T) {
+			var r, slot rec
+			swap := g.newFn()
+			sample := histSample(20_000)
+			for round := range 3 {
+				want := g.newFn()
+				add := func(v int64) {
+					v = min(v, g.highest)
+					r.record(v, g.newFn)
+					_ = want.RecordValue(v)
+				}
+				for _, v := range sample[round*5000 : (round+1)*5000] {
+					add(v * int64(1+round)) // rounds differ
+				}
+				for range 1000 {
+					add(hotValues - 1) // overflows its byte 3 times
+				}
+				for _, v := range []int64{1, 15, 16, hotValues - 16, hotValues, hotValues + 1, g.highest} {
+					add(v)
+				}
+				if r.pending != want.TotalCount() {
+					t.Errorf("round %d: pending %d, want %d", round, r.pending, want.TotalCount())
+				}
+				// A scrape: the loop's rec into the swap slot, then the
+				// slot into a histogram.
+				slot.takeFrom(&r, g.newFn)
+				if r.pending != 0 || slot.pending != want.TotalCount() {
+					t.Errorf("round %d: pending %d after takeFrom, slot %d; want 0, %d", round, r.pending, slot.pending, want.TotalCount())
+				}
+				swap.Reset()
+				slot.addTo(swap)
+				slot.reset()
+				if got, exp := buckets(swap), buckets(want); fmt.Sprint(got) != fmt.Sprint(exp) {
+					t.Errorf("round %d: %d buckets, %d values; want %d buckets, %d values", round, len(got), swap.TotalCount(), len(exp), want.TotalCount())
+				}
+				for _, x := range []*rec{&r, &slot} {
+					if x.pending != 0 || x.spill.TotalCount() != 0 || slices.ContainsFunc(x.hot.counts, func(c uint8) bool { return c != 0 }) {
+						t.Errorf("round %d: rec not reset by the scrape", round)
+					}
+				}
+			}
+		})
+	}
+}
+
+// recSpreads are the value spreads of BenchmarkRecorder: histSample's
+// (log-normal around 100 µs with a tail, as BenchmarkScrapeMemory records)
+// and BenchmarkObserveLocked's (100 .. 1123 in turn, 1,024 buckets).
+var recSpreads = []struct {
+	name   string
+	values []int64
+}{
+	{"lognormal", histSample(1 << 16)},
+	{"uniform1024", func() []int64 {
+		vs := make([]int64, 1<<16)
+		for i := range vs {
+			vs[i] = 100 + int64(i&1023)
+		}
+		return vs
+	}()},
+}
+
+// BenchmarkRecorder measures the time per value of a loop's recording
+// (ns/op), side by side: the sparse histogram alone (before the hot
+// counts), rec (hot counts below hotValues, sparse above) and the dense
+// histogram. Every 65,536 values, as between two scrapes of a busy loop,
+// it moves them into a swap buffer, as a scrape does under the loop's lock,
+// timed apart (µs/take: how long the loop waits), then drains that into a
+// cumulative histogram (untimed).
+func BenchmarkRecorder(b *testing.B) {
+	type recorder struct {
+		record func(int64)
+		take   func() // under the loop's lock
+		drain  func() // after it
+	}
+	for _, sp := range recSpreads {
+		for _, o := range []struct {
+			name string
+			new  func() recorder
+		}{
+			{"sparse", func() recorder { // the swap buffer before rec
+				h, swap, acc := newHistogram(), newHistogram(), newHistogram()
+				return recorder{func(v int64) { _ = h.RecordValue(v) },
+					func() { swap.Merge(h); h.Reset() },
+					func() { acc.Merge(swap); swap.Reset() }}
+			}},
+			{"rec", func() recorder {
+				var r, slot rec
+				acc := newHistogram()
+				return recorder{func(v int64) { r.record(v, newHistogram) },
+					func() { slot.takeFrom(&r, newHistogram) },
+					func() { drain(&slot, &acc, nil, newHistogram) }}
+			}},
+			{"dense", func() recorder {
+				h, swap, acc := newDense(), newDense(), newDense()
+				return recorder{func(v int64) { _ = h.RecordValue(v) },
+					func() { swap.Merge(h); h.Reset() },
+					func() { acc.Merge(swap); swap.Reset() }}
+			}},
+		} {
+			b.Run(sp.name+"/"+o.name, func(b *testing.B) {
+				r := o.new()
+				b.ReportAllocs()
+				var scrapes int
+				var scraping time.Duration
+				i := 0
+				for b.Loop() {
+					r.record(sp.values[i&(len(sp.values)-1)])
+					i++
+					if i&65535 == 0 {
+						b.StopTimer()
+						t0 := time.Now()
+						r.take()
+						scraping += time.Since(t0)
+						scrapes++
+						r.drain()
+						b.StartTimer()
+					}
+				}
+				if scrapes > 0 {
+					b.ReportMetric(float64(scraping.Microseconds())/float64(scrapes), "µs/take")
+				}
+			})
+		}
 	}
 }

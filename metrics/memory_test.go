@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/respmeter/respmeter/internal/heaptest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -117,14 +118,6 @@ func (discardResponse) Header() http.Header         { return http.Header{} }
 func (discardResponse) Write(p []byte) (int, error) { return len(p), nil }
 func (discardResponse) WriteHeader(int)             {}
 
-// liveHeap returns the bytes of live heap objects after a full collection.
-func liveHeap() uint64 {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // BenchmarkScrapeMemory drives every command name of the built-in table on
 // 2 loops (sub-benchmark shards=3: also routed to 3 shards), then scrapes it
 // (Prometheus Gather + /stats + table) once per iteration, with 20 more
@@ -143,7 +136,7 @@ func liveHeap() uint64 {
 func BenchmarkScrapeMemory(b *testing.B) {
 	for _, shards := range []int{0, memShards} {
 		b.Run(fmt.Sprintf("loops=%d/shards=%d", memLoops, shards), func(b *testing.B) {
-			base := liveHeap()
+			base := heaptest.Live()
 			s := metrics.NewSet(memLoops, command.Names())
 			ws := make([]*memWorkload, memLoops)
 			for li := range ws {
@@ -166,7 +159,7 @@ func BenchmarkScrapeMemory(b *testing.B) {
 				scrapeBytes += ms.TotalAlloc - before
 			}
 			b.StopTimer()
-			live := float64(liveHeap() - base)
+			live := float64(heaptest.Live() - base)
 			series := float64(command.NumIDs()*int(metrics.NumPhases) + shards*int(metrics.NumPhases) + 3)
 			b.ReportMetric(live/(1<<20), "live-MiB")
 			b.ReportMetric(live/series, "B/series")
@@ -200,7 +193,7 @@ func TestScrapeHeapBounded(t *testing.T) {
 	// the caller's goroutine scrapes `scrapes` times (at least), and
 	// returns the live heap it holds after a final scrape.
 	build := func(scrapes int) uint64 {
-		base := liveHeap()
+		base := heaptest.Live()
 		s := metrics.NewSet(memLoops, names)
 		m := newMemScraper(t, s)
 		var scraped atomic.Int64 // for the recorders' pace
@@ -228,7 +221,7 @@ func TestScrapeHeapBounded(t *testing.T) {
 		}
 		wg.Wait()
 		m.scrape(t)
-		live := liveHeap() - base
+		live := heaptest.Live() - base
 		runtime.KeepAlive(s)
 		return live
 	}

@@ -286,8 +286,9 @@ func (s *Set) ProtocolError() { s.protocolErrors.Add(1) }
 // a scrape. Steady-state recording allocates nothing; the first observation
 // of each (command, phase), (shard, phase) and shard batch allocates its
 // histogram, a histogram grows when it holds more distinct buckets than it
-// ever held between two scrapes, and the first shard observation of a loop
-// allocates its table of shards.
+// ever held between two scrapes (above 2,048 µs) or a value below 2,048 µs
+// falls in a range of 16 it never had (see rec), and the first shard
+// observation of a loop allocates its table of shards.
 type Loop struct {
 	mu    sync.Mutex
 	cmds  []cmdStats // indexed by command ID
@@ -353,24 +354,20 @@ type cmdStats struct {
 
 // timing is one duration distribution in one loop.
 type timing struct {
-	// hist records microseconds since the last scrape took its values; nil
-	// until the first observation. A scrape copies it and resets it, so it
-	// keeps its capacity: it allocates again only to hold more buckets than
-	// it ever held between two scrapes.
-	hist *hdrhistogram.PackedHistogram
-	sum  time.Duration // cumulative exact sum of the observed durations (clamped at 0)
-	n    int64         // cumulative count of observations
+	// rec records microseconds since the last scrape took its values. A
+	// scrape moves them out and resets it, so it keeps its storage: it
+	// allocates again only to hold more buckets than it ever held between
+	// two scrapes.
+	rec rec
+	sum time.Duration // cumulative exact sum of the observed durations (clamped at 0)
+	n   int64         // cumulative count of observations
 }
 
 // observe records d, which must be >= 0.
 func (t *timing) observe(d time.Duration) {
-	if t.hist == nil {
-		t.hist = newHistogram() // first observation only: not steady state
-	}
 	t.sum += d
 	t.n++
-	// toMicros keeps the value in range, so RecordValue cannot fail.
-	_ = t.hist.RecordValue(toMicros(d))
+	t.rec.record(toMicros(d), newHistogram) // in range: 1 µs .. 1 h
 }
 
 // Lock locks the Loop for a batch of *Locked calls. Only the owning event

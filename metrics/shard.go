@@ -126,22 +126,18 @@ type shardStats struct {
 // tally is one distribution of unit-less counts in one loop, as timing is
 // for durations.
 type tally struct {
-	// hist records values since the last scrape took them, clamped to
-	// [batchLowest, batchHighest]; nil until the first observation.
-	hist *hdrhistogram.PackedHistogram
-	sum  int64 // cumulative exact sum of the observed values
-	n    int64 // cumulative count of observations
+	// rec records values since the last scrape took them, clamped to
+	// [batchLowest, batchHighest].
+	rec rec
+	sum int64 // cumulative exact sum of the observed values
+	n   int64 // cumulative count of observations
 }
 
 // observe records v, which must be >= 1.
 func (t *tally) observe(v int64) {
-	if t.hist == nil {
-		t.hist = newBatchHistogram() // first observation only: not steady state
-	}
 	t.sum += v
 	t.n++
-	// Clamped into range, so RecordValue cannot fail.
-	_ = t.hist.RecordValue(min(v, batchHighest))
+	t.rec.record(min(v, batchHighest), newBatchHistogram)
 }
 
 // shard returns the stats of shard index i, growing l.shards up to i if

@@ -82,6 +82,13 @@ type Durations struct {
 // hist returns the histogram d reads from, or nil.
 func (d Durations) hist() histReader { return histOf(d.Hist, d.sparse) }
 
+// Sparse returns the Set's sparse histogram that a view shares (Set.Interval),
+// in microseconds with Hist's geometry, or nil (always nil in the Snapshots
+// Set.Snapshot returns, which have Hist instead). It belongs to the Set:
+// read it only while the view is valid, and do not change its counts (its
+// tag and times, which only interval log writers read, may be set).
+func (d Durations) Sparse() *hdrhistogram.PackedHistogram { return d.sparse }
+
 // Count returns the number of observed durations.
 func (d Durations) Count() int64 {
 	if h := d.hist(); h != nil {
@@ -240,11 +247,15 @@ type merger struct {
 	// scrape to scrape, and totals what its Totals merges into.
 	view   Snapshot
 	totals CommandStats
+	// ivl is Set.Interval's state: what was merged since its last call.
+	ivl intervals
 }
 
 func (m *merger) init(loops, cmds int) {
 	m.swaps = make([]swapBuf, loops)
 	m.cmds = make([]hists, cmds)
+	m.ivl.cmds = make([]hists, cmds)
+	m.ivl.prevCmds = make([]sums, cmds)
 }
 
 // mergeLocked folds every loop's new observations into the cumulative
@@ -263,24 +274,24 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			sc.Errors += lc.errors
 			for p := range lc.phases {
 				sc.Phases[p].Sum += lc.phases[p].sum
-				take(lc.phases[p].hist, &sw.durs[p], newHistogram)
+				sw.durs[p].takeFrom(&lc.phases[p].rec, newHistogram)
 			}
 			l.mu.Unlock()
 			for p := range lc.phases {
-				drain(sw.durs[p], &m.cmds[ci][p], newHistogram)
+				drain(&sw.durs[p], &m.cmds[ci][p], m.ivl.track(&m.ivl.cmds[ci][p]), newHistogram)
 			}
 		}
 		l.mu.Lock()
 		for x := range l.extra {
 			extras[x].Sum += l.extra[x].sum
-			take(l.extra[x].hist, &sw.durs[x], newHistogram)
+			sw.durs[x].takeFrom(&l.extra[x].rec, newHistogram)
 		}
 		// Shards registered after sn was made wait for the next merge: their
 		// histograms stay in the loop, their counters are cumulative.
 		shards := min(len(l.shards), len(sn.Shards))
 		l.mu.Unlock()
 		for x := range m.extra {
-			drain(sw.durs[x], &m.extra[x], newHistogram)
+			drain(&sw.durs[x], &m.extra[x], m.ivl.track(&m.ivl.extra[x]), newHistogram)
 		}
 		for si := range shards {
 			ss, acc := &sn.Shards[si], &m.shards[si]
@@ -290,15 +301,15 @@ func (s *Set) mergeLocked(sn *Snapshot) {
 			ss.Errors += ls.errors
 			for p := range ls.phases {
 				ss.Phases[p].Sum += ls.phases[p].sum
-				take(ls.phases[p].hist, &sw.durs[p], newHistogram)
+				sw.durs[p].takeFrom(&ls.phases[p].rec, newHistogram)
 			}
 			ss.Batch.Sum += ls.batch.sum
-			take(ls.batch.hist, &sw.batch, newBatchHistogram)
+			sw.batch.takeFrom(&ls.batch.rec, newBatchHistogram)
 			l.mu.Unlock()
 			for p := range acc.phases {
-				drain(sw.durs[p], &acc.phases[p], newHistogram)
+				drain(&sw.durs[p], &acc.phases[p], m.ivl.track(&m.ivl.shards[si].phases[p]), newHistogram)
 			}
-			drain(sw.batch, &acc.batch, newBatchHistogram)
+			drain(&sw.batch, &acc.batch, m.ivl.track(&m.ivl.shards[si].batch), newBatchHistogram)
 		}
 	}
 	for ci := range sn.Commands {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/heaptest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -250,7 +251,7 @@ func TestStatsHandlerWindow(t *testing.T) {
 func BenchmarkWindowMemory(b *testing.B) {
 	const intervals, slots = 40, 30
 	build := func(window bool) uint64 {
-		base := liveHeap()
+		base := heaptest.Live()
 		s := metrics.NewSet(memLoops, command.Names())
 		ws := make([]*memWorkload, memLoops)
 		for li := range ws {
@@ -272,7 +273,7 @@ func BenchmarkWindowMemory(b *testing.B) {
 		// A scrape, so that both Sets hold their cumulative histograms.
 		rec := httptest.NewRecorder()
 		s.StatsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/stats", nil))
-		live := liveHeap() - base
+		live := heaptest.Live() - base
 		runtime.KeepAlive(s)
 		runtime.KeepAlive(w)
 		return live

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
@@ -24,12 +22,13 @@ const thinkTag = "think"
 // startHDRLog writes set's histograms to an HdrHistogram interval log at
 // path (created or truncated), as `respmeter report` and HdrHistogram's
 // tools read it (package metrics/hdrlog). It writes the header at once,
-// then, every interval, takes a Snapshot of set and writes one interval
+// then, every interval, takes set's Interval view and writes one interval
 // line per command and phase with observations since the previous one,
 // tagged "<command>.<phase>" (get.total, get.upstream, get.proxy,
 // get.service, get.queue), plus one tagged "think" for think times, each
-// holding the microsecond histogram of that interval (the difference of two
-// cumulative snapshots). A tag without new observations gets no line for
+// holding the microsecond histogram of that interval, encoded from the
+// Set's sparse interval histogram (metrics.Set.Interval: set must have no
+// other Interval reader). A tag without new observations gets no line for
 // that interval. The first interval starts when startHDRLog is called but
 // also holds whatever set recorded before, so that the log's intervals
 // merged per tag equal set's cumulative histograms. Lines are flushed to
@@ -64,27 +63,10 @@ func startHDRLog(ctx context.Context, set *metrics.Set, path string, interval ti
 // records; it closes wc when stop is called or when it fails. interval
 // must be positive.
 func startHDRLogTo(ctx context.Context, set *metrics.Set, wc io.WriteCloser, name string, interval time.Duration, logger *slog.Logger) (stop func() error, err error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	start := time.Now()
-	bw := bufio.NewWriter(wc)
-	w, err := hdrlog.NewWriter(bw, start)
-	if err == nil {
-		err = bw.Flush()
-	}
+	l, err := newHDRLog(set, wc, name, time.Now(), logger)
 	if err != nil {
 		_ = wc.Close()
-		return nil, fmt.Errorf("hdr log %s: %w", name, err)
-	}
-	l := &hdrLog{
-		set:    set,
-		name:   name,
-		logger: logger.With("component", "hdrlog", "path", name),
-		bw:     bw,
-		w:      w,
-		last:   start,
-		prev:   make(map[string]*hdrhistogram.Histogram),
+		return nil, err
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -105,6 +87,31 @@ func startHDRLogTo(ctx context.Context, set *metrics.Set, wc io.WriteCloser, nam
 	}, nil
 }
 
+// newHDRLog writes the log header, with start as the log's start and base
+// time, to w and returns the log's state, its first interval starting at
+// start; name names it in errors and log records, and logger nil discards.
+func newHDRLog(set *metrics.Set, w io.Writer, name string, start time.Time, logger *slog.Logger) (*hdrLog, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	bw := bufio.NewWriter(w)
+	hw, err := hdrlog.NewWriter(bw, start)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("hdr log %s: %w", name, err)
+	}
+	return &hdrLog{
+		set:    set,
+		name:   name,
+		logger: logger.With("component", "hdrlog", "path", name),
+		bw:     bw,
+		w:      hw,
+		last:   start,
+	}, nil
+}
+
 // hdrLog is the state of one interval log. The periodic goroutine owns it
 // until it exits; stop then takes it over, so it needs no lock.
 type hdrLog struct {
@@ -113,9 +120,8 @@ type hdrLog struct {
 	logger *slog.Logger
 	bw     *bufio.Writer
 	w      *hdrlog.Writer
-	last   time.Time                          // end of the last interval written
-	prev   map[string]*hdrhistogram.Histogram // by tag: cumulative at last
-	err    error                              // first failure, wrapped with the path
+	last   time.Time // end of the last interval written
+	err    error     // first failure, wrapped with the path
 }
 
 // loop writes an interval every interval until quit is closed or ctx is
@@ -136,8 +142,8 @@ func (l *hdrLog) loop(ctx context.Context, interval time.Duration, quit <-chan s
 	}
 }
 
-// write writes the interval from l.last to now: one line per tag whose
-// cumulative histogram grew, then flushes. It does nothing once a write has
+// write writes the interval from l.last to now: one line per tag with
+// values in it, then flushes. It does nothing once a write has
 // failed (a bufio.Writer stays failed).
 func (l *hdrLog) write(now time.Time) {
 	if l.err != nil {
@@ -149,33 +155,29 @@ func (l *hdrLog) write(now time.Time) {
 	if end.Before(l.last) {
 		end = l.last
 	}
-	sn := l.set.Snapshot()
+	// The Set's interval view: sparse histograms of what was merged since
+	// the previous interval, encoded as they are (no dense copy, nothing
+	// kept from one interval to the next).
 	emit := func(tag string, d metrics.Durations) error {
-		cur := d.Hist
-		if cur == nil {
-			return nil
+		h := d.Sparse()
+		if h == nil || h.TotalCount() == 0 {
+			return nil // nothing new in this interval
 		}
-		prev := l.prev[tag]
-		if prev != nil && prev.TotalCount() == cur.TotalCount() {
-			return nil // cumulative: same count, nothing new
-		}
-		if err := l.w.WriteInterval(l.last, end, tag, hdrlog.Delta(cur, prev)); err != nil {
-			return err
-		}
-		l.prev[tag] = cur // the Snapshot's copy is ours to keep
-		return nil
+		return l.w.WritePackedInterval(l.last, end, tag, h)
 	}
-	var err error
-	for ci := range sn.Commands {
-		c := &sn.Commands[ci]
-		if !c.Observed() {
-			continue
+	err := l.set.Interval(func(sn *metrics.Snapshot) error {
+		var err error
+		for ci := range sn.Commands {
+			c := &sn.Commands[ci]
+			if !c.Observed() {
+				continue
+			}
+			for p, d := range c.Phases {
+				err = errors.Join(err, emit(c.Name+"."+metrics.Phase(p).String(), d))
+			}
 		}
-		for p, d := range c.Phases {
-			err = errors.Join(err, emit(c.Name+"."+metrics.Phase(p).String(), d))
-		}
-	}
-	err = errors.Join(err, emit(thinkTag, sn.Think))
+		return errors.Join(err, emit(thinkTag, sn.Think))
+	})
 	if err == nil {
 		err = l.bw.Flush()
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,10 +20,13 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/respmeter/respmeter/internal/heaptest"
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // Command IDs of hdrTestNames.
@@ -521,3 +525,152 @@ func (w *tbLog) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = (*tbLog)(nil)
+
+// hdrRound records, on loop 0 of set, n timed commands (feed's latencies
+// times scale) and one think time for each command ID below ids.
+func hdrRound(set *metrics.Set, ids, n int, scale float64) {
+	bs := make([]batch, ids)
+	for id := range bs {
+		bs[id] = batch{cmd: id, n: n, scale: scale, think: 1}
+	}
+	feed(set, bs...)
+}
+
+// hdrScale is the latency factor of interval i of the tests below, so that
+// intervals differ and the cumulative histograms hold more buckets than one
+// interval.
+func hdrScale(i int) float64 { return 1 + float64(i%7)/3 }
+
+// TestHDRLogSameAsSnapshotDeltas checks that the log written from the
+// Set's interval histograms is byte for byte the log respmeter wrote
+// before them, from the difference of two dense cumulative Snapshots per
+// tag and interval: same lines, same encoded histograms. Some intervals
+// have nothing new, some follow other scrapes, and values recorded before
+// the log started are in its first interval.
+func TestHDRLogSameAsSnapshotDeltas(t *testing.T) {
+	names := command.Names()[:16]
+	set := metrics.NewSet(1, names)
+	hdrRound(set, len(names), 40, 1) // before the log
+	start := time.Unix(1_700_000_000, 0)
+	var got, want bytes.Buffer
+	l, err := newHDRLog(set, &got, "test", start, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ww, err := hdrlog.NewWriter(&want, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := map[string]*hdrhistogram.Histogram{} // by tag
+	last := start
+	for i := range 12 {
+		switch i % 4 {
+		case 1: // nothing new
+		case 2: // a scrape in between
+			hdrRound(set, len(names)/2, 30, hdrScale(i))
+			if err := set.WriteTable(io.Discard); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			hdrRound(set, len(names), 30, hdrScale(i))
+		}
+		end := start.Add(time.Duration(i+1) * time.Second)
+		l.write(end)
+		if l.err != nil {
+			t.Fatal(l.err)
+		}
+		// The oracle: the former hdrLog.write.
+		sn := set.Snapshot()
+		emit := func(tag string, d metrics.Durations) {
+			cur := d.Hist
+			if cur == nil || (prev[tag] != nil && prev[tag].TotalCount() == cur.TotalCount()) {
+				return
+			}
+			if err := ww.WriteInterval(last, end, tag, hdrlog.Delta(cur, prev[tag])); err != nil {
+				t.Fatal(err)
+			}
+			prev[tag] = cur
+		}
+		for _, c := range sn.Commands {
+			if c.Observed() {
+				for p, d := range c.Phases {
+					emit(c.Name+"."+metrics.Phase(p).String(), d)
+				}
+			}
+		}
+		emit(thinkTag, sn.Think)
+		last = end
+	}
+	// 6 intervals with every name, 3 with half of them, 3 with nothing new;
+	// one think line in each of the 9.
+	if lines, exp := strings.Count(want.String(), "\nTag="), (6*len(names)+3*(len(names)/2))*int(metrics.NumPhases)+9; lines != exp {
+		t.Fatalf("the oracle wrote %d interval lines, want %d", lines, exp)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		gl, wl := strings.Split(got.String(), "\n"), strings.Split(want.String(), "\n")
+		for i := range min(len(gl), len(wl)) {
+			if gl[i] != wl[i] {
+				t.Fatalf("line %d differs:\n got %.200s\nwant %.200s", i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("%d lines, want %d", len(gl), len(wl))
+	}
+}
+
+// TestHDRLogHeapBounded writes 30 intervals of an HDR log for a Set with
+// 32 command names in use (a line per command and phase in every interval,
+// as with an operator's --hdr-log under mixed load) and checks what the log
+// keeps: the live heap then is at most 2 KiB per distribution (5 phases
+// per name, plus think time) above that of a Set given the same recordings
+// and scraped as often without a log, and at most 16 KiB per distribution
+// in all, as TestScrapeHeapBounded bounds the scrapes. Before the Set had
+// interval histograms, the log kept a dense cumulative copy per tag
+// (~188 KB each).
+func TestHDRLogHeapBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 30 intervals")
+	}
+	const numNames, intervals = 32, 30
+	names := command.Names()[:numNames]
+	start := time.Unix(1_700_000_000, 0)
+	// build records intervals rounds of 20 commands per name, each followed
+	// by an interval of the log (withLog) or a scrape, and returns the live
+	// heap held then.
+	build := func(withLog bool) uint64 {
+		base := heaptest.Live()
+		set := metrics.NewSet(1, names)
+		var l *hdrLog
+		if withLog {
+			var err error
+			if l, err = newHDRLog(set, io.Discard, "test", start, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range intervals {
+			hdrRound(set, numNames, 20, hdrScale(i))
+			if withLog {
+				l.write(start.Add(time.Duration(i+1) * time.Second))
+				if l.err != nil {
+					t.Fatal(l.err)
+				}
+			} else if err := set.WriteTable(io.Discard); err != nil {
+				t.Fatal(err)
+			}
+		}
+		live := heaptest.Live() - base
+		runtime.KeepAlive(set)
+		runtime.KeepAlive(l)
+		return live
+	}
+	without := build(false)
+	with := build(true)
+	series := uint64(numNames*int(metrics.NumPhases) + 1)
+	t.Logf("live heap: %d B scraped, %d B with the log (%d B per distribution, %d B more)", without, with, with/series, int64(with)-int64(without))
+	if limit := series * 16 << 10; with > limit {
+		t.Errorf("live heap %d B after %d intervals, want <= %d (16 KiB per distribution)", with, intervals, limit)
+	}
+	if limit := without + series*2<<10; with > limit {
+		t.Errorf("live heap %d B with the log, %d B without: the log keeps %d B, want at most %d (2 KiB per distribution)",
+			with, without, with-without, series*2<<10)
+	}
+}

@@ -565,7 +565,7 @@ func (a *analyzer) statsExtra() map[string]any {
 // (upstream - engine - wait) and proxy times since start in milliseconds, then the probe's mean PING round trip and the mean think
 // time.
 func (a *analyzer) writeVerdict(w io.Writer) error {
-	sn := a.set.Snapshot()
+	sn := a.set.Sums() // counts, sums and means only: no histogram copies
 	engineMeans := a.engineMeans()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nverdict: %s\n", a.sinceStart(sn, engineMeans))

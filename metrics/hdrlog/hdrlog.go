@@ -93,6 +93,32 @@ func NewWriter(w io.Writer, start time.Time) (*Writer, error) {
 // call, as HistogramLogWriter reads them from the histogram, and restores
 // them before it returns; h is not otherwise changed.
 func (w *Writer) WriteInterval(start, end time.Time, tag string, h *hdrhistogram.Histogram) error {
+	return w.write(start, end, tag, h, func() error { return w.lw.OutputIntervalHistogram(h) })
+}
+
+// WritePackedInterval is WriteInterval for a sparse histogram, such as an
+// interval of metrics.Set.Interval: it encodes h from its sparse form,
+// byte for byte as WriteInterval encodes a dense histogram with the same
+// geometry and counts (hdrhistogram-go's PackedHistogram.Encode), so the
+// line is the same.
+func (w *Writer) WritePackedInterval(start, end time.Time, tag string, h *hdrhistogram.PackedHistogram) error {
+	return w.write(start, end, tag, h, func() error { return w.lw.OutputIntervalPackedHistogram(h) })
+}
+
+// logHist is the interval metadata of both histogram types, which
+// HistogramLogWriter reads from the histogram.
+type logHist interface {
+	Tag() string
+	SetTag(string)
+	StartTimeMs() int64
+	SetStartTimeMs(int64)
+	EndTimeMs() int64
+	SetEndTimeMs(int64)
+}
+
+// write checks tag and the interval, sets them on h, calls out to write the
+// line and restores h's metadata.
+func (w *Writer) write(start, end time.Time, tag string, h logHist, out func() error) error {
 	if strings.ContainsAny(tag, ", \r\n") {
 		return fmt.Errorf("%w %q: contains a comma, space or line break", ErrTag, tag)
 	}
@@ -111,7 +137,7 @@ func (w *Writer) WriteInterval(start, end time.Time, tag string, h *hdrhistogram
 	h.SetTag(tag)
 	h.SetStartTimeMs(startMs)
 	h.SetEndTimeMs(endMs)
-	if err := w.lw.OutputIntervalHistogram(h); err != nil {
+	if err := out(); err != nil {
 		return fmt.Errorf("hdrlog: writing interval %q: %w", tag, err)
 	}
 	return nil

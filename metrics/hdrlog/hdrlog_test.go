@@ -52,9 +52,10 @@ type interval struct {
 	values     []int64
 }
 
-func TestRoundTrip(t *testing.T) {
+// roundTripIntervals are the intervals of TestRoundTrip.
+func roundTripIntervals() []interval {
 	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	intervals := []interval{
+	return []interval{
 		{"get.total", at(0), at(1000), seq(100, 1, 1000)},
 		{"get.upstream", at(0), at(1000), seq(50, 1, 1000)},
 		{"set.total", at(0), at(1000), []int64{1, 2_000_000}},
@@ -63,6 +64,10 @@ func TestRoundTrip(t *testing.T) {
 		{"get.total", at(2500), at(3001), seq(3_000_000_000, 1e6, 5)}, // near 1 h
 		{"empty.total", at(3001), at(4000), nil},
 	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	intervals := roundTripIntervals()
 	var buf bytes.Buffer
 	w, err := hdrlog.NewWriter(&buf, start)
 	if err != nil {
@@ -109,6 +114,46 @@ func TestRoundTrip(t *testing.T) {
 	// Interval_Max is max/1e6 (hdrhistogram-go's fixed ratio): seconds here.
 	if line := strings.Split(buf.String(), "\n")[6]; !strings.HasPrefix(line, "Tag=set.total,0.250000,1.000000,2.000895,HIST") {
 		t.Errorf("set.total line: %q", line)
+	}
+}
+
+// TestWritePackedIntervalSameLines writes TestRoundTrip's intervals from
+// dense histograms (WriteInterval) and from sparse ones with the same
+// values (WritePackedInterval): the logs must be byte for byte the same,
+// and the sparse histograms keep their own tag and times.
+func TestWritePackedIntervalSameLines(t *testing.T) {
+	var dense, packed bytes.Buffer
+	dw, err := hdrlog.NewWriter(&dense, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, err := hdrlog.NewWriter(&packed, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iv := range roundTripIntervals() {
+		if err := dw.WriteInterval(iv.start, iv.end, iv.tag, newHist(iv.values...)); err != nil {
+			t.Fatalf("%s: %v", iv.tag, err)
+		}
+		h := hdrhistogram.NewPacked(1, 3_600_000_000, 3)
+		for _, v := range iv.values {
+			if err := h.RecordValue(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.SetTag("keep")
+		if err := pw.WritePackedInterval(iv.start, iv.end, iv.tag, h); err != nil {
+			t.Fatalf("%s: %v", iv.tag, err)
+		}
+		if h.Tag() != "keep" || h.StartTimeMs() != 0 || h.EndTimeMs() != 0 {
+			t.Errorf("%s: WritePackedInterval left tag %q, times %d..%d", iv.tag, h.Tag(), h.StartTimeMs(), h.EndTimeMs())
+		}
+	}
+	if !bytes.Equal(dense.Bytes(), packed.Bytes()) {
+		t.Errorf("logs differ:\ndense:\n%s\npacked:\n%s", dense.String(), packed.String())
+	}
+	if err := pw.WritePackedInterval(start, start, "get total", hdrhistogram.NewPacked(1, 3_600_000_000, 3)); !errors.Is(err, hdrlog.ErrTag) {
+		t.Errorf("tag with a space: err %v, want ErrTag", err)
 	}
 }
 
