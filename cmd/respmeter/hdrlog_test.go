@@ -107,13 +107,12 @@ func countLines(t *testing.T, path, tag string) int {
 // waitLines polls the log at path until it has n interval lines tagged tag.
 func waitLines(t *testing.T, path, tag string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for countLines(t, path, tag) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d lines tagged %s after 10s, want %d", path, countLines(t, path, tag), tag, n)
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if got := countLines(t, path, tag); got < n {
+			return fmt.Errorf("%s: %d lines tagged %s, want %d", path, got, tag, n)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // snapshotHist returns sn's cumulative histogram for tag, nil if none.
@@ -450,18 +449,15 @@ func TestHDRLogEndToEnd(t *testing.T) {
 		}
 	}
 	const want = conns * rounds * perRound
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Eventually(t, 10*time.Second, func() error {
 		sn := set.Snapshot()
-		if sn.Commands[cmdID(t, set, "get")].Phases[metrics.PhaseTotal].Count() == want &&
-			sn.Commands[cmdID(t, set, "set")].Phases[metrics.PhaseTotal].Count() == want {
-			break
+		gets := sn.Commands[cmdID(t, set, "get")].Phases[metrics.PhaseTotal].Count()
+		sets := sn.Commands[cmdID(t, set, "set")].Phases[metrics.PhaseTotal].Count()
+		if gets != want || sets != want {
+			return fmt.Errorf("the Set counted %d GET and %d SET, want %d of each", gets, sets, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the Set did not count %d GET and SET within 10s", want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	stopped = true
 	if err := stop(); err != nil {
 		t.Fatalf("stop: %v", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,13 +65,12 @@ func TestProxyRedis(t *testing.T) {
 
 	// The count is recorded when the reply is written; poll briefly.
 	want := regexp.MustCompile(`(?m)^respmeter_commands_total\{command="ping"\} 1$`)
-	deadline := time.Now().Add(5 * time.Second)
-	for body := ""; !want.MatchString(body); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics has no %s:\n%s", want, body)
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if body := httpGet(t, "http://"+admin+"/metrics"); !want.MatchString(body) {
+			return fmt.Errorf("/metrics has no %s:\n%s", want, body)
 		}
-		body = httpGet(t, "http://"+admin+"/metrics")
-	}
+		return nil
+	})
 	var stats map[string]any
 	if err := json.Unmarshal([]byte(httpGet(t, "http://"+admin+"/stats")), &stats); err != nil {
 		t.Errorf("/stats is not JSON: %v", err)
@@ -338,13 +338,9 @@ func TestProxyObservability(t *testing.T) {
 			Phases  map[string]float64 `json:"phases_seconds"`
 		} `json:"entries"`
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	found := false
-	for !found {
-		if time.Now().After(deadline) {
-			t.Fatalf("/slowlog has no debug entry:\n%s", httpGet(t, admin+"/slowlog"))
-		}
+	redistest.Eventually(t, 10*time.Second, func() error {
 		getJSON(t, admin+"/slowlog", &slow)
+		found := false
 		for _, e := range slow.Entries {
 			if e.Command != "debug" {
 				continue
@@ -360,7 +356,11 @@ func TestProxyObservability(t *testing.T) {
 				t.Errorf("debug entry phases %v: no proxy phase", e.Phases)
 			}
 		}
-	}
+		if !found {
+			return fmt.Errorf("/slowlog has no debug entry: %+v", slow.Entries)
+		}
+		return nil
+	})
 	if slow.ThresholdSeconds != 0.01 || slow.Capacity != 8 {
 		t.Errorf("/slowlog threshold %v, capacity %d; want 0.01 and 8 (the flags)", slow.ThresholdSeconds, slow.Capacity)
 	}
@@ -383,8 +383,7 @@ func TestProxyObservability(t *testing.T) {
 		loadDone <- nil
 	}()
 	var stats statsDoc
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	redistest.Eventually(t, 20*time.Second, func() error {
 		var raw map[string]json.RawMessage
 		body := httpGet(t, admin+"/stats")
 		if err := json.Unmarshal([]byte(body), &raw); err != nil {
@@ -398,13 +397,10 @@ func TestProxyObservability(t *testing.T) {
 		stats = statsDoc{}
 		_ = json.Unmarshal([]byte(body), &stats)
 		if v := stats.Verdict; v != nil && v.Requests > 0 && v.EngineKnown && v.WaitKnown && stats.Probe != nil && stats.Probe.Count > 0 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no verdict with requests and engine time within 20s:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no verdict with requests and engine time:\n%s", body)
+	})
 	stopLoad()
 	if err := <-loadDone; err != nil {
 		t.Fatalf("load through the proxy: %v", err)
@@ -556,29 +552,25 @@ func TestProxyLimits(t *testing.T) {
 		t.Errorf("client over --client-query-limit: read %q, %v; want EOF", b, err)
 	}
 	want := `respmeter_client_evictions_total{reason="query_limit"} 1`
-	deadline := time.Now().Add(5 * time.Second)
-	for body := ""; !strings.Contains(body, want); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %s:\n%s", want, body)
-		}
-		body = httpGet(t, admin+"/metrics")
+	redistest.Eventually(t, 5*time.Second, func() error {
+		body := httpGet(t, admin+"/metrics")
 		if strings.Contains(body, "respmeter_upstream_probe_seconds") || strings.Contains(body, "respmeter_engine_") {
 			t.Fatalf("probe or engine metrics with --probe-interval 0 --engine-poll 0:\n%s", body)
 		}
-	}
+		if !strings.Contains(body, want) {
+			return fmt.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+		return nil
+	})
 
 	var stats map[string]json.RawMessage
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	redistest.Eventually(t, 5*time.Second, func() error {
 		getJSON(t, admin+"/stats", &stats)
-		if string(stats["verdict"]) != "null" {
-			break
+		if string(stats["verdict"]) == "null" {
+			return errors.New("/stats verdict still null with --hdr-interval 50ms")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/stats verdict still null after 5s with --hdr-interval 50ms")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if string(stats["engine"]) != "null" || string(stats["probe"]) != "null" {
 		t.Errorf("/stats engine %s, probe %s; want null when off", stats["engine"], stats["probe"])
 	}
@@ -630,13 +622,12 @@ func TestProxySecondSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The BLPOP is in flight once the engine has it blocked.
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(fmt.Sprint(srv.DoT(t, "INFO", "clients")), "blocked_clients:1") {
-		if time.Now().After(deadline) {
-			t.Fatal("the BLPOP never blocked in the engine")
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(fmt.Sprint(srv.DoT(t, "INFO", "clients")), "blocked_clients:1") {
+			return errors.New("the BLPOP never blocked in the engine")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	p.signal(t, syscall.SIGTERM)
 	p.waitFor(t, p.stderr, `msg=stopping`)
 	p.signal(t, syscall.SIGTERM)

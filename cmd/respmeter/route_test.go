@@ -152,8 +152,7 @@ func TestProxyRouteSlots(t *testing.T) {
 	// /metrics: every shard counted under its address; the CROSSSLOT too.
 	var body string
 	counts := map[string]int{}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Eventually(t, 10*time.Second, func() error {
 		body = httpGet(t, admin+"/metrics")
 		clear(counts)
 		for _, sm := range shardCommandsRE.FindAllStringSubmatch(body, -1) {
@@ -164,14 +163,11 @@ func TestProxyRouteSlots(t *testing.T) {
 			// Per shard: SET, the MGET and DEL parts, DBSIZE.
 			done = done && counts[a] >= 4
 		}
-		if done {
-			break
+		if !done {
+			return fmt.Errorf("/metrics: respmeter_shard_commands_total %v, want >= 4 for each of %v:\n%s", counts, shards, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics: respmeter_shard_commands_total %v, want >= 4 for each of %v:\n%s", counts, shards, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, want := range []string{
 		"respmeter_crossslot_replies_total 1\n",
 		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", shards[0]),
@@ -255,13 +251,12 @@ func TestProxyRoutePinned(t *testing.T) {
 	if n := srvs[1].Do("DBSIZE"); n != int64(0) {
 		t.Errorf("shard 1: DBSIZE %v, want 0", n)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for body := ""; !strings.Contains(body, "respmeter_pinned_misroutes_total 1\n"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks respmeter_pinned_misroutes_total 1:\n%s", body)
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if body := httpGet(t, admin+"/metrics"); !strings.Contains(body, "respmeter_pinned_misroutes_total 1\n") {
+			return fmt.Errorf("/metrics lacks respmeter_pinned_misroutes_total 1:\n%s", body)
 		}
-		body = httpGet(t, admin+"/metrics")
-	}
+		return nil
+	})
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
@@ -321,23 +316,15 @@ func TestProxyRouteCluster(t *testing.T) {
 	for _, a := range cl.Addrs() {
 		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for body := ""; ; body = httpGet(t, admin+"/metrics") {
-		missing := ""
+	redistest.Eventually(t, 10*time.Second, func() error {
+		body := httpGet(t, admin+"/metrics")
 		for _, w := range want {
 			if !strings.Contains(body, w) {
-				missing = w
-				break
+				return fmt.Errorf("/metrics lacks %q:\n%s", w, body)
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q:\n%s", missing, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)

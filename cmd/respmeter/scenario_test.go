@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -65,13 +66,12 @@ func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
 		_ = st.stop(ctx)
 	})
 	// One idle interval first: the probe's unloaded baseline.
-	deadline := time.Now().Add(5 * interval)
-	for st.analyzer.latest() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("no verdict interval")
+	redistest.Eventually(t, 5*interval, func() error {
+		if st.analyzer.latest() == nil {
+			return errors.New("no verdict interval")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return st
 }
 
@@ -157,9 +157,12 @@ func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
 	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.latest()
-	for cur := st.analyzer.latest(); cur == start; cur = st.analyzer.latest() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.Eventually(t, 5*st.analyzer.interval, func() error {
+		if st.analyzer.latest() == start {
+			return errors.New("no new verdict interval")
+		}
+		return nil
+	})
 	l.measure(true)
 	var out []*verdictRecord
 	last := st.analyzer.latest()

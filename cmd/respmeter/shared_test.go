@@ -114,24 +114,15 @@ func TestProxySharedUpstream(t *testing.T) {
 		fmt.Sprintf(`respmeter_upstream_batch_commands_count{shard=%q} `, srv.Addr()),
 	}
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Eventually(t, 10*time.Second, func() error {
 		body = httpGet(t, admin+"/metrics")
-		missing := ""
 		for _, w := range wantLines {
 			if !strings.Contains(body, w) {
-				missing = w
-				break
+				return fmt.Errorf("/metrics lacks %q:\n%s", w, body)
 			}
 		}
-		if missing == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q:\n%s", missing, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	// Every client writes SET and GET together: a write upstream carries
 	// more than one command on average.
 	sum := metricValue(t, body, fmt.Sprintf(`respmeter_upstream_batch_commands_sum{shard=%q}`, srv.Addr()))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -102,17 +104,13 @@ func TestAnalyzer(t *testing.T) {
 	wg.Go(func() { a.run(ctx) })
 	wg.Go(func() { a.sample(ctx) })
 	defer func() { cancel(); wg.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
-		if rec := a.latest(); rec != nil && rec.Interval.Requests > 0 && rec.Verdict.Little {
-			break
+		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 || !rec.Verdict.Little {
+			return fmt.Errorf("no verdict with requests and in-flight samples: %+v", rec)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no verdict with requests and in-flight samples: %+v", a.latest())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	v := a.statsExtra()["verdict"].(*verdictJSON)
 	if v.Bound != "proxy-bound" && v.Bound != "path-bound" || v.EngineKnown || v.L != 2 || v.Requests == 0 ||
 		math.Abs(v.Shares.Client+v.Shares.Path+v.Shares.Engine+v.Shares.Proxy-1) > 1e-9 || v.String == "" {

@@ -253,17 +253,12 @@ func (c *Cluster) steps(slot, to int, steps [][2]any) {
 // Owner no longer matches.
 func (c *Cluster) Wait() {
 	c.t.Helper()
-	deadline := time.Now().Add(clusterTimeout)
-	for {
-		err := c.agreed()
-		if err == nil {
-			return
+	Eventually(c.t, clusterTimeout, func() error {
+		if err := c.agreed(); err != nil {
+			return fmt.Errorf("redistest: cluster did not converge: %w", err)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("redistest: cluster did not converge within %v: %v", clusterTimeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // agreed returns nil when the cluster is in the state Wait waits for, or

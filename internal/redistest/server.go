@@ -17,14 +17,11 @@
 package redistest
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,11 +30,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redisproc"
 )
 
 // ServerBinary is the engine binary Start looks up in PATH when EngineEnv
 // is unset.
-const ServerBinary = "redis-server"
+const ServerBinary = redisproc.DefaultBin
 
 // EngineEnv names the environment variable that points Start (and
 // StartCluster) at another engine binary than redis-server from PATH: a
@@ -48,23 +47,14 @@ const ServerBinary = "redis-server"
 // skipping it, so that an engine matrix cannot pass by testing nothing.
 const EngineEnv = "RESPMETER_TEST_ENGINE"
 
-// startTimeout bounds how long Start and Restart wait for the first PING.
-const startTimeout = 10 * time.Second
-
 // Server is one redis-server child process bound to 127.0.0.1.
 // It is killed and reaped by a t.Cleanup registered in Start.
 type Server struct {
 	t        testing.TB
-	bin      string
-	dir      string
-	port     int
-	args     []string // extra arguments given to Start
-	password string   // from --requirepass, used by Client and Do
+	proc     *redisproc.Proc
+	password string // from --requirepass, used by Client and Do
 
 	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when cmd has been reaped
-	gen    int           // incremented by every (re)start; names the log file
 	client *redis.Client
 }
 
@@ -106,38 +96,23 @@ func Start(t testing.TB, args ...string) *Server {
 // once. It fails t if bin cannot be started.
 func StartBinary(t testing.TB, bin string, args ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: args}
+	s := &Server{t: t}
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "--requirepass" {
 			s.password = args[i+1]
 		}
 	}
-	t.Cleanup(s.cleanup)
-	// A free port found by listening on :0 can be taken by someone else
-	// before redis-server binds it; try a few ports before giving up.
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		s.port, err = FreePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		if err = s.launch(); err == nil {
-			return s
-		}
+	p, err := redisproc.Start(context.Background(), redisproc.Options{Bin: bin, Dir: t.TempDir(), Args: args})
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
-	t.Fatalf("redistest: %v", err)
-	return nil
+	s.proc = p
+	t.Cleanup(s.cleanup)
+	return s
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func FreePort() (int, error) { return redisproc.FreePort() }
 
 // ClosedAddr returns a loopback address on which nothing listens (a port
 // that was free a moment ago), for pointing a proxy at a dead upstream.
@@ -150,115 +125,22 @@ func ClosedAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 }
 
-// launch starts the process on s.port and waits for PING. It leaves no
-// process behind when it fails.
-func (s *Server) launch() error {
-	s.mu.Lock()
-	s.gen++
-	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.gen))
-	s.mu.Unlock()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logf.Close() // the child keeps its own copy of the descriptor
-	argv := []string{
-		"--save", "", "--appendonly", "no",
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
-		"--dir", s.dir, "--daemonize", "no",
-	}
-	argv = append(argv, s.args...)
-	cmd := exec.Command(s.bin, argv...)
-	cmd.Dir = s.dir
-	// *os.File outputs make exec start no copying goroutines.
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("redis-server on port %d exited during start-up: %s",
-				s.port, tail(logPath, 5))
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return fmt.Errorf("redis-server on port %d did not answer PING within %v: %s",
-				s.port, startTimeout, tail(logPath, 5))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// ping sends an inline PING and accepts any complete reply line: with
-// --requirepass the engine answers -NOAUTH, which still proves it is up.
-func ping(addr string, timeout time.Duration) error {
-	c, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
-		return fmt.Errorf("unexpected PING reply %q", line)
-	}
-	return nil
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
 // Addr returns the server's address, "127.0.0.1:port".
-func (s *Server) Addr() string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-}
+func (s *Server) Addr() string { return s.proc.Addr() }
 
 // Port returns the server's TCP port; it stays the same across Restart.
-func (s *Server) Port() int { return s.port }
+func (s *Server) Port() int { return s.proc.Port() }
 
 // Dir returns the server's working directory.
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.proc.Dir() }
+
+// Pid returns the server's process id, or 0 after Kill.
+func (s *Server) Pid() int { return s.proc.Pid() }
 
 func (s *Server) signal(sig syscall.Signal) {
 	s.t.Helper()
-	s.mu.Lock()
-	cmd := s.cmd
-	s.mu.Unlock()
-	if cmd == nil || cmd.Process == nil {
-		s.t.Fatalf("redistest: no redis-server process to signal")
-	}
-	if err := cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	if err := s.proc.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: %v", err)
 	}
 }
 
@@ -274,25 +156,8 @@ func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
 // Kill on a server that is not running does nothing.
 func (s *Server) Kill() {
 	s.t.Helper()
-	if err := s.kill(); err != nil {
+	if err := s.proc.Kill(); err != nil {
 		s.t.Fatalf("redistest: %v", err)
-	}
-}
-
-func (s *Server) kill() error {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = cmd.Process.Kill()
-	select {
-	case <-done:
-		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("redis-server pid %d did not exit after SIGKILL", cmd.Process.Pid)
 	}
 }
 
@@ -300,19 +165,9 @@ func (s *Server) kill() error {
 // arguments on the same port, waiting for PING. The data set starts empty.
 func (s *Server) Restart() {
 	s.t.Helper()
-	if err := s.kill(); err != nil {
-		s.t.Fatalf("redistest: %v", err)
+	if err := s.proc.Restart(context.Background()); err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
 	}
-	// The old listener is gone with the process; redis-server sets
-	// SO_REUSEADDR, so TIME_WAIT connections on the port do not block it.
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if err = s.launch(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	s.t.Fatalf("redistest: restart: %v", err)
 }
 
 func (s *Server) cleanup() {
@@ -323,7 +178,7 @@ func (s *Server) cleanup() {
 	if c != nil {
 		_ = c.Close()
 	}
-	if err := s.kill(); err != nil {
+	if err := s.proc.Kill(); err != nil {
 		s.t.Errorf("redistest: %v", err)
 	}
 }
