@@ -92,8 +92,9 @@ type loop struct {
 	// inflight counts the requests of this loop's sessions sent and not yet
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the
-	// line between cores twice per command (see InFlight for the sum).
-	inflight atomic.Int64
+	// line between cores twice per command (see InFlight for the sum). It
+	// also integrates the count over time (InFlightArea).
+	inflight metrics.InFlight
 	args     [][]byte  // scratch for request arguments
 	done     []doneRec // scratch: requests answered in the current batch
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
@@ -532,6 +533,14 @@ func (p *Proxy) Stop(ctx context.Context) error {
 // answered, over all loops (for Little's law: L = λW).
 func (p *Proxy) InFlight() int64 { return p.sumLoops(func(l *loop) int64 { return l.inflight.Load() }) }
 
+// InFlightArea returns the area under InFlight over time since the proxy
+// was made, in request·nanoseconds (metrics.InFlight.Area; wrapping, so
+// only differences mean anything): the difference of two reads divided by
+// the time between them is the exact mean in flight, Little's law's L.
+func (p *Proxy) InFlightArea() int64 {
+	return p.sumLoops(func(l *loop) int64 { return l.inflight.Area() })
+}
+
 // sumLoops returns the sum of f over the loops (f reads a loop's atomics).
 func (p *Proxy) sumLoops(f func(*loop) int64) int64 {
 	p.mu.Lock()
@@ -569,6 +578,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	if l == nil {
 		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
+		l.inflight.SetClock(p.base)
 		if el != nil && p.shared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()

@@ -201,7 +201,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	st.proxy = p
-	an.inFlight = p.InFlight
+	an.inFlightArea = p.InFlightArea
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
@@ -226,7 +226,6 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if an.poller != nil {
 		st.bg.Go(func() { an.poller.Run(bgCtx) })
 	}
-	st.bg.Go(func() { an.sample(bgCtx) })
 	st.bg.Go(func() { an.run(bgCtx) })
 
 	alog := log.With("component", "admin")
