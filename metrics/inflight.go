@@ -51,8 +51,12 @@ func (f *InFlight) SetClock(base time.Time) { f.base = base }
 // Add adds delta (negative: answered) to the requests in flight and
 // returns the new count.
 func (f *InFlight) Add(delta int64) int64 {
-	t := int64(time.Since(f.base))
 	f.seq.Add(1)
+	// The clock is read inside the odd section: an Area read before it
+	// began has its own clock read before this one, so an Add never counts
+	// from a moment before a read that did not see it (a thread preempted
+	// between its clock read and the update would change the past).
+	t := int64(time.Since(f.base))
 	n := f.n.Add(delta)
 	f.wsum.Add(delta * t)
 	f.seq.Add(1)

@@ -202,6 +202,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.proxy = p
 	an.inFlightArea = p.InFlightArea
+	an.loopLag = p.LoopLag
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
@@ -227,6 +228,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		st.bg.Go(func() { an.poller.Run(bgCtx) })
 	}
 	st.bg.Go(func() { an.run(bgCtx) })
+	st.bg.Go(func() { an.sampleLoops(bgCtx) })
 
 	alog := log.With("component", "admin")
 	if adminLn == nil {

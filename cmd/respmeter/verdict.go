@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
@@ -47,9 +50,12 @@ type analyzer struct {
 	// by λ × (write − parse time): measured ~17 µs per request under -race
 	// on a loaded 2-core machine, 10% of a 170 µs GET, 2% of 1 ms.
 	inFlightArea func() int64
-	poller       *engstats.Poller // nil when --engine-poll is 0
-	probe        *engstats.Probe  // nil when --probe-interval is 0
-	interval     time.Duration
+	// loopLag hands each of the proxy's loops a task that reports how
+	// long it waited to run (proxy.Proxy.LoopLag); nil: loop wait unknown.
+	loopLag  func(record func(time.Duration)) int
+	poller   *engstats.Poller // nil when --engine-poll is 0
+	probe    *engstats.Probe  // nil when --probe-interval is 0
+	interval time.Duration
 	// probeEvery and pollEvery are the configured intervals, for /stats.
 	probeEvery, pollEvery time.Duration
 
@@ -78,6 +84,10 @@ type analyzer struct {
 	// took out of the engine's execution time (split.Interval.Verdict).
 	wPreempt float64
 	wHost    bool
+	// lagSum, lagN: the loop-timing tasks' waits in the current interval
+	// (sampleLoops); allLagSum, allLagN since start.
+	lagSum, allLagSum time.Duration
+	lagN, allLagN     int64
 }
 
 // minProbeWindow is the fewest PINGs whose median may set the probe's
@@ -111,6 +121,13 @@ func (a *analyzer) run(ctx context.Context) {
 			iv.InFlight = float64(area-prevArea) / float64(iv.Length)
 		}
 		a.addWitnesses(&iv, prev, cur)
+		a.mu.Lock()
+		lagSum, lagN := a.lagSum, a.lagN
+		a.lagSum, a.lagN = 0, 0
+		a.mu.Unlock()
+		if lagN > 0 {
+			iv.LoopWait, iv.LoopWaitKnown = lagSum/time.Duration(lagN), true
+		}
 		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
 		a.account(prev, cur, iv, rec.Verdict)
 		a.log.Debug("verdict", "interval", iv.Length, "requests", iv.Requests, "in_flight", iv.InFlight,
@@ -122,6 +139,42 @@ func (a *analyzer) run(ctx context.Context) {
 		}
 		a.mu.Unlock()
 		prev, start, prevArea = cur, now, area
+	}
+}
+
+// loopLagSample is how often sampleLoops hands the proxy's loops a task
+// (loopLag).
+const loopLagSample = 10 * time.Millisecond
+
+// sampleLoops hands the proxy's loops a timing task every loopLagSample
+// until ctx is done; each task adds its wait to the interval's loop-wait
+// sums. The times must not depend on the proxy's activity: a Go timer
+// fires at the process's next wake-up, which a request or a reply causes,
+// when the loop is busy with it, and would find the loops busier than they
+// are. So the sampler sleeps in clock_nanosleep(CLOCK_MONOTONIC) on a
+// thread of its own, which the kernel wakes on time whatever the proxy
+// does (its cost: one thread woken 100 times a second, and a task per loop
+// each time).
+func (a *analyzer) sampleLoops(ctx context.Context) {
+	if a.loopLag == nil {
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	record := func(d time.Duration) {
+		a.mu.Lock()
+		a.lagSum += d
+		a.lagN++
+		a.allLagSum += d
+		a.allLagN++
+		a.mu.Unlock()
+	}
+	ts := unix.NsecToTimespec(int64(loopLagSample))
+	for ctx.Err() == nil {
+		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &ts, nil); err != nil && err != unix.EINTR {
+			return // unreachable on Linux: the arguments are valid
+		}
+		a.loopLag(record)
 	}
 }
 
@@ -314,6 +367,9 @@ func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Durati
 		iv.InFlight = float64(a.inFlightArea()) / float64(iv.Length)
 	}
 	a.mu.Lock()
+	if a.allLagN > 0 {
+		iv.LoopWait, iv.LoopWaitKnown = a.allLagSum/time.Duration(a.allLagN), true
+	}
 	// The witnesses since start: their request-weighted means over the
 	// intervals that had them.
 	if a.wN > 0 {
@@ -374,6 +430,12 @@ type verdictJSON struct {
 	RTTFloorSeconds     float64 `json:"rtt_floor_seconds"`
 	ProbeKnown          bool    `json:"probe_known"`
 	ProbeWaitSeconds    float64 `json:"probe_wait_seconds"`
+	// The proxy's loop wait per request (split.Verdict.LoopWait, part of
+	// the proxy share; LoopWaitKnown false when not measured) and the mean
+	// wait of a task handed to a loop (split.Interval.LoopWait).
+	LoopWaitKnown       bool    `json:"loop_wait_known"`
+	LoopWaitSeconds     float64 `json:"loop_wait_seconds"`
+	LoopTaskWaitSeconds float64 `json:"loop_task_wait_seconds"`
 	String              string  `json:"string"`
 }
 
@@ -409,6 +471,9 @@ func (a *analyzer) verdictDoc() *verdictJSON {
 		RTTFloorSeconds:     rec.Interval.RTTFloor.Seconds(),
 		ProbeKnown:          v.ProbeKnown,
 		ProbeWaitSeconds:    v.ProbeWait.Seconds(),
+		LoopWaitKnown:       v.LoopWaitKnown,
+		LoopWaitSeconds:     v.LoopWait.Seconds(),
+		LoopTaskWaitSeconds: rec.Interval.LoopWait.Seconds(),
 		String:              v.String(),
 	}
 }
