@@ -539,7 +539,7 @@ func scenarioLittleThink(t testing.TB) {
 	load := scStartThink(t, st.proxy.Addr(), 2, 3*time.Millisecond, "EVAL", scSpin, "0", "1000")
 	recs := scVerdicts(t, st, load)
 	load.stop()
-	scLittle(t, st, recs, 0.15)
+	scLittle(t, st, recs, 0.15, true)
 }
 
 // TestScenarioLittleStall: four clients of GET pausing 1 ms between
@@ -583,18 +583,20 @@ func scenarioLittleStall(t testing.TB) {
 		t.Fatalf("DEBUG SLEEP: %v", stallErr)
 	}
 	t.Logf("%d stalls of 30 ms", stalls)
-	scLittle(t, st, recs, 0.15)
+	scLittle(t, st, recs, 0.15, true)
 }
 
-// scLittle checks Little's law over the consecutive intervals of recs
-// together (their inner ends cancel: what one interval's L holds of a
-// request in flight at its end, the next one's λW counts) and, the load
-// stopped and nothing in flight, since start: L within tol (relative) of
-// λW. A single interval's L is off its λW by the requests in flight at its
-// ends, whatever they are: on a loaded machine a 100 ms hiccup of the
-// proxy at an interval's end (measured once: +38% in a 1 s interval of
-// the stall scenario, +1% over the three).
-func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64) {
+// scLittle checks Little's law, L within tol (relative) of λW, since start
+// with the load stopped and nothing in flight, and, when window is set,
+// over the consecutive intervals of recs together (their inner ends
+// cancel: what one interval's L holds of a request in flight at its end,
+// the next one's λW counts). Over an interval L and λW differ by the
+// requests in flight at its ends, whatever they are: on a loaded machine a
+// 100 ms hiccup of the proxy at an interval's end (measured once: +38% in
+// a 1 s interval of the stall scenario, +1% over the three), and with 200
+// connections each up to a whole cycle old (measured: −16% over three
+// intervals of memtier at 100-300 ms cycles, +0.1% since start).
+func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64, window bool) {
 	t.Helper()
 	var area, work, length float64
 	for i, r := range recs {
@@ -609,7 +611,7 @@ func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64) {
 		length += sec
 	}
 	t.Logf("%d intervals: L %.4f vs λW %.4f (%+.1f%%)", len(recs), area/length, work/length, 100*(area/work-1))
-	if work <= 0 || math.Abs(area/work-1) > tol {
+	if window && (work <= 0 || math.Abs(area/work-1) > tol) {
 		t.Errorf("%d intervals: L %.4f vs λW %.4f, want within ±%.0f%%", len(recs), area/length, work/length, 100*tol)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -668,9 +670,9 @@ func scMemtier(t testing.TB) string {
 // loaded 2-core machine: ~4,000 requests/s, the engine thread 28-61% busy,
 // and before the loop-wait witness the verdict said path-bound or
 // client-bound (path and think ~50% each: requests and replies unread in
-// the proxy's sockets). Little's law must close (L within 15% of λW over
-// the three intervals and since start), with L at most the 200
-// connections.
+// the proxy's sockets). Little's law must close since start (L within 15%
+// of λW; not over the intervals, whose ends hold up to 200 requests each a
+// cycle old: see scLittle), with L at most the 200 connections.
 func TestScenarioMemtier200(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	bin := scMemtier(t)
@@ -722,5 +724,5 @@ func scenarioMemtier200(t testing.TB, bin string) {
 			t.Errorf("interval %d: L %.1f, more than memtier's 200 connections", i, v.L)
 		}
 	}
-	scLittle(t, st, recs, 0.15)
+	scLittle(t, st, recs, 0.15, false)
 }
