@@ -9,7 +9,8 @@
 // measured.
 //
 // It is pure arithmetic over sums and counts; the caller gathers them
-// (metrics.Snapshot deltas, the engine poller, an in-flight sampler).
+// (metrics.Snapshot deltas, the engine poller, the in-flight area, the
+// loops' timing tasks).
 package split
 
 import (
