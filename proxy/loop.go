@@ -26,7 +26,7 @@ type loop struct {
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the
 	// line between cores twice per command (see InFlight for the sum).
-	inflight atomic.Int64
+	inflight metrics.InFlight
 	args     [][]byte // scratch for request arguments
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
@@ -83,6 +83,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	if l == nil {
 		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
+		l.inflight.SetClock(p.base)
 		if el != nil && p.shared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()

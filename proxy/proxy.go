@@ -461,6 +461,42 @@ func (p *Proxy) Stop(ctx context.Context) error {
 // answered, over all loops (for Little's law: L = λW).
 func (p *Proxy) InFlight() int64 { return p.sumLoops(func(l *loop) int64 { return l.inflight.Load() }) }
 
+// InFlightArea returns the area under InFlight over time since the proxy
+// was made, in request·nanoseconds (metrics.InFlight.Area; wrapping, so
+// only differences mean anything): the difference of two reads divided by
+// the time between them is the exact mean in flight, Little's law's L.
+func (p *Proxy) InFlightArea() int64 {
+	return p.sumLoops(func(l *loop) int64 { return l.inflight.Area() })
+}
+
+// LoopLag hands each event loop that has connections a task (gnet
+// EventLoop.Execute) that calls record with how long it waited, from being
+// handed over to being run, and returns how many it handed. The wait is
+// what anything that becomes ready for a loop waits while the loop is busy
+// with other work or its thread waits for a CPU: the time a request or a
+// reply sits unread in its socket, which the proxy's own clock reads, taken
+// when it reads, book as think time or path. record runs on the loops'
+// goroutines, once per task, possibly after LoopLag returns; it must be
+// safe for that. LoopLag does not wait for the tasks.
+func (p *Proxy) LoopLag(record func(time.Duration)) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for el := range p.loops {
+		if el == nil {
+			continue
+		}
+		t0 := p.now()
+		if el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			record(time.Duration(p.now() - t0))
+			return nil
+		})) == nil {
+			n++
+		}
+	}
+	return n
+}
+
 // sumLoops returns the sum of f over the loops (f reads a loop's atomics).
 func (p *Proxy) sumLoops(f func(*loop) int64) int64 {
 	p.mu.Lock()

@@ -303,7 +303,7 @@ type statsDoc struct {
 }
 
 // verdictBounds matches every verdict's bound (split.Verdict.Bound).
-const verdictBounds = `^(client-bound|path-bound|proxy-bound|engine-bound|engine-saturated|engine-starved)$`
+const verdictBounds = `^(client-bound|path-bound|proxy-bound|proxy-saturated|engine-bound|engine-saturated|engine-starved)$`
 
 // TestProxyObservability runs "respmeter proxy" with a fast probe, engine
 // poll and verdict in front of a real redis-server: /slowlog records a
@@ -466,7 +466,7 @@ func TestProxyObservability(t *testing.T) {
 	out := p.stdout.String()
 	for _, re := range []string{
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
-			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+% — ` + verdictBounds[1:len(verdictBounds)-1] +
+			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \(loop wait \d+%\))? — ` + verdictBounds[1:len(verdictBounds)-1] +
 			`(; engine thread \d+% busy)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
 		`(?m)^Command +Timed +total +upstream +engine +wait +run queue +path +proxy$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,

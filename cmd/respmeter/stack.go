@@ -231,7 +231,8 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	st.proxy = p
-	an.inFlight = p.InFlight
+	an.inFlightArea = p.InFlightArea
+	an.loopLag = p.LoopLag
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
@@ -256,9 +257,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if an.poller != nil {
 		st.bg.Go(func() { an.poller.Run(bgCtx) })
 	}
-	st.bg.Go(func() { an.sample(bgCtx) })
 	st.bg.Go(func() { an.run(bgCtx) })
 	st.bg.Go(func() { st.window.Run(bgCtx) })
+	st.bg.Go(func() { an.sampleLoops(bgCtx) })
 
 	alog := log.With("component", "admin")
 	if adminLn == nil {

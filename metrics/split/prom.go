@@ -15,7 +15,10 @@ import "github.com/prometheus/client_golang/prometheus"
 //     request in seconds (upstream − engine execution − engine wait), only
 //     when the engine reported its execution time;
 //   - respmeter_upstream_probe_wait_seconds: the probe PING's median round
-//     trip minus its unloaded baseline, when the probe answered enough.
+//     trip minus its unloaded baseline, when the probe answered enough;
+//   - respmeter_proxy_loop_wait_seconds: mean time per request its request
+//     and reply waited unread for a busy proxy loop (Verdict.LoopWait), when
+//     the loops were timed.
 //
 // latest is called from the scraping goroutine and must be safe for that.
 func NewCollector(latest func() (Verdict, bool)) prometheus.Collector {
@@ -33,12 +36,16 @@ func NewCollector(latest func() (Verdict, bool)) prometheus.Collector {
 				"upstream - engine execution - engine wait.", nil, nil),
 		probe: prometheus.NewDesc("respmeter_upstream_probe_wait_seconds",
 			"Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.", nil, nil),
+		loop: prometheus.NewDesc("respmeter_proxy_loop_wait_seconds",
+			"Mean time per request over the latest verdict interval, in seconds, that its request and reply waited "+
+				"unread for a busy proxy event loop (from tasks handed to the loops at fixed times).", nil, nil),
 	}
 }
 
 type collector struct {
 	latest                     func() (Verdict, bool)
 	util, wait, network, probe *prometheus.Desc
+	loop                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -49,6 +56,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.wait
 	ch <- c.network
 	ch <- c.probe
+	ch <- c.loop
 }
 
 // Collect implements prometheus.Collector.
@@ -67,5 +75,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if v.ProbeKnown {
 		ch <- prometheus.MustNewConstMetric(c.probe, prometheus.GaugeValue, v.ProbeWait.Seconds())
+	}
+	if v.LoopWaitKnown {
+		ch <- prometheus.MustNewConstMetric(c.loop, prometheus.GaugeValue, v.LoopWait.Seconds())
 	}
 }

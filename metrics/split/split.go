@@ -9,7 +9,8 @@
 // measured.
 //
 // It is pure arithmetic over sums and counts; the caller gathers them
-// (metrics.Snapshot deltas, the engine poller, an in-flight sampler).
+// (metrics.Snapshot deltas, the engine poller, the in-flight area, the
+// loops' timing tasks).
 package split
 
 import (
@@ -70,6 +71,14 @@ type Interval struct {
 	// moment found, measured rather than modelled (ProbeKnown).
 	ProbeWait  time.Duration
 	ProbeKnown bool
+	// LoopWait is the mean time a task handed to one of the proxy's event
+	// loops waited before the loop ran it (proxy.Proxy.LoopLag, sampled at
+	// fixed times): the wait of a request or reply that arrives while the
+	// loop is busy or its thread waits for a CPU, unread in its socket,
+	// which the proxy's clock reads book as think time and path
+	// (LoopWaitKnown).
+	LoopWait      time.Duration
+	LoopWaitKnown bool
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -136,9 +145,10 @@ type Verdict struct {
 	// Shares of the cycle, 0..1, summing to 1: Client (think), Path
 	// (the network: upstream − engine execution − engine wait), Engine
 	// (execution), Wait (engine wait, run-queue wait included), Proxy.
-	// RunQueue is the run-queue part of Wait.
+	// RunQueue is the run-queue part of Wait, Loop the loop-wait part of
+	// Proxy.
 	Client, Path, Engine, Wait, Proxy float64
-	RunQueue                          float64
+	RunQueue, Loop                    float64
 	// EngineKnown is false when the engine reported nothing: then Path
 	// holds all of upstream.
 	EngineKnown bool
@@ -146,16 +156,24 @@ type Verdict struct {
 	// (Interval.BusyKnown); without them Wait is 0 and Path holds it.
 	WaitKnown bool
 	// Per request means: Exec (engine execution), EngineWait (queue plus
-	// run queue), RunQueueWait, Network (Path), and the model's wait before
-	// the upstream cap (ModelWait).
+	// run queue), RunQueueWait, Network (Path), the model's wait before
+	// the upstream cap (ModelWait) and the proxy's loop wait (LoopWait:
+	// up to Interval.LoopWait taken from the think time, as the request
+	// waited unread, and up to as much from the path, as the reply did).
 	Exec, EngineWait, RunQueueWait, Network, ModelWait time.Duration
+	LoopWait                                           time.Duration
+	// LoopWaitKnown: Interval's.
+	LoopWaitKnown bool
 	// Utilization is the engine thread's busy share (Interval).
 	Utilization float64
 	// ProbeWait, ProbeKnown: Interval's, for the cross-check.
 	ProbeWait  time.Duration
 	ProbeKnown bool
-	// Bound names the largest part: "client-bound", "path-bound",
-	// "proxy-bound", or, when the engine's parts together are the largest,
+	// Bound names the largest part: "client-bound", "path-bound", when the
+	// proxy's part (its processing and loop wait) is the largest
+	// "proxy-saturated" (the loop wait is at least the processing: its
+	// loops are never idle, or wait for a CPU) or "proxy-bound", or, when
+	// the engine's parts together are the largest,
 	// "engine-starved" (its run-queue wait is the largest of them: the
 	// host is short of CPU), "engine-saturated" (its queueing wait is at
 	// least its execution, or its thread is ≥ 90 % busy with at least two
@@ -244,12 +262,24 @@ func (iv Interval) Verdict() Verdict {
 		}
 		wait = q + runq
 	}
+	// The loop wait: a request read late waited in its client socket
+	// (booked as think time), a reply read late in the upstream socket
+	// (booked as upstream, so path); each up to what holds it, the path
+	// keeping its floor.
+	think, path := iv.Think.Seconds()/n, upstream-engine-wait
+	var loopWait float64
+	if iv.LoopWaitKnown {
+		v.LoopWaitKnown = true
+		lw := iv.LoopWait.Seconds()
+		lt, lp := min(lw, max(think, 0)), min(lw, max(path-iv.RTTFloor.Seconds(), 0))
+		think, path, loopWait = think-lt, path-lp, lt+lp
+	}
 	parts := [5]float64{
-		iv.Think.Seconds() / n,   // client
-		upstream - engine - wait, // path (network)
-		engine,                   // engine execution
-		wait,                     // engine wait
-		iv.Proxy.Seconds() / n,   // proxy
+		think,                           // client
+		path,                            // path (network)
+		engine,                          // engine execution
+		wait,                            // engine wait
+		iv.Proxy.Seconds()/n + loopWait, // proxy, its loop wait included
 	}
 	var cycle float64
 	for _, p := range parts {
@@ -260,8 +290,9 @@ func (iv Interval) Verdict() Verdict {
 	}
 	v.Cycle = seconds(cycle)
 	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0]/cycle, parts[1]/cycle, parts[2]/cycle, parts[3]/cycle, parts[4]/cycle
-	v.RunQueue = runq / cycle
+	v.RunQueue, v.Loop = runq/cycle, loopWait/cycle
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = seconds(engine), seconds(wait), seconds(runq), seconds(parts[1])
+	v.LoopWait = seconds(loopWait)
 	v.ProbeWait, v.ProbeKnown = iv.ProbeWait, iv.ProbeKnown
 
 	groups := [4]float64{parts[0], parts[1], engine + wait, parts[4]}
@@ -273,6 +304,9 @@ func (iv Interval) Verdict() Verdict {
 		}
 	}
 	v.Bound = names[best]
+	if v.Bound == "proxy-bound" && loopWait > 0 && loopWait >= parts[4]-loopWait {
+		v.Bound = "proxy-saturated"
+	}
 	if v.Bound == "engine" {
 		q := wait - runq
 		switch {
@@ -315,8 +349,12 @@ func (v Verdict) String() string {
 			eng += fmt.Sprintf(" (run queue %.0f%%)", 100*v.RunQueue)
 		}
 	}
-	fmt.Fprintf(&b, "cycle %v: client %.0f%% | path %.0f%% | engine %s | proxy %.0f%% — %s",
-		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, 100*v.Proxy, v.Bound)
+	prx := fmt.Sprintf("%.0f%%", 100*v.Proxy)
+	if v.LoopWaitKnown {
+		prx += fmt.Sprintf(" (loop wait %.0f%%)", 100*v.Loop)
+	}
+	fmt.Fprintf(&b, "cycle %v: client %.0f%% | path %.0f%% | engine %s | proxy %s — %s",
+		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, prx, v.Bound)
 	if v.WaitKnown {
 		fmt.Fprintf(&b, "; engine thread %.0f%% busy", 100*v.Utilization)
 	}

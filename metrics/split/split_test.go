@@ -48,6 +48,28 @@ func TestVerdict(t *testing.T) {
 		},
 		{name: "idle", iv: Interval{}, bound: "idle", want: "no requests in the interval"},
 		{
+			// 200 closed-loop connections through a proxy loop that never
+			// idles: a task handed to it waits 19 ms, as does each request
+			// unread in its client socket (booked as think: 20 ms) and each
+			// reply unread in its upstream socket (booked as path: 20 ms).
+			name: "proxy saturated",
+			iv: Interval{Length: time.Second, Requests: 5000, Total: 5000 * 20100 * us, Upstream: 5000 * 20 * time.Millisecond,
+				Proxy: 5000 * 100 * us, Think: 5000 * 20 * time.Millisecond, ThinkCount: 5000, EngineMean: 2 * us, InFlight: 100.5,
+				LoopWait: 19 * time.Millisecond, LoopWaitKnown: true},
+			bound: "proxy-saturated", cycle: 40100 * us,
+			want: "cycle 40.1ms: client 2% | path 2% | engine 0% | proxy 95% (loop wait 95%) — proxy-saturated; Little: L 100.50 vs λW 100.50",
+		},
+		{
+			// The same loop wait with 2 ms each way on the network: what
+			// the loop kept a reply unread comes out of the path, which
+			// still holds most of the cycle.
+			name: "path with loop wait",
+			iv: Interval{Length: time.Second, Requests: 200, Total: 200 * 4600 * us, Upstream: 200 * 4500 * us,
+				Proxy: 200 * 100 * us, EngineMean: 2 * us, InFlight: 0.92, LoopWait: 500 * us, LoopWaitKnown: true},
+			bound: "path-bound", cycle: 4600 * us,
+			want: "cycle 4.6ms: client 0% | path 87% | engine 0% | proxy 13% (loop wait 11%) — path-bound; Little: L 0.92 vs λW 0.92",
+		},
+		{
 			// 10 closed-loop clients of 2 ms commands: 500 requests/s, 20 ms
 			// upstream each, the thread saturated.
 			name: "saturated",
@@ -145,7 +167,7 @@ func TestCollector(t *testing.T) {
 		Proxy: 300 * 100 * time.Microsecond, EngineMean: 10 * time.Microsecond, InFlight: 1,
 		Utilization: 0.9, Demand: 3 * time.Millisecond, BusyKnown: true, HostKnown: true,
 		Commands: 300, ExecTime: 3 * time.Millisecond, CPUTime: 3*time.Millisecond + 300*20*time.Microsecond, RunQueueTime: 900 * time.Millisecond,
-		ProbeWait: 2 * time.Millisecond, ProbeKnown: true}
+		ProbeWait: 2 * time.Millisecond, ProbeKnown: true, LoopWait: 20 * time.Microsecond, LoopWaitKnown: true}
 	v, ok := iv.Verdict(), true
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewCollector(func() (Verdict, bool) { return v, ok }))
@@ -159,7 +181,10 @@ respmeter_engine_wait_seconds{part="queue"} 0
 respmeter_engine_wait_seconds{part="run_queue"} 0.003
 # HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
 # TYPE respmeter_network_path_seconds gauge
-respmeter_network_path_seconds 0.000199901
+respmeter_network_path_seconds 0.000179901
+# HELP respmeter_proxy_loop_wait_seconds Mean time per request over the latest verdict interval, in seconds, that its request and reply waited unread for a busy proxy event loop (from tasks handed to the loops at fixed times).
+# TYPE respmeter_proxy_loop_wait_seconds gauge
+respmeter_proxy_loop_wait_seconds 2e-05
 # HELP respmeter_upstream_probe_wait_seconds Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.
 # TYPE respmeter_upstream_probe_wait_seconds gauge
 respmeter_upstream_probe_wait_seconds 0.002
