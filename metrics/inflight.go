@@ -63,6 +63,22 @@ func (f *InFlight) Add(delta int64) int64 {
 	return n
 }
 
+// AddAt is Add at time t, in nanoseconds since the clock's zero, read by
+// the caller: a proxy loop passes the clock reads it times requests with
+// (t_in as a request is taken in, t_out as replies are written), so that
+// the count changes at the very moments the latencies are measured from
+// and Add's own clock read is saved. t precedes the update by the caller's
+// work since its read (microseconds): an Area read in between misses
+// delta·(its time − t) of this change, which later Areas include, so a
+// difference of Areas is off by at most that much (never by delta·t).
+func (f *InFlight) AddAt(delta, t int64) int64 {
+	f.seq.Add(1)
+	n := f.n.Add(delta)
+	f.wsum.Add(delta * t)
+	f.seq.Add(1)
+	return n
+}
+
 // Load returns the number of requests in flight.
 func (f *InFlight) Load() int64 { return f.n.Load() }
 

@@ -117,3 +117,20 @@ func BenchmarkInFlightAdd(b *testing.B) {
 		}
 	})
 }
+
+// TestInFlightAddAt: changes at given times count from those times, so the
+// area of a request in from t=100 ns to t=300 ns is exactly 200 request·ns,
+// whatever the clock reads when the area is taken.
+func TestInFlightAddAt(t *testing.T) {
+	var f metrics.InFlight
+	f.SetClock(time.Now().Add(-time.Second))
+	f.AddAt(1, 100)
+	f.AddAt(2, 150)
+	f.AddAt(-2, 250)
+	if n := f.AddAt(-1, 300); n != 0 {
+		t.Fatalf("count %d after every request left, want 0", n)
+	}
+	if a := f.Area(); a != 200+2*100 {
+		t.Errorf("area %d request·ns, want 400 (1 request for 200 ns, 2 for 100 ns)", a)
+	}
+}

@@ -548,7 +548,7 @@ func (s *client) newEntry(id command.ID, now int64) *request {
 	s.seq++
 	e.s, e.tIn, e.cmd, e.seq = s, now, id, s.seq
 	s.q.push(e)
-	s.l.inflight.Add(1)
+	s.l.inflight.AddAt(1, now) // t_in: in flight from here (Little's law's L)
 	return e
 }
 
@@ -1208,7 +1208,11 @@ func (s *client) flush() {
 			s.wbuf = s.wbuf[:0]
 		}
 	}
-	s.l.inflight.Add(-int64(len(done)))
+	if tOut != 0 {
+		s.l.inflight.AddAt(-int64(len(done)), tOut) // t_out: answered
+	} else {
+		s.l.inflight.Add(-int64(len(done)))
+	}
 	if m := s.l.m; m != nil {
 		m.Lock()
 		for _, e := range done {
