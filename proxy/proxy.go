@@ -80,6 +80,10 @@ type Proxy struct {
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
 	clients  atomic.Int64 // open client connections
 	lingers  sync.WaitGroup
+
+	// capture is the running capture, nil when none (capture.go): the
+	// loops load it once per client read.
+	capture captureState
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
@@ -87,8 +91,9 @@ var _ gnet.EventHandler = (*Proxy)(nil)
 // loop is the per-event-loop state: only that loop's goroutine touches it,
 // except the atomic counters that InFlight and Stop read.
 type loop struct {
-	el gnet.EventLoop
-	m  *metrics.Loop // nil when not measuring
+	el  gnet.EventLoop
+	idx int           // order of creation: picks the loop's capture buffer
+	m   *metrics.Loop // nil when not measuring
 	// inflight counts the requests of this loop's sessions sent and not yet
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the
@@ -525,6 +530,11 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		p.authStop()
 		<-p.authDone
 	}
+	if c := p.capture.cur.Load(); c != nil {
+		if _, cerr := p.stopCapture(c); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}
 	return err
 }
 
@@ -567,7 +577,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
+		l = &loop{p: p, el: el, idx: len(p.loops), args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		if el != nil && p.shared {
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {

@@ -191,6 +191,7 @@ func (ln *rlink) onData(data []byte) {
 			ln.stream = ln.streamable(data[off])
 			if ln.stream != nil {
 				ln.stream.streaming = ln
+				ln.stream.streamAt = len(ln.stream.wbuf)
 			}
 			ln.dropping = ln.stream == nil && ln.forGone(data[off])
 		}

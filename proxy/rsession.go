@@ -12,6 +12,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
@@ -194,8 +195,11 @@ type rsession struct {
 	// MONITOR lines) wait in pushHold while it streams, or until the replies
 	// their link delivered before them are written (see oob).
 	streaming *rlink
-	pushHold  []byte
-	pushTags  []pushTag
+	// streamAt is where in wbuf the streaming reply starts, -1 once part
+	// of it was written (capture summarizes it from there).
+	streamAt int
+	pushHold []byte
+	pushTags []pushTag
 	// seq numbers the requests; written is the seq of the last one whose
 	// reply went to the write buffer.
 	seq, written uint64
@@ -223,6 +227,12 @@ type rsession struct {
 	// sticky is, per shard, the shared connection the client's requests
 	// went to last (see link).
 	sticky []*rlink
+	// capOf is the capture this session was last checked against, capBuf
+	// its loop's buffer when the session is captured (nil: not sampled or
+	// no capture), capID its id there (capture.go).
+	capOf  *capture.Capture
+	capBuf *capture.Buf
+	capID  uint64
 }
 
 func newRSession(p *Proxy, c gnet.Conn, l *loop) *rsession {
@@ -615,7 +625,7 @@ func (s *rsession) clientData(data []byte) {
 		data, fromPartial = s.partial, true
 	}
 	v := p.router.load()
-	off := 0
+	off, routed, first := 0, 0, s.seq+1
 	for off < len(data) && !s.stopRead {
 		if s.shared && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
@@ -655,6 +665,10 @@ func (s *rsession) clientData(data []byte) {
 			off = len(data)
 			break
 		}
+		routed = off
+	}
+	if c := p.capture.cur.Load(); c != nil || s.capOf != nil {
+		s.captureBatch(c, data[:routed], first, now)
 	}
 	s.flushHeld()
 	tail := data[off:]
@@ -1577,6 +1591,7 @@ func (s *rsession) flush() {
 		} else {
 			s.wbuf = s.wbuf[:0]
 		}
+		s.streamAt = -1 // a reply streaming now is no longer whole in wbuf
 	}
 	s.l.inflight.Add(-int64(len(done)))
 	if m := s.l.m; m != nil {
@@ -1788,6 +1803,12 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed 
 		e.flags |= eWritten
 		e.isErr = len(reply) > 0 && (reply[0] == '-' || reply[0] == '!')
 		e.ready = true
+		if s.capBuf != nil {
+			if streamed && s.streamAt >= 0 && s.streamAt <= len(s.wbuf) {
+				reply, streamed = s.wbuf[s.streamAt:], false
+			}
+			s.captureReply(e, reply, now, streamed)
+		}
 		s.advance()
 		return
 	}
@@ -1798,6 +1819,9 @@ func (s *rsession) complete(e *rentry, i int, reply []byte, now int64, streamed 
 	}
 	s.buffered -= s.finish(e)
 	s.buffered += len(e.out)
+	if s.capBuf != nil {
+		s.captureReply(e, e.out, now, false)
+	}
 	s.advance()
 }
 
