@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/proxy"
 )
 
 // configEnv names the environment variable that gives --config's default.
@@ -63,6 +64,11 @@ type proxyFlags struct {
 	slowlogLen        int
 	hdrLog            string
 	hdrInterval       time.Duration
+
+	capture         string
+	captureDuration time.Duration
+	captureSample   float64
+	captureRedact   string
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -207,6 +213,10 @@ waits up to --drain-timeout for replies in flight, prints the same and exits
 	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
 	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")
 	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
+	fs.StringVar(&f.capture, "capture", "", "capture the clients' commands to `file` (created 0600; \"respmeter replay\" reads it); routed sessions only: --upstream-mode shared or --route")
+	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the --capture after this long; 0 runs it until exit")
+	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
+	fs.StringVar(&f.captureRedact, "capture-redact", "", "\"values\": replace request values by filler of the same length (credentials are always redacted)")
 	return cmd
 }
 
@@ -225,9 +235,13 @@ func (a *app) runProxy(cmd *cobra.Command, f *proxyFlags) error {
 		fmt.Fprintf(a.stdout, "# configuration valid; sources: %s\n%s", strings.Join(sources, ", "), out)
 		return nil
 	}
+	cc, err := captureConfig(f)
+	if err != nil {
+		return usageError(cmd, err)
+	}
 	log := newLogger(a.stderr, cfg.LogLevel, cfg.LogFormat)
 	a.warnUnknownEnv(log)
-	return a.serve(cmd.Context(), cfg, log)
+	return a.serve(cmd.Context(), cfg, cc, log)
 }
 
 // proxyConfig merges defaults, the config file, the environment and the
@@ -318,7 +332,7 @@ func (a *app) warnUnknownEnv(log *slog.Logger) {
 // serve runs the proxy until SIGINT, SIGTERM or ctx ends, printing the
 // latency table and the verdict to stdout on SIGUSR1 and once more after
 // the stop.
-func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) error {
+func (a *app) serve(ctx context.Context, cfg configs.Config, cc proxy.CaptureConfig, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -329,6 +343,12 @@ func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) e
 	}
 	mlog := log.With("component", "main")
 	probeUpstreams(cfg, log.With("component", "proxy"))
+	if cc.File != "" {
+		if err := startCapture(st.proxy, cfg, cc, log); err != nil {
+			_ = st.stop(context.WithoutCancel(ctx))
+			return failure(err)
+		}
+	}
 
 	code := exitOK
 	reason := ""
