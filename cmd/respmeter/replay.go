@@ -103,14 +103,24 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	if err != nil {
 		return failure(err)
 	}
-	if f.readOnly {
-		ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-		infos, err := command.FetchInfo(ctx, f.target, 5*time.Second)
-		cancel()
-		if err != nil {
-			return failure(fmt.Errorf("--read-only: read the target's command table: %w", err))
+	// The target's command table says which replies may differ run to
+	// run (tips); the built-in one when it cannot be read.
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second)
+	cancel()
+	r := routing.NewResolver(infos)
+	o.Compare = func(name string) replay.Compare {
+		if name == "hello" || name == "client" {
+			// Their replies carry the connection's id (HELLO, CLIENT ID,
+			// INFO, LIST), which the engine's tips do not say.
+			return replay.Errors
 		}
-		r := routing.NewResolver(infos)
+		return replay.CompareByTips(r.Info(r.Lookup([]byte(name))).Tips)
+	}
+	if f.readOnly {
+		if infoErr != nil {
+			return failure(fmt.Errorf("--read-only: read the target's command table: %w", infoErr))
+		}
 		o.Skip = func(name string, _ []byte) bool {
 			return !r.Info(r.Lookup([]byte(name))).Flags.Has(command.FlagReadonly)
 		}
