@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -146,7 +149,38 @@ func newCaptureCmd(stdout io.Writer) *cobra.Command {
 			return failure0(writeCaptureInfo(stdout, w))
 		},
 	}
-	cmd.AddCommand(info)
+	var monitor, out string
+	imp := &cobra.Command{
+		Use:   "import --monitor FILE --out CAPTURE",
+		Short: "Turn redis-cli MONITOR output into a capture (no replies, no pipelines)",
+		Long: `Turn the output of "redis-cli MONITOR" into a capture file that respmeter
+replay can send: one connection per client address, every command at its
+MONITOR time, a SELECT inserted where a client's db changes. MONITOR shows
+neither replies nor pipelines, so the capture has no reply summaries (replay
+compares nothing, it only times) and every command is a batch of its own.
+Commands of Lua scripts and unix-socket clients are skipped; MONITOR does
+not show AUTH or HELLO AUTH credentials either.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if monitor == "" || out == "" {
+				return usageError(cmd, errors.New("--monitor and --out are required"))
+			}
+			f, err := os.Open(monitor)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			n, skipped, err := importMonitor(f, out)
+			if err != nil {
+				return failure(err)
+			}
+			fmt.Fprintf(stdout, "imported %d commands (%d lines skipped) into %s\n", n, skipped, out)
+			return nil
+		},
+	}
+	imp.Flags().StringVar(&monitor, "monitor", "", "redis-cli MONITOR output `file`")
+	imp.Flags().StringVar(&out, "out", "", "capture `file` to write (must not exist)")
+	cmd.AddCommand(info, imp)
 	return cmd
 }
 
@@ -238,4 +272,150 @@ func writeCaptureInfo(out io.Writer, w *capture.Workload) error {
 		fmt.Fprintf(out, "%-20s %10d\n", n, ci.PerCommand[n])
 	}
 	return nil
+}
+
+// importMonitor turns "redis-cli MONITOR" output (lines such as
+// `1701234567.123456 [0 127.0.0.1:5555] "SET" "k" "v"`) read from in into
+// a capture at out: one connection per client address, each command a
+// batch of its own at its MONITOR time, a SELECT first when the line's db
+// differs from the connection's. MONITOR shows neither replies nor
+// pipelines, so the capture has no reply summaries (replay compares
+// nothing) and no batches of more than one command. Lines that are not
+// commands (OK, "lua" and "unix" clients' lines included) are skipped and
+// counted.
+func importMonitor(in io.Reader, out string) (cmds, skipped int, err error) {
+	c, err := capture.Start(out, capture.Options{Loops: 1, BufferBytes: 64 << 20, FlushEvery: 100 * time.Millisecond})
+	if err != nil {
+		return 0, 0, err
+	}
+	type conn struct {
+		id  uint64
+		db  string
+		seq uint64
+	}
+	conns := map[string]*conn{}
+	var base int64 = -1
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), resp.DefaultMaxBulkLen)
+	var req []byte
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "+")
+		ts, db, addr, args, ok := parseMonitorLine(line)
+		if !ok {
+			skipped++
+			continue
+		}
+		if base < 0 {
+			base = ts
+		}
+		cn := conns[addr]
+		if cn == nil {
+			id, _ := c.NewConn()
+			cn = &conn{id: id, db: "0"}
+			conns[addr] = cn
+			c.Loop(0).Conn(cn.id, ts-base, nil)
+		}
+		req = req[:0]
+		if db != cn.db {
+			req = capture.AppendCommand(req, [][]byte{[]byte("SELECT"), []byte(db)})
+			cn.db = db
+			cn.seq++
+			c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
+			req = req[:0]
+		}
+		req = capture.AppendCommand(req, args)
+		cn.seq++
+		c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
+		cmds++
+		if len(args) == 2 && strings.EqualFold(string(args[0]), "select") {
+			// MONITOR shows SELECT with the db it ran in; later lines show
+			// the new one.
+			cn.db = string(args[1])
+		}
+		if st := c.Stats(); st.Dropped > 0 {
+			break
+		}
+	}
+	serr := c.Stop()
+	if st := c.Stats(); st.Dropped > 0 {
+		return cmds, skipped, fmt.Errorf("import: %d records dropped (a command larger than the buffer)", st.Dropped)
+	}
+	return cmds, skipped, errors.Join(sc.Err(), serr)
+}
+
+// parseMonitorLine splits one MONITOR line: time (ns since the epoch),
+// db, client address and the arguments (quoted as sdscatrepr quotes them:
+// \" \\ \n \r \t \a \b \xHH).
+func parseMonitorLine(line string) (ts int64, db, addr string, args [][]byte, ok bool) {
+	sp := strings.IndexByte(line, ' ')
+	if sp < 0 || !strings.HasPrefix(line[sp:], " [") {
+		return 0, "", "", nil, false
+	}
+	secs, frac, found := strings.Cut(line[:sp], ".")
+	s, err1 := strconv.ParseInt(secs, 10, 64)
+	us, err2 := strconv.ParseInt(frac, 10, 64)
+	if !found || err1 != nil || err2 != nil || len(frac) != 6 {
+		return 0, "", "", nil, false
+	}
+	rest := line[sp+2:]
+	end := strings.IndexByte(rest, ']')
+	if end < 0 {
+		return 0, "", "", nil, false
+	}
+	db, addr, found = strings.Cut(rest[:end], " ")
+	if !found || addr == "lua" || strings.HasPrefix(addr, "unix:") {
+		return 0, "", "", nil, false
+	}
+	rest = rest[end+1:]
+	for {
+		rest = strings.TrimLeft(rest, " ")
+		if rest == "" {
+			break
+		}
+		if rest[0] != '"' {
+			return 0, "", "", nil, false
+		}
+		var a []byte
+		i := 1
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			ch := rest[i]
+			if ch != '\\' || i+1 >= len(rest) {
+				a = append(a, ch)
+				continue
+			}
+			i++
+			switch rest[i] {
+			case 'n':
+				a = append(a, '\n')
+			case 'r':
+				a = append(a, '\r')
+			case 't':
+				a = append(a, '\t')
+			case 'a':
+				a = append(a, '\a')
+			case 'b':
+				a = append(a, '\b')
+			case 'x':
+				if i+2 < len(rest) {
+					if v, err := strconv.ParseUint(rest[i+1:i+3], 16, 8); err == nil {
+						a = append(a, byte(v))
+						i += 2
+						continue
+					}
+				}
+				a = append(a, 'x')
+			default:
+				a = append(a, rest[i])
+			}
+		}
+		if i >= len(rest) {
+			return 0, "", "", nil, false
+		}
+		args = append(args, a)
+		rest = rest[i+1:]
+	}
+	if len(args) == 0 {
+		return 0, "", "", nil, false
+	}
+	return s*1e9 + us*1e3, db, addr, args, true
 }

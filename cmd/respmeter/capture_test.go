@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -494,4 +496,121 @@ func quantile(v []float64, q float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[int(q*float64(len(s)-1))]
+}
+
+// TestCaptureImportMonitor imports real redis-cli MONITOR output (taken
+// from redis-server while a client sent commands, db switch and binary
+// value included) and replays it.
+func TestCaptureImportMonitor(t *testing.T) {
+	srv := redistest.Start(t)
+	mon := exec.Command("redis-cli", "-p", fmt.Sprint(srv.Port()), "MONITOR")
+	var monOut bytes.Buffer
+	mon.Stdout = &monOut
+	if err := mon.Start(); err != nil {
+		t.Skipf("redis-cli: %v", err)
+	}
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(monOut.String(), "OK") {
+			return errors.New("MONITOR not started")
+		}
+		return nil
+	})
+	c := redistest.Dial(t, srv.Addr())
+	reqs := redistest.Cmds([]string{"SET", "k1", "a \"quoted\"\nline\x01"}, []string{"SELECT", "2"},
+		[]string{"SET", "k2", "v2"}, []string{"GET", "k2"}, []string{"PING"})
+	if err := c.Write(reqs); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if !strings.Contains(monOut.String(), `"PING"`) {
+			return errors.New("PING not in the MONITOR output yet")
+		}
+		return nil
+	})
+	_ = mon.Process.Kill()
+	_ = mon.Wait()
+	dir := t.TempDir()
+	monFile, capFile := filepath.Join(dir, "monitor.txt"), filepath.Join(dir, "m.respcap")
+	if err := os.WriteFile(monFile, monOut.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"capture", "import", "--monitor", monFile, "--out", capFile}, &out, &errb); code != exitOK {
+		t.Fatalf("import exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "imported 5 commands") {
+		t.Errorf("import said %q, want 5 commands", out.String())
+	}
+	w, err := capture.Load(capFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(w.Conns))
+	}
+	var got [][]byte
+	for _, b := range w.Conns[0].Batches {
+		if len(b.Cmds) != 1 {
+			t.Errorf("batch of %d commands: MONITOR has no pipelines", len(b.Cmds))
+		}
+		got = append(got, b.Cmds[0].Req)
+	}
+	// SELECT 2 is in MONITOR's output itself; the line after it says db 2
+	// already, so no SELECT is added.
+	if want := reqs; !bytes.Equal(bytes.Join(got, nil), want) {
+		t.Errorf("imported requests\n %q\nwant\n %q", bytes.Join(got, nil), want)
+	}
+	dst := redistest.Start(t)
+	if code := run(context.Background(), []string{"replay", capFile, "--target", dst.Addr(), "--speed", "max"}, &out, &errb); code != exitOK {
+		t.Fatalf("replay exit %d: %s", code, errb.String())
+	}
+	if got := dst.DoT(t, "GET", "k1"); got != "a \"quoted\"\nline\x01" {
+		t.Errorf("k1 on the target after replay: %q", got)
+	}
+}
+
+// TestCaptureBadFile: capture info and replay on a truncated, a corrupt
+// and a future-version file exit 1 with the offset and what was expected.
+func TestCaptureBadFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	c, err := capture.Start(good, capture.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := c.NewConn()
+	c.Loop(0).Batch(id, 1, 1, redistest.Cmd("SET", "k", strings.Repeat("v", 5000)))
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := bytes.Clone(b)
+	future[8] = capture.Version + 1
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"truncated", b[:len(b)-3], "capture: truncated at offset"},
+		{"short", b[:10], "capture: truncated at offset 10: expected a 20-byte header"},
+		{"future", future, "unsupported format version at offset 8: expected format version 1..1, got 2"},
+		{"not", []byte("hello world, not a capture"), "not a capture file at offset 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(path, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"capture", "info", path}, {"replay", path, "--target", "127.0.0.1:1"}} {
+				var out, errb bytes.Buffer
+				code := run(context.Background(), args, &out, &errb)
+				if code != exitFailure || !strings.Contains(errb.String(), tc.want) || !strings.Contains(errb.String(), path) {
+					t.Errorf("%v: exit %d, stderr %q, want exit 1 naming the file and %q", args[:2], code, errb.String(), tc.want)
+				}
+			}
+		})
+	}
 }

@@ -18,7 +18,7 @@ func cmd(args ...string) []byte {
 	for i, a := range args {
 		b[i] = []byte(a)
 	}
-	return appendCommand(nil, b)
+	return AppendCommand(nil, b)
 }
 
 func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }

@@ -93,13 +93,14 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 			dst = append(dst, frame...)
 			continue
 		}
-		dst = appendCommand(dst, r.args)
+		dst = AppendCommand(dst, r.args)
 	}
 	return dst
 }
 
-// appendCommand appends args as a RESP array of bulk strings.
-func appendCommand(dst []byte, args [][]byte) []byte {
+// AppendCommand appends args to dst as a RESP request: an array of bulk
+// strings.
+func AppendCommand(dst []byte, args [][]byte) []byte {
 	dst = append(dst, '*')
 	dst = strconv.AppendInt(dst, int64(len(args)), 10)
 	dst = append(dst, "\r\n"...)
