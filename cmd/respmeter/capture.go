@@ -316,7 +316,10 @@ func importMonitor(in io.Reader, out string) (cmds, skipped int, err error) {
 			c.Loop(0).Conn(cn.id, ts-base, nil)
 		}
 		req = req[:0]
-		if db != cn.db {
+		isSelect := len(args) == 2 && strings.EqualFold(string(args[0]), "select")
+		// redis-server feeds MONITOR after running the command: a SELECT's
+		// line shows the db it selected.
+		if db != cn.db && !(isSelect && string(args[1]) == db) {
 			req = capture.AppendCommand(req, [][]byte{[]byte("SELECT"), []byte(db)})
 			cn.db = db
 			cn.seq++
@@ -327,9 +330,7 @@ func importMonitor(in io.Reader, out string) (cmds, skipped int, err error) {
 		cn.seq++
 		c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
 		cmds++
-		if len(args) == 2 && strings.EqualFold(string(args[0]), "select") {
-			// MONITOR shows SELECT with the db it ran in; later lines show
-			// the new one.
+		if isSelect {
 			cn.db = string(args[1])
 		}
 		if st := c.Stats(); st.Dropped > 0 {
