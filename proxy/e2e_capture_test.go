@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -155,5 +156,41 @@ func TestCaptureSample(t *testing.T) {
 	// Ids 1..40 through SplitMix64: a fixed set, so a fixed count.
 	if n := len(w.Conns); n < conns/4 || n > conns*3/4 {
 		t.Errorf("%d of %d connections captured at sample 0.5", n, conns)
+	}
+}
+
+// TestCaptureDropsNeverBlock: with a capture buffer far too small for the
+// load (the writer drains it once a second), records are dropped and
+// counted while every client command is still answered.
+func TestCaptureDropsNeverBlock(t *testing.T) {
+	e := captureSetup(t)
+	path := filepath.Join(t.TempDir(), "c.respcap")
+	if err := e.p.StartCapture(proxy.CaptureConfig{File: path, BufferBytes: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := e2eGoRedis(t, e.paddr)
+	const n = 2000
+	for i := range n / 100 {
+		pipe := c.Pipeline()
+		for j := range 100 {
+			pipe.Set(ctx, fmt.Sprint("k", i*100+j), j, 0)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.srv.DoT(t, "DBSIZE"); got != int64(n) {
+		t.Fatalf("engine holds %v keys, want %d", got, n)
+	}
+	st, err := e.p.StopCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dropped == 0 || e.p.CaptureDropped() != st.Dropped {
+		t.Errorf("dropped %d (total %d): want drops with a 1 KiB buffer", st.Dropped, e.p.CaptureDropped())
+	}
+	if _, err := capture.Load(path); err != nil {
+		t.Errorf("the file with drops does not read: %v", err)
 	}
 }

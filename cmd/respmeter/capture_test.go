@@ -187,7 +187,8 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
-	if code := run(context.Background(), []string{"replay", path, "--target", dst.Addr(), "--speed", "max", "--json", jsonPath}, &out, &errb); code != exitOK {
+	hlog := filepath.Join(t.TempDir(), "replayed.hlog")
+	if code := run(context.Background(), []string{"replay", path, "--target", dst.Addr(), "--speed", "max", "--json", jsonPath, "--hdr-log", hlog}, &out, &errb); code != exitOK {
 		t.Fatalf("replay exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
 	var rep struct {
@@ -232,6 +233,12 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 		t.Errorf("exec replayed %d times, want %d", n, 3*20)
 	}
 
+	// The replay's HDR log reads as the proxy's: report and --compare.
+	var cmpOut bytes.Buffer
+	if code := run(context.Background(), []string{"report", hlog, "--compare", hlog}, &cmpOut, &errb); code != exitOK ||
+		!strings.Contains(cmpOut.String(), "hgetall") {
+		t.Errorf("report --compare on the replay's HDR log: exit %d\n%s\n%s", code, cmpOut.String(), errb.String())
+	}
 	var info bytes.Buffer
 	if code := run(context.Background(), []string{"capture", "info", path}, &info, &errb); code != exitOK {
 		t.Fatalf("capture info exit %d: %s", code, errb.String())
