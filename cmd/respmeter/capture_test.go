@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/configs"
@@ -35,23 +33,12 @@ import (
 // admin server on a free port.
 func capStack(t *testing.T, upstream string) *stack {
 	t.Helper()
-	cfg := configs.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.Upstream = upstream
-	cfg.Admin = "127.0.0.1:0"
-	cfg.UpstreamMode = configs.UpstreamShared
-	cfg.ProbeInterval = 0
-	cfg.EnginePoll = 0
-	st, err := startStack(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = st.stop(ctx)
+	return testStack(t, upstream, func(cfg *configs.Config) {
+		cfg.Admin = "127.0.0.1:0"
+		cfg.UpstreamMode = configs.UpstreamShared
+		cfg.ProbeInterval = 0
+		cfg.EnginePoll = 0
 	})
-	return st
 }
 
 // adminPost posts to the admin API and decodes the JSON answer.
@@ -250,26 +237,6 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 	}
 }
 
-// rawStream returns the decompressed records of a capture file: what a
-// tool without respmeter's reader would see.
-func rawStream(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := zstd.NewReader(bytes.NewReader(b[capture.HeaderSize:]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	out, err := io.ReadAll(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestCaptureSecrets: credentials sent through the proxy never reach the
 // capture file; with --capture-redact values no value does either.
 func TestCaptureSecrets(t *testing.T) {
@@ -305,7 +272,14 @@ func TestCaptureSecrets(t *testing.T) {
 			if code, s := adminPost(t, st, "/capture/stop", nil); code != http.StatusOK || s.Records == 0 {
 				t.Fatalf("stop: %d %+v", code, s)
 			}
-			raw := rawStream(t, path)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := capture.Decompress(b)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, s := range secrets {
 				if bytes.Contains(raw, []byte(s)) {
 					t.Errorf("credential %q in the capture file", s)

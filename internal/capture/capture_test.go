@@ -54,12 +54,7 @@ func decompressed(t *testing.T, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := zstd.NewReader(bytes.NewReader(raw[HeaderSize:]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	out, err := io.ReadAll(d)
+	out, err := Decompress(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,6 +206,22 @@ func (r *Reader) Next() (Record, error) {
 	return rec, nil
 }
 
+// Decompress returns the decompressed record stream of a whole capture
+// file (its header checked as NewReader checks it): what a tool that
+// does not parse records sees.
+func Decompress(file []byte) ([]byte, error) {
+	r, err := NewReader(bytes.NewReader(file))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r.br)
+	if err != nil {
+		return b, r.wrap(err, "a complete Zstandard stream")
+	}
+	return b, nil
+}
+
 // Cmd is one captured request.
 type Cmd struct {
 	Seq  uint64
