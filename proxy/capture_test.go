@@ -61,7 +61,7 @@ func BenchmarkCaptureHotPath(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s, cl, ln := routedPair(b, true, nil)
 			if on {
-				if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c"), BufferBytes: 64 << 20}); err != nil {
+				if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c"), BufferBytes: 16 << 20}); err != nil {
 					b.Fatal(err)
 				}
 				defer func() { _, _ = s.p.StopCapture() }()
