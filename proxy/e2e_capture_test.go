@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,12 +74,13 @@ func TestCaptureRecordsClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pipeBatch *capture.Batch
+	var pipeConn *capture.Conn
 	gets := 0
 	for _, c := range w.Conns {
 		for i := range c.Batches {
 			b := &c.Batches[i]
 			if len(b.Cmds) == 6 {
-				pipeBatch = b
+				pipeBatch, pipeConn = b, c
 			}
 			for _, cmd := range b.Cmds {
 				if cmd.Name == "get" && len(b.Cmds) == 1 {
@@ -92,6 +94,11 @@ func TestCaptureRecordsClients(t *testing.T) {
 	}
 	if gets != 3 {
 		t.Errorf("%d single GET batches, want 3", gets)
+	}
+	// The connection was open before the capture: its HELLO 3 is recorded
+	// as its state, for replay to send first.
+	if !bytes.Contains(bytes.ToLower(pipeConn.State), []byte("hello\r\n$1\r\n3")) {
+		t.Errorf("state of the connection opened before the capture: %q, want its HELLO 3", pipeConn.State)
 	}
 	var names []string
 	for _, c := range pipeBatch.Cmds {
