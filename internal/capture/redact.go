@@ -88,6 +88,12 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 			dst = append(dst, frame...)
 			continue
 		}
+		if !r.values && kind == resp.KindMultibulk && !mayHoldSecret(frame) {
+			// Most requests: no credential to look for, no need to split
+			// them into arguments.
+			dst = append(dst, frame...)
+			continue
+		}
 		r.args = resp.Args(frame, kind, r.args[:0])
 		if len(r.args) == 0 || !r.redactArgs() {
 			dst = append(dst, frame...)
@@ -96,6 +102,29 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 		dst = AppendCommand(dst, r.args)
 	}
 	return dst
+}
+
+// mayHoldSecret reports whether the multibulk frame's command is one whose
+// arguments redactArgs looks at (AUTH, HELLO, MIGRATE, CONFIG, ACL), or
+// its name cannot be read here.
+func mayHoldSecret(frame []byte) bool {
+	// "*N\r\n$L\r\nNAME\r\n..."
+	i := bytes.IndexByte(frame, '\n')
+	if i < 0 || i+1 >= len(frame) || frame[i+1] != '$' {
+		return true
+	}
+	n, j := 0, i+2
+	for ; j < len(frame) && frame[j] >= '0' && frame[j] <= '9'; j++ {
+		n = n*10 + int(frame[j]-'0')
+		if n > 16 {
+			return false // no secret-bearing name is that long
+		}
+	}
+	if j+2+n > len(frame) || frame[j] != '\r' {
+		return true
+	}
+	name := frame[j+2 : j+2+n]
+	return eq(name, "auth") || eq(name, "hello") || eq(name, "migrate") || eq(name, "config") || eq(name, "acl")
 }
 
 // AppendCommand appends args to dst as a RESP request: an array of bulk
