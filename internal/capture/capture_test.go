@@ -3,6 +3,7 @@ package capture
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -316,5 +317,45 @@ func readAll(data []byte) error {
 		} else if err != nil {
 			return err
 		}
+	}
+}
+
+// TestLoadMergesFiles: two files (two proxies) merge into one timeline,
+// each shifted by its header's start relative to the earliest.
+func TestLoadMergesFiles(t *testing.T) {
+	var paths []string
+	var starts []int64
+	for i := range 2 {
+		p := writeCapture(t, Options{}, func(c *Capture) {
+			id, _ := c.NewConn()
+			c.Loop(0).Batch(id, 1000, 1, cmd("GET", fmt.Sprint("k", i)))
+		})
+		r, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, err := NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, rd.Header().Start)
+		rd.Close()
+		_ = r.Close()
+		paths = append(paths, p)
+		time.Sleep(20 * time.Millisecond) // the second capture starts later
+	}
+	w, err := Load(paths[1], paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Conns) != 2 || w.Start != starts[0] {
+		t.Fatalf("%d connections from start %d, want 2 from the earlier file's %d", len(w.Conns), w.Start, starts[0])
+	}
+	// Sorted by first batch: the earlier file's connection first.
+	if got, want := w.Conns[1].Batches[0].T-w.Conns[0].Batches[0].T, starts[1]-starts[0]; got != want || want < int64(20*time.Millisecond) {
+		t.Errorf("second file's batch %d ns after the first's, want %d (>= 20 ms)", got, want)
+	}
+	if w.Conns[0].File != 1 || w.Conns[1].File != 0 {
+		t.Errorf("files %d, %d: want the connection of paths[1] (the earlier file) first", w.Conns[0].File, w.Conns[1].File)
 	}
 }
