@@ -604,7 +604,8 @@ func TestCaptureBadFile(t *testing.T) {
 // TestReplayDelayedTarget replays one capture (--speed max) against an
 // engine directly and through a relay that delays each direction by 1 ms,
 // side by side: every command's replayed p50 is about 2 ms higher through
-// the relay, the report's comparison of two targets.
+// the relay, the report's comparison of two targets. The same capture
+// replays with no error through a 3-shard --route slots respmeter.
 func TestReplayDelayedTarget(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "w.respcap")
 	c, err := capture.Start(path, capture.Options{})
@@ -617,6 +618,8 @@ func TestReplayDelayedTarget(t *testing.T) {
 			at := int64(i) * int64(time.Millisecond)
 			key := fmt.Sprintf("d%d:%d", k, i%10)
 			c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil))
+			c.Loop(0).Reply(id, uint64(2*i+1), at+1e5, []byte("+OK\r\n"), false, 1e5, 9e4)
+			c.Loop(0).Reply(id, uint64(2*i+2), at+1e5, []byte("$1\r\nv\r\n"), false, 1e5, 9e4)
 		}
 	}
 	if err := c.Stop(); err != nil {
@@ -628,14 +631,21 @@ func TestReplayDelayedTarget(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	relay := redistest.StartDelayRelay(t, srv.Addr(), time.Millisecond)
+	shards := []string{redistest.Start(t).Addr(), redistest.Start(t).Addr(), redistest.Start(t).Addr()}
+	slots := testStack(t, "", func(cfg *configs.Config) {
+		cfg.Admin = "off"
+		cfg.Route = configs.RouteSlots
+		cfg.Shards = shards
+		cfg.ProbeInterval = 0
+	})
 	p50 := map[string]map[string]int64{}
-	for _, tg := range []struct{ name, addr string }{{"direct", srv.Addr()}, {"delayed", relay}} {
+	for _, tg := range []struct{ name, addr string }{{"direct", srv.Addr()}, {"delayed", relay}, {"slots", slots.proxy.Addr()}} {
 		rep, err := replay.Run(context.Background(), w, replay.Options{Target: tg.addr})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Commands != 800 || rep.NewErrors != 0 || len(rep.ConnErrors) != 0 {
-			t.Fatalf("%s: %d commands, %d new errors, %v", tg.name, rep.Commands, rep.NewErrors, rep.ConnErrors)
+		if rep.Commands != 800 || rep.NewErrors != 0 || rep.Mismatches != 0 || len(rep.ConnErrors) != 0 {
+			t.Fatalf("%s: %d commands, %d new errors, %d mismatches, %v", tg.name, rep.Commands, rep.NewErrors, rep.Mismatches, rep.ConnErrors)
 		}
 		p50[tg.name] = map[string]int64{}
 		for _, name := range []string{"set", "get"} {
