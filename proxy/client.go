@@ -12,6 +12,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
@@ -263,8 +264,11 @@ type client struct {
 	// MONITOR lines) wait in pushHold while it streams, or until the replies
 	// their link delivered before them are written (see oob).
 	streaming *link
-	pushHold  []byte
-	pushTags  []pushTag
+	// streamAt is where in wbuf the streaming reply starts, -1 once part
+	// of it was written (capture summarizes it from there).
+	streamAt int
+	pushHold []byte
+	pushTags []pushTag
 	// seq numbers the requests; written is the seq of the last one whose
 	// reply went to the write buffer.
 	seq, written uint64
@@ -289,6 +293,12 @@ type client struct {
 	// raw is the link a SYNC/PSYNC went to: the connection is a
 	// replication stream from then on, relayed unframed both ways.
 	raw *link
+	// capOf is the capture this client was last checked against, capBuf
+	// its loop's buffer when the client is captured (nil: not sampled or
+	// no capture), capID its id there (capture.go).
+	capOf  *capture.Capture
+	capBuf *capture.Buf
+	capID  uint64
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -623,7 +633,7 @@ func (s *client) clientData(data []byte) {
 		data, fromPartial = s.partial, true
 	}
 	v := p.router.load()
-	off := 0
+	off, routed, first := 0, 0, s.seq+1
 	for off < len(data) && !s.stopped() {
 		if s.has(cfShared) && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
@@ -665,12 +675,16 @@ func (s *client) clientData(data []byte) {
 			break
 		}
 		s.endPartial(frame)
+		routed = off
 		if s.raw != nil {
 			// SYNC/PSYNC: what follows is the replica's, unframed.
 			s.raw.queueRaw(data[off:])
 			off = len(data)
 			break
 		}
+	}
+	if c := p.capture.cur.Load(); c != nil || s.capOf != nil {
+		s.captureBatch(c, data[:routed], first, now)
 	}
 	s.flushHeld()
 	tail := data[off:]
@@ -1207,6 +1221,7 @@ func (s *client) flush() {
 		} else {
 			s.wbuf = s.wbuf[:0]
 		}
+		s.streamAt = -1 // a reply streaming now is no longer whole in wbuf
 	}
 	if tOut != 0 {
 		s.l.inflight.AddAt(-int64(len(done)), tOut) // t_out: answered
@@ -1421,6 +1436,12 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 		e.flags |= eWritten
 		e.isErr = len(reply) > 0 && (reply[0] == '-' || reply[0] == '!')
 		e.ready = true
+		if s.capBuf != nil {
+			if streamed && s.streamAt >= 0 && s.streamAt <= len(s.wbuf) {
+				reply, streamed = s.wbuf[s.streamAt:], false
+			}
+			s.captureReply(e, reply, now, streamed)
+		}
 		s.advance()
 		return
 	}
@@ -1431,6 +1452,9 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 	}
 	s.buffered -= s.finish(e)
 	s.buffered += len(e.out)
+	if s.capBuf != nil {
+		s.captureReply(e, e.out, now, false)
+	}
 	s.advance()
 }
 

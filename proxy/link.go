@@ -230,6 +230,8 @@ func (ln *link) onData(data []byte) {
 			ln.stream = ln.streamable(data[off])
 			if ln.stream != nil {
 				ln.stream.streaming = ln
+				ln.stream.streamAt = len(ln.stream.wbuf)
+				ln.stream.streamAt = len(ln.stream.wbuf)
 			}
 			ln.dropping = ln.stream == nil && ln.forGone(data[off])
 		}

@@ -20,8 +20,9 @@ import (
 // loop is the per-event-loop state: only that loop's goroutine touches it,
 // except the atomic counters that InFlight and Stop read.
 type loop struct {
-	el gnet.EventLoop
-	m  *metrics.Loop // nil when not measuring
+	el  gnet.EventLoop
+	idx int           // order of creation: picks the loop's capture buffer
+	m   *metrics.Loop // nil when not measuring
 	// inflight counts the requests of this loop's clients sent and not yet
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the
@@ -81,7 +82,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 	defer p.mu.Unlock()
 	l := p.loops[el]
 	if l == nil {
-		l = &loop{p: p, el: el, args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
+		l = &loop{p: p, el: el, idx: len(p.loops), args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		l.inflight.SetClock(p.base)
 		if el != nil && p.shared {

@@ -79,6 +79,10 @@ type Proxy struct {
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
 	clients  atomic.Int64 // open client connections
 	lingers  sync.WaitGroup
+
+	// capture is the running capture, nil when none (capture.go): the
+	// loops load it once per client read.
+	capture captureState
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
@@ -454,6 +458,11 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	if p.authStop != nil {
 		p.authStop()
 		<-p.authDone
+	}
+	if c := p.capture.cur.Load(); c != nil {
+		if _, cerr := p.stopCapture(c); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
 	}
 	return err
 }

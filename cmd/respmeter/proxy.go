@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/proxy"
 )
 
 // configEnv names the environment variable that gives --config's default.
@@ -66,6 +67,11 @@ type proxyFlags struct {
 	hdrInterval       time.Duration
 	metricsPhases     []string
 	metricsCommands   int
+
+	capture         string
+	captureDuration time.Duration
+	captureSample   float64
+	captureRedact   string
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -105,12 +111,10 @@ instead of --upstream, which is then not used:
                   per slot and their replies merged; other multi-key
                   commands over several slots get -CROSSSLOT. CLIENT
                   REPLY is applied by the proxy (replies dropped, requests
-                  still routed). Pub/sub, MONITOR and SYNC/PSYNC hand the
-                  client over to a private connection to its home shard
-                  (SUBSCRIBE and SSUBSCRIBE: the first channel's shard,
-                  where PUBLISH of it goes), its connection state replayed
-                  first; what it sends while subscribed goes to that shard,
-                  and it is routed again once it is back to plain requests.
+                  still routed). Pub/sub and MONITOR are a mode of the
+                  client's own shard connections (SSUBSCRIBE: the
+                  channel's shard); SYNC/PSYNC make its home shard's
+                  connection a replication stream.
   --route pinned  each client connection is bound to one shard, by
                   --pin-by: connection (round-robin at connect, the default)
                   or first-key (the shard of its first key).
@@ -218,6 +222,10 @@ addresses, settings; "final" is true at exit).`,
 	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "comma-separated `phases` whose duration histograms /metrics exports per command and shard (total,upstream,proxy,service,queue)")
 	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels /metrics exports; later commands are counted as command=\"other\"; 0 means no cap")
 	fs.StringVar(&f.summary, "summary", d.Summary, "write a JSON summary of the run to `file` at exit and on SIGUSR1")
+	fs.StringVar(&f.capture, "capture", "", "capture the clients' commands to `file` (created 0600; \"respmeter replay\" reads it)")
+	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the --capture after this long; 0 runs it until exit")
+	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
+	fs.StringVar(&f.captureRedact, "capture-redact", "", "\"values\": replace request values by filler of the same length (credentials are always redacted)")
 	return cmd
 }
 
@@ -236,9 +244,13 @@ func (a *app) runProxy(cmd *cobra.Command, f *proxyFlags) error {
 		fmt.Fprintf(a.stdout, "# configuration valid; sources: %s\n%s", strings.Join(sources, ", "), out)
 		return nil
 	}
+	cc, err := captureConfig(f)
+	if err != nil {
+		return usageError(cmd, err)
+	}
 	log := newLogger(a.stderr, cfg.LogLevel, cfg.LogFormat)
 	a.warnUnknownEnv(log)
-	return a.serve(cmd.Context(), cfg, log)
+	return a.serve(cmd.Context(), cfg, cc, log)
 }
 
 // proxyConfig merges defaults, the config file, the environment and the
@@ -329,7 +341,7 @@ func (a *app) warnUnknownEnv(log *slog.Logger) {
 // serve runs the proxy until SIGINT, SIGTERM or ctx ends, printing the
 // latency table and the verdict to stdout on SIGUSR1 and once more after
 // the stop.
-func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) error {
+func (a *app) serve(ctx context.Context, cfg configs.Config, cc proxy.CaptureConfig, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -340,6 +352,12 @@ func (a *app) serve(ctx context.Context, cfg configs.Config, log *slog.Logger) e
 	}
 	mlog := log.With("component", "main")
 	probeUpstreams(cfg, log.With("component", "proxy"))
+	if cc.File != "" {
+		if err := startCapture(st.proxy, cc); err != nil {
+			_ = st.stop(context.WithoutCancel(ctx))
+			return failure(err)
+		}
+	}
 
 	code := exitOK
 	reason := ""

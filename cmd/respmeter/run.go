@@ -135,7 +135,8 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.`,
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError(cmd, err) })
-	root.AddCommand(a.proxyCmd(), a.demoCmd(), newReportCmd(a.stdout, a.stderr), newCheckCmd(a.stdout, a.stderr), a.versionCmd())
+	root.AddCommand(a.proxyCmd(), a.demoCmd(), newReportCmd(a.stdout, a.stderr), newCheckCmd(a.stdout, a.stderr),
+		newCaptureCmd(a.stdout), newReplayCmd(a.stdout, a.stderr), a.versionCmd())
 	return root
 }
 

@@ -52,14 +52,32 @@ const (
 // and stops it when the test ends.
 func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
 	t.Helper()
+	st := testStack(t, upstream, func(cfg *configs.Config) {
+		cfg.Admin = "off"
+		cfg.Loops = 1
+		cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
+		cfg.EnginePoll = configs.Duration(scPoll)
+		cfg.HDRInterval = configs.Duration(interval)
+	})
+	// One idle interval first: the probe's unloaded baseline.
+	redistest.Eventually(t, 5*interval, func() error {
+		if st.analyzer.latest() == nil {
+			return errors.New("no verdict interval")
+		}
+		return nil
+	})
+	return st
+}
+
+// testStack starts the proxy in-process on a free port in front of
+// upstream, with the defaults changed by mod, and stops it when the test
+// ends.
+func testStack(t testing.TB, upstream string, mod func(*configs.Config)) *stack {
+	t.Helper()
 	cfg := configs.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Upstream = upstream
-	cfg.Admin = "off"
-	cfg.Loops = 1
-	cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
-	cfg.EnginePoll = configs.Duration(scPoll)
-	cfg.HDRInterval = configs.Duration(interval)
+	mod(&cfg)
 	st, err := startStack(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +86,6 @@ func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = st.stop(ctx)
-	})
-	// One idle interval first: the probe's unloaded baseline.
-	redistest.Eventually(t, 5*interval, func() error {
-		if st.analyzer.latest() == nil {
-			return errors.New("no verdict interval")
-		}
-		return nil
 	})
 	return st
 }

@@ -233,6 +233,16 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	st.proxy = p
 	an.inFlightArea = p.InFlightArea
 	an.loopLag = p.LoopLag
+	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "respmeter_capture_dropped_total",
+		Help: "Capture records dropped because the capture writer fell behind (the clients are never slowed down).",
+	}, func() float64 { return float64(p.CaptureDropped()) })); err != nil {
+		_ = p.Stop(context.Background())
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+		return nil, fmt.Errorf("register capture metrics: %w", err)
+	}
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
@@ -270,6 +280,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtra))
 	mux.Handle("/slowlog", st.slowlog.Handler())
+	capture := captureHandler(st.proxy)
+	mux.Handle("/capture", capture)
+	mux.Handle("/capture/", capture)
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	// Go's profiler, as caddy's admin endpoint serves it: the admin address
 	// is loopback unless told otherwise (and warned about then).

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/replay"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
+	"github.com/respmeter/respmeter/routing"
+	"github.com/respmeter/respmeter/routing/command"
+)
+
+type replayFlags struct {
+	target      string
+	speed       string
+	connections string
+	readOnly    bool
+	duration    time.Duration
+	jsonOut     string
+	hdrLog      string
+	slower      float64
+}
+
+// newReplayCmd is "respmeter replay".
+func newReplayCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f replayFlags
+	cmd := &cobra.Command{
+		Use:   "replay FILE... --target HOST:PORT",
+		Short: "Replay captured workloads (respmeter proxy --capture) against any RESP engine and compare",
+		Long: `Replay one or more capture files (merged into one timeline by their start
+times) against --target: one connection per captured connection (or
+--connections N, captured connection i on replay connection i mod N), each
+connection's requests in their captured order and batches (pipelines stay
+pipelines), sent open-loop at the captured time divided by --speed; with
+--speed max each connection sends a batch as soon as the previous one is
+answered. Connection state captured at start (SELECT, HELLO, CLIENT
+SETNAME) is sent first; requests holding a redacted credential and
+pub/sub, MONITOR and SYNC requests are skipped.
+
+The report compares every reply with the captured one's summary (RESP
+type, size, 64-bit hash): mismatches, error replies that are new or gone,
+and per command the count and p50/p99/p99.9 captured (total time through
+the proxy) against replayed (from the intended send time: coordinated
+omission corrected), with ratios. Mismatches are meaningful when the
+target started from the data the captured engine had (its RDB, or a
+replica stopped at the capture start). Batches sent more than 1 ms after
+their intended time are counted as late: many late batches mean the
+replayer, not the target, was the bottleneck.
+
+Exit codes: 0 replayed (whatever the differences), 1 runtime failure, 2
+usage error.`,
+		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
+  respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runReplay(cmd, stdout, stderr, args, f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.StringVar(&f.target, "target", "", "`host:port` of the engine (or proxy) to replay against (required)")
+	fs.StringVar(&f.speed, "speed", "1", "1 (captured pace), a factor such as 2.5, or max (as fast as each connection's replies allow)")
+	fs.StringVar(&f.connections, "connections", "as-captured", "as-captured, or N replay connections")
+	fs.BoolVar(&f.readOnly, "read-only", false, "replay only commands the target flags readonly (COMMAND INFO), keeping its data reusable")
+	fs.DurationVar(&f.duration, "duration", 0, "replay only the batches scheduled within this long; 0: all")
+	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to `file`")
+	fs.StringVar(&f.hdrLog, "hdr-log", "", "write the replayed latencies (µs, tags <command>.total) as an HdrHistogram log to `file`, for respmeter report --compare")
+	fs.Float64Var(&f.slower, "slower", 1.5, "list commands whose replayed p99 is at least this many times the captured one")
+	return cmd
+}
+
+func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f replayFlags) error {
+	if f.target == "" {
+		return usageError(cmd, errors.New("--target is required"))
+	}
+	o := replay.Options{Target: f.target, Duration: f.duration}
+	if f.speed != "max" {
+		v, err := strconv.ParseFloat(f.speed, 64)
+		if err != nil || v <= 0 {
+			return usageError(cmd, fmt.Errorf("--speed %q: 1, a positive factor, or max", f.speed))
+		}
+		o.Speed = v
+	}
+	if f.connections != "as-captured" {
+		n, err := strconv.Atoi(f.connections)
+		if err != nil || n <= 0 {
+			return usageError(cmd, fmt.Errorf("--connections %q: as-captured or a positive number", f.connections))
+		}
+		o.Connections = n
+	}
+	w, err := capture.Load(files...)
+	if err != nil {
+		return failure(err)
+	}
+	// The target's command table says which replies may differ run to
+	// run (tips); the built-in one when it cannot be read.
+	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second)
+	cancel()
+	r := routing.NewResolver(infos)
+	o.Compare = func(name string) replay.Compare {
+		if name == "hello" || name == "client" {
+			// Their replies carry the connection's id (HELLO, CLIENT ID,
+			// INFO, LIST), which the engine's tips do not say.
+			return replay.Errors
+		}
+		return replay.CompareByTips(r.Info(r.Lookup([]byte(name))).Tips)
+	}
+	if f.readOnly {
+		if infoErr != nil {
+			return failure(fmt.Errorf("--read-only: read the target's command table: %w", infoErr))
+		}
+		o.Skip = func(name string, _ []byte) bool {
+			return !r.Info(r.Lookup([]byte(name))).Flags.Has(command.FlagReadonly)
+		}
+	}
+	start := time.Now()
+	rep, err := replay.Run(cmd.Context(), w, o)
+	if err != nil {
+		return failure(err)
+	}
+	end := time.Now()
+	writeReplayReport(stdout, rep, f.slower)
+	for _, e := range rep.ConnErrors {
+		fmt.Fprintf(stderr, "respmeter: replay: %s\n", e)
+	}
+	if f.jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return failure(fmt.Errorf("--json: %w", err))
+		}
+	}
+	if f.hdrLog != "" {
+		if err := writeReplayHDRLog(f.hdrLog, rep, start, end); err != nil {
+			return failure(fmt.Errorf("--hdr-log: %w", err))
+		}
+	}
+	return nil
+}
+
+// writeReplayHDRLog writes one interval per command, tagged
+// "<command>.total" as the proxy's log tags total time.
+func writeReplayHDRLog(path string, rep *replay.Report, start, end time.Time) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	hw, err := hdrlog.NewWriter(fh, start)
+	if err == nil {
+		for _, name := range sortedNames(rep) {
+			if err = hw.WriteInterval(start, end, name+".total", rep.Replayed(name)); err != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(err, fh.Close())
+}
+
+func sortedNames(rep *replay.Report) []string {
+	names := make([]string, 0, len(rep.PerCommand))
+	for n := range rep.PerCommand {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, b := rep.PerCommand[names[i]].Count, rep.PerCommand[names[j]].Count
+		return a > b || a == b && names[i] < names[j]
+	})
+	return names
+}
+
+func writeReplayReport(out io.Writer, rep *replay.Report, slower float64) {
+	fmt.Fprintf(out, "replayed %d commands in %.3f s on %d connections (%d skipped)\n",
+		rep.Commands, rep.DurationSeconds, rep.Connections, rep.Skipped)
+	fmt.Fprintf(out, "mismatches %d, new errors %d, gone errors %d, late batches %d of %d (send lag p99 %d µs)\n",
+		rep.Mismatches, rep.NewErrors, rep.GoneErrors, rep.LateBatches, rep.Batches, rep.SendLagP99US)
+	if rep.Batches > 0 && float64(rep.LateBatches) > 0.01*float64(rep.Batches) {
+		fmt.Fprintf(out, "warning: %.1f%% of batches were sent more than %v late: the replayer was the bottleneck, latencies include its delay\n",
+			100*float64(rep.LateBatches)/float64(rep.Batches), replay.LateAfter)
+	}
+	fmt.Fprintf(out, "\n%-16s %9s %26s %26s %20s\n", "command", "count", "captured p50/p99/p99.9 µs", "replayed p50/p99/p99.9 µs", "ratio")
+	for _, n := range sortedNames(rep) {
+		s := rep.PerCommand[n]
+		fmt.Fprintf(out, "%-16s %9d %26s %26s %20s\n", n, s.Count,
+			fmt.Sprintf("%d/%d/%d", s.CapturedUS[0], s.CapturedUS[1], s.CapturedUS[2]),
+			fmt.Sprintf("%d/%d/%d", s.ReplayedUS[0], s.ReplayedUS[1], s.ReplayedUS[2]),
+			fmt.Sprintf("%.2f/%.2f/%.2f", s.Ratio[0], s.Ratio[1], s.Ratio[2]))
+	}
+	if sl := rep.Slower(slower); len(sl) > 0 {
+		fmt.Fprintf(out, "\nslower (p99 at least %.1fx captured): %s\n", slower, strings.Join(sl, ", "))
+	}
+	for _, g := range []struct {
+		what string
+		s    []replay.Sample
+	}{{"mismatch", rep.MismatchSamples}, {"new error", rep.NewErrorSamples}, {"gone error", rep.GoneErrSamples}} {
+		for _, s := range g.s {
+			fmt.Fprintf(out, "%s: %s: %s\n  captured %s\n  replayed %s\n", g.what, s.Command, s.Request, s.Captured, s.Replayed)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+// Package capture records the commands clients send through the proxy, with
+// their batches, timing and a summary of each reply, to a file that
+// "respmeter replay" sends again to any RESP engine; it also reads such
+// files back.
+//
+// File format (version 1). A file starts with a 20-byte header, not
+// compressed:
+//
+//	offset 0   8 bytes  magic "RESPCAP\n"
+//	offset 8   uint16   format version, little endian (Version)
+//	offset 10  uint16   flags, little endian: bit 0 = values redacted
+//	offset 12  int64    capture start, Unix time in nanoseconds, little endian
+//
+// A Zstandard stream (RFC 8878) follows: one or more concatenated frames,
+// one ended at every flush of the writer (about once a second), so that a
+// file still being written can be read up to its last flush. Decompressed,
+// it is a sequence of records:
+//
+//	kind byte, body length (unsigned LEB128 varint), body
+//
+// where every integer in a body is an unsigned LEB128 varint unless said
+// otherwise, t is nanoseconds since the capture start (the proxy's
+// monotonic clock), and conn is a connection id unique within the file:
+//
+//	'C' connection  conn, t, then the RESP requests that set the
+//	                connection's state when it was first captured (AUTH,
+//	                HELLO, SELECT, CLIENT SETNAME, ...: credentials
+//	                redacted), possibly none.
+//	'B' batch       conn, t (when the bytes were read), seq of the first
+//	                request, then the requests that arrived in one read,
+//	                as RESP bytes (the client's frames; inline commands as
+//	                sent). Requests are numbered per connection from 1, in
+//	                order: the n-th request of a batch has seq first+n-1.
+//	'R' reply       conn, seq, t (when the reply was ready), RESP type
+//	                byte of the reply ('+', '-', ':', '$', '*', '%', ...; 0
+//	                unknown), flags byte (bit 0: streamed, size and hash
+//	                unknown), size in bytes, 8-byte little-endian xxHash64
+//	                of the reply bytes, total ns (request read to reply
+//	                ready), upstream ns (sent to the engine to answered),
+//	                then the error prefix for an error reply (the first
+//	                word, e.g. "WRONGTYPE", at most 32 bytes), else nothing.
+//
+// Records of one connection are in order; records of different
+// connections may interleave in any order (they come from different event
+// loops). A reply record without its batch (dropped: the writer fell
+// behind) is ignored by readers. Readers reject unknown record kinds and
+// versions newer than theirs.
+//
+// Concurrency: a Capture's Buf methods are called by one event loop each;
+// Stats and Stop from any goroutine.
+package capture
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Magic starts every capture file.
+const Magic = "RESPCAP\n"
+
+// Version is the format version this package writes and the newest it
+// reads.
+const Version = 1
+
+// HeaderSize is the size in bytes of the uncompressed file header.
+const HeaderSize = 20
+
+// Header flags.
+const (
+	FlagValuesRedacted = 1 << 0
+)
+
+// Record kinds.
+const (
+	KindConn  byte = 'C'
+	KindBatch byte = 'B'
+	KindReply byte = 'R'
+)
+
+// Reply flags.
+const (
+	ReplyStreamed = 1 << 0
+)
+
+// MaxRecord bounds a record body in bytes (a batch holds at most one read
+// of a client plus an unfinished request, and a request is bounded by
+// proto-max-bulk-len, 512 MiB).
+const MaxRecord = 1 << 30
+
+// maxErrPrefix bounds the error prefix kept in a reply record.
+const maxErrPrefix = 32
+
+// Sentinel errors. Errors from Reader wrap one of them in a *FormatError.
+var (
+	// ErrNotCapture: the file does not start with Magic.
+	ErrNotCapture = errors.New("capture: not a capture file")
+	// ErrVersion: the file's format version is newer than Version.
+	ErrVersion = errors.New("capture: unsupported format version")
+	// ErrTruncated: the file ends inside the header, a frame or a record.
+	ErrTruncated = errors.New("capture: truncated")
+	// ErrCorrupt: bytes that are not what the format allows there.
+	ErrCorrupt = errors.New("capture: corrupt")
+	// ErrRunning: a capture is already running.
+	ErrRunning = errors.New("capture: already running")
+)
+
+// FormatError is a bad capture file: where (Offset, in the file for the
+// header, else in the decompressed record stream) and what was expected.
+type FormatError struct {
+	Offset int64
+	Want   string
+	Err    error // ErrNotCapture, ErrVersion, ErrTruncated or ErrCorrupt
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("%v at offset %d: expected %s", e.Err, e.Offset, e.Want)
+}
+
+func (e *FormatError) Unwrap() error { return e.Err }
+
+// Header is a capture file's header.
+type Header struct {
+	Version uint16
+	Flags   uint16
+	Start   int64 // Unix ns
+}
+
+// appendHeader appends the encoded header to b.
+func appendHeader(b []byte, h Header) []byte {
+	b = append(b, Magic...)
+	b = binary.LittleEndian.AppendUint16(b, h.Version)
+	b = binary.LittleEndian.AppendUint16(b, h.Flags)
+	return binary.LittleEndian.AppendUint64(b, uint64(h.Start))
+}
+
+// Summary describes a reply without its bytes.
+type Summary struct {
+	Type   byte   // first byte of the reply; 0 unknown
+	Flags  byte   // ReplyStreamed
+	Size   int64  // bytes
+	Hash   uint64 // xxHash64 of the reply bytes
+	ErrPfx string // first word of an error reply, "" otherwise
+}
+
+// IsErr reports whether the reply is an error reply.
+func (s Summary) IsErr() bool { return s.Type == '-' || s.Type == '!' }

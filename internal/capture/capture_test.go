@@ -1,0 +1,361 @@
+package capture
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+func cmd(args ...string) []byte {
+	b := make([][]byte, len(args))
+	for i, a := range args {
+		b[i] = []byte(a)
+	}
+	return AppendCommand(nil, b)
+}
+
+func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }
+
+// keyPos1 takes argument 1 for the key (enough for GET/SET/... here).
+func keyPos1(args [][]byte, dst []int) []int {
+	if len(args) > 1 {
+		dst = append(dst, 1)
+	}
+	return dst
+}
+
+// writeCapture runs a capture that records what fill writes and returns
+// the file's path.
+func writeCapture(t *testing.T, o Options, fill func(c *Capture)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c.respcap")
+	c, err := Start(path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(c)
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// decompressed returns the record stream of a capture file.
+func decompressed(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Decompress(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestCaptureRoundTrip(t *testing.T) {
+	batch := cat(cmd("SET", "k1", "v1"), cmd("GET", "k1"), []byte("*0\r\n"), []byte("PING\r\n"))
+	path := writeCapture(t, Options{Loops: 2, Base: 1000}, func(c *Capture) {
+		id, ok := c.NewConn()
+		if !ok {
+			t.Fatal("sample 1 must capture every connection")
+		}
+		b := c.Loop(1)
+		b.Conn(id, 1500, cmd("SELECT", "2"))
+		b.Batch(id, 2000, 1, batch)
+		b.Reply(id, 1, 2500, []byte("+OK\r\n"), false, 400, 300)
+		b.Reply(id, 2, 2600, []byte("-WRONGTYPE Operation against a key\r\n"), false, 500, 350)
+		b.Reply(id, 3, 2700, nil, true, 600, 450)
+	})
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(w.Conns))
+	}
+	c := w.Conns[0]
+	if string(c.State) != string(cmd("SELECT", "2")) {
+		t.Errorf("state %q", c.State)
+	}
+	if len(c.Batches) != 1 || c.Batches[0].T != 1000 {
+		t.Fatalf("batches %+v, want one at t=1000", c.Batches)
+	}
+	got := c.Batches[0].Cmds
+	want := []struct {
+		name string
+		typ  byte
+		pfx  string
+	}{{"set", '+', ""}, {"get", '-', "WRONGTYPE"}, {"ping", 0, ""}}
+	if len(got) != len(want) {
+		t.Fatalf("%d commands, want %d", len(got), len(want))
+	}
+	for i, wc := range want {
+		g := got[i]
+		if g.Name != wc.name || g.Seq != uint64(i+1) || g.Reply == nil || g.Reply.Type != wc.typ || g.Reply.ErrPfx != wc.pfx {
+			t.Errorf("command %d: %+v reply %+v, want %+v", i, g, g.Reply, wc)
+		}
+	}
+	if s := Summarize([]byte("+OK\r\n")); *got[0].Reply != s || got[0].Total != 400 || got[0].Upstream != 300 {
+		t.Errorf("reply 1 %+v (%d, %d), want %+v (400, 300)", *got[0].Reply, got[0].Total, got[0].Upstream, s)
+	}
+	if got[2].Reply.Flags&ReplyStreamed == 0 {
+		t.Error("streamed flag lost")
+	}
+}
+
+func TestCaptureSecretsRedacted(t *testing.T) {
+	secrets := []string{"pw-auth1", "pw-auth2", "pw-hello", "pw-config", "pw-acl", "pw-migrate", "pw-migr2", "pw-state", "pw-inline"}
+	batch := cat(
+		cmd("AUTH", "pw-auth1"),
+		cmd("auth", "alice", "pw-auth2"),
+		cmd("HELLO", "3", "AUTH", "bob", "pw-hello", "SETNAME", "app"),
+		cmd("CONFIG", "SET", "maxmemory", "1gb", "requirepass", "pw-config"),
+		cmd("ACL", "SETUSER", "carol", "on", ">pw-acl", "~*"),
+		cmd("MIGRATE", "h", "1", "", "0", "5000", "AUTH", "pw-migrate", "KEYS", "a"),
+		cmd("MIGRATE", "h", "1", "", "0", "5000", "AUTH2", "dave", "pw-migr2", "KEYS", "a"),
+		[]byte("AUTH pw-inline\r\n"),
+		cmd("SET", "key", "plain"),
+	)
+	path := writeCapture(t, Options{}, func(c *Capture) {
+		id, _ := c.NewConn()
+		b := c.Loop(0)
+		b.Conn(id, 0, cmd("AUTH", "pw-state"))
+		b.Batch(id, 1, 1, batch)
+	})
+	raw := decompressed(t, path)
+	for _, s := range secrets {
+		if bytes.Contains(raw, []byte(s)) {
+			t.Errorf("secret %q in the file", s)
+		}
+	}
+	for _, keep := range []string{"alice", "bob", "carol", "dave", "maxmemory", "1gb", "plain", "app", Redacted} {
+		if !bytes.Contains(raw, []byte(keep)) {
+			t.Errorf("%q missing: only credentials are redacted by default", keep)
+		}
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.Conns[0].Batches[0].Cmds); n != 9 {
+		t.Errorf("%d commands after redaction, want 9", n)
+	}
+}
+
+func TestCaptureRedactValues(t *testing.T) {
+	batch := cat(
+		cmd("SET", "user:1", "secretvalue", "EX", "100"),
+		cmd("HSET", "user:1", "field-name-x", "value-two"),
+		cmd("SELECT", "3"),
+		cmd("CLIENT", "SETNAME", "myname"),
+	)
+	path := writeCapture(t, Options{RedactValues: true, KeyPos: keyPos1}, func(c *Capture) {
+		id, _ := c.NewConn()
+		c.Loop(0).Batch(id, 1, 1, batch)
+	})
+	raw := decompressed(t, path)
+	for _, v := range []string{"secretvalue", "field-name-x", "value-two", "myname", "100"} {
+		if bytes.Contains(raw, []byte(v)) {
+			t.Errorf("value %q in the file", v)
+		}
+	}
+	for _, keep := range []string{"user:1", "EX", "SETNAME", "xxxxxxxxxxx", "111", "SELECT\r\n$1\r\n3"} {
+		if !bytes.Contains(raw, []byte(keep)) {
+			t.Errorf("%q missing", keep)
+		}
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Flags&FlagValuesRedacted == 0 {
+		t.Error("header does not say values are redacted")
+	}
+}
+
+func TestCaptureDropsWhenFull(t *testing.T) {
+	var dropped uint64
+	path := writeCapture(t, Options{BufferBytes: 256, FlushEvery: time.Hour}, func(c *Capture) {
+		id, _ := c.NewConn()
+		b := c.Loop(0)
+		for i := range 100 {
+			b.Batch(id, int64(i), uint64(i+1), cmd("GET", "k"))
+		}
+		dropped = c.Stats().Dropped
+	})
+	if dropped == 0 {
+		t.Fatal("no drops counted with a 256-byte buffer and 100 records")
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.Conns[0].Batches); n+int(dropped) != 100 {
+		t.Errorf("%d batches written + %d dropped != 100", n, dropped)
+	}
+}
+
+func TestCaptureBufAllocs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c")
+	c, err := Start(path, Options{FlushEvery: time.Hour, BufferBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	b := c.Loop(0)
+	req := cmd("GET", "key")
+	reply := []byte("-ERR bad\r\n")
+	n := testing.AllocsPerRun(1000, func() {
+		b.Batch(1, 5, 1, req)
+		b.Reply(1, 1, 6, reply, false, 1, 1)
+	})
+	if n != 0 {
+		t.Errorf("%v allocations per Batch+Reply, want 0", n)
+	}
+}
+
+// TestCaptureReadableWhileRunning reads a file while the capture still
+// writes it: every record flushed so far is there.
+func TestCaptureReadableWhileRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c")
+	c, err := Start(path, Options{FlushEvery: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	id, _ := c.NewConn()
+	c.Loop(0).Batch(id, 1, 1, cmd("GET", "k"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w, err := Load(path)
+		if err == nil && len(w.Conns) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record not readable while capturing: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReaderBadInput(t *testing.T) {
+	path := writeCapture(t, Options{}, func(c *Capture) {
+		id, _ := c.NewConn()
+		c.Loop(0).Batch(id, 1, 1, cmd("SET", "k", strings.Repeat("v", 1000)))
+		c.Loop(0).Reply(id, 1, 2, []byte("+OK\r\n"), false, 1, 1)
+	})
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := bytes.Clone(good)
+	future[8] = Version + 1
+	// A valid stream whose record has an unknown kind.
+	enc, _ := zstd.NewWriter(nil)
+	badKind := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("Z\x01\x00"), nil)...)
+	shortBody := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("B\x05\x01"), nil)...)
+	badReply := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("R\x03\x01\x01\x01"), nil)...)
+	cases := []struct {
+		name string
+		data []byte
+		err  error
+		want string
+	}{
+		{"empty", nil, ErrTruncated, "offset 0: expected a 20-byte header"},
+		{"not capture", []byte("*1\r\n$4\r\nPING\r\n"), ErrNotCapture, "offset 0: expected the magic"},
+		{"short header", good[:12], ErrTruncated, "offset 12: expected a 20-byte header"},
+		{"future version", future, ErrVersion, "offset 8: expected format version 1..1, got 2"},
+		{"truncated frame", good[:len(good)-5], ErrTruncated, ""},
+		{"corrupt frame", append(bytes.Clone(good[:HeaderSize]), 0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff, 0xff), ErrCorrupt, "Zstandard"},
+		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B' or 'R', got 'Z'"},
+		{"short body", shortBody, ErrTruncated, "expected a record body of 5 bytes from offset 2"},
+		{"bad reply", badReply, ErrCorrupt, "expected a reply type and flags in a 'R' record of 3 bytes"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := readAll(tc.data)
+			var fe *FormatError
+			if !errors.Is(err, tc.err) || !errors.As(err, &fe) {
+				t.Fatalf("error %v, want a FormatError wrapping %v", err, tc.err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+	if err := readAll(good); err != nil {
+		t.Errorf("good file: %v", err)
+	}
+}
+
+func readAll(data []byte) error {
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for {
+		if _, err := r.Next(); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// TestLoadMergesFiles: two files (two proxies) merge into one timeline,
+// each shifted by its header's start relative to the earliest.
+func TestLoadMergesFiles(t *testing.T) {
+	var paths []string
+	var starts []int64
+	for i := range 2 {
+		p := writeCapture(t, Options{}, func(c *Capture) {
+			id, _ := c.NewConn()
+			c.Loop(0).Batch(id, 1000, 1, cmd("GET", fmt.Sprint("k", i)))
+		})
+		r, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd, err := NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, rd.Header().Start)
+		rd.Close()
+		_ = r.Close()
+		paths = append(paths, p)
+		time.Sleep(20 * time.Millisecond) // the second capture starts later
+	}
+	w, err := Load(paths[1], paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Conns) != 2 || w.Start != starts[0] {
+		t.Fatalf("%d connections from start %d, want 2 from the earlier file's %d", len(w.Conns), w.Start, starts[0])
+	}
+	// Sorted by first batch: the earlier file's connection first.
+	if got, want := w.Conns[1].Batches[0].T-w.Conns[0].Batches[0].T, starts[1]-starts[0]; got != want || want < int64(20*time.Millisecond) {
+		t.Errorf("second file's batch %d ns after the first's, want %d (>= 20 ms)", got, want)
+	}
+	if w.Conns[0].File != 1 || w.Conns[1].File != 0 {
+		t.Errorf("files %d, %d: want the connection of paths[1] (the earlier file) first", w.Conns[0].File, w.Conns[1].File)
+	}
+}

@@ -1,0 +1,261 @@
+package capture
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strconv"
+
+	"github.com/respmeter/respmeter/proxy/resp"
+)
+
+// Redacted replaces every credential in a capture file.
+const Redacted = "<redacted>"
+
+// redactor rewrites the requests of 'C' and 'B' records on their way to
+// the file (the writer goroutine; never on an event loop).
+//
+// Always, credentials are replaced by Redacted: the password of AUTH
+// (AUTH pass, AUTH user pass), of HELLO ... AUTH user pass, of MIGRATE
+// ... AUTH pass / AUTH2 user pass, the value of CONFIG SET requirepass and
+// masterauth, and the password rules of ACL SETUSER (">pass", "<pass",
+// "#hash", "!hash"). User names stay.
+//
+// With values, every other argument that is not the command name, its
+// subcommand (CLIENT, CONFIG, OBJECT, ...), a key (keyPos), an argument of
+// HELLO, SELECT or SWAPDB (connection setup) or an option keyword (EX, NX, WITHSCORES, ... see keywords) is replaced by filler of
+// its length: digits by '1' (so that numbers stay numbers: EX 10 stays a
+// valid TTL), any other byte by 'x'.
+type redactor struct {
+	values bool
+	keyPos func(args [][]byte, dst []int) []int
+
+	scan resp.RequestScanner
+	args [][]byte
+	keys []int
+	req  []byte
+	tmp  []byte
+}
+
+// records appends the records of in, redacted, to out, and returns it
+// with the number of records. in holds whole records (Buf).
+func (r *redactor) records(out, in []byte) ([]byte, int64) {
+	var n int64
+	for len(in) > 0 {
+		kind := in[0]
+		l, k := binary.Uvarint(in[1:])
+		body := in[1+k : 1+k+int(l)]
+		in = in[1+k+int(l):]
+		n++
+		if kind == KindReply {
+			out = append(out, kind)
+			out = binary.AppendUvarint(out, l)
+			out = append(out, body...)
+			continue
+		}
+		// conn, t (and first for a batch) stay; the requests follow.
+		hdr := 2
+		if kind == KindBatch {
+			hdr = 3
+		}
+		off := 0
+		for range hdr {
+			_, m := binary.Uvarint(body[off:])
+			off += m
+		}
+		r.tmp = append(r.tmp[:0], body[:off]...)
+		r.tmp = r.requests(r.tmp, body[off:])
+		out = append(out, kind)
+		out = binary.AppendUvarint(out, uint64(len(r.tmp)))
+		out = append(out, r.tmp...)
+	}
+	return out, n
+}
+
+// requests appends the frames of reqs to dst, redacted.
+func (r *redactor) requests(dst, reqs []byte) []byte {
+	r.scan.Reset()
+	for len(reqs) > 0 {
+		n, kind, err := r.scan.Scan(reqs)
+		if err != nil || n == 0 {
+			// Not a whole frame (the proxy records only whole ones): keep
+			// nothing of it rather than risk a credential.
+			return dst
+		}
+		frame := reqs[:n]
+		reqs = reqs[n:]
+		r.scan.Reset()
+		if kind == resp.KindEmpty {
+			dst = append(dst, frame...)
+			continue
+		}
+		if !r.values && kind == resp.KindMultibulk && !mayHoldSecret(frame) {
+			// Most requests: no credential to look for, no need to split
+			// them into arguments.
+			dst = append(dst, frame...)
+			continue
+		}
+		r.args = resp.Args(frame, kind, r.args[:0])
+		if len(r.args) == 0 || !r.redactArgs() {
+			dst = append(dst, frame...)
+			continue
+		}
+		dst = AppendCommand(dst, r.args)
+	}
+	return dst
+}
+
+// mayHoldSecret reports whether the multibulk frame's command is one whose
+// arguments redactArgs looks at (AUTH, HELLO, MIGRATE, CONFIG, ACL), or
+// its name cannot be read here.
+func mayHoldSecret(frame []byte) bool {
+	// "*N\r\n$L\r\nNAME\r\n..."
+	i := bytes.IndexByte(frame, '\n')
+	if i < 0 || i+1 >= len(frame) || frame[i+1] != '$' {
+		return true
+	}
+	n, j := 0, i+2
+	for ; j < len(frame) && frame[j] >= '0' && frame[j] <= '9'; j++ {
+		n = n*10 + int(frame[j]-'0')
+		if n > 16 {
+			return false // no secret-bearing name is that long
+		}
+	}
+	if j+2+n > len(frame) || frame[j] != '\r' {
+		return true
+	}
+	name := frame[j+2 : j+2+n]
+	return eq(name, "auth") || eq(name, "hello") || eq(name, "migrate") || eq(name, "config") || eq(name, "acl")
+}
+
+// AppendCommand appends args to dst as a RESP request: an array of bulk
+// strings.
+func AppendCommand(dst []byte, args [][]byte) []byte {
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(args)), 10)
+	dst = append(dst, "\r\n"...)
+	for _, a := range args {
+		dst = append(dst, '$')
+		dst = strconv.AppendInt(dst, int64(len(a)), 10)
+		dst = append(dst, "\r\n"...)
+		dst = append(dst, a...)
+		dst = append(dst, "\r\n"...)
+	}
+	return dst
+}
+
+var redacted = []byte(Redacted)
+
+// redactArgs redacts r.args in place (replacing slices, never writing
+// into the frame) and reports whether it changed any.
+func (r *redactor) redactArgs() bool {
+	a := r.args
+	changed := false
+	secret := func(i int) {
+		if i < len(a) {
+			a[i] = redacted
+			changed = true
+		}
+	}
+	name := a[0]
+	switch {
+	case eq(name, "auth"):
+		secret(len(a) - 1)
+	case eq(name, "hello"):
+		for i := 2; i < len(a); i++ {
+			if eq(a[i], "auth") {
+				secret(i + 2)
+				i += 2
+			}
+		}
+	case eq(name, "migrate"):
+		for i := 6; i < len(a); i++ {
+			switch {
+			case eq(a[i], "auth"):
+				secret(i + 1)
+				i++
+			case eq(a[i], "auth2"):
+				secret(i + 2)
+				i += 2
+			case eq(a[i], "keys"):
+				i = len(a)
+			}
+		}
+	case eq(name, "config") && len(a) > 1 && eq(a[1], "set"):
+		for i := 2; i+1 < len(a); i += 2 {
+			if eq(a[i], "requirepass") || eq(a[i], "masterauth") {
+				secret(i + 1)
+			}
+		}
+	case eq(name, "acl") && len(a) > 1 && eq(a[1], "setuser"):
+		for i := 3; i < len(a); i++ {
+			if len(a[i]) > 0 && bytes.IndexByte([]byte("><#!"), a[i][0]) >= 0 {
+				secret(i)
+			}
+		}
+	}
+	if !r.values || eq(name, "hello") || eq(name, "select") || eq(name, "swapdb") {
+		return changed
+	}
+	first := 1
+	if len(a) > 1 && containers[string(bytes.ToLower(name))] {
+		first = 2
+	}
+	r.keys = r.keys[:0]
+	if r.keyPos != nil {
+		r.keys = r.keyPos(a, r.keys)
+	}
+	for i := first; i < len(a); i++ {
+		if len(a[i]) == len(redacted) && &a[i][0] == &redacted[0] || isKey(r.keys, i) || keywords[string(bytes.ToUpper(a[i]))] {
+			continue
+		}
+		f := make([]byte, len(a[i]))
+		for j, c := range a[i] {
+			if c >= '0' && c <= '9' {
+				f[j] = '1'
+			} else {
+				f[j] = 'x'
+			}
+		}
+		a[i] = f
+		changed = true
+	}
+	return changed
+}
+
+func isKey(keys []int, i int) bool {
+	for _, k := range keys {
+		if k == i {
+			return true
+		}
+	}
+	return false
+}
+
+func eq(b []byte, s string) bool { return len(b) == len(s) && bytes.EqualFold(b, []byte(s)) }
+
+// containers are the commands whose first argument is a subcommand name.
+var containers = map[string]bool{
+	"acl": true, "client": true, "cluster": true, "command": true, "config": true, "debug": true,
+	"function": true, "latency": true, "memory": true, "module": true, "object": true,
+	"pubsub": true, "script": true, "slowlog": true, "xgroup": true, "xinfo": true,
+}
+
+// keywords are option words of Redis commands, kept by value redaction
+// (upper case).
+var keywords = map[string]bool{}
+
+func init() {
+	for _, w := range []string{"EX", "PX", "EXAT", "PXAT", "NX", "XX", "GT", "LT", "CH", "INCR",
+		"KEEPTTL", "GET", "PERSIST", "WITHSCORES", "WITHSCORE", "LIMIT", "MATCH", "COUNT", "TYPE",
+		"BY", "ASC", "DESC", "ALPHA", "STORE", "WEIGHTS", "AGGREGATE", "SUM", "MIN", "MAX",
+		"REV", "BYSCORE", "BYLEX", "LEFT", "RIGHT", "BEFORE", "AFTER", "BLOCK", "STREAMS",
+		"GROUP", "NOACK", "MAXLEN", "MINID", "NOMKSTREAM", "IDLE", "TIME", "RETRYCOUNT", "FORCE",
+		"JUSTID", "WITHVALUES", "REPLACE", "COPY", "ABSTTL", "FREQ", "IDLETIME", "RANK", "MAXLEN",
+		"LEN", "IDX", "MINMATCHLEN", "WITHMATCHLEN", "FIELDS", "FNX", "FXX", "NOVALUES",
+		"BIT", "BYTE", "OVERFLOW", "WRAP", "SAT", "FAIL", "U8", "I8", "U16", "I16", "U32", "I32",
+		"I64", "FROMMEMBER", "FROMLONLAT", "BYRADIUS", "BYBOX", "M", "KM", "FT", "MI",
+		"WITHCOORD", "WITHDIST", "WITHHASH", "ANY", "STOREDIST", "SCHEMA", "RESET", "ON", "OFF", "SKIP",
+		"NOLOOP", "NOW", "ID", "ASYNC", "SYNC", "TRUE", "FALSE"} {
+		keywords[w] = true
+	}
+}
