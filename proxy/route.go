@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -213,7 +212,7 @@ func (r *router) refresh(ctx context.Context, seed string) {
 	addrs := append([]string{seed}, old.t.Addrs...)
 	var lastErr error
 	for _, a := range addrs {
-		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout, respconn.Options{})
+		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout, r.p.cfg.login())
 		if err != nil {
 			lastErr = err
 			continue

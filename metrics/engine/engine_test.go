@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Integration tests against a real redis-server: redistest.Start skips them
@@ -204,7 +205,7 @@ func TestPollerDebugSleep(t *testing.T) {
 	p := NewPoller(s.Addr(), time.Hour, testNames, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := dial(ctx, s.Addr(), pollName)
+	c, err := dial(ctx, s.Addr(), pollName, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
