@@ -384,3 +384,35 @@ func TestPollerRun(t *testing.T) {
 	}
 	stop()
 }
+
+// TestSideConnectionsLogin: with SetLogin the probe and the poller
+// authenticate before their first command, so an engine with requirepass
+// is probed and polled; without it both only count NOAUTH errors.
+func TestSideConnectionsLogin(t *testing.T) {
+	const pw = "side-pw"
+	s := redistest.Start(t, "--requirepass", pw)
+	logger := slog.New(slog.DiscardHandler)
+	probe := NewProbe(s.Addr(), 20*time.Millisecond, logger)
+	probe.SetLogin("", pw)
+	poller := NewPoller(s.Addr(), 50*time.Millisecond, []string{"ping"}, logger)
+	poller.SetLogin("default", pw)
+	anon := NewProbe(s.Addr(), 20*time.Millisecond, logger)
+	stops := []func(){runUntilCancel(t, probe.Run), runUntilCancel(t, poller.Run), runUntilCancel(t, anon.Run)}
+	defer func() { // last started first: each checks the goroutines it added are gone
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	waitFor(t, 5*time.Second, "probe samples and polls with the password", func() bool {
+		return probe.Stats().Count > 3 && poller.Stats().Polls > 2
+	})
+	waitFor(t, 5*time.Second, "errors of the probe without it", func() bool { return anon.Stats().Errors > 0 })
+	if st := anon.Stats(); st.Count != 0 || !strings.Contains(st.LastErr, "NOAUTH") {
+		t.Errorf("probe without the password: %d samples, last error %q; want 0 and NOAUTH", st.Count, st.LastErr)
+	}
+	for _, e := range []string{probe.Stats().LastErr, poller.Stats().LastErr, anon.Stats().LastErr} {
+		if strings.Contains(e, pw) {
+			t.Errorf("an error shows the password: %q", e)
+		}
+	}
+}
