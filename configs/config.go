@@ -205,6 +205,17 @@ type Config struct {
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// DialTimeout bounds one upstream dial. Default 2s; must be > 0.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// UpstreamUser and UpstreamPassword authenticate respmeter's own side
+	// connections to the engines: the cluster's shard map (Cluster), the
+	// command table, the engine probe and poller (AUTH [user] password, as
+	// redis-cli's --user and -a do). Clients authenticate themselves; their
+	// engine connections never get these. Default "": no AUTH. A user needs
+	// a password. The password is never printed (--check shows
+	// "<redacted>"), logged, exported nor written to a summary; prefer the
+	// config file or RESPMETER_UPSTREAM_PASSWORD to --upstream-password,
+	// which the process list shows.
+	UpstreamUser     string `yaml:"upstream_user"`
+	UpstreamPassword string `yaml:"upstream_password"`
 	// LogLevel is the minimum level logged: debug, info, warn or error.
 	// Default info.
 	LogLevel string `yaml:"log_level"`
@@ -417,6 +428,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		add(invalid("drain_timeout", "must be > 0, got %s", c.DrainTimeout))
+	}
+	if c.UpstreamUser != "" && c.UpstreamPassword == "" {
+		add(invalid("upstream_user", "needs upstream_password (AUTH user password)"))
 	}
 	if c.DialTimeout <= 0 {
 		add(invalid("dial_timeout", "must be > 0, got %s", c.DialTimeout))

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/routing"
@@ -68,6 +69,12 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds an upstream dial. 0 means 2 s.
 	DialTimeout time.Duration
+	// UpstreamUser and UpstreamPassword authenticate respmeter's own side
+	// connections to the engines (AUTH [user] password first): the
+	// cluster's shard map (Cluster) and the command table (Commands nil).
+	// Clients' connections never get them: clients authenticate
+	// themselves. Empty: no AUTH. Never logged nor part of an error.
+	UpstreamUser, UpstreamPassword string
 	// ClientOutputLimit bounds, in bytes, the replies queued for one client
 	// that does not read them (Redis's client-output-buffer-limit): past it
 	// the client is disconnected. 0 means DefaultClientOutputLimit; -1
@@ -112,3 +119,9 @@ const (
 )
 
 var _ = context.Background
+
+// login is the credentials of respmeter's side connections (UpstreamUser,
+// UpstreamPassword) as respconn.Dial takes them.
+func (c Config) login() respconn.Options {
+	return respconn.Options{User: c.UpstreamUser, Password: c.UpstreamPassword}
+}

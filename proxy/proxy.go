@@ -229,7 +229,7 @@ func (p *Proxy) Start() error {
 	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
-		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout)
+		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout, p.cfg.login())
 		cancel()
 		if err != nil {
 			return fmt.Errorf("proxy: cluster %s: %w", p.cfg.Cluster, err)
@@ -303,7 +303,7 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	infos, err := command.FetchInfo(ctx, addr, timeout)
+	infos, err := command.FetchInfo(ctx, addr, timeout, cfg.login())
 	if err != nil {
 		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used",
 			"engine", addr, "err", err)
@@ -332,7 +332,7 @@ func otherTables(cfg Config, first map[string]*command.Info, timeout time.Durati
 	}
 	var differ []string
 	for _, a := range cfg.Shards[1:] {
-		if infos, err := command.FetchInfo(context.Background(), a, timeout); err == nil && !reflect.DeepEqual(infos, first) {
+		if infos, err := command.FetchInfo(context.Background(), a, timeout, cfg.login()); err == nil && !reflect.DeepEqual(infos, first) {
 			differ = append(differ, a)
 		}
 	}

@@ -212,7 +212,7 @@ func (r *router) refresh(ctx context.Context, seed string) {
 	addrs := append([]string{seed}, old.t.Addrs...)
 	var lastErr error
 	for _, a := range addrs {
-		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout)
+		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout, r.p.cfg.login())
 		if err != nil {
 			lastErr = err
 			continue

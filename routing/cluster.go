@@ -60,18 +60,20 @@ var (
 // need full coverage check Topology.Unassigned.
 //
 // timeout bounds the whole exchange, dial included; 0 means no bound but
-// ctx's. When ctx ends first the error wraps ctx.Err(). Other errors are
+// ctx's. login's User and Password, when set, authenticate the connection
+// first (AUTH), for a cluster that requires a password (never part of an
+// error). When ctx ends first the error wraps ctx.Err(). Other errors are
 // the dial or I/O error (wrapped), ErrClusterDisabled, ErrClusterRefused or
 // ErrBadClusterReply, all prefixed with the seed's address.
-func FetchCluster(ctx context.Context, seed string, timeout time.Duration) (*Topology, error) {
-	top, err := fetchCluster(ctx, seed, timeout)
+func FetchCluster(ctx context.Context, seed string, timeout time.Duration, login respconn.Options) (*Topology, error) {
+	top, err := fetchCluster(ctx, seed, timeout, login)
 	if err != nil {
 		return nil, fmt.Errorf("routing: fetch cluster topology from %s: %w", seed, err)
 	}
 	return top, nil
 }
 
-func fetchCluster(ctx context.Context, seed string, timeout time.Duration) (*Topology, error) {
+func fetchCluster(ctx context.Context, seed string, timeout time.Duration, login respconn.Options) (*Topology, error) {
 	seedHost, _, err := net.SplitHostPort(seed)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadAddr, err)
@@ -88,7 +90,7 @@ func fetchCluster(ctx context.Context, seed string, timeout time.Duration) (*Top
 		}
 		return err
 	}
-	c, err := respconn.Dial(ctx, seed, respconn.Options{})
+	c, err := respconn.Dial(ctx, seed, respconn.Options{User: login.User, Password: login.Password})
 	if err != nil {
 		return nil, fail(err)
 	}

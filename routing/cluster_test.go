@@ -172,7 +172,7 @@ func relay(addr string) func(string) string {
 
 func fetch(t *testing.T, seed string) *Topology {
 	t.Helper()
-	top, err := FetchCluster(context.Background(), seed, 5*time.Second)
+	top, err := FetchCluster(context.Background(), seed, 5*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestFetchClusterErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := startFake(t, scripted(tt.shards, tt.slots))
-			top, err := FetchCluster(context.Background(), f.addr, 5*time.Second)
+			top, err := FetchCluster(context.Background(), f.addr, 5*time.Second, respconn.Options{})
 			if !errors.Is(err, tt.want) || top != nil {
 				t.Fatalf("FetchCluster = %v, %v; want %v", top, err, tt.want)
 			}
@@ -440,7 +440,7 @@ func TestFetchClusterErrors(t *testing.T) {
 // cluster-enabled.
 func TestFetchClusterNotCluster(t *testing.T) {
 	srv := redistest.Start(t)
-	top, err := FetchCluster(context.Background(), srv.Addr(), 5*time.Second)
+	top, err := FetchCluster(context.Background(), srv.Addr(), 5*time.Second, respconn.Options{})
 	if !errors.Is(err, ErrClusterDisabled) || top != nil {
 		t.Fatalf("FetchCluster = %v, %v; want ErrClusterDisabled", top, err)
 	}
@@ -454,18 +454,18 @@ func TestFetchClusterNotCluster(t *testing.T) {
 func TestFetchClusterNetErrors(t *testing.T) {
 	ctx := context.Background()
 	closed := redistest.ClosedAddr(t)
-	if _, err := FetchCluster(ctx, closed, time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+	if _, err := FetchCluster(ctx, closed, time.Second, respconn.Options{}); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("closed port: %v", err)
 	}
 	for _, seed := range []string{"nohost", "", "a:b:c"} {
-		if _, err := FetchCluster(ctx, seed, time.Second); !errors.Is(err, ErrBadAddr) {
+		if _, err := FetchCluster(ctx, seed, time.Second, respconn.Options{}); !errors.Is(err, ErrBadAddr) {
 			t.Errorf("seed %q: %v", seed, err)
 		}
 	}
 
 	f := startFake(t, func(string) string { return silent })
 	start := time.Now()
-	_, err := FetchCluster(ctx, f.addr, 200*time.Millisecond)
+	_, err := FetchCluster(ctx, f.addr, 200*time.Millisecond, respconn.Options{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("silent node with timeout: %v", err)
 	}
@@ -476,7 +476,7 @@ func TestFetchClusterNetErrors(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start = time.Now()
-	_, err = FetchCluster(cctx, f.addr, 0)
+	_, err = FetchCluster(cctx, f.addr, 0, respconn.Options{})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("silent node, cancelled: %v", err)
 	}
@@ -485,7 +485,7 @@ func TestFetchClusterNetErrors(t *testing.T) {
 	}
 
 	// A context that has ended already: nothing is dialled.
-	if _, err := FetchCluster(cctx, f.addr, time.Second); !errors.Is(err, context.Canceled) {
+	if _, err := FetchCluster(cctx, f.addr, time.Second, respconn.Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("ended context: %v", err)
 	}
 }

@@ -100,7 +100,7 @@ func sampleArgs(argv []string, args []docArg, full bool, n *int) []string {
 func TestEngineGetkeys(t *testing.T) {
 	srv := redistest.Start(t, "--cluster-enabled", "yes")
 	_, engine := srv.Version()
-	infos, err := command.FetchInfo(context.Background(), srv.Addr(), 10*time.Second)
+	infos, err := command.FetchInfo(context.Background(), srv.Addr(), 10*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

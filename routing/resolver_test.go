@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -243,7 +244,7 @@ func TestResolverAllocs(t *testing.T) {
 // is the built-in one, so the Resolver adds nothing and answers as Keys.
 func TestResolverRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	engine, err := command.FetchInfo(context.Background(), srv.Addr(), 10*time.Second)
+	engine, err := command.FetchInfo(context.Background(), srv.Addr(), 10*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

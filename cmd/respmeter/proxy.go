@@ -52,6 +52,8 @@ type proxyFlags struct {
 	measure      bool
 	drainTimeout time.Duration
 	dialTimeout  time.Duration
+	upstreamUser string
+	upstreamPass string
 	logLevel     string
 	logFormat    string
 
@@ -207,6 +209,8 @@ addresses, settings; "final" is true at exit).`,
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "timeout of one connection attempt to the upstream")
+	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines (AUTH user password; needs --upstream-password)")
+	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of respmeter's own side connections to the engines (cluster map, command table, probe, poller); prefer RESPMETER_UPSTREAM_PASSWORD, the process list shows flags")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "minimum log `level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "log `format` on stderr: text or json")
 	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit
@@ -237,7 +241,11 @@ func (a *app) runProxy(cmd *cobra.Command, f *proxyFlags) error {
 		return configError(err)
 	}
 	if f.check {
-		out, err := yaml.Marshal(cfg)
+		shown := cfg
+		if shown.UpstreamPassword != "" {
+			shown.UpstreamPassword = "<redacted>"
+		}
+		out, err := yaml.Marshal(shown)
 		if err != nil {
 			return failure(err)
 		}

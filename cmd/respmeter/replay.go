@@ -16,6 +16,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/internal/replay"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -106,7 +107,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	// The target's command table says which replies may differ run to
 	// run (tips); the built-in one when it cannot be read.
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second)
+	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second, respconn.Options{})
 	cancel()
 	r := routing.NewResolver(infos)
 	o.Compare = func(name string) replay.Compare {

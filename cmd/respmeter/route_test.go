@@ -330,3 +330,48 @@ func TestProxyRouteCluster(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
 	}
 }
+
+// TestProxyRouteClusterPassword: a cluster whose nodes require a password
+// is routed when respmeter's side connections are given it
+// (RESPMETER_UPSTREAM_PASSWORD): the shard map and the command table are
+// read with AUTH first, clients authenticate themselves, and the password
+// appears nowhere in the proxy's output, nor in --check's. Without it the
+// proxy exited at start with "seed refused CLUSTER SHARDS and CLUSTER
+// SLOTS: NOAUTH".
+func TestProxyRouteClusterPassword(t *testing.T) {
+	const pw = "s3cret-cluster-pw"
+	cl := redistest.StartClusterWith(t, 3, "--requirepass", pw)
+	seed := cl.Addrs()[0]
+	env := []string{"RESPMETER_UPSTREAM_PASSWORD=" + pw}
+
+	chk := start(t, env, "proxy", "--route", "slots", "--cluster", seed, "--check")
+	chk.wait(t)
+	if out := chk.stdout.String(); strings.Contains(out, pw) || !strings.Contains(out, "upstream_password: <redacted>") {
+		t.Errorf("--check shows the password, or not its redaction:\n%s", out)
+	}
+
+	p := start(t, env, "proxy",
+		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "1",
+		"--route", "slots", "--cluster", seed, "--topology-refresh", "1m", "--log-level", "debug")
+	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots`)
+	_, port, _ := strings.Cut(m[1], ":")
+	for i, k := range keyPerShard(t) {
+		if got := redisCLI(t, port, "--no-auth-warning", "-a", pw, "SET", k, "v"); got != "OK\n" {
+			t.Fatalf("SET %s through the proxy: %q", k, got)
+		}
+		owner := cl.Nodes[cl.Owner(int(routing.Slot([]byte(k))))]
+		if got := owner.Do("GET", k); got != "v" {
+			t.Errorf("key %d: owner %s has %v", i, owner.Addr(), got)
+		}
+	}
+	if got := redisCLI(t, port, "GET", "k"); !strings.Contains(got, "NOAUTH") {
+		t.Errorf("a client without AUTH got %q, want the engine's NOAUTH", got)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t)
+	if log := p.stderr.String(); strings.Contains(log, pw) || strings.Contains(log, "command table not read") {
+		t.Errorf("proxy output shows the password or did not read the command table:\n%s", log)
+	}
+}

@@ -101,7 +101,8 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	// commands only the engine knows get labels of their own).
 	cmds := proxy.FetchCommands(proxy.Config{
 		Upstream: cfg.Upstream, Route: cfg.Route, Shards: cfg.Shards, Cluster: cfg.Cluster,
-		DialTimeout: time.Duration(cfg.DialTimeout),
+		DialTimeout:  time.Duration(cfg.DialTimeout),
+		UpstreamUser: cfg.UpstreamUser, UpstreamPassword: cfg.UpstreamPassword,
 	}, log.With("component", "proxy"))
 	names := cmds.Labels()
 	st := &stack{
@@ -139,6 +140,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	if cfg.ProbeInterval > 0 {
 		an.probe = engstats.NewProbe(probeAddr(cfg), time.Duration(cfg.ProbeInterval), log)
+		an.probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
 		if err := an.probe.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register probe metrics: %w", err)
 		}
@@ -151,6 +153,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			"component", "engine-poll", "route", cfg.Route, "engine_poll", cfg.EnginePoll.String())
 	case cfg.EnginePoll > 0:
 		an.poller = engstats.NewPoller(cfg.Upstream, time.Duration(cfg.EnginePoll), names, log)
+		an.poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
 		if err := an.poller.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register engine metrics: %w", err)
 		}
@@ -209,6 +212,8 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		Measure:           cfg.Measure,
 		DrainTimeout:      time.Duration(cfg.DrainTimeout),
 		DialTimeout:       time.Duration(cfg.DialTimeout),
+		UpstreamUser:      cfg.UpstreamUser,
+		UpstreamPassword:  cfg.UpstreamPassword,
 		ClientOutputLimit: proxyLimit(int64(cfg.ClientOutputLimit)),
 		ClientQueryLimit:  proxyLimit(int64(cfg.ClientQueryLimit)),
 		MaxClients:        proxyLimit(int64(cfg.MaxClients)),

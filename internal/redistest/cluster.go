@@ -343,6 +343,14 @@ func rawCommand(s *Server, args ...string) ([]byte, error) {
 		return nil, err
 	}
 	defer c.Close()
+	if s.password != "" { // --requirepass: authenticate first
+		if err := c.Write(Cmd("AUTH", s.password)); err != nil {
+			return nil, err
+		}
+		if f, err := c.ReadFrame(DefaultTimeout); err != nil || !bytes.Equal(f, []byte("+OK\r\n")) {
+			return nil, fmt.Errorf("AUTH: %q %v", f, err)
+		}
+	}
 	if err := c.Write(Cmd(args...)); err != nil {
 		return nil, err
 	}

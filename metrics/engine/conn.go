@@ -35,10 +35,11 @@ type conn = respconn.Conn
 // error reply to it, from an engine without it, is not a failure; one that
 // means the engine cannot serve us, NOAUTH or LOADING, surfaces on the first
 // real command). The connection is closed as soon as ctx is done, so that a
-// blocked read returns at once. It is used by one goroutine only (the Run
+// blocked read returns at once. login's User and Password, when set,
+// authenticate it first (AUTH). It is used by one goroutine only (the Run
 // goroutine of its Probe or Poller).
-func dial(ctx context.Context, addr, name string) (*conn, error) {
-	return respconn.Dial(ctx, addr, respconn.Options{Timeout: dialTimeout, Name: name})
+func dial(ctx context.Context, addr, name string, login respconn.Options) (*conn, error) {
+	return respconn.Dial(ctx, addr, respconn.Options{Timeout: dialTimeout, Name: name, User: login.User, Password: login.Password})
 }
 
 // sleepCtx waits d or until ctx is done and reports whether ctx is still

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Integration tests against a real redis-server: redistest.Start skips them
@@ -204,7 +205,7 @@ func TestPollerDebugSleep(t *testing.T) {
 	p := NewPoller(s.Addr(), time.Hour, testNames, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := dial(ctx, s.Addr(), pollName)
+	c, err := dial(ctx, s.Addr(), pollName, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,4 +383,36 @@ func TestPollerRun(t *testing.T) {
 		t.Errorf("set histogram: schema %d, native spans %v; want native buckets of schema 3", h.GetSchema(), h.GetPositiveSpan())
 	}
 	stop()
+}
+
+// TestSideConnectionsLogin: with SetLogin the probe and the poller
+// authenticate before their first command, so an engine with requirepass
+// is probed and polled; without it both only count NOAUTH errors.
+func TestSideConnectionsLogin(t *testing.T) {
+	const pw = "side-pw"
+	s := redistest.Start(t, "--requirepass", pw)
+	logger := slog.New(slog.DiscardHandler)
+	probe := NewProbe(s.Addr(), 20*time.Millisecond, logger)
+	probe.SetLogin("", pw)
+	poller := NewPoller(s.Addr(), 50*time.Millisecond, []string{"ping"}, logger)
+	poller.SetLogin("default", pw)
+	anon := NewProbe(s.Addr(), 20*time.Millisecond, logger)
+	stops := []func(){runUntilCancel(t, probe.Run), runUntilCancel(t, poller.Run), runUntilCancel(t, anon.Run)}
+	defer func() { // last started first: each checks the goroutines it added are gone
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+	waitFor(t, 5*time.Second, "probe samples and polls with the password", func() bool {
+		return probe.Stats().Count > 3 && poller.Stats().Polls > 2
+	})
+	waitFor(t, 5*time.Second, "errors of the probe without it", func() bool { return anon.Stats().Errors > 0 })
+	if st := anon.Stats(); st.Count != 0 || !strings.Contains(st.LastErr, "NOAUTH") {
+		t.Errorf("probe without the password: %d samples, last error %q; want 0 and NOAUTH", st.Count, st.LastErr)
+	}
+	for _, e := range []string{probe.Stats().LastErr, poller.Stats().LastErr, anon.Stats().LastErr} {
+		if strings.Contains(e, pw) {
+			t.Errorf("an error shows the password: %q", e)
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics"
 )
 
@@ -50,9 +51,10 @@ type Poller struct {
 	addr   string
 	every  time.Duration
 	logger *slog.Logger
-	labels []string       // command labels; index = ID, plus "other" if absent
-	index  map[string]int // lower-case label -> index in labels
-	other  int            // index of "other"
+	login  respconn.Options // see SetLogin
+	labels []string         // command labels; index = ID, plus "other" if absent
+	index  map[string]int   // lower-case label -> index in labels
+	other  int              // index of "other"
 
 	mu     sync.Mutex
 	health health
@@ -140,6 +142,13 @@ func NewPoller(addr string, every time.Duration, names []string, logger *slog.Lo
 	return p
 }
 
+// SetLogin makes the poller's connection authenticate (AUTH [user]
+// password) before its CLIENT SETNAME, for an engine that requires a
+// password. Call it before Run.
+func (p *Poller) SetLogin(user, password string) {
+	p.login = respconn.Options{User: user, Password: password}
+}
+
 // label returns the index of the label an engine command name counts under.
 func (p *Poller) label(engineName string) int {
 	if i, ok := p.index[containerName(engineName)]; ok {
@@ -159,7 +168,7 @@ func (p *Poller) label(engineName string) int {
 func (p *Poller) Run(ctx context.Context) {
 	var bo backoff
 	for ctx.Err() == nil {
-		c, err := dial(ctx, p.addr, pollName)
+		c, err := dial(ctx, p.addr, pollName, p.login)
 		if err == nil {
 			bo.reset()
 			err = p.session(ctx, c)

@@ -10,6 +10,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics"
 )
 
@@ -44,6 +45,7 @@ type Probe struct {
 	addr     string
 	interval time.Duration
 	logger   *slog.Logger
+	login    respconn.Options // see SetLogin
 
 	mu     sync.Mutex
 	hist   *hdrhistogram.Histogram // round trips in µs since NewProbe
@@ -70,6 +72,13 @@ func NewProbe(addr string, interval time.Duration, logger *slog.Logger) *Probe {
 	}
 }
 
+// SetLogin makes the probe's connection authenticate (AUTH [user]
+// password) before its CLIENT SETNAME, for an engine that requires a
+// password. Call it before Run.
+func (p *Probe) SetLogin(user, password string) {
+	p.login = respconn.Options{User: user, Password: password}
+}
+
 // Run probes until ctx is done, then closes its connection and returns. It
 // connects (naming the connection respmeter-probe), sends PING at once and
 // then every interval, and records each round trip: from just before writing
@@ -81,7 +90,7 @@ func NewProbe(addr string, interval time.Duration, logger *slog.Logger) *Probe {
 func (p *Probe) Run(ctx context.Context) {
 	var bo backoff
 	for ctx.Err() == nil {
-		c, err := dial(ctx, p.addr, probeName)
+		c, err := dial(ctx, p.addr, probeName, p.login)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

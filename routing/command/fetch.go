@@ -49,21 +49,22 @@ var (
 // the first is kept.
 //
 // timeout bounds the whole exchange, dial included; 0 means no bound but
-// ctx's. When ctx ends first the error wraps ctx.Err(). Other errors are
+// ctx's. login's User and Password, when set, authenticate the connection
+// first (AUTH; never part of an error). When ctx ends first the error wraps ctx.Err(). Other errors are
 // the dial or I/O error (wrapped), ErrRefused or ErrBadReply, all prefixed
 // with addr.
 //
 // The map and its entries are new on every call and belong to the caller;
 // Lookup and ID.Info never see them.
-func FetchInfo(ctx context.Context, addr string, timeout time.Duration) (map[string]*Info, error) {
-	m, err := fetchInfo(ctx, addr, timeout)
+func FetchInfo(ctx context.Context, addr string, timeout time.Duration, login respconn.Options) (map[string]*Info, error) {
+	m, err := fetchInfo(ctx, addr, timeout, login)
 	if err != nil {
 		return nil, fmt.Errorf("command: fetch command table from %s: %w", addr, err)
 	}
 	return m, nil
 }
 
-func fetchInfo(ctx context.Context, addr string, timeout time.Duration) (map[string]*Info, error) {
+func fetchInfo(ctx context.Context, addr string, timeout time.Duration, login respconn.Options) (map[string]*Info, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -80,7 +81,7 @@ func fetchInfo(ctx context.Context, addr string, timeout time.Duration) (map[str
 		}
 		return err
 	}
-	c, err := respconn.Dial(ctx, addr, respconn.Options{})
+	c, err := respconn.Dial(ctx, addr, respconn.Options{User: login.User, Password: login.Password})
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -121,7 +121,7 @@ func TestFetchInfoRedis(t *testing.T) {
 	if !strings.Contains(v, "redis_version:"+ServerVersion+"\r\n") {
 		t.Skipf("local redis-server is not %s: no exact comparison", ServerVersion)
 	}
-	got, err := FetchInfo(context.Background(), srv.Addr(), 10*time.Second)
+	got, err := FetchInfo(context.Background(), srv.Addr(), 10*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestFetchInfoRedis(t *testing.T) {
 		}
 		return relayTo(t, srv.Addr(), req)
 	})
-	got, err = FetchInfo(context.Background(), f.addr, 10*time.Second)
+	got, err = FetchInfo(context.Background(), f.addr, 10*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestFetchInfoFallback(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := startFake(t, scripted(info, all))
-			got, err := FetchInfo(context.Background(), f.addr, 5*time.Second)
+			got, err := FetchInfo(context.Background(), f.addr, 5*time.Second, respconn.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -338,7 +338,7 @@ func TestFetchInfoFallback(t *testing.T) {
 	// Dragonfly's COMMAND: 6 elements, simple-string upper-case names.
 	f := startFake(t, scripted("-ERR syntax error\r\n",
 		enc([]any{[]any{status("GETDEL"), 2, []any{status("write"), status("fast")}, 1, 1, 1}})))
-	got, err := FetchInfo(context.Background(), f.addr, 5*time.Second)
+	got, err := FetchInfo(context.Background(), f.addr, 5*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestFetchInfoLenient(t *testing.T) {
 		"an eleventh element",
 	}
 	f := startFake(t, scripted(enc([]any{entry, nil}), "-ERR unexpected\r\n"))
-	got, err := FetchInfo(context.Background(), f.addr, 5*time.Second)
+	got, err := FetchInfo(context.Background(), f.addr, 5*time.Second, respconn.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestFetchInfoErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := startFake(t, scripted(tc.info, tc.all))
-			got, err := FetchInfo(ctx, f.addr, 2*time.Second)
+			got, err := FetchInfo(ctx, f.addr, 2*time.Second, respconn.Options{})
 			if got != nil || !errors.Is(err, tc.want) {
 				t.Fatalf("FetchInfo = %v, %v; want %v", got, err, tc.want)
 			}
@@ -427,19 +427,19 @@ func TestFetchInfoErrors(t *testing.T) {
 
 func TestFetchInfoNetErrors(t *testing.T) {
 	ctx := context.Background()
-	if _, err := FetchInfo(ctx, redistest.ClosedAddr(t), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+	if _, err := FetchInfo(ctx, redistest.ClosedAddr(t), time.Second, respconn.Options{}); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("closed port: %v", err)
 	}
 
 	// A reply cut off by the engine closing: the I/O error, not ErrBadReply.
 	cut := startFake(t, func([]string) string { return "*2\r\n" + hangUp })
-	if _, err := FetchInfo(ctx, cut.addr, time.Second); !errors.Is(err, io.EOF) || errors.Is(err, ErrBadReply) {
+	if _, err := FetchInfo(ctx, cut.addr, time.Second, respconn.Options{}); !errors.Is(err, io.EOF) || errors.Is(err, ErrBadReply) {
 		t.Errorf("reply cut off: %v", err)
 	}
 
 	f := startFake(t, func([]string) string { return "" })
 	start := time.Now()
-	if _, err := FetchInfo(ctx, f.addr, 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := FetchInfo(ctx, f.addr, 200*time.Millisecond, respconn.Options{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("silent node with timeout: %v", err)
 	}
 	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
@@ -449,13 +449,13 @@ func TestFetchInfoNetErrors(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start = time.Now()
-	if _, err := FetchInfo(cctx, f.addr, 0); !errors.Is(err, context.Canceled) {
+	if _, err := FetchInfo(cctx, f.addr, 0, respconn.Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("silent node, cancelled: %v", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("cancel after 100ms returned after %v", d)
 	}
-	if _, err := FetchInfo(cctx, f.addr, time.Second); !errors.Is(err, context.Canceled) {
+	if _, err := FetchInfo(cctx, f.addr, time.Second, respconn.Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("ended context: %v", err)
 	}
 }
