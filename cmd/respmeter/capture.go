@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
@@ -313,13 +314,13 @@ func importMonitor(in io.Reader, out string) (cmds, skipped int, err error) {
 		// redis-server feeds MONITOR after running the command: a SELECT's
 		// line shows the db it selected.
 		if db != cn.db && !(isSelect && string(args[1]) == db) {
-			req = capture.AppendCommand(req, [][]byte{[]byte("SELECT"), []byte(db)})
+			req = respconn.AppendCommand(req, "SELECT", db)
 			cn.db = db
 			cn.seq++
 			c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
 			req = req[:0]
 		}
-		req = capture.AppendCommand(req, args)
+		req = respconn.AppendCommand(req, args...)
 		cn.seq++
 		c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
 		cmds++

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 func cmd(args ...string) []byte {
@@ -19,7 +21,7 @@ func cmd(args ...string) []byte {
 	for i, a := range args {
 		b[i] = []byte(a)
 	}
-	return AppendCommand(nil, b)
+	return respconn.AppendCommand(nil, b...)
 }
 
 func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }

@@ -3,8 +3,8 @@ package capture
 import (
 	"bytes"
 	"encoding/binary"
-	"strconv"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/proxy/resp"
 )
 
@@ -99,7 +99,7 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 			dst = append(dst, frame...)
 			continue
 		}
-		dst = AppendCommand(dst, r.args)
+		dst = respconn.AppendCommand(dst, r.args...)
 	}
 	return dst
 }
@@ -125,22 +125,6 @@ func mayHoldSecret(frame []byte) bool {
 	}
 	name := frame[j+2 : j+2+n]
 	return eq(name, "auth") || eq(name, "hello") || eq(name, "migrate") || eq(name, "config") || eq(name, "acl")
-}
-
-// AppendCommand appends args to dst as a RESP request: an array of bulk
-// strings.
-func AppendCommand(dst []byte, args [][]byte) []byte {
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(args)), 10)
-	dst = append(dst, "\r\n"...)
-	for _, a := range args {
-		dst = append(dst, '$')
-		dst = strconv.AppendInt(dst, int64(len(a)), 10)
-		dst = append(dst, "\r\n"...)
-		dst = append(dst, a...)
-		dst = append(dst, "\r\n"...)
-	}
-	return dst
 }
 
 var redacted = []byte(Redacted)

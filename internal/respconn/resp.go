@@ -301,7 +301,7 @@ func parseLen(b []byte, limit int) (int, error) {
 
 // AppendCommand appends args encoded as a RESP array of bulk strings, the
 // form of request every engine accepts.
-func AppendCommand(b []byte, args ...string) []byte {
+func AppendCommand[S ~string | ~[]byte](b []byte, args ...S) []byte {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(len(args)), 10)
 	b = append(b, '\r', '\n')
