@@ -36,6 +36,11 @@ type Window struct {
 	next  int          // slot the next tick fills
 	used  int          // slots filled, at most len(slots)
 	last  time.Time    // end of the newest slot, or the start
+
+	// Lazy mode (Lazy): Run records only while windows are read.
+	idle     time.Duration // 0: always record
+	lastRead time.Time     // the latest Stats call
+	on       bool          // recording: a Stats call came within idle
 }
 
 // windowSlot is one interval's differences.
@@ -77,7 +82,20 @@ func (w *Window) Interval() time.Duration { return w.interval }
 // Len()·Interval().
 func (w *Window) Len() int { return len(w.slots) }
 
-// Run calls Tick every interval until ctx is done.
+// Lazy makes Run record only while windows are read, so that a proxy whose
+// live page and /stats?window= nobody uses pays nothing for them: the
+// first Stats call starts the recording (from an empty window: what came
+// before is not in it), and when no Stats call has come for idle, the
+// intervals held are dropped and recording stops until the next one.
+// Call it before Run.
+func (w *Window) Lazy(idle time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.idle = idle
+}
+
+// Run calls Tick every interval until ctx is done (in lazy mode, only
+// while windows are read; see Lazy).
 func (w *Window) Run(ctx context.Context) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
@@ -86,9 +104,28 @@ func (w *Window) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			w.Tick(now)
+			if w.recording(now) {
+				w.Tick(now)
+			}
 		}
 	}
+}
+
+// recording reports whether Run should tick at now, and drops what a lazy
+// window holds once no Stats call has come for its idle time.
+func (w *Window) recording(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.idle <= 0 {
+		return true
+	}
+	if w.on && now.Sub(w.lastRead) > w.idle {
+		w.on = false
+		w.prev = windowSeries{}
+		w.slots = make([]windowSlot, len(w.slots))
+		w.next, w.used = 0, 0
+	}
+	return w.on
 }
 
 // Tick ends the current interval at now: it stores in the oldest slot what
@@ -97,6 +134,11 @@ func (w *Window) Run(ctx context.Context) {
 func (w *Window) Tick(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.tickLocked(now)
+}
+
+// tickLocked is Tick with w.mu held.
+func (w *Window) tickLocked(now time.Time) {
 	slot := &w.slots[w.next]
 	slot.start, slot.end = w.last, now
 	if now.Before(w.last) { // a wall clock stepped back
@@ -198,6 +240,15 @@ func (w *Window) Stats(d time.Duration) *WindowStats {
 	sn := w.set.newSnapshot()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := time.Now()
+	w.lastRead = now
+	if w.idle > 0 && !w.on {
+		// A lazy window starts here: one tick takes the cumulative
+		// figures as its baseline and is then forgotten.
+		w.on = true
+		w.tickLocked(now)
+		w.next, w.used = 0, 0
+	}
 	k := min(max(int((d+w.interval-1)/w.interval), 1), w.used)
 	ws := &WindowStats{Intervals: k, Snapshot: sn, Start: w.last, End: w.last}
 	n := len(w.slots)

@@ -1,7 +1,9 @@
 package metrics_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/heaptest"
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -324,5 +327,37 @@ func TestWindowConcurrent(t *testing.T) {
 			return
 		default:
 		}
+	}
+}
+
+// TestWindowLazy: a lazy window records nothing until it is read, starts
+// empty (what came before the first read is not in it), and once nobody
+// has read it for its idle time drops what it held and starts afresh at
+// the next read.
+func TestWindowLazy(t *testing.T) {
+	s := metrics.NewSet(1, testNames)
+	w := metrics.NewWindow(s, 10*time.Millisecond, 100)
+	w.Lazy(200 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	record(s, repeat(100, op{loop: 0, cmd: cmdGet, total: 100 * us})...)
+	time.Sleep(50 * time.Millisecond) // ticks pass, nothing is recorded
+	if ws := w.Stats(time.Second); ws.Intervals != 0 || ws.Snapshot.Commands[cmdGet].Count != 0 {
+		t.Fatalf("first read: %d intervals, %d GETs; want an empty window", ws.Intervals, ws.Snapshot.Commands[cmdGet].Count)
+	}
+	record(s, repeat(5, op{loop: 0, cmd: cmdGet, total: 100 * us})...)
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if n := w.Stats(time.Second).Snapshot.Commands[cmdGet].Count; n != 5 {
+			return fmt.Errorf("window holds %d GETs, want the 5 recorded since the first read", n)
+		}
+		return nil
+	})
+	time.Sleep(600 * time.Millisecond) // no read for 3x the idle time
+	record(s, repeat(7, op{loop: 0, cmd: cmdGet, total: 100 * us})...)
+	if ws := w.Stats(time.Second); ws.Intervals != 0 || ws.Snapshot.Commands[cmdGet].Count != 0 {
+		t.Errorf("read after idle: %d intervals, %d GETs; want an empty window again", ws.Intervals, ws.Snapshot.Commands[cmdGet].Count)
 	}
 }

@@ -38,6 +38,10 @@ const adminReadHeaderTimeout = 10 * time.Second
 const (
 	windowInterval  = time.Second
 	windowIntervals = 30
+	// windowIdle: the window records only while the live page or
+	// /stats?window= is read, and frees its intervals this long after the
+	// last read (metrics.Window.Lazy).
+	windowIdle = 5 * time.Minute
 )
 
 // stack is one running proxy with its metrics Set, slow log, background
@@ -113,6 +117,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		adminErr: make(chan error, 1),
 	}
 	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
+	st.window.Lazy(windowIdle)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
