@@ -558,7 +558,7 @@ func (s *client) newEntry(id command.ID, now int64) *request {
 	s.seq++
 	e.s, e.tIn, e.cmd, e.seq = s, now, id, s.seq
 	s.q.push(e)
-	s.l.inflight.AddAt(1, now) // t_in: in flight from here (Little's law's L)
+	s.l.takeIn(now)
 	return e
 }
 
@@ -667,7 +667,7 @@ func (s *client) clientData(data []byte) {
 			s.endPartial(frame) // the engine ignores it as well
 			continue
 		}
-		s.l.args = resp.Args(frame, kind, s.l.args[:0])
+		s.l.args = s.scan.ArgsOf(frame, kind, s.l.args[:0])
 		if len(s.l.args) > 0 && s.route(v, s.l.args, frame, now) {
 			// This request and all after it wait (see needsPause).
 			s.holdRest(data[off-n:])
@@ -1223,6 +1223,7 @@ func (s *client) flush() {
 		}
 		s.streamAt = -1 // a reply streaming now is no longer whole in wbuf
 	}
+	s.l.commitIn()
 	if tOut != 0 {
 		s.l.inflight.AddAt(-int64(len(done)), tOut) // t_out: answered
 	} else {
@@ -1395,6 +1396,7 @@ func (s *client) shutdown() {
 	// s.done is left alone: shutdown may run inside flush (a write to a
 	// client that reset its connection closes it at once), which still
 	// walks it; those entries are complete and flush recycles them.
+	s.l.commitIn()
 	s.l.inflight.Add(-int64(s.q.len()))
 	for s.q.len() > 0 {
 		s.q.pop() // not recycled: a link may still point at it

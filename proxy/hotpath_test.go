@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -162,6 +165,18 @@ func BenchmarkHotPath(b *testing.B) {
 			}
 		})
 	}
+	// pipeline16: 16 GETs in one client read, their 16 replies in one
+	// engine read, as memtier --pipeline=16 drives it; b.N counts
+	// commands, so ns/op is per command.
+	b.Run("pipeline16", func(b *testing.B) {
+		s, cl, up := pair(b, true, nil)
+		req, reply := bytes.Repeat(getReq, 16), bytes.Repeat(getReply, 16)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 16 {
+			roundTrip(s, cl, up, req, reply)
+		}
+	})
 }
 
 // routedPair builds a client under --route slots over three shards (or
@@ -350,5 +365,53 @@ func TestSharedLinkDropsRepliesOfGoneClient(t *testing.T) {
 	}
 	if ln.q.len() != 0 {
 		t.Fatalf("%d requests left on the link", ln.q.len())
+	}
+}
+
+// pipeTrip sends one pipeline (req, n requests) through s and answers
+// each shard connection with one reply per request it got, all in one
+// read per connection, as a shard answers a batch.
+func pipeTrip(s *client, cl *memConn, links []*link, req, reply []byte) {
+	cl.in = req
+	s.clientTraffic(cl)
+	for _, ln := range links {
+		up := ln.c.(*memConn)
+		n := bytes.Count(up.out, []byte("*2\r\n$3\r\nGET"))
+		up.out = up.out[:0]
+		if n == 0 {
+			continue
+		}
+		up.in = bytes.Repeat(reply, n)
+		ln.traffic(up)
+	}
+	cl.out = cl.out[:0]
+}
+
+// BenchmarkPipeline16 is a pipeline of 16 GETs whose keys hash to all
+// three shards, through --route slots (split per shard, put back in
+// order) and through --route pinned (all to one shard, the perfectly
+// routing client); b.N counts commands. Issue 20's target compares the
+// two.
+func BenchmarkPipeline16(b *testing.B) {
+	var req []byte
+	for i := range 16 {
+		k := "key:" + strconv.Itoa(i)
+		req = fmt.Appendf(req, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(k), k)
+	}
+	for _, route := range []string{RouteSlots, RoutePinned} {
+		b.Run(route, func(b *testing.B) {
+			cfg := Config{Listen: "127.0.0.1:0", Route: route, Shards: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}, Measure: true}
+			s, cl, _ := memPair(b, cfg, nil)
+			links := s.links
+			if route == RoutePinned {
+				links = s.links[:1]
+				s.home = 0
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += 16 {
+				pipeTrip(s, cl, links, req, getReply)
+			}
+		})
 	}
 }

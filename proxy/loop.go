@@ -28,7 +28,12 @@ type loop struct {
 	// atomic add on a cache line that the other loops also write moves the
 	// line between cores twice per command (see InFlight for the sum).
 	inflight metrics.InFlight
-	args     [][]byte // scratch for request arguments
+	// inN requests taken in at inAt (one client read: they share its
+	// clock read) are not yet added to inflight: commitIn adds them with
+	// one update instead of one per request (four atomic operations
+	// each), before anything is subtracted and at the end of the read.
+	inN, inAt int64
+	args      [][]byte // scratch for request arguments
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
 	// ups holds the loop's open upstream connections, so that Stop can
@@ -120,11 +125,30 @@ func (l *loop) recycle(e *request) {
 	l.rpool = append(l.rpool, e)
 }
 
+// takeIn counts a request taken in at now (t_in: in flight from there,
+// Little's law's L); see commitIn.
+func (l *loop) takeIn(now int64) {
+	if l.inN > 0 && l.inAt != now {
+		l.commitIn()
+	}
+	l.inN++
+	l.inAt = now
+}
+
+// commitIn adds the requests counted by takeIn to inflight.
+func (l *loop) commitIn() {
+	if l.inN > 0 {
+		l.inflight.AddAt(l.inN, l.inAt)
+		l.inN = 0
+	}
+}
+
 // flushAll ends a callback: it writes what the links have queued (one write
 // per link), then each touched client's ready replies (one write per
 // client). A shared link is written once per pass of the event loop
 // instead (see deferShared).
 func (l *loop) flushAll() {
+	l.commitIn()
 	if len(l.touched) > 0 {
 		var t int64
 		if l.m != nil {

@@ -151,3 +151,11 @@ func redisArgs(frame []byte) (args [][]byte, crlf bool) {
 	}
 	return args, crlf
 }
+
+// redisArgsOnly is redisArgs without the CRLF verdict: the arguments
+// Redis's processMultibulkBuffer takes (it skips the two bytes after each
+// payload unchecked).
+func redisArgsOnly(frame []byte) [][]byte {
+	args, _ := redisArgs(frame)
+	return args
+}

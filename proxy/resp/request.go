@@ -74,10 +74,39 @@ type RequestScanner struct {
 	nargs   int64 // multibulk count; 0 while the header is unread
 	argi    int64 // bulk arguments complete
 	bulklen int64 // length of the current bulk; -1 while its header is unread
+	// spans holds [start, end) of each bulk payload of the current (or
+	// last complete) multibulk frame, relative to its first byte: the
+	// scan already reads every bulk header, so ArgsOf splits the frame
+	// without a second parse. Kept across frames for its capacity.
+	spans []int
 }
 
+// maxKeptSpans bounds the span buffer a scanner keeps after a frame with
+// very many arguments (pairs of ints: 64 KiB).
+const maxKeptSpans = 8 << 10
+
 // Reset forgets a partially scanned frame.
-func (s *RequestScanner) Reset() { *s = RequestScanner{MaxBulkLen: s.MaxBulkLen} }
+func (s *RequestScanner) Reset() {
+	spans := s.spans[:0]
+	if cap(spans) > maxKeptSpans {
+		spans = nil
+	}
+	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, spans: spans}
+}
+
+// ArgsOf splits frame, the multibulk frame Scan returned last (n bytes,
+// KindMultibulk), into its arguments, reusing argsbuf; they alias frame.
+// It is Args without parsing the frame again. Any other kind goes to Args.
+func (s *RequestScanner) ArgsOf(frame []byte, kind Kind, argsbuf [][]byte) [][]byte {
+	if kind != KindMultibulk || len(s.spans) == 0 || s.spans[len(s.spans)-1] > len(frame) {
+		return Args(frame, kind, argsbuf)
+	}
+	args := argsbuf[:0]
+	for i := 0; i+1 < len(s.spans); i += 2 {
+		args = append(args, frame[s.spans[i]:s.spans[i+1]:s.spans[i+1]])
+	}
+	return args
+}
 
 // Pending reports how many bytes of an unfinished frame have been validated.
 func (s *RequestScanner) Pending() int { return s.pos }
@@ -117,6 +146,7 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 			return n, KindEmpty, nil
 		}
 		s.nargs, s.pos, s.bulklen = ll, r+2, -1
+		s.spans = s.spans[:0]
 	}
 	maxBulk := s.MaxBulkLen
 	if maxBulk <= 0 {
@@ -158,12 +188,15 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 		if s.bulklen > int64(len(buf)-s.pos)-2 {
 			return 0, 0, nil
 		}
+		s.spans = append(s.spans, s.pos, s.pos+int(s.bulklen))
 		s.pos += int(s.bulklen) + 2
 		s.argi++
 		s.bulklen = -1
 	}
 	n = s.pos
-	s.Reset()
+	// A reset that keeps the spans for ArgsOf (the next frame's header
+	// clears them).
+	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, spans: s.spans}
 	return n, KindMultibulk, nil
 }
 

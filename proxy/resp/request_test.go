@@ -61,6 +61,20 @@ func scanCuts(tb testing.TB, s *RequestScanner, data []byte, cuts []int) (recs [
 			if s.Pending() != 0 {
 				tb.Fatalf("Pending() = %d after a complete frame", s.Pending())
 			}
+			if kind == KindMultibulk {
+				// ArgsOf splits the frame where Redis does, from the
+				// spans the (possibly resumed) scan recorded.
+				frame := data[off : off+n]
+				got, want := s.ArgsOf(frame, kind, nil), redisArgsOnly(frame)
+				if len(got) != len(want) {
+					tb.Fatalf("ArgsOf(%q) = %q, redis sees %q", frame, got, want)
+				}
+				for i := range got {
+					if !bytes.Equal(got[i], want[i]) {
+						tb.Fatalf("ArgsOf(%q) = %q, redis sees %q", frame, got, want)
+					}
+				}
+			}
 			recs = append(recs, scanRec{n, kind, nil})
 			off += n
 		}
