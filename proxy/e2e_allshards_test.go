@@ -365,3 +365,55 @@ func TestRouteAllShardsCommands(t *testing.T) {
 		})
 	}
 }
+
+// TestRouteWaitReplicas: WAIT (request_policy:all_shards,
+// response_policy:agg_min) under --route slots answers how many replicas
+// acknowledged the client's writes on every shard. Three shards, each
+// with a replica: after writes on all three, WAIT 1 answers 1 at once
+// (well before its 10 s timeout). Take the replica of one shard away:
+// the client's write there is acknowledged by none, and WAIT 1 500 gives
+// 0 after its timeout (the fewest over the shards; a replicated shard
+// alone would have said 1).
+func TestRouteWaitReplicas(t *testing.T) {
+	srvs, addrs := startShards(t, 3)
+	var replicas []*redistest.Server
+	for _, m := range srvs {
+		replicas = append(replicas, redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port())))
+	}
+	for i, r := range replicas {
+		redistest.Eventually(t, 20*time.Second, func() error {
+			if info := r.DoT(t, "INFO", "replication").(string); !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("replica of shard %d not in sync yet", i)
+			}
+			return nil
+		})
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	ctx := context.Background()
+	c := goRedis(t, p.Addr())
+	write := func() {
+		t.Helper()
+		for i := range 30 { // keys on every shard
+			if err := c.Set(ctx, fmt.Sprintf("wait:%d", i), "v", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write()
+	t0 := time.Now()
+	n, err := c.Wait(ctx, 1, 10*time.Second).Result()
+	if took := time.Since(t0); err != nil || n != 1 || took > 5*time.Second {
+		t.Fatalf("WAIT 1 10000 with every shard replicated = %d, %v after %v; want 1 at once", n, err, took)
+	}
+	replicas[2].DoT(t, "REPLICAOF", "NO", "ONE")
+	redistest.Eventually(t, 20*time.Second, func() error {
+		if info := srvs[2].DoT(t, "INFO", "replication").(string); !strings.Contains(info, "connected_slaves:0") {
+			return fmt.Errorf("shard 2 still has its replica")
+		}
+		return nil
+	})
+	write()
+	if n, err := c.Wait(ctx, 1, 500*time.Millisecond).Result(); err != nil || n != 0 {
+		t.Fatalf("WAIT 1 500 with shard 2 unreplicated = %d, %v; want 0 (the fewest over the shards)", n, err)
+	}
+}
