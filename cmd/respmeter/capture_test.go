@@ -131,6 +131,27 @@ func appWorkload(t *testing.T, addr string) (publishes, seed0Gets int) {
 	return 3, 3
 }
 
+// memtierWorkload runs memtier_benchmark through the proxy at addr: one
+// connection, pipeline 4, SET:GET 1:1 of 16-byte values on keys mt:1 to
+// mt:50 in sequence, 200 requests. It returns the SETs and GETs it sent
+// (0, 0 when memtier is absent outside CI: see findMemtier).
+func memtierWorkload(t *testing.T, addr string) (sets, gets int) {
+	t.Helper()
+	mt, why := findMemtier(t)
+	if mt == "" {
+		t.Logf("round trip without memtier: %s", why)
+		return 0, 0
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(mt, "-s", host, "-p", port, "-t", "1", "-c", "1", "--pipeline", "4",
+		"--ratio", "1:1", "--key-pattern", "S:S", "--key-prefix", "mt:", "--key-minimum", "1", "--key-maximum", "50",
+		"-n", "200", "-d", "16", "--hide-histogram")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("memtier: %v\n%s", err, out)
+	}
+	return 100, 100
+}
+
 // TestCaptureReplayRoundTrip: an application drives redis-server through
 // the proxy with a capture running (started and stopped on the admin API);
 // a second redis-server starts from the first's RDB, saved before the
@@ -157,6 +178,7 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 		t.Errorf("second start: %d, want 409", code)
 	}
 	publishes, seed0 := appWorkload(t, st.proxy.Addr())
+	mtSets, mtGets := memtierWorkload(t, st.proxy.Addr())
 	code, s := adminPost(t, st, "/capture/stop", nil)
 	if code != http.StatusOK || s.Running || s.Records == 0 || s.Dropped != 0 {
 		t.Fatalf("stop: %d %+v", code, s)
@@ -208,6 +230,14 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 	}
 	if got := rep.PerCommand["publish"].Mismatches; got != int64(publishes) {
 		t.Errorf("publish: %d mismatches, want %d\n%s", got, publishes, out.String())
+	}
+	// memtier's pipelined SETs and GETs (one connection, sequential keys:
+	// its replies do not depend on timing) replay with the same replies.
+	if n := rep.PerCommand["set"].Count; n != 3*20+int64(mtSets) {
+		t.Errorf("set replayed %d times, want %d (the application's 60 and memtier's %d)", n, 3*20+mtSets, mtSets)
+	}
+	if n := rep.PerCommand["get"].Count; n != 3*20*2+int64(mtGets) {
+		t.Errorf("get replayed %d times, want %d (the application's 120 and memtier's %d)", n, 3*20*2+mtGets, mtGets)
 	}
 	if rep.Mismatches != int64(seed0+publishes) {
 		t.Errorf("%d mismatches in all, want %d\n%s", rep.Mismatches, seed0+publishes, out.String())
