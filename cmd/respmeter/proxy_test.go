@@ -468,7 +468,7 @@ func TestProxyObservability(t *testing.T) {
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
 			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \(loop wait \d+%\))? — ` + verdictBounds[1:len(verdictBounds)-1] +
 			`(; engine thread \d+% busy)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
-		`(?m)^Command +Timed +total +upstream +engine +wait +run queue +path +proxy$`,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,

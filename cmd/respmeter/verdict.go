@@ -632,13 +632,13 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 			nameWidth = max(nameWidth, len(c.Name))
 		}
 	}
-	const opsWidth, colWidth = 12, 10
+	const opsWidth, colWidth = 12, 14
 	fmt.Fprintf(&b, "\nWhere the time went: means since start in ms; Timed = commands timed; engine = the engine's own\n")
 	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); wait = engine wait (its command thread busy with\n")
 	fmt.Fprintf(&b, "others, and waiting for a CPU: run queue); path = upstream - engine - wait (network, kernel).\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
 	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy"} {
-		cols += fmt.Sprintf(" %*s", colWidth, h)
+		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }

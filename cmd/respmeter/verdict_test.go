@@ -129,6 +129,7 @@ func TestAnalyzer(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(no engine stats for these commands\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
 		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended \d+ms ago\): cycle 2ms: `,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
 		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
 	} {
