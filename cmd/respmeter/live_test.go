@@ -193,7 +193,16 @@ func TestLivePage(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
 
+	// When the load stops, the page keeps the last busy verdict (held)
+	// until its 5 s window has passed, then reads idle.
 	mixed.stop()
+	when := `document.getElementById("verdict-when").textContent`
+	evalUntil("the last busy verdict held after the load stops", when, func(s string) bool {
+		return strings.Contains(s, "kept until the window has passed")
+	})
+	evalUntil("idle once the window has passed", `document.getElementById("verdict-text").textContent`, func(s string) bool {
+		return s == "no requests in the interval"
+	})
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
