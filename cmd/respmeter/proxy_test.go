@@ -444,15 +444,19 @@ func TestProxyObservability(t *testing.T) {
 	}
 
 	metricsBody := httpGet(t, admin+"/metrics")
+	info, _ := srv.Do("INFO", "server").(string)
+	_, runID, _ := strings.Cut(info, "run_id:")
+	runID, _, _ = strings.Cut(runID, "\r\n")
 	for _, want := range []string{
-		// The engine's figures name it in shard=, the one backend label.
+		// The engine's figures name it in shard=, the one backend label,
+		// and its polled ones also by its run_id in engine=.
 		`respmeter_upstream_probe_seconds_count{shard="` + srv.Addr() + `"}`,
-		`respmeter_engine_commands_total{command="debug",shard="` + srv.Addr() + `"} 1`,
+		`respmeter_engine_commands_total{command="debug",engine="` + runID + `",shard="` + srv.Addr() + `"} 1`,
 		`respmeter_engine_utilization{shard="` + srv.Addr() + `"} `,
 		`respmeter_engine_wait_seconds{part="run_queue",shard="` + srv.Addr() + `"} `,
 		`respmeter_network_path_seconds{shard="` + srv.Addr() + `"} `,
-		`respmeter_engine_main_thread_cpu_seconds_total{shard="` + srv.Addr() + `"} `,
-		`respmeter_engine_runqueue_wait_seconds_total{shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_main_thread_cpu_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_runqueue_wait_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
 	} {
 		if !strings.Contains(metricsBody, want) {
 			t.Errorf("/metrics lacks %s", want)
