@@ -286,15 +286,22 @@ func TestPrometheusDashboard(t *testing.T) {
 	}
 }
 
-// engineRunID returns the run_id of INFO server of the engine at addr.
-func engineRunID(t *testing.T, addr string) string {
+// engineInfo returns the INFO section of the engine at addr.
+func engineInfo(t *testing.T, addr, section string) string {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
 	defer c.Close()
-	info, err := c.Info(context.Background(), "server").Result()
+	info, err := c.Info(context.Background(), section).Result()
 	if err != nil {
-		t.Fatalf("INFO server of %s: %v", addr, err)
+		t.Fatalf("INFO %s of %s: %v", section, addr, err)
 	}
+	return info
+}
+
+// engineRunID returns the run_id of INFO server of the engine at addr.
+func engineRunID(t *testing.T, addr string) string {
+	t.Helper()
+	info := engineInfo(t, addr, "server")
 	for line := range strings.Lines(info) {
 		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
 			return id
@@ -308,12 +315,7 @@ func engineRunID(t *testing.T, addr string) string {
 // engine at addr: every command it executed since it started.
 func engineCalls(t *testing.T, addr string) float64 {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
-	defer c.Close()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats of %s: %v", addr, err)
-	}
+	info := engineInfo(t, addr, "commandstats")
 	var sum float64
 	for line := range strings.Lines(info) {
 		_, rest, ok := strings.Cut(line, "calls=")

@@ -444,9 +444,7 @@ func TestProxyObservability(t *testing.T) {
 	}
 
 	metricsBody := httpGet(t, admin+"/metrics")
-	info, _ := srv.Do("INFO", "server").(string)
-	_, runID, _ := strings.Cut(info, "run_id:")
-	runID, _, _ = strings.Cut(runID, "\r\n")
+	runID := engineRunID(t, srv.Addr())
 	for _, want := range []string{
 		// The engine's figures name it in shard=, the one backend label,
 		// and its polled ones also by its run_id in engine=.

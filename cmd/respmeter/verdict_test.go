@@ -103,10 +103,7 @@ func TestAnalyzer(t *testing.T) {
 		t.Errorf("idle output:\n%s", out)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { a.run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	stop := startAnalyzer(t, a)
 	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
 		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 || !rec.Verdict.Little {
@@ -119,8 +116,7 @@ func TestAnalyzer(t *testing.T) {
 		math.Abs(v.Shares.Client+v.Shares.Path+v.Shares.Engine+v.Shares.Proxy-1) > 1e-9 || v.String == "" {
 		t.Errorf("verdict %+v", v)
 	}
-	cancel()
-	wg.Wait()
+	stop()
 
 	buf.Reset()
 	if err := a.writeVerdict(&buf); err != nil {
@@ -138,6 +134,18 @@ func TestAnalyzer(t *testing.T) {
 			t.Errorf("no match for %s:\n%s", re, out)
 		}
 	}
+}
+
+// startAnalyzer runs a.run until stop is called (at the latest when t
+// ends); stop waits for it to return.
+func startAnalyzer(t *testing.T, a *analyzer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.run(ctx) })
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return stop
 }
 
 func TestStatsHandlerWith(t *testing.T) {
@@ -217,10 +225,7 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 		return *doc.Verdict
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { a.run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	startAnalyzer(t, a)
 	// Load until an interval has requests, then stop and wait for an idle one.
 	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
