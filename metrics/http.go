@@ -60,7 +60,10 @@ func (s *Set) StatsHandler() http.Handler { return s.StatsHandlerWith(nil) }
 // extra() (called once per request; nil for none) are added to the document,
 // each value encoded as JSON. Keys that /stats already has are not replaced.
 func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
-	return s.StatsHandlerWindowed(nil, extra)
+	if extra == nil {
+		return s.StatsHandlerWindowed(nil, nil)
+	}
+	return s.StatsHandlerWindowed(nil, func(time.Duration) map[string]any { return extra() })
 }
 
 // StatsHandlerWindowed is StatsHandlerWith that also answers
@@ -74,8 +77,10 @@ func (s *Set) StatsHandlerWith(extra func() map[string]any) http.Handler {
 //	           "start": RFC3339, "end": RFC3339}
 //
 // The other sections stay cumulative. A bad or non-positive D, or a
-// window asked of a nil win, gets 400.
-func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) http.Handler {
+// window asked of a nil win, gets 400. extra (nil for none) is called once
+// per request with D, or 0 without ?window=, so that its sections can
+// follow the window too.
+func (s *Set) StatsHandlerWindowed(win *Window, extra func(window time.Duration) map[string]any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -83,6 +88,7 @@ func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) htt
 			return
 		}
 		var ws *WindowStats
+		var window time.Duration
 		if q := r.URL.Query().Get("window"); q != "" {
 			d, err := time.ParseDuration(q)
 			switch {
@@ -93,13 +99,17 @@ func (s *Set) StatsHandlerWindowed(win *Window, extra func() map[string]any) htt
 				http.Error(w, "window: no intervals are kept here", http.StatusBadRequest)
 				return
 			}
-			ws = win.Stats(d)
+			ws, window = win.Stats(d), d
 		}
 		var interval time.Duration
 		if win != nil {
 			interval = win.Interval()
 		}
-		doc := s.statsDoc(ws, interval, extra)
+		var ex func() map[string]any
+		if extra != nil {
+			ex = func() map[string]any { return extra(window) }
+		}
+		doc := s.statsDoc(ws, interval, ex)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method == http.MethodHead {

@@ -506,9 +506,13 @@ func TestShardTable(t *testing.T) {
 	if !ok {
 		t.Fatalf("no shard table:\n%s", out)
 	}
+	// One unit in both tables, said in the header: milliseconds.
+	if !strings.Contains(shards, "Shard                   Ops |  p50 total (ms)  p99 total (ms) |      mean batch") {
+		t.Errorf("shard table's header does not say ms:\n%s", shards)
+	}
 	for _, row := range []string{
-		// name, Ops, p50 and p99 total in µs, mean batch
-		fmt.Sprintf("%s %12d | %15d %15d | %15s", shardA, 3, 1000, 2000895, "765.00"),
+		// name, Ops, p50 and p99 total in ms, mean batch
+		fmt.Sprintf("%s %12d | %15s %15s | %15s", shardA, 3, "1.000", "2000.895", "765.00"),
 		fmt.Sprintf("%s %12d | %15s %15s | %15s", shardB, 1, "-", "-", "-"),
 		fmt.Sprintf("%s %12d | %15s %15s | %15s", "127.0.0.1:7003", 0, "-", "-", "-"),
 	} {

@@ -33,8 +33,9 @@ func (s *Set) WriteTable(w io.Writer) error {
 // milliseconds with 3 decimals; "-" marks a command that was never timed. If
 // think times were recorded, a line summarizing them follows. If shards are
 // registered (Set.Shard), a second, short table follows with one row per
-// shard, in index order: Ops, p50 and p99 of the total time in whole
-// microseconds, and the mean commands per upstream write ("-" when never
+// shard, in index order: Ops, p50 and p99 of the total time in
+// milliseconds with 3 decimals (the unit of the first table), and the mean
+// commands per upstream write ("-" when never
 // timed or never written to). It returns the first error from w.
 func (sn *Snapshot) WriteTable(w io.Writer) error {
 	const (
@@ -120,16 +121,16 @@ func (sn *Snapshot) writeShardTable(b *strings.Builder) {
 		nameWidth = max(nameWidth, len(sn.Shards[i].Name))
 	}
 	cols := fmt.Sprintf("%-*s %*s | %*s %*s | %*s", nameWidth, "Shard", opsWidth, "Ops",
-		colWidth, "p50 total (us)", colWidth, "p99 total (us)", colWidth, "mean batch")
+		colWidth, "p50 total (ms)", colWidth, "p99 total (ms)", colWidth, "mean batch")
 	rule := strings.Repeat("=", len(cols))
-	fmt.Fprintf(b, "\nPer shard: total latency in microseconds (us); batch = commands per upstream write.\n")
+	fmt.Fprintf(b, "\nPer shard: total latency in milliseconds (ms), 3 decimals; batch = commands per upstream write.\n")
 	b.WriteString(rule + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
 	for i := range sn.Shards {
 		ss := &sn.Shards[i]
 		p50, p99, batch := "-", "-", "-"
 		if d := ss.Phases[PhaseTotal]; d.Count() > 0 {
-			p50 = fmt.Sprint(d.Percentile(50).Microseconds())
-			p99 = fmt.Sprint(d.Percentile(99).Microseconds())
+			p50 = fmt.Sprintf("%.3f", millis(d.Percentile(50)))
+			p99 = fmt.Sprintf("%.3f", millis(d.Percentile(99)))
 		}
 		if ss.Batch.Count() > 0 {
 			batch = fmt.Sprintf("%.2f", ss.Batch.Mean())

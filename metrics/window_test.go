@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -187,7 +188,11 @@ type windowDoc struct {
 
 func TestStatsHandlerWindow(t *testing.T) {
 	s, w, t0 := windowFixture(t, 60)
-	h := s.StatsHandlerWindowed(w, func() map[string]any { return map[string]any{"extra": "kept"} })
+	var asked []time.Duration // the windows extra was called with
+	h := s.StatsHandlerWindowed(w, func(d time.Duration) map[string]any {
+		asked = append(asked, d)
+		return map[string]any{"extra": "kept"}
+	})
 	get := func(target string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
@@ -229,6 +234,10 @@ func TestStatsHandlerWindow(t *testing.T) {
 		t.Errorf("plain /stats: status %d, body:\n%s", code, body)
 	}
 
+	// extra follows the window asked: 2 s, then none (0).
+	if !slices.Equal(asked, []time.Duration{2 * time.Second, 0}) {
+		t.Errorf("extra called with windows %v, want [2s 0s]", asked)
+	}
 	for _, bad := range []string{"/stats?window=x", "/stats?window=-1s", "/stats?window=0s"} {
 		if code, _ := get(bad); code != http.StatusBadRequest {
 			t.Errorf("%s: status %d, want 400", bad, code)

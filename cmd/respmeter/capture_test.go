@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -688,5 +689,91 @@ func TestReplayDelayedTarget(t *testing.T) {
 		if d < 1900 || d > 2600 {
 			t.Errorf("%s: p50 through the relay is %d µs above direct, want about 2000 (1900..2600)", name, d)
 		}
+	}
+}
+
+// TestReplayAuth replays a capture (50 batches of SET+GET on one
+// connection) against an engine with requirepass: with --auth (and with
+// $REDISCLI_AUTH, and as an ACL user with --user) every command is
+// answered as captured; without, each gets NOAUTH (new errors); a wrong
+// password fails the replay with the engine's refusal. No password appears
+// on stdout, stderr or in the --json report. --progress writes the progress
+// line to stderr, which is no terminal here, and without it nothing.
+func TestReplayAuth(t *testing.T) {
+	const pw, userPW, wrong = "replay-s3cret", "user-s3cret", "wrong-s3cret"
+	path := filepath.Join(t.TempDir(), "w.respcap")
+	c, err := capture.Start(path, capture.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := c.NewConn()
+	for i := range 50 {
+		at := int64(i) * int64(100*time.Microsecond)
+		key := fmt.Sprintf("a:%d", i%10)
+		c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil))
+		c.Loop(0).Reply(id, uint64(2*i+1), at+1e4, []byte("+OK\r\n"), false, 1e4, 9e3)
+		c.Loop(0).Reply(id, uint64(2*i+2), at+1e4, []byte("$1\r\nv\r\n"), false, 1e4, 9e3)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t, "--requirepass", pw)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: pw, DisableIdentity: true, PoolSize: 1})
+	defer admin.Close()
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "rp", "on", ">"+userPW, "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	replayCLI := func(env string, args ...string) (stdout, stderr, report string, code int) {
+		t.Helper()
+		t.Setenv(authEnv, env)
+		jsonPath := filepath.Join(t.TempDir(), "r.json")
+		var out, errb bytes.Buffer
+		code = run(context.Background(), append([]string{"replay", path, "--target", srv.Addr(), "--speed", "max", "--json", jsonPath}, args...), &out, &errb)
+		b, _ := os.ReadFile(jsonPath)
+		for _, s := range []string{pw, userPW, wrong} {
+			if strings.Contains(out.String()+errb.String()+string(b), s) {
+				t.Errorf("replay %q: a password is printed:\nstdout:\n%s\nstderr:\n%s\njson:\n%s", args, out.String(), errb.String(), b)
+			}
+		}
+		return out.String(), errb.String(), string(b), code
+	}
+	var rep struct {
+		Commands, Mismatches int
+		NewErrors            int `json:"new_errors"`
+	}
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		newErrors int
+	}{
+		{"--auth", "", []string{"--auth", pw, "--progress"}, 0},
+		{"$REDISCLI_AUTH", pw, nil, 0},
+		{"--user --auth", "", []string{"--user", "rp", "--auth", userPW}, 0},
+		{"no password", "", nil, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, report, code := replayCLI(tc.env, tc.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			if err := json.Unmarshal([]byte(report), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep.Commands != 100 || rep.NewErrors != tc.newErrors || rep.Mismatches != 0 && tc.newErrors == 0 {
+				t.Errorf("%d commands, %d new errors, %d mismatches; want 100, %d, 0\n%s", rep.Commands, rep.NewErrors, rep.Mismatches, tc.newErrors, stdout)
+			}
+			progress := strings.Contains(stderr, "replay: 50/50 batches sent (100%)")
+			if want := slices.Contains(tc.args, "--progress"); progress != want {
+				t.Errorf("progress line on stderr: %v, want %v:\n%s", progress, want, stderr)
+			}
+		})
+	}
+	stdout, stderr, _, code := replayCLI("", "--auth", wrong)
+	if code != exitFailure || !strings.Contains(stderr, "AUTH refused: WRONGPASS") {
+		t.Errorf("wrong password: exit %d, want %d and the engine's refusal\nstdout:\n%s\nstderr:\n%s", code, exitFailure, stdout, stderr)
+	}
+	if _, stderr, _, code := replayCLI("", "--user", "rp"); code != exitUsage || !strings.Contains(stderr, "--user needs --auth") {
+		t.Errorf("--user alone: exit %d, want %d:\n%s", code, exitUsage, stderr)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -49,6 +50,25 @@ func artifactDir(t *testing.T) string {
 		return d
 	}
 	return t.TempDir()
+}
+
+// newBrowser starts the headless browser at path with a 1400×900 window
+// and returns a context for chromedp.Run that ends after timeout; the
+// browser is closed when t ends.
+func newBrowser(t *testing.T, path string, timeout time.Duration) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.WindowSize(1400, 900),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	bctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(cancelB)
+	ctx, cancel := context.WithTimeout(bctx, timeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // loadGen runs closed-loop go-redis clients against addr, each calling op
@@ -103,17 +123,7 @@ func TestLivePage(t *testing.T) {
 		return nil
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser),
-		chromedp.NoSandbox, // CI runs as root
-		chromedp.WindowSize(1400, 900),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
-	defer cancel()
+	ctx := newBrowser(t, browser, 2*time.Minute)
 	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
 		t.Fatalf("load the page: %v", err)
 	}
@@ -183,7 +193,16 @@ func TestLivePage(t *testing.T) {
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(png))
 
+	// When the load stops, the page keeps the last busy verdict (held)
+	// until its 5 s window has passed, then reads idle.
 	mixed.stop()
+	when := `document.getElementById("verdict-when").textContent`
+	evalUntil("the last busy verdict held after the load stops", when, func(s string) bool {
+		return strings.Contains(s, "kept until the window has passed")
+	})
+	evalUntil("idle once the window has passed", `document.getElementById("verdict-text").textContent`, func(s string) bool {
+		return s == "no requests in the interval"
+	})
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
@@ -192,3 +211,50 @@ func TestLivePage(t *testing.T) {
 
 // contains reports whether the comma-separated list s holds name.
 func contains(s, name string) bool { return slices.Contains(strings.Split(s, ","), name) }
+
+// TestPlotInChromium: `report --plot x.svg` drawn by a real Chromium keeps
+// every label inside the SVG, with the fonts the SVG names and with each
+// generic family forced on it (what a machine without Liberation Sans or
+// Arial falls back to); the comparison plot's last tick is 99.99%.
+func TestPlotInChromium(t *testing.T) {
+	browser := chromiumPath(t)
+	redis, valkey := testRuns(t)
+	svgPath := filepath.Join(artifactDir(t), "plot_chromium.svg")
+	if _, stderr, code := execReport(t, redis, "--compare", valkey, "--plot", svgPath, "--tags", `\.total$`); code != exitOK {
+		t.Fatalf("report --plot: exit %d: %s", code, stderr)
+	}
+	ctx := newBrowser(t, browser, time.Minute)
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("file://"+svgPath)); err != nil {
+		t.Fatalf("load %s: %v", svgPath, err)
+	}
+	// Each text's rendered box against the root svg's, in CSS pixels; the
+	// result lists the texts that leave it, and the tick labels seen.
+	const check = `(fam => {
+	  const svg = document.documentElement, r = svg.getBoundingClientRect();
+	  const out = [], ticks = [];
+	  for (const t of document.querySelectorAll('text')) {
+	    if (fam) t.style.fontFamily = fam;
+	    const b = t.getBoundingClientRect();
+	    if (t.textContent.endsWith('%')) ticks.push(t.textContent);
+	    if (b.width === 0 || b.left < r.left - 0.5 || b.right > r.right + 0.5 || b.top < r.top - 0.5 || b.bottom > r.bottom + 0.5)
+	      out.push(t.textContent + ' [' + [b.left, b.right, b.top, b.bottom].map(Math.round) + '] in [' + [r.left, r.right, r.top, r.bottom].map(Math.round) + ']');
+	  }
+	  return JSON.stringify({out, ticks});
+	})`
+	for _, fam := range []string{"", "sans-serif", "serif", "monospace"} {
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](check+"("+strconv.Quote(fam)+")"))
+		if err != nil {
+			t.Fatalf("font %q: %v", fam, err)
+		}
+		var res struct{ Out, Ticks []string }
+		if err := json.Unmarshal([]byte(got), &res); err != nil {
+			t.Fatalf("font %q: %v: %s", fam, err, got)
+		}
+		if len(res.Ticks) < 4 || res.Ticks[len(res.Ticks)-1] != "99.99%" {
+			t.Errorf("font %q: tick labels %q, want 0%% .. 99.99%%", fam, res.Ticks)
+		}
+		for _, o := range res.Out {
+			t.Errorf("font %q: label outside the SVG: %s", fam, o)
+		}
+	}
+}

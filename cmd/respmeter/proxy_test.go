@@ -444,15 +444,17 @@ func TestProxyObservability(t *testing.T) {
 	}
 
 	metricsBody := httpGet(t, admin+"/metrics")
+	runID := engineRunID(t, srv.Addr())
 	for _, want := range []string{
-		// The engine's figures name it in shard=, the one backend label.
+		// The engine's figures name it in shard=, the one backend label,
+		// and its polled ones also by its run_id in engine=.
 		`respmeter_upstream_probe_seconds_count{shard="` + srv.Addr() + `"}`,
-		`respmeter_engine_commands_total{command="debug",shard="` + srv.Addr() + `"} 1`,
+		`respmeter_engine_commands_total{command="debug",engine="` + runID + `",shard="` + srv.Addr() + `"} 1`,
 		`respmeter_engine_utilization{shard="` + srv.Addr() + `"} `,
 		`respmeter_engine_wait_seconds{part="run_queue",shard="` + srv.Addr() + `"} `,
 		`respmeter_network_path_seconds{shard="` + srv.Addr() + `"} `,
-		`respmeter_engine_main_thread_cpu_seconds_total{shard="` + srv.Addr() + `"} `,
-		`respmeter_engine_runqueue_wait_seconds_total{shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_main_thread_cpu_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_runqueue_wait_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
 	} {
 		if !strings.Contains(metricsBody, want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -468,7 +470,7 @@ func TestProxyObservability(t *testing.T) {
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
 			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \(loop wait \d+%\))? — ` + verdictBounds[1:len(verdictBounds)-1] +
 			`(; engine thread \d+% busy)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
-		`(?m)^Command +Timed +total +upstream +engine +wait +run queue +path +proxy$`,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,10 +33,18 @@ type replayFlags struct {
 	jsonOut     string
 	hdrLog      string
 	slower      float64
+	user        string
+	auth        string
+	progress    bool
 }
 
-// newReplayCmd is "respmeter replay".
-func newReplayCmd(stdout, stderr io.Writer) *cobra.Command {
+// authEnv is the environment variable replay reads the target's password
+// from when --auth is not given: redis-cli's, so that one setting serves
+// both and the password stays out of the process list.
+const authEnv = "REDISCLI_AUTH"
+
+// newReplayCmd is "respmeter replay"; lookupEnv reads authEnv.
+func newReplayCmd(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
 		Use:   "replay FILE... --target HOST:PORT",
@@ -59,12 +69,24 @@ replica stopped at the capture start). Batches sent more than 1 ms after
 their intended time are counted as late: many late batches mean the
 replayer, not the target, was the bottleneck.
 
+--auth PASSWORD (or $REDISCLI_AUTH, as redis-cli reads it: the process
+list shows flags) and --user USER authenticate every replay connection
+and the command-table read with AUTH first, since the captured AUTH is
+redacted; a refused AUTH fails the replay. Neither is ever printed.
+
+A progress line (batches sent of the total, elapsed time, late batches)
+is kept up to date on stderr when it is a terminal, or written once a
+second with --progress; the last one when the replay ends.
+
 Exit codes: 0 replayed (whatever the differences), 1 runtime failure, 2
 usage error.`,
 		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
   respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.auth == "" {
+				f.auth, _ = lookupEnv(authEnv)
+			}
 			return runReplay(cmd, stdout, stderr, args, f)
 		},
 	}
@@ -78,6 +100,9 @@ usage error.`,
 	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to `file`")
 	fs.StringVar(&f.hdrLog, "hdr-log", "", "write the replayed latencies (µs, tags <command>.total) as an HdrHistogram log to `file`, for respmeter report --compare")
 	fs.Float64Var(&f.slower, "slower", 1.5, "list commands whose replayed p99 is at least this many times the captured one")
+	fs.StringVar(&f.user, "user", "", "`user` to AUTH as on the target (ACL; needs --auth)")
+	fs.StringVar(&f.auth, "auth", "", "`password` to AUTH with on the target; prefer $"+authEnv+", the process list shows flags")
+	fs.BoolVar(&f.progress, "progress", false, "write a progress line to stderr once a second even when it is not a terminal")
 	return cmd
 }
 
@@ -85,7 +110,10 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	if f.target == "" {
 		return usageError(cmd, errors.New("--target is required"))
 	}
-	o := replay.Options{Target: f.target, Duration: f.duration}
+	if f.user != "" && f.auth == "" {
+		return usageError(cmd, errors.New("--user needs --auth PASSWORD (or $"+authEnv+")"))
+	}
+	o := replay.Options{Target: f.target, Duration: f.duration, User: f.user, Password: f.auth}
 	if f.speed != "max" {
 		v, err := strconv.ParseFloat(f.speed, 64)
 		if err != nil || v <= 0 {
@@ -107,7 +135,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	// The target's command table says which replies may differ run to
 	// run (tips); the built-in one when it cannot be read.
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second, respconn.Options{})
+	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second, respconn.Options{User: f.user, Password: f.auth})
 	cancel()
 	r := routing.NewResolver(infos)
 	o.Compare = func(name string) replay.Compare {
@@ -127,7 +155,16 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		}
 	}
 	start := time.Now()
+	stopProgress := func() {}
+	if tty := isTerminal(stderr); tty || f.progress {
+		total := 0
+		for _, c := range w.Conns {
+			total += len(c.Batches)
+		}
+		o.OnSend, stopProgress = startProgress(stderr, tty, total, start)
+	}
 	rep, err := replay.Run(cmd.Context(), w, o)
+	stopProgress()
 	if err != nil {
 		return failure(err)
 	}
@@ -151,6 +188,68 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		}
 	}
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// startProgress returns a replay.Options.OnSend that counts the batches
+// sent (of total) and those sent more than replay.LateAfter late, and
+// starts writing a progress line to w: rewritten in place every 200 ms on
+// a terminal (tty), a line a second otherwise. stop ends it and writes the
+// last line.
+func startProgress(w io.Writer, tty bool, total int, start time.Time) (onSend func(*capture.Batch, time.Time, time.Time), stop func()) {
+	var sent, late atomic.Int64
+	onSend = func(_ *capture.Batch, intended, at time.Time) {
+		sent.Add(1)
+		if at.Sub(intended) > replay.LateAfter {
+			late.Add(1)
+		}
+	}
+	line := func() string {
+		n := sent.Load()
+		pct := 100.0
+		if total > 0 {
+			pct = 100 * float64(n) / float64(total)
+		}
+		return fmt.Sprintf("replay: %d/%d batches sent (%.0f%%), %.1f s, %d late", n, total, pct, time.Since(start).Seconds(), late.Load())
+	}
+	every, end := time.Second, "\n"
+	if tty {
+		every, end = 200*time.Millisecond, "\x1b[K" // erase the rest of the previous line
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				if tty {
+					fmt.Fprint(w, "\r"+line()+end+"\n")
+				} else {
+					fmt.Fprint(w, line()+end)
+				}
+				return
+			case <-t.C:
+				if tty {
+					fmt.Fprint(w, "\r"+line()+end)
+				} else {
+					fmt.Fprint(w, line()+end)
+				}
+			}
+		}
+	})
+	var once sync.Once
+	return onSend, func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // writeReplayHDRLog writes one interval per command, tagged

@@ -288,7 +288,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.adminAddr = adminLn.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtra))
+	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtraWindow))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	capture := captureHandler(st.proxy)
 	mux.Handle("/capture", capture)

@@ -82,7 +82,7 @@ func (st *stack) writeSummary(final bool) error {
 		return map[string]any{
 			"run":            run,
 			"verdict":        newVerdictJSON(&rec),
-			"verdict_latest": an.verdictDoc(),
+			"verdict_latest": an.verdictDoc(0),
 			"engine":         an.engineDoc(),
 			"probe":          an.probeDoc(),
 		}

@@ -443,16 +443,39 @@ type verdictJSON struct {
 	LoopWaitSeconds     float64 `json:"loop_wait_seconds"`
 	LoopTaskWaitSeconds float64 `json:"loop_task_wait_seconds"`
 	String              string  `json:"string"`
+	// Held is true when this is the latest interval with requests shown
+	// in place of later idle ones (verdictDoc); LastRequestsAgeSeconds
+	// the seconds since that interval ended, null before one had
+	// requests.
+	Held                   bool     `json:"held"`
+	LastRequestsAgeSeconds *float64 `json:"last_requests_age_seconds"`
 }
 
 // verdictDoc returns the latest verdict for /stats, nil before the first
-// interval.
-func (a *analyzer) verdictDoc() *verdictJSON {
-	rec := a.latest()
+// interval. With a window (/stats?window=D, D > 0) the latest interval
+// that had requests stands in for later idle ones until D has passed since
+// it ended, as the window's own figures stay until then: a load that just
+// stopped does not read "idle" at once. "last_requests_age_seconds" says
+// how long ago that interval ended, whichever verdict is shown.
+func (a *analyzer) verdictDoc(window time.Duration) *verdictJSON {
+	a.mu.Lock()
+	rec, busy := a.last, a.busy
+	a.mu.Unlock()
 	if rec == nil {
 		return nil
 	}
-	return newVerdictJSON(rec)
+	now := time.Now()
+	held := window > 0 && rec.Interval.Requests == 0 && busy != nil && now.Sub(busy.End) < window
+	if held {
+		rec = busy
+	}
+	doc := newVerdictJSON(rec)
+	doc.Held = held
+	if busy != nil {
+		age := now.Sub(busy.End).Seconds()
+		doc.LastRequestsAgeSeconds = &age
+	}
+	return doc
 }
 
 // newVerdictJSON returns rec as /stats shows a verdict.
@@ -592,11 +615,15 @@ func (a *analyzer) engineDoc() *engineJSON {
 
 // statsExtra returns the keys the proxy adds to metrics' /stats document:
 // "engine", "probe" and "verdict", each null when off or not yet known.
-func (a *analyzer) statsExtra() map[string]any {
+func (a *analyzer) statsExtra() map[string]any { return a.statsExtraWindow(0) }
+
+// statsExtraWindow is statsExtra for /stats?window=D (0: no window); the
+// verdict follows the window (verdictDoc).
+func (a *analyzer) statsExtraWindow(window time.Duration) map[string]any {
 	return map[string]any{
 		"engine":  a.engineDoc(),
 		"probe":   a.probeDoc(),
-		"verdict": a.verdictDoc(),
+		"verdict": a.verdictDoc(window),
 	}
 }
 
@@ -632,13 +659,13 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 			nameWidth = max(nameWidth, len(c.Name))
 		}
 	}
-	const opsWidth, colWidth = 12, 10
+	const opsWidth, colWidth = 12, 14
 	fmt.Fprintf(&b, "\nWhere the time went: means since start in ms; Timed = commands timed; engine = the engine's own\n")
 	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); wait = engine wait (its command thread busy with\n")
 	fmt.Fprintf(&b, "others, and waiting for a CPU: run queue); path = upstream - engine - wait (network, kernel).\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
 	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy"} {
-		cols += fmt.Sprintf(" %*s", colWidth, h)
+		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }

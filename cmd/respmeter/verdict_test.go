@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -102,10 +103,7 @@ func TestAnalyzer(t *testing.T) {
 		t.Errorf("idle output:\n%s", out)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { a.run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	stop := startAnalyzer(t, a)
 	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
 		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 || !rec.Verdict.Little {
@@ -118,8 +116,7 @@ func TestAnalyzer(t *testing.T) {
 		math.Abs(v.Shares.Client+v.Shares.Path+v.Shares.Engine+v.Shares.Proxy-1) > 1e-9 || v.String == "" {
 		t.Errorf("verdict %+v", v)
 	}
-	cancel()
-	wg.Wait()
+	stop()
 
 	buf.Reset()
 	if err := a.writeVerdict(&buf); err != nil {
@@ -129,6 +126,7 @@ func TestAnalyzer(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(no engine stats for these commands\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
 		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended \d+ms ago\): cycle 2ms: `,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
 		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
 	} {
@@ -136,6 +134,18 @@ func TestAnalyzer(t *testing.T) {
 			t.Errorf("no match for %s:\n%s", re, out)
 		}
 	}
+}
+
+// startAnalyzer runs a.run until stop is called (at the latest when t
+// ends); stop waits for it to return.
+func startAnalyzer(t *testing.T, a *analyzer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { a.run(ctx) })
+	stop = func() { cancel(); wg.Wait() }
+	t.Cleanup(stop)
+	return stop
 }
 
 func TestStatsHandlerWith(t *testing.T) {
@@ -193,5 +203,64 @@ func TestWriteVerdictCopiesNoHistograms(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "\n"+names[1]+" ") {
 		t.Errorf("no row for %s:\n%s", names[1], buf.String())
+	}
+}
+
+// TestStatsWindowHoldsVerdict: when load stops, /stats?window=D keeps the
+// verdict of the latest interval with requests (held, with its age) until
+// D has passed since that interval ended, then shows the idle one; plain
+// /stats shows the latest interval as before.
+func TestStatsWindowHoldsVerdict(t *testing.T) {
+	set, observe := testSet()
+	a := &analyzer{set: set, log: slog.New(slog.DiscardHandler), interval: 50 * time.Millisecond, started: time.Now()}
+	h := set.StatsHandlerWindowed(metrics.NewWindow(set, a.interval, 10), a.statsExtraWindow)
+	verdict := func(target string) verdictJSON {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		var doc struct{ Verdict *verdictJSON }
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil || rec.Code != http.StatusOK || doc.Verdict == nil {
+			t.Fatalf("%s: status %d, %v:\n%s", target, rec.Code, err, rec.Body)
+		}
+		return *doc.Verdict
+	}
+
+	startAnalyzer(t, a)
+	// Load until an interval has requests, then stop and wait for an idle one.
+	redistest.Eventually(t, 10*time.Second, func() error {
+		observe(1, 10, 2*time.Millisecond, time.Millisecond)
+		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 {
+			return errors.New("no interval with requests yet")
+		}
+		return nil
+	})
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if rec := a.latest(); rec.Interval.Requests != 0 {
+			return fmt.Errorf("latest interval has %d requests", rec.Interval.Requests)
+		}
+		return nil
+	})
+
+	if v := verdict("/stats"); v.Bound != "idle" || v.Held || v.LastRequestsAgeSeconds == nil || *v.LastRequestsAgeSeconds <= 0 {
+		t.Errorf("plain /stats after the load: bound %q held %v age %v; want idle, not held, an age", v.Bound, v.Held, v.LastRequestsAgeSeconds)
+	}
+	v := verdict("/stats?window=1h")
+	if v.Bound == "idle" || !v.Held || v.Requests == 0 || v.LastRequestsAgeSeconds == nil || *v.LastRequestsAgeSeconds <= 0 ||
+		!strings.Contains(v.String, "cycle 2ms") {
+		t.Errorf("/stats?window=1h after the load: %+v; want the last busy interval's verdict, held, with its age", v)
+	}
+	// A window shorter than the time since then shows idle at once; a
+	// 300 ms one once 300 ms have passed.
+	if v := verdict("/stats?window=1ns"); v.Bound != "idle" || v.Held {
+		t.Errorf("/stats?window=1ns: bound %q held %v; want idle", v.Bound, v.Held)
+	}
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if v := verdict("/stats?window=300ms"); v.Bound != "idle" || v.Held {
+			return fmt.Errorf("bound %q held %v age %vs", v.Bound, v.Held, *v.LastRequestsAgeSeconds)
+		}
+		return nil
+	})
+	if v := verdict("/stats?window=300ms"); *v.LastRequestsAgeSeconds < 0.3 {
+		t.Errorf("/stats?window=300ms turned idle %vs after the last requests, want >= 0.3", *v.LastRequestsAgeSeconds)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/proxy/resp"
 )
 
@@ -52,6 +53,12 @@ type Options struct {
 	Duration time.Duration
 	// DialTimeout bounds a connection attempt; 0 means 5 s.
 	DialTimeout time.Duration
+	// User and Password, when Password is set, authenticate every replay
+	// connection before anything else (AUTH user password, or AUTH
+	// password when User is empty), as respconn.Options does for side
+	// connections: the captured credentials are redacted in the file.
+	// Neither appears in an error or the report.
+	User, Password string
 	// Compare says how the reply of a command is compared with the
 	// captured one (nil: Full for all).
 	Compare func(name string) Compare
@@ -203,6 +210,12 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 			return nil, fmt.Errorf("replay: dial %s: %w", o.Target, err)
 		}
 		conns[i] = c
+		if err := login(c, o.User, o.Password, o.DialTimeout); err != nil {
+			for _, c := range conns[:i+1] {
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("replay: %s: %w", o.Target, err)
+		}
 	}
 	// Connection state first (SELECT, HELLO, CLIENT SETNAME, ...;
 	// redacted credentials are left out), answered before the clock
@@ -229,6 +242,36 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 	rep.DurationSeconds = time.Since(start).Seconds()
 	rep.finish()
 	return rep, nil
+}
+
+// login sends AUTH on c when password is set and reads its reply within
+// timeout: an error reply fails with the engine's text, which never holds
+// the credentials.
+func login(c net.Conn, user, password string, timeout time.Duration) error {
+	if password == "" {
+		return nil
+	}
+	args := []string{"AUTH", password}
+	if user != "" {
+		args = []string{"AUTH", user, password}
+	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
+	if _, err := c.Write(respconn.AppendCommand(nil, args...)); err != nil {
+		return fmt.Errorf("AUTH: %w", err)
+	}
+	reply, err := newReplyReader(c).next()
+	if err != nil {
+		return fmt.Errorf("AUTH: %w", err)
+	}
+	if capture.Summarize(reply).IsErr() {
+		msg := reply[1:] // -ERR text
+		if reply[0] == '!' {
+			_, msg, _ = bytes.Cut(reply, []byte("\n")) // !len, then the text
+		}
+		return fmt.Errorf("AUTH refused: %s", strings.TrimSpace(string(msg)))
+	}
+	return nil
 }
 
 // sendState sends the state requests that carry no redacted credential and

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/respconn"
@@ -414,5 +416,103 @@ func TestSideConnectionsLogin(t *testing.T) {
 		if strings.Contains(e, pw) {
 			t.Errorf("an error shows the password: %q", e)
 		}
+	}
+}
+
+// TestPollerEngineLabel: two Pollers of one engine, one given 127.0.0.1:port
+// and one localhost:port (as two proxies may name it), export its series
+// with the same engine label, the run_id of its INFO server, and each its
+// own shard, so that max by (engine, command) counts the engine once; the
+// Poller's own poll errors carry no engine. Without a run_id (a Poller that
+// never read INFO server) engine is the address given.
+func TestPollerEngineLabel(t *testing.T) {
+	s := startServer(t)
+	info, _ := s.Do("INFO", "server").(string)
+	want := runID(info)
+	if len(want) != 40 {
+		t.Fatalf("run_id %q of INFO server, want 40 hex digits", want)
+	}
+	addrs := []string{s.Addr(), "localhost:" + strconv.Itoa(s.Port())}
+	reg := prometheus.NewPedanticRegistry() // one scrape of both, as Prometheus sees them
+	var ps []*Poller
+	for _, addr := range addrs {
+		p := NewPoller(addr, 20*time.Millisecond, testNames, nil)
+		runUntilCancel(t, p.Run)
+		if err := p.Register(prometheus.WrapRegistererWith(prometheus.Labels{"shard": addr}, reg)); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps { // counts are deltas since a Poller's first poll
+		waitFor(t, 5*time.Second, "a first poll by "+p.addr, func() bool { return p.Stats().Polls >= 1 })
+	}
+	s.Do("SET", "k", "v")
+	for _, p := range ps {
+		waitFor(t, 5*time.Second, "SET polled by "+p.addr, func() bool {
+			return slices.ContainsFunc(p.Stats().Commands, func(c CommandStats) bool { return c.Command == "set" && c.Calls > 0 })
+		})
+		waitFor(t, 5*time.Second, "the CPU witness of "+p.addr, func() bool { _, ok := p.WitnessTotal(); return ok })
+	}
+	lint(t, reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]map[string]bool{} // family -> shards with engine=want
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			engine, has := labels["engine"]
+			switch {
+			case mf.GetName() == "respmeter_engine_poll_errors_total":
+				if has {
+					t.Errorf("%s%v: the Poller's own errors carry engine", mf.GetName(), labels)
+				}
+			case !has || engine != want:
+				t.Errorf("%s%v: engine %q, want the run_id %s", mf.GetName(), labels, engine, want)
+			default:
+				if seen[mf.GetName()] == nil {
+					seen[mf.GetName()] = map[string]bool{}
+				}
+				seen[mf.GetName()][labels["shard"]] = true
+			}
+		}
+	}
+	for _, name := range []string{"respmeter_engine_commands_total", "respmeter_engine_command_seconds_total",
+		"respmeter_engine_command_duration_seconds", "respmeter_engine_main_thread_cpu_seconds_total"} {
+		if len(seen[name]) != 2 {
+			t.Errorf("%s: engine=%s from shards %v, want both %v", name, want, seen[name], addrs)
+		}
+	}
+
+	// No INFO server read: the address stands in.
+	p := NewPoller("10.0.0.1:6379", time.Second, testNames, nil)
+	applyCaptured(t, p, 1, time.Now())
+	applyCaptured(t, p, 2, time.Now().Add(time.Second))
+	reg = prometheus.NewPedanticRegistry()
+	if err := p.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err = reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "respmeter_engine_commands_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			n++
+			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "engine" && l.GetValue() == "10.0.0.1:6379" }) {
+				t.Errorf("respmeter_engine_commands_total%v without a run_id, want engine=\"10.0.0.1:6379\"", m.GetLabel())
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no respmeter_engine_commands_total from the captured polls")
 	}
 }

@@ -646,10 +646,18 @@ func (p *Poller) bucketPct(c *labelStats, pct float64) time.Duration {
 // and respmeter_engine_poll_errors_total; once two polls have answered,
 // respmeter_engine_main_thread_cpu_seconds_total (the command thread's CPU)
 // and, when the engine runs on this host,
-// respmeter_engine_runqueue_wait_seconds_total (see Witness). Register returns reg's error, such
-// as prometheus.AlreadyRegisteredError: one Poller per registry, unless each
-// registers through prometheus.WrapRegistererWith(prometheus.Labels{"shard":
-// addr}, reg), as respmeter does: the engine's address in the label shard.
+// respmeter_engine_runqueue_wait_seconds_total (see Witness).
+//
+// Every series but the poll errors (this Poller's own) also carries
+// engine: the run_id of INFO server (40 hex digits, one per engine process;
+// the address given to NewPoller when the engine has none), the same in
+// every proxy polling that engine however each names its address, so that
+// max by (engine, command) (rate(...)) counts an engine once across
+// proxies and a restarted engine is a new series. Register returns reg's
+// error, such as prometheus.AlreadyRegisteredError: one Poller per
+// registry, unless each registers through
+// prometheus.WrapRegistererWith(prometheus.Labels{"shard": addr}, reg), as
+// respmeter does: the engine's address in the label shard.
 func (p *Poller) Register(reg prometheus.Registerer) error {
 	return reg.Register(newPollerCollector(p))
 }
@@ -669,21 +677,21 @@ func newPollerCollector(p *Poller) *pollerCollector {
 		duration: prometheus.NewDesc("respmeter_engine_command_duration_seconds",
 			"Execution time of commands inside the engine in seconds, from the engine's LATENCY HISTOGRAM "+
 				"(power-of-two microsecond buckets), accumulated since respmeter started.",
-			[]string{"command"}, nil),
+			[]string{"command", "engine"}, nil),
 		seconds: prometheus.NewDesc("respmeter_engine_command_seconds_total",
 			"Execution time of commands inside the engine in seconds, from INFO commandstats usec, since respmeter started.",
-			[]string{"command"}, nil),
+			[]string{"command", "engine"}, nil),
 		calls: prometheus.NewDesc("respmeter_engine_commands_total",
 			"Commands executed by the engine, from INFO commandstats calls, since respmeter started.",
-			[]string{"command"}, nil),
+			[]string{"command", "engine"}, nil),
 		pollE: prometheus.NewDesc("respmeter_engine_poll_errors_total",
 			"Failed engine statistics polls: dial errors, lost connections, failed INFO commandstats.", nil, nil),
 		mainCPU: prometheus.NewDesc("respmeter_engine_main_thread_cpu_seconds_total",
 			"CPU time of the engine's command thread in seconds since respmeter started: /proc/PID/task/PID/schedstat "+
-				"when the engine runs on this host, else INFO cpu used_cpu_*_main_thread (Redis >= 7, Valkey).", nil, nil),
+				"when the engine runs on this host, else INFO cpu used_cpu_*_main_thread (Redis >= 7, Valkey).", []string{"engine"}, nil),
 		runQueue: prometheus.NewDesc("respmeter_engine_runqueue_wait_seconds_total",
 			"Time the engine's command thread was runnable but waiting for a CPU, in seconds since respmeter started "+
-				"(/proc/PID/task/PID/schedstat; only when the engine runs on this host).", nil, nil),
+				"(/proc/PID/task/PID/schedstat; only when the engine runs on this host).", []string{"engine"}, nil),
 	}
 }
 
@@ -702,26 +710,30 @@ func (c *pollerCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	engine := p.runID
+	if engine == "" {
+		engine = p.addr
+	}
 	for i := range p.cmds {
 		s := &p.cmds[i]
 		name := p.labels[i]
 		if s.calls > 0 {
-			ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(s.calls), name)
-			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, float64(s.usec)/1e6, name)
+			ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(s.calls), name, engine)
+			ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, float64(s.usec)/1e6, name, engine)
 		}
 		if s.histCount > 0 {
 			counts := make([]int64, len(p.bounds))
 			for j, b := range p.bounds {
 				counts[j] = s.hist[b]
 			}
-			ch <- metrics.NewBucketsMetric(c.duration, p.bounds, counts, float64(s.usec)/1e6, name)
+			ch <- metrics.NewBucketsMetric(c.duration, p.bounds, counts, float64(s.usec)/1e6, name, engine)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.pollE, prometheus.CounterValue, float64(p.health.errors))
 	if p.witHasCPU {
-		ch <- prometheus.MustNewConstMetric(c.mainCPU, prometheus.CounterValue, p.witCPU.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.mainCPU, prometheus.CounterValue, p.witCPU.Seconds(), engine)
 	}
 	if p.witHRQ {
-		ch <- prometheus.MustNewConstMetric(c.runQueue, prometheus.CounterValue, p.witRunQ.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.runQueue, prometheus.CounterValue, p.witRunQ.Seconds(), engine)
 	}
 }

@@ -102,7 +102,11 @@ function renderVerdict(doc) {
   bar.replaceChildren(...segs);
   $("verdict-legend").replaceChildren(...legend);
   $("verdict-text").textContent = v.string;
-  $("verdict-when").textContent = "(latest " + v.interval_seconds.toFixed(2) + " s interval, " + v.requests + " requests: " + v.bound + ")";
+  const age = v.last_requests_age_seconds;
+  $("verdict-when").textContent = v.held
+    ? "(latest " + v.interval_seconds.toFixed(2) + " s interval with requests, ended " + age.toFixed(1) + " s ago, " + v.requests + " requests: " + v.bound + "; idle since, kept until the window has passed)"
+    : "(latest " + v.interval_seconds.toFixed(2) + " s interval, " + v.requests + " requests: " + v.bound +
+      (v.requests === 0 && age !== null ? "; last requests " + age.toFixed(1) + " s ago" : "") + ")";
 
   $("split-engine").textContent = v.engine_known ? ms(v.engine_mean_seconds) : "n/a";
   $("split-wait").textContent = v.wait_known ? ms(v.engine_wait_seconds) : "n/a";

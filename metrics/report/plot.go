@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -25,6 +27,23 @@ const (
 	plotWidth  = 10 * vg.Inch
 	plotHeight = 6.25 * vg.Inch
 )
+
+// plotFont is the plot's typeface: Liberation Sans, metric-compatible with
+// Arial and Helvetica, which the SVG names as its fallbacks
+// (svgFontFamily) so that a viewer without Liberation still draws the
+// labels at the widths the layout measured.
+var plotFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+
+// svgFontFamily is the CSS font-family list the SVG gives its text:
+// the measured face, its metric twins, then the generic family (CSS Fonts
+// Level 3 §3.1: a list should end in a generic family).
+const svgFontFamily = `font-family:'Liberation Sans',Arial,Helvetica,sans-serif;`
+
+// fallbackWidth is how much wider than Liberation Sans a fallback face may
+// draw a label before it leaves the plot: DejaVu Sans, the usual Linux
+// sans-serif, is about 1.15× as wide for digits, DejaVu Sans Mono about
+// 1.1×. The right margin holds the last x tick label at this width.
+const fallbackWidth = 1.5
 
 // ticksPerHalfDistance is the percentile resolution of the plotted lines,
 // as HdrHistogram's outputPercentileDistribution (and so its plotter) uses.
@@ -57,15 +76,22 @@ func Plot(path string, logs map[string]*Log, opts PlotOptions) (err error) {
 	case ".png":
 		render = func(p *plot.Plot, w io.Writer) error {
 			c := vgimg.PngCanvas{Canvas: vgimg.New(plotWidth, plotHeight)}
-			p.Draw(draw.New(c))
+			drawPlot(p, c)
 			_, err := c.WriteTo(w)
 			return err
 		}
 	case ".svg":
 		render = func(p *plot.Plot, w io.Writer) error {
 			c := vgsvg.New(plotWidth, plotHeight)
-			p.Draw(draw.New(c))
-			_, err := c.WriteTo(w)
+			drawPlot(p, c)
+			// vgsvg names only the face it measured; give the
+			// browser fallbacks (svgFontFamily).
+			var buf bytes.Buffer
+			if _, err := c.WriteTo(&buf); err != nil {
+				return err
+			}
+			_, err := w.Write(bytes.ReplaceAll(buf.Bytes(),
+				[]byte("font-family:Liberation Sans;"), []byte(svgFontFamily)))
 			return err
 		}
 	default:
@@ -91,6 +117,24 @@ func Plot(path string, logs map[string]*Log, opts PlotOptions) (err error) {
 		return fmt.Errorf("report: plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// plotBorder is the blank border around a plot: a browser's text box (the
+// font's ascent and descent) is taller than the extents gonum lays out, by
+// about a pixel at the edges.
+const plotBorder = 2 * vg.Millimeter
+
+// drawPlot draws p on c inside plotBorder, and with a right margin that
+// keeps the last x tick label, centred on the axis end, inside c when a
+// fallback face draws it fallbackWidth times as wide as measured: gonum
+// lays the axis out so that half the measured width fits, the margin adds
+// the rest.
+func drawPlot(p *plot.Plot, c vg.CanvasSizer) {
+	var w vg.Length
+	if ticks := p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max); len(ticks) > 0 {
+		w = p.X.Tick.Label.Width(ticks[len(ticks)-1].Label)
+	}
+	p.Draw(draw.Crop(draw.New(c), plotBorder, -plotBorder-(fallbackWidth-1)*w, plotBorder, -plotBorder))
 }
 
 // series is one plotted line: percentiles as 1/(1-p), latencies in ms.
@@ -150,6 +194,12 @@ func newPlot(logs map[string]*Log, opts PlotOptions) (*plot.Plot, error) {
 	xEnd := math.Pow(10, max(2, math.Floor(math.Log10(maxX))+1))
 
 	p := plot.New()
+	p.Title.TextStyle.Font = font.From(plotFont, p.Title.TextStyle.Font.Size)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = font.From(plotFont, a.Label.TextStyle.Font.Size)
+		a.Tick.Label.Font = font.From(plotFont, a.Tick.Label.Font.Size)
+	}
+	p.Legend.TextStyle.Font = font.From(plotFont, p.Legend.TextStyle.Font.Size)
 	p.Title.Text = "Latency by Percentile Distribution"
 	p.X.Label.Text = "Percentile"
 	p.X.Scale = plot.LogScale{}
