@@ -374,7 +374,7 @@ func scenarioPathDelay(t testing.TB) {
 	// the intervals' probe wait) is a round trip through the same relay:
 	// within 1.3x of what the relay adds to a client, either way.
 	st.analyzer.mu.Lock()
-	probe := st.analyzer.probeBase + s.probe
+	probe := st.analyzer.eng.probeBase + s.probe
 	st.analyzer.mu.Unlock()
 	t.Logf("probe median under load %v (baseline %v + wait %v) vs the relay's %v", probe, probe-s.probe, s.probe, path)
 	if float64(probe) > 1.3*float64(path) || 1.3*float64(probe) < float64(path) {

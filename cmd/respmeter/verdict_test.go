@@ -55,7 +55,7 @@ func TestEngineMean(t *testing.T) {
 	observe(3, 5, time.Second, time.Second)                // blpop: excluded
 	cur := set.Snapshot()
 	means := map[string]time.Duration{"get": 10 * time.Microsecond, "set": 50 * time.Microsecond, "blpop": time.Second}
-	meanOf := func(cmd string) (time.Duration, bool) { m, ok := means[cmd]; return m, ok }
+	meanOf := func(cmd string, n int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, n, ok }
 
 	// (30*10 + 10*50) / 40 = 20µs.
 	if got := engineMean(prev, cur, meanOf); got != 20*time.Microsecond {
@@ -73,8 +73,17 @@ func TestEngineMean(t *testing.T) {
 	if got := engineMean(cur, cur, meanOf); got != 0 {
 		t.Errorf("empty interval: %v, want 0", got)
 	}
-	if got := engineMean(prev, cur, func(string) (time.Duration, bool) { return 0, false }); got != 0 {
+	if got := engineMean(prev, cur, func(string, int64) (time.Duration, int64, bool) { return 0, 0, false }); got != 0 {
 		t.Errorf("engine knows nothing: %v, want 0", got)
+	}
+	// Weighted by the engine's own calls (a shard's mix: shardEngineMean),
+	// over the commands the clients sent: get 100 calls, set 300, and a
+	// command no client sent (hset) left out: (100*10 + 300*50) / 400 = 40µs.
+	calls := map[string]int64{"get": 100, "set": 300, "hset": 1000}
+	means["set"], means["hset"] = 50*time.Microsecond, time.Second
+	byCalls := func(cmd string, _ int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, calls[cmd], ok }
+	if got := engineMean(prev, cur, byCalls); got != 40*time.Microsecond {
+		t.Errorf("weighted by the engine's calls: %v, want 40µs", got)
 	}
 }
 
