@@ -65,7 +65,7 @@ var evenSlotRanges = [3][2]uint16{{0, 5460}, {5461, 10922}, {10923, 16383}}
 
 // keyPerShard returns one key whose hash slot falls in each of
 // evenSlotRanges, in shard order.
-func keyPerShard(t *testing.T) [3]string {
+func keyPerShard(t testing.TB) [3]string {
 	t.Helper()
 	var keys [3]string
 	found := 0

@@ -170,6 +170,13 @@ func (l *scLoad) stop() {
 // the same stretch.
 func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
 	t.Helper()
+	return scVerdictsEach(t, st, l, nil)
+}
+
+// scVerdictsEach is scVerdicts calling each (unless nil) with every
+// interval's verdict record as it is collected.
+func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdictRecord)) []*verdictRecord {
+	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.latest()
 	redistest.Eventually(t, 5*st.analyzer.interval, func() error {
@@ -191,6 +198,9 @@ func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
 		if cur := st.analyzer.latest(); cur != last {
 			out = append(out, cur)
 			last = cur
+			if each != nil {
+				each(cur)
+			}
 		}
 	}
 	l.measure(false)
