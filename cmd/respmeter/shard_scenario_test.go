@@ -75,6 +75,18 @@ func scShardVerdicts(t testing.TB, st *stack, l *scLoad) ([]*verdictRecord, map[
 	return recs, shards
 }
 
+// scLogTables logs what the proxy prints on SIGUSR1 after its latency
+// table: the verdicts, overall and per shard, and the tables of where the
+// time went.
+func scLogTables(t testing.TB, st *stack) {
+	t.Helper()
+	var b strings.Builder
+	if err := st.analyzer.writeVerdict(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(b.String())
+}
+
 // scShardKeys starts three redis-servers with args and writes to each the
 // key of keyPerShard that --shards of the three, in order, routes to it.
 func scShardKeys(t testing.TB, args ...string) ([3]*redistest.Server, [3]string) {
@@ -120,6 +132,7 @@ func scenarioShardPathDelay(t testing.TB) {
 	for _, l := range append(loads, viaRelay, direct) {
 		l.stop()
 	}
+	scLogTables(t, st)
 	r, nr := viaRelay.mean()
 	d, nd := direct.mean()
 	truth := r - d
@@ -152,13 +165,13 @@ func scenarioShardPathDelay(t testing.TB) {
 }
 
 // TestScenarioShardEngineSleep: --route slots over three engines; one
-// closed-loop client sends DEBUG SLEEP 0.01 through the proxy (a keyless
+// closed-loop client sends DEBUG SLEEP 0.02 through the proxy (a keyless
 // command: it goes to the client's home shard, found from the engines'
 // own commandstats), and a client of GET on each other shard's key pauses
-// 1 ms between requests. Truth: the home shard's engine sleeps 10 ms per
+// 1 ms between requests. Truth: the home shard's engine sleeps 20 ms per
 // command; the client measures its round trip in the same run. The home
 // shard's engine execution as its engine reports it (the intervals'
-// EngineMean) must be at least the 10 ms and at most the client's round
+// EngineMean) must be at least the 20 ms and at most the client's round
 // trip; its execution and engine wait after the split (which takes the
 // run-queue part of a sleeping thread out of execution) must hold at least
 // 80% of that shard's upstream (its path under 20%); its verdict must name
@@ -170,7 +183,7 @@ func TestScenarioShardEngineSleep(t *testing.T) {
 }
 
 func scenarioShardEngineSleep(t testing.TB) {
-	const sleep = 10 * time.Millisecond
+	const sleep = 20 * time.Millisecond
 	srvs, keys := scShardKeys(t, "--enable-debug-command", "yes")
 	shards := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
 	st := scShardStack(t, shards)
@@ -205,6 +218,7 @@ func scenarioShardEngineSleep(t testing.TB) {
 	for _, l := range append(loads, sleeper) {
 		l.stop()
 	}
+	scLogTables(t, st)
 	rtt, n := sleeper.mean()
 	t.Logf("home shard %d (%s); the client's DEBUG SLEEP round trip %v (%d)", home, shards[home], rtt, n)
 	for i, addr := range shards {
