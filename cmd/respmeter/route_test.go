@@ -293,9 +293,19 @@ func TestProxyRoutePinned(t *testing.T) {
 	if n := srvs[1].Do("DBSIZE"); n != int64(0) {
 		t.Errorf("shard 1: DBSIZE %v, want 0", n)
 	}
+	// Each shard is probed and polled on its own connections: its probe
+	// series and its engine poll's error counter carry its address.
 	redistest.Eventually(t, 10*time.Second, func() error {
-		if body := httpGet(t, admin+"/metrics"); !strings.Contains(body, "respmeter_pinned_misroutes_total 1\n") {
-			return fmt.Errorf("/metrics lacks respmeter_pinned_misroutes_total 1:\n%s", body)
+		body := httpGet(t, admin+"/metrics")
+		want := []string{"respmeter_pinned_misroutes_total 1\n"}
+		for _, a := range shards {
+			want = append(want, fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", a),
+				fmt.Sprintf("respmeter_engine_poll_errors_total{shard=%q} 0\n", a))
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return fmt.Errorf("/metrics lacks %q:\n%s", w, body)
+			}
 		}
 		return nil
 	})
@@ -353,10 +363,12 @@ func TestProxyRouteCluster(t *testing.T) {
 
 	want := []string{
 		`respmeter_redirects_total{kind="moved"} 1` + "\n",
-		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", seed),
 	}
+	// Every master: its commands, and its own probe and engine poll.
 	for _, a := range cl.Addrs() {
-		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a))
+		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a),
+			fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", a),
+			fmt.Sprintf("respmeter_engine_poll_errors_total{shard=%q} 0\n", a))
 	}
 	redistest.Eventually(t, 10*time.Second, func() error {
 		body := httpGet(t, admin+"/metrics")
