@@ -51,6 +51,12 @@ const (
 // every 20 ms, the engine poll every scPoll and a verdict every interval,
 // and stops it when the test ends.
 func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
+	return scStackWith(t, upstream, interval, nil)
+}
+
+// scStackWith is scStack with the configuration changed by mod (unless
+// nil) after the scenarios' settings.
+func scStackWith(t testing.TB, upstream string, interval time.Duration, mod func(*configs.Config)) *stack {
 	t.Helper()
 	st := testStack(t, upstream, func(cfg *configs.Config) {
 		cfg.Admin = "off"
@@ -58,6 +64,9 @@ func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
 		cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
 		cfg.EnginePoll = configs.Duration(scPoll)
 		cfg.HDRInterval = configs.Duration(interval)
+		if mod != nil {
+			mod(cfg)
+		}
 	})
 	// One idle interval first: the probe's unloaded baseline.
 	redistest.Eventually(t, 5*interval, func() error {

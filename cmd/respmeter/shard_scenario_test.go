@@ -10,7 +10,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,30 +19,19 @@ import (
 	"github.com/respmeter/respmeter/internal/redistest"
 )
 
-// scShardStack starts the proxy in-process with --route slots over shards
-// (three addresses, split as evenSlotRanges), the probe every 20 ms, the
-// engine poll every scPoll and a verdict every scInterval, and waits for
-// its first interval (the probes' unloaded baselines).
+// scShardStack is scStack with --route slots over shards (three
+// addresses, split as evenSlotRanges): it returns once every shard has
+// its view (probe and poller) and the first interval has passed (the
+// probes' unloaded baselines).
 func scShardStack(t testing.TB, shards []string) *stack {
 	t.Helper()
-	st := testStack(t, "", func(cfg *configs.Config) {
-		cfg.Admin = "off"
-		cfg.Loops = 1
+	st := scStackWith(t, "", scInterval, func(cfg *configs.Config) {
 		cfg.Route = configs.RouteSlots
 		cfg.Shards = shards
-		cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
-		cfg.EnginePoll = configs.Duration(scPoll)
-		cfg.HDRInterval = configs.Duration(scInterval)
 	})
-	redistest.Eventually(t, 5*scInterval, func() error {
-		if st.analyzer.latest() == nil {
-			return errors.New("no verdict interval")
-		}
-		if n := len(st.analyzer.shardViews()); n != len(shards) {
-			return fmt.Errorf("%d shard views, want %d", n, len(shards))
-		}
-		return nil
-	})
+	if n := len(st.analyzer.shardViews()); n != len(shards) {
+		t.Fatalf("%d shard views, want %d", n, len(shards))
+	}
 	return st
 }
 
