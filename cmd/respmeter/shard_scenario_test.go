@@ -104,6 +104,7 @@ func TestScenarioShardPathDelay(t *testing.T) {
 }
 
 func scenarioShardPathDelay(t testing.TB) {
+	redistest.MoreProcs(t) // five sleeping clients and the relay's writers keep their Ps
 	srvs, keys := scShardKeys(t)
 	relay := redistest.StartDelayRelay(t, srvs[1].Addr(), 2*time.Millisecond)
 	shards := []string{srvs[0].Addr(), relay, srvs[2].Addr()}
@@ -171,6 +172,7 @@ func TestScenarioShardEngineSleep(t *testing.T) {
 }
 
 func scenarioShardEngineSleep(t testing.TB) {
+	redistest.MoreProcs(t) // two sleeping clients keep their Ps
 	const sleep = 20 * time.Millisecond
 	srvs, keys := scShardKeys(t, "--enable-debug-command", "yes")
 	shards := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}

@@ -156,9 +156,10 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		}
 		an.eng = v
 	} else {
-		// A probe and a poller per shard, each started when the proxy
-		// first routes to the shard (analyzer.syncShards), with the
-		// shard's own verdict.
+		// A probe and a poller per shard, each started when the shard
+		// appears in the proxy's map (analyzer.syncShards: at start, and
+		// after a --cluster topology refresh), with the shard's own
+		// verdict.
 		an.newView = func(addr string) (*engineView, error) {
 			v, err := newEngineView(cfg, addr, names, reg, log)
 			if err != nil {

@@ -317,10 +317,11 @@ func (a *analyzer) shardViews() []*engineView {
 }
 
 // shardVerdicts computes, under routing, each shard's verdict of the
-// interval between the snapshots prev and cur, whose overall sums are all:
-// the shard's requests and upstream (split.FromShard), the clients' think
+// interval between the snapshots prev and cur (all holds the interval's
+// overall sums): the shard's requests and upstream (split.FromShard), the clients' think
 // time shared out by the shard's part of the requests, the proxy's loop
-// wait, the engine's mean execution of the commands the clients sent
+// wait (taken from a shard's path only up to the least room any shard's
+// path has above its floor: split.Interval.LoopPathCap), the engine's mean execution of the commands the clients sent
 // weighted by its own calls of each (shardEngineMean: that shard's mix)
 // and the shard's witnesses and probe (addWitnesses). It returns the
 // request-weighted mean of the shards' execution for the overall verdict;
@@ -335,17 +336,35 @@ func (a *analyzer) shardVerdicts(now time.Time, prev, cur *metrics.Snapshot, all
 	var weighted float64
 	var requests int64
 	ok = true
-	for _, v := range views {
+	ivs := make([]split.Interval, len(views))
+	// The loop wait a reply waits unread is the same whichever shard sent
+	// it (the same loops read them all): it comes out of each shard's
+	// path only up to the least any shard with requests has above its
+	// floor, so that a shard's own delay stays in its path.
+	var room time.Duration
+	capped := false
+	for i, v := range views {
 		iv := split.FromShard(prev, cur, v.addr)
 		iv.Length = all.Length
 		if all.Requests > 0 && iv.Requests > 0 {
 			iv.Think = time.Duration(float64(all.Think) * float64(iv.Requests) / float64(all.Requests))
 		}
-		iv.LoopWait, iv.LoopWaitKnown = all.LoopWait, all.LoopWaitKnown
 		if v.poller != nil {
 			iv.EngineMean = shardEngineMean(prev, cur, v.poller)
 		}
 		a.addWitnesses(v, &iv, prev, cur)
+		ivs[i] = iv
+		if iv.Requests > 0 {
+			r := max(iv.Verdict().Network-iv.RTTFloor, 0) // no loop wait yet: the path's room
+			if !capped || r < room {
+				room, capped = r, true
+			}
+		}
+	}
+	for i, v := range views {
+		iv := ivs[i]
+		iv.LoopWait, iv.LoopWaitKnown = all.LoopWait, all.LoopWaitKnown
+		iv.LoopPathCap, iv.LoopPathCapped = room, capped
 		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
 		a.mu.Lock()
 		v.last = rec

@@ -79,6 +79,12 @@ type Interval struct {
 	// (LoopWaitKnown).
 	LoopWait      time.Duration
 	LoopWaitKnown bool
+	// LoopPathCap, when LoopPathCapped, bounds the loop wait taken from
+	// the path: one shard's interval under routing, whose replies wait for
+	// the same loops as every other shard's, so no longer than the path of
+	// the shard with the least (above its floor) holds.
+	LoopPathCap    time.Duration
+	LoopPathCapped bool
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -315,6 +321,9 @@ func (iv Interval) Verdict() Verdict {
 		v.LoopWaitKnown = true
 		lw := iv.LoopWait.Seconds()
 		lt, lp := min(lw, max(think, 0)), min(lw, max(path-iv.RTTFloor.Seconds(), 0))
+		if iv.LoopPathCapped {
+			lp = min(lp, max(iv.LoopPathCap.Seconds(), 0))
+		}
 		think, path, loopWait = think-lt, path-lp, lt+lp
 	}
 	parts := [5]float64{

@@ -72,6 +72,18 @@ func TestVerdict(t *testing.T) {
 			want: "cycle 4.6ms: client 0% | path 87% | engine 0% | proxy 13% (loop wait 11%) — path-bound; Little: L 0.92 vs λW 0.92",
 		},
 		{
+			// The same, one shard of several under routing, whose fastest
+			// shard's path held only 100 µs above its floor: the replies of
+			// every shard wait for the same loops, so no more than that
+			// comes out of this shard's path (4.4 ms of its 4.5 stay).
+			name: "shard path with a capped loop wait",
+			iv: Interval{Length: time.Second, Requests: 200, Total: 200 * 4600 * us, Upstream: 200 * 4500 * us,
+				Proxy: 200 * 100 * us, EngineMean: 2 * us, InFlight: -1, LoopWait: 500 * us, LoopWaitKnown: true,
+				LoopPathCap: 100 * us, LoopPathCapped: true},
+			bound: "path-bound", cycle: 4600 * us,
+			want: "cycle 4.6ms: client 0% | path 96% | engine 0% | proxy 4% (loop wait 2%) — path-bound",
+		},
+		{
 			// 10 closed-loop clients of 2 ms commands: 500 requests/s, 20 ms
 			// upstream each, the thread saturated.
 			name: "saturated",
