@@ -49,21 +49,11 @@ import (
 // test waits little for the poll that closes its interval.
 const spPollEvery = 200 * time.Millisecond
 
-// spMoreProcs raises GOMAXPROCS to at least 8 for the test. The test's own
-// precise sleepers (delay relay writers, a pausing client, the in-flight
-// sampler) sleep in clock_nanosleep, and a thread in a system call keeps
-// its P until the runtime's monitor takes it back (after 20 µs to 10 ms,
-// and only when another goroutine needs it); gnet's event loops, blocked
-// in epoll_wait, hold theirs the same way. With GOMAXPROCS=2 the proxy's
-// goroutines then wait for a P: measured here, a closed loop of DEBUG
-// SLEEP 0.002 slowed from 2.3 to 3.1 ms per request while a sampler slept
-// beside it. Extra Ps cost nothing while idle.
-func spMoreProcs(t testing.TB) {
-	if old := runtime.GOMAXPROCS(0); old < 8 {
-		runtime.GOMAXPROCS(8)
-		t.Cleanup(func() { runtime.GOMAXPROCS(old) })
-	}
-}
+// spMoreProcs raises GOMAXPROCS to at least 8 for the test
+// (redistest.MoreProcs): the test's own precise sleepers (delay relay
+// writers, a pausing client, the in-flight sampler) keep their Ps while
+// they sleep.
+func spMoreProcs(t testing.TB) { redistest.MoreProcs(t) }
 
 // spRenice raises the engine's scheduling priority (nice -10) when the test
 // may: a CPU-bound command's engine time is wall-clock time, so on a

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,4 +226,17 @@ func (r *router) refresh(ctx context.Context, seed string) {
 		}
 	}
 	r.p.log.Warn("cluster topology refresh failed", "err", lastErr)
+}
+
+// ShardAddrs returns the engines the proxy routes to, in shard order: the
+// upstream without routing, the --shards under --route slots or pinned, or
+// the masters of the latest --cluster shard map (which a topology refresh
+// may change). The slice is new: the caller owns it. Safe for concurrent
+// use; nil before the proxy has a map.
+func (p *Proxy) ShardAddrs() []string {
+	v := p.router.load()
+	if v == nil {
+		return nil
+	}
+	return slices.Clone(v.t.Addrs)
 }

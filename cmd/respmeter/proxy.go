@@ -143,14 +143,14 @@ connection; respmeter_handoffs_total{reason} counts the moves. Not with
 On side connections of their own, a PING every --probe-interval measures the
 round trip to the upstream, and the engine's own statistics (LATENCY
 HISTOGRAM, INFO commandstats, INFO latencystats) are polled every
---engine-poll. With --route slots or pinned the PING goes to the first shard
-(or the --cluster node) and stands for the path to all of them; the engine
-poll is off, since one engine's statistics cannot be matched with requests
-spread over several (and split into per-slot sub-requests), so engine and
-path are not told apart. Every --hdr-interval the verdict says where the
-request cycle went: client (think time), path (upstream minus engine time),
-engine and proxy, with Little's law checked; --hdr-log also writes every
-interval's histograms to an HdrHistogram log ("respmeter report" reads it).
+--engine-poll. With --route slots or pinned every shard (every master of a
+--cluster map) gets a PING probe and an engine poll of its own, and its
+upstream time is split into engine and path by its own engine's figures.
+Every --hdr-interval the verdict says where the request cycle went: client
+(think time), path (upstream minus engine time), engine and proxy, with
+Little's law checked, and when routing each shard's verdict too; --hdr-log
+also writes every interval's histograms to an HdrHistogram log ("respmeter
+report" reads it).
 
 Settings come from, lowest precedence first: built-in defaults, the --config
 file (YAML; see configs/passthrough.yaml and configs/cluster.yaml),
@@ -171,13 +171,14 @@ Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
 
 Signals: SIGUSR1 prints to stdout the latency table (with a per-shard table
 when routing), the verdict since start and that of the latest interval with
-requests, and a table of mean times per command (total, upstream, engine,
-path, proxy), and keeps running. SIGINT or SIGTERM stops accepting clients,
+requests (and each shard's, when routing), a table of mean times per
+command (total, upstream, engine, path, proxy) and, when routing, one per
+shard, and keeps running. SIGINT or SIGTERM stops accepting clients,
 waits up to --drain-timeout for replies in flight, prints the same and exits
 0; a second one cuts the wait short. With --summary FILE, both also write
 FILE (replaced whole): the /stats document since start (per command and
 phase count, mean, p50, p90, p99, p99.9, p99.99 and max in seconds; shards,
-connections, engine, probe), "verdict" since start, "verdict_latest" (the
+connections, engine, probe, shard_engines), "verdict" since start, "verdict_latest" (the
 latest interval's, as /stats has it) and "run" (version, start, end,
 addresses, settings; "final" is true at exit).`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
@@ -217,8 +218,8 @@ addresses, settings; "final" is true at exit).`,
 	fs.Var(&f.clientOutputLimit, "client-output-limit", "replies queued for a client that does not read before it is disconnected; 0 means unlimited")
 	fs.Var(&f.clientQueryLimit, "client-query-limit", "unprocessed input of one client before it is disconnected; 0 means unlimited")
 	fs.IntVar(&f.maxClients, "max-clients", d.MaxClients, "concurrent client connections; 0 means unlimited")
-	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream (the first shard or the --cluster node when routing); 0 disables it")
-	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics; 0 disables it (off with --route slots or pinned)")
+	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream (of each shard when routing); 0 disables it")
+	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics (of each shard when routing); 0 disables it")
 	fs.DurationVar(&f.slowlogThreshold, "slowlog-threshold", time.Duration(d.SlowlogThreshold), "commands at least this slow go to /slowlog; 0 logs all, negative disables")
 	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
 	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")

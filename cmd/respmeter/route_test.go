@@ -65,7 +65,7 @@ var evenSlotRanges = [3][2]uint16{{0, 5460}, {5461, 10922}, {10923, 16383}}
 
 // keyPerShard returns one key whose hash slot falls in each of
 // evenSlotRanges, in shard order.
-func keyPerShard(t *testing.T) [3]string {
+func keyPerShard(t testing.TB) [3]string {
 	t.Helper()
 	var keys [3]string
 	found := 0
@@ -93,25 +93,44 @@ var shardCommandsRE = regexp.MustCompile(`(?m)^respmeter_shard_commands_total\{s
 // lands on the shard that owns its slot, a cross-shard MGET and DEL are
 // split and merged, DBSIZE is summed, a two-key command across slots gets
 // CROSSSLOT, and /metrics, /stats and the SIGUSR1 table show the three
-// shards.
+// shards, each with its own engine probe, poll and verdict.
 func TestProxyRouteSlots(t *testing.T) {
 	srvs := [3]*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
 	shards := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
 	p := start(t, nil, "proxy",
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "2",
 		"--route", "slots", "--shards", strings.Join(shards, ","),
-		"--probe-interval", "20ms", "--hdr-interval", "100ms", "--drain-timeout", "2s")
+		"--probe-interval", "20ms", "--engine-poll", "100ms", "--hdr-interval", "100ms", "--drain-timeout", "2s")
 	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots shards=(\S+) upstream_mode=private loops=2 measure=true\n`)
 	addr := m[1]
 	if m[2] != strings.Join(shards, ",") {
 		t.Errorf("proxy listening: shards=%s, want %s", m[2], strings.Join(shards, ","))
 	}
 	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
-	p.waitFor(t, p.stderr, `level=INFO msg="engine poll off under hash-slot routing: upstream time is not split into engine and path" component=engine-poll route=slots engine_poll=5s`)
 	if strings.Contains(p.stderr.String(), "upstream=127.0.0.1:6379") {
 		t.Errorf("the default --upstream shows up in the log with --route slots:\n%s", p.stderr)
 	}
 	_, port, _ := strings.Cut(addr, ":")
+	// Each shard's engine poll has its baseline before the first command,
+	// so that every command is in its deltas.
+	redistest.Eventually(t, 10*time.Second, func() error {
+		var stats struct {
+			ShardEngines []struct {
+				Engine *struct{ Polls int64 }
+			} `json:"shard_engines"`
+		}
+		getJSON(t, admin+"/stats", &stats)
+		polled := 0
+		for _, se := range stats.ShardEngines {
+			if se.Engine != nil && se.Engine.Polls > 0 {
+				polled++
+			}
+		}
+		if polled < len(shards) {
+			return fmt.Errorf("%d of %d shards polled", polled, len(shards))
+		}
+		return nil
+	})
 
 	keys := keyPerShard(t)
 	for i, k := range keys {
@@ -149,9 +168,14 @@ func TestProxyRouteSlots(t *testing.T) {
 		}
 	}
 
-	// /metrics: every shard counted under its address; the CROSSSLOT too.
+	// /metrics: every shard counted under its address; the CROSSSLOT too;
+	// each shard's probe and engine poll (the SET each engine ran).
 	var body string
 	counts := map[string]int{}
+	var runIDs []string
+	for _, a := range shards {
+		runIDs = append(runIDs, engineRunID(t, a))
+	}
 	redistest.Eventually(t, 10*time.Second, func() error {
 		body = httpGet(t, admin+"/metrics")
 		clear(counts)
@@ -166,37 +190,60 @@ func TestProxyRouteSlots(t *testing.T) {
 		if !done {
 			return fmt.Errorf("/metrics: respmeter_shard_commands_total %v, want >= 4 for each of %v:\n%s", counts, shards, body)
 		}
+		for i, a := range shards {
+			for _, w := range []string{
+				fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", a),
+				fmt.Sprintf(`respmeter_engine_commands_total{command="set",engine=%q,shard=%q} 1`+"\n", runIDs[i], a),
+			} {
+				if !strings.Contains(body, w) {
+					return fmt.Errorf("/metrics lacks %q:\n%s", w, body)
+				}
+			}
+		}
 		return nil
 	})
 	for _, want := range []string{
 		"respmeter_crossslot_replies_total 1\n",
-		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", shards[0]),
 		`respmeter_commands_total{command="mget"} 1` + "\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
 	}
-	if strings.Contains(body, "respmeter_engine_") {
-		t.Errorf("engine poll metrics with --route slots:\n%s", body)
-	}
 	var stats struct {
 		Shards []struct {
 			Shard    string `json:"shard"`
 			Commands int64  `json:"commands"`
 		} `json:"shards"`
-		Engine json.RawMessage `json:"engine"`
+		Engine       json.RawMessage `json:"engine"`
+		ShardEngines []struct {
+			Shard   string `json:"shard"`
+			Probe   *struct{ Count int64 }
+			Engine  *struct{ Polls int64 }
+			Verdict *struct{ Bound string }
+		} `json:"shard_engines"`
 	}
 	getJSON(t, admin+"/stats", &stats)
-	if len(stats.Shards) != 3 || string(stats.Engine) != "null" {
-		t.Errorf("/stats shards %+v (want 3), engine %s (want null)", stats.Shards, stats.Engine)
+	if len(stats.Shards) != 3 || string(stats.Engine) != "null" || len(stats.ShardEngines) != 3 {
+		t.Errorf("/stats shards %+v (want 3), engine %s (want null: per shard), shard_engines %+v (want 3)",
+			stats.Shards, stats.Engine, stats.ShardEngines)
+	}
+	for i, se := range stats.ShardEngines {
+		if i < len(shards) && se.Shard != shards[i] || se.Probe == nil || se.Probe.Count == 0 || se.Engine == nil ||
+			se.Engine.Polls == 0 || se.Verdict == nil {
+			t.Errorf("/stats shard_engines[%d] = %+v, want shard %s with its probe, poll and verdict", i, se, shards[i])
+		}
 	}
 
-	// The table printed on SIGUSR1 has one row per shard.
+	// The table printed on SIGUSR1 has one row per shard, and a verdict
+	// and a row of where the time went per shard.
 	p.signal(t, syscall.SIGUSR1)
 	p.waitFor(t, p.stdout, `Per shard: `)
+	p.waitFor(t, p.stdout, `(?m)^Shard +Requests +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +probe \(ms\)  bound$`)
 	for _, a := range shards {
 		p.waitFor(t, p.stdout, `(?m)^`+regexp.QuoteMeta(a)+` +[1-9]\d* \| `)
+		p.waitFor(t, p.stdout, `(?m)^shard `+regexp.QuoteMeta(a)+`, latest interval with requests to it \(`)
+		p.waitFor(t, p.stdout, `(?m)^`+regexp.QuoteMeta(a)+` +[1-9]\d*( +(\d+\.\d{4}|-)){6}  \S+$`)
 	}
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
@@ -251,9 +298,19 @@ func TestProxyRoutePinned(t *testing.T) {
 	if n := srvs[1].Do("DBSIZE"); n != int64(0) {
 		t.Errorf("shard 1: DBSIZE %v, want 0", n)
 	}
+	// Each shard is probed and polled on its own connections: its probe
+	// series and its engine poll's error counter carry its address.
 	redistest.Eventually(t, 10*time.Second, func() error {
-		if body := httpGet(t, admin+"/metrics"); !strings.Contains(body, "respmeter_pinned_misroutes_total 1\n") {
-			return fmt.Errorf("/metrics lacks respmeter_pinned_misroutes_total 1:\n%s", body)
+		body := httpGet(t, admin+"/metrics")
+		want := []string{"respmeter_pinned_misroutes_total 1\n"}
+		for _, a := range shards {
+			want = append(want, fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", a),
+				fmt.Sprintf("respmeter_engine_poll_errors_total{shard=%q} 0\n", a))
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return fmt.Errorf("/metrics lacks %q:\n%s", w, body)
+			}
 		}
 		return nil
 	})
@@ -311,10 +368,12 @@ func TestProxyRouteCluster(t *testing.T) {
 
 	want := []string{
 		`respmeter_redirects_total{kind="moved"} 1` + "\n",
-		fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", seed),
 	}
+	// Every master: its commands, and its own probe and engine poll.
 	for _, a := range cl.Addrs() {
-		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a))
+		want = append(want, fmt.Sprintf("respmeter_shard_commands_total{shard=%q} ", a),
+			fmt.Sprintf("respmeter_upstream_probe_seconds_count{shard=%q}", a),
+			fmt.Sprintf("respmeter_engine_poll_errors_total{shard=%q} 0\n", a))
 	}
 	redistest.Eventually(t, 10*time.Second, func() error {
 		body := httpGet(t, admin+"/metrics")

@@ -51,6 +51,12 @@ const (
 // every 20 ms, the engine poll every scPoll and a verdict every interval,
 // and stops it when the test ends.
 func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
+	return scStackWith(t, upstream, interval, nil)
+}
+
+// scStackWith is scStack with the configuration changed by mod (unless
+// nil) after the scenarios' settings.
+func scStackWith(t testing.TB, upstream string, interval time.Duration, mod func(*configs.Config)) *stack {
 	t.Helper()
 	st := testStack(t, upstream, func(cfg *configs.Config) {
 		cfg.Admin = "off"
@@ -58,6 +64,9 @@ func scStack(t testing.TB, upstream string, interval time.Duration) *stack {
 		cfg.ProbeInterval = configs.Duration(20 * time.Millisecond)
 		cfg.EnginePoll = configs.Duration(scPoll)
 		cfg.HDRInterval = configs.Duration(interval)
+		if mod != nil {
+			mod(cfg)
+		}
 	})
 	// One idle interval first: the probe's unloaded baseline.
 	redistest.Eventually(t, 5*interval, func() error {
@@ -170,6 +179,13 @@ func (l *scLoad) stop() {
 // the same stretch.
 func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
 	t.Helper()
+	return scVerdictsEach(t, st, l, nil)
+}
+
+// scVerdictsEach is scVerdicts calling each (unless nil) with every
+// interval's verdict record as it is collected.
+func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdictRecord)) []*verdictRecord {
+	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.latest()
 	redistest.Eventually(t, 5*st.analyzer.interval, func() error {
@@ -191,6 +207,9 @@ func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
 		if cur := st.analyzer.latest(); cur != last {
 			out = append(out, cur)
 			last = cur
+			if each != nil {
+				each(cur)
+			}
 		}
 	}
 	l.measure(false)
@@ -374,7 +393,7 @@ func scenarioPathDelay(t testing.TB) {
 	// the intervals' probe wait) is a round trip through the same relay:
 	// within 1.3x of what the relay adds to a client, either way.
 	st.analyzer.mu.Lock()
-	probe := st.analyzer.probeBase + s.probe
+	probe := st.analyzer.eng.probeBase + s.probe
 	st.analyzer.mu.Unlock()
 	t.Logf("probe median under load %v (baseline %v + wait %v) vs the relay's %v", probe, probe-s.probe, s.probe, path)
 	if float64(probe) > 1.3*float64(path) || 1.3*float64(probe) < float64(path) {

@@ -93,9 +93,9 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // HdrHistogram log (cfg.HDRLog), starts the proxy on cfg.Listen, the PING
 // probe, the engine poller and the verdict on goroutines of their own, and
 // the admin server on cfg.Admin (unless "off"), and logs where each
-// listens. Under hash-slot routing (cfg.Routed) the probe measures the
-// first shard or the cluster node (probeAddr) and the engine poller does
-// not run. On error nothing is left running.
+// listens. Under hash-slot routing (cfg.Routed) each shard gets a probe, a
+// poller and a verdict of its own (analyzer.syncShards). On error nothing
+// is left running.
 func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	loops := cfg.Loops
 	if loops == 0 {
@@ -130,11 +130,6 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if err := st.set.RegisterExport(reg, ex); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	// The engine's own figures (probe, poll, verdict) carry the engine's
-	// address in the label shard, the one label that names a backend in
-	// every series: several proxies in front of one engine then export
-	// series that max by (shard) deduplicates (configs/prometheus/).
-	engReg := prometheus.WrapRegistererWith(prometheus.Labels{"shard": probeAddr(cfg)}, reg)
 	an := &analyzer{
 		set:        st.set,
 		log:        log.With("component", "verdict"),
@@ -142,31 +137,8 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		probeEvery: time.Duration(cfg.ProbeInterval),
 		pollEvery:  time.Duration(cfg.EnginePoll),
 		started:    time.Now(),
+		eng:        &engineView{},
 	}
-	if cfg.ProbeInterval > 0 {
-		an.probe = engstats.NewProbe(probeAddr(cfg), time.Duration(cfg.ProbeInterval), log)
-		an.probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
-		if err := an.probe.Register(engReg); err != nil {
-			return nil, fmt.Errorf("register probe metrics: %w", err)
-		}
-	}
-	switch {
-	case cfg.EnginePoll > 0 && cfg.Routed():
-		// One engine's statistics cannot be matched with requests spread
-		// over several, and split into per-slot sub-requests there.
-		log.Info("engine poll off under hash-slot routing: upstream time is not split into engine and path",
-			"component", "engine-poll", "route", cfg.Route, "engine_poll", cfg.EnginePoll.String())
-	case cfg.EnginePoll > 0:
-		an.poller = engstats.NewPoller(cfg.Upstream, time.Duration(cfg.EnginePoll), names, log)
-		an.poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
-		if err := an.poller.Register(engReg); err != nil {
-			return nil, fmt.Errorf("register engine metrics: %w", err)
-		}
-	}
-	if err := engReg.Register(split.NewCollector(an.latestVerdict)); err != nil {
-		return nil, fmt.Errorf("register verdict metrics: %w", err)
-	}
-	st.analyzer = an
 	bgCtx, cancelBg := context.WithCancel(context.Background())
 	st.cancelBg = cancelBg
 	defer func() {
@@ -174,6 +146,34 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			cancelBg()
 		}
 	}()
+	if !cfg.Routed() {
+		v, err := newEngineView(cfg, cfg.Upstream, names, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := engineRegisterer(reg, v.addr).Register(split.NewCollector(an.latestVerdict)); err != nil {
+			return nil, fmt.Errorf("register verdict metrics: %w", err)
+		}
+		an.eng = v
+	} else {
+		// A probe and a poller per shard, each started when the shard
+		// appears in the proxy's map (analyzer.syncShards: at start, and
+		// after a --cluster topology refresh), with the shard's own
+		// verdict.
+		an.newView = func(addr string) (*engineView, error) {
+			v, err := newEngineView(cfg, addr, names, reg, log)
+			if err != nil {
+				return nil, err
+			}
+			latest := func() (split.Verdict, bool) { return an.shardLatest(v) }
+			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest)); err != nil {
+				return nil, fmt.Errorf("register verdict metrics: %w", err)
+			}
+			v.start(bgCtx, &st.bg)
+			return v, nil
+		}
+	}
+	st.analyzer = an
 
 	// Open the files and bind the admin port first: a bad path or a port
 	// in use then fails the start before anything has been announced as
@@ -271,11 +271,10 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	log.Info("proxy listening", append(attrs, "loops", loops, "measure", cfg.Measure)...)
 
-	if an.probe != nil {
-		st.bg.Go(func() { an.probe.Run(bgCtx) })
-	}
-	if an.poller != nil {
-		st.bg.Go(func() { an.poller.Run(bgCtx) })
+	an.eng.start(bgCtx, &st.bg)
+	if cfg.Routed() {
+		an.shardAddrs = p.ShardAddrs
+		an.syncShards() // the shards known at start: their probes' baselines begin now
 	}
 	st.bg.Go(func() { an.run(bgCtx) })
 	st.bg.Go(func() { st.window.Run(bgCtx) })
@@ -319,17 +318,50 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	return st, nil
 }
 
-// probeAddr returns the engine the PING probe measures: the upstream, or
-// under --route slots or pinned the first shard or the cluster node, whose
-// round trip stands for the path to every shard.
-func probeAddr(cfg configs.Config) string {
-	switch {
-	case !cfg.Routed():
-		return cfg.Upstream
-	case len(cfg.Shards) > 0:
-		return cfg.Shards[0]
+// engineRegisterer returns reg with the label shard = addr on every
+// series: the engine's own figures (probe, poll, verdict) carry the
+// engine's address in shard, the one label that names a backend in every
+// series, so that several proxies in front of one engine export series
+// that max by (shard) deduplicates (configs/prometheus/), and that the
+// shards of a routed proxy each have theirs.
+func engineRegisterer(reg prometheus.Registerer, addr string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"shard": addr}, reg)
+}
+
+// newEngineView returns the view of the engine at addr: its PING probe
+// (cfg.ProbeInterval, nil when 0) and engine poller (cfg.EnginePoll, nil
+// when 0), each logging in with the side connections' credentials, their
+// metrics registered on reg under shard = addr (engineRegisterer), names
+// being the command labels. Nothing runs until start. Registering fails
+// only for an addr whose metrics are registered already.
+func newEngineView(cfg configs.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*engineView, error) {
+	v := &engineView{addr: addr}
+	engReg := engineRegisterer(reg, addr)
+	if cfg.ProbeInterval > 0 {
+		v.probe = engstats.NewProbe(addr, time.Duration(cfg.ProbeInterval), log)
+		v.probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		if err := v.probe.Register(engReg); err != nil {
+			return nil, fmt.Errorf("register probe metrics of %s: %w", addr, err)
+		}
 	}
-	return cfg.Cluster
+	if cfg.EnginePoll > 0 {
+		v.poller = engstats.NewPoller(addr, time.Duration(cfg.EnginePoll), names, log)
+		v.poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		if err := v.poller.Register(engReg); err != nil {
+			return nil, fmt.Errorf("register engine metrics of %s: %w", addr, err)
+		}
+	}
+	return v, nil
+}
+
+// start runs v's probe and poller on goroutines of wg until ctx is done.
+func (v *engineView) start(ctx context.Context, wg *sync.WaitGroup) {
+	if v.probe != nil {
+		wg.Go(func() { v.probe.Run(ctx) })
+	}
+	if v.poller != nil {
+		wg.Go(func() { v.poller.Run(ctx) })
+	}
 }
 
 // metricsExport returns the /metrics cardinality budget of cfg

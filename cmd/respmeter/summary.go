@@ -53,8 +53,8 @@ func checkSummaryPath(path string) error {
 // writeSummary writes the run's JSON summary to st.cfg.Summary (nothing
 // when it is ""): the /stats document since start, with "verdict" since
 // start (as the "verdict:" line after the table), "verdict_latest" (the
-// latest interval's, as /stats has it as "verdict"), "engine", "probe" and
-// "run". final marks the summary written at exit. The file is written
+// latest interval's, as /stats has it as "verdict"), "engine", "probe",
+// "shard_engines" and "run". final marks the summary written at exit. The file is written
 // beside the target and renamed over it, so a reader never sees half of
 // one. It returns the error, naming the file.
 func (st *stack) writeSummary(final bool) error {
@@ -83,8 +83,9 @@ func (st *stack) writeSummary(final bool) error {
 			"run":            run,
 			"verdict":        newVerdictJSON(&rec),
 			"verdict_latest": an.verdictDoc(0),
-			"engine":         an.engineDoc(),
-			"probe":          an.probeDoc(),
+			"engine":         an.engineDoc(an.eng),
+			"probe":          an.probeDoc(an.eng),
+			"shard_engines":  an.shardDocs(),
 		}
 	})
 	if err == nil {

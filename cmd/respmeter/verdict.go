@@ -52,26 +52,31 @@ type analyzer struct {
 	inFlightArea func() int64
 	// loopLag hands each of the proxy's loops a task that reports how
 	// long it waited to run (proxy.Proxy.LoopLag); nil: loop wait unknown.
-	loopLag  func(record func(time.Duration)) int
-	poller   *engstats.Poller // nil when --engine-poll is 0
-	probe    *engstats.Probe  // nil when --probe-interval is 0
+	loopLag func(record func(time.Duration)) int
+	// eng is the upstream's probe and poller without routing; under
+	// --route slots or pinned it is empty (nil probe and poller), and
+	// shards holds a view per shard instead.
+	eng      *engineView
 	interval time.Duration
 	// probeEvery and pollEvery are the configured intervals, for /stats.
 	probeEvery, pollEvery time.Duration
 
 	started time.Time
 
+	// shardAddrs, under --route slots or pinned, returns the shards the
+	// proxy routes to (proxy.Proxy.ShardAddrs), and newView starts the
+	// probe and poller of one (newEngineView); nil without routing.
+	// syncShards calls them.
+	shardAddrs func() []string
+	newView    func(addr string) (*engineView, error)
+
 	mu   sync.Mutex
 	last *verdictRecord // the latest interval; nil before the first
 	busy *verdictRecord // the latest interval with requests
-	// probeBase is the probe's unloaded baseline: the lowest median round
-	// trip of an interval without requests and with at least
-	// minProbeWindow PINGs; 0 before.
-	probeBase time.Duration
-	// witPrev is the Poller's WitnessTotal at the previous interval's end
-	// (witPrevOK); only run's goroutine uses them.
-	witPrev   engstats.Witness
-	witPrevOK bool
+	// shards are the per-shard views under routing, in the order their
+	// shards appeared (the --shards order; a --cluster map's masters, then
+	// masters that joined later); append-only.
+	shards []*engineView
 	// Engine wait since start, per command label: the sum over intervals
 	// of the interval's mean wait (and run-queue wait) times the label's
 	// requests in it, in seconds·requests; waitN the requests counted.
@@ -90,6 +95,85 @@ type analyzer struct {
 	lagN, allLagN     int64
 }
 
+// engineView is one engine's side connections — the PING probe and the
+// engine poller, each on a connection of its own to that engine — and what
+// the analyzer keeps about them: without routing the upstream's
+// (analyzer.eng), under --route slots or pinned one per shard
+// (analyzer.shards), whose verdict it then computes per interval next to
+// the overall one.
+type engineView struct {
+	// addr is the engine's address, its shard label.
+	addr   string
+	poller *engstats.Poller // nil when --engine-poll is 0
+	probe  *engstats.Probe  // nil when --probe-interval is 0
+	// witPrev is the Poller's WitnessTotal at the previous interval's end
+	// (witPrevOK); only run's goroutine uses them.
+	witPrev   engstats.Witness
+	witPrevOK bool
+
+	// The fields below are guarded by analyzer.mu.
+
+	// probeBase is the probe's unloaded baseline: the lowest median round
+	// trip of an interval without requests (to this engine) and with at
+	// least minProbeWindow PINGs; 0 before.
+	probeBase time.Duration
+	// last and busy are a shard's verdicts (routed only): of the latest
+	// interval (nil before the first) and of the latest with requests to
+	// it; sums add up its intervals with requests.
+	last, busy *verdictRecord
+	sums       shardSums
+}
+
+// pollerOf returns v's poller, nil when v or its poller is nil.
+func (v *engineView) pollerOf() *engstats.Poller {
+	if v == nil {
+		return nil
+	}
+	return v.poller
+}
+
+// probeOf returns v's probe, nil when v or its probe is nil.
+func (v *engineView) probeOf() *engstats.Probe {
+	if v == nil {
+		return nil
+	}
+	return v.probe
+}
+
+// shardSums are one shard's verdicts summed over the intervals with
+// requests to it since start, weighted by those requests, in seconds·
+// requests: Upstream over all of them (n requests), the split of upstream
+// over those in which the engine's execution was known (nEngine
+// requests), the engine waits over those that also had the thread's
+// witnesses (nWait requests).
+type shardSums struct {
+	n, nEngine, nWait                    int64
+	upstream, upEngine, exec, wait, runq float64
+}
+
+// add adds rec, an interval's verdict of the shard, to the sums.
+func (s *shardSums) add(rec *verdictRecord) {
+	n := rec.Interval.Requests
+	if n <= 0 {
+		return
+	}
+	s.n += n
+	s.upstream += rec.Interval.Upstream.Seconds()
+	v := rec.Verdict
+	if !v.EngineKnown {
+		return
+	}
+	r := float64(n)
+	s.nEngine += n
+	s.upEngine += rec.Interval.Upstream.Seconds()
+	s.exec += v.Exec.Seconds() * r
+	if v.WaitKnown {
+		s.nWait += n
+		s.wait += v.EngineWait.Seconds() * r
+		s.runq += v.RunQueueWait.Seconds() * r
+	}
+}
+
 // minProbeWindow is the fewest PINGs whose median may set the probe's
 // unloaded baseline or an interval's probe wait.
 const minProbeWindow = 5
@@ -106,27 +190,33 @@ func (a *analyzer) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		a.syncShards()
 		now := time.Now()
 		cur := a.set.Sums()
 		area := a.area()
 		iv := split.FromSnapshots(prev, cur)
 		iv.Length = now.Sub(start)
-		if a.poller != nil {
-			iv.EngineMean = engineMean(prev, cur, func(cmd string) (time.Duration, bool) {
-				mean, _, ok := a.poller.EngineMean(cmd)
-				return mean, ok
+		if p := a.eng.pollerOf(); p != nil {
+			iv.EngineMean = engineMean(prev, cur, func(cmd string, n int64) (time.Duration, int64, bool) {
+				mean, _, ok := p.EngineMean(cmd)
+				return mean, n, ok
 			})
 		}
 		if a.inFlightArea != nil && iv.Length > 0 {
 			iv.InFlight = float64(area-prevArea) / float64(iv.Length)
 		}
-		a.addWitnesses(&iv, prev, cur)
+		if a.eng != nil {
+			a.addWitnesses(a.eng, &iv, prev, cur)
+		}
 		a.mu.Lock()
 		lagSum, lagN := a.lagSum, a.lagN
 		a.lagSum, a.lagN = 0, 0
 		a.mu.Unlock()
 		if lagN > 0 {
 			iv.LoopWait, iv.LoopWaitKnown = lagSum/time.Duration(lagN), true
+		}
+		if mean, ok := a.shardVerdicts(now, prev, cur, iv); ok {
+			iv.EngineMean = mean
 		}
 		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
 		a.account(prev, cur, iv, rec.Verdict)
@@ -178,6 +268,127 @@ func (a *analyzer) sampleLoops(ctx context.Context) {
 	}
 }
 
+// syncShards starts a view (newView) for each shard the proxy routes to
+// that has none yet: at start the --shards or the --cluster map's masters,
+// later the masters a topology refresh brings. A view whose metrics cannot
+// be registered is logged once and kept without probe and poller. Views of
+// shards that left the map keep running (their probe then counts errors
+// if the engine is gone). Without routing it does nothing.
+func (a *analyzer) syncShards() {
+	if a.shardAddrs == nil || a.newView == nil {
+		return
+	}
+	for _, addr := range a.shardAddrs() {
+		if a.shardView(addr) != nil {
+			continue
+		}
+		v, err := a.newView(addr)
+		if err != nil {
+			// Its metrics are taken (cannot happen: one view per
+			// address): keep a view without probe and poller, so that
+			// the error is logged once.
+			a.log.Warn("no engine probe and poll for this shard", "shard", addr, "err", err)
+			v = &engineView{addr: addr}
+		}
+		a.mu.Lock()
+		a.shards = append(a.shards, v)
+		a.mu.Unlock()
+	}
+}
+
+// shardView returns the view of the shard at addr, nil when there is none.
+func (a *analyzer) shardView(addr string) *engineView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range a.shards {
+		if v.addr == addr {
+			return v
+		}
+	}
+	return nil
+}
+
+// shardViews returns the per-shard views (nil without routing), in a
+// slice the caller may keep: the views themselves are shared.
+func (a *analyzer) shardViews() []*engineView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.shards[:len(a.shards):len(a.shards)]
+}
+
+// shardVerdicts computes, under routing, each shard's verdict of the
+// interval between the snapshots prev and cur (all holds the interval's
+// overall sums): the shard's requests and upstream (split.FromShard), the clients' think
+// time shared out by the shard's part of the requests, the proxy's loop
+// wait (taken from a shard's path only up to the least room any shard's
+// path has above its floor: split.Interval.LoopPathCap), the engine's mean execution of the commands the clients sent
+// weighted by its own calls of each (shardEngineMean: that shard's mix)
+// and the shard's witnesses and probe (addWitnesses). It returns the
+// request-weighted mean of the shards' execution for the overall verdict;
+// ok is false without routing or when a shard with requests had no
+// execution figures (the overall path then holds all of upstream, as
+// without a poller).
+func (a *analyzer) shardVerdicts(now time.Time, prev, cur *metrics.Snapshot, all split.Interval) (mean time.Duration, ok bool) {
+	views := a.shardViews()
+	if len(views) == 0 {
+		return 0, false
+	}
+	var weighted float64
+	var requests int64
+	ok = true
+	ivs := make([]split.Interval, len(views))
+	// The loop wait a reply waits unread is the same whichever shard sent
+	// it (the same loops read them all): it comes out of each shard's
+	// path only up to the least any shard with requests has above its
+	// floor, so that a shard's own delay stays in its path.
+	var room time.Duration
+	capped := false
+	for i, v := range views {
+		iv := split.FromShard(prev, cur, v.addr)
+		iv.Length = all.Length
+		if all.Requests > 0 && iv.Requests > 0 {
+			iv.Think = time.Duration(float64(all.Think) * float64(iv.Requests) / float64(all.Requests))
+		}
+		if v.poller != nil {
+			iv.EngineMean = shardEngineMean(prev, cur, v.poller)
+		}
+		a.addWitnesses(v, &iv, prev, cur)
+		ivs[i] = iv
+		if iv.Requests > 0 {
+			r := max(iv.Verdict().Network-iv.RTTFloor, 0) // no loop wait yet: the path's room
+			if !capped || r < room {
+				room, capped = r, true
+			}
+		}
+	}
+	for i, v := range views {
+		iv := ivs[i]
+		iv.LoopWait, iv.LoopWaitKnown = all.LoopWait, all.LoopWaitKnown
+		iv.LoopPathCap, iv.LoopPathCapped = room, capped
+		rec := &verdictRecord{End: now, Interval: iv, Verdict: iv.Verdict()}
+		a.mu.Lock()
+		v.last = rec
+		if iv.Requests > 0 {
+			v.busy = rec
+			v.sums.add(rec)
+		}
+		a.mu.Unlock()
+		if iv.Requests <= 0 {
+			continue
+		}
+		if iv.EngineMean <= 0 {
+			ok = false
+			continue
+		}
+		weighted += float64(iv.EngineMean) * float64(iv.Requests)
+		requests += iv.Requests
+	}
+	if !ok || requests == 0 {
+		return 0, false
+	}
+	return time.Duration(weighted / float64(requests)), true
+}
+
 // area returns inFlightArea(), 0 when it is nil.
 func (a *analyzer) area() int64 {
 	if a.inFlightArea == nil {
@@ -197,19 +408,19 @@ func (a *analyzer) area() int64 {
 // RTT alone is no floor, since a delayed ACK rides on the engine's reply
 // and so holds the engine's time (measured: ~20 ms on loopback for a
 // saturated engine answering in 20 ms).
-func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot) {
-	if a.poller != nil {
+func (a *analyzer) addWitnesses(v *engineView, iv *split.Interval, prev, cur *metrics.Snapshot) {
+	if v.poller != nil {
 		// The one-thread model holds where the engine reports its command
 		// thread's CPU (Redis 7, Valkey); Dragonfly's INFO has the
 		// process's only, spread over a thread per core.
-		w, ok := a.poller.Witness()
+		w, ok := v.poller.Witness()
 		// The polls that ended within this interval, when there were any:
 		// the witnesses then cover (about) the interval itself.
-		if tot, tok := a.poller.WitnessTotal(); tok {
-			if d := tot.Since(a.witPrev); a.witPrevOK && d.Interval > 0 && d.Commands > 0 {
+		if tot, tok := v.poller.WitnessTotal(); tok {
+			if d := tot.Since(v.witPrev); v.witPrevOK && d.Interval > 0 && d.Commands > 0 {
 				w = d
 			}
-			a.witPrev, a.witPrevOK = tot, true
+			v.witPrev, v.witPrevOK = tot, true
 		}
 		if ok && w.Commands > 0 && w.Interval > 0 && w.HasMainCPU {
 			iv.Utilization, iv.Demand, iv.BusyKnown = w.Utilization(), w.Demand(), true
@@ -219,22 +430,22 @@ func (a *analyzer) addWitnesses(iv *split.Interval, prev, cur *metrics.Snapshot)
 			}
 		}
 	}
-	if a.probe == nil {
+	if v.probe == nil {
 		return
 	}
-	p50, count := a.probe.Window()
+	p50, count := v.probe.Window()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if count >= minProbeWindow && iv.Requests == 0 && (a.probeBase == 0 || p50 < a.probeBase) {
-		a.probeBase = p50
+	if count >= minProbeWindow && iv.Requests == 0 && (v.probeBase == 0 || p50 < v.probeBase) {
+		v.probeBase = p50
 	}
-	if a.probeBase == 0 {
+	if v.probeBase == 0 {
 		return
 	}
 	if count >= minProbeWindow {
-		iv.ProbeWait, iv.ProbeKnown = max(p50-a.probeBase, 0), true
+		iv.ProbeWait, iv.ProbeKnown = max(p50-v.probeBase, 0), true
 	}
-	iv.RTTFloor = a.probeBase
+	iv.RTTFloor = v.probeBase
 	if n := cur.UpstreamRTT.N - prev.UpstreamRTT.N; n > 0 {
 		iv.RTTFloor = min(iv.RTTFloor, (cur.UpstreamRTT.Sum-prev.UpstreamRTT.Sum)/time.Duration(n))
 	}
@@ -287,13 +498,15 @@ func (a *analyzer) waitMean(cmd string) (wait, runq time.Duration, ok bool) {
 	return time.Duration(a.wait[cmd] / float64(n) * 1e9), time.Duration(a.runq[cmd] / float64(n) * 1e9), true
 }
 
-// engineMean returns the engine's mean execution time per request between
-// the snapshots prev (nil: since start) and cur: the engine's per-command
-// means (meanOf), weighted by the number of requests of each command timed
-// in between. Commands left out of the totals (blocking, pub/sub) and
-// commands the engine said nothing about do not count. 0 when the engine
-// knows none of the commands.
-func engineMean(prev, cur *metrics.Snapshot, meanOf func(cmd string) (time.Duration, bool)) time.Duration {
+// engineMean returns the engine's mean execution time per request over the
+// commands timed between the snapshots prev (nil: since start) and cur:
+// meanOf(cmd, n) gives the engine's mean of command label cmd, timed n
+// times in between, and the weight it counts with (n itself: the proxy's
+// mix of commands; or the engine's own calls, shardEngineMean). Commands
+// left out of the totals (blocking, pub/sub) and commands the engine said
+// nothing about do not count. 0 when the engine knows none of the
+// commands.
+func engineMean(prev, cur *metrics.Snapshot, meanOf func(cmd string, n int64) (mean time.Duration, weight int64, ok bool)) time.Duration {
 	var weighted float64
 	var requests int64
 	for i := range cur.Commands {
@@ -307,17 +520,29 @@ func engineMean(prev, cur *metrics.Snapshot, meanOf func(cmd string) (time.Durat
 		if n <= 0 {
 			continue
 		}
-		mean, ok := meanOf(cur.Commands[i].Name)
-		if !ok {
+		mean, w, ok := meanOf(cur.Commands[i].Name, n)
+		if !ok || w <= 0 {
 			continue
 		}
-		weighted += float64(mean) * float64(n)
-		requests += n
+		weighted += float64(mean) * float64(w)
+		requests += w
 	}
 	if requests == 0 {
 		return 0
 	}
 	return time.Duration(weighted / float64(requests))
+}
+
+// shardEngineMean is engineMean for one shard of several: over the
+// commands the clients sent between prev and cur (to any shard), the
+// engine's means over its last poll interval, weighted by its own calls of
+// each (engstats.Poller.EngineMean), so that the mean is of that shard's
+// mix — the proxy's counts are not kept per shard and command. The calls
+// are the engine's, from all of its clients.
+func shardEngineMean(prev, cur *metrics.Snapshot, p *engstats.Poller) time.Duration {
+	return engineMean(prev, cur, func(cmd string, _ int64) (time.Duration, int64, bool) {
+		return p.EngineMean(cmd)
+	})
 }
 
 // latest returns the verdict of the latest interval, nil before the first.
@@ -337,15 +562,30 @@ func (a *analyzer) latestVerdict() (split.Verdict, bool) {
 }
 
 // engineMeans returns the engine's mean execution time per command label
-// since the Poller's first poll (INFO commandstats); empty when the Poller
-// is off or has not polled twice.
+// since the Poller's first poll (INFO commandstats); under routing the
+// shards' pollers' figures together (their time over their calls); empty
+// when the Pollers are off or have not polled twice.
 func (a *analyzer) engineMeans() map[string]time.Duration {
-	means := map[string]time.Duration{}
-	if a.poller != nil {
-		for _, c := range a.poller.Stats().Commands {
-			if c.Calls > 0 {
-				means[c.Command] = c.Time / time.Duration(c.Calls)
-			}
+	type sum struct {
+		calls int64
+		time  time.Duration
+	}
+	sums := map[string]sum{}
+	for _, v := range append([]*engineView{a.eng}, a.shardViews()...) {
+		if v.pollerOf() == nil {
+			continue
+		}
+		for _, c := range v.poller.Stats().Commands {
+			s := sums[c.Command]
+			s.calls += c.Calls
+			s.time += c.Time
+			sums[c.Command] = s
+		}
+	}
+	means := make(map[string]time.Duration, len(sums))
+	for cmd, s := range sums {
+		if s.calls > 0 {
+			means[cmd] = s.time / time.Duration(s.calls)
 		}
 	}
 	return means
@@ -363,9 +603,9 @@ func (a *analyzer) sinceStart(sn *metrics.Snapshot, means map[string]time.Durati
 func (a *analyzer) sinceStartRecord(sn *metrics.Snapshot, means map[string]time.Duration) verdictRecord {
 	iv := split.FromSnapshots(nil, sn)
 	iv.Length = time.Since(a.started)
-	iv.EngineMean = engineMean(nil, sn, func(cmd string) (time.Duration, bool) {
+	iv.EngineMean = engineMean(nil, sn, func(cmd string, n int64) (time.Duration, int64, bool) {
 		m, ok := means[cmd]
-		return m, ok
+		return m, n, ok
 	})
 	if a.inFlightArea != nil && iv.Length > 0 {
 		// The proxy's area counts from its start, after a.started, and
@@ -386,7 +626,9 @@ func (a *analyzer) sinceStartRecord(sn *metrics.Snapshot, means map[string]time.
 			iv.EngineMean = max(iv.EngineMean-time.Duration(a.wPreempt/a.wN*1e9), time.Nanosecond)
 		}
 		iv.BusyKnown = true
-		iv.RTTFloor = a.probeBase
+		if a.eng != nil {
+			iv.RTTFloor = a.eng.probeBase
+		}
 	}
 	a.mu.Unlock()
 	return verdictRecord{End: time.Now(), Interval: iv, Verdict: iv.Verdict()}
@@ -524,12 +766,14 @@ type probeJSON struct {
 	LastError       string  `json:"last_error"`
 }
 
-// probeDoc returns the probe's stats for /stats, nil when it is off.
-func (a *analyzer) probeDoc() *probeJSON {
-	if a.probe == nil {
+// probeDoc returns the stats of v's probe for /stats, nil when it is off
+// (or v is nil).
+func (a *analyzer) probeDoc(v *engineView) *probeJSON {
+	p := v.probeOf()
+	if p == nil {
 		return nil
 	}
-	s := a.probe.Stats()
+	s := p.Stats()
 	return &probeJSON{
 		IntervalSeconds: a.probeEvery.Seconds(),
 		Count:           s.Count,
@@ -577,13 +821,15 @@ type engineJSON struct {
 	Commands            map[string]engineCommandJSON `json:"commands"`
 }
 
-// engineDoc returns the Poller's stats for /stats, nil when it is off.
-func (a *analyzer) engineDoc() *engineJSON {
-	if a.poller == nil {
+// engineDoc returns the stats of v's Poller for /stats, nil when it is
+// off (or v is nil).
+func (a *analyzer) engineDoc(v *engineView) *engineJSON {
+	p := v.pollerOf()
+	if p == nil {
 		return nil
 	}
-	s := a.poller.Stats()
-	t := a.poller.Totals()
+	s := p.Stats()
+	t := p.Totals()
 	doc := &engineJSON{
 		IntervalSeconds:     a.pollEvery.Seconds(),
 		Sources:             append([]string{}, s.Sources...),
@@ -613,17 +859,112 @@ func (a *analyzer) engineDoc() *engineJSON {
 	return doc
 }
 
+// shardEngineJSON is one entry of /stats "shard_engines": a shard's probe
+// and poller, its verdict of the latest interval (null before the first)
+// and the means since start of its split of upstream per request, in
+// seconds (shardSums): upstream over the intervals with requests to it,
+// the rest over those in which its engine's execution was known
+// (engine_known_requests of the requests), wait and run queue null
+// without the command thread's witnesses, path = upstream − engine − wait
+// over the same intervals.
+type shardEngineJSON struct {
+	Shard               string       `json:"shard"`
+	Probe               *probeJSON   `json:"probe"`
+	Engine              *engineJSON  `json:"engine"`
+	Verdict             *verdictJSON `json:"verdict"`
+	Requests            int64        `json:"requests"`
+	UpstreamSeconds     float64      `json:"upstream_seconds"`
+	EngineKnownRequests int64        `json:"engine_known_requests"`
+	EngineSeconds       *float64     `json:"engine_seconds"`
+	WaitSeconds         *float64     `json:"wait_seconds"`
+	RunQueueSeconds     *float64     `json:"run_queue_seconds"`
+	PathSeconds         *float64     `json:"path_seconds"`
+}
+
+// shardMeans are one shard's means per request since start, from its
+// shardSums: upstream over all of its requests; engine, wait, run queue
+// and path over the engineKnown requests (wait and run queue only when
+// waitKnown). Path is upstream − engine − wait over those.
+type shardMeans struct {
+	requests, engineKnown            int64
+	upstream, exec, wait, runq, path time.Duration
+	engineOK, waitOK                 bool
+}
+
+// means returns the shard's means since start; the caller holds
+// analyzer.mu.
+func (s *shardSums) means() shardMeans {
+	m := shardMeans{requests: s.n, engineKnown: s.nEngine}
+	d := func(x float64, n int64) time.Duration { return time.Duration(x / float64(n) * 1e9) }
+	if s.n > 0 {
+		m.upstream = d(s.upstream, s.n)
+	}
+	if s.nEngine > 0 {
+		m.engineOK = true
+		m.exec = d(s.exec, s.nEngine)
+		m.wait, m.runq = d(s.wait, s.nEngine), d(s.runq, s.nEngine)
+		m.waitOK = s.nWait > 0
+		m.path = d(s.upEngine, s.nEngine) - m.exec - m.wait
+	}
+	return m
+}
+
+// shardDocs returns /stats "shard_engines": one entry per shard under
+// routing, in the order of analyzer.shards; nil without routing.
+func (a *analyzer) shardDocs() []shardEngineJSON {
+	views := a.shardViews()
+	if len(views) == 0 {
+		return nil
+	}
+	docs := make([]shardEngineJSON, 0, len(views))
+	for _, v := range views {
+		a.mu.Lock()
+		last, m := v.last, v.sums.means()
+		a.mu.Unlock()
+		doc := shardEngineJSON{
+			Shard: v.addr, Probe: a.probeDoc(v), Engine: a.engineDoc(v),
+			Requests: m.requests, UpstreamSeconds: m.upstream.Seconds(), EngineKnownRequests: m.engineKnown,
+		}
+		if last != nil {
+			doc.Verdict = newVerdictJSON(last)
+		}
+		sec := func(d time.Duration) *float64 { x := d.Seconds(); return &x }
+		if m.engineOK {
+			doc.EngineSeconds, doc.PathSeconds = sec(m.exec), sec(m.path)
+			if m.waitOK {
+				doc.WaitSeconds, doc.RunQueueSeconds = sec(m.wait), sec(m.runq)
+			}
+		}
+		docs = append(docs, doc)
+	}
+	return docs
+}
+
+// shardLatest returns the verdict of v's latest interval (a shard's); ok
+// is false before the first.
+func (a *analyzer) shardLatest(v *engineView) (split.Verdict, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if v.last == nil {
+		return split.Verdict{}, false
+	}
+	return v.last.Verdict, true
+}
+
 // statsExtra returns the keys the proxy adds to metrics' /stats document:
-// "engine", "probe" and "verdict", each null when off or not yet known.
+// "engine", "probe" and "verdict", each null when off or not yet known
+// (under routing "engine" and "probe" are null: each shard has its own),
+// and "shard_engines" (shardDocs), null without routing.
 func (a *analyzer) statsExtra() map[string]any { return a.statsExtraWindow(0) }
 
 // statsExtraWindow is statsExtra for /stats?window=D (0: no window); the
 // verdict follows the window (verdictDoc).
 func (a *analyzer) statsExtraWindow(window time.Duration) map[string]any {
 	return map[string]any{
-		"engine":  a.engineDoc(),
-		"probe":   a.probeDoc(),
-		"verdict": a.verdictDoc(window),
+		"engine":        a.engineDoc(a.eng),
+		"probe":         a.probeDoc(a.eng),
+		"verdict":       a.verdictDoc(window),
+		"shard_engines": a.shardDocs(),
 	}
 }
 
@@ -644,13 +985,16 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	busy := a.busy
 	a.mu.Unlock()
 	if busy != nil {
-		noun := "requests"
-		if busy.Interval.Requests == 1 {
-			noun = "request"
+		fmt.Fprintf(&b, "latest interval with requests %s\n", busyLine(busy))
+	}
+	views := a.shardViews()
+	for _, v := range views {
+		a.mu.Lock()
+		busy := v.busy
+		a.mu.Unlock()
+		if busy != nil {
+			fmt.Fprintf(&b, "shard %s, latest interval with requests to it %s\n", v.addr, busyLine(busy))
 		}
-		fmt.Fprintf(&b, "latest interval with requests (%v, %d %s, ended %v ago): %s\n",
-			busy.Interval.Length.Round(time.Millisecond), busy.Interval.Requests, noun,
-			time.Since(busy.End).Round(time.Millisecond), busy.Verdict)
 	}
 
 	nameWidth := len("Command")
@@ -726,10 +1070,12 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 
 	switch {
-	case a.probe == nil:
+	case len(views) > 0:
+		a.writeShards(&b, views)
+	case a.eng.probeOf() == nil:
 		b.WriteString("probe: off (--probe-interval 0)\n")
 	default:
-		s := a.probe.Stats()
+		s := a.eng.probe.Stats()
 		if s.Count == 0 {
 			fmt.Fprintf(&b, "probe: no PING answered yet (%d errors", s.Errors)
 			if s.LastErr != "" {
@@ -748,6 +1094,72 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// busyLine formats the verdict of an interval with requests for the
+// "latest interval with requests" lines: "(1s, 12 requests, ended 3ms
+// ago): cycle …".
+func busyLine(rec *verdictRecord) string {
+	noun := "requests"
+	if rec.Interval.Requests == 1 {
+		noun = "request"
+	}
+	return fmt.Sprintf("(%v, %d %s, ended %v ago): %s",
+		rec.Interval.Length.Round(time.Millisecond), rec.Interval.Requests, noun,
+		time.Since(rec.End).Round(time.Millisecond), rec.Verdict)
+}
+
+// writeShards writes, under routing, the per-shard table of where the
+// time went: per shard (views), the requests and sub-requests sent to it,
+// the means since start of upstream, engine execution, engine wait and its
+// run-queue part and path (shardMeans: engine, wait and path over the
+// intervals in which the shard's engine was polled; "-" when never),
+// the probe's mean PING to that shard and the bound of its latest interval
+// with requests.
+func (a *analyzer) writeShards(b *strings.Builder, views []*engineView) {
+	width := len("Shard")
+	for _, v := range views {
+		width = max(width, len(v.addr))
+	}
+	const opsWidth, colWidth = 12, 14
+	b.WriteString("\nPer shard: means since start in ms of the requests and fan-out sub-requests sent to each; engine =\n")
+	b.WriteString("that engine's own execution of the commands the clients sent, weighted by its calls; wait = its\n")
+	b.WriteString("engine wait (run queue: waiting for a CPU); path = upstream - engine - wait, over the intervals in which\n")
+	b.WriteString("the engine was polled; probe = mean PING round trip to it; bound = its latest interval with requests.\n")
+	cols := fmt.Sprintf("%-*s %*s", width, "Shard", opsWidth, "Requests")
+	for _, h := range []string{"upstream", "engine", "wait", "run queue", "path", "probe"} {
+		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
+	}
+	cols += "  bound"
+	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	dash := fmt.Sprintf(" %*s", colWidth, "-")
+	for _, v := range views {
+		a.mu.Lock()
+		m, busy := v.sums.means(), v.busy
+		a.mu.Unlock()
+		fmt.Fprintf(b, "%-*s %*d", width, v.addr, opsWidth, m.requests)
+		b.WriteString(ms(m.upstream))
+		switch {
+		case m.engineOK && m.waitOK:
+			b.WriteString(ms(m.exec) + ms(m.wait) + ms(m.runq) + ms(m.path))
+		case m.engineOK:
+			b.WriteString(ms(m.exec) + dash + dash + ms(m.path))
+		default:
+			b.WriteString(dash + dash + dash + dash)
+		}
+		if p := v.probeOf(); p != nil && p.Stats().Count > 0 {
+			b.WriteString(ms(p.Stats().Mean))
+		} else {
+			b.WriteString(dash)
+		}
+		bound := "-"
+		if busy != nil {
+			bound = busy.Verdict.Bound
+		}
+		b.WriteString("  " + bound + "\n")
+	}
+	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 }
 
 // millis returns d in milliseconds.

@@ -56,7 +56,7 @@ func TestEngineMean(t *testing.T) {
 	observe(3, 5, time.Second, time.Second)                // blpop: excluded
 	cur := set.Snapshot()
 	means := map[string]time.Duration{"get": 10 * time.Microsecond, "set": 50 * time.Microsecond, "blpop": time.Second}
-	meanOf := func(cmd string) (time.Duration, bool) { m, ok := means[cmd]; return m, ok }
+	meanOf := func(cmd string, n int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, n, ok }
 
 	// (30*10 + 10*50) / 40 = 20µs.
 	if got := engineMean(prev, cur, meanOf); got != 20*time.Microsecond {
@@ -74,8 +74,17 @@ func TestEngineMean(t *testing.T) {
 	if got := engineMean(cur, cur, meanOf); got != 0 {
 		t.Errorf("empty interval: %v, want 0", got)
 	}
-	if got := engineMean(prev, cur, func(string) (time.Duration, bool) { return 0, false }); got != 0 {
+	if got := engineMean(prev, cur, func(string, int64) (time.Duration, int64, bool) { return 0, 0, false }); got != 0 {
 		t.Errorf("engine knows nothing: %v, want 0", got)
+	}
+	// Weighted by the engine's own calls (a shard's mix: shardEngineMean),
+	// over the commands the clients sent: get 100 calls, set 300, and a
+	// command no client sent (hset) left out: (100*10 + 300*50) / 400 = 40µs.
+	calls := map[string]int64{"get": 100, "set": 300, "hset": 1000}
+	means["set"], means["hset"] = 50*time.Microsecond, time.Second
+	byCalls := func(cmd string, _ int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, calls[cmd], ok }
+	if got := engineMean(prev, cur, byCalls); got != 40*time.Microsecond {
+		t.Errorf("weighted by the engine's calls: %v, want 40µs", got)
 	}
 }
 
@@ -125,7 +134,7 @@ func TestAnalyzer(t *testing.T) {
 	out := buf.String()
 	for _, re := range []string{
 		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(no engine stats for these commands\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
-		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended \d+ms ago\): cycle 2ms: `,
+		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended (\d+ms|0s) ago\): cycle 2ms: `,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
 		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,

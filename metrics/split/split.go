@@ -79,6 +79,12 @@ type Interval struct {
 	// (LoopWaitKnown).
 	LoopWait      time.Duration
 	LoopWaitKnown bool
+	// LoopPathCap, when LoopPathCapped, bounds the loop wait taken from
+	// the path: one shard's interval under routing, whose replies wait for
+	// the same loops as every other shard's, so no longer than the path of
+	// the shard with the least (above its floor) holds.
+	LoopPathCap    time.Duration
+	LoopPathCapped bool
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -135,6 +141,49 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 		iv.ThinkCount -= prev.Think.Count()
 	}
 	return iv
+}
+
+// FromShard returns the request sums of the shard labelled name (its
+// address, metrics.Set.Shard) between two cumulative snapshots of the same
+// Set (prev may be nil: since start): Requests, Total, Upstream and Proxy
+// of the commands and fan-out sub-requests sent to that shard, Upstream
+// being each sub-request's own round trip to the shard and Total its
+// command's (so Proxy = Total − Upstream). The shard stats have no
+// per-command split, so blocking and pub/sub commands, left out of
+// FromSnapshots' totals, are counted here. Think, Length, EngineMean and
+// the witnesses are left for the caller; InFlight is −1 (not sampled per
+// shard). A shard the snapshots do not hold gives an empty Interval.
+func FromShard(prev, cur *metrics.Snapshot, name string) Interval {
+	iv := Interval{InFlight: -1}
+	c := shardStats(cur, name)
+	if c == nil {
+		return iv
+	}
+	iv.Requests = c.Phases[metrics.PhaseTotal].Count()
+	iv.Total = c.Phases[metrics.PhaseTotal].Sum
+	iv.Upstream = c.Phases[metrics.PhaseUpstream].Sum
+	iv.Proxy = c.Phases[metrics.PhaseProxy].Sum
+	if p := shardStats(prev, name); p != nil {
+		iv.Requests -= p.Phases[metrics.PhaseTotal].Count()
+		iv.Total -= p.Phases[metrics.PhaseTotal].Sum
+		iv.Upstream -= p.Phases[metrics.PhaseUpstream].Sum
+		iv.Proxy -= p.Phases[metrics.PhaseProxy].Sum
+	}
+	return iv
+}
+
+// shardStats returns the stats of the shard labelled name in sn, nil when
+// sn is nil or lacks it.
+func shardStats(sn *metrics.Snapshot, name string) *metrics.ShardStats {
+	if sn == nil {
+		return nil
+	}
+	for i := range sn.Shards {
+		if sn.Shards[i].Name == name {
+			return &sn.Shards[i]
+		}
+	}
+	return nil
 }
 
 // Verdict is the split of the mean request cycle.
@@ -272,6 +321,9 @@ func (iv Interval) Verdict() Verdict {
 		v.LoopWaitKnown = true
 		lw := iv.LoopWait.Seconds()
 		lt, lp := min(lw, max(think, 0)), min(lw, max(path-iv.RTTFloor.Seconds(), 0))
+		if iv.LoopPathCapped {
+			lp = min(lp, max(iv.LoopPathCap.Seconds(), 0))
+		}
 		think, path, loopWait = think-lt, path-lp, lt+lp
 	}
 	parts := [5]float64{

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/respmeter/respmeter/metrics"
 )
 
 func TestVerdict(t *testing.T) {
@@ -68,6 +70,18 @@ func TestVerdict(t *testing.T) {
 				Proxy: 200 * 100 * us, EngineMean: 2 * us, InFlight: 0.92, LoopWait: 500 * us, LoopWaitKnown: true},
 			bound: "path-bound", cycle: 4600 * us,
 			want: "cycle 4.6ms: client 0% | path 87% | engine 0% | proxy 13% (loop wait 11%) — path-bound; Little: L 0.92 vs λW 0.92",
+		},
+		{
+			// The same, one shard of several under routing, whose fastest
+			// shard's path held only 100 µs above its floor: the replies of
+			// every shard wait for the same loops, so no more than that
+			// comes out of this shard's path (4.4 ms of its 4.5 stay).
+			name: "shard path with a capped loop wait",
+			iv: Interval{Length: time.Second, Requests: 200, Total: 200 * 4600 * us, Upstream: 200 * 4500 * us,
+				Proxy: 200 * 100 * us, EngineMean: 2 * us, InFlight: -1, LoopWait: 500 * us, LoopWaitKnown: true,
+				LoopPathCap: 100 * us, LoopPathCapped: true},
+			bound: "path-bound", cycle: 4600 * us,
+			want: "cycle 4.6ms: client 0% | path 96% | engine 0% | proxy 4% (loop wait 2%) — path-bound",
 		},
 		{
 			// 10 closed-loop clients of 2 ms commands: 500 requests/s, 20 ms
@@ -198,5 +212,42 @@ respmeter_upstream_probe_wait_seconds 0.002
 	ok = false
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
 		t.Errorf("before the first interval: %d series, %v", n, err)
+	}
+}
+
+// TestFromShard: a shard's sums between two snapshots are its own
+// sub-requests' (upstream each its own round trip, total its command's),
+// not the other shard's nor the commands' totals; a shard the snapshots
+// lack gives an empty interval.
+func TestFromShard(t *testing.T) {
+	const ms = time.Millisecond
+	set := metrics.NewSet(1, []string{"get", "mget"})
+	a, b := set.Shard("127.0.0.1:7000"), set.Shard("127.0.0.1:7001")
+	l := set.Loop(0)
+	l.Lock()
+	l.ShardObserveLocked(a, 2*ms, 1*ms, 1*ms, false)
+	l.Unlock()
+	prev := set.Sums()
+	l.Lock()
+	// An MGET split over both shards: total 10 ms, 8 ms to a, 3 ms to b;
+	// and a GET to a: total 3 ms, upstream 2 ms.
+	l.ShardObserveLocked(a, 10*ms, 8*ms, 8*ms, false)
+	l.ShardObserveLocked(b, 10*ms, 3*ms, 3*ms, false)
+	l.ShardObserveLocked(a, 3*ms, 2*ms, 2*ms, false)
+	l.Unlock()
+	cur := set.Sums()
+
+	got := FromShard(prev, cur, "127.0.0.1:7000")
+	want := Interval{Requests: 2, Total: 13 * ms, Upstream: 10 * ms, Proxy: 3 * ms, InFlight: -1}
+	if got != want {
+		t.Errorf("shard a: %+v, want %+v", got, want)
+	}
+	got = FromShard(nil, cur, "127.0.0.1:7001")
+	want = Interval{Requests: 1, Total: 10 * ms, Upstream: 3 * ms, Proxy: 7 * ms, InFlight: -1}
+	if got != want {
+		t.Errorf("shard b since start: %+v, want %+v", got, want)
+	}
+	if got := FromShard(prev, cur, "127.0.0.1:7002"); got != (Interval{InFlight: -1}) {
+		t.Errorf("unknown shard: %+v, want empty", got)
 	}
 }
