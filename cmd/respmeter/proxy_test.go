@@ -450,11 +450,12 @@ func TestProxyObservability(t *testing.T) {
 	runID := engineRunID(t, srv.Addr())
 	for _, want := range []string{
 		// The engine's figures name it in shard=, the one backend label,
-		// and its polled ones also by its run_id in engine=.
+		// and its own ones (polled, and its thread's utilisation and wait)
+		// also by its run_id in engine=.
 		`respmeter_upstream_probe_seconds_count{shard="` + srv.Addr() + `"}`,
 		`respmeter_engine_commands_total{command="debug",engine="` + runID + `",shard="` + srv.Addr() + `"} 1`,
-		`respmeter_engine_utilization{shard="` + srv.Addr() + `"} `,
-		`respmeter_engine_wait_seconds{part="run_queue",shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_utilization{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
+		`respmeter_engine_wait_seconds{engine="` + runID + `",part="run_queue",shard="` + srv.Addr() + `"} `,
 		`respmeter_network_path_seconds{shard="` + srv.Addr() + `"} `,
 		`respmeter_engine_main_thread_cpu_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,
 		`respmeter_engine_runqueue_wait_seconds_total{engine="` + runID + `",shard="` + srv.Addr() + `"} `,

@@ -151,7 +151,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := engineRegisterer(reg, v.addr).Register(split.NewCollector(an.latestVerdict)); err != nil {
+		if err := engineRegisterer(reg, v.addr).Register(split.NewCollector(an.latestVerdict, v.engineLabel)); err != nil {
 			return nil, fmt.Errorf("register verdict metrics: %w", err)
 		}
 		an.eng = v
@@ -166,7 +166,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 				return nil, err
 			}
 			latest := func() (split.Verdict, bool) { return an.shardLatest(v) }
-			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest)); err != nil {
+			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest, v.engineLabel)); err != nil {
 				return nil, fmt.Errorf("register verdict metrics: %w", err)
 			}
 			v.start(bgCtx, &st.bg)

@@ -101,6 +101,15 @@ type analyzer struct {
 // (analyzer.eng), under --route slots or pinned one per shard
 // (analyzer.shards), whose verdict it then computes per interval next to
 // the overall one.
+// engineLabel is the engine label of the view's verdict gauges: the
+// poller's (engstats.Poller.Engine), or "" with the poller off.
+func (v *engineView) engineLabel() string {
+	if v.poller == nil {
+		return ""
+	}
+	return v.poller.Engine()
+}
+
 type engineView struct {
 	// addr is the engine's address, its shard label.
 	addr   string

@@ -215,6 +215,22 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 	}
 }
 
+// Engine returns the value of the engine label of p's series: the run_id
+// of the engine last polled (INFO server), or the address p was given
+// while none is known.
+func (p *Poller) Engine() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.engineLocked()
+}
+
+func (p *Poller) engineLocked() string {
+	if p.runID == "" {
+		return p.addr
+	}
+	return p.runID
+}
+
 // runID returns the run_id field of INFO server's text, or "".
 func runID(text string) string {
 	for line := range strings.Lines(text) {
@@ -710,10 +726,7 @@ func (c *pollerCollector) Collect(ch chan<- prometheus.Metric) {
 	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	engine := p.runID
-	if engine == "" {
-		engine = p.addr
-	}
+	engine := p.engineLocked()
 	for i := range p.cmds {
 		s := &p.cmds[i]
 		name := p.labels[i]

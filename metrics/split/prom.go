@@ -20,17 +20,22 @@ import "github.com/prometheus/client_golang/prometheus"
 //     and reply waited unread for a busy proxy loop (Verdict.LoopWait), when
 //     the loops were timed.
 //
-// latest is called from the scraping goroutine and must be safe for that.
-func NewCollector(latest func() (Verdict, bool)) prometheus.Collector {
+// The engine's own figures (utilization, wait) carry the label engine =
+// engine() (engine.Poller.Engine: its run_id), as the poller's series do,
+// so that max by (engine) counts an engine once however many proxies
+// watch it; engine nil (or "") leaves it out of those two. latest and
+// engine are called from the scraping goroutine and must be safe for that.
+func NewCollector(latest func() (Verdict, bool), engine func() string) prometheus.Collector {
 	return &collector{
 		latest: latest,
+		engine: engine,
 		util: prometheus.NewDesc("respmeter_engine_utilization",
 			"Busy share (0..1) of the engine's command thread over the latest engine poll interval: "+
-				"max(CPU + run-queue wait, command execution) / interval.", nil, nil),
+				"max(CPU + run-queue wait, command execution) / interval.", []string{"engine"}, nil),
 		wait: prometheus.NewDesc("respmeter_engine_wait_seconds",
 			"Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the "+
 				"engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), "+
-				"run_queue = the thread waiting for a CPU (/proc schedstat).", []string{"part"}, nil),
+				"run_queue = the thread waiting for a CPU (/proc schedstat).", []string{"part", "engine"}, nil),
 		network: prometheus.NewDesc("respmeter_network_path_seconds",
 			"Mean network part of the upstream phase per request over the latest verdict interval in seconds: "+
 				"upstream - engine execution - engine wait.", nil, nil),
@@ -44,6 +49,7 @@ func NewCollector(latest func() (Verdict, bool)) prometheus.Collector {
 
 type collector struct {
 	latest                     func() (Verdict, bool)
+	engine                     func() string
 	util, wait, network, probe *prometheus.Desc
 	loop                       *prometheus.Desc
 }
@@ -66,9 +72,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	if v.WaitKnown {
-		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v.Utilization)
-		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, (v.EngineWait - v.RunQueueWait).Seconds(), "queue")
-		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, v.RunQueueWait.Seconds(), "run_queue")
+		var engine string
+		if c.engine != nil {
+			engine = c.engine()
+		}
+		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v.Utilization, engine)
+		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, (v.EngineWait - v.RunQueueWait).Seconds(), "queue", engine)
+		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, v.RunQueueWait.Seconds(), "run_queue", engine)
 	}
 	if v.EngineKnown {
 		ch <- prometheus.MustNewConstMetric(c.network, prometheus.GaugeValue, v.Network.Seconds())

@@ -184,15 +184,17 @@ func TestCollector(t *testing.T) {
 		ProbeWait: 2 * time.Millisecond, ProbeKnown: true, LoopWait: 20 * time.Microsecond, LoopWaitKnown: true}
 	v, ok := iv.Verdict(), true
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(func() (Verdict, bool) { return v, ok }))
+	// The engine's own gauges carry its run_id, as the poller's series do.
+	const runID = "4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b"
+	reg.MustRegister(NewCollector(func() (Verdict, bool) { return v, ok }, func() string { return runID }))
 	want := `
 # HELP respmeter_engine_utilization Busy share (0..1) of the engine's command thread over the latest engine poll interval: max(CPU + run-queue wait, command execution) / interval.
 # TYPE respmeter_engine_utilization gauge
-respmeter_engine_utilization 0.9
+respmeter_engine_utilization{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b"} 0.9
 # HELP respmeter_engine_wait_seconds Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), run_queue = the thread waiting for a CPU (/proc schedstat).
 # TYPE respmeter_engine_wait_seconds gauge
-respmeter_engine_wait_seconds{part="queue"} 0
-respmeter_engine_wait_seconds{part="run_queue"} 0.003
+respmeter_engine_wait_seconds{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b",part="queue"} 0
+respmeter_engine_wait_seconds{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b",part="run_queue"} 0.003
 # HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
 # TYPE respmeter_network_path_seconds gauge
 respmeter_network_path_seconds 0.000179901
