@@ -209,6 +209,62 @@ func TestLivePage(t *testing.T) {
 	}
 }
 
+// TestLivePageShards: under --route slots over two redis-servers, one of
+// them behind a relay that delays each direction by 2 ms, the live page's
+// shard rows show each shard's own engine and path (its probe and engine
+// poll): the relayed shard's path above 2 ms, the other's under half of
+// it, and both engines' GET execution well under a millisecond.
+func TestLivePageShards(t *testing.T) {
+	browser := chromiumPath(t)
+	a, b := redistest.Start(t), redistest.Start(t)
+	relayed := redistest.StartDelayRelay(t, b.Addr(), 2*time.Millisecond)
+	shards := []string{a.Addr(), relayed}
+	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "1",
+		"--route", "slots", "--shards", strings.Join(shards, ","),
+		"--probe-interval", "50ms", "--engine-poll", "200ms", "--hdr-interval", "200ms")
+	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+	startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
+		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return nil
+	})
+	ctx := newBrowser(t, browser, 2*time.Minute)
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
+		t.Fatalf("load the page: %v", err)
+	}
+	// cells returns "engine/path/bound" of each shard row, by address.
+	const cells = `JSON.stringify(Object.fromEntries([...document.querySelectorAll('#shards tbody tr')].map(r =>
+		[r.dataset.shard, ["engine", "path", "bound"].map(c => r.querySelector("td." + c).textContent)])))`
+	deadline := time.Now().Add(60 * time.Second)
+	var got map[string][3]string
+	for {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](cells))
+		got = nil
+		if err == nil && json.Unmarshal([]byte(s), &got) == nil && len(got) == 2 {
+			direct, delayed := got[shards[0]], got[shards[1]]
+			ed, _ := strconv.ParseFloat(direct[0], 64)
+			el, errE := strconv.ParseFloat(delayed[0], 64)
+			pd, errD := strconv.ParseFloat(direct[1], 64)
+			pl, errL := strconv.ParseFloat(delayed[1], 64)
+			if errE == nil && errD == nil && errL == nil && pl > 2 && pd < pl/2 && ed < 0.5 && el < 0.5 &&
+				direct[2] != "" && delayed[2] != "" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard rows %v (err %v): want engine < 0.5 ms on both, path > 2 ms on %s and under half of it on %s", got, err, shards[1], shards[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("shard rows (engine ms, path ms, bound): %v", got)
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}
+
 // contains reports whether the comma-separated list s holds name.
 func contains(s, name string) bool { return slices.Contains(strings.Split(s, ","), name) }
 

@@ -55,6 +55,10 @@ function renderShards(doc) {
   const routed = shards.some((s) => s.total.p50 > 0);
   $("shards-section").hidden = !routed;
   if (!routed) return;
+  // Each shard's own verdict of its latest interval (its probe and engine
+  // poll: /stats "shard_engines"), by address.
+  const engines = {};
+  for (const e of doc.shard_engines || []) engines[e.shard] = e.verdict;
   const rows = shards.map((s) => {
     const tr = document.createElement("tr");
     tr.dataset.shard = s.shard;
@@ -64,6 +68,11 @@ function renderShards(doc) {
     for (const p of ["total", "upstream"]) {
       for (const q of pcts) tr.appendChild(cell(ms(s[p][q]), p + "-" + q.replace(".", "")));
     }
+    const v = engines[s.shard];
+    tr.appendChild(cell(v && v.engine_known ? ms(v.engine_mean_seconds) : "n/a", "engine"));
+    tr.appendChild(cell(v && v.wait_known ? ms(v.engine_wait_seconds) : "n/a", "wait"));
+    tr.appendChild(cell(v && v.engine_known ? ms(v.network_seconds) : "n/a", "path"));
+    tr.appendChild(cell(v ? v.bound : "–", "bound"));
     return tr;
   });
   $("shards").tBodies[0].replaceChildren(...rows);
