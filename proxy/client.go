@@ -112,8 +112,10 @@ type part struct {
 	tSent   int64
 	svcFrom int64
 	tReply  int64
-	redirAt int64 // when the first redirect arrived
+	redirAt int64 // when the first redirect (or -TRYAGAIN) arrived
 	hops    int8
+	tries   int8 // -TRYAGAIN retries so far (link.tryAgain)
+	asked   bool // sent to an ASK target: a -TRYAGAIN retry sends ASKING again
 	mshard  int
 	// sub is the subscription family of a pub/sub request (0 for others),
 	// answered by expect confirmations (0: until the link has none of the
@@ -572,6 +574,7 @@ func (e *request) part() *part {
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
 	p.tSent, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, -1
+	p.tries, p.asked = 0, false
 	p.sub, p.expect = 0, 0
 	e.left++
 	return p
@@ -900,6 +903,7 @@ var (
 	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n")
 	redirectMoved   = []byte("MOVED ")
 	redirectAsk     = []byte("ASK ")
+	tryAgainErr     = []byte("TRYAGAIN ")
 )
 
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the

@@ -1,0 +1,147 @@
+package proxy_test
+
+// The failure semantics a cluster client has (issue 14 item 5): -TRYAGAIN
+// retried during a slot migration.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// TestClusterTryAgainRetried: a slot migrates (BeginMove, MIGRATE of its
+// keys in two halves, FinishMove) while plain clients run multi-key MGETs
+// over every key of the slot and MSET/MGET/DEL cycles on keys of their own
+// in it. While the keys are split between source and target the engines
+// answer -TRYAGAIN; the proxy retries it, so no client sees one and every
+// reply is the right one. The first half stays split until the proxy has
+// retried a -TRYAGAIN (or a client got one: then the test fails), so the
+// case is not left to timing.
+func TestClusterTryAgainRetried(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	p, set := startClusterProxy(t, cl, nil)
+	ctx := context.Background()
+	const tag = "{m}"
+	slot := int(routing.Slot([]byte(tag)))
+	from, to := cl.Owner(slot), (cl.Owner(slot)+1)%3
+	// Fixed keys: read by every MGET, never written during the move.
+	fixed := make([]string, 10)
+	for i := range fixed {
+		fixed[i] = fmt.Sprintf("%sfixed%d", tag, i)
+		if err := goRedis(t, p.Addr()).Set(ctx, fixed[i], i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make([]any, len(fixed))
+	for i := range want {
+		want[i] = strconv.Itoa(i)
+	}
+	var stop atomic.Bool
+	var ops, failures atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	fail := func(err error) {
+		failures.Add(1)
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := goRedis(t, p.Addr())
+			own := []string{fmt.Sprintf("%sw%da", tag, w), fmt.Sprintf("%sw%db", tag, w)}
+			for i := 0; !stop.Load() && failures.Load() == 0; i++ {
+				got, err := c.MGet(ctx, fixed...).Result()
+				if err != nil || !slices.Equal(got, want) {
+					fail(fmt.Errorf("MGET fixed keys: %v (err %v)", got, err))
+					return
+				}
+				v := strconv.Itoa(i)
+				if err := c.MSet(ctx, own[0], v, own[1], v).Err(); err != nil {
+					fail(fmt.Errorf("MSET: %w", err))
+					return
+				}
+				if got, err := c.MGet(ctx, own...).Result(); err != nil || !slices.Equal(got, []any{v, v}) {
+					fail(fmt.Errorf("MGET after MSET %s: %v (err %v)", v, got, err))
+					return
+				}
+				if n, err := c.Del(ctx, own...).Result(); err != nil || n != 2 {
+					fail(fmt.Errorf("DEL: %d (err %v)", n, err))
+					return
+				}
+				if got, err := c.MGet(ctx, own...).Result(); err != nil || !slices.Equal(got, []any{nil, nil}) {
+					fail(fmt.Errorf("MGET after DEL: %v (err %v)", got, err))
+					return
+				}
+				ops.Add(5)
+			}
+		}()
+	}
+	migrate := func(keys []string) {
+		t.Helper()
+		args := []any{"MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), "", "0", "5000", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if r := cl.Nodes[from].DoT(t, args...); r != "OK" && r != "NOKEY" {
+			t.Fatalf("MIGRATE: %v", r)
+		}
+	}
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if ops.Load() < 100 {
+			return fmt.Errorf("%d commands before the move", ops.Load())
+		}
+		return nil
+	})
+	cl.BeginMove(slot, to)
+	migrate(fixed[:len(fixed)/2])
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if set.Snapshot().Routing.TryAgainRetries > 0 || failures.Load() > 0 {
+			return nil
+		}
+		return errors.New("no -TRYAGAIN while the fixed keys are split")
+	})
+	// The rest, and whatever the workers left on the source.
+	rest, err := cl.Nodes[from].Client().ClusterGetKeysInSlot(ctx, slot, 100).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrate(rest)
+	cl.FinishMove(slot, to)
+	before := ops.Load()
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if ops.Load() < before+100 && failures.Load() == 0 {
+			return fmt.Errorf("%d commands after the move", ops.Load()-before)
+		}
+		return nil
+	})
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r := set.Snapshot().Routing
+	t.Logf("%d commands; -TRYAGAIN retried %d times; redirects followed: %d ASK, %d MOVED", ops.Load(), r.TryAgainRetries, r.RedirectsAsk, r.RedirectsMoved)
+	// The oracle: what the target holds.
+	for i, k := range fixed {
+		if v, err := cl.Nodes[to].Client().Get(ctx, k).Result(); err != nil || v != strconv.Itoa(i) {
+			t.Errorf("%s on the new owner: %q (err %v)", k, v, err)
+		}
+	}
+	if n, err := cl.Nodes[from].Client().ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || n != 0 {
+		t.Errorf("%d keys left on the source (err %v)", n, err)
+	}
+}
