@@ -97,6 +97,7 @@ type request struct {
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its client, from 1
+	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
 }
 
 // requestSize is the memory one queued request costs at least, counted
@@ -791,6 +792,9 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
+	if s.p.cfg.UpstreamTimeout > 0 && s.p.resolver.Blocks(id) {
+		e.block = blockWait(id, args)
+	}
 	if s.p.cfg.SlowLog != nil {
 		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -143,5 +145,84 @@ func TestClusterTryAgainRetried(t *testing.T) {
 	}
 	if n, err := cl.Nodes[from].Client().ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys left on the source (err %v)", n, err)
+	}
+}
+
+// TestUpstreamTimeoutFrozenEngine: an engine frozen with SIGSTOP (no reset:
+// the kernel keeps its connections open) under one engine (private and
+// shared connections) and under slot routing over two standalone shards.
+// The requests pipelined to it get "-ERR upstream <addr> not answering",
+// in order, no sooner than UpstreamTimeout after they were sent and long
+// before TCP would notice (the bound is generous: the check runs every
+// quarter of the timeout); nothing stays in flight. With one engine the
+// client is then closed, as its own timed-out connection would be; under
+// slot routing it keeps its connection and its other shard, and the frozen
+// shard serves it again once thawed. Without the timeout the requests wait
+// as long as the engine is frozen (the test would fail on its 11 s read).
+func TestUpstreamTimeoutFrozenEngine(t *testing.T) {
+	const timeout = time.Second
+	for _, tc := range []struct {
+		name, route, mode string
+	}{
+		{"one engine", proxy.RouteNone, proxy.UpstreamPrivate},
+		{"one engine shared", proxy.RouteNone, proxy.UpstreamShared},
+		{"slots", proxy.RouteSlots, proxy.UpstreamPrivate},
+		{"slots shared", proxy.RouteSlots, proxy.UpstreamShared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			frozen, other := redistest.Start(t), redistest.Start(t)
+			// {a} hashes to slot 15495 (second of two shards), {b} to 3300 (first).
+			p, _ := proxytest.StartProxy(t, frozen.Addr(), func(c *proxy.Config) {
+				c.UpstreamTimeout = timeout
+				c.UpstreamMode = tc.mode
+				if tc.route == proxy.RouteSlots {
+					c.Route, c.Shards = proxy.RouteSlots, []string{other.Addr(), frozen.Addr()}
+				}
+			})
+			c := redistest.Dial(t, p.Addr())
+			defer c.Close()
+			c.Roundtrip(t, redistest.Cmd("SET", "{a}k", "1"), []byte("+OK\r\n"))
+			frozen.Stop()
+			thawed := false
+			defer func() {
+				if !thawed {
+					frozen.Cont()
+				}
+			}()
+			sent := time.Now()
+			c.Send(t, respJoin(redistest.Cmd("GET", "{a}k"), redistest.Cmd("INCR", "{a}n"), redistest.Cmd("SET", "{a}k", "2")))
+			want := "-ERR upstream " + frozen.Addr() + " not answering\r\n"
+			for i := range 3 {
+				got, err := c.ReadFrame(timeout + 10*time.Second)
+				if err != nil || string(got) != want {
+					t.Fatalf("reply %d: %q (err %v), want %q", i+1, got, err, want)
+				}
+			}
+			took := time.Since(sent)
+			t.Logf("errors after %v (timeout %v)", took.Round(time.Millisecond), timeout)
+			if took < timeout || took > timeout+5*time.Second {
+				t.Errorf("pending requests failed after %v, want between the timeout %v and %v", took, timeout, timeout+5*time.Second)
+			}
+			redistest.Eventually(t, 5*time.Second, func() error {
+				if n := p.InFlight(); n != 0 {
+					return fmt.Errorf("in flight %d after the timeout, want 0", n)
+				}
+				return nil
+			})
+			if tc.route != proxy.RouteSlots && !routedMode() {
+				if b, closed := c.ReadToClose(5 * time.Second); !closed || len(b) > 0 {
+					t.Errorf("one engine: client not closed after the timeout (closed %v, extra %q)", closed, b)
+				}
+				return
+			}
+			if tc.route == proxy.RouteSlots {
+				c.Roundtrip(t, redistest.Cmd("SET", "{b}k", "x"), []byte("+OK\r\n"))
+			}
+			frozen.Cont()
+			thawed = true
+			// (What the engine does with the failed requests once thawed is
+			// unknown to the client, as after any timeout: it may run them.)
+			c.Roundtrip(t, redistest.Cmd("SET", "{a}z", "1"), []byte("+OK\r\n"))
+		})
 	}
 }

@@ -57,6 +57,9 @@ type link struct {
 	// closed once drained.
 	progress int64
 	stalled  bool
+	// seen is when (p.now) the loop's timeout check first saw requests
+	// pending on the link since it last had none (timeout.go); 0: not yet.
+	seen int64
 	// pre is how many leading bytes of the owner's next request went to
 	// the engine before the request was complete (client.forwardPartial):
 	// queue trims them off.
@@ -134,6 +137,9 @@ func (ln *link) write(t int64) {
 			r.e.tSent = t
 		}
 	}
+	if ln.q.len() == ln.wn {
+		ln.seen = 0 // nothing was in flight: the timeout's wait starts at the next look
+	}
 	if ln.owner == nil {
 		if ln.q.len() == ln.wn {
 			ln.progress = ln.p.now() // nothing was in flight: the wait starts now
@@ -141,6 +147,9 @@ func (ln *link) write(t int64) {
 		ln.l.watchStalls()
 	}
 	_, _ = ln.c.Write(ln.wb)
+	if ln.wn > 0 && ln.p.cfg.UpstreamTimeout > 0 {
+		ln.l.watchUpstreams()
+	}
 	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
 		if ln.mshard >= 0 && ln.wn > 0 {
