@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,5 +225,125 @@ func TestUpstreamTimeoutFrozenEngine(t *testing.T) {
 			// unknown to the client, as after any timeout: it may run them.)
 			c.Roundtrip(t, redistest.Cmd("SET", "{a}z", "1"), []byte("+OK\r\n"))
 		})
+	}
+}
+
+// startReplica starts a cluster-enabled redis-server, joins it to cl and
+// makes it the replica of cl.Nodes[master] (CLUSTER MEET, CLUSTER
+// REPLICATE), and waits until it has synced and the master lists it.
+// (redistest.Cluster is masters only, and its Wait counts them alone: the
+// cluster is not Wait-ed on once it has a replica.)
+func startReplica(t *testing.T, cl *redistest.Cluster, master int, extra ...string) *redistest.Server {
+	t.Helper()
+	bus, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-port", strconv.Itoa(bus)}, extra...)
+	r := redistest.Start(t, args...)
+	m := cl.Nodes[master]
+	r.DoT(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(m.Port()), strconv.Itoa(cl.BusPort(master)))
+	ctx := context.Background()
+	id := cl.NodeID(master)
+	redistest.Eventually(t, 15*time.Second, func() error {
+		return r.Client().Do(ctx, "CLUSTER", "REPLICATE", id).Err()
+	})
+	redistest.Eventually(t, 15*time.Second, func() error {
+		info, err := r.Client().Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("replica not synced: %v", err)
+		}
+		for _, n := range cl.Nodes {
+			nodes, err := n.Client().ClusterNodes(ctx).Result()
+			if err != nil || !strings.Contains(nodes, "slave "+id) {
+				return fmt.Errorf("node %s does not list the replica yet (%v)", n.Addr(), err)
+			}
+		}
+		return nil
+	})
+	return r
+}
+
+// TestClusterFailoverAfterFreeze: under --route slots --cluster, the master
+// of a key is frozen with SIGSTOP (no reset) while its replica takes over
+// (cluster-node-timeout 1 s). The client's pending write gets "-ERR
+// upstream <master> not answering" no sooner than the upstream timeout and
+// long before the 30 s topology refresh; writes resume through the proxy
+// once the replica is master, within the upstream timeout and a refresh of
+// the failover (measured in the same run: the replica's ROLE), not after
+// the refresh period.
+func TestClusterFailoverAfterFreeze(t *testing.T) {
+	const timeout = time.Second
+	nodeTimeout := []string{"--cluster-node-timeout", "1000"}
+	cl := redistest.StartClusterWith(t, 3, nodeTimeout...)
+	const key = "{b}n" // slot 3300: node 0, not the proxy's seed
+	master := cl.Owner(int(routing.Slot([]byte(key))))
+	rep := startReplica(t, cl, master, nodeTimeout...)
+	p, _ := startClusterProxy(t, cl, func(c *proxy.Config) {
+		c.UpstreamTimeout = timeout
+		c.TopologyRefresh = 30 * time.Second
+	})
+	ctx := context.Background()
+	c := goRedis(t, p.Addr())
+	if err := c.Set(ctx, key, 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	frozen := cl.Nodes[master]
+	frozen.Stop()
+	defer frozen.Cont()
+	froze := time.Now()
+	// The oracle: when the replica says it is master.
+	promoted := make(chan time.Duration, 1)
+	go func() {
+		for time.Since(froze) < 30*time.Second {
+			if role, err := rep.Client().Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
+				promoted <- time.Since(froze)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(promoted)
+	}()
+	sent := time.Now()
+	err := c.Incr(ctx, key).Err()
+	took := time.Since(sent)
+	want := "ERR upstream " + frozen.Addr() + " not answering"
+	if err == nil || err.Error() != want {
+		t.Fatalf("INCR on the frozen master: %v, want %q", err, want)
+	}
+	t.Logf("pending write failed after %v (upstream timeout %v)", took.Round(time.Millisecond), timeout)
+	if took < timeout || took > timeout+5*time.Second {
+		t.Errorf("pending write failed after %v, want between %v and %v", took, timeout, timeout+5*time.Second)
+	}
+	var resumed time.Duration
+	var errs []string
+	for {
+		n, err := c.Incr(ctx, key).Result()
+		if err == nil {
+			resumed = time.Since(froze)
+			if n != 1 {
+				t.Errorf("INCR after the failover: %d, want 1 (the replica had the SET)", n)
+			}
+			break
+		}
+		if len(errs) == 0 || errs[len(errs)-1] != err.Error() {
+			errs = append(errs, err.Error())
+		}
+		if time.Since(froze) > 25*time.Second {
+			t.Fatalf("writes did not resume within 25 s; errors: %q", errs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	failover, ok := <-promoted
+	if !ok {
+		t.Fatal("the replica never became master")
+	}
+	t.Logf("replica master after %v; writes resumed after %v; errors meanwhile: %q", failover.Round(time.Millisecond), resumed.Round(time.Millisecond), errs)
+	// The last request to the frozen master may have been sent just before
+	// the promotion: it times out, then the refresh it asks for finds the
+	// new master.
+	if limit := failover + timeout*3/2 + 3*time.Second; resumed > limit {
+		t.Errorf("writes resumed %v after the freeze, the replica was master after %v: want within %v (no wait for the 30 s refresh)", resumed, failover, limit)
 	}
 }
