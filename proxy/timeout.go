@@ -86,6 +86,15 @@ func (l *loop) checkUpstreams() {
 			}
 			allow += r.e.block
 		}
+		if now-max(ln.progress, ln.seen) <= allow {
+			continue
+		}
+		// Replies the loop has not read yet (it was kept busy) are
+		// progress: read what the socket holds first.
+		ln.drain(c)
+		if ln.dead || ln.q.len() == 0 {
+			continue
+		}
 		if quiet := now - max(ln.progress, ln.seen); quiet > allow {
 			ln.notAnswering(time.Duration(quiet))
 		}
