@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
+
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -91,4 +93,48 @@ func TestUpstreamTimeoutSparesBlocking(t *testing.T) {
 	defer push.Close()
 	push.Roundtrip(t, redistest.Cmd("LPUSH", "q0", "x"), []byte(":1\r\n"))
 	forever.Expect(t, []byte("*2\r\n$2\r\nq0\r\n$1\r\nx\r\n"), 5*time.Second)
+}
+
+// TestUpstreamTimeoutReadsFirst: a reply that came while the loop was kept
+// busy (here: a task that holds it for 1 s, past the 300 ms timeout) sits
+// unread in the socket when the timeout check runs; the check reads it
+// first, so the request gets its reply, not "not answering".
+func TestUpstreamTimeoutReadsFirst(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	const timeout = 300 * time.Millisecond
+	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: srv.Addr(), Loops: 1, DrainTimeout: time.Second,
+		DialTimeout: time.Second, UpstreamTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop(context.Background()) }()
+	looks := func() int64 { return p.sumLoops(func(l *loop) int64 { return l.upLooks.Load() }) }
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+	before := looks()
+	c.Send(t, redistest.Cmd("DEBUG", "SLEEP", "0.25")) // slow, within the timeout
+	// A look saw it pending (its wait starts there), then the loop is held.
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if looks() == before || p.InFlight() != 1 {
+			return fmt.Errorf("no look at the pending DEBUG SLEEP yet (looks %d, before %d, in flight %d)", looks(), before, p.InFlight())
+		}
+		return nil
+	})
+	p.mu.Lock()
+	var l *loop
+	for _, x := range p.loops {
+		l = x
+	}
+	p.mu.Unlock()
+	if err := l.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		time.Sleep(time.Second)
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	c.Expect(t, []byte("+OK\r\n"), 10*time.Second)
 }
