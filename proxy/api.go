@@ -79,7 +79,7 @@ type Config struct {
 	// BLPOP 0, WAIT n 0: never). Checked by each event loop every quarter
 	// of it, so a timeout fires between UpstreamTimeout and 1.5 times it
 	// after the last reply byte. 0 (the default here; respmeter proxy's is
-	// 5 s) turns it off.
+	// 5 s), or a negative value, turns it off.
 	UpstreamTimeout time.Duration
 	// UpstreamUser and UpstreamPassword authenticate respmeter's own side
 	// connections to the engines (AUTH [user] password first): the

@@ -138,3 +138,22 @@ func TestUpstreamTimeoutReadsFirst(t *testing.T) {
 	}
 	c.Expect(t, []byte("+OK\r\n"), 10*time.Second)
 }
+
+// BenchmarkUpstreamTimeoutHotPath: the per-command cost of the upstream
+// timeout (a blocking-command check per request) on the in-memory pair,
+// off (a negative UpstreamTimeout, as 0 means 5 s in memPair) and on.
+func BenchmarkUpstreamTimeoutHotPath(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"off", -1}, {"on", 5 * time.Second}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, cl, up := memPair(b, Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", Measure: true, UpstreamTimeout: bc.timeout}, nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				roundTrip(s, cl, up, getReq, getReply)
+			}
+		})
+	}
+}
