@@ -51,24 +51,30 @@ func TestBlockWait(t *testing.T) {
 	}
 }
 
-// TestUpstreamTimeoutSparesBlocking: with UpstreamTimeout 300 ms, a BLPOP
-// with timeout 0 pending on a healthy engine is never cut (the loop looked
-// at it at least 8 times, 600 ms, twice the timeout, before the element
-// comes), and a BLPOP 1 gets the engine's own nil after its 1 s, not the
-// proxy's error at 300 ms: the engine was waiting on purpose.
-func TestUpstreamTimeoutSparesBlocking(t *testing.T) {
-	srv := redistest.Start(t)
-	const timeout = 300 * time.Millisecond
+// startTimeoutProxy starts a one-loop proxy in front of srv with
+// UpstreamTimeout 300 ms (stopped by a cleanup), and returns it with a
+// count of its timeout checks so far.
+func startTimeoutProxy(t *testing.T, srv *redistest.Server) (*Proxy, func() int64) {
+	t.Helper()
 	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: srv.Addr(), Loops: 1, DrainTimeout: time.Second,
-		DialTimeout: time.Second, UpstreamTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
+		DialTimeout: time.Second, UpstreamTimeout: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = p.Stop(context.Background()) }()
-	looks := func() int64 { return p.sumLoops(func(l *loop) int64 { return l.upLooks.Load() }) }
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	return p, func() int64 { return p.sumLoops(func(l *loop) int64 { return l.upLooks.Load() }) }
+}
+
+// TestUpstreamTimeoutSparesBlocking: with UpstreamTimeout 300 ms, a BLPOP
+// with timeout 0 pending on a healthy engine is never cut (the loop looked
+// at it at least 8 times, 600 ms, twice the timeout, before the element
+// comes), and a BLPOP 1 gets the engine's own nil after its 1 s, not the
+// proxy's error at 300 ms: the engine was waiting on purpose.
+func TestUpstreamTimeoutSparesBlocking(t *testing.T) {
+	p, looks := startTimeoutProxy(t, redistest.Start(t))
 	forever, timed := redistest.Dial(t, p.Addr()), redistest.Dial(t, p.Addr())
 	defer forever.Close()
 	defer timed.Close()
@@ -100,18 +106,7 @@ func TestUpstreamTimeoutSparesBlocking(t *testing.T) {
 // unread in the socket when the timeout check runs; the check reads it
 // first, so the request gets its reply, not "not answering".
 func TestUpstreamTimeoutReadsFirst(t *testing.T) {
-	srv := redistest.Start(t, "--enable-debug-command", "yes")
-	const timeout = 300 * time.Millisecond
-	p, err := New(Config{Listen: "127.0.0.1:0", Upstream: srv.Addr(), Loops: 1, DrainTimeout: time.Second,
-		DialTimeout: time.Second, UpstreamTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = p.Stop(context.Background()) }()
-	looks := func() int64 { return p.sumLoops(func(l *loop) int64 { return l.upLooks.Load() }) }
+	p, looks := startTimeoutProxy(t, redistest.Start(t, "--enable-debug-command", "yes"))
 	c := redistest.Dial(t, p.Addr())
 	defer c.Close()
 	c.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
