@@ -53,6 +53,11 @@ const (
 	MinHDRInterval = 10 * time.Millisecond
 )
 
+// MinUpstreamTimeout bounds Config.UpstreamTimeout: an engine that takes
+// longer to answer is slow, not gone, and the check looks at every engine
+// connection a quarter of the timeout apart.
+const MinUpstreamTimeout = 100 * time.Millisecond
+
 // MinTopologyRefresh bounds Config.TopologyRefresh: every refresh dials a
 // cluster node and reads its whole shard map.
 const MinTopologyRefresh = time.Second
@@ -205,6 +210,13 @@ type Config struct {
 	DrainTimeout Duration `yaml:"drain_timeout"`
 	// DialTimeout bounds one upstream dial. Default 2s; must be > 0.
 	DialTimeout Duration `yaml:"dial_timeout"`
+	// UpstreamTimeout is how long an engine connection with requests
+	// pending may go without a reply byte before they fail with "-ERR
+	// upstream <host:port> not answering" and the connection is closed (a
+	// frozen engine sends no reset); a blocking command at the head waits
+	// its own timeout more (BLPOP 0 never times out). Default 5s; 0
+	// disables it; otherwise at least MinUpstreamTimeout.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
 	// UpstreamUser and UpstreamPassword authenticate respmeter's own side
 	// connections to the engines: the cluster's shard map (Cluster), the
 	// command table, the engine probe and poller (AUTH [user] password, as
@@ -304,6 +316,7 @@ func Default() Config {
 
 		TopologyRefresh: Duration(30 * time.Second),
 		UpstreamConns:   1,
+		UpstreamTimeout: Duration(5 * time.Second),
 	}
 }
 
@@ -435,6 +448,7 @@ func (c *Config) Validate() error {
 	if c.DialTimeout <= 0 {
 		add(invalid("dial_timeout", "must be > 0, got %s", c.DialTimeout))
 	}
+	add(checkPeriod("upstream_timeout", c.UpstreamTimeout, MinUpstreamTimeout, true))
 	add(checkEnum("log_level", c.LogLevel, logLevels))
 	add(checkEnum("log_format", c.LogFormat, logFormats))
 	if c.ClientOutputLimit < 0 {

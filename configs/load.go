@@ -41,6 +41,7 @@ var fields = []field{
 	{"measure", func(c *Config) any { return &c.Measure }},
 	{"drain_timeout", func(c *Config) any { return &c.DrainTimeout }},
 	{"dial_timeout", func(c *Config) any { return &c.DialTimeout }},
+	{"upstream_timeout", func(c *Config) any { return &c.UpstreamTimeout }},
 	{"upstream_user", func(c *Config) any { return &c.UpstreamUser }},
 	{"upstream_password", func(c *Config) any { return &c.UpstreamPassword }},
 	{"log_level", func(c *Config) any { return &c.LogLevel }},

@@ -42,7 +42,7 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 //	 "shards": [{"shard": "127.0.0.1:7001", "commands": N, "errors": E,
 //	             "total": P, "upstream": P,
 //	             "batch": {"count": N, "mean": X, "p50": N, "p99": N}}],
-//	 "routing": {"redirects_moved": N, "redirects_ask": N, "pinned_misroutes": N,
+//	 "routing": {"redirects_moved": N, "redirects_ask": N, "tryagain_retries": N, "pinned_misroutes": N,
 //	             "crossslot_replies": N, "redirect_penalty": D,
 //	             "handoffs": {"pubsub": N, "monitor": N, "blocking": N,
 //	                          "transaction": N, "state": N, "other": N}}}
@@ -251,6 +251,7 @@ type batchJSON struct {
 type routingJSON struct {
 	RedirectsMoved   int64            `json:"redirects_moved"`
 	RedirectsAsk     int64            `json:"redirects_ask"`
+	TryAgainRetries  int64            `json:"tryagain_retries"`
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
 	SharedStalls     int64            `json:"shared_stalls"`
@@ -328,6 +329,7 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 		Routing: routingJSON{
 			RedirectsMoved:   sn.Routing.RedirectsMoved,
 			RedirectsAsk:     sn.Routing.RedirectsAsk,
+			TryAgainRetries:  sn.Routing.TryAgainRetries,
 			PinnedMisroutes:  sn.Routing.PinnedMisroutes,
 			CrossSlotReplies: sn.Routing.CrossSlotReplies,
 			SharedStalls:     sn.Routing.SharedStalls,

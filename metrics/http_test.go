@@ -50,6 +50,7 @@ type percentileDoc struct {
 type routingDoc struct {
 	RedirectsMoved   int64            `json:"redirects_moved"`
 	RedirectsAsk     int64            `json:"redirects_ask"`
+	TryAgainRetries  int64            `json:"tryagain_retries"`
 	PinnedMisroutes  int64            `json:"pinned_misroutes"`
 	CrossSlotReplies int64            `json:"crossslot_replies"`
 	SharedStalls     int64            `json:"shared_stalls"`

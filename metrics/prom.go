@@ -104,7 +104,7 @@ func (s *Set) Register(reg prometheus.Registerer) error {
 //     upstream write (unit-less; classic buckets 1, 2, 4 .. 1024, native
 //     schema 3), for shards with at least one write;
 //   - the routing counters (see RoutingCounters), always:
-//     respmeter_redirects_total{kind} (moved, ask),
+//     respmeter_redirects_total{kind} (moved, ask, tryagain),
 //     respmeter_pinned_misroutes_total, respmeter_crossslot_replies_total and
 //     respmeter_handoffs_total{reason} (pubsub, monitor, blocking,
 //     transaction, state, other), and the histogram
@@ -210,7 +210,7 @@ func newCollector(s *Set, ex Export) *collector {
 				"a unit-less count; recorded with 3 significant digits, above 1048576 as 1048576.",
 			"shard"),
 		redirects: d("redirects_total",
-			"MOVED and ASK redirects the proxy followed, by kind (moved, ask).", "kind"),
+			"MOVED and ASK redirects the proxy followed and TRYAGAIN replies it retried, by kind (moved, ask, tryagain).", "kind"),
 		redirectPenalty: d("redirect_penalty_seconds",
 			"Extra time in seconds that commands spent because of a MOVED or ASK redirect. "+
 				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
@@ -307,6 +307,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.RedirectsMoved), "moved")
 		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.RedirectsAsk), "ask")
+		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.TryAgainRetries), "tryagain")
 		for r, v := range sn.Routing.handoffs() {
 			ch <- prometheus.MustNewConstMetric(c.handoffs, prometheus.CounterValue, float64(v), handoffReason(r).String())
 		}

@@ -168,7 +168,7 @@ func TestOnlyObservedSeries(t *testing.T) {
 		{"respmeter_think_duration_seconds", 1},
 		{"respmeter_client_connections_open", 1},
 		{"respmeter_client_evictions_total", 3}, // every reason, even at 0
-		{"respmeter_redirects_total", 2},        // moved and ask, even at 0
+		{"respmeter_redirects_total", 3},        // moved, ask and tryagain, even at 0
 		{"respmeter_handoffs_total", 6},         // every reason, even at 0
 		{"respmeter_redirect_penalty_seconds", 1},
 		{"respmeter_reorder_wait_seconds", 1},
@@ -184,10 +184,10 @@ func TestOnlyObservedSeries(t *testing.T) {
 			}
 		})
 	}
-	// 11 counters and gauges, 3 evictions; routing: 2 redirects, the
+	// 11 counters and gauges, 3 evictions; routing: 3 redirects, the
 	// penalty histogram, misroutes, crossslot, 6 handoffs, the reorder
 	// wait histogram and shared stalls.
-	const want = 5 + 2 + 2 + 1 + 11 + 3 + 2 + 1 + 1 + 1 + 6 + 1 + 1
+	const want = 5 + 2 + 2 + 1 + 11 + 3 + 3 + 1 + 1 + 1 + 6 + 1 + 1
 	if n := testutil.CollectAndCount(collectorOf(t, s)); n != want {
 		t.Errorf("CollectAndCount = %d, want %d", n, want)
 	}

@@ -228,6 +228,7 @@ func (l *Loop) RedirectPenaltyLocked(d time.Duration) {
 // update them.
 type routingCounters struct {
 	moved, ask      atomic.Int64
+	tryAgain        atomic.Int64
 	pinnedMisroutes atomic.Int64
 	crossSlot       atomic.Int64
 	sharedStalls    atomic.Int64
@@ -242,6 +243,10 @@ func (s *Set) Redirect(ask bool) {
 		s.routing.moved.Add(1)
 	}
 }
+
+// TryAgain counts one -TRYAGAIN reply the proxy retried (the Redis Cluster
+// answer to a multi-key command whose keys a migration split).
+func (s *Set) TryAgain() { s.routing.tryAgain.Add(1) }
 
 // PinnedMisroute counts a command sent, in pinned routing, to a shard that
 // does not own its key's hash slot.
@@ -307,6 +312,7 @@ func (c *routingCounters) load() RoutingCounters {
 	return RoutingCounters{
 		RedirectsMoved:      c.moved.Load(),
 		RedirectsAsk:        c.ask.Load(),
+		TryAgainRetries:     c.tryAgain.Load(),
 		PinnedMisroutes:     c.pinnedMisroutes.Load(),
 		CrossSlotReplies:    c.crossSlot.Load(),
 		SharedStalls:        c.sharedStalls.Load(),
@@ -323,6 +329,7 @@ func (c *routingCounters) load() RoutingCounters {
 type RoutingCounters struct {
 	RedirectsMoved   int64 // -MOVED redirects followed (Set.Redirect)
 	RedirectsAsk     int64 // -ASK redirects followed
+	TryAgainRetries  int64 // -TRYAGAIN replies retried (Set.TryAgain)
 	PinnedMisroutes  int64 // commands sent, pinned, to a shard not owning their slot
 	CrossSlotReplies int64 // -CROSSSLOT replies the proxy gave itself
 	SharedStalls     int64 // shared upstream connections taken out of use as stalled

@@ -357,10 +357,11 @@ respmeter_shard_commands_total{shard="127.0.0.1:7003"} 0
 respmeter_shard_command_errors_total{shard="127.0.0.1:7001"} 1
 respmeter_shard_command_errors_total{shard="127.0.0.1:7002"} 0
 respmeter_shard_command_errors_total{shard="127.0.0.1:7003"} 0
-# HELP respmeter_redirects_total MOVED and ASK redirects the proxy followed, by kind (moved, ask).
+# HELP respmeter_redirects_total MOVED and ASK redirects the proxy followed and TRYAGAIN replies it retried, by kind (moved, ask, tryagain).
 # TYPE respmeter_redirects_total counter
 respmeter_redirects_total{kind="ask"} 1
 respmeter_redirects_total{kind="moved"} 2
+respmeter_redirects_total{kind="tryagain"} 0
 # HELP respmeter_pinned_misroutes_total Commands sent, in pinned routing, to a shard that does not own their key's hash slot.
 # TYPE respmeter_pinned_misroutes_total counter
 respmeter_pinned_misroutes_total 1

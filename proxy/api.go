@@ -69,6 +69,18 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds an upstream dial. 0 means 2 s.
 	DialTimeout time.Duration
+	// UpstreamTimeout is how long an engine connection with requests
+	// pending may go without a reply byte: then they fail, in order, with
+	// "-ERR upstream <host:port> not answering", the connection is closed
+	// and (with Cluster) the shard map is re-read at once, so that a
+	// master frozen without a reset (SIGSTOP, a partition) is noticed and
+	// a failover picked up. A blocking command at the head of the
+	// connection adds its own timeout (BLPOP 5: UpstreamTimeout + 5 s;
+	// BLPOP 0, WAIT n 0: never). Checked by each event loop every quarter
+	// of it, so a timeout fires between UpstreamTimeout and 1.5 times it
+	// after the last reply byte. 0 (the default here; respmeter proxy's is
+	// 5 s), or a negative value, turns it off.
+	UpstreamTimeout time.Duration
 	// UpstreamUser and UpstreamPassword authenticate respmeter's own side
 	// connections to the engines (AUTH [user] password first): the
 	// cluster's shard map (Cluster) and the command table (Commands nil).

@@ -97,6 +97,7 @@ type request struct {
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its client, from 1
+	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
 }
 
 // requestSize is the memory one queued request costs at least, counted
@@ -112,8 +113,10 @@ type part struct {
 	tSent   int64
 	svcFrom int64
 	tReply  int64
-	redirAt int64 // when the first redirect arrived
+	redirAt int64 // when the first redirect (or -TRYAGAIN) arrived
 	hops    int8
+	tries   int8 // -TRYAGAIN retries so far (link.tryAgain)
+	asked   bool // sent to an ASK target: a -TRYAGAIN retry sends ASKING again
 	mshard  int
 	// sub is the subscription family of a pub/sub request (0 for others),
 	// answered by expect confirmations (0: until the link has none of the
@@ -572,6 +575,7 @@ func (e *request) part() *part {
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
 	p.tSent, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, -1
+	p.tries, p.asked = 0, false
 	p.sub, p.expect = 0, 0
 	e.left++
 	return p
@@ -788,6 +792,9 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
+	if s.p.cfg.UpstreamTimeout > 0 && s.p.resolver.Blocks(id) {
+		e.block = blockWait(id, args)
+	}
 	if s.p.cfg.SlowLog != nil {
 		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
 			e.key.Set(k)
@@ -900,6 +907,7 @@ var (
 	replyInMultiErr = []byte("-ERR CLIENT REPLY inside MULTI is not supported by respmeter\r\n")
 	redirectMoved   = []byte("MOVED ")
 	redirectAsk     = []byte("ASK ")
+	tryAgainErr     = []byte("TRYAGAIN ")
 )
 
 // clientReply applies CLIENT REPLY ON|OFF|SKIP: the proxy drops the

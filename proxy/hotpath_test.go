@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -59,6 +60,9 @@ func memPair(tb testing.TB, cfg Config, sl *slowlog.Log) (*client, *memConn, *li
 	tb.Helper()
 	set := metrics.NewSet(1, command.Names())
 	cfg.Metrics, cfg.SlowLog = set, sl
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = 5 * time.Second // respmeter proxy's default: each command is looked at for a blocking wait
+	}
 	p, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)

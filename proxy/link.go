@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
@@ -55,6 +57,9 @@ type link struct {
 	// closed once drained.
 	progress int64
 	stalled  bool
+	// seen is when (p.now) the loop's timeout check first saw requests
+	// pending on the link since it last had none (timeout.go); 0: not yet.
+	seen int64
 	// pre is how many leading bytes of the owner's next request went to
 	// the engine before the request was complete (client.forwardPartial):
 	// queue trims them off.
@@ -132,6 +137,9 @@ func (ln *link) write(t int64) {
 			r.e.tSent = t
 		}
 	}
+	if ln.q.len() == ln.wn {
+		ln.seen = 0 // nothing was in flight: the timeout's wait starts at the next look
+	}
 	if ln.owner == nil {
 		if ln.q.len() == ln.wn {
 			ln.progress = ln.p.now() // nothing was in flight: the wait starts now
@@ -139,6 +147,9 @@ func (ln *link) write(t int64) {
 		ln.l.watchStalls()
 	}
 	_, _ = ln.c.Write(ln.wb)
+	if ln.wn > 0 && ln.p.cfg.UpstreamTimeout > 0 {
+		ln.l.watchUpstreams()
+	}
 	if m := ln.l.m; m != nil {
 		m.AddUpstreamBytes(0, len(ln.wb))
 		if ln.mshard >= 0 && ln.wn > 0 {
@@ -382,7 +393,7 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	// this connection completed, whichever is later (a pipelined request
 	// waits behind the ones before it).
 	e.ps[r.part].svcFrom = max(e.ps[r.part].tSent, prev)
-	if f.Type == '-' && e.flags&eInTx == 0 && ln.redirect(e, int(r.part), frame, now) {
+	if f.Type == '-' && e.flags&eInTx == 0 && (ln.redirect(e, int(r.part), frame, now) || ln.tryAgain(e, int(r.part), frame, now)) {
 		return
 	}
 	e.s.complete(e, int(r.part), frame, now, false)
@@ -419,12 +430,85 @@ func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	if !rd.Ask {
 		router.moved(rd.Slot, rd.Addr)
 	}
+	p.asked = rd.Ask
 	to := s.linkAddr(rd.Addr)
 	if rd.Ask {
 		to.queueDrop(askingReq, false)
 	}
 	to.queue(e, part, p.req)
 	return true
+}
+
+// -TRYAGAIN retries (Redis Cluster specification, "Multi-keys operations":
+// during a slot's migration a multi-key command whose keys are split between
+// the source and the target is refused with -TRYAGAIN, and cluster clients
+// retry it after a back-off). A part is re-sent to the node that refused it
+// after tryAgainWait, doubling up to tryAgainWaitMax, at most maxTryAgain
+// times (about 1 s in all, within which a MIGRATE of the slot's remaining
+// keys usually ends); then the engine's -TRYAGAIN is relayed. go-redis
+// retries it with 8-512 ms back-offs, redis-py sleeps 50 ms.
+const (
+	maxTryAgain     = 8
+	tryAgainWait    = 10 * time.Millisecond
+	tryAgainWaitMax = 250 * time.Millisecond
+)
+
+// tryAgain schedules the re-send of part of e after a back-off when frame
+// is -TRYAGAIN, and reports whether it did; false when frame is something
+// else, the request was not kept (only under --cluster: p.req) or it was
+// retried maxTryAgain times already: then the client gets the engine's
+// reply. The retry waits on a timer of its own (a -TRYAGAIN is rare: no
+// timer on the per-command path); meanwhile the part is on no link.
+func (ln *link) tryAgain(e *request, part int, frame []byte, now int64) bool {
+	if !bytes.HasPrefix(frame[1:], tryAgainErr) {
+		return false
+	}
+	p := &e.ps[part]
+	if len(p.req) == 0 || p.tries >= maxTryAgain {
+		return false
+	}
+	wait := min(tryAgainWait<<p.tries, tryAgainWaitMax)
+	p.tries++
+	if p.redirAt == 0 {
+		p.redirAt = now
+	}
+	if m := ln.p.cfg.Metrics; m != nil {
+		m.TryAgain()
+	}
+	l, addr, seq := ln.l, ln.addr, e.seq
+	retry := func() { l.retryPart(e, seq, part, addr) }
+	if l.el == nil {
+		retry()
+		return true
+	}
+	time.AfterFunc(wait, func() {
+		_ = l.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			retry()
+			return nil
+		})) // an error: the engine is stopping, and closes the client
+	})
+	return true
+}
+
+// retryPart re-sends part of e (request number seq of its client) to addr,
+// after ASKING when it went to an ASK target, unless the client left.
+func (l *loop) retryPart(e *request, seq uint64, part int, addr string) {
+	s := e.s
+	if s == nil || s.gone() || e.seq != seq || part >= len(e.ps) {
+		return
+	}
+	p := &e.ps[part]
+	if l.p.closing.Load() {
+		s.complete(e, part, l.p.lostUpstream(addr, nil), l.p.now(), false)
+		l.flushAll()
+		return
+	}
+	to := s.linkAddr(addr)
+	if p.asked {
+		to.queueDrop(askingReq, false)
+	}
+	to.queue(e, part, p.req)
+	l.flushAll()
 }
 
 // fail answers every request waiting on the link with reply, and forgets

@@ -53,6 +53,12 @@ type loop struct {
 	flushTimer    bool
 	flushLooks    atomic.Int64 // checkFlushing passes (tests read it)
 	runFlushCheck gnet.Runnable
+	// Engine connection timeouts (timeout.go): upArmed, a checkUpstreams
+	// is scheduled on upTimer (made once, re-armed).
+	upArmed    bool
+	upTimer    *time.Timer
+	runUpCheck gnet.Runnable
+	upLooks    atomic.Int64 // checkUpstreams passes (tests read it)
 	// stallTimer: a checkStalls is scheduled (stall.go).
 	stallTimer    bool
 	runStallCheck gnet.Runnable

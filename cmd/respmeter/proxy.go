@@ -52,6 +52,7 @@ type proxyFlags struct {
 	measure      bool
 	drainTimeout time.Duration
 	dialTimeout  time.Duration
+	upTimeout    time.Duration
 	upstreamUser string
 	upstreamPass string
 	logLevel     string
@@ -158,10 +159,11 @@ RESPMETER_* environment variables (RESPMETER_ plus the upper-cased YAML key:
 RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ROUTE, RESPMETER_SHARDS
 (comma-separated), RESPMETER_CLUSTER, RESPMETER_TOPOLOGY_REFRESH,
 RESPMETER_PIN_BY, RESPMETER_UPSTREAM_MODE, RESPMETER_UPSTREAM_CONNS,
-RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE, RESPMETER_DRAIN_TIMEOUT,
-RESPMETER_DIAL_TIMEOUT, RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT,
-RESPMETER_CLIENT_OUTPUT_LIMIT, RESPMETER_CLIENT_QUERY_LIMIT,
-RESPMETER_MAX_CLIENTS, RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL,
+RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
+RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_UPSTREAM_TIMEOUT,
+RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT, RESPMETER_CLIENT_OUTPUT_LIMIT,
+RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS,
+RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL,
 RESPMETER_SLOWLOG_THRESHOLD, RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG,
 RESPMETER_HDR_INTERVAL, RESPMETER_SUMMARY;
 RESPMETER_CONFIG names the file), then flags given on the command line.
@@ -210,6 +212,7 @@ addresses, settings; "final" is true at exit).`,
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "timeout of one connection attempt to the upstream")
+	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail the requests pending on an engine connection silent this long (-ERR upstream ... not answering) and close it; blocking commands add their own timeout; 0 disables")
 	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines (AUTH user password; needs --upstream-password)")
 	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of respmeter's own side connections to the engines (cluster map, command table, probe, poller); prefer RESPMETER_UPSTREAM_PASSWORD, the process list shows flags")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "minimum log `level`: debug, info, warn or error")

@@ -217,6 +217,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		Measure:           cfg.Measure,
 		DrainTimeout:      time.Duration(cfg.DrainTimeout),
 		DialTimeout:       time.Duration(cfg.DialTimeout),
+		UpstreamTimeout:   time.Duration(cfg.UpstreamTimeout),
 		UpstreamUser:      cfg.UpstreamUser,
 		UpstreamPassword:  cfg.UpstreamPassword,
 		ClientOutputLimit: proxyLimit(int64(cfg.ClientOutputLimit)),
