@@ -405,16 +405,27 @@ func splitEngineTime(t testing.TB) {
 	// the engine's own account (INFO commandstats) one call takes ~5 ms.
 	const script = "local t0 = redis.call('TIME') local us = tonumber(ARGV[1]) local n = 0 " +
 		"repeat local t = redis.call('TIME') n = n + 1 until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= us return n"
-	evalUsec := func() int64 {
+	// cmdStat reads the engine's own account of a command directly: its
+	// calls and total µs (INFO commandstats), the oracle of this run.
+	cmdStat := func(name string) (calls, usec int64) {
 		info, _ := srv.Do("INFO", "commandstats").(string)
-		_, rest, ok := strings.Cut(info, "cmdstat_eval:")
+		_, rest, ok := strings.Cut(info, "cmdstat_"+name+":")
 		if !ok {
-			return 0
+			return 0, 0
 		}
-		_, rest, _ = strings.Cut(rest, "usec=")
-		v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		return v
+		line, _, _ := strings.Cut(rest, "\r\n")
+		for _, kv := range strings.Split(line, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return calls, usec
 	}
+	evalUsec := func() int64 { _, u := cmdStat("eval"); return u }
 	evalReq := respCmd("EVAL", script, "0", strconv.FormatInt(target.Microseconds(), 10))
 	// Redis 8 and Valkey 8 give a script the same TIME throughout (the
 	// command's start): the loop would spin until the busy-script limit.
@@ -455,6 +466,7 @@ func splitEngineTime(t testing.TB) {
 	spWaitTimed(t, set, command.Get, 10)
 	paths := map[string]time.Duration{}
 	engs := map[string]time.Duration{}
+	truths := map[string]time.Duration{}
 	mins := map[string]time.Duration{}
 	for _, r := range runs {
 		count := n
@@ -463,6 +475,7 @@ func splitEngineTime(t testing.TB) {
 		}
 		spWaitPolls(t, poller, 2)
 		e0, s0 := spEngine(poller, r.name), set.Snapshot()
+		c0, u0 := cmdStat(r.name)
 		spRoundTrips(t, c, r.req, count, 0)
 		s1 := spWaitTimed(t, set, r.id, spCmd(s0, r.id).Phases[metrics.PhaseTotal].Count()+int64(count))
 		spWaitPolls(t, poller, 2)
@@ -470,15 +483,28 @@ func splitEngineTime(t testing.TB) {
 		if calls != int64(count) {
 			t.Fatalf("%s: engine counted %d calls, want %d", r.name, calls, count)
 		}
+		c1, u1 := cmdStat(r.name)
+		if c1-c0 != int64(count) {
+			t.Fatalf("%s: the engine's commandstats counted %d calls, want %d", r.name, c1-c0, count)
+		}
+		truths[r.name] = time.Duration(u1-u0) * time.Microsecond / time.Duration(count)
 		up := spPhase(s0, s1, r.id, metrics.PhaseUpstream)
-		paths[r.name], engs[r.name], mins[r.name] = up.Percentile(50)-eng, eng, time.Duration(up.Hist.Min())*time.Microsecond
-		t.Logf("%-5s x%d: upstream min %v p10 %v p50 %v mean %v | engine mean %v | path p50 %v (mean %v)",
-			r.name, count, mins[r.name], up.Percentile(10), up.Percentile(50), up.Mean(), eng, paths[r.name], up.Mean()-eng)
+		// Means on both sides: mean upstream = mean engine + mean path.
+		// (A p50 minus a mean read the path 0.5-4.7 ms low on a loaded
+		// machine: the engine's odd preempted 10 ms call moves its mean,
+		// not the upstream's p50.)
+		paths[r.name], engs[r.name], mins[r.name] = up.Mean()-eng, eng, time.Duration(up.Hist.Min())*time.Microsecond
+		t.Logf("%-5s x%d: upstream min %v p10 %v p50 %v mean %v | engine mean %v (its commandstats: %v) | path mean %v",
+			r.name, count, mins[r.name], up.Percentile(10), up.Percentile(50), up.Mean(), eng, truths[r.name], paths[r.name])
 	}
 	for _, r := range runs[1:] {
 		name := r.name
-		if !spWithin(engs[name], target, target/20) {
-			t.Errorf("%s: engine mean %v, want %v ±5%% (%s)", name, engs[name], target, spPct(engs[name], target))
+		// The engine time is the engine's own account of these calls, as
+		// the engine gave it in the same run (on a loaded machine a 5 ms
+		// loop or sleep takes the engine 5.1-10 ms), and at least 5 ms.
+		if !spWithin(engs[name], truths[name], truths[name]/20) || truths[name] < target-4*time.Microsecond {
+			t.Errorf("%s: engine mean %v, want the engine's own %v ±5%% (%s), itself >= %v",
+				name, engs[name], truths[name], spPct(engs[name], truths[name]), target)
 		}
 		// The path is the same round trip to the same engine whatever the
 		// command does inside it. Bound: 300 µs, a few times the path
@@ -491,7 +517,7 @@ func splitEngineTime(t testing.TB) {
 		// 5 ms and commandstats truncates to whole µs.
 		const bound = 300 * time.Microsecond
 		if d := paths[name] - paths["get"]; d < -bound || d > bound {
-			t.Errorf("%s: path p50 %v vs GET's %v (diff %v); want within ±%v", name, paths[name], paths["get"], d, bound)
+			t.Errorf("%s: path mean %v vs GET's %v (diff %v); want within ±%v", name, paths[name], paths["get"], d, bound)
 		}
 		// Neither command can be answered in less than 5 ms (DEBUG SLEEP
 		// sleeps at least that long; the loop runs until the engine's clock
