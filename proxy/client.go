@@ -299,6 +299,11 @@ type client struct {
 	capOf  *capture.Capture
 	capBuf *capture.Buf
 	capID  uint64
+	// vnode is the virtual node whose listener the client connected to
+	// under RouteFacade (nil: the plain endpoint, or another route), vhost
+	// the host it reached respmeter on (facade.go).
+	vnode *facadeNode
+	vhost string
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -328,9 +333,10 @@ func (s *client) open() {
 	}
 }
 
-// fixed reports whether the client talks to one engine only (no route, or
-// --route pinned): every request goes to its home shard.
-func (s *client) fixed() bool { return s.p.route != routeSlots }
+// fixed reports whether the client talks to one engine only (no route,
+// --route pinned, or a virtual node of --route facade): every request goes
+// to its home shard.
+func (s *client) fixed() bool { return s.p.route != routeSlots || s.vnode != nil }
 
 // pinHome binds a --pin-by first-key client to shard, or to the next live
 // shard round-robin when shard < 0 (a first batch that names no key: a

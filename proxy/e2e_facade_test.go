@@ -1,0 +1,314 @@
+package proxy_test
+
+// --route facade over three standalone shards: cluster-aware clients (go-redis
+// ClusterClient, redis-cli -c) see a Redis Cluster of virtual nodes. The
+// oracle is the same client against a real 3-master Redis Cluster.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// startFacade starts n standalone shards behind --route facade, one virtual
+// node per shard on a free port.
+func startFacade(t *testing.T, n int, mod func(*proxy.Config)) ([]*redistest.Server, *proxy.Proxy, *metrics.Set) {
+	t.Helper()
+	srvs, addrs := startShards(t, n)
+	p, set := startRouted(t, proxy.RouteFacade, addrs, func(c *proxy.Config) {
+		c.FacadeListen = nil
+		for range n {
+			c.FacadeListen = append(c.FacadeListen, "127.0.0.1:0")
+		}
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return srvs, p, set
+}
+
+// tapConn keeps a copy of every byte a client read.
+type tapConn struct {
+	net.Conn
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (c tapConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.mu.Lock()
+	c.buf.Write(b[:n])
+	c.mu.Unlock()
+	return n, err
+}
+
+// tappedCluster is a RESP3 go-redis ClusterClient seeded with seed, whose
+// connections copy every byte they read into the returned buffer.
+func tappedCluster(t *testing.T, seed string) (*redis.ClusterClient, func() []byte) {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	var d net.Dialer
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{seed}, Protocol: 3, MaxRetries: -1, MaxRedirects: 3,
+		// No CLIENT SETINFO or CLIENT MAINT_NOTIFICATIONS: redis-server
+		// 7.0 does not know them, and its commandstats (the oracle of the
+		// per-shard counts) leave unknown commands out.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		ReadTimeout:              10 * time.Second, WriteTimeout: 10 * time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return tapConn{conn, &mu, &buf}, nil
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(buf.Bytes())
+	}
+}
+
+// clusterWorkload drives c over many slots and returns every result as a
+// printable string.
+func clusterWorkload(t *testing.T, c *redis.ClusterClient) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	rec := func(cmd redis.Cmder) {
+		out = append(out, fmt.Sprintf("%v", cmd.Args())+" => "+cmdString(cmd))
+	}
+	for i := range 200 {
+		rec(c.Set(ctx, fmt.Sprintf("key:%d", i), fmt.Sprintf("v%d", i), 0))
+	}
+	for i := range 200 {
+		rec(c.Get(ctx, fmt.Sprintf("key:%d", i)))
+	}
+	for i := range 20 {
+		tag := fmt.Sprintf("{user%d}", i)
+		rec(c.MSet(ctx, tag+"a", "1", tag+"b", "2"))
+		rec(c.MGet(ctx, tag+"a", tag+"b", tag+"missing"))
+		rec(c.Del(ctx, tag+"a", tag+"c"))
+		rec(c.Exists(ctx, tag+"a", tag+"b"))
+	}
+	// Keys of two slots in one command: the node refuses it (CROSSSLOT).
+	rec(c.MGet(ctx, "key:1", "key:2"))
+	// Pipelines over many slots: the client splits them per node.
+	cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 300 {
+			p.Incr(ctx, fmt.Sprintf("ctr:%d", i%97))
+			p.Get(ctx, fmt.Sprintf("key:%d", (i*7)%200))
+		}
+		return nil
+	})
+	for _, cmd := range cmds {
+		rec(cmd)
+	}
+	// A transaction on one slot.
+	cmds, _ = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "{tx}n")
+		p.Append(ctx, "{tx}s", "ab")
+		p.Get(ctx, "{tx}n")
+		return nil
+	})
+	for _, cmd := range cmds {
+		rec(cmd)
+	}
+	rec(c.ClusterKeySlot(ctx, "{user3}a"))
+	rec(c.ClusterCountKeysInSlot(ctx, int(routing.Slot([]byte("user3")))))
+	rec(c.ClusterCountKeysInSlot(ctx, int(routing.Slot([]byte("key:5")))))
+	return out
+}
+
+// noEnginePort fails t if data holds the port of any engine as a number
+// of its own (not part of a longer digit string).
+func noEnginePort(t *testing.T, what string, data []byte, srvs ...*redistest.Server) {
+	t.Helper()
+	for _, s := range srvs {
+		re := regexp.MustCompile(`(^|[^0-9])` + strconv.Itoa(s.Port()) + `($|[^0-9])`)
+		if loc := re.FindIndex(data); loc != nil {
+			lo, hi := max(loc[0]-80, 0), min(loc[1]+80, len(data))
+			t.Errorf("%s: engine port %d reached the client: %q", what, s.Port(), data[lo:hi])
+		}
+	}
+}
+
+// TestFacadeClusterClientMatchesCluster: go-redis ClusterClient (RESP3)
+// through the facade over three standalone engines gets the same results
+// as against a real 3-master Redis Cluster; no engine address reaches it;
+// and the per-shard command counts (respmeter_shard_commands_total) equal
+// what each engine's commandstats counted.
+func TestFacadeClusterClientMatchesCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	srvs, p, set := startFacade(t, 3, nil)
+	nodes := p.FacadeAddrs()
+	if len(nodes) != 3 {
+		t.Fatalf("FacadeAddrs = %v, want 3 addresses", nodes)
+	}
+	// The engines' statistics from here on count only the facade's clients.
+	for _, s := range srvs {
+		if err := s.Client().ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	direct, _ := tappedCluster(t, cl.Nodes[0].Addr())
+	want := clusterWorkload(t, direct)
+	fc, read := tappedCluster(t, nodes[1])
+	got := clusterWorkload(t, fc)
+	if len(got) != len(want) {
+		t.Fatalf("%d results through the facade, %d direct", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("result %d differs\n cluster: %s\n facade:  %s", i, want[i], got[i])
+		}
+	}
+	// The client learned the virtual nodes, and only them.
+	ctx := context.Background()
+	slots, err := fc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range slots {
+		if len(s.Nodes) != 1 || s.Nodes[0].Addr != nodes[i] {
+			t.Errorf("CLUSTER SLOTS range %d-%d: nodes %v, want %s", s.Start, s.End, s.Nodes, nodes[i])
+		}
+	}
+	if len(slots) != 3 {
+		t.Errorf("CLUSTER SLOTS: %d ranges, want 3", len(slots))
+	}
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n, MaxRetries: -1, DisableIdentity: true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+		t.Cleanup(func() { _ = c.Close() })
+		for _, cmd := range []*redis.StringCmd{c.ClusterNodes(ctx), c.ClusterInfo(ctx)} {
+			if cmd.Err() != nil {
+				t.Fatal(cmd.Err())
+			}
+		}
+		if err := c.ClusterShards(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noEnginePort(t, "ClusterClient through the facade", read(), srvs...)
+
+	// Per shard, what respmeter sent is what the engine ran.
+	redistest.Eventually(t, 5*time.Second, func() error {
+		served := map[string]int64{}
+		for _, sh := range set.Snapshot().Shards {
+			served[sh.Name] = sh.Count
+		}
+		for _, s := range srvs {
+			n := engineCalls(t, s)
+			if served[s.Addr()] != n || n == 0 {
+				return fmt.Errorf("shard %s: respmeter counted %d commands, the engine's commandstats %d", s.Addr(), served[s.Addr()], n)
+			}
+		}
+		return nil
+	})
+}
+
+// engineCalls sums calls and rejected_calls of the engine's commandstats,
+// leaving out the CONFIG RESETSTAT and INFO of the test's own connection
+// and the KEYS that the facade's CLUSTER COUNTKEYSINSLOT script runs (the
+// workload sends no KEYS of its own).
+func engineCalls(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	info, err := s.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	re := regexp.MustCompile(`(?m)^cmdstat_([^:]+):calls=(\d+),.*rejected_calls=(\d+)`)
+	for _, m := range re.FindAllStringSubmatch(info, -1) {
+		if m[1] == "config|resetstat" || m[1] == "info" || m[1] == "keys" {
+			continue
+		}
+		a, _ := strconv.ParseInt(m[2], 10, 64)
+		b, _ := strconv.ParseInt(m[3], 10, 64)
+		n += a + b
+	}
+	return n
+}
+
+// TestFacadeRedirects: a virtual node answers a key of another node's slot
+// with -MOVED naming that virtual node, keys of several slots with
+// -CROSSSLOT, and the cluster commands itself; redis-cli -c follows the
+// MOVED to the right virtual node and the key lands on its shard.
+func TestFacadeRedirects(t *testing.T) {
+	srvs, p, _ := startFacade(t, 3, nil)
+	nodes := p.FacadeAddrs()
+	ctx := context.Background()
+	c0 := goRedis(t, nodes[0])
+	key := "foo" // slot 12182: shard 2
+	slot := routing.Slot([]byte(key))
+	err := c0.Set(ctx, key, "1", 0).Err()
+	if want := fmt.Sprintf("MOVED %d %s", slot, nodes[2]); err == nil || err.Error() != want {
+		t.Errorf("SET %s on node 0: %v, want %s", key, err, want)
+	}
+	if err := c0.MGet(ctx, "a", "b").Err(); err == nil || err.Error() != "CROSSSLOT Keys in request don't hash to the same slot" {
+		t.Errorf("MGET a b: %v, want CROSSSLOT", err)
+	}
+	for _, cmd := range []string{"ASKING", "READONLY", "READWRITE"} {
+		if v, err := c0.Do(ctx, cmd).Result(); err != nil || v != "OK" {
+			t.Errorf("%s: %v %v, want OK", cmd, v, err)
+		}
+	}
+	if id, err := c0.ClusterMyID(ctx).Result(); err != nil || !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(id) {
+		t.Errorf("CLUSTER MYID: %q %v", id, err)
+	}
+	if v, err := c0.Do(ctx, "CLUSTER", "NOPE").Result(); err == nil || err.Error() != "ERR unknown subcommand 'NOPE'. Try CLUSTER HELP." {
+		t.Errorf("CLUSTER NOPE: %v %v", v, err)
+	}
+	// The key was refused, not stored anywhere.
+	for _, s := range srvs {
+		if n := s.Client().Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("%s holds %s after a MOVED", s.Addr(), key)
+		}
+	}
+
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not installed: the redis-cli -c half is skipped")
+	}
+	host, port, _ := net.SplitHostPort(nodes[0])
+	out, err := exec.Command(cli, "-c", "-h", host, "-p", port, "SET", key, "via-cli").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("redis-cli -c SET: %v\n%s", err, out)
+	}
+	noEnginePort(t, "redis-cli -c", out, srvs...)
+	// Node 0 refuses the key (above): it can only have landed on shard 2
+	// through node 2, the MOVED's target.
+	if v := srvs[2].Client().Get(ctx, key).Val(); v != "via-cli" {
+		t.Errorf("shard 2 holds %s = %q, want via-cli", key, v)
+	}
+	out, err = exec.Command(cli, "-c", "-h", host, "-p", port, "CLUSTER", "NODES").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli CLUSTER NODES: %v\n%s", err, out)
+	}
+	noEnginePort(t, "CLUSTER NODES", out, srvs...)
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 3 || !strings.Contains(string(out), "myself,master") {
+		t.Errorf("CLUSTER NODES:\n%s", out)
+	}
+}
