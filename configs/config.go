@@ -70,6 +70,9 @@ const (
 	RouteSlots = "slots"
 	// RoutePinned binds each client connection to one shard.
 	RoutePinned = "pinned"
+	// RouteFacade presents the shards as a Redis Cluster of virtual nodes
+	// (FacadeListen), Listen staying a slot-routed endpoint.
+	RouteFacade = "facade"
 )
 
 // Pin policies accepted by Config.PinBy under RoutePinned; the same strings
@@ -99,7 +102,7 @@ const (
 var (
 	logLevels     = []string{"debug", "info", "warn", "error"}
 	logFormats    = []string{"text", "json"}
-	routes        = []string{RouteNone, RouteSlots, RoutePinned}
+	routes        = []string{RouteNone, RouteSlots, RoutePinned, RouteFacade}
 	pinPolicies   = []string{PinConnection, PinFirstKey}
 	upstreamModes = []string{UpstreamPrivate, UpstreamShared}
 )
@@ -152,14 +155,17 @@ type Config struct {
 	Upstream string `yaml:"upstream"`
 	// Route is how commands find their engine: "none" (the default; every
 	// connection goes to Upstream), "slots" (each command to the shard that
-	// owns its keys' hash slot) or "pinned" (each client connection to one
-	// shard). "slots" and "pinned" need exactly one of Shards and Cluster.
+	// owns its keys' hash slot), "pinned" (each client connection to one
+	// shard) or "facade" (a Redis Cluster of virtual nodes, FacadeListen,
+	// for cluster-aware clients; Listen routes as "slots"). "slots" and
+	// "pinned" need exactly one of Shards and Cluster, "facade" needs
+	// Shards (a Cluster behind the facade is not supported yet).
 	Route string `yaml:"route"`
 	// Shards are standalone engines, host:port each, splitting the 16384
 	// hash slots in contiguous ranges as "redis-cli --cluster create" would
 	// (3 shards: 0-5460, 5461-10922, 10923-16383). At most MaxShards, no
-	// duplicates, none equal to Listen. Only with Route "slots" or
-	// "pinned". Default empty. In the environment and in --shards: a
+	// duplicates, none equal to Listen. Only with Route "slots", "pinned"
+	// or "facade". Default empty. In the environment and in --shards: a
 	// comma-separated list.
 	Shards []string `yaml:"shards"`
 	// Cluster is host:port of one node of a Redis or Valkey Cluster, whose
@@ -167,6 +173,15 @@ type Config struct {
 	// every TopologyRefresh and after a MOVED reply. Only with Route
 	// "slots" or "pinned". Default "".
 	Cluster string `yaml:"cluster"`
+	// FacadeListen are the client-facing addresses of Route "facade"'s
+	// virtual cluster nodes, host:port each (port 0 picks a free port), one
+	// per shard in shard order; more than the shards are allowed (spare
+	// nodes own no slot). No duplicates, none equal to Listen. The host is
+	// what CLUSTER SLOTS/SHARDS/NODES and MOVED name; a wildcard host
+	// (0.0.0.0, ::) names the address the client reached. Only with Route
+	// "facade". Default empty. In the environment and in --facade-listen: a
+	// comma-separated list.
+	FacadeListen []string `yaml:"facade_listen"`
 	// TopologyRefresh is how often the Cluster's shard map is re-read.
 	// Default 30s; at least MinTopologyRefresh. Unused without Cluster.
 	TopologyRefresh Duration `yaml:"topology_refresh"`
@@ -307,9 +322,11 @@ func Default() Config {
 	}
 }
 
-// Routed reports whether c routes over shards (Route "slots" or "pinned")
-// rather than forwarding to Upstream.
-func (c *Config) Routed() bool { return c.Route == RouteSlots || c.Route == RoutePinned }
+// Routed reports whether c routes over shards (Route "slots", "pinned" or
+// "facade") rather than forwarding to Upstream.
+func (c *Config) Routed() bool {
+	return c.Route == RouteSlots || c.Route == RoutePinned || c.Route == RouteFacade
+}
 
 // FieldError is one problem with one configuration key. Load, ApplyEnv, Set
 // and Validate return these, several at once through errors.Join; walk them
@@ -514,10 +531,17 @@ func (c *Config) checkRouting() []*FieldError {
 	switch c.Route {
 	case RouteNone:
 		if len(c.Shards) > 0 {
-			errs = append(errs, invalid("shards", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+			errs = append(errs, invalid("shards", "needs route slots, pinned or facade, got route %q", c.Route).reads("route"))
 		}
 		if c.Cluster != "" {
 			errs = append(errs, invalid("cluster", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+		}
+	case RouteFacade:
+		switch {
+		case c.Cluster != "":
+			errs = append(errs, invalid("cluster", "route facade works over standalone shards only so far: give shards").reads("route"))
+		case len(c.Shards) == 0:
+			errs = append(errs, invalid("route", "route facade needs shards (standalone engines)").reads("shards"))
 		}
 	case RouteSlots, RoutePinned:
 		switch {
@@ -530,6 +554,7 @@ func (c *Config) checkRouting() []*FieldError {
 	default:
 		return errs // the route itself is reported by the enum check
 	}
+	errs = append(errs, c.checkFacadeListen()...)
 	switch {
 	case c.PinBy == "":
 	case c.Route != RoutePinned:
@@ -538,6 +563,47 @@ func (c *Config) checkRouting() []*FieldError {
 		if e := checkEnum("pin_by", c.PinBy, pinPolicies); e != nil {
 			errs = append(errs, e)
 		}
+	}
+	return errs
+}
+
+// checkFacadeListen checks FacadeListen: only with Route "facade", which
+// needs at least one address per shard; each a host:port (port 0 allowed),
+// none twice (but port 0), none equal to Listen.
+func (c *Config) checkFacadeListen() []*FieldError {
+	var errs []*FieldError
+	if c.Route != RouteFacade {
+		if len(c.FacadeListen) > 0 {
+			errs = append(errs, invalid("facade_listen", "needs route facade, got route %q", c.Route).reads("route"))
+		}
+		return errs
+	}
+	seen := map[string]int{}
+	for i, a := range c.FacadeListen {
+		if e := checkHostPort("facade_listen", a, 0, "host:port"); e != nil {
+			e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
+			e.entry = i + 1
+			errs = append(errs, e)
+			continue
+		}
+		if !hasPortZero(a) {
+			if j, dup := seen[a]; dup {
+				e := invalid("facade_listen", "entry %d repeats entry %d (%q)", i+1, j+1, a)
+				e.entry = i + 1
+				errs = append(errs, e)
+				continue
+			}
+			seen[a] = i
+			if !hasPortZero(c.Listen) && sameAddr(c.Listen, a) {
+				e := invalid("facade_listen", "entry %d must differ from listen (%q)", i+1, c.Listen).reads("listen")
+				e.entry = i + 1
+				errs = append(errs, e)
+			}
+		}
+	}
+	if n := len(c.Shards); len(c.FacadeListen) < n {
+		errs = append(errs, invalid("facade_listen", "route facade needs one address per shard, in shard order: %d for %d shards",
+			len(c.FacadeListen), n).reads("route", "shards"))
 	}
 	return errs
 }

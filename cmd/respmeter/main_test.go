@@ -228,7 +228,7 @@ func TestUsageErrors(t *testing.T) {
 		{"zero slowlog", []string{"proxy", "--slowlog-len", "0"}, `respmeter: --slowlog-len: key "slowlog_len": must be > 0, got 0`},
 		{"zero hdr interval", []string{"proxy", "--hdr-interval", "0s"}, `respmeter: --hdr-interval: key "hdr_interval": must be > 0, got 0s`},
 		{"hdr log without file", []string{"proxy", "--hdr-log"}, `flag needs an argument: --hdr-log`},
-		{"bad route", []string{"proxy", "--route", "cluster"}, `respmeter: --route: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"bad route", []string{"proxy", "--route", "cluster"}, `respmeter: --route: key "route": must be one of none|slots|pinned|facade, got "cluster"`},
 		{"route without shards", []string{"proxy", "--route", "slots"},
 			`respmeter: --route: key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
 		{"shards without route", []string{"proxy", "--shards", "127.0.0.1:7000"},
@@ -493,6 +493,11 @@ func TestPrecedence(t *testing.T) {
 			[]string{"--route", "pinned", "--shards", "127.0.0.1:7000", "--upstream-mode", "private"}, []string{
 				"route: pinned\n", "upstream_mode: private\nupstream_conns: 2\n",
 			}},
+		{"facade from env and flags", []string{"RESPMETER_ROUTE=facade", "RESPMETER_FACADE_LISTEN=127.0.0.1:7100,127.0.0.1:7101"},
+			[]string{"--shards", "127.0.0.1:7000,127.0.0.1:7001"}, []string{
+				"sources: defaults, RESPMETER_ROUTE, RESPMETER_FACADE_LISTEN, --shards\n",
+				"route: facade\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\nfacade_listen:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n",
+			}},
 		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
 			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},
 	} {
@@ -527,9 +532,10 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_SLOWLOG_THRESHOLD=slow", `respmeter: RESPMETER_SLOWLOG_THRESHOLD: key "slowlog_threshold": must be a duration such as "250ms" or "5s", got "slow"`},
 		{"RESPMETER_SLOWLOG_LEN=2000000", `respmeter: RESPMETER_SLOWLOG_LEN: key "slowlog_len": must be <= 1048576, got 2000000`},
 		{"RESPMETER_HDR_INTERVAL=-1s", `respmeter: RESPMETER_HDR_INTERVAL: key "hdr_interval": must be > 0, got -1s`},
-		{"RESPMETER_ROUTE=cluster", `respmeter: RESPMETER_ROUTE: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"RESPMETER_ROUTE=cluster", `respmeter: RESPMETER_ROUTE: key "route": must be one of none|slots|pinned|facade, got "cluster"`},
 		{"RESPMETER_SHARDS=127.0.0.1:7000,", `respmeter: RESPMETER_SHARDS: key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
-		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots or pinned, got route "none"`},
+		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots, pinned or facade, got route "none"`},
+		{"RESPMETER_FACADE_LISTEN=127.0.0.1:7100", `respmeter: RESPMETER_FACADE_LISTEN: key "facade_listen": needs route facade, got route "none"`},
 		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots or pinned, got route "none"`},
 		{"RESPMETER_PIN_BY=first-key", `respmeter: RESPMETER_PIN_BY: key "pin_by": needs route pinned, got route "none"`},
 		{"RESPMETER_TOPOLOGY_REFRESH=1ms", `respmeter: RESPMETER_TOPOLOGY_REFRESH: key "topology_refresh": must be at least 1s, got 1ms`},
