@@ -158,8 +158,8 @@ type Config struct {
 	// owns its keys' hash slot), "pinned" (each client connection to one
 	// shard) or "facade" (a Redis Cluster of virtual nodes, FacadeListen,
 	// for cluster-aware clients; Listen routes as "slots"). "slots" and
-	// "pinned" need exactly one of Shards and Cluster, "facade" needs
-	// Shards (a Cluster behind the facade is not supported yet).
+	// "pinned" need exactly one of Shards and Cluster, and so does
+	// "facade".
 	Route string `yaml:"route"`
 	// Shards are standalone engines, host:port each, splitting the 16384
 	// hash slots in contiguous ranges as "redis-cli --cluster create" would
@@ -171,12 +171,15 @@ type Config struct {
 	// Cluster is host:port of one node of a Redis or Valkey Cluster, whose
 	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at start,
 	// every TopologyRefresh and after a MOVED reply. Only with Route
-	// "slots" or "pinned". Default "".
+	// "slots", "pinned" or "facade". Default "".
 	Cluster string `yaml:"cluster"`
 	// FacadeListen are the client-facing addresses of Route "facade"'s
 	// virtual cluster nodes, host:port each (port 0 picks a free port), one
-	// per shard in shard order; more than the shards are allowed (spare
-	// nodes own no slot). No duplicates, none equal to Listen. The host is
+	// per shard in shard order (with Cluster: in the order the shard map
+	// lists the masters; a master beyond them, one that joins later
+	// included, takes a spare address, or if none is left every node
+	// forwards its slots); more than the shards are allowed (spare nodes
+	// own no slot). No duplicates, none equal to Listen. The host is
 	// what CLUSTER SLOTS/SHARDS/NODES and MOVED name; a wildcard host
 	// (0.0.0.0, ::) names the address the client reached. Only with Route
 	// "facade". Default empty. In the environment and in --facade-listen: a
@@ -534,16 +537,9 @@ func (c *Config) checkRouting() []*FieldError {
 			errs = append(errs, invalid("shards", "needs route slots, pinned or facade, got route %q", c.Route).reads("route"))
 		}
 		if c.Cluster != "" {
-			errs = append(errs, invalid("cluster", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+			errs = append(errs, invalid("cluster", "needs route slots, pinned or facade, got route %q", c.Route).reads("route"))
 		}
-	case RouteFacade:
-		switch {
-		case c.Cluster != "":
-			errs = append(errs, invalid("cluster", "route facade works over standalone shards only so far: give shards").reads("route"))
-		case len(c.Shards) == 0:
-			errs = append(errs, invalid("route", "route facade needs shards (standalone engines)").reads("shards"))
-		}
-	case RouteSlots, RoutePinned:
+	case RouteSlots, RoutePinned, RouteFacade:
 		switch {
 		case len(c.Shards) > 0 && c.Cluster != "":
 			errs = append(errs, invalid("cluster", "give shards or cluster, not both (route %s)", c.Route).reads("shards"))
@@ -601,7 +597,9 @@ func (c *Config) checkFacadeListen() []*FieldError {
 			}
 		}
 	}
-	if n := len(c.Shards); len(c.FacadeListen) < n {
+	if len(c.FacadeListen) == 0 {
+		errs = append(errs, invalid("facade_listen", "route facade needs at least one address").reads("route"))
+	} else if n := len(c.Shards); len(c.FacadeListen) < n {
 		errs = append(errs, invalid("facade_listen", "route facade needs one address per shard, in shard order: %d for %d shards",
 			len(c.FacadeListen), n).reads("route", "shards"))
 	}

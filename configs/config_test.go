@@ -513,7 +513,7 @@ func TestValidateRouting(t *testing.T) {
 		{"both", func(c *Config) { c.Route, c.Shards, c.Cluster = RouteSlots, three, "10.0.0.1:7000" },
 			`key "cluster": give shards or cluster, not both (route slots)`},
 		{"shards without route", func(c *Config) { c.Shards = three }, `key "shards": needs route slots, pinned or facade, got route "none"`},
-		{"cluster without route", func(c *Config) { c.Cluster = "db:7000" }, `key "cluster": needs route slots or pinned, got route "none"`},
+		{"cluster without route", func(c *Config) { c.Cluster = "db:7000" }, `key "cluster": needs route slots, pinned or facade, got route "none"`},
 		{"pin_by without route", func(c *Config) { c.PinBy = PinConnection }, `key "pin_by": needs route pinned, got route "none"`},
 		{"pin_by with slots", func(c *Config) { c.Route, c.Shards, c.PinBy = RouteSlots, three, PinFirstKey },
 			`key "pin_by": needs route pinned, got route "slots"`},
@@ -541,8 +541,11 @@ func TestValidateRouting(t *testing.T) {
 		}, `key "facade_listen": route facade needs one address per shard, in shard order: 1 for 3 shards`},
 		{"facade over a cluster", func(c *Config) {
 			c.Route, c.Cluster, c.FacadeListen = RouteFacade, "10.0.0.1:7000", []string{"127.0.0.1:7100"}
-		}, `key "cluster": route facade works over standalone shards only so far: give shards`},
-		{"facade without shards", func(c *Config) { c.Route = RouteFacade }, `key "route": route facade needs shards (standalone engines)`},
+		}, ""},
+		{"facade without shards", func(c *Config) { c.Route, c.FacadeListen = RouteFacade, []string{":0"} },
+			`key "route": route facade needs shards (standalone engines) or cluster (a cluster node)`},
+		{"facade without addresses", func(c *Config) { c.Route, c.Cluster = RouteFacade, "10.0.0.1:7000" },
+			`key "facade_listen": route facade needs at least one address`},
 		{"facade: duplicate address", func(c *Config) {
 			c.Route, c.Shards, c.FacadeListen = RouteFacade, three[:2], []string{"127.0.0.1:7100", "127.0.0.1:7100"}
 		}, `key "facade_listen": entry 2 repeats entry 1 ("127.0.0.1:7100")`},

@@ -29,7 +29,7 @@ type Config struct {
 	Upstream string
 	// Route is RouteNone (the default when empty: every connection goes
 	// to Upstream), RouteSlots, RoutePinned or RouteFacade; the last three
-	// need Shards (RouteFacade: Shards only, for now) or Cluster.
+	// need Shards or Cluster.
 	Route string
 	// Shards are standalone engines, host:port, that split the 16384 hash
 	// slots in contiguous ranges as "redis-cli --cluster create" assigns
@@ -41,8 +41,11 @@ type Config struct {
 	Cluster string
 	// FacadeListen are the listeners of RouteFacade's virtual nodes,
 	// host:port each (port 0 picks a free port), one per shard in shard
-	// order; addresses beyond the shards are spare nodes that own no slot.
-	// Only with RouteFacade, which needs at least one per shard.
+	// order (with Cluster, the masters in the order of the shard map, one
+	// that joins later taking the next address); addresses beyond the
+	// shards are spare nodes that own no slot, and masters beyond the
+	// addresses have their slots forwarded by every node. Only with
+	// RouteFacade, which needs at least one per shard of Shards.
 	FacadeListen []string
 	// TopologyRefresh is how often the cluster's shard map is re-read.
 	// 0 means 30 s.

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/routing"
@@ -310,5 +312,103 @@ func TestFacadeRedirects(t *testing.T) {
 	noEnginePort(t, "CLUSTER NODES", out, srvs...)
 	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 3 || !strings.Contains(string(out), "myself,master") {
 		t.Errorf("CLUSTER NODES:\n%s", out)
+	}
+}
+
+// TestFacadeRealCluster: go-redis ClusterClient through the facade in
+// front of a real 3-master Redis Cluster gets what it gets directly, never
+// an engine address; and a slot migrates between its writes (MIGRATING/
+// IMPORTING, writes, SETSLOT NODE, writes): every write lands exactly
+// once, on the slot's new owner.
+func TestFacadeRealCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[0].Addr()
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"} // one spare
+	})
+	nodes := p.FacadeAddrs()
+
+	direct, _ := tappedCluster(t, cl.Nodes[0].Addr())
+	want := clusterWorkload(t, direct)
+	// The direct run's keys are gone before the facade's run.
+	for _, s := range cl.Nodes {
+		if err := s.Client().FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fc, read := tappedCluster(t, nodes[2])
+	got := clusterWorkload(t, fc)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("result %d differs\n cluster: %s\n facade:  %s", i, want[i], got[i])
+		}
+	}
+
+	// A slot moves while the client writes new keys of it and of others.
+	const tag = "{mv}"
+	slot := int(routing.Slot([]byte("mv")))
+	from := cl.Owner(slot)
+	to := (from + 1) % 3
+	ctx := context.Background()
+	var n int
+	write := func(rounds int) {
+		for range rounds {
+			for _, k := range []string{tag + strconv.Itoa(n), "other:" + strconv.Itoa(n)} {
+				if v, err := fc.Incr(ctx, k).Result(); err != nil || v != 1 {
+					t.Fatalf("INCR %s (write %d): %v %v", k, n, v, err)
+				}
+			}
+			n++
+		}
+	}
+	write(50)
+	cl.BeginMove(slot, to)
+	write(50) // the source answers ASK for these new keys
+	// The keys written before move as redis-cli --cluster reshard moves
+	// them: MIGRATE from the source to the target.
+	src := cl.Nodes[from].Client()
+	old, err := src.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
+	if err != nil || len(old) != 50 {
+		t.Fatalf("CLUSTER GETKEYSINSLOT on the source: %d keys, %v; want the 50 written before the move", len(old), err)
+	}
+	margs := []any{"MIGRATE", "127.0.0.1", cl.Nodes[to].Port(), "", 0, 5000, "KEYS"}
+	for _, k := range old {
+		margs = append(margs, k)
+	}
+	if err := src.Do(ctx, margs...).Err(); err != nil {
+		t.Fatalf("MIGRATE: %v", err)
+	}
+	cl.FinishMove(slot, to)
+	write(50) // MOVED from the source, then from the facade
+	for i := range n {
+		k := tag + strconv.Itoa(i)
+		holders := 0
+		for _, s := range cl.Nodes {
+			holders += int(s.Client().Exists(ctx, k).Val())
+		}
+		if holders != 1 {
+			t.Errorf("%s is on %d masters, want 1", k, holders)
+		}
+	}
+	if got := cl.Nodes[to].Client().ClusterCountKeysInSlot(ctx, slot).Val(); got != int64(n) {
+		t.Errorf("slot %d holds %d keys on its new owner, want %d", slot, got, n)
+	}
+	data := read()
+	noEnginePort(t, "ClusterClient through the facade over a cluster", data, cl.Nodes...)
+	movedTo := 0
+	for _, m := range regexp.MustCompile(`(MOVED|ASK) \d+ (\S+)\r\n`).FindAllSubmatch(data, -1) {
+		if !slices.Contains(nodes, string(m[2])) {
+			t.Errorf("redirect %q names no virtual node", m[0])
+		}
+		if string(m[2]) == nodes[to] {
+			movedTo++
+		}
+	}
+	// respmeter followed the source's ASKs (the client saw none), and the
+	// client then learned the move from a MOVED naming the new owner's
+	// virtual node.
+	if sn := set.Snapshot(); sn.Routing.RedirectsAsk < 50 || movedTo == 0 {
+		t.Errorf("ASK followed by respmeter: %d (want >= 50); MOVED to %s seen by the client: %d (want >= 1)",
+			sn.Routing.RedirectsAsk, nodes[to], movedTo)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -60,6 +61,22 @@ func (f *facade) boot(eng gnet.Engine) {
 		}
 		sum := sha1.Sum([]byte("respmeter facade " + n.addr))
 		n.host, n.port, n.id = host, port, hex.EncodeToString(sum[:])
+	}
+}
+
+// warnUnnoded logs the masters of the map that have no virtual node (more
+// masters than Config.FacadeListen addresses): every virtual node forwards
+// their slots, and presents them as its own.
+func (f *facade) warnUnnoded(p *Proxy) {
+	v := p.router.load()
+	if v == nil {
+		return
+	}
+	for _, sh := range v.live {
+		if sh >= len(f.nodes) {
+			p.log.Warn("no facade listen address left for a master: each virtual node forwards its slots and presents them as its own",
+				"master", v.t.Addrs[sh], "facade_nodes", len(f.nodes))
+		}
 	}
 }
 
@@ -125,12 +142,20 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 	}
 	switch id {
 	case command.Cluster:
-		s.clusterCmd(v, e, args)
+		s.clusterCmd(v, e, args, frame)
 		return
-	case command.Asking, command.Readonly, command.Readwrite:
-		// A standalone engine refuses them (cluster support disabled);
-		// a cluster node answers OK. The facade presents masters only:
-		// READONLY changes nothing.
+	case command.Asking:
+		if s.p.router.cluster {
+			// Answered now, sent with the next command, on its connection
+			// (as slotShape does).
+			s.hold(frame)
+		}
+		// A standalone engine refuses it (cluster support disabled).
+		s.local(e, okReply)
+		return
+	case command.Readonly, command.Readwrite:
+		// The facade presents masters only: READONLY changes nothing (a
+		// standalone engine would refuse it).
 		s.local(e, okReply)
 		return
 	case command.Multi, command.Exec, command.Discard, command.Reset:
@@ -157,7 +182,14 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 				return
 			}
 		}
-		if owner := v.t.Shard(slot); owner != n.i {
+		switch owner := v.t.Shard(slot); {
+		case owner == n.i:
+		case owner >= len(s.p.facade.nodes):
+			// A master with no virtual node (more masters than
+			// --facade-listen addresses): every node forwards its slots.
+			s.send(e, owner, frame)
+			return
+		default:
 			if s.tx.on {
 				s.tx.aborted = true
 			}
@@ -196,16 +228,76 @@ func (s *client) nodeHost(n *facadeNode) string {
 	return s.vhost
 }
 
-// servingNodes lists the virtual nodes whose shard owns slots, by index.
+// servingNodes lists the virtual nodes that serve slots, by index: those
+// whose shard owns slots, and the client's own node when a master with no
+// virtual node owns some (see nodeRanges).
 func (s *client) servingNodes(v *topoView) []*facadeNode {
 	f := s.p.facade
 	var out []*facadeNode
+	mine := false
 	for _, sh := range v.live {
-		if sh < len(f.nodes) {
+		switch {
+		case sh < len(f.nodes):
 			out = append(out, &f.nodes[sh])
+			mine = mine || sh == s.vnode.i
+		case !mine:
+			mine = true
+			out = append(out, s.vnode)
 		}
 	}
-	return out
+	slices.SortFunc(out, func(a, b *facadeNode) int { return a.i - b.i })
+	return slices.Compact(out)
+}
+
+// nodeRanges returns the slot ranges node n presents: its shard's, and for
+// the client's own node also those of masters with no virtual node, which
+// every node forwards.
+func (s *client) nodeRanges(v *topoView, n *facadeNode) [][2]uint16 {
+	var rs [][2]uint16
+	if n.i < len(v.t.Addrs) {
+		rs = v.t.Ranges(n.i)
+	}
+	if n == s.vnode {
+		for _, sh := range v.live {
+			if sh >= len(s.p.facade.nodes) {
+				rs = append(rs, v.t.Ranges(sh)...)
+			}
+		}
+		slices.SortFunc(rs, func(a, b [2]uint16) int { return int(a[0]) - int(b[0]) })
+	}
+	return rs
+}
+
+// facadeRedirect rewrites a -MOVED or -ASK reply of an engine that reaches
+// a virtual node's client (one respmeter did not follow: inside MULTI, or
+// after too many hops) so that it names the virtual node of the target
+// master, or the client's own node when the target has none. Any other
+// reply is returned as it is.
+func (s *client) facadeRedirect(frame []byte, from string) []byte {
+	if len(frame) < 3 {
+		return frame
+	}
+	rd, ok := routing.ParseRedirect(frame[1:len(frame)-2], from)
+	if !ok {
+		return frame
+	}
+	n := s.vnode
+	if i := s.p.router.load().t.Index(rd.Addr); i >= 0 && i < len(s.p.facade.nodes) {
+		n = &s.p.facade.nodes[i]
+	}
+	kind := "-MOVED "
+	if rd.Ask {
+		kind = "-ASK "
+	}
+	b := append(s.l.scratch[:0], kind...)
+	b = strconv.AppendUint(b, uint64(rd.Slot), 10)
+	b = append(b, ' ')
+	b = append(b, s.nodeHost(n)...)
+	b = append(b, ':')
+	b = append(b, n.port...)
+	b = append(b, "\r\n"...)
+	s.l.scratch = b
+	return b
 }
 
 // clusterCmd answers the CLUSTER subcommands a cluster client uses, as a
@@ -213,7 +305,7 @@ func (s *client) servingNodes(v *topoView) []*facadeNode {
 // replicas) would: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT,
 // COUNTKEYSINSLOT. Other subcommands get Redis's "unknown subcommand"
 // error (they manage a real cluster's bus, which the facade does not have).
-func (s *client) clusterCmd(v *topoView, e *request, args [][]byte) {
+func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte) {
 	if len(args) < 2 {
 		s.local(e, []byte("-ERR wrong number of arguments for 'cluster' command\r\n"))
 		return
@@ -263,7 +355,11 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte) {
 		case slot < 0 || slot >= routing.NumSlots:
 			s.local(e, []byte("-ERR Invalid slot\r\n"))
 		case v.t.Shard(uint16(slot)) != s.vnode.i:
-			s.local(e, []byte(":0\r\n")) // a node holds no keys of slots it does not own
+			// A node holds no keys of slots it does not own. (Slots of a
+			// master with no virtual node answer 0 too.)
+			s.local(e, []byte(":0\r\n"))
+		case s.p.router.cluster:
+			s.send(e, s.home, frame) // the cluster node counts its own keys
 		default:
 			// The standalone engine has no slot index: a script counts
 			// its keys of that slot (O(N) in the keyspace, where Redis
@@ -289,7 +385,7 @@ func (s *client) clusterSlots(v *topoView) []byte {
 	}
 	var rs []rng
 	for _, n := range s.servingNodes(v) {
-		for _, r := range v.t.Ranges(n.i) {
+		for _, r := range s.nodeRanges(v, n) {
 			rs = append(rs, rng{r, n})
 		}
 	}
@@ -327,7 +423,7 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 	str := func(b []byte, x string) []byte { return appendBulk(b, []byte(x)) }
 	b := []byte("*" + strconv.Itoa(len(nodes)) + "\r\n")
 	for _, n := range nodes {
-		ranges := v.t.Ranges(n.i)
+		ranges := s.nodeRanges(v, n)
 		b = mapHead(b, 2)
 		b = str(b, "slots")
 		b = append(b, "*"+strconv.Itoa(2*len(ranges))+"\r\n"...)
@@ -383,7 +479,7 @@ func (s *client) clusterNodes(v *topoView) []byte {
 		}
 		b = strconv.AppendInt(b, int64(n.i+1), 10)
 		b = append(b, " connected"...)
-		for _, r := range v.t.Ranges(n.i) {
+		for _, r := range s.nodeRanges(v, n) {
 			b = append(b, ' ')
 			b = strconv.AppendInt(b, int64(r[0]), 10)
 			if r[1] != r[0] {
@@ -519,9 +615,6 @@ func checkFacade(cfg Config) []error {
 			errs = append(errs, fmt.Errorf("facade listen needs route %s", RouteFacade))
 		}
 		return errs
-	}
-	if cfg.Cluster != "" {
-		errs = append(errs, fmt.Errorf("route %s: only over standalone shards so far (give shards, not cluster)", RouteFacade))
 	}
 	for _, a := range cfg.FacadeListen {
 		if _, _, err := net.SplitHostPort(a); err != nil {

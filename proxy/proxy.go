@@ -537,6 +537,7 @@ func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	p.addr = listenerAddr(eng, p.cfg.Listen)
 	if p.facade != nil {
 		p.facade.boot(eng)
+		p.facade.warnUnnoded(p)
 	}
 	close(p.booted)
 	return gnet.None

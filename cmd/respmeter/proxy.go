@@ -130,7 +130,8 @@ instead of --upstream, which is then not used:
                   node's slot, -CROSSSLOT for keys of several slots, and
                   ASKING, READONLY and READWRITE; the client routes itself.
                   --listen stays a plain endpoint routed as --route slots.
-                  Standalone --shards only for now (no --cluster).
+                  Over --cluster the virtual nodes present its masters
+                  (replicas are left out) and its redirects name them.
 The shards are either --shards, standalone engines that split the 16384
 slots in contiguous ranges in the order given (as "redis-cli --cluster
 create" would: 3 shards own 0-5460, 5461-10922, 10923-16383), or --cluster,
@@ -212,7 +213,7 @@ addresses, settings; "final" is true at exit).`,
 	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server (--route none only)")
 	fs.StringVar(&f.route, "route", d.Route, "routing `mode`: none (everything to --upstream), slots (each command to its hash slot's shard), pinned (each connection to one shard) or facade (a cluster of virtual nodes, --facade-listen)")
 	fs.StringSliceVar(&f.shards, "shards", d.Shards, "comma-separated `host:port,...` of standalone engines that split the hash slots in this order (--route slots, pinned or facade)")
-	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots or pinned)")
+	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots, pinned or facade)")
 	fs.StringSliceVar(&f.facadeListen, "facade-listen", d.FacadeListen, "comma-separated `host:port,...` of --route facade's virtual cluster nodes, one per shard in shard order (more are spare nodes); port 0 picks a free port")
 	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "how often the --cluster shard map is re-read (also after MOVED)")
 	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
