@@ -411,4 +411,23 @@ func TestFacadeRealCluster(t *testing.T) {
 		t.Errorf("ASK followed by respmeter: %d (want >= 50); MOVED to %s seen by the client: %d (want >= 1)",
 			sn.Routing.RedirectsAsk, nodes[to], movedTo)
 	}
+
+	// Inside MULTI respmeter relays the engine's MOVED (its map does not
+	// know the move yet): the client gets it naming the virtual node.
+	slot2 := int(routing.Slot([]byte("tx2")))
+	from2 := cl.Owner(slot2)
+	to2 := (from2 + 1) % 3
+	cl.MoveSlot(slot2, to2)
+	conn := goRedis(t, nodes[from2]).Conn()
+	defer conn.Close()
+	if err := conn.Do(ctx, "MULTI").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = conn.Do(ctx, "SET", "{tx2}a", "1").Err()
+	if want := fmt.Sprintf("MOVED %d %s", slot2, nodes[to2]); err == nil || err.Error() != want {
+		t.Errorf("SET in MULTI after the move: %v, want %s", err, want)
+	}
+	if err := conn.Do(ctx, "EXEC").Err(); err == nil || !strings.HasPrefix(err.Error(), "EXECABORT") {
+		t.Errorf("EXEC: %v, want EXECABORT", err)
+	}
 }
