@@ -76,6 +76,7 @@ const (
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
 	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
+	eExecCross                   // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
 )
 
 // request is one request of a client.
@@ -301,9 +302,11 @@ type client struct {
 	capID  uint64
 	// vnode is the virtual node whose listener the client connected to
 	// under RouteFacade (nil: the plain endpoint, or another route), vhost
-	// the host it reached respmeter on (facade.go).
-	vnode *facadeNode
-	vhost string
+	// the host it reached respmeter on, vcross whether its transaction
+	// queued keys of several slots (facade.go).
+	vnode  *facadeNode
+	vhost  string
+	vcross bool
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -1494,6 +1497,10 @@ func (s *client) finish(e *request) (held int) {
 	}
 	e.ready = true
 	if e.flags&eExecAbort != 0 {
+		if e.flags&eExecCross != 0 {
+			e.out = append(e.out[:0], crossSlotErr...)
+			return held
+		}
 		e.out = append(e.out[:0], execAbortErr...)
 		return held
 	}

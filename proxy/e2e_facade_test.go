@@ -229,6 +229,54 @@ func TestFacadeClusterClientMatchesCluster(t *testing.T) {
 		}
 		return nil
 	})
+
+	// (After the counts: a queued command that is discarded was sent but
+	// never run, so commandstats leave it out.)
+	// Transactions, on one connection to the node owning slots 0-5460:
+	// the same replies from the facade's node 0 as from the cluster's,
+	// redirect addresses aside.
+	want = txSequence(t, cl.Nodes[0].Addr())
+	got = txSequence(t, nodes[0])
+	addr := regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	for i := range want {
+		if w, g := addr.ReplaceAllString(want[i], "ADDR"), addr.ReplaceAllString(got[i], "ADDR"); w != g {
+			t.Errorf("transaction step %d differs\n cluster: %s\n facade:  %s", i, want[i], got[i])
+		}
+	}
+}
+
+// txSequence runs transactions on one connection to addr, a node that
+// owns slots 0-5460 (node 0 of a 3-master cluster), and returns each reply:
+// keys of two of its slots in one transaction (EXEC refused with
+// CROSSSLOT, nothing applied), a key of another node's slot (MOVED, EXEC
+// aborted), and one slot (applied).
+func txSequence(t *testing.T, addr string) []string {
+	t.Helper()
+	var a, b, other string // a and b: two slots of node 0; other: node 2's
+	for i := 0; a == "" || b == "" || other == ""; i++ {
+		k := "tx:" + strconv.Itoa(i)
+		switch sl := routing.Slot([]byte(k)); {
+		case sl <= 5460 && a == "":
+			a = k
+		case sl <= 5460 && b == "" && sl != routing.Slot([]byte(a)):
+			b = k
+		case sl >= 10923 && other == "":
+			other = k
+		}
+	}
+	ctx := context.Background()
+	conn := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DisableIdentity: true, Protocol: 2}).Conn()
+	t.Cleanup(func() { _ = conn.Close() })
+	var out []string
+	for _, cmd := range [][]any{
+		{"MULTI"}, {"SET", a, "1"}, {"SET", b, "2"}, {"EXEC"}, {"GET", a}, {"GET", b},
+		{"MULTI"}, {"SET", a, "3"}, {"SET", other, "4"}, {"EXEC"}, {"GET", a},
+		{"MULTI"}, {"SET", a, "5"}, {"INCR", a}, {"EXEC"}, {"GET", a}, {"DEL", a},
+	} {
+		v, err := conn.Do(ctx, cmd...).Result()
+		out = append(out, fmt.Sprintf("%v => %v %v", cmd, v, err))
+	}
+	return out
 }
 
 // engineCalls sums calls and rejected_calls of the engine's commandstats,

@@ -158,8 +158,27 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 		// standalone engine would refuse it).
 		s.local(e, okReply)
 		return
-	case command.Multi, command.Exec, command.Discard, command.Reset:
-		s.tx.slot = -1
+	case command.Exec:
+		if s.tx.on && s.vcross && !s.tx.aborted {
+			// Keys of several slots were queued: Redis Cluster refuses
+			// the EXEC (getNodeByQuery) and discards the transaction. The
+			// engine gets DISCARD; the client CROSSSLOT.
+			if m := s.p.cfg.Metrics; m != nil {
+				m.CrossSlot()
+			}
+			e.flags |= eExecAbort | eExecCross
+			frame = discardReq
+			s.tx.on, s.tx.slot, s.vcross = false, -1, false
+			s.send(e, s.home, frame)
+			return
+		}
+		s.tx.slot, s.vcross = -1, false
+	case command.Multi:
+		if !s.tx.on { // (a nested MULTI is refused by the engine and changes nothing)
+			s.tx.slot, s.vcross = -1, false
+		}
+	case command.Discard, command.Reset:
+		s.tx.slot, s.vcross = -1, false
 	}
 	keys, err := s.p.resolver.Keys(args, s.l.keys[:0])
 	s.l.keys = keys[:0]
@@ -169,15 +188,6 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 		slot := routing.Slot(keys[0])
 		for _, k := range keys[1:] {
 			if routing.Slot(k) != slot {
-				s.crossSlot(e)
-				return
-			}
-		}
-		if s.tx.on {
-			switch {
-			case s.tx.slot < 0:
-				s.tx.slot = int(slot)
-			case s.tx.slot != int(slot):
 				s.crossSlot(e)
 				return
 			}
@@ -195,6 +205,16 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 			}
 			s.local(e, s.movedReply(v, slot, owner))
 			return
+		}
+		if s.tx.on {
+			// Each queued command is checked alone; keys of several
+			// slots in one transaction fail its EXEC (above).
+			switch {
+			case s.tx.slot < 0:
+				s.tx.slot = int(slot)
+			case s.tx.slot != int(slot):
+				s.vcross = true
+			}
 		}
 	}
 	fixedShape{}.dispatch(s, v, e, id, args, frame)
