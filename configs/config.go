@@ -513,15 +513,11 @@ func (c *Config) checkRouting() []*FieldError {
 	seen := make(map[string]int, len(c.Shards))
 	for i, a := range c.Shards {
 		if e := checkDialAddr("shards", a, c.Listen); e != nil {
-			e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
-			e.entry = i + 1
-			errs = append(errs, e)
+			errs = append(errs, entryError(e, i))
 			continue
 		}
 		if j, dup := seen[a]; dup {
-			e := invalid("shards", "entry %d repeats entry %d (%q)", i+1, j+1, a)
-			e.entry = i + 1
-			errs = append(errs, e)
+			errs = append(errs, repeatsEntry("shards", i, j, a))
 			continue
 		}
 		seen[a] = i
@@ -563,6 +559,22 @@ func (c *Config) checkRouting() []*FieldError {
 	return errs
 }
 
+// entryError marks e as about entry i (0-based) of a list key, its reason
+// prefixed "entry N: ".
+func entryError(e *FieldError, i int) *FieldError {
+	e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
+	e.entry = i + 1
+	return e
+}
+
+// repeatsEntry is the error of entry i of list key repeating entry j
+// (both 0-based), whose value is a.
+func repeatsEntry(key string, i, j int, a string) *FieldError {
+	e := invalid(key, "entry %d repeats entry %d (%q)", i+1, j+1, a)
+	e.entry = i + 1
+	return e
+}
+
 // checkFacadeListen checks FacadeListen: only with Route "facade", which
 // needs at least one address per shard; each a host:port (port 0 allowed),
 // none twice (but port 0), none equal to Listen.
@@ -577,16 +589,12 @@ func (c *Config) checkFacadeListen() []*FieldError {
 	seen := map[string]int{}
 	for i, a := range c.FacadeListen {
 		if e := checkHostPort("facade_listen", a, 0, "host:port"); e != nil {
-			e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
-			e.entry = i + 1
-			errs = append(errs, e)
+			errs = append(errs, entryError(e, i))
 			continue
 		}
 		if !hasPortZero(a) {
 			if j, dup := seen[a]; dup {
-				e := invalid("facade_listen", "entry %d repeats entry %d (%q)", i+1, j+1, a)
-				e.entry = i + 1
-				errs = append(errs, e)
+				errs = append(errs, repeatsEntry("facade_listen", i, j, a))
 				continue
 			}
 			seen[a] = i
