@@ -7,6 +7,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -477,5 +478,38 @@ func TestFacadeRealCluster(t *testing.T) {
 	}
 	if err := conn.Do(ctx, "EXEC").Err(); err == nil || !strings.HasPrefix(err.Error(), "EXECABORT") {
 		t.Errorf("EXEC: %v, want EXECABORT", err)
+	}
+}
+
+// TestFacadeConfig: proxy.New refuses facade addresses without route
+// facade, route facade without addresses or with fewer than the shards,
+// and a bad address.
+func TestFacadeConfig(t *testing.T) {
+	three := []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
+	for _, tc := range []struct {
+		name string
+		cfg  proxy.Config
+		want string // "" for valid
+	}{
+		{"three nodes", proxy.Config{Route: proxy.RouteFacade, Shards: three, FacadeListen: []string{":0", ":0", ":0"}}, ""},
+		{"a spare node", proxy.Config{Route: proxy.RouteFacade, Shards: three, FacadeListen: []string{":0", ":0", ":0", ":0"}}, ""},
+		{"over a cluster", proxy.Config{Route: proxy.RouteFacade, Cluster: "127.0.0.1:7000", FacadeListen: []string{":0"}}, ""},
+		{"no addresses", proxy.Config{Route: proxy.RouteFacade, Shards: three}, "route facade needs facade listen addresses"},
+		{"too few", proxy.Config{Route: proxy.RouteFacade, Shards: three, FacadeListen: []string{":0"}},
+			"route facade: 1 facade listen addresses for 3 shards (one per shard, in shard order)"},
+		{"bad address", proxy.Config{Route: proxy.RouteFacade, Shards: three[:1], FacadeListen: []string{"7100"}},
+			`facade listen "7100": address 7100: missing port in address`},
+		{"not facade", proxy.Config{Route: proxy.RouteSlots, Shards: three, FacadeListen: []string{":0"}}, "facade listen needs route facade"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Listen = "127.0.0.1:0"
+			_, err := proxy.New(tc.cfg)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("New: %v", err)
+			case tc.want != "" && (err == nil || !errors.Is(err, proxy.ErrConfig) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("New: %v, want ErrConfig with %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -335,7 +336,7 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte
 		if len(args) == want {
 			return true
 		}
-		s.local(e, []byte(fmt.Sprintf("-ERR wrong number of arguments for 'cluster|%s' command\r\n", lowerASCII(sub))))
+		s.local(e, []byte(fmt.Sprintf("-ERR wrong number of arguments for 'cluster|%s' command\r\n", strings.ToLower(safeArg(sub)))))
 		return false
 	}
 	resp3 := s.has(cfResp3)
@@ -561,17 +562,6 @@ func appendInt(b []byte, n int64) []byte {
 	return append(b, "\r\n"...)
 }
 
-func lowerASCII(b []byte) string {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		out[i] = c
-	}
-	return string(out)
-}
-
 // safeArg is a client's argument as it may appear in an error line: at
 // most 128 bytes, CR and LF replaced.
 func safeArg(b []byte) string {
@@ -641,7 +631,9 @@ func checkFacade(cfg Config) []error {
 			errs = append(errs, fmt.Errorf("facade listen %q: %v", a, err))
 		}
 	}
-	if len(cfg.Shards) > 0 && len(cfg.FacadeListen) < len(cfg.Shards) {
+	if len(cfg.FacadeListen) == 0 {
+		errs = append(errs, fmt.Errorf("route %s needs facade listen addresses", RouteFacade))
+	} else if len(cfg.Shards) > 0 && len(cfg.FacadeListen) < len(cfg.Shards) {
 		errs = append(errs, fmt.Errorf("route %s: %d facade listen addresses for %d shards (one per shard, in shard order)",
 			RouteFacade, len(cfg.FacadeListen), len(cfg.Shards)))
 	}
