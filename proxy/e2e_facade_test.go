@@ -513,3 +513,76 @@ func TestFacadeConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestFacadeReplyFormats compares the bytes of the cluster commands'
+// replies of a virtual node with those of a real Redis Cluster node, in
+// RESP2 and RESP3, node ids, ports and replication offsets masked (CLUSTER
+// SHARDS lists the shards in an order of its own: compared as a set).
+func TestFacadeReplyFormats(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	_, p, _ := startFacade(t, 3, nil)
+	var ports []string
+	for _, s := range cl.Nodes {
+		ports = append(ports, strconv.Itoa(s.Port()))
+	}
+	for _, n := range p.FacadeAddrs() {
+		_, port, _ := net.SplitHostPort(n)
+		ports = append(ports, port)
+	}
+	portRe := regexp.MustCompile(`(^|[^0-9])(` + strings.Join(ports, "|") + `)($|[^0-9])`)
+	idRe := regexp.MustCompile(`[0-9a-f]{40}`)
+	offRe := regexp.MustCompile(`(replication-offset\r\n):[0-9]+`)
+	mask := func(b []byte) string {
+		b = idRe.ReplaceAll(b, []byte("<id>"))
+		b = portRe.ReplaceAll(b, []byte("${1}<port>${3}"))
+		return string(offRe.ReplaceAll(b, []byte("${1}:0")))
+	}
+	replies := func(addr string, resp3 bool) map[string]string {
+		c := redistest.Dial(t, addr)
+		defer c.Close()
+		if resp3 {
+			c.Send(t, redistest.Cmd("HELLO", "3"))
+			if _, err := c.ReadFrame(5 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := map[string]string{}
+		for _, cmd := range [][]string{
+			{"CLUSTER", "SLOTS"}, {"CLUSTER", "SHARDS"}, {"CLUSTER", "MYID"}, {"CLUSTER", "KEYSLOT", "{user1}x"},
+			{"CLUSTER", "KEYSLOT"}, {"CLUSTER", "COUNTKEYSINSLOT", "99999"}, {"CLUSTER", "COUNTKEYSINSLOT", "x"},
+			{"CLUSTER", "NOPE"}, {"ASKING"}, {"READONLY"}, {"READWRITE"}, {"SET", "foo", "1"}, {"MGET", "a", "b"},
+		} {
+			c.Send(t, redistest.Cmd(cmd...))
+			f, err := c.ReadFrame(5 * time.Second)
+			if err != nil {
+				t.Fatalf("%v: %v", cmd, err)
+			}
+			if cmd[0] == "CLUSTER" && cmd[1] == "SHARDS" {
+				// "*3\r\n" then one frame per shard, sorted.
+				head := bytes.IndexByte(f, '\n') + 1
+				shards, _, err := redistest.SplitFrames(f[head:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				ms := make([]string, len(shards))
+				for i, s := range shards {
+					ms[i] = mask(s)
+				}
+				slices.Sort(ms)
+				out[strings.Join(cmd, " ")] = string(f[:head]) + strings.Join(ms, "")
+				continue
+			}
+			out[strings.Join(cmd, " ")] = mask(f)
+		}
+		return out
+	}
+	for _, resp3 := range []bool{false, true} {
+		want := replies(cl.Nodes[0].Addr(), resp3)
+		got := replies(p.FacadeAddrs()[0], resp3)
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("RESP3 %v, %s:\n cluster: %q\n facade:  %q", resp3, k, w, got[k])
+			}
+		}
+	}
+}

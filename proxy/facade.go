@@ -343,7 +343,7 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte
 	switch {
 	case eqFold(sub, "slots"):
 		if arity(2) {
-			s.local(e, s.clusterSlots(v))
+			s.local(e, s.clusterSlots(v, resp3))
 		}
 	case eqFold(sub, "shards"):
 		if arity(2) {
@@ -398,8 +398,9 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte
 }
 
 // clusterSlots is the CLUSTER SLOTS reply (Redis 7.0): per slot range, in
-// slot order, [start, end, [host, port, id, []]].
-func (s *client) clusterSlots(v *topoView) []byte {
+// slot order, [start, end, [host, port, id, {}]], the networking metadata
+// an empty map (RESP2: an empty array).
+func (s *client) clusterSlots(v *topoView, resp3 bool) []byte {
 	type rng struct {
 		r [2]uint16
 		n *facadeNode
@@ -425,7 +426,11 @@ func (s *client) clusterSlots(v *topoView) []byte {
 		port, _ := strconv.Atoi(x.n.port)
 		b = appendInt(b, int64(port))
 		b = appendBulk(b, []byte(x.n.id))
-		b = append(b, "*0\r\n"...)
+		if resp3 {
+			b = append(b, "%0\r\n"...)
+		} else {
+			b = append(b, "*0\r\n"...)
+		}
 	}
 	return b
 }
