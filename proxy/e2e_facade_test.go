@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os/exec"
 	"regexp"
@@ -585,4 +586,64 @@ func TestFacadeReplyFormats(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestFacadeFewerNodesThanMasters: a 3-master cluster behind 2 virtual
+// nodes. The master without one is logged once, its slots are presented
+// by the node a client asks and forwarded by every node, so a cluster
+// client still reads and writes every key, and sees no engine address.
+func TestFacadeFewerNodesThanMasters(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var logs lockedBuffer
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[0].Addr()
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0"}
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	warn := regexp.MustCompile(`msg="no facade listen address left for a master: [^"]*" component=proxy master=(\S+) facade_nodes=2`)
+	m := warn.FindAllStringSubmatch(logs.String(), -1)
+	if len(m) != 1 || !slices.Contains(cl.Addrs(), m[0][1]) {
+		t.Fatalf("want one warning naming a cluster master, got %q in:\n%s", m, logs.String())
+	}
+	fc, read := tappedCluster(t, p.FacadeAddrs()[1])
+	ctx := context.Background()
+	for i := range 200 {
+		if err := fc.Set(ctx, "few:"+strconv.Itoa(i), i, 0).Err(); err != nil {
+			t.Fatalf("SET few:%d: %v", i, err)
+		}
+	}
+	perMaster := map[string]int{}
+	for i := range 200 {
+		k := "few:" + strconv.Itoa(i)
+		if v, err := fc.Get(ctx, k).Int(); err != nil || v != i {
+			t.Fatalf("GET %s: %v %v", k, v, err)
+		}
+		owner := cl.Nodes[cl.Owner(int(routing.Slot([]byte(k))))]
+		if owner.Client().Exists(ctx, k).Val() != 1 {
+			t.Errorf("%s is not on its slot's master %s", k, owner.Addr())
+		}
+		perMaster[owner.Addr()]++
+	}
+	if perMaster[m[0][1]] == 0 {
+		t.Errorf("no key landed on the master without a virtual node (%v)", perMaster)
+	}
+	noEnginePort(t, "ClusterClient through 2 virtual nodes for 3 masters", read(), cl.Nodes...)
 }

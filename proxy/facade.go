@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -31,6 +32,9 @@ const RouteFacade = "facade"
 // shard. Read-only after OnBoot.
 type facade struct {
 	nodes []facadeNode
+
+	mu     sync.Mutex
+	warned map[string]bool // masters logged as having no virtual node (warnUnnoded)
 }
 
 // facadeNode is one virtual node.
@@ -65,18 +69,25 @@ func (f *facade) boot(eng gnet.Engine) {
 	}
 }
 
-// warnUnnoded logs the masters of the map that have no virtual node (more
-// masters than Config.FacadeListen addresses): every virtual node forwards
-// their slots, and presents them as its own.
+// warnUnnoded logs, once each, the masters of the map that have no virtual
+// node (more masters than Config.FacadeListen addresses, at start or after
+// a topology refresh): every virtual node forwards their slots, and
+// presents them as its own. Safe for concurrent use.
 func (f *facade) warnUnnoded(p *Proxy) {
 	v := p.router.load()
 	if v == nil {
 		return
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, sh := range v.live {
-		if sh >= len(f.nodes) {
+		if a := v.t.Addrs[sh]; sh >= len(f.nodes) && !f.warned[a] {
+			if f.warned == nil {
+				f.warned = map[string]bool{}
+			}
+			f.warned[a] = true
 			p.log.Warn("no facade listen address left for a master: each virtual node forwards its slots and presents them as its own",
-				"master", v.t.Addrs[sh], "facade_nodes", len(f.nodes))
+				"master", a, "facade_nodes", len(f.nodes))
 		}
 	}
 }
