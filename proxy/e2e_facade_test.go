@@ -588,31 +588,13 @@ func TestFacadeReplyFormats(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // TestFacadeFewerNodesThanMasters: a 3-master cluster behind 2 virtual
 // nodes. The master without one is logged once, its slots are presented
 // by the node a client asks and forwarded by every node, so a cluster
 // client still reads and writes every key, and sees no engine address.
 func TestFacadeFewerNodesThanMasters(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	var logs lockedBuffer
+	var logs spSyncBuffer // (e2e_split_test.go)
 	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[0].Addr()
 		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0"}
