@@ -339,6 +339,19 @@ func TestFacadeRedirects(t *testing.T) {
 			t.Errorf("%s holds %s after a MOVED", s.Addr(), key)
 		}
 	}
+	// --listen stays a plain endpoint routed by slot: a cross-shard MGET
+	// is split and merged there, and CLUSTER goes to an engine (which,
+	// standalone, refuses it).
+	plain := goRedis(t, p.Addr())
+	if err := plain.MSet(ctx, "a", "1", "b", "2", "c", "3").Err(); err != nil {
+		t.Fatalf("MSET through --listen: %v", err)
+	}
+	if v, err := plain.MGet(ctx, "a", "b", "c").Result(); err != nil || fmt.Sprint(v) != "[1 2 3]" {
+		t.Errorf("MGET through --listen: %v %v", v, err)
+	}
+	if err := plain.ClusterSlots(ctx).Err(); err == nil || !strings.Contains(err.Error(), "cluster support disabled") {
+		t.Errorf("CLUSTER SLOTS through --listen: %v, want the engine's refusal", err)
+	}
 
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -515,6 +528,9 @@ func TestFacadeConfig(t *testing.T) {
 	}
 }
 
+// nodesLineRe matches the node-specific middle of a CLUSTER NODES line.
+var nodesLineRe = regexp.MustCompile(`(<port>)@\d+( \S+ )- \d+ \d+ \d+ connected`)
+
 // TestFacadeReplyFormats compares the bytes of the cluster commands'
 // replies of a virtual node with those of a real Redis Cluster node, in
 // RESP2 and RESP3, node ids, ports and replication offsets masked (CLUSTER
@@ -549,7 +565,7 @@ func TestFacadeReplyFormats(t *testing.T) {
 		}
 		out := map[string]string{}
 		for _, cmd := range [][]string{
-			{"CLUSTER", "SLOTS"}, {"CLUSTER", "SHARDS"}, {"CLUSTER", "MYID"}, {"CLUSTER", "KEYSLOT", "{user1}x"},
+			{"CLUSTER", "SLOTS"}, {"CLUSTER", "SHARDS"}, {"CLUSTER", "NODES"}, {"CLUSTER", "MYID"}, {"CLUSTER", "KEYSLOT", "{user1}x"},
 			{"CLUSTER", "KEYSLOT"}, {"CLUSTER", "COUNTKEYSINSLOT", "99999"}, {"CLUSTER", "COUNTKEYSINSLOT", "x"},
 			{"CLUSTER", "NOPE"}, {"ASKING"}, {"READONLY"}, {"READWRITE"}, {"SET", "foo", "1"}, {"MGET", "a", "b"},
 		} {
@@ -557,6 +573,21 @@ func TestFacadeReplyFormats(t *testing.T) {
 			f, err := c.ReadFrame(5 * time.Second)
 			if err != nil {
 				t.Fatalf("%v: %v", cmd, err)
+			}
+			if cmd[0] == "CLUSTER" && cmd[1] == "NODES" {
+				// One line per node, in an order of its own; the bus
+				// port, ping/pong times and epochs are the node's.
+				head := bytes.IndexByte(f, '\n') + 1
+				if resp3 {
+					head += len("txt:")
+				}
+				lines := strings.Split(strings.TrimSuffix(string(f[head:len(f)-2]), "\n"), "\n")
+				for i, l := range lines {
+					lines[i] = nodesLineRe.ReplaceAllString(mask([]byte(l)), "${1}@<bus>${2}- 0 <ping> <pong> <epoch> connected")
+				}
+				slices.Sort(lines)
+				out[strings.Join(cmd, " ")] = fmt.Sprintf("%c %v", f[0], lines)
+				continue
 			}
 			if cmd[0] == "CLUSTER" && cmd[1] == "SHARDS" {
 				// "*3\r\n" then one frame per shard, sorted.
