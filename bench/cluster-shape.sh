@@ -20,6 +20,10 @@
 #                               one shard whatever its keys (a standalone engine accepts them); the
 #                               notes give respmeter_pinned_misroutes_total, the share of commands
 #                               that a slot-routed proxy would have sent elsewhere.
+#   facade-cluster  cluster     respmeter --route facade --cluster SEED, driven by redis-benchmark
+#                               --cluster (memtier --cluster-mode) at the first virtual node: the
+#                               client routes itself, as against the cluster directly
+#   facade-shards   standalone  respmeter --route facade --shards A,B,C, the same clients
 # Keys: key:000000000000 .. key:<KEYS-1> (redis-benchmark's -r names), DATA_SIZE bytes, are loaded
 # into each set-up through a slots proxy (redis-cli --pipe) before the runs; with MEMTIER also
 # mt:1 .. mt:<KEYS>. redis-benchmark --cluster puts a per-node {tag} in its key names, so for the
@@ -48,12 +52,12 @@
 #   KEYS=100000       key space (-r; memtier --key-maximum)
 #   DATA_SIZE=256     value bytes (-d)
 #   PIPELINES="1 16"
-#   PATHS="direct slots-cluster pinned-cluster slots-shards pinned-shards"
+#   PATHS="direct slots-cluster pinned-cluster slots-shards pinned-shards facade-cluster facade-shards"
 #   MEMTIER=          path of memtier_benchmark: adds memtier rows (MT_THREADS=2 x MT_CLIENTS=25,
 #                     --ratio=1:10, MT_TIME=5 s each); pinned-cluster is not run with memtier
 #   LOOPS=0           respmeter --loops (0: one per CPU)
 #   RESPMETER=        respmeter binary (default: go build ./cmd/respmeter into OUT)
-#   BASE_PORT=27500   uses BASE_PORT..BASE_PORT+7 and BASE_PORT+10000..+2 (cluster bus)
+#   BASE_PORT=27500   uses BASE_PORT..BASE_PORT+10 and BASE_PORT+10000..+2 (cluster bus)
 #   OUT=$(mktemp -d)  logs, raw outputs, table.md
 # A full run with the defaults took 115 s on 2 busy cores with MEMTIER (about 80 s without).
 #
@@ -78,7 +82,7 @@ THREADS=${THREADS:-2}
 KEYS=${KEYS:-100000}
 DATA_SIZE=${DATA_SIZE:-256}
 PIPELINES=${PIPELINES:-"1 16"}
-PATHS=${PATHS:-"direct slots-cluster pinned-cluster slots-shards pinned-shards"}
+PATHS=${PATHS:-"direct slots-cluster pinned-cluster slots-shards pinned-shards facade-cluster facade-shards"}
 MEMTIER=${MEMTIER:-}
 MT_THREADS=${MT_THREADS:-2}
 MT_CLIENTS=${MT_CLIENTS:-25}
@@ -94,6 +98,8 @@ CLUSTER_PORTS=("$BASE_PORT" "$((BASE_PORT + 1))" "$((BASE_PORT + 2))")
 SHARD_PORTS=("$((BASE_PORT + 3))" "$((BASE_PORT + 4))" "$((BASE_PORT + 5))")
 PROXY_PORT=$((BASE_PORT + 6))
 ADMIN_PORT=$((BASE_PORT + 7))
+FACADE_PORTS=("$((BASE_PORT + 8))" "$((BASE_PORT + 9))" "$((BASE_PORT + 10))")
+FACADE=127.0.0.1:${FACADE_PORTS[0]},127.0.0.1:${FACADE_PORTS[1]},127.0.0.1:${FACADE_PORTS[2]}
 CLK_TCK=$(getconf CLK_TCK)
 
 STARTED=()        # every pid this script started, stopped on exit
@@ -114,7 +120,7 @@ if [ -n "$MEMTIER" ]; then
   [ -x "$MEMTIER" ] || die "MEMTIER=$MEMTIER is not executable"
   command -v python3 >/dev/null || die "python3 is needed with MEMTIER"
 fi
-for p in "${CLUSTER_PORTS[@]}" "${SHARD_PORTS[@]}" "$PROXY_PORT" "$ADMIN_PORT" \
+for p in "${CLUSTER_PORTS[@]}" "${SHARD_PORTS[@]}" "$PROXY_PORT" "$ADMIN_PORT" "${FACADE_PORTS[@]}" \
   "$((BASE_PORT + 10000))" "$((BASE_PORT + 10001))" "$((BASE_PORT + 10002))"; do
   if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then die "port $p is in use (set BASE_PORT)"; fi
 done
@@ -349,6 +355,8 @@ run_path() { # PATH
     pinned-cluster) setup=cluster; start_proxy "$path" --route pinned --cluster "$SEED" ;;
     slots-shards) setup=standalone; start_proxy "$path" --route slots --shards "$SHARDS" ;;
     pinned-shards) setup=standalone; start_proxy "$path" --route pinned --shards "$SHARDS" ;;
+    facade-cluster) setup=cluster; start_proxy "$path" --route facade --cluster "$SEED" --facade-listen "$FACADE" ;;
+    facade-shards) setup=standalone; start_proxy "$path" --route facade --shards "$SHARDS" --facade-listen "$FACADE" ;;
     *) die "unknown path $path" ;;
   esac
   if [ "$setup" = cluster ]; then
@@ -360,11 +368,13 @@ run_path() { # PATH
   fi
   for tool in redis-benchmark ${MEMTIER:+memtier}; do
     for pl in $PIPELINES; do
-      if [ "$path" = direct ]; then
+      if [ "$path" = direct ] || [ "${path#facade-}" != "$path" ]; then
+        local port=${CLUSTER_PORTS[0]}
+        [ "$path" = direct ] || port=${FACADE_PORTS[0]}
         if [ "$tool" = redis-benchmark ]; then
-          run_one "$setup" "$path" "$tool" "$pl" -p "${CLUSTER_PORTS[0]}" --cluster
+          run_one "$setup" "$path" "$tool" "$pl" -p "$port" --cluster
         else
-          run_one "$setup" "$path" "$tool" "$pl" -p "${CLUSTER_PORTS[0]}" --cluster-mode
+          run_one "$setup" "$path" "$tool" "$pl" -p "$port" --cluster-mode
         fi
       elif [ "$path" = pinned-cluster ] && [ "$tool" = memtier ]; then
         printf '| %s | %s | %s | %s | not run | - | - | - | - | - | %s | MOVED replies: see redis-benchmark row |\n' \

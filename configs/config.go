@@ -75,6 +75,9 @@ const (
 	RouteSlots = "slots"
 	// RoutePinned binds each client connection to one shard.
 	RoutePinned = "pinned"
+	// RouteFacade presents the shards as a Redis Cluster of virtual nodes
+	// (FacadeListen), Listen staying a slot-routed endpoint.
+	RouteFacade = "facade"
 )
 
 // Pin policies accepted by Config.PinBy under RoutePinned; the same strings
@@ -104,7 +107,7 @@ const (
 var (
 	logLevels     = []string{"debug", "info", "warn", "error"}
 	logFormats    = []string{"text", "json"}
-	routes        = []string{RouteNone, RouteSlots, RoutePinned}
+	routes        = []string{RouteNone, RouteSlots, RoutePinned, RouteFacade}
 	pinPolicies   = []string{PinConnection, PinFirstKey}
 	upstreamModes = []string{UpstreamPrivate, UpstreamShared}
 )
@@ -157,21 +160,36 @@ type Config struct {
 	Upstream string `yaml:"upstream"`
 	// Route is how commands find their engine: "none" (the default; every
 	// connection goes to Upstream), "slots" (each command to the shard that
-	// owns its keys' hash slot) or "pinned" (each client connection to one
-	// shard). "slots" and "pinned" need exactly one of Shards and Cluster.
+	// owns its keys' hash slot), "pinned" (each client connection to one
+	// shard) or "facade" (a Redis Cluster of virtual nodes, FacadeListen,
+	// for cluster-aware clients; Listen routes as "slots"). "slots" and
+	// "pinned" need exactly one of Shards and Cluster, and so does
+	// "facade".
 	Route string `yaml:"route"`
 	// Shards are standalone engines, host:port each, splitting the 16384
 	// hash slots in contiguous ranges as "redis-cli --cluster create" would
 	// (3 shards: 0-5460, 5461-10922, 10923-16383). At most MaxShards, no
-	// duplicates, none equal to Listen. Only with Route "slots" or
-	// "pinned". Default empty. In the environment and in --shards: a
+	// duplicates, none equal to Listen. Only with Route "slots", "pinned"
+	// or "facade". Default empty. In the environment and in --shards: a
 	// comma-separated list.
 	Shards []string `yaml:"shards"`
 	// Cluster is host:port of one node of a Redis or Valkey Cluster, whose
 	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at start,
 	// every TopologyRefresh and after a MOVED reply. Only with Route
-	// "slots" or "pinned". Default "".
+	// "slots", "pinned" or "facade". Default "".
 	Cluster string `yaml:"cluster"`
+	// FacadeListen are the client-facing addresses of Route "facade"'s
+	// virtual cluster nodes, host:port each (port 0 picks a free port), one
+	// per shard in shard order (with Cluster: in the order the shard map
+	// lists the masters; a master beyond them, one that joins later
+	// included, takes a spare address, or if none is left every node
+	// forwards its slots); more than the shards are allowed (spare nodes
+	// own no slot). No duplicates, none equal to Listen. The host is
+	// what CLUSTER SLOTS/SHARDS/NODES and MOVED name; a wildcard host
+	// (0.0.0.0, ::) names the address the client reached. Only with Route
+	// "facade". Default empty. In the environment and in --facade-listen: a
+	// comma-separated list.
+	FacadeListen []string `yaml:"facade_listen"`
 	// TopologyRefresh is how often the Cluster's shard map is re-read.
 	// Default 30s; at least MinTopologyRefresh. Unused without Cluster.
 	TopologyRefresh Duration `yaml:"topology_refresh"`
@@ -320,9 +338,11 @@ func Default() Config {
 	}
 }
 
-// Routed reports whether c routes over shards (Route "slots" or "pinned")
-// rather than forwarding to Upstream.
-func (c *Config) Routed() bool { return c.Route == RouteSlots || c.Route == RoutePinned }
+// Routed reports whether c routes over shards (Route "slots", "pinned" or
+// "facade") rather than forwarding to Upstream.
+func (c *Config) Routed() bool {
+	return c.Route == RouteSlots || c.Route == RoutePinned || c.Route == RouteFacade
+}
 
 // FieldError is one problem with one configuration key. Load, ApplyEnv, Set
 // and Validate return these, several at once through errors.Join; walk them
@@ -507,15 +527,11 @@ func (c *Config) checkRouting() []*FieldError {
 	seen := make(map[string]int, len(c.Shards))
 	for i, a := range c.Shards {
 		if e := checkDialAddr("shards", a, c.Listen); e != nil {
-			e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
-			e.entry = i + 1
-			errs = append(errs, e)
+			errs = append(errs, entryError(e, i))
 			continue
 		}
 		if j, dup := seen[a]; dup {
-			e := invalid("shards", "entry %d repeats entry %d (%q)", i+1, j+1, a)
-			e.entry = i + 1
-			errs = append(errs, e)
+			errs = append(errs, repeatsEntry("shards", i, j, a))
 			continue
 		}
 		seen[a] = i
@@ -528,12 +544,12 @@ func (c *Config) checkRouting() []*FieldError {
 	switch c.Route {
 	case RouteNone:
 		if len(c.Shards) > 0 {
-			errs = append(errs, invalid("shards", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+			errs = append(errs, invalid("shards", "needs route slots, pinned or facade, got route %q", c.Route).reads("route"))
 		}
 		if c.Cluster != "" {
-			errs = append(errs, invalid("cluster", "needs route slots or pinned, got route %q", c.Route).reads("route"))
+			errs = append(errs, invalid("cluster", "needs route slots, pinned or facade, got route %q", c.Route).reads("route"))
 		}
-	case RouteSlots, RoutePinned:
+	case RouteSlots, RoutePinned, RouteFacade:
 		switch {
 		case len(c.Shards) > 0 && c.Cluster != "":
 			errs = append(errs, invalid("cluster", "give shards or cluster, not both (route %s)", c.Route).reads("shards"))
@@ -544,6 +560,7 @@ func (c *Config) checkRouting() []*FieldError {
 	default:
 		return errs // the route itself is reported by the enum check
 	}
+	errs = append(errs, c.checkFacadeListen()...)
 	switch {
 	case c.PinBy == "":
 	case c.Route != RoutePinned:
@@ -552,6 +569,61 @@ func (c *Config) checkRouting() []*FieldError {
 		if e := checkEnum("pin_by", c.PinBy, pinPolicies); e != nil {
 			errs = append(errs, e)
 		}
+	}
+	return errs
+}
+
+// entryError marks e as about entry i (0-based) of a list key, its reason
+// prefixed "entry N: ".
+func entryError(e *FieldError, i int) *FieldError {
+	e.Reason = fmt.Sprintf("entry %d: %s", i+1, e.Reason)
+	e.entry = i + 1
+	return e
+}
+
+// repeatsEntry is the error of entry i of list key repeating entry j
+// (both 0-based), whose value is a.
+func repeatsEntry(key string, i, j int, a string) *FieldError {
+	e := invalid(key, "entry %d repeats entry %d (%q)", i+1, j+1, a)
+	e.entry = i + 1
+	return e
+}
+
+// checkFacadeListen checks FacadeListen: only with Route "facade", which
+// needs at least one address per shard; each a host:port (port 0 allowed),
+// none twice (but port 0), none equal to Listen.
+func (c *Config) checkFacadeListen() []*FieldError {
+	var errs []*FieldError
+	if c.Route != RouteFacade {
+		if len(c.FacadeListen) > 0 {
+			errs = append(errs, invalid("facade_listen", "needs route facade, got route %q", c.Route).reads("route"))
+		}
+		return errs
+	}
+	seen := map[string]int{}
+	for i, a := range c.FacadeListen {
+		if e := checkHostPort("facade_listen", a, 0, "host:port"); e != nil {
+			errs = append(errs, entryError(e, i))
+			continue
+		}
+		if !hasPortZero(a) {
+			if j, dup := seen[a]; dup {
+				errs = append(errs, repeatsEntry("facade_listen", i, j, a))
+				continue
+			}
+			seen[a] = i
+			if !hasPortZero(c.Listen) && sameAddr(c.Listen, a) {
+				e := invalid("facade_listen", "entry %d must differ from listen (%q)", i+1, c.Listen).reads("listen")
+				e.entry = i + 1
+				errs = append(errs, e)
+			}
+		}
+	}
+	if len(c.FacadeListen) == 0 {
+		errs = append(errs, invalid("facade_listen", "route facade needs at least one address").reads("route"))
+	} else if n := len(c.Shards); len(c.FacadeListen) < n {
+		errs = append(errs, invalid("facade_listen", "route facade needs one address per shard, in shard order: %d for %d shards",
+			len(c.FacadeListen), n).reads("route", "shards"))
 	}
 	return errs
 }

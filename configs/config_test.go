@@ -504,16 +504,16 @@ func TestValidateRouting(t *testing.T) {
 		{"largest shard count", func(c *Config) { c.Route, c.Shards = RouteSlots, many[:MaxShards] }, ""},
 		{"too many shards", func(c *Config) { c.Route, c.Shards = RouteSlots, many },
 			`key "shards": must list at most 1000 addresses, got 1001`},
-		{"bad route", func(c *Config) { c.Route = "cluster" }, `key "route": must be one of none|slots|pinned, got "cluster"`},
-		{"empty route", func(c *Config) { c.Route = "" }, `key "route": must be one of none|slots|pinned, got ""`},
+		{"bad route", func(c *Config) { c.Route = "cluster" }, `key "route": must be one of none|slots|pinned|facade, got "cluster"`},
+		{"empty route", func(c *Config) { c.Route = "" }, `key "route": must be one of none|slots|pinned|facade, got ""`},
 		{"slots without shards", func(c *Config) { c.Route = RouteSlots },
 			`key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
 		{"pinned without shards", func(c *Config) { c.Route, c.Shards = RoutePinned, []string{} },
 			`key "route": route pinned needs shards (standalone engines) or cluster (a cluster node)`},
 		{"both", func(c *Config) { c.Route, c.Shards, c.Cluster = RouteSlots, three, "10.0.0.1:7000" },
 			`key "cluster": give shards or cluster, not both (route slots)`},
-		{"shards without route", func(c *Config) { c.Shards = three }, `key "shards": needs route slots or pinned, got route "none"`},
-		{"cluster without route", func(c *Config) { c.Cluster = "db:7000" }, `key "cluster": needs route slots or pinned, got route "none"`},
+		{"shards without route", func(c *Config) { c.Shards = three }, `key "shards": needs route slots, pinned or facade, got route "none"`},
+		{"cluster without route", func(c *Config) { c.Cluster = "db:7000" }, `key "cluster": needs route slots, pinned or facade, got route "none"`},
 		{"pin_by without route", func(c *Config) { c.PinBy = PinConnection }, `key "pin_by": needs route pinned, got route "none"`},
 		{"pin_by with slots", func(c *Config) { c.Route, c.Shards, c.PinBy = RouteSlots, three, PinFirstKey },
 			`key "pin_by": needs route pinned, got route "slots"`},
@@ -533,6 +533,31 @@ func TestValidateRouting(t *testing.T) {
 			`key "cluster": "localhost:6380" is the listen address: the proxy would connect to itself`},
 		{"bad cluster", func(c *Config) { c.Route, c.Cluster = RouteSlots, "10.0.0.1" },
 			`key "cluster": must be host:port, got "10.0.0.1"`},
+		{"facade over shards", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteFacade, three, []string{"127.0.0.1:7100", "127.0.0.1:7101", ":0", ":0"}
+		}, ""},
+		{"facade: fewer addresses than shards", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteFacade, three, []string{"127.0.0.1:7100"}
+		}, `key "facade_listen": route facade needs one address per shard, in shard order: 1 for 3 shards`},
+		{"facade over a cluster", func(c *Config) {
+			c.Route, c.Cluster, c.FacadeListen = RouteFacade, "10.0.0.1:7000", []string{"127.0.0.1:7100"}
+		}, ""},
+		{"facade without shards", func(c *Config) { c.Route, c.FacadeListen = RouteFacade, []string{":0"} },
+			`key "route": route facade needs shards (standalone engines) or cluster (a cluster node)`},
+		{"facade without addresses", func(c *Config) { c.Route, c.Cluster = RouteFacade, "10.0.0.1:7000" },
+			`key "facade_listen": route facade needs at least one address`},
+		{"facade: duplicate address", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteFacade, three[:2], []string{"127.0.0.1:7100", "127.0.0.1:7100"}
+		}, `key "facade_listen": entry 2 repeats entry 1 ("127.0.0.1:7100")`},
+		{"facade: the listen address", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteFacade, three[:1], []string{"localhost:6380"}
+		}, `key "facade_listen": entry 1 must differ from listen ("127.0.0.1:6380")`},
+		{"facade: bad address", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteFacade, three[:1], []string{"7100"}
+		}, `key "facade_listen": entry 1: must be host:port, got "7100"`},
+		{"facade_listen without facade", func(c *Config) {
+			c.Route, c.Shards, c.FacadeListen = RouteSlots, three, []string{"127.0.0.1:7100"}
+		}, `key "facade_listen": needs route facade, got route "slots"`},
 		{"smallest refresh", func(c *Config) { c.TopologyRefresh = Duration(MinTopologyRefresh) }, ""},
 		{"tiny refresh", func(c *Config) { c.TopologyRefresh = Duration(time.Millisecond) },
 			`key "topology_refresh": must be at least 1s, got 1ms`},
@@ -583,7 +608,7 @@ func TestValidateUpstreamMode(t *testing.T) {
 		{"negative conns", func(c *Config) { c.UpstreamMode, c.UpstreamConns = UpstreamShared, -1 },
 			`key "upstream_conns": must be >= 0 (0 means 1), got -1`},
 		{"bad route: no mode error", func(c *Config) { c.Route, c.UpstreamMode = "cluster", UpstreamShared },
-			`key "route": must be one of none|slots|pinned, got "cluster"`},
+			`key "route": must be one of none|slots|pinned|facade, got "cluster"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()

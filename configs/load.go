@@ -32,6 +32,7 @@ var fields = []field{
 	{"route", func(c *Config) any { return &c.Route }},
 	{"shards", func(c *Config) any { return &c.Shards }},
 	{"cluster", func(c *Config) any { return &c.Cluster }},
+	{"facade_listen", func(c *Config) any { return &c.FacadeListen }},
 	{"topology_refresh", func(c *Config) any { return &c.TopologyRefresh }},
 	{"pin_by", func(c *Config) any { return &c.PinBy }},
 	{"upstream_mode", func(c *Config) any { return &c.UpstreamMode }},

@@ -28,8 +28,8 @@ type Config struct {
 	// Upstream is the engine's address, host:port (Route "" or RouteNone).
 	Upstream string
 	// Route is RouteNone (the default when empty: every connection goes
-	// to Upstream), RouteSlots or RoutePinned; the last two need Shards or
-	// Cluster.
+	// to Upstream), RouteSlots, RoutePinned or RouteFacade; the last three
+	// need Shards or Cluster.
 	Route string
 	// Shards are standalone engines, host:port, that split the 16384 hash
 	// slots in contiguous ranges as "redis-cli --cluster create" assigns
@@ -39,6 +39,14 @@ type Config struct {
 	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at Start and
 	// refreshed every TopologyRefresh and after a MOVED reply.
 	Cluster string
+	// FacadeListen are the listeners of RouteFacade's virtual nodes,
+	// host:port each (port 0 picks a free port), one per shard in shard
+	// order (with Cluster, the masters in the order of the shard map, one
+	// that joins later taking the next address); addresses beyond the
+	// shards are spare nodes that own no slot, and masters beyond the
+	// addresses have their slots forwarded by every node. Only with
+	// RouteFacade, which needs at least one per shard of Shards.
+	FacadeListen []string
 	// TopologyRefresh is how often the cluster's shard map is re-read.
 	// 0 means 30 s.
 	TopologyRefresh time.Duration

@@ -76,6 +76,7 @@ const (
 	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
 	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
 	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
+	eExecCross                   // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
 )
 
 // request is one request of a client.
@@ -302,6 +303,13 @@ type client struct {
 	capOf  *capture.Capture
 	capBuf *capture.Buf
 	capID  uint64
+	// vnode is the virtual node whose listener the client connected to
+	// under RouteFacade (nil: the plain endpoint, or another route), vhost
+	// the host it reached respmeter on, vcross whether its transaction
+	// queued keys of several slots (facade.go).
+	vnode  *facadeNode
+	vhost  string
+	vcross bool
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -331,9 +339,10 @@ func (s *client) open() {
 	}
 }
 
-// fixed reports whether the client talks to one engine only (no route, or
-// --route pinned): every request goes to its home shard.
-func (s *client) fixed() bool { return s.p.route != routeSlots }
+// fixed reports whether the client talks to one engine only (no route,
+// --route pinned, or a virtual node of --route facade): every request goes
+// to its home shard.
+func (s *client) fixed() bool { return s.p.route != routeSlots || s.vnode != nil }
 
 // pinHome binds a --pin-by first-key client to shard, or to the next live
 // shard round-robin when shard < 0 (a first batch that names no key: a
@@ -1498,6 +1507,10 @@ func (s *client) finish(e *request) (held int) {
 	}
 	e.ready = true
 	if e.flags&eExecAbort != 0 {
+		if e.flags&eExecCross != 0 {
+			e.out = append(e.out[:0], crossSlotErr...)
+			return held
+		}
 		e.out = append(e.out[:0], execAbortErr...)
 		return held
 	}

@@ -396,6 +396,9 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if f.Type == '-' && e.flags&eInTx == 0 && (ln.redirect(e, int(r.part), frame, now) || ln.tryAgain(e, int(r.part), frame, now)) {
 		return
 	}
+	if f.Type == '-' && e.s.vnode != nil {
+		frame = e.s.facadeRedirect(frame, ln.addr) // a relayed MOVED/ASK names a virtual node
+	}
 	e.s.complete(e, int(r.part), frame, now, false)
 }
 

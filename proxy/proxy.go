@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -54,7 +53,8 @@ type Proxy struct {
 	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
 	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
 	route       routeKind
-	shape       shape // by route: fixedShape or slotShape
+	shape       shape   // by route: fixedShape, slotShape or facadeShape
+	facade      *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
 	shared      bool
 	pinFirstKey bool
 
@@ -99,7 +99,7 @@ func New(cfg Config) (*Proxy, error) {
 		if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
 			errs = append(errs, fmt.Errorf("upstream %q: %v", cfg.Upstream, err))
 		}
-	case RouteSlots, RoutePinned:
+	case RouteSlots, RoutePinned, RouteFacade:
 		switch {
 		case len(cfg.Shards) > 0 && cfg.Cluster != "":
 			errs = append(errs, fmt.Errorf("route %s: give shards or cluster, not both", cfg.Route))
@@ -122,8 +122,9 @@ func New(cfg Config) (*Proxy, error) {
 			errs = append(errs, fmt.Errorf("route %s needs shards or a cluster seed", cfg.Route))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("route %q: want %s, %s or %s", cfg.Route, RouteNone, RouteSlots, RoutePinned))
+		errs = append(errs, fmt.Errorf("route %q: want %s, %s, %s or %s", cfg.Route, RouteNone, RouteSlots, RoutePinned, RouteFacade))
 	}
+	errs = append(errs, checkFacade(cfg)...)
 	switch cfg.UpstreamMode {
 	case "":
 		cfg.UpstreamMode = UpstreamPrivate
@@ -203,6 +204,10 @@ func New(cfg Config) (*Proxy, error) {
 		p.route, p.shape = routeSlots, slotShape{}
 	case RoutePinned:
 		p.route = routePinned
+	case RouteFacade:
+		// The plain endpoint routes by slot; virtual nodes' clients are
+		// fixed to their shard (client.fixed).
+		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen)
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	p.stallAfter = stallAfter
@@ -255,7 +260,16 @@ func (p *Proxy) Start() error {
 	if p.cfg.Loops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(p.cfg.Loops))
 	}
+	if p.facade != nil {
+		if err := p.facade.pickPorts(&p.cfg.Listen); err != nil {
+			return fmt.Errorf("proxy: %w", err)
+		}
+	}
 	go func() {
+		if p.facade != nil {
+			p.runDone <- gnet.Rotate(p, p.facade.listeners(p.cfg.Listen), opts...)
+			return
+		}
 		p.runDone <- gnet.Run(p, "tcp://"+p.cfg.Listen, opts...)
 	}()
 	select {
@@ -520,17 +534,10 @@ func (p *Proxy) sumLoops(f func(*loop) int64) int64 {
 // OnBoot records the engine and the bound address.
 func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	p.eng = eng
-	p.addr = p.cfg.Listen
-	if fd, err := eng.Dup(); err == nil {
-		if sa, err := unix.Getsockname(fd); err == nil {
-			switch a := sa.(type) {
-			case *unix.SockaddrInet4:
-				p.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port))
-			case *unix.SockaddrInet6:
-				p.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), fmt.Sprint(a.Port))
-			}
-		}
-		_ = unix.Close(fd)
+	p.addr = listenerAddr(eng, p.cfg.Listen)
+	if p.facade != nil {
+		p.facade.boot(eng)
+		p.facade.warnUnnoded(p)
 	}
 	close(p.booted)
 	return gnet.None
@@ -563,6 +570,9 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
 	s := newClient(p, c, l)
+	if p.facade != nil {
+		p.facade.attach(s, c)
+	}
 	c.SetContext(s)
 	s.open()
 	return nil, gnet.None

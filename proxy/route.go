@@ -221,6 +221,9 @@ func (r *router) refresh(ctx context.Context, seed string) {
 		for {
 			cur := r.view.Load()
 			if r.view.CompareAndSwap(cur, newTopoView(t.Rebase(cur.t))) {
+				if f := r.p.facade; f != nil {
+					f.warnUnnoded(r.p)
+				}
 				return
 			}
 		}

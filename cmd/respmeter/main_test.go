@@ -228,13 +228,13 @@ func TestUsageErrors(t *testing.T) {
 		{"zero slowlog", []string{"proxy", "--slowlog-len", "0"}, `respmeter: --slowlog-len: key "slowlog_len": must be > 0, got 0`},
 		{"zero hdr interval", []string{"proxy", "--hdr-interval", "0s"}, `respmeter: --hdr-interval: key "hdr_interval": must be > 0, got 0s`},
 		{"hdr log without file", []string{"proxy", "--hdr-log"}, `flag needs an argument: --hdr-log`},
-		{"bad route", []string{"proxy", "--route", "cluster"}, `respmeter: --route: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"bad route", []string{"proxy", "--route", "cluster"}, `respmeter: --route: key "route": must be one of none|slots|pinned|facade, got "cluster"`},
 		{"route without shards", []string{"proxy", "--route", "slots"},
 			`respmeter: --route: key "route": route slots needs shards (standalone engines) or cluster (a cluster node)`},
 		{"shards without route", []string{"proxy", "--shards", "127.0.0.1:7000"},
-			`respmeter: --shards: key "shards": needs route slots or pinned, got route "none"`},
+			`respmeter: --shards: key "shards": needs route slots, pinned or facade, got route "none"`},
 		{"cluster without route", []string{"proxy", "--cluster", "127.0.0.1:7000"},
-			`respmeter: --cluster: key "cluster": needs route slots or pinned, got route "none"`},
+			`respmeter: --cluster: key "cluster": needs route slots, pinned or facade, got route "none"`},
 		{"shards and cluster", []string{"proxy", "--route", "pinned", "--shards", "127.0.0.1:7000", "--cluster", "127.0.0.1:7001"},
 			`respmeter: --cluster: key "cluster": give shards or cluster, not both (route pinned)`},
 		{"pin-by with slots", []string{"proxy", "--route", "slots", "--shards", "127.0.0.1:7000", "--pin-by", "first-key"},
@@ -328,13 +328,13 @@ func TestBadConfigFile(t *testing.T) {
 			"respmeter: " + bad2 + `:10: key "hdr_interval": must be at least 10ms, got 1ms`,
 		}},
 		{"routing keys", nil, []string{"proxy", "--config", bad3}, []string{
-			"respmeter: " + bad3 + `:2: key "route": must be one of none|slots|pinned, got "cluster"`,
+			"respmeter: " + bad3 + `:2: key "route": must be one of none|slots|pinned|facade, got "cluster"`,
 			"respmeter: " + bad3 + `:5: key "shards": entry 2: must be host:port, got "7001"`,
 			"respmeter: " + bad3 + `:6: key "shards": entry 3 repeats entry 1 ("127.0.0.1:7000")`,
 			"respmeter: " + bad3 + `:7: key "topology_refresh": must be a duration such as "250ms" or "5s", got "30"`,
 		}},
 		{"routing combinations", nil, []string{"proxy", "--config", bad4}, []string{
-			"respmeter: " + bad4 + `:1: key "shards": needs route slots or pinned, got route "none"`,
+			"respmeter: " + bad4 + `:1: key "shards": needs route slots, pinned or facade, got route "none"`,
 			"respmeter: " + bad4 + `:2: key "pin_by": needs route pinned, got route "none"`,
 		}},
 		{"upstream mode keys", nil, []string{"proxy", "--config", bad5}, []string{
@@ -351,7 +351,7 @@ func TestBadConfigFile(t *testing.T) {
 		}},
 		// The file is checked on its own, before the flags apply.
 		{"file checked before the flags", nil, []string{"proxy", "--config", bad4, "--route", "pinned"}, []string{
-			"respmeter: " + bad4 + `:1: key "shards": needs route slots or pinned, got route "none"`,
+			"respmeter: " + bad4 + `:1: key "shards": needs route slots, pinned or facade, got route "none"`,
 		}},
 		{"missing", nil, []string{"proxy", "--config", dir + "/nope.yaml"}, []string{
 			"respmeter: configs: open " + dir + "/nope.yaml: no such file or directory",
@@ -449,26 +449,26 @@ func TestPrecedence(t *testing.T) {
 			"hdr_log: /tmp/from-flag.hlog\n", "hdr_interval: 200ms\n",
 		}},
 		{"routing defaults", nil, nil, []string{
-			"upstream: 127.0.0.1:6379\nroute: none\nshards: []\ncluster: \"\"\ntopology_refresh: 30s\npin_by: \"\"\n",
+			"upstream: 127.0.0.1:6379\nroute: none\nshards: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 30s\npin_by: \"\"\n",
 		}},
 		{"routing from the file", nil, []string{"--config", file3}, []string{
 			"sources: defaults, " + file3 + "\n",
-			"route: slots\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\ntopology_refresh: 10s\npin_by: \"\"\n",
+			"route: slots\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
 		}},
 		{"routing from env over the file", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_ROUTE=pinned",
 			"RESPMETER_SHARDS=127.0.0.1:7100, 127.0.0.1:7101,127.0.0.1:7102", "RESPMETER_PIN_BY=first-key", "RESPMETER_TOPOLOGY_REFRESH=1m"}, nil, []string{
 			"sources: defaults, " + file3 + ", RESPMETER_ROUTE, RESPMETER_SHARDS, RESPMETER_TOPOLOGY_REFRESH, RESPMETER_PIN_BY\n",
-			"route: pinned\nshards:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n    - 127.0.0.1:7102\ncluster: \"\"\ntopology_refresh: 1m0s\npin_by: first-key\n",
+			"route: pinned\nshards:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n    - 127.0.0.1:7102\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 1m0s\npin_by: first-key\n",
 		}},
 		{"routing from flags over env", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_SHARDS=127.0.0.1:7100", "RESPMETER_PIN_BY=first-key"},
 			[]string{"--route", "pinned", "--shards", "127.0.0.1:7200,127.0.0.1:7201", "--shards", "127.0.0.1:7202", "--pin-by", "connection",
 				"--topology-refresh", "2s"}, []string{
 				"RESPMETER_SHARDS, RESPMETER_PIN_BY, --route, --shards, --pin-by, --topology-refresh\n",
-				"route: pinned\nshards:\n    - 127.0.0.1:7200\n    - 127.0.0.1:7201\n    - 127.0.0.1:7202\ncluster: \"\"\ntopology_refresh: 2s\npin_by: connection\n",
+				"route: pinned\nshards:\n    - 127.0.0.1:7200\n    - 127.0.0.1:7201\n    - 127.0.0.1:7202\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 2s\npin_by: connection\n",
 			}},
 		{"cluster flag with shards cleared", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_PIN_BY=first-key"},
 			[]string{"--shards=", "--cluster", "10.0.0.5:7000", "--pin-by="}, []string{
-				"route: slots\nshards: []\ncluster: 10.0.0.5:7000\ntopology_refresh: 10s\npin_by: \"\"\n",
+				"route: slots\nshards: []\ncluster: 10.0.0.5:7000\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
 			}},
 		{"routed: the default upstream may be the listen address", nil,
 			[]string{"--listen", ":6379", "--route", "slots", "--shards", "10.0.0.1:6379"}, []string{
@@ -492,6 +492,11 @@ func TestPrecedence(t *testing.T) {
 		{"flag turns shared off for pinned", []string{"RESPMETER_CONFIG=" + file4},
 			[]string{"--route", "pinned", "--shards", "127.0.0.1:7000", "--upstream-mode", "private"}, []string{
 				"route: pinned\n", "upstream_mode: private\nupstream_conns: 2\n",
+			}},
+		{"facade from env and flags", []string{"RESPMETER_ROUTE=facade", "RESPMETER_FACADE_LISTEN=127.0.0.1:7100,127.0.0.1:7101"},
+			[]string{"--shards", "127.0.0.1:7000,127.0.0.1:7001"}, []string{
+				"sources: defaults, RESPMETER_ROUTE, RESPMETER_FACADE_LISTEN, --shards\n",
+				"route: facade\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\nfacade_listen:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n",
 			}},
 		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
 			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},
@@ -527,10 +532,11 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_SLOWLOG_THRESHOLD=slow", `respmeter: RESPMETER_SLOWLOG_THRESHOLD: key "slowlog_threshold": must be a duration such as "250ms" or "5s", got "slow"`},
 		{"RESPMETER_SLOWLOG_LEN=2000000", `respmeter: RESPMETER_SLOWLOG_LEN: key "slowlog_len": must be <= 1048576, got 2000000`},
 		{"RESPMETER_HDR_INTERVAL=-1s", `respmeter: RESPMETER_HDR_INTERVAL: key "hdr_interval": must be > 0, got -1s`},
-		{"RESPMETER_ROUTE=cluster", `respmeter: RESPMETER_ROUTE: key "route": must be one of none|slots|pinned, got "cluster"`},
+		{"RESPMETER_ROUTE=cluster", `respmeter: RESPMETER_ROUTE: key "route": must be one of none|slots|pinned|facade, got "cluster"`},
 		{"RESPMETER_SHARDS=127.0.0.1:7000,", `respmeter: RESPMETER_SHARDS: key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
-		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots or pinned, got route "none"`},
-		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots or pinned, got route "none"`},
+		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots, pinned or facade, got route "none"`},
+		{"RESPMETER_FACADE_LISTEN=127.0.0.1:7100", `respmeter: RESPMETER_FACADE_LISTEN: key "facade_listen": needs route facade, got route "none"`},
+		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots, pinned or facade, got route "none"`},
 		{"RESPMETER_PIN_BY=first-key", `respmeter: RESPMETER_PIN_BY: key "pin_by": needs route pinned, got route "none"`},
 		{"RESPMETER_TOPOLOGY_REFRESH=1ms", `respmeter: RESPMETER_TOPOLOGY_REFRESH: key "topology_refresh": must be at least 1s, got 1ms`},
 		{"RESPMETER_UPSTREAM_MODE=mux", `respmeter: RESPMETER_UPSTREAM_MODE: key "upstream_mode": must be one of private|shared, got "mux"`},

@@ -43,6 +43,7 @@ type proxyFlags struct {
 	route           string
 	shards          []string
 	cluster         string
+	facadeListen    []string
 	topologyRefresh time.Duration
 	pinBy           string
 	upstreamMode    string
@@ -121,6 +122,17 @@ instead of --upstream, which is then not used:
   --route pinned  each client connection is bound to one shard, by
                   --pin-by: connection (round-robin at connect, the default)
                   or first-key (the shard of its first key).
+  --route facade  a Redis Cluster of virtual nodes for cluster-aware clients
+                  (go-redis ClusterClient, redis-cli -c, memtier
+                  --cluster-mode): one listener of --facade-listen per
+                  shard, in shard order, each forwarding to its own shard.
+                  respmeter answers CLUSTER SLOTS, SHARDS, NODES, INFO, MYID,
+                  KEYSLOT and COUNTKEYSINSLOT, -MOVED for a key of another
+                  node's slot, -CROSSSLOT for keys of several slots, and
+                  ASKING, READONLY and READWRITE; the client routes itself.
+                  --listen stays a plain endpoint routed as --route slots.
+                  Over --cluster the virtual nodes present its masters
+                  (replicas are left out) and its redirects name them.
 The shards are either --shards, standalone engines that split the 16384
 slots in contiguous ranges in the order given (as "redis-cli --cluster
 create" would: 3 shards own 0-5460, 5461-10922, 10923-16383), or --cluster,
@@ -157,7 +169,8 @@ Settings come from, lowest precedence first: built-in defaults, the --config
 file (YAML; see configs/passthrough.yaml and configs/cluster.yaml),
 RESPMETER_* environment variables (RESPMETER_ plus the upper-cased YAML key:
 RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ROUTE, RESPMETER_SHARDS
-(comma-separated), RESPMETER_CLUSTER, RESPMETER_TOPOLOGY_REFRESH,
+(comma-separated), RESPMETER_CLUSTER, RESPMETER_FACADE_LISTEN
+(comma-separated), RESPMETER_TOPOLOGY_REFRESH,
 RESPMETER_PIN_BY, RESPMETER_UPSTREAM_MODE, RESPMETER_UPSTREAM_CONNS,
 RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
 RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_UPSTREAM_TIMEOUT,
@@ -189,6 +202,7 @@ addresses, settings; "final" is true at exit).`,
   respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000
   respmeter proxy --route pinned --pin-by first-key --shards 127.0.0.1:7000,127.0.0.1:7001
+  respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 --facade-listen 127.0.0.1:7100,127.0.0.1:7101
   respmeter proxy --upstream 127.0.0.1:6379 --upstream-mode shared --upstream-conns 2`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
@@ -200,9 +214,10 @@ addresses, settings; "final" is true at exit).`,
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print the result and exit: 0 valid, 2 invalid")
 	fs.StringVar(&f.listen, "listen", d.Listen, "client-facing `host:port`; port 0 picks a free port")
 	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server (--route none only)")
-	fs.StringVar(&f.route, "route", d.Route, "routing `mode`: none (everything to --upstream), slots (each command to its hash slot's shard) or pinned (each connection to one shard)")
-	fs.StringSliceVar(&f.shards, "shards", d.Shards, "comma-separated `host:port,...` of standalone engines that split the hash slots in this order (--route slots or pinned)")
-	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots or pinned)")
+	fs.StringVar(&f.route, "route", d.Route, "routing `mode`: none (everything to --upstream), slots (each command to its hash slot's shard), pinned (each connection to one shard) or facade (a cluster of virtual nodes, --facade-listen)")
+	fs.StringSliceVar(&f.shards, "shards", d.Shards, "comma-separated `host:port,...` of standalone engines that split the hash slots in this order (--route slots, pinned or facade)")
+	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots, pinned or facade)")
+	fs.StringSliceVar(&f.facadeListen, "facade-listen", d.FacadeListen, "comma-separated `host:port,...` of --route facade's virtual cluster nodes, one per shard in shard order (more are spare nodes); port 0 picks a free port")
 	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "how often the --cluster shard map is re-read (also after MOVED)")
 	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
 	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "upstream connection `mode`: private (each client connection its own) or shared (the clients of an event loop pipelined onto --upstream-conns connections; not with --route pinned)")

@@ -29,6 +29,7 @@ func TestRouteConstants(t *testing.T) {
 		{configs.RouteNone, proxy.RouteNone},
 		{configs.RouteSlots, proxy.RouteSlots},
 		{configs.RoutePinned, proxy.RoutePinned},
+		{configs.RouteFacade, proxy.RouteFacade},
 		{configs.PinConnection, proxy.PinConnection},
 		{configs.PinFirstKey, proxy.PinFirstKey},
 		{configs.UpstreamPrivate, proxy.UpstreamPrivate},

@@ -209,6 +209,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		Route:             cfg.Route,
 		Shards:            cfg.Shards,
 		Cluster:           cfg.Cluster,
+		FacadeListen:      cfg.FacadeListen,
 		TopologyRefresh:   time.Duration(cfg.TopologyRefresh),
 		PinBy:             cfg.PinBy,
 		UpstreamMode:      cfg.UpstreamMode,
@@ -262,6 +263,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		attrs = append(attrs, "cluster", cfg.Cluster, "topology_refresh", cfg.TopologyRefresh.String())
 	default:
 		attrs = append(attrs, "shards", strings.Join(cfg.Shards, ","))
+	}
+	if a := p.FacadeAddrs(); len(a) > 0 {
+		attrs = append(attrs, "facade", strings.Join(a, ","))
 	}
 	if cfg.Route == configs.RoutePinned {
 		attrs = append(attrs, "pin_by", cmp.Or(cfg.PinBy, configs.PinConnection))
