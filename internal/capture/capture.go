@@ -76,6 +76,10 @@ const (
 	KindConn  byte = 'C'
 	KindBatch byte = 'B'
 	KindReply byte = 'R'
+
+	// kindCleanBatch is a KindBatch record in a Buf that the writer need
+	// not redact (Buf.Batch's clean); never in a file.
+	kindCleanBatch byte = 'b'
 )
 
 // Reply flags.
