@@ -69,7 +69,7 @@ func BenchmarkCaptureHotPath(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s, cl, ln := routedPair(b, true, nil)
 			if on {
-				if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c"), BufferBytes: 64 << 20}); err != nil {
+				if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c")}); err != nil {
 					b.Fatal(err)
 				}
 			}

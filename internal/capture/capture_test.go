@@ -230,18 +230,49 @@ func TestCaptureRedactValues(t *testing.T) {
 	}
 }
 
+// TestCaptureDrainsHalfFull: a buffer past half full wakes the writer
+// before its tick (an hour here), so bursts above BufferBytes per
+// FlushEvery are written, not dropped.
+func TestCaptureDrainsHalfFull(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c")
+	c, err := Start(path, Options{BufferBytes: 1024, FlushEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	id, _ := c.NewConn()
+	req := cmd("GET", "key:0000")
+	n := 0
+	for ; n*len(req) < 600; n++ {
+		c.Loop(0).Batch(id, int64(n), uint64(n+1), req, true)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Records < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := c.Stats(); st.Records < int64(n) || st.Dropped != 0 {
+		t.Fatalf("%d of %d records written (%d dropped) with the buffer past half full", st.Records, n, st.Dropped)
+	}
+}
+
 func TestCaptureDropsWhenFull(t *testing.T) {
 	var dropped uint64
 	path := writeCapture(t, Options{BufferBytes: 256, FlushEvery: time.Hour}, func(c *Capture) {
 		id, _ := c.NewConn()
 		b := c.Loop(0)
 		for i := range 100 {
-			b.Batch(id, int64(i), uint64(i+1), cmd("GET", "k"), false)
+			// Every tenth record is larger than the buffer: dropped
+			// however fast the writer drains (it is woken at half full).
+			key := "k"
+			if i%10 == 0 {
+				key = strings.Repeat("k", 300)
+			}
+			b.Batch(id, int64(i), uint64(i+1), cmd("GET", key), false)
 		}
 		dropped = c.Stats().Dropped
 	})
-	if dropped == 0 {
-		t.Fatal("no drops counted with a 256-byte buffer and 100 records")
+	if dropped < 10 {
+		t.Fatalf("%d drops counted with a 256-byte buffer and 10 records larger than it", dropped)
 	}
 	w, err := Load(path)
 	if err != nil {

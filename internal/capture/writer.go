@@ -34,8 +34,8 @@ type Options struct {
 	// record that does not fit is dropped and counted. 0 means 4 MiB.
 	BufferBytes int
 	// FlushEvery is how often the writer drains the buffers and ends a
-	// Zstandard frame, so that the file is readable up to then. 0 means
-	// 1 s.
+	// Zstandard frame, so that the file is readable up to then; it drains
+	// sooner when a buffer is half full. 0 means 1 s.
 	FlushEvery time.Duration
 }
 
@@ -63,6 +63,7 @@ type Capture struct {
 	conns  atomic.Uint64
 	cut    uint64 // connection ids below cut are sampled (of 2^64)
 	stop   chan struct{}
+	kick   chan struct{} // a buffer is half full: drain now
 	done   chan struct{}
 	once   sync.Once
 	bytes  atomic.Int64
@@ -82,6 +83,7 @@ type Buf struct {
 	mu      sync.Mutex
 	b       []byte
 	closed  bool
+	kicked  bool // the writer was told this buffer is half full
 	dropped atomic.Uint64
 	_       [64]byte // keep loops' buffers on separate cache lines
 }
@@ -121,7 +123,7 @@ func Start(path string, o Options) (*Capture, error) {
 		return nil, err
 	}
 	c := &Capture{opt: o, path: path, f: f, enc: enc, bufs: make([]Buf, o.Loops),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		redact: redactor{values: o.RedactValues, keyPos: o.KeyPos}}
 	c.cut = ^uint64(0)
 	if o.Sample < 1 {
@@ -173,6 +175,15 @@ func (b *Buf) begin(max int) int {
 	}
 	at := len(b.b)
 	b.b = b.b[:at+hdr]
+	if !b.kicked && at > cap(b.b)/2 {
+		// Wake the writer rather than wait for its tick: the buffer holds
+		// bursts above BufferBytes per FlushEvery without drops.
+		b.kicked = true
+		select {
+		case b.c.kick <- struct{}{}:
+		default:
+		}
+	}
 	return at
 }
 
@@ -362,6 +373,7 @@ func (c *Capture) run() {
 			b.mu.Lock()
 			got := b.b
 			b.b = spare[i][:0]
+			b.kicked = false
 			if last {
 				b.closed = true
 			}
@@ -390,6 +402,8 @@ func (c *Capture) run() {
 	for {
 		select {
 		case <-tick.C:
+			drain(false)
+		case <-c.kick:
 			drain(false)
 		case <-c.stop:
 			drain(true)
