@@ -11,7 +11,7 @@
 #
 # Env knobs (defaults): ROUNDS=10 N=300000 TESTBIN= (a test binary of ./proxy built elsewhere, for
 # an A/B of two builds; default: go test -c into a temporary directory)
-# Output: one line per run on stderr, the summary on stdout. About 2 s per round.
+# Output: one line per round on stderr, the summary on stdout. About 1.5 s per round.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
