@@ -11,6 +11,9 @@
 #   respmeter-nomeasure  client -> respmeter proxy --measure=false (frame and forward only) -> redis
 #   respmeter-pinned     client -> respmeter proxy --route pinned --shards <redis> -> redis
 #   respmeter-slots      client -> respmeter proxy --route slots --shards <redis> (every slot on it) -> redis
+#   respmeter-capture    client -> respmeter proxy --upstream-mode shared --capture OUT/respmeter-capture.respcap
+#                        -> redis (every command recorded; capture needs a routed session: its A/B
+#                        is against respmeter-shared)
 #   <any respmeter target>-b  the same with the binary RESPMETER_B: an A/B of two builds in one
 #                        interleaved run (e.g. TARGETS="respmeter respmeter-b respmeter-slots
 #                        respmeter-slots-b" RESPMETER_B=/tmp/respmeter-old); the summary then adds
@@ -37,6 +40,8 @@
 #     <= haproxy's, added round trip (p50 over direct) <= 12 µs
 #   respmeter-shared >= 1.05x predixy ops/s at P1 and P16, CPU µs/op <= predixy's
 #   respmeter CPU µs/op <= 1.1x respmeter-nomeasure's (measurement on vs --measure=false)
+#   respmeter-capture CPU µs/op <= 1.15x respmeter-shared's (issue 18: capture on vs off; the summary
+#     also gives the capture's records, drops and file size, read from its admin API at the end)
 # (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark), and a
 # "floors" table for the ops/s targets: with the cores saturated, ops/s is the CPU available over
 # the CPU per operation of client + redis-server + proxy, so at want x the peer's ops/s those
@@ -114,6 +119,7 @@ declare -A PORT=(
   [respmeter-nomeasure]=$((BASE_PORT + 6))
   [respmeter-pinned]=$((BASE_PORT + 7))
   [respmeter-slots]=$((BASE_PORT + 8))
+  [respmeter-capture]=$((BASE_PORT + 9))
 )
 declare -A ADMIN=(
   [respmeter]=$((BASE_PORT + 14))
@@ -121,9 +127,10 @@ declare -A ADMIN=(
   [respmeter-nomeasure]=$((BASE_PORT + 16))
   [respmeter-pinned]=$((BASE_PORT + 17))
   [respmeter-slots]=$((BASE_PORT + 18))
+  [respmeter-capture]=$((BASE_PORT + 19))
 )
 # The -b targets (RESPMETER_B) take ports 20 above their A target's.
-for t in respmeter respmeter-shared respmeter-nomeasure respmeter-pinned respmeter-slots; do
+for t in respmeter respmeter-shared respmeter-nomeasure respmeter-pinned respmeter-slots respmeter-capture; do
   PORT[$t-b]=$((PORT[$t] + 20))
   ADMIN[$t-b]=$((ADMIN[$t] + 20))
 done
@@ -151,7 +158,7 @@ declare -A SKIP=()
 active=()
 for t in $TARGETS; do
   case $t in
-    direct | respmeter | respmeter-shared | respmeter-nomeasure | respmeter-pinned | respmeter-slots) ;;
+    direct | respmeter | respmeter-shared | respmeter-nomeasure | respmeter-pinned | respmeter-slots | respmeter-capture) ;;
     respmeter*-b) [ -n "$RESPMETER_B" ] && [ -x "$RESPMETER_B" ] || SKIP[$t]="RESPMETER_B unset or not executable" ;;
     twemproxy) [ -x "$NUTCRACKER" ] || SKIP[$t]="no nutcracker (apt-get install -y nutcracker)" ;;
     haproxy) [ -x "$HAPROXY" ] || SKIP[$t]="no haproxy (apt-get install -y haproxy)" ;;
@@ -310,6 +317,7 @@ EOF
         respmeter-nomeasure) extra=(--measure=false) ;;
         respmeter-pinned) extra=(--route pinned --shards "127.0.0.1:$REDIS_PORT") ;;
         respmeter-slots) extra=(--route slots --shards "127.0.0.1:$REDIS_PORT") ;;
+        respmeter-capture) extra=(--upstream-mode shared --capture "$OUT/$t.respcap") ;;
       esac
       echo "$bin proxy --listen 127.0.0.1:$port --upstream 127.0.0.1:$REDIS_PORT --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
       start_bg "$t" "$bin" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$REDIS_PORT" \
@@ -434,10 +442,17 @@ T1=$(date +%s)
   echo "duration: $((T1 - T0)) s"
   echo "uptime after: $(uptime)"
 } >>"$OUT/env.txt"
+# The captures' stats (records, drops, bytes) while their proxies still run.
+for t in "${active[@]}"; do
+  case $t in respmeter-capture*)
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+      "http://127.0.0.1:${ADMIN[$t]}/capture" >"$OUT/$t.capture.json" || log "no capture stats from $t"
+  ;; esac
+done
 
 # --- summary ---------------------------------------------------------------------------------------
 python3 - "$OUT" "$NCPU" "${active[*]}" "$TARGETS" <<'PY' | tee "$OUT/summary.md"
-import csv, math, statistics, sys
+import csv, json, math, os, statistics, sys
 out, ncpu, active, wanted = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 nan = float("nan")
 rows = list(csv.DictReader(open(out + "/cells.csv")))
@@ -578,6 +593,17 @@ for pl in (1, 16):
     a, b = stat("respmeter", tool, pl), stat("respmeter-nomeasure", tool, pl)
     ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.1, above=False)
     line(f"measure on ≤ 1.1× --measure=false CPU µs/op, P{pl}", f"{fmt(x)}× ({fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)})", ok)
+for pl in (1, 16):
+    a, b = stat("respmeter-capture", tool, pl), stat("respmeter-shared", tool, pl)
+    ok, x = cmp(a and a["proxy"], b and b["proxy"], 1.15, above=False)
+    line(f"capture on ≤ 1.15× capture off CPU µs/op, P{pl}", f"{fmt(x)}× ({fmt(a['proxy'] if a else nan, 1)} vs {fmt(b['proxy'] if b else nan, 1)})", ok)
+for t in wanted:
+    if t.startswith("respmeter-capture") and os.path.exists(os.path.join(out, t + ".capture.json")):
+        with open(os.path.join(out, t + ".capture.json")) as fh:
+            c = json.load(fh)
+        # Dropped records cost less than written ones: a run with drops understates the cost.
+        line(f"{t}: capture records written, dropped, file MB", f"{c.get('records', 0)}, {c.get('dropped', 0)}, {c.get('bytes', 0) / 1e6:.1f}",
+             c.get("dropped", 0) == 0 and not c.get("error"))
 
 # Floors: can user-space work reach an ops/s target at all? When the cores are saturated, ops/s is
 # (CPU available) / (CPU per op of client + redis + proxy). At `want` x the peer's ops/s with the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // CaptureConfig configures a capture of the clients' commands (see
@@ -164,8 +165,20 @@ func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now
 		s.capBuf.Conn(id, now, state)
 	}
 	if s.capBuf != nil && len(reqs) > 0 {
-		s.capBuf.Batch(s.capID, now, first, reqs)
+		s.capBuf.Batch(s.capID, now, first, reqs, !s.capSecret)
 	}
+}
+
+// mayHoldSecret reports whether requests of command id can carry a
+// credential the capture redacts (internal/capture's redactor: AUTH,
+// HELLO ... AUTH, MIGRATE ... AUTH/AUTH2, CONFIG SET requirepass, ACL
+// SETUSER); batches without one are written without a second scan.
+func mayHoldSecret(id command.ID) bool {
+	switch id {
+	case command.Auth, command.Hello, command.Migrate, command.Config, command.Acl:
+		return true
+	}
+	return false
 }
 
 // captureReply records the reply of e, ready at now (reply nil when

@@ -310,6 +310,9 @@ type client struct {
 	vnode  *facadeNode
 	vhost  string
 	vcross bool
+	// capSecret: a request of the current read may carry a credential
+	// (mayHoldSecret, or inline); the capture's writer redacts its batch.
+	capSecret bool
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -647,6 +650,7 @@ func (s *client) clientData(data []byte) {
 	}
 	v := p.router.load()
 	off, routed, first := 0, 0, s.seq+1
+	s.capSecret = false
 	for off < len(data) && !s.stopped() {
 		if s.has(cfShared) && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
@@ -679,6 +683,9 @@ func (s *client) clientData(data []byte) {
 		if kind == resp.KindEmpty {
 			s.endPartial(frame) // the engine ignores it as well
 			continue
+		}
+		if kind != resp.KindMultibulk {
+			s.capSecret = true // inline: the capture's writer reads it again
 		}
 		s.l.args = s.scan.ArgsOf(frame, kind, s.l.args[:0])
 		if len(s.l.args) > 0 && s.route(v, s.l.args, frame, now) {
@@ -792,6 +799,9 @@ func mayBeClientReply(b []byte) bool {
 // copied.
 func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := s.p.resolver.Lookup(args[0])
+	if mayHoldSecret(id) {
+		s.capSecret = true
+	}
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
 	}

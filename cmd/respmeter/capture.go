@@ -317,12 +317,12 @@ func importMonitor(in io.Reader, out string) (cmds, skipped int, err error) {
 			req = respconn.AppendCommand(req, "SELECT", db)
 			cn.db = db
 			cn.seq++
-			c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
+			c.Loop(0).Batch(cn.id, ts-base, cn.seq, req, false)
 			req = req[:0]
 		}
 		req = respconn.AppendCommand(req, args...)
 		cn.seq++
-		c.Loop(0).Batch(cn.id, ts-base, cn.seq, req)
+		c.Loop(0).Batch(cn.id, ts-base, cn.seq, req, false)
 		cmds++
 		if isSelect {
 			cn.db = string(args[1])

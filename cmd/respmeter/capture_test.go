@@ -412,7 +412,7 @@ func TestReplaySpeed(t *testing.T) {
 		key := fmt.Sprintf("tm:%d", k)
 		for i := range batches {
 			at := int64(time.Duration(k)*offset + time.Duration(i)*gap)
-			c.Loop(0).Batch(id, at, uint64(i+1), redistest.Cmd("GET", key))
+			c.Loop(0).Batch(id, at, uint64(i+1), redistest.Cmd("GET", key), false)
 			c.Loop(0).Reply(id, uint64(i+1), at+100e3, []byte("$-1\r\n"), false, 100e3, 90e3)
 		}
 	}
@@ -596,7 +596,7 @@ func TestCaptureBadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, _ := c.NewConn()
-	c.Loop(0).Batch(id, 1, 1, redistest.Cmd("SET", "k", strings.Repeat("v", 5000)))
+	c.Loop(0).Batch(id, 1, 1, redistest.Cmd("SET", "k", strings.Repeat("v", 5000)), false)
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +648,7 @@ func TestReplayDelayedTarget(t *testing.T) {
 		for i := range 200 {
 			at := int64(i) * int64(time.Millisecond)
 			key := fmt.Sprintf("d%d:%d", k, i%10)
-			c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil))
+			c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil), false)
 			c.Loop(0).Reply(id, uint64(2*i+1), at+1e5, []byte("+OK\r\n"), false, 1e5, 9e4)
 			c.Loop(0).Reply(id, uint64(2*i+2), at+1e5, []byte("$1\r\nv\r\n"), false, 1e5, 9e4)
 		}
@@ -710,7 +710,7 @@ func TestReplayAuth(t *testing.T) {
 	for i := range 50 {
 		at := int64(i) * int64(100*time.Microsecond)
 		key := fmt.Sprintf("a:%d", i%10)
-		c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil))
+		c.Loop(0).Batch(id, at, uint64(2*i+1), bytes.Join([][]byte{redistest.Cmd("SET", key, "v"), redistest.Cmd("GET", key)}, nil), false)
 		c.Loop(0).Reply(id, uint64(2*i+1), at+1e4, []byte("+OK\r\n"), false, 1e4, 9e3)
 		c.Loop(0).Reply(id, uint64(2*i+2), at+1e4, []byte("$1\r\nv\r\n"), false, 1e4, 9e3)
 	}

@@ -12,9 +12,9 @@
 //	offset 12  int64    capture start, Unix time in nanoseconds, little endian
 //
 // A Zstandard stream (RFC 8878) follows: one or more concatenated frames,
-// one ended at every flush of the writer (about once a second), so that a
-// file still being written can be read up to its last flush. Decompressed,
-// it is a sequence of records:
+// one ended at every flush of the writer (about once a second, sooner
+// when a buffer is half full), so that a file still being written can be
+// read up to its last flush. Decompressed, it is a sequence of records:
 //
 //	kind byte, body length (unsigned LEB128 varint), body
 //
@@ -76,6 +76,10 @@ const (
 	KindConn  byte = 'C'
 	KindBatch byte = 'B'
 	KindReply byte = 'R'
+
+	// kindCleanBatch is a KindBatch record in a Buf that the writer need
+	// not redact (Buf.Batch's clean); never in a file.
+	kindCleanBatch byte = 'b'
 )
 
 // Reply flags.

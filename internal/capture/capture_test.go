@@ -73,7 +73,7 @@ func TestCaptureRoundTrip(t *testing.T) {
 		}
 		b := c.Loop(1)
 		b.Conn(id, 1500, cmd("SELECT", "2"))
-		b.Batch(id, 2000, 1, batch)
+		b.Batch(id, 2000, 1, batch, false)
 		b.Reply(id, 1, 2500, []byte("+OK\r\n"), false, 400, 300)
 		b.Reply(id, 2, 2600, []byte("-WRONGTYPE Operation against a key\r\n"), false, 500, 350)
 		b.Reply(id, 3, 2700, nil, true, 600, 450)
@@ -139,7 +139,7 @@ func TestCaptureSecretsRedacted(t *testing.T) {
 		id, _ := c.NewConn()
 		b := c.Loop(0)
 		b.Conn(id, 0, cmd("AUTH", "pw-state"))
-		b.Batch(id, 1, 1, batch)
+		b.Batch(id, 1, 1, batch, false)
 	})
 	raw := decompressed(t, path)
 	for _, s := range secrets {
@@ -161,6 +161,44 @@ func TestCaptureSecretsRedacted(t *testing.T) {
 	}
 }
 
+// TestCaptureCleanBatches: batches the event loop marks clean are written
+// as they are, the others (a GET after an AUTH in one read) are still
+// redacted, and with RedactValues clean is ignored; the file reads back
+// with every batch in order.
+func TestCaptureCleanBatches(t *testing.T) {
+	mixed := cat(cmd("GET", "k1"), cmd("AUTH", "pw-mixed"), cmd("GET", "k2"))
+	for _, values := range []bool{false, true} {
+		path := writeCapture(t, Options{RedactValues: values, KeyPos: keyPos1}, func(c *Capture) {
+			id, _ := c.NewConn()
+			b := c.Loop(0)
+			b.Batch(id, 1, 1, cmd("SET", "k0", "clean-value"), true)
+			b.Reply(id, 1, 2, []byte("+OK\r\n"), false, 1, 1)
+			b.Batch(id, 3, 2, mixed, false)
+			b.Batch(id, 4, 5, cmd("GET", "k3"), true)
+		})
+		raw := decompressed(t, path)
+		if bytes.Contains(raw, []byte("pw-mixed")) {
+			t.Errorf("values=%v: the AUTH of a mixed batch is in the file", values)
+		}
+		if in := bytes.Contains(raw, []byte("clean-value")); in == values {
+			t.Errorf("values=%v: value of a clean batch in the file: %v", values, in)
+		}
+		w, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, b := range w.Conns[0].Batches {
+			for _, c := range b.Cmds {
+				got = append(got, fmt.Sprintf("%d %s", c.Seq, c.Name))
+			}
+		}
+		if want := "[1 set 2 get 3 auth 4 get 5 get]"; fmt.Sprint(got) != want {
+			t.Errorf("values=%v: commands %v, want %v", values, got, want)
+		}
+	}
+}
+
 func TestCaptureRedactValues(t *testing.T) {
 	batch := cat(
 		cmd("SET", "user:1", "secretvalue", "EX", "100"),
@@ -170,7 +208,7 @@ func TestCaptureRedactValues(t *testing.T) {
 	)
 	path := writeCapture(t, Options{RedactValues: true, KeyPos: keyPos1}, func(c *Capture) {
 		id, _ := c.NewConn()
-		c.Loop(0).Batch(id, 1, 1, batch)
+		c.Loop(0).Batch(id, 1, 1, batch, false)
 	})
 	raw := decompressed(t, path)
 	for _, v := range []string{"secretvalue", "field-name-x", "value-two", "myname", "100"} {
@@ -192,18 +230,49 @@ func TestCaptureRedactValues(t *testing.T) {
 	}
 }
 
+// TestCaptureDrainsHalfFull: a buffer past half full wakes the writer
+// before its tick (an hour here), so bursts above BufferBytes per
+// FlushEvery are written, not dropped.
+func TestCaptureDrainsHalfFull(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c")
+	c, err := Start(path, Options{BufferBytes: 1024, FlushEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	id, _ := c.NewConn()
+	req := cmd("GET", "key:0000")
+	n := 0
+	for ; n*len(req) < 600; n++ {
+		c.Loop(0).Batch(id, int64(n), uint64(n+1), req, true)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Records < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := c.Stats(); st.Records < int64(n) || st.Dropped != 0 {
+		t.Fatalf("%d of %d records written (%d dropped) with the buffer past half full", st.Records, n, st.Dropped)
+	}
+}
+
 func TestCaptureDropsWhenFull(t *testing.T) {
 	var dropped uint64
 	path := writeCapture(t, Options{BufferBytes: 256, FlushEvery: time.Hour}, func(c *Capture) {
 		id, _ := c.NewConn()
 		b := c.Loop(0)
 		for i := range 100 {
-			b.Batch(id, int64(i), uint64(i+1), cmd("GET", "k"))
+			// Every tenth record is larger than the buffer: dropped
+			// however fast the writer drains (it is woken at half full).
+			key := "k"
+			if i%10 == 0 {
+				key = strings.Repeat("k", 300)
+			}
+			b.Batch(id, int64(i), uint64(i+1), cmd("GET", key), false)
 		}
 		dropped = c.Stats().Dropped
 	})
-	if dropped == 0 {
-		t.Fatal("no drops counted with a 256-byte buffer and 100 records")
+	if dropped < 10 {
+		t.Fatalf("%d drops counted with a 256-byte buffer and 10 records larger than it", dropped)
 	}
 	w, err := Load(path)
 	if err != nil {
@@ -225,7 +294,7 @@ func TestCaptureBufAllocs(t *testing.T) {
 	req := cmd("GET", "key")
 	reply := []byte("-ERR bad\r\n")
 	n := testing.AllocsPerRun(1000, func() {
-		b.Batch(1, 5, 1, req)
+		b.Batch(1, 5, 1, req, false)
 		b.Reply(1, 1, 6, reply, false, 1, 1)
 	})
 	if n != 0 {
@@ -243,7 +312,7 @@ func TestCaptureReadableWhileRunning(t *testing.T) {
 	}
 	defer c.Stop()
 	id, _ := c.NewConn()
-	c.Loop(0).Batch(id, 1, 1, cmd("GET", "k"))
+	c.Loop(0).Batch(id, 1, 1, cmd("GET", "k"), false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		w, err := Load(path)
@@ -260,7 +329,7 @@ func TestCaptureReadableWhileRunning(t *testing.T) {
 func TestReaderBadInput(t *testing.T) {
 	path := writeCapture(t, Options{}, func(c *Capture) {
 		id, _ := c.NewConn()
-		c.Loop(0).Batch(id, 1, 1, cmd("SET", "k", strings.Repeat("v", 1000)))
+		c.Loop(0).Batch(id, 1, 1, cmd("SET", "k", strings.Repeat("v", 1000)), false)
 		c.Loop(0).Reply(id, 1, 2, []byte("+OK\r\n"), false, 1, 1)
 	})
 	good, err := os.ReadFile(path)
@@ -330,7 +399,7 @@ func TestLoadMergesFiles(t *testing.T) {
 	for i := range 2 {
 		p := writeCapture(t, Options{}, func(c *Capture) {
 			id, _ := c.NewConn()
-			c.Loop(0).Batch(id, 1000, 1, cmd("GET", fmt.Sprint("k", i)))
+			c.Loop(0).Batch(id, 1000, 1, cmd("GET", fmt.Sprint("k", i)), false)
 		})
 		r, err := os.Open(p)
 		if err != nil {

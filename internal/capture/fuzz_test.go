@@ -15,7 +15,7 @@ func FuzzReader(f *testing.F) {
 		func(c *Capture) {
 			id, _ := c.NewConn()
 			c.Loop(0).Conn(id, 0, cmd("HELLO", "3"))
-			c.Loop(0).Batch(id, 1, 1, cat(cmd("SET", "k", "v"), cmd("GET", "k")))
+			c.Loop(0).Batch(id, 1, 1, cat(cmd("SET", "k", "v"), cmd("GET", "k")), false)
 			c.Loop(0).Reply(id, 1, 2, []byte("+OK\r\n"), false, 10, 5)
 			c.Loop(0).Reply(id, 2, 3, []byte("-ERR x\r\n"), false, 10, 5)
 		},

@@ -36,39 +36,24 @@ type redactor struct {
 	tmp  []byte
 }
 
-// records appends the records of in, redacted, to out, and returns it
-// with the number of records. in holds whole records (Buf).
-func (r *redactor) records(out, in []byte) ([]byte, int64) {
-	var n int64
-	for len(in) > 0 {
-		kind := in[0]
-		l, k := binary.Uvarint(in[1:])
-		body := in[1+k : 1+k+int(l)]
-		in = in[1+k+int(l):]
-		n++
-		if kind == KindReply {
-			out = append(out, kind)
-			out = binary.AppendUvarint(out, l)
-			out = append(out, body...)
-			continue
-		}
-		// conn, t (and first for a batch) stay; the requests follow.
-		hdr := 2
-		if kind == KindBatch {
-			hdr = 3
-		}
-		off := 0
-		for range hdr {
-			_, m := binary.Uvarint(body[off:])
-			off += m
-		}
-		r.tmp = append(r.tmp[:0], body[:off]...)
-		r.tmp = r.requests(r.tmp, body[off:])
-		out = append(out, kind)
-		out = binary.AppendUvarint(out, uint64(len(r.tmp)))
-		out = append(out, r.tmp...)
+// record appends the record of kind (KindConn or KindBatch) with body,
+// its requests redacted, to out.
+func (r *redactor) record(out []byte, kind byte, body []byte) []byte {
+	// conn, t (and first for a batch) stay; the requests follow.
+	hdr := 2
+	if kind == KindBatch {
+		hdr = 3
 	}
-	return out, n
+	off := 0
+	for range hdr {
+		_, m := binary.Uvarint(body[off:])
+		off += m
+	}
+	r.tmp = append(r.tmp[:0], body[:off]...)
+	r.tmp = r.requests(r.tmp, body[off:])
+	out = append(out, kind)
+	out = binary.AppendUvarint(out, uint64(len(r.tmp)))
+	return append(out, r.tmp...)
 }
 
 // requests appends the frames of reqs to dst, redacted.

@@ -34,8 +34,8 @@ type Options struct {
 	// record that does not fit is dropped and counted. 0 means 4 MiB.
 	BufferBytes int
 	// FlushEvery is how often the writer drains the buffers and ends a
-	// Zstandard frame, so that the file is readable up to then. 0 means
-	// 1 s.
+	// Zstandard frame, so that the file is readable up to then; it drains
+	// sooner when a buffer is half full. 0 means 1 s.
 	FlushEvery time.Duration
 }
 
@@ -63,6 +63,7 @@ type Capture struct {
 	conns  atomic.Uint64
 	cut    uint64 // connection ids below cut are sampled (of 2^64)
 	stop   chan struct{}
+	kick   chan struct{} // a buffer is half full: drain now
 	done   chan struct{}
 	once   sync.Once
 	bytes  atomic.Int64
@@ -82,6 +83,7 @@ type Buf struct {
 	mu      sync.Mutex
 	b       []byte
 	closed  bool
+	kicked  bool // the writer was told this buffer is half full
 	dropped atomic.Uint64
 	_       [64]byte // keep loops' buffers on separate cache lines
 }
@@ -121,7 +123,7 @@ func Start(path string, o Options) (*Capture, error) {
 		return nil, err
 	}
 	c := &Capture{opt: o, path: path, f: f, enc: enc, bufs: make([]Buf, o.Loops),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		redact: redactor{values: o.RedactValues, keyPos: o.KeyPos}}
 	c.cut = ^uint64(0)
 	if o.Sample < 1 {
@@ -155,40 +157,61 @@ func mix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// begin reserves room for a record of kind with a body of at most max
-// bytes; false: dropped (full or closed), counted unless closed.
-func (b *Buf) begin(max int) bool {
+// begin reserves room for a record with a body of at most max bytes and
+// starts it: it returns the record's start, or -1 when it is dropped
+// (full or closed; counted unless closed). The caller appends the body
+// and calls end.
+func (b *Buf) begin(max int) int {
+	hdr := 1 + uvarintLen(uint64(max))
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return false
+		return -1
 	}
-	if len(b.b)+max+1+binary.MaxVarintLen64 > cap(b.b) {
+	if len(b.b)+hdr+max > cap(b.b) {
 		b.mu.Unlock()
 		b.dropped.Add(1)
-		return false
+		return -1
 	}
-	return true
+	at := len(b.b)
+	b.b = b.b[:at+hdr]
+	if !b.kicked && at > cap(b.b)/2 {
+		// Wake the writer rather than wait for its tick: the buffer holds
+		// bursts above BufferBytes per FlushEvery without drops.
+		b.kicked = true
+		select {
+		case b.c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return at
 }
 
-// end writes the record's kind and length in front of body bytes
-// appended from at (the record start) and unlocks.
-func (b *Buf) end(kind byte, at int) {
-	body := len(b.b) - at - 1 - binary.MaxVarintLen64
-	// The body was appended after room for the longest varint: move it
-	// down to follow the real one.
+// end writes the record's kind and length in front of the body appended
+// since begin returned at, and unlocks.
+func (b *Buf) end(kind byte, at, max int) {
+	hdr := 1 + uvarintLen(uint64(max))
+	body := len(b.b) - at - hdr
 	b.b[at] = kind
 	n := binary.PutUvarint(b.b[at+1:], uint64(body))
-	copy(b.b[at+1+n:], b.b[at+1+binary.MaxVarintLen64:])
-	b.b = b.b[:at+1+n+body]
+	if 1+n < hdr {
+		// Room was left for the longest length the body could have: move
+		// the body down to follow the real one (only bodies near a
+		// power of 128 bytes).
+		copy(b.b[at+1+n:], b.b[at+hdr:])
+		b.b = b.b[:at+1+n+body]
+	}
 	b.mu.Unlock()
 }
 
-// open starts a record's body; the caller holds b.mu (begin).
-func (b *Buf) open() int {
-	at := len(b.b)
-	b.b = b.b[:at+1+binary.MaxVarintLen64]
-	return at
+// uvarintLen is the size of x as an unsigned LEB128 varint.
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
 }
 
 func (b *Buf) t(now int64) uint64 { return uint64(max(now-b.c.opt.Base, 0)) }
@@ -196,28 +219,38 @@ func (b *Buf) t(now int64) uint64 { return uint64(max(now-b.c.opt.Base, 0)) }
 // Conn records a connection first seen by this capture, with the
 // requests that set its state (concatenated RESP frames, may be empty).
 func (b *Buf) Conn(conn uint64, now int64, state []byte) {
-	if !b.begin(3*binary.MaxVarintLen64 + len(state)) {
+	room := 2*binary.MaxVarintLen64 + len(state)
+	at := b.begin(room)
+	if at < 0 {
 		return
 	}
-	at := b.open()
 	b.b = binary.AppendUvarint(b.b, conn)
 	b.b = binary.AppendUvarint(b.b, b.t(now))
 	b.b = append(b.b, state...)
-	b.end(KindConn, at)
+	b.end(KindConn, at, room)
 }
 
 // Batch records the requests (complete RESP frames) read in one read of
-// connection conn at now, the first numbered first.
-func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte) {
-	if !b.begin(3*binary.MaxVarintLen64 + len(reqs)) {
+// connection conn at now, the first numbered first. clean tells the
+// writer that the caller knows no request of reqs can carry a credential
+// (none is an inline request or an AUTH, HELLO, MIGRATE, CONFIG or ACL
+// command; see redactor): it writes the batch as it is, without scanning
+// it again. Without Options.RedactValues only; false is always safe.
+func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean bool) {
+	room := 3*binary.MaxVarintLen64 + len(reqs)
+	at := b.begin(room)
+	if at < 0 {
 		return
 	}
-	at := b.open()
 	b.b = binary.AppendUvarint(b.b, conn)
 	b.b = binary.AppendUvarint(b.b, b.t(now))
 	b.b = binary.AppendUvarint(b.b, first)
 	b.b = append(b.b, reqs...)
-	b.end(KindBatch, at)
+	kind := KindBatch
+	if clean && !b.c.opt.RedactValues {
+		kind = kindCleanBatch
+	}
+	b.end(kind, at, room)
 }
 
 // Reply records the reply to request seq of conn, ready at now: reply is
@@ -233,10 +266,11 @@ func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, to
 		h = xxhash.Sum64(reply)
 	}
 	pfx := ErrPrefix(reply)
-	if !b.begin(6*binary.MaxVarintLen64 + 10 + len(pfx)) {
+	room := 6*binary.MaxVarintLen64 + 10 + len(pfx)
+	at := b.begin(room)
+	if at < 0 {
 		return
 	}
-	at := b.open()
 	b.b = binary.AppendUvarint(b.b, conn)
 	b.b = binary.AppendUvarint(b.b, seq)
 	b.b = binary.AppendUvarint(b.b, b.t(now))
@@ -246,7 +280,7 @@ func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, to
 	b.b = binary.AppendUvarint(b.b, uint64(max(total, 0)))
 	b.b = binary.AppendUvarint(b.b, uint64(max(upstream, 0)))
 	b.b = append(b.b, pfx...)
-	b.end(KindReply, at)
+	b.end(KindReply, at, room)
 }
 
 // ErrPrefix returns the first word of an error reply ("-WRONGTYPE ..." ->
@@ -339,6 +373,7 @@ func (c *Capture) run() {
 			b.mu.Lock()
 			got := b.b
 			b.b = spare[i][:0]
+			b.kicked = false
 			if last {
 				b.closed = true
 			}
@@ -347,15 +382,13 @@ func (c *Capture) run() {
 			if len(got) == 0 || c.failed() {
 				continue
 			}
-			var n int64
-			out, n = c.redact.records(out[:0], got)
-			if _, err := c.enc.Write(out); err != nil {
-				c.fail(err)
-				continue
-			}
-			c.raw.Add(int64(len(out)))
+			raw, n, err := c.write(got, &out)
+			c.raw.Add(raw)
 			c.recs.Add(n)
-			wrote = true
+			wrote = wrote || raw > 0
+			if err != nil {
+				c.fail(err)
+			}
 		}
 		if wrote && !last && !c.failed() {
 			// End the frame: a reader gets everything up to here.
@@ -370,6 +403,8 @@ func (c *Capture) run() {
 		select {
 		case <-tick.C:
 			drain(false)
+		case <-c.kick:
+			drain(false)
 		case <-c.stop:
 			drain(true)
 			if err := c.enc.Close(); err != nil {
@@ -382,6 +417,47 @@ func (c *Capture) run() {
 			return
 		}
 	}
+}
+
+// write compresses the records of in (whole records, as a Buf holds
+// them), redacted, and returns the decompressed bytes and records written.
+// Runs of records with nothing to redact (replies, and batches the event
+// loop marked clean: their kind is set to KindBatch here, in place) go to
+// the encoder as they are; the others are redacted into *out first.
+func (c *Capture) write(in []byte, out *[]byte) (raw, n int64, err error) {
+	run := 0 // start of the run of records written as they are
+	flush := func(end int) error {
+		if end == run {
+			return nil
+		}
+		_, err := c.enc.Write(in[run:end])
+		raw += int64(end - run)
+		return err
+	}
+	for i := 0; i < len(in); {
+		kind := in[i]
+		l, k := binary.Uvarint(in[i+1:])
+		next := i + 1 + k + int(l)
+		n++
+		switch kind {
+		case kindCleanBatch:
+			in[i] = KindBatch
+			fallthrough
+		case KindReply:
+			i = next
+			continue
+		}
+		if err := flush(i); err != nil {
+			return raw, n, err
+		}
+		*out = c.redact.record((*out)[:0], kind, in[i+1+k:next])
+		if _, err := c.enc.Write(*out); err != nil {
+			return raw, n, err
+		}
+		raw += int64(len(*out))
+		i, run = next, next
+	}
+	return raw, n, flush(len(in))
 }
 
 func (c *Capture) sync() {
