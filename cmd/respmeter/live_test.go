@@ -224,7 +224,7 @@ func TestLivePageShards(t *testing.T) {
 		"--probe-interval", "50ms", "--engine-poll", "200ms", "--hdr-interval", "200ms")
 	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
 	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
-	startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
+	load := startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
 		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
 			return err
 		}
@@ -259,6 +259,7 @@ func TestLivePageShards(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("shard rows (engine ms, path ms, bound): %v", got)
+	load.stop() // before the proxy goes: its clients would fail to redial
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
