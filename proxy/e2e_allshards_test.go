@@ -88,6 +88,22 @@ func eachShard(want string, f func(s *redistest.Server, t *testing.T) any) func(
 	}
 }
 
+// fcallEverywhere checks the reply, then that every shard runs the
+// library's function (loaded or restored through the proxy).
+func fcallEverywhere(want string) func(*testing.T, []*redistest.Server, string, any) {
+	return func(t *testing.T, srvs []*redistest.Server, reply string, _ any) {
+		t.Helper()
+		if reply != want {
+			t.Errorf("reply %q, want %q", reply, want)
+		}
+		for i, s := range srvs {
+			if got := fmt.Sprint(s.DoT(t, "FCALL", "allshards_f", "0")); got != "1" {
+				t.Errorf("shard %d: FCALL after the command through the proxy = %s, want 1", i, got)
+			}
+		}
+	}
+}
+
 const allShardsLib = "#!lua name=allshardslib\nredis.register_function('allshards_f', function() return 1 end)"
 
 func allShardsCases() []allShardsCase {
@@ -132,16 +148,7 @@ func allShardsCases() []allShardsCase {
 		{name: "flushall", args: []string{"FLUSHALL"}, reach: 3, setup: keysOn, check: eachShard("+OK\r\n", dbsize)},
 		{name: "flushdb", args: []string{"FLUSHDB"}, reach: 3, setup: keysOn, check: eachShard("+OK\r\n", dbsize)},
 		{name: "function|load", args: []string{"FUNCTION", "LOAD", "REPLACE", allShardsLib}, reach: 3,
-			check: func(t *testing.T, srvs []*redistest.Server, reply string, _ any) {
-				if reply != "$12\r\nallshardslib\r\n" {
-					t.Errorf("reply %q, want the library name", reply)
-				}
-				for i, s := range srvs {
-					if got := fmt.Sprint(s.DoT(t, "FCALL", "allshards_f", "0")); got != "1" {
-						t.Errorf("shard %d: FCALL after FUNCTION LOAD through the proxy = %s, want 1", i, got)
-					}
-				}
-			}},
+			check: fcallEverywhere("$12\r\nallshardslib\r\n")},
 		{name: "function|delete", args: []string{"FUNCTION", "DELETE", "allshardslib"}, reach: 3, setup: loadLib, check: eachShard("+OK\r\n", libs)},
 		{name: "function|flush", args: []string{"FUNCTION", "FLUSH"}, reach: 3, setup: loadLib, check: eachShard("+OK\r\n", libs)},
 		{name: "function|restore", args: nil, reach: 3, // args: the dump, set by setup
@@ -151,16 +158,7 @@ func allShardsCases() []allShardsCase {
 				srvs[0].DoT(t, "FUNCTION", "FLUSH")
 				return dump
 			},
-			check: func(t *testing.T, srvs []*redistest.Server, reply string, _ any) {
-				if reply != "+OK\r\n" {
-					t.Errorf("reply %q, want +OK", reply)
-				}
-				for i, s := range srvs {
-					if got := fmt.Sprint(s.DoT(t, "FCALL", "allshards_f", "0")); got != "1" {
-						t.Errorf("shard %d: FCALL after FUNCTION RESTORE through the proxy = %s, want 1", i, got)
-					}
-				}
-			}},
+			check: fcallEverywhere("+OK\r\n")},
 		{name: "function|kill", args: []string{"FUNCTION", "KILL"}, reach: 3, check: wantPrefix("-NOTBUSY")},
 		{name: "script|kill", args: []string{"SCRIPT", "KILL"}, reach: 3, check: wantPrefix("-NOTBUSY")},
 		{name: "script|load", args: []string{"SCRIPT", "LOAD", "return 'allshards'"}, reach: 3,

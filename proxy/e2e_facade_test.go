@@ -225,6 +225,14 @@ func TestFacadeClusterClientMatchesCluster(t *testing.T) {
 		}
 		for _, s := range srvs {
 			n := engineCalls(t, s)
+			// With shared upstream connections (the suite's shared
+			// shapes) the engine also counts what respmeter sends of its
+			// own: the HELLO that opens a RESP3 shared connection, and the
+			// state replayed when a client that sets state moves to a
+			// private connection. Then it counts at least as many.
+			if sharedMode() && served[s.Addr()] > 0 && n >= served[s.Addr()] {
+				continue
+			}
 			if served[s.Addr()] != n || n == 0 {
 				return fmt.Errorf("shard %s: respmeter counted %d commands, the engine's commandstats %d", s.Addr(), served[s.Addr()], n)
 			}

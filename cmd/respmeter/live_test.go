@@ -102,6 +102,28 @@ func startLoad(t *testing.T, addr string, clients int, op func(ctx context.Conte
 
 func (g *loadGen) stop() { g.cancel(); g.wg.Wait() }
 
+// startGets runs 4 closed-loop clients of GET on 100 missing keys.
+func startGets(t *testing.T, addr string) *loadGen {
+	t.Helper()
+	return startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
+		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
+			return err
+		}
+		return nil
+	})
+}
+
+// openLivePage opens the live page of the admin address with a 5 s
+// window in a new headless browser and returns its context.
+func openLivePage(t *testing.T, browser, admin string) context.Context {
+	t.Helper()
+	ctx := newBrowser(t, browser, 2*time.Minute)
+	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
+		t.Fatalf("load the page: %v", err)
+	}
+	return ctx
+}
+
 // TestLivePage loads the live page at / in a real headless Chromium while
 // go-redis clients drive a real redis-server through "respmeter proxy", and
 // checks that the rendered DOM follows the load second by second: a GET
@@ -116,17 +138,8 @@ func TestLivePage(t *testing.T) {
 	srv := redistest.Start(t) // skips without redis-server or with -short
 	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--engine-poll", "500ms")
 
-	gets := startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
-		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
-			return err
-		}
-		return nil
-	})
-
-	ctx := newBrowser(t, browser, 2*time.Minute)
-	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
-		t.Fatalf("load the page: %v", err)
-	}
+	gets := startGets(t, addr)
+	ctx := openLivePage(t, browser, admin)
 
 	// evalUntil polls the page's DOM with expr (JavaScript returning a
 	// string) every 200 ms until ok accepts the result or 60 s pass.
@@ -224,16 +237,8 @@ func TestLivePageShards(t *testing.T) {
 		"--probe-interval", "50ms", "--engine-poll", "200ms", "--hdr-interval", "200ms")
 	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
 	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
-	load := startLoad(t, addr, 4, func(ctx context.Context, c *redis.Client, i int) error {
-		if err := c.Get(ctx, "k"+strconv.Itoa(i%100)).Err(); !errors.Is(err, redis.Nil) {
-			return err
-		}
-		return nil
-	})
-	ctx := newBrowser(t, browser, 2*time.Minute)
-	if _, err := chromedp.Run(ctx, chromedp.Navigate("http://"+admin+"/?window=5s")); err != nil {
-		t.Fatalf("load the page: %v", err)
-	}
+	load := startGets(t, addr)
+	ctx := openLivePage(t, browser, admin)
 	// cells returns "engine/path/bound" of each shard row, by address.
 	const cells = `JSON.stringify(Object.fromEntries([...document.querySelectorAll('#shards tbody tr')].map(r =>
 		[r.dataset.shard, ["engine", "path", "bound"].map(c => r.querySelector("td." + c).textContent)])))`
