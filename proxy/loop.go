@@ -72,20 +72,24 @@ type loop struct {
 	deferred    []*link
 	runDeferred gnet.Runnable
 	flushQueued bool
-	dirty       []*client // clients with replies to write at the end of the callback
-	resume      []*client // clients whose pause ended
-	shared      []*link   // shared upstream connections (see loop.sharedLink)
-	rpool       []*request
-	keys        [][]byte
-	slots       []uint16
-	group       []int32
-	mg          *merger   // reply merging scratch (merge.go)
-	replies     [][]byte  // scratch: a request's part replies
-	pos         [][]int32 // scratch: an MGET's key positions per part
-	num         []byte
-	scratch     []byte
-	sf          *resp.ReplyFramer
-	hscan       resp.RequestScanner // splits held requests
+	// later holds routed clients whose replies wait for the end of the
+	// pass (deferClient); inTask is set while the task writes them.
+	later   []*client
+	inTask  bool
+	dirty   []*client // clients with replies to write at the end of the callback
+	resume  []*client // clients whose pause ended
+	shared  []*link   // shared upstream connections (see loop.sharedLink)
+	rpool   []*request
+	keys    [][]byte
+	slots   []uint16
+	group   []int32
+	mg      *merger   // reply merging scratch (merge.go)
+	replies [][]byte  // scratch: a request's part replies
+	pos     [][]int32 // scratch: an MGET's key positions per part
+	num     []byte
+	scratch []byte
+	sf      *resp.ReplyFramer
+	hscan   resp.RequestScanner // splits held requests
 }
 
 func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
@@ -96,7 +100,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 		l = &loop{p: p, el: el, idx: len(p.loops), args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		l.inflight.SetClock(p.base)
-		if el != nil && p.shared {
+		if el != nil && (p.shared || p.route == routeSlots) { // deferShared, deferClient
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()
 				return nil
@@ -182,11 +186,21 @@ func (l *loop) flushAll() {
 	}
 	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
 		s := l.dirty[i]
+		l.dirty[i] = nil
+		if l.deferClient(s) {
+			l.later = append(l.later, s) // stays dirty until written
+			continue
+		}
 		s.set(cfDirty, false)
 		s.flush()
-		l.dirty[i] = nil
 	}
 	l.dirty = l.dirty[:0]
+	if len(l.later) > 0 && !l.flushQueued {
+		l.flushQueued = true
+		if l.el.Execute(context.Background(), l.runDeferred) != nil {
+			l.writeDeferred() // the loop is shutting down
+		}
+	}
 	// Handoffs last: resume processes held input, which flushes again.
 	for len(l.resume) > 0 {
 		s := l.resume[0]
@@ -210,9 +224,38 @@ func (l *loop) deferShared() bool {
 	return l.el != nil && l.runDeferred != nil && !l.p.closing.Load()
 }
 
-// writeDeferred writes the shared links deferred by flushAll.
+// deferClient reports whether s's replies should wait for the end of the
+// loop's pass: for a slot-routed client (--route slots, and the facade's
+// plain endpoint) while its last request still waits for a reply. A
+// pipeline split over three shards is answered in up to three pieces, each
+// in its own callback; written as they come, they reach a client that
+// refills its pipeline reply by reply (memtier_benchmark) in three small
+// reads, and its next pipeline comes in three small pieces too: batches
+// shrink until each command costs its own system calls. Written once per
+// pass, the pieces that arrived together leave together, one pass later
+// at most (see deferShared for when the task runs).
+func (l *loop) deferClient(s *client) bool {
+	if l.inTask || l.runDeferred == nil || s.fixed() || l.p.closing.Load() ||
+		s.gone() || s.cs != csOpen || s.q.len() == 0 {
+		return false
+	}
+	return !s.q.at(s.q.len() - 1).ready
+}
+
+// writeDeferred writes the shared links deferred by flushAll, then the
+// replies of the clients it deferred (deferClient).
 func (l *loop) writeDeferred() {
 	l.flushQueued = false
+	if len(l.later) > 0 {
+		l.inTask = true
+		for i, s := range l.later {
+			l.later[i] = nil
+			l.dirty = append(l.dirty, s) // still marked dirty
+		}
+		l.later = l.later[:0]
+		defer func() { l.inTask = false }()
+		defer l.flushAll()
+	}
 	if len(l.deferred) == 0 {
 		return
 	}
