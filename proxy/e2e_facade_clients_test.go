@@ -7,11 +7,14 @@ package proxy_test
 // real cluster (--cluster).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,24 +49,6 @@ func resetStats(t *testing.T, srvs []*redistest.Server) {
 	}
 }
 
-// cmdstatCalls returns the calls of each command in names as the engine's
-// commandstats count them (names lower case, as commandstats spell them).
-func cmdstatCalls(t *testing.T, s *redistest.Server, names ...string) map[string]int64 {
-	t.Helper()
-	info, err := s.Client().Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, n := range names {
-		m := regexp.MustCompile(`(?m)^cmdstat_` + regexp.QuoteMeta(n) + `:calls=(\d+),`).FindStringSubmatch(info)
-		if m != nil {
-			out[n], _ = strconv.ParseInt(m[1], 10, 64)
-		}
-	}
-	return out
-}
-
 // memtier's fixed workload: 1 thread × 2 connections, pipeline 4, SET:GET
 // 1:1 of 16-byte values, keys mt:1 .. mt:600 in parallel sequences (P:P:
 // each connection its own part of the range), 300 requests per connection.
@@ -96,7 +81,7 @@ func memtierCounts(t *testing.T, bin, addr string, engines []*redistest.Server) 
 	resetStats(t, engines)
 	out = runMemtierCluster(t, bin, addr)
 	for _, s := range engines {
-		c := cmdstatCalls(t, s, "set", "get")
+		c := commandstats(t, s)
 		sets, gets = append(sets, c["set"]), append(gets, c["get"])
 	}
 	return out, sets, gets
@@ -171,4 +156,144 @@ func TestFacadeMemtierCluster(t *testing.T) {
 	bin := redistest.Memtier(t)
 	cl, p, set := facadeOverCluster(t)
 	checkMemtierFacade(t, bin, cl, p, set, cl.Nodes)
+}
+
+// redisPy returns a python3 that imports redis.cluster (redis-py's
+// RedisCluster; Debian's python3-redis 4.3.4): python3 on PATH, else
+// /usr/bin/python3 (where Debian's package installs it). Without one it
+// skips t, and fails it under CI (CI set), whose .ci/run installs
+// python3-redis.
+func redisPy(t *testing.T) string {
+	t.Helper()
+	var tried []string
+	for _, py := range []string{"python3", "/usr/bin/python3"} {
+		path, err := exec.LookPath(py)
+		if err != nil {
+			tried = append(tried, py+": "+err.Error())
+			continue
+		}
+		out, err := exec.Command(path, "-c", "import redis.cluster").CombinedOutput()
+		if err == nil {
+			return path
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v %s", path, err, bytes.TrimSpace(out)))
+	}
+	msg := "redis-py (import redis.cluster) not found; install python3-redis: " + strings.Join(tried, "; ")
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg + " (CI: .ci/run installs it)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// pyRun is what testdata/rediscluster.py printed.
+type pyRun struct {
+	Results []json.RawMessage `json:"results"`
+	Nodes   []string          `json:"nodes"`
+}
+
+// runRedisPy runs testdata/rediscluster.py with a RedisCluster seeded with
+// addr and returns its parsed output and every byte it printed.
+func runRedisPy(t *testing.T, py, addr string) (pyRun, []byte) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "testdata/rediscluster.py", host, port)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	all := append(out, stderr.Bytes()...)
+	if err != nil {
+		t.Fatalf("redis-py RedisCluster at %s: %v\n%s", addr, err, all)
+	}
+	var r pyRun
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("redis-py output: %v\n%s", err, all)
+	}
+	return r, all
+}
+
+// checkRedisPyFacade compares redis-py's RedisCluster through the facade
+// (seeded with a virtual node of p) with the same script directly against
+// the cluster cl: the same replies; the client learned the virtual nodes
+// and only them; no engine port in anything it printed; and each shard's
+// respmeter_shard_commands_total grew by what its engine ran.
+func checkRedisPyFacade(t *testing.T, py string, cl *redistest.Cluster, p *proxy.Proxy, set *metrics.Set, engines []*redistest.Server) {
+	t.Helper()
+	want, _ := runRedisPy(t, py, cl.Nodes[0].Addr())
+	if w := slices.Sorted(slices.Values(cl.Addrs())); !slices.Equal(want.Nodes, w) {
+		t.Fatalf("redis-py directly: nodes %v, want the cluster's %v", want.Nodes, w)
+	}
+	for _, s := range cl.Nodes {
+		s.Flush()
+	}
+	resetStats(t, engines)
+	before := map[string]int64{}
+	for _, sh := range set.Snapshot().Shards {
+		before[sh.Name] = sh.Count
+	}
+	nodes := p.FacadeAddrs()
+	got, printed := runRedisPy(t, py, nodes[2])
+	if len(got.Results) != len(want.Results) {
+		t.Fatalf("%d results through the facade, %d directly", len(got.Results), len(want.Results))
+	}
+	t.Logf("redis-py: %d results, the cross-slot MGET's: %s", len(want.Results), want.Results[len(want.Results)-3])
+	for i := range want.Results {
+		if !bytes.Equal(got.Results[i], want.Results[i]) {
+			t.Errorf("result %d differs\n cluster: %s\n facade:  %s", i, want.Results[i], got.Results[i])
+		}
+	}
+	if w := slices.Sorted(slices.Values(nodes)); !slices.Equal(got.Nodes, w) {
+		t.Errorf("redis-py through the facade learned nodes %v, want the virtual nodes %v", got.Nodes, w)
+	}
+	noEnginePort(t, "redis-py RedisCluster through the facade", printed, engines...)
+	// The client has its replies: each engine ran all it will run of the
+	// client's. Its commandstats read once: what the client sent (its INFO
+	// included), without the CONFIG RESETSTAT before it and what
+	// respmeter's topology refresh asks a cluster node (the client's own
+	// CLUSTER commands are answered by the facade).
+	ran := map[string]int64{}
+	for _, s := range engines {
+		for name, n := range commandstats(t, s) {
+			if name != "config|resetstat" && !strings.HasPrefix(name, "cluster|") {
+				ran[s.Addr()] += n
+			}
+		}
+	}
+	redistest.Eventually(t, 5*time.Second, func() error {
+		served := map[string]int64{}
+		for _, sh := range set.Snapshot().Shards {
+			served[sh.Name] = sh.Count - before[sh.Name]
+		}
+		for _, s := range engines {
+			if n := ran[s.Addr()]; served[s.Addr()] != n || n == 0 {
+				return fmt.Errorf("shard %s: respmeter_shard_commands_total grew by %d, the engine's commandstats counted %d", s.Addr(), served[s.Addr()], n)
+			}
+		}
+		return nil
+	})
+}
+
+// TestFacadeRedisPyShards: redis-py's RedisCluster (testdata/
+// rediscluster.py: SET/GET, MSET/MGET by hash tag, a cross-slot MGET, a
+// pipeline over many slots) through the facade over three standalone
+// engines gets what it gets directly from a real 3-master cluster, learns
+// only the virtual nodes, and respmeter counts per shard what each engine
+// ran.
+func TestFacadeRedisPyShards(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	py := redisPy(t)
+	cl := redistest.StartCluster(t, 3)
+	srvs, p, set := startFacade(t, 3, nil)
+	checkRedisPyFacade(t, py, cl, p, set, srvs)
+}
+
+// TestFacadeRedisPyCluster: as TestFacadeRedisPyShards, with the facade in
+// front of the real cluster that is also the oracle.
+func TestFacadeRedisPyCluster(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	py := redisPy(t)
+	cl, p, set := facadeOverCluster(t)
+	checkRedisPyFacade(t, py, cl, p, set, cl.Nodes)
 }
