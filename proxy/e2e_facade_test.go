@@ -679,3 +679,57 @@ func TestFacadeFewerNodesThanMasters(t *testing.T) {
 	}
 	noEnginePort(t, "ClusterClient through 2 virtual nodes for 3 masters", read(), cl.Nodes...)
 }
+
+// TestFacadeScriptExists: after one shard lost a script (SCRIPT FLUSH on
+// its engine), a go-redis ClusterClient through the virtual nodes gets
+// false from ScriptExists (go-redis asks every master itself: each virtual
+// node answers for its own shard, as a cluster node does) and the facade's
+// plain endpoint (slot-routed, agg_logical_and over the shards) answers
+// :0 on connections of every home shard, while each virtual node answers
+// for its own shard (:0 on the one that lost it, :1 on the others); over
+// standalone engines and over a real cluster, for each shard in turn.
+func TestFacadeScriptExists(t *testing.T) {
+	srvs, shardsFacade, _ := startFacade(t, 3, nil)
+	cl, clusterFacade, _ := facadeOverCluster(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		engines []*redistest.Server
+		p       *proxy.Proxy
+	}{{"shards", srvs, shardsFacade}, {"cluster", cl.Nodes, clusterFacade}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := tc.p.FacadeAddrs()
+			for lost, s := range tc.engines {
+				script := fmt.Sprintf("return %d", lost)
+				cc, _ := tappedCluster(t, nodes[lost])
+				sha, err := cc.ScriptLoad(ctx, script).Result() // every master
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := cc.ScriptExists(ctx, sha).Result(); err != nil || fmt.Sprint(got) != "[true]" {
+					t.Fatalf("ScriptExists after ScriptLoad: %v %v, want [true]", got, err)
+				}
+				s.Do("SCRIPT", "FLUSH")
+				if got, err := cc.ScriptExists(ctx, sha).Result(); err != nil || fmt.Sprint(got) != "[false]" {
+					t.Errorf("shard %d lost the script: ClusterClient ScriptExists = %v %v, want [false]", lost, got, err)
+				}
+				for range 3 { // three connections: three home shards
+					c := redistest.Dial(t, tc.p.Addr())
+					c.Roundtrip(t, redistest.Cmd("SCRIPT", "EXISTS", sha, sha), []byte("*2\r\n:0\r\n:0\r\n"))
+					_ = c.Close()
+				}
+				// A virtual node answers for its own shard only, as a
+				// cluster node answers for itself.
+				for i, n := range nodes {
+					want := "*1\r\n:1\r\n"
+					if i == lost {
+						want = "*1\r\n:0\r\n"
+					}
+					c := redistest.Dial(t, n)
+					c.Roundtrip(t, redistest.Cmd("SCRIPT", "EXISTS", sha), []byte(want))
+					_ = c.Close()
+				}
+			}
+		})
+	}
+}
