@@ -733,3 +733,41 @@ func TestFacadeScriptExists(t *testing.T) {
 		})
 	}
 }
+
+// TestFacadeInfoClusterEnabled: over standalone engines a virtual node's
+// INFO says cluster_enabled:1, as a cluster node's does (redis-py's
+// RedisCluster checks it before CLUSTER SLOTS and refused the facade with
+// "Cluster mode is not enabled on this node"), in RESP2 and RESP3, for the
+// Cluster section alone and for INFO everything (the engine's full
+// reply otherwise unchanged: the same sections); the plain endpoint
+// relays the engine's cluster_enabled:0.
+func TestFacadeInfoClusterEnabled(t *testing.T) {
+	_, p, _ := startFacade(t, 3, nil)
+	sections := regexp.MustCompile(`(?m)^# (\w+)\r$`)
+	for _, resp3 := range []bool{false, true} {
+		for _, tc := range []struct{ addr, want string }{
+			{p.FacadeAddrs()[1], "cluster_enabled:1"}, {p.Addr(), "cluster_enabled:0"},
+		} {
+			c := redistest.Dial(t, tc.addr)
+			if resp3 {
+				c.Send(t, redistest.Cmd("HELLO", "3"))
+				if _, err := c.ReadFrame(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, sec := range []string{"cluster", "everything"} {
+				c.Send(t, redistest.Cmd("INFO", sec))
+				f, err := c.ReadFrame(5 * time.Second)
+				if err != nil {
+					t.Fatalf("INFO %s at %s: %v", sec, tc.addr, err)
+				}
+				got := sections.FindAllStringSubmatch(string(f), -1)
+				if !strings.Contains(string(f), "\r\n"+tc.want+"\r\n") || sec == "everything" && len(got) < 10 {
+					t.Errorf("RESP3 %v, INFO %s at %s: want %s and the engine's sections, got %d sections:\n%s",
+						resp3, sec, tc.addr, tc.want, len(got), redistest.Trunc(f))
+				}
+			}
+			_ = c.Close()
+		}
+	}
+}
