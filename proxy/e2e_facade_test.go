@@ -295,21 +295,32 @@ func txSequence(t *testing.T, addr string) []string {
 // workload sends no KEYS of its own).
 func engineCalls(t *testing.T, s *redistest.Server) int64 {
 	t.Helper()
+	var n int64
+	for name, calls := range commandstats(t, s) {
+		if name != "config|resetstat" && name != "info" && name != "keys" {
+			n += calls
+		}
+	}
+	return n
+}
+
+// commandstats returns calls + rejected_calls per command (lower case,
+// "config|resetstat" for a subcommand) from the engine's INFO
+// commandstats. The INFO itself is not counted in what it returns.
+func commandstats(t *testing.T, s *redistest.Server) map[string]int64 {
+	t.Helper()
 	info, err := s.Client().Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
+	out := map[string]int64{}
 	re := regexp.MustCompile(`(?m)^cmdstat_([^:]+):calls=(\d+),.*rejected_calls=(\d+)`)
 	for _, m := range re.FindAllStringSubmatch(info, -1) {
-		if m[1] == "config|resetstat" || m[1] == "info" || m[1] == "keys" {
-			continue
-		}
 		a, _ := strconv.ParseInt(m[2], 10, 64)
 		b, _ := strconv.ParseInt(m[3], 10, 64)
-		n += a + b
+		out[m[1]] = a + b
 	}
-	return n
+	return out
 }
 
 // TestFacadeRedirects: a virtual node answers a key of another node's slot
@@ -667,4 +678,96 @@ func TestFacadeFewerNodesThanMasters(t *testing.T) {
 		t.Errorf("no key landed on the master without a virtual node (%v)", perMaster)
 	}
 	noEnginePort(t, "ClusterClient through 2 virtual nodes for 3 masters", read(), cl.Nodes...)
+}
+
+// TestFacadeScriptExists: after one shard lost a script (SCRIPT FLUSH on
+// its engine), a go-redis ClusterClient through the virtual nodes gets
+// false from ScriptExists (go-redis asks every master itself: each virtual
+// node answers for its own shard, as a cluster node does) and the facade's
+// plain endpoint (slot-routed, agg_logical_and over the shards) answers
+// :0 on connections of every home shard, while each virtual node answers
+// for its own shard (:0 on the one that lost it, :1 on the others); over
+// standalone engines and over a real cluster, for each shard in turn.
+func TestFacadeScriptExists(t *testing.T) {
+	srvs, shardsFacade, _ := startFacade(t, 3, nil)
+	cl, clusterFacade, _ := facadeOverCluster(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		engines []*redistest.Server
+		p       *proxy.Proxy
+	}{{"shards", srvs, shardsFacade}, {"cluster", cl.Nodes, clusterFacade}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := tc.p.FacadeAddrs()
+			for lost, s := range tc.engines {
+				script := fmt.Sprintf("return %d", lost)
+				cc, _ := tappedCluster(t, nodes[lost])
+				sha, err := cc.ScriptLoad(ctx, script).Result() // every master
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, err := cc.ScriptExists(ctx, sha).Result(); err != nil || fmt.Sprint(got) != "[true]" {
+					t.Fatalf("ScriptExists after ScriptLoad: %v %v, want [true]", got, err)
+				}
+				s.Do("SCRIPT", "FLUSH")
+				if got, err := cc.ScriptExists(ctx, sha).Result(); err != nil || fmt.Sprint(got) != "[false]" {
+					t.Errorf("shard %d lost the script: ClusterClient ScriptExists = %v %v, want [false]", lost, got, err)
+				}
+				for range 3 { // three connections: three home shards
+					c := redistest.Dial(t, tc.p.Addr())
+					c.Roundtrip(t, redistest.Cmd("SCRIPT", "EXISTS", sha, sha), []byte("*2\r\n:0\r\n:0\r\n"))
+					_ = c.Close()
+				}
+				// A virtual node answers for its own shard only, as a
+				// cluster node answers for itself.
+				for i, n := range nodes {
+					want := "*1\r\n:1\r\n"
+					if i == lost {
+						want = "*1\r\n:0\r\n"
+					}
+					c := redistest.Dial(t, n)
+					c.Roundtrip(t, redistest.Cmd("SCRIPT", "EXISTS", sha), []byte(want))
+					_ = c.Close()
+				}
+			}
+		})
+	}
+}
+
+// TestFacadeInfoClusterEnabled: over standalone engines a virtual node's
+// INFO says cluster_enabled:1, as a cluster node's does (redis-py's
+// RedisCluster checks it before CLUSTER SLOTS and refused the facade with
+// "Cluster mode is not enabled on this node"), in RESP2 and RESP3, for the
+// Cluster section alone and for INFO everything (the engine's full
+// reply otherwise unchanged: the same sections); the plain endpoint
+// relays the engine's cluster_enabled:0.
+func TestFacadeInfoClusterEnabled(t *testing.T) {
+	_, p, _ := startFacade(t, 3, nil)
+	sections := regexp.MustCompile(`(?m)^# (\w+)\r$`)
+	for _, resp3 := range []bool{false, true} {
+		for _, tc := range []struct{ addr, want string }{
+			{p.FacadeAddrs()[1], "cluster_enabled:1"}, {p.Addr(), "cluster_enabled:0"},
+		} {
+			c := redistest.Dial(t, tc.addr)
+			if resp3 {
+				c.Send(t, redistest.Cmd("HELLO", "3"))
+				if _, err := c.ReadFrame(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, sec := range []string{"cluster", "everything"} {
+				c.Send(t, redistest.Cmd("INFO", sec))
+				f, err := c.ReadFrame(5 * time.Second)
+				if err != nil {
+					t.Fatalf("INFO %s at %s: %v", sec, tc.addr, err)
+				}
+				got := sections.FindAllStringSubmatch(string(f), -1)
+				if !strings.Contains(string(f), "\r\n"+tc.want+"\r\n") || sec == "everything" && len(got) < 10 {
+					t.Errorf("RESP3 %v, INFO %s at %s: want %s and the engine's sections, got %d sections:\n%s",
+						resp3, sec, tc.addr, tc.want, len(got), redistest.Trunc(f))
+				}
+			}
+			_ = c.Close()
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
@@ -328,6 +329,26 @@ func (s *client) facadeRedirect(frame []byte, from string) []byte {
 	b = append(b, ':')
 	b = append(b, n.port...)
 	b = append(b, "\r\n"...)
+	s.l.scratch = b
+	return b
+}
+
+// infoClusterOff is the line of an INFO reply of an engine without
+// cluster support ("# Cluster" section).
+var infoClusterOff = []byte("\ncluster_enabled:0\r")
+
+// facadeInfo returns a standalone engine's INFO reply to a virtual node's
+// client with "cluster_enabled:0" turned into "cluster_enabled:1", as a
+// Redis Cluster node reports it (redis-py's RedisCluster reads INFO before
+// CLUSTER SLOTS and refuses a node that says 0). Same length, so the
+// frame's header stays valid; any other reply is returned as it is.
+func (s *client) facadeInfo(frame []byte) []byte {
+	i := bytes.Index(frame, infoClusterOff)
+	if i < 0 {
+		return frame
+	}
+	b := append(s.l.scratch[:0], frame...)
+	b[i+len(infoClusterOff)-2] = '1'
 	s.l.scratch = b
 	return b
 }

@@ -314,7 +314,7 @@ func (ln *link) onData(data []byte) {
 // its client, alone (not one part of a fan-out), and not be an error or a
 // push; and the link must not be a pub/sub or MONITOR feed, whose frames
 // are seen whole (feed), nor the reply one that changes that (MONITOR,
-// RESET).
+// RESET) or one the facade rewrites (INFO on a virtual node).
 func (ln *link) streamable(t byte) *client {
 	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
@@ -322,7 +322,8 @@ func (ln *link) streamable(t byte) *client {
 	r := ln.q.front()
 	e := r.e
 	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
-		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset {
+		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset ||
+		e.cmd == command.InfoCmd && e.s.vnode != nil { // rewritten whole (facadeInfo)
 		return nil
 	}
 	return e.s
@@ -396,8 +397,13 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if f.Type == '-' && e.flags&eInTx == 0 && (ln.redirect(e, int(r.part), frame, now) || ln.tryAgain(e, int(r.part), frame, now)) {
 		return
 	}
-	if f.Type == '-' && e.s.vnode != nil {
-		frame = e.s.facadeRedirect(frame, ln.addr) // a relayed MOVED/ASK names a virtual node
+	if e.s.vnode != nil {
+		switch {
+		case f.Type == '-':
+			frame = e.s.facadeRedirect(frame, ln.addr) // a relayed MOVED/ASK names a virtual node
+		case e.cmd == command.InfoCmd && !e.s.p.router.cluster:
+			frame = e.s.facadeInfo(frame) // a standalone engine's INFO says cluster_enabled:1
+		}
 	}
 	e.s.complete(e, int(r.part), frame, now, false)
 }

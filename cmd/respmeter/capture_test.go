@@ -135,10 +135,10 @@ func appWorkload(t *testing.T, addr string) (publishes, seed0Gets int) {
 // memtierWorkload runs memtier_benchmark through the proxy at addr: one
 // connection, pipeline 4, SET:GET 1:1 of 16-byte values on keys mt:1 to
 // mt:50 in sequence, 200 requests. It returns the SETs and GETs it sent
-// (0, 0 when memtier is absent outside CI: see findMemtier).
+// (0, 0 when memtier is absent outside CI: see redistest.FindMemtier).
 func memtierWorkload(t *testing.T, addr string) (sets, gets int) {
 	t.Helper()
-	mt, why := findMemtier(t)
+	mt, why := redistest.FindMemtier(t)
 	if mt == "" {
 		t.Logf("round trip without memtier: %s", why)
 		return 0, 0

@@ -9,11 +9,14 @@ import (
 	"net"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
@@ -395,9 +398,14 @@ func TestProxyRouteCluster(t *testing.T) {
 // is routed when respmeter's side connections are given it
 // (RESPMETER_UPSTREAM_PASSWORD): the shard map and the command table are
 // read with AUTH first, clients authenticate themselves, and the password
-// appears nowhere in the proxy's output, nor in --check's. Without it the
-// proxy exited at start with "seed refused CLUSTER SHARDS and CLUSTER
-// SLOTS: NOAUTH".
+// appears nowhere in the proxy's output (debug level), /stats, /metrics or
+// /slowlog (every command kept), nor in --check's; under --route slots
+// (redis-cli with -a through --listen) and --route facade (a go-redis
+// ClusterClient with the password through the virtual nodes, and
+// redis-cli through the plain endpoint). A wrong password fails the start
+// with the engine's WRONGPASS, without the password. Without one the proxy
+// exited at start with "seed refused CLUSTER SHARDS and CLUSTER SLOTS:
+// NOAUTH".
 func TestProxyRouteClusterPassword(t *testing.T) {
 	const pw = "s3cret-cluster-pw"
 	cl := redistest.StartClusterWith(t, 3, "--requirepass", pw)
@@ -410,28 +418,78 @@ func TestProxyRouteClusterPassword(t *testing.T) {
 		t.Errorf("--check shows the password, or not its redaction:\n%s", out)
 	}
 
-	p := start(t, env, "proxy",
-		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "1",
-		"--route", "slots", "--cluster", seed, "--topology-refresh", "1m", "--log-level", "debug")
-	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=slots`)
-	_, port, _ := strings.Cut(m[1], ":")
-	for i, k := range keyPerShard(t) {
-		if got := redisCLI(t, port, "--no-auth-warning", "-a", pw, "SET", k, "v"); got != "OK\n" {
-			t.Fatalf("SET %s through the proxy: %q", k, got)
-		}
-		owner := cl.Nodes[cl.Owner(int(routing.Slot([]byte(k))))]
-		if got := owner.Do("GET", k); got != "v" {
-			t.Errorf("key %d: owner %s has %v", i, owner.Addr(), got)
-		}
+	// A wrong password: the start fails, and says so without it.
+	const wrong = "wr0ng-cluster-pw"
+	bad := start(t, []string{"RESPMETER_UPSTREAM_PASSWORD=" + wrong}, "proxy",
+		"--listen", "127.0.0.1:0", "--admin", "off", "--route", "facade", "--cluster", seed,
+		"--facade-listen", "127.0.0.1:0,127.0.0.1:0,127.0.0.1:0", "--log-level", "debug")
+	if code := bad.wait(t); code == exitOK || strings.Contains(bad.stderr.String(), wrong) || !strings.Contains(bad.stderr.String(), "WRONGPASS") {
+		t.Errorf("a wrong password: exit %d, want a failed start naming WRONGPASS without the password:\n%s", code, bad.stderr)
 	}
-	if got := redisCLI(t, port, "GET", "k"); !strings.Contains(got, "NOAUTH") {
-		t.Errorf("a client without AUTH got %q, want the engine's NOAUTH", got)
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	p.wait(t)
-	if log := p.stderr.String(); strings.Contains(log, pw) || strings.Contains(log, "command table not read") {
-		t.Errorf("proxy output shows the password or did not read the command table:\n%s", log)
+
+	for _, route := range []string{configs.RouteSlots, configs.RouteFacade} {
+		t.Run(route, func(t *testing.T) {
+			args := []string{"proxy",
+				"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--loops", "1",
+				"--route", route, "--cluster", seed, "--topology-refresh", "1m", "--log-level", "debug",
+				"--slowlog-threshold", "0"}
+			if route == configs.RouteFacade {
+				args = append(args, "--facade-listen", "127.0.0.1:0,127.0.0.1:0,127.0.0.1:0")
+			}
+			p := start(t, env, args...)
+			m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=(\S+) route=`+route+` cluster=\S+ topology_refresh=\S+ (?:facade=(\S+) )?`)
+			admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+			_, port, _ := strings.Cut(m[1], ":")
+			keys := keyPerShard(t)
+			for i, k := range keys {
+				if got := redisCLI(t, port, "--no-auth-warning", "-a", pw, "SET", k, route); got != "OK\n" {
+					t.Fatalf("SET %s through the proxy: %q", k, got)
+				}
+				owner := cl.Nodes[cl.Owner(int(routing.Slot([]byte(k))))]
+				if got := owner.Do("GET", k); got != route {
+					t.Errorf("key %d: owner %s has %v", i, owner.Addr(), got)
+				}
+			}
+			if got := redisCLI(t, port, "GET", "k"); !strings.Contains(got, "NOAUTH") {
+				t.Errorf("a client without AUTH got %q, want the engine's NOAUTH", got)
+			}
+			if route == configs.RouteFacade {
+				nodes := strings.Split(m[2], ",")
+				ctx := context.Background()
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[1]}, Password: pw, Protocol: 3,
+					MaxRetries: -1, DisableIdentity: true})
+				defer c.Close()
+				for i, k := range keys {
+					if v, err := c.Get(ctx, k).Result(); err != nil || v != route {
+						t.Errorf("ClusterClient GET %s through the facade: %q %v", k, v, err)
+					}
+					if err := c.Set(ctx, k+":cc", i, 0).Err(); err != nil {
+						t.Errorf("ClusterClient SET through the facade: %v", err)
+					}
+				}
+				slots, err := c.ClusterSlots(ctx).Result()
+				if err != nil || len(slots) != 3 {
+					t.Fatalf("CLUSTER SLOTS through the facade: %v %v", slots, err)
+				}
+				for _, sl := range slots {
+					if !slices.Contains(nodes, sl.Nodes[0].Addr) {
+						t.Errorf("CLUSTER SLOTS %d-%d names %s, not a virtual node %v", sl.Start, sl.End, sl.Nodes[0].Addr, nodes)
+					}
+				}
+			}
+			for _, path := range []string{"/stats", "/metrics", "/slowlog"} {
+				if body := httpGet(t, admin+path); strings.Contains(body, pw) || len(body) < 10 {
+					t.Errorf("%s shows the password or is empty:\n%s", path, body)
+				}
+			}
+			if body := httpGet(t, admin+"/slowlog"); !strings.Contains(body, keys[0]) {
+				t.Errorf("/slowlog (threshold 0) lacks the SET of %s:\n%s", keys[0], body)
+			}
+			p.signal(t, syscall.SIGTERM)
+			p.wait(t)
+			if log := p.stderr.String(); strings.Contains(log, pw) || strings.Contains(log, "command table not read") {
+				t.Errorf("proxy output shows the password or did not read the command table:\n%s", log)
+			}
+		})
 	}
 }

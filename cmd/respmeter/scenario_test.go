@@ -21,7 +21,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -662,46 +661,6 @@ func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64, windo
 	}
 }
 
-// scMemtier returns the memtier_benchmark to run (findMemtier). It
-// skips the test without one, and fails it under CI (CI set), whose
-// .ci/run builds it, unless .ci/run found no source to build it from
-// (RESPMETER_MEMTIER_SKIP).
-func scMemtier(t testing.TB) string {
-	t.Helper()
-	p, msg := findMemtier(t)
-	if p == "" {
-		t.Skip(msg)
-	}
-	return p
-}
-
-// findMemtier returns the memtier_benchmark to run: $RESPMETER_MEMTIER,
-// else the one .ci/build-memtier.sh caches, else memtier_benchmark on
-// PATH; or "" and why (failing the test under CI, as scMemtier says).
-func findMemtier(t testing.TB) (string, string) {
-	t.Helper()
-	cands := []string{os.Getenv("RESPMETER_MEMTIER"), "/var/cache/respmeter/tools/memtier_benchmark-2.3.0/memtier_benchmark"}
-	if dir, err := os.UserCacheDir(); err == nil {
-		cands = append(cands, filepath.Join(dir, "respmeter/tools/memtier_benchmark-2.3.0/memtier_benchmark"))
-	}
-	if p, err := exec.LookPath("memtier_benchmark"); err == nil {
-		cands = append(cands, p)
-	}
-	for _, c := range cands {
-		if c == "" {
-			continue
-		}
-		if fi, err := os.Stat(c); err == nil && fi.Mode()&0o111 != 0 {
-			return c, ""
-		}
-	}
-	msg := "memtier_benchmark not found: build it with .ci/build-memtier.sh, or set RESPMETER_MEMTIER"
-	if os.Getenv("CI") != "" && os.Getenv("RESPMETER_MEMTIER_SKIP") == "" {
-		t.Fatal(msg + " (CI: .ci/run builds it)")
-	}
-	return "", msg
-}
-
 // TestScenarioMemtier200: the closed-loop case, memtier_benchmark
 // 4 threads × 50 connections at pipeline 1 (SET:GET 1:10 of 32-byte values)
 // through respmeter, with no delay anywhere: 200 requests always in flight
@@ -719,7 +678,7 @@ func findMemtier(t testing.TB) (string, string) {
 // cycle old: see scLittle), with L at most the 200 connections.
 func TestScenarioMemtier200(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	bin := scMemtier(t)
+	bin := redistest.Memtier(t)
 	redistest.Retry(t, 3, func(t testing.TB) { scenarioMemtier200(t, bin) })
 }
 
