@@ -693,32 +693,34 @@ func TestFacadeReshardUnderLoad(t *testing.T) {
 	var acked [writers][counters]int64
 	var sets [writers][]string
 	var done atomic.Int64 // acknowledged writes of all writers
-	var stop atomic.Bool
+	var stop, failed atomic.Bool
+	var werr [writers]error // the error that stopped writer w
 	var wg sync.WaitGroup
-	errs := make(chan error, writers)
 	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
+			fail := func(err error) {
+				werr[w] = err
+				failed.Store(true)
+			}
 			for i := 0; !stop.Load(); i++ {
 				c := i % counters
 				k := fmt.Sprintf("%sw%dc%d", tag, w, c)
 				if err := fc.Incr(ctx, k).Err(); err != nil {
-					errs <- fmt.Errorf("INCR %s: %w", k, err)
+					fail(fmt.Errorf("INCR %s: %w", k, err))
 					return
 				}
 				acked[w][c]++
 				// A new key of the moving slot, and one of any slot.
 				for _, k := range []string{fmt.Sprintf("%su%d:%d", tag, w, i), fmt.Sprintf("other:%d:%d", w, i)} {
 					if err := fc.Set(ctx, k, i, 0).Err(); err != nil {
-						errs <- fmt.Errorf("SET %s: %w", k, err)
+						fail(fmt.Errorf("SET %s: %w", k, err))
 						return
 					}
 					sets[w] = append(sets[w], k)
 				}
 				done.Add(3)
 			}
-		}()
+		})
 	}
 	// progress waits until the writers have had n more writes
 	// acknowledged (or one of them failed), so that every step of the move
@@ -727,7 +729,7 @@ func TestFacadeReshardUnderLoad(t *testing.T) {
 		t.Helper()
 		target := done.Load() + n
 		redistest.Eventually(t, 10*time.Second, func() error {
-			if len(errs) > 0 {
+			if failed.Load() {
 				return nil // reported below
 			}
 			if d := done.Load(); d < target {
@@ -747,11 +749,12 @@ func TestFacadeReshardUnderLoad(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	for w, err := range werr {
+		if err != nil {
+			t.Errorf("writer %d: %v", w, err)
+		}
 	}
-	if t.Failed() {
+	if failed.Load() {
 		t.FailNow()
 	}
 
