@@ -827,3 +827,39 @@ func TestFacadeReshardUnderLoad(t *testing.T) {
 			r.RedirectsAsk, nodes[away], movedTo[nodes[away]], nodes[home], movedTo[nodes[home]])
 	}
 }
+
+// TestFacadeUpstreamErrorsNameVirtualNodes: respmeter's own error replies
+// about an engine ("-ERR upstream <addr> connection lost" to a request
+// pending when it died, "... unreachable: dial tcp <addr>: ..." after)
+// name the virtual node of that shard, in each place they quote the
+// address, when they reach a facade client; a client of the plain endpoint
+// still gets the engine's address.
+func TestFacadeUpstreamErrorsNameVirtualNodes(t *testing.T) {
+	srvs, p, _ := startFacade(t, 3, nil)
+	nodes := p.FacadeAddrs()
+	ctx := context.Background()
+	const key = "foo" // slot 12182: shard 2
+	pending := make(chan error, 1)
+	go func() { pending <- goRedis(t, nodes[2]).BLPop(ctx, 10*time.Second, "{foo}list").Err() }()
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if info := srvs[2].Do("INFO", "clients").(string); !strings.Contains(info, "blocked_clients:1") {
+			return errors.New("BLPOP not blocked on shard 2 yet")
+		}
+		return nil
+	})
+	srvs[2].Kill()
+	check := func(name string, err error, addr string) {
+		t.Helper()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR upstream "+addr+" ") {
+			t.Errorf("%s with shard 2 down: %v, want an error naming %s", name, err, addr)
+			return
+		}
+		t.Logf("%s: %v", name, err)
+		if addr != srvs[2].Addr() {
+			noEnginePort(t, name, []byte(err.Error()), srvs...)
+		}
+	}
+	check("BLPOP pending at a virtual node", <-pending, nodes[2])
+	check("GET at a virtual node", goRedis(t, nodes[2]).Get(ctx, key).Err(), nodes[2])
+	check("GET at the plain endpoint", goRedis(t, p.Addr()).Get(ctx, key).Err(), srvs[2].Addr())
+}
