@@ -57,7 +57,9 @@
 #                     --ratio=1:10, MT_TIME=5 s each); pinned-cluster is not run with memtier
 #   LOOPS=0           respmeter --loops (0: one per CPU)
 #   RESPMETER=        respmeter binary (default: go build ./cmd/respmeter into OUT)
-#   BASE_PORT=27500   uses BASE_PORT..BASE_PORT+10 and BASE_PORT+10000..+2 (cluster bus)
+#   BASE_PORT=27500   uses BASE_PORT..BASE_PORT+13, the last three as cluster bus ports
+#                     (--cluster-port): port+10000 would fall in Linux's ephemeral range
+#                     (32768-60999), where any test's or client's free port may sit
 #   OUT=$(mktemp -d)  logs, raw outputs, table.md
 # A full run with the defaults took 115 s on 2 busy cores with MEMTIER (about 80 s without).
 #
@@ -99,6 +101,7 @@ SHARD_PORTS=("$((BASE_PORT + 3))" "$((BASE_PORT + 4))" "$((BASE_PORT + 5))")
 PROXY_PORT=$((BASE_PORT + 6))
 ADMIN_PORT=$((BASE_PORT + 7))
 FACADE_PORTS=("$((BASE_PORT + 8))" "$((BASE_PORT + 9))" "$((BASE_PORT + 10))")
+BUS_PORTS=("$((BASE_PORT + 11))" "$((BASE_PORT + 12))" "$((BASE_PORT + 13))")
 FACADE=127.0.0.1:${FACADE_PORTS[0]},127.0.0.1:${FACADE_PORTS[1]},127.0.0.1:${FACADE_PORTS[2]}
 CLK_TCK=$(getconf CLK_TCK)
 
@@ -121,7 +124,7 @@ if [ -n "$MEMTIER" ]; then
   command -v python3 >/dev/null || die "python3 is needed with MEMTIER"
 fi
 for p in "${CLUSTER_PORTS[@]}" "${SHARD_PORTS[@]}" "$PROXY_PORT" "$ADMIN_PORT" "${FACADE_PORTS[@]}" \
-  "$((BASE_PORT + 10000))" "$((BASE_PORT + 10001))" "$((BASE_PORT + 10002))"; do
+  "${BUS_PORTS[@]}"; do
   if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then die "port $p is in use (set BASE_PORT)"; fi
 done
 mkdir -p "$OUT/raw" "$OUT/logs"
@@ -164,9 +167,10 @@ start_redis() { # name port [extra args]
   wait_ping "$name" "$port" "$LAST_PID"
 }
 
-for p in "${CLUSTER_PORTS[@]}"; do
+for i in 0 1 2; do
+  p=${CLUSTER_PORTS[$i]}
   start_redis "cluster-$p" "$p" --cluster-enabled yes --cluster-config-file "$OUT/cluster-$p/nodes.conf" \
-    --cluster-node-timeout 5000
+    --cluster-node-timeout 5000 --cluster-port "${BUS_PORTS[$i]}"
   CLUSTER_PIDS+=("$LAST_PID")
 done
 for p in "${SHARD_PORTS[@]}"; do
@@ -177,8 +181,8 @@ rc() { "$REDIS_CLI" -h 127.0.0.1 -p "$1" "${@:2}"; }
 rc "${CLUSTER_PORTS[0]}" cluster addslotsrange 0 5460 >/dev/null
 rc "${CLUSTER_PORTS[1]}" cluster addslotsrange 5461 10922 >/dev/null
 rc "${CLUSTER_PORTS[2]}" cluster addslotsrange 10923 16383 >/dev/null
-rc "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[1]}" >/dev/null
-rc "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[2]}" >/dev/null
+rc "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[1]}" "${BUS_PORTS[1]}" >/dev/null
+rc "${CLUSTER_PORTS[0]}" cluster meet 127.0.0.1 "${CLUSTER_PORTS[2]}" "${BUS_PORTS[2]}" >/dev/null
 for i in $(seq 200); do
   ok=0
   for p in "${CLUSTER_PORTS[@]}"; do

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,17 +449,8 @@ func TestFacadeRealCluster(t *testing.T) {
 	write(50) // the source answers ASK for these new keys
 	// The keys written before move as redis-cli --cluster reshard moves
 	// them: MIGRATE from the source to the target.
-	src := cl.Nodes[from].Client()
-	old, err := src.ClusterGetKeysInSlot(ctx, slot, 1000).Result()
-	if err != nil || len(old) != 50 {
-		t.Fatalf("CLUSTER GETKEYSINSLOT on the source: %d keys, %v; want the 50 written before the move", len(old), err)
-	}
-	margs := []any{"MIGRATE", "127.0.0.1", cl.Nodes[to].Port(), "", 0, 5000, "KEYS"}
-	for _, k := range old {
-		margs = append(margs, k)
-	}
-	if err := src.Do(ctx, margs...).Err(); err != nil {
-		t.Fatalf("MIGRATE: %v", err)
+	if moved := cl.MigrateKeys(slot, to, 1000, nil); moved != 50 {
+		t.Fatalf("MIGRATE moved %d keys; want the 50 written before the move", moved)
 	}
 	cl.FinishMove(slot, to)
 	write(50) // MOVED from the source, then from the facade
@@ -505,7 +497,7 @@ func TestFacadeRealCluster(t *testing.T) {
 	if err := conn.Do(ctx, "MULTI").Err(); err != nil {
 		t.Fatal(err)
 	}
-	err = conn.Do(ctx, "SET", "{tx2}a", "1").Err()
+	err := conn.Do(ctx, "SET", "{tx2}a", "1").Err()
 	if want := fmt.Sprintf("MOVED %d %s", slot2, nodes[to2]); err == nil || err.Error() != want {
 		t.Errorf("SET in MULTI after the move: %v, want %s", err, want)
 	}
@@ -770,4 +762,207 @@ func TestFacadeInfoClusterEnabled(t *testing.T) {
 			_ = c.Close()
 		}
 	}
+}
+
+// TestFacadeReshardUnderLoad: a go-redis ClusterClient (RESP3) writes
+// through the facade in front of a real 3-master cluster from several
+// goroutines, INCR of per-writer counters and SET of new keys, most of them
+// in one slot (hash tag {mv}), while that slot migrates key by key to
+// another master (SETSLOT IMPORTING/MIGRATING, MIGRATE batches, SETSLOT
+// NODE) and then back. Every acknowledged write is on the final owner
+// exactly once (a counter equals its acknowledged INCRs), no write fails,
+// redirects crossed the move both ways (ASKs respmeter followed, MOVEDs
+// the client read), and no byte the client read names a real node.
+func TestFacadeReshardUnderLoad(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[0].Addr()
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	})
+	nodes := p.FacadeAddrs()
+	fc, read := tappedCluster(t, nodes[0])
+	ctx := context.Background()
+	const (
+		tag      = "{mv}"
+		writers  = 4
+		counters = 25 // per writer
+	)
+	slot := int(routing.Slot([]byte("mv")))
+	home := cl.Owner(slot)
+	away := (home + 1) % 3
+
+	// Each writer owns its counters and its new keys: acked[w][i] INCRs of
+	// counter i acknowledged, sets[w] keys whose SET was acknowledged.
+	var acked [writers][counters]int64
+	var sets [writers][]string
+	var done atomic.Int64 // acknowledged writes of all writers
+	var stop, failed atomic.Bool
+	var werr [writers]error // the error that stopped writer w
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			fail := func(err error) {
+				werr[w] = err
+				failed.Store(true)
+			}
+			for i := 0; !stop.Load(); i++ {
+				c := i % counters
+				k := fmt.Sprintf("%sw%dc%d", tag, w, c)
+				if err := fc.Incr(ctx, k).Err(); err != nil {
+					fail(fmt.Errorf("INCR %s: %w", k, err))
+					return
+				}
+				acked[w][c]++
+				// A new key of the moving slot, and one of any slot.
+				for _, k := range []string{fmt.Sprintf("%su%d:%d", tag, w, i), fmt.Sprintf("other:%d:%d", w, i)} {
+					if err := fc.Set(ctx, k, i, 0).Err(); err != nil {
+						fail(fmt.Errorf("SET %s: %w", k, err))
+						return
+					}
+					sets[w] = append(sets[w], k)
+				}
+				done.Add(3)
+			}
+		})
+	}
+	// progress waits until the writers have had n more writes
+	// acknowledged (or one of them failed), so that every step of the move
+	// has writes crossing it without a guess at how long they take.
+	progress := func(n int64) {
+		t.Helper()
+		target := done.Load() + n
+		redistest.Eventually(t, 10*time.Second, func() error {
+			if failed.Load() {
+				return nil // reported below
+			}
+			if d := done.Load(); d < target {
+				return fmt.Errorf("writers at %d acknowledged writes, waiting for %d", d, target)
+			}
+			return nil
+		})
+	}
+	progress(300) // the slot holds keys before it moves
+	moved := 0
+	for _, to := range []int{away, home} {
+		cl.BeginMove(slot, to)
+		progress(30)
+		moved += cl.MigrateKeys(slot, to, 10, func() { progress(30) })
+		cl.FinishMove(slot, to)
+		progress(60)
+	}
+	stop.Store(true)
+	wg.Wait()
+	for w, err := range werr {
+		if err != nil {
+			t.Errorf("writer %d: %v", w, err)
+		}
+	}
+	if failed.Load() {
+		t.FailNow()
+	}
+
+	// Every acknowledged write on the final owner, and on it alone.
+	var keys []string
+	want := map[string]string{}
+	for w := range writers {
+		for c, n := range acked[w] {
+			if n > 0 {
+				k := fmt.Sprintf("%sw%dc%d", tag, w, c)
+				keys = append(keys, k)
+				want[k] = strconv.FormatInt(n, 10)
+			}
+		}
+		for _, k := range sets[w] {
+			keys = append(keys, k)
+			want[k] = "" // any value: it was written once, by one writer
+		}
+	}
+	held := map[string]int{}
+	for i, s := range cl.Nodes {
+		// KEYS lists what the node holds, whatever its slots (a key left
+		// behind by a move would be listed twice over the nodes).
+		local, err := s.Client().Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatalf("node %d: KEYS: %v", i, err)
+		}
+		for _, k := range local {
+			held[k]++
+			if routing.Slot([]byte(k)) == uint16(slot) && i != home {
+				t.Errorf("%s is on node %d, want the slot's final owner %d", k, i, home)
+			}
+			w, ok := want[k]
+			if !ok {
+				t.Errorf("node %d holds %s, which no acknowledged write made", i, k)
+			}
+			if w == "" {
+				continue
+			}
+			if v, err := s.Client().Get(ctx, k).Result(); err != nil || v != w {
+				t.Errorf("%s = %s (%v) on node %d, %s INCRs acknowledged", k, v, err, i, w)
+			}
+		}
+	}
+	for _, k := range keys {
+		if held[k] != 1 {
+			t.Errorf("%s is on %d masters, want 1", k, held[k])
+		}
+	}
+
+	// Redirects crossed the move: respmeter followed the migrating
+	// source's ASKs, and the client read MOVEDs naming the new owner's
+	// virtual node after each SETSLOT NODE, never a real address.
+	data := read()
+	noEnginePort(t, "ClusterClient through the facade during a reshard", data, cl.Nodes...)
+	movedTo := map[string]int{}
+	for _, m := range regexp.MustCompile(`(MOVED|ASK) (\d+) (\S+)\r\n`).FindAllSubmatch(data, -1) {
+		if !slices.Contains(nodes, string(m[3])) {
+			t.Errorf("redirect %q names no virtual node", m[0])
+		}
+		if string(m[1]) == "MOVED" && string(m[2]) == strconv.Itoa(slot) {
+			movedTo[string(m[3])]++
+		}
+	}
+	r := set.Snapshot().Routing
+	t.Logf("%d writes acknowledged, %d keys migrated; ASK followed by respmeter: %d, MOVED followed: %d; MOVED of slot %d read by the client: %v",
+		done.Load(), moved, r.RedirectsAsk, r.RedirectsMoved, slot, movedTo)
+	if r.RedirectsAsk == 0 || movedTo[nodes[away]] == 0 || movedTo[nodes[home]] == 0 {
+		t.Errorf("want ASKs followed (%d) and MOVEDs to %s (%d) and back to %s (%d) during the move",
+			r.RedirectsAsk, nodes[away], movedTo[nodes[away]], nodes[home], movedTo[nodes[home]])
+	}
+}
+
+// TestFacadeUpstreamErrorsNameVirtualNodes: respmeter's own error replies
+// about an engine ("-ERR upstream <addr> connection lost" to a request
+// pending when it died, "... unreachable: dial tcp <addr>: ..." after)
+// name the virtual node of that shard, in each place they quote the
+// address, when they reach a facade client; a client of the plain endpoint
+// still gets the engine's address.
+func TestFacadeUpstreamErrorsNameVirtualNodes(t *testing.T) {
+	srvs, p, _ := startFacade(t, 3, nil)
+	nodes := p.FacadeAddrs()
+	ctx := context.Background()
+	const key = "foo" // slot 12182: shard 2
+	pending := make(chan error, 1)
+	go func() { pending <- goRedis(t, nodes[2]).BLPop(ctx, 10*time.Second, "{foo}list").Err() }()
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if info := srvs[2].Do("INFO", "clients").(string); !strings.Contains(info, "blocked_clients:1") {
+			return errors.New("BLPOP not blocked on shard 2 yet")
+		}
+		return nil
+	})
+	srvs[2].Kill()
+	check := func(name string, err error, addr string) {
+		t.Helper()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR upstream "+addr+" ") {
+			t.Errorf("%s with shard 2 down: %v, want an error naming %s", name, err, addr)
+			return
+		}
+		t.Logf("%s: %v", name, err)
+		if addr != srvs[2].Addr() {
+			noEnginePort(t, name, []byte(err.Error()), srvs...)
+		}
+	}
+	check("BLPOP pending at a virtual node", <-pending, nodes[2])
+	check("GET at a virtual node", goRedis(t, nodes[2]).Get(ctx, key).Err(), nodes[2])
+	check("GET at the plain endpoint", goRedis(t, p.Addr()).Get(ctx, key).Err(), srvs[2].Addr())
 }

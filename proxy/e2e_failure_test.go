@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/redistest/proxytest"
@@ -266,38 +267,59 @@ func startReplica(t *testing.T, cl *redistest.Cluster, master int, extra ...stri
 	return r
 }
 
-// TestClusterFailoverAfterFreeze: under --route slots --cluster, the master
-// of a key is frozen with SIGSTOP (no reset) while its replica takes over
-// (cluster-node-timeout 1 s). The client's pending write gets "-ERR
-// upstream <master> not answering" no sooner than the upstream timeout and
-// long before the 30 s topology refresh; writes resume through the proxy
-// once the replica is master, within the upstream timeout and a refresh of
-// the failover (measured in the same run: the replica's ROLE), not after
-// the refresh period.
+// TestClusterFailoverAfterFreeze: under --route slots --cluster (a plain
+// client) and --route facade --cluster (a ClusterClient at a virtual node),
+// the master of a key is frozen with SIGSTOP (no reset) while its replica
+// takes over (cluster-node-timeout 1 s). The client's pending write gets
+// "-ERR upstream <master> not answering" no sooner than the upstream
+// timeout and long before the 30 s topology refresh; writes resume through
+// the proxy once the replica is master, within the upstream timeout and a
+// refresh of the failover (measured in the same run: the replica's ROLE),
+// not after the refresh period. Under Redis 8.0 and Valkey 8.1 the frozen
+// master stays in its CLUSTER SHARDS shard next to the promoted replica
+// (both role "master"), so this also checks the topology fetch picks the
+// online one. Through the facade the error names the frozen master's
+// virtual node, the promoted replica takes the spare virtual node, and no
+// byte the client read names an engine.
 func TestClusterFailoverAfterFreeze(t *testing.T) {
-	if e := os.Getenv(redistest.EngineEnv); e != "" {
-		// Against Redis 8.0.2 (the CI engine matrix) the replica was not
-		// promoted within 30 s of the master's SIGSTOP; not investigated
-		// yet (issue 14). The failover path is checked against the
-		// default engine, Debian's redis-server 7.0.
-		t.Skipf("failover under %s=%s: the replica is not promoted in this set-up (issue 14)", redistest.EngineEnv, e)
+	for _, route := range []string{proxy.RouteSlots, proxy.RouteFacade} {
+		t.Run(route, func(t *testing.T) { clusterFailoverAfterFreeze(t, route) })
 	}
+}
+
+func clusterFailoverAfterFreeze(t *testing.T, route string) {
 	const timeout = time.Second
 	nodeTimeout := []string{"--cluster-node-timeout", "1000"}
 	cl := redistest.StartClusterWith(t, 3, nodeTimeout...)
 	const key = "{b}n" // slot 3300: node 0, not the proxy's seed
-	master := cl.Owner(int(routing.Slot([]byte(key))))
+	slot := int(routing.Slot([]byte(key)))
+	master := cl.Owner(slot)
 	rep := startReplica(t, cl, master, nodeTimeout...)
 	p, _ := startClusterProxy(t, cl, func(c *proxy.Config) {
 		c.UpstreamTimeout = timeout
 		c.TopologyRefresh = 30 * time.Second
+		if route == proxy.RouteFacade {
+			// Virtual node i is the i-th master by slot order, as
+			// cl.Nodes; the fourth is spare, for the promoted replica.
+			c.Route = proxy.RouteFacade
+			c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+		}
 	})
 	ctx := context.Background()
-	c := goRedis(t, p.Addr())
+	frozen := cl.Nodes[master]
+	var c redis.Cmdable
+	var read func() []byte // every byte the facade's client read
+	want := "ERR upstream " + frozen.Addr() + " not answering"
+	if route == proxy.RouteFacade {
+		nodes := p.FacadeAddrs()
+		c, read = tappedCluster(t, nodes[(master+1)%3])
+		want = "ERR upstream " + nodes[master] + " not answering"
+	} else {
+		c = goRedis(t, p.Addr())
+	}
 	if err := c.Set(ctx, key, 0, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	frozen := cl.Nodes[master]
 	frozen.Stop()
 	defer frozen.Cont()
 	froze := time.Now()
@@ -316,7 +338,6 @@ func TestClusterFailoverAfterFreeze(t *testing.T) {
 	sent := time.Now()
 	err := c.Incr(ctx, key).Err()
 	took := time.Since(sent)
-	want := "ERR upstream " + frozen.Addr() + " not answering"
 	if err == nil || err.Error() != want {
 		t.Fatalf("INCR on the frozen master: %v, want %q", err, want)
 	}
@@ -339,7 +360,11 @@ func TestClusterFailoverAfterFreeze(t *testing.T) {
 			errs = append(errs, err.Error())
 		}
 		if time.Since(froze) > 25*time.Second {
-			t.Fatalf("writes did not resume within 25 s; errors: %q", errs)
+			role, rerr := rep.Client().Do(ctx, "ROLE").Slice()
+			if rerr == nil && len(role) > 0 {
+				t.Fatalf("writes did not resume within 25 s (the replica's role: %v); errors: %q", role[0], errs)
+			}
+			t.Fatalf("writes did not resume within 25 s (ROLE on the replica: %v); errors: %q", rerr, errs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -354,4 +379,24 @@ func TestClusterFailoverAfterFreeze(t *testing.T) {
 	if limit := failover + timeout*3/2 + 3*time.Second; resumed > limit {
 		t.Errorf("writes resumed %v after the freeze, the replica was master after %v: want within %v (no wait for the 30 s refresh)", resumed, failover, limit)
 	}
+	if read == nil {
+		return
+	}
+	// The facade: the promoted replica serves the slot from the spare
+	// virtual node, and the client never read an engine's address.
+	spare := p.FacadeAddrs()[3]
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := ""
+	for _, s := range slots {
+		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+			served = s.Nodes[0].Addr
+		}
+	}
+	if served != spare {
+		t.Errorf("CLUSTER SLOTS after the failover: slot %d served by %q, want the spare virtual node %s (%v)", slot, served, spare, slots)
+	}
+	noEnginePort(t, "ClusterClient through the facade across a failover", read(), append(cl.Nodes, rep)...)
 }

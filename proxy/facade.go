@@ -314,10 +314,7 @@ func (s *client) facadeRedirect(frame []byte, from string) []byte {
 	if !ok {
 		return frame
 	}
-	n := s.vnode
-	if i := s.p.router.load().t.Index(rd.Addr); i >= 0 && i < len(s.p.facade.nodes) {
-		n = &s.p.facade.nodes[i]
-	}
+	n := s.nodeOf(rd.Addr)
 	kind := "-MOVED "
 	if rd.Ask {
 		kind = "-ASK "
@@ -351,6 +348,31 @@ func (s *client) facadeInfo(frame []byte) []byte {
 	b[i+len(infoClusterOff)-2] = '1'
 	s.l.scratch = b
 	return b
+}
+
+// nodeOf is the virtual node that presents the master at addr (an engine's
+// host:port as in respmeter's shard map), or the client's own node when
+// that master has none (it left the map, or no address was left for it).
+func (s *client) nodeOf(addr string) *facadeNode {
+	if i := s.p.router.load().t.Index(addr); i >= 0 && i < len(s.p.facade.nodes) {
+		return &s.p.facade.nodes[i]
+	}
+	return s.vnode
+}
+
+// upstreamReply is reply, one of respmeter's own error replies about the
+// engine at addr ("-ERR upstream <addr> not answering", "... connection
+// lost: <error>", "... unreachable: dial tcp <addr>: ..."), as the client
+// may see it: for a virtual node's client every mention of addr names the
+// virtual node of that master instead (nodeOf), so that no engine address
+// reaches it through the facade; for any other client reply itself. Error
+// path only: the rewrite allocates.
+func (s *client) upstreamReply(reply []byte, addr string) []byte {
+	if s.vnode == nil || addr == "" {
+		return reply
+	}
+	n := s.nodeOf(addr)
+	return bytes.ReplaceAll(reply, []byte(addr), []byte(s.nodeHost(n)+":"+n.port))
 }
 
 // clusterCmd answers the CLUSTER subcommands a cluster client uses, as a

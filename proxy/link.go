@@ -508,7 +508,7 @@ func (l *loop) retryPart(e *request, seq uint64, part int, addr string) {
 	}
 	p := &e.ps[part]
 	if l.p.closing.Load() {
-		s.complete(e, part, l.p.lostUpstream(addr, nil), l.p.now(), false)
+		s.complete(e, part, s.upstreamReply(l.p.lostUpstream(addr, nil), addr), l.p.now(), false)
 		l.flushAll()
 		return
 	}
@@ -553,7 +553,7 @@ func (ln *link) fail(reply []byte, lost bool) {
 		}
 		pending++
 		s := r.e.s
-		s.complete(r.e, int(r.part), reply, now, false)
+		s.complete(r.e, int(r.part), s.upstreamReply(reply, ln.addr), now, false)
 		if lost {
 			// What the engine did with the request is unknown: the
 			// client is closed once it has its replies.

@@ -196,7 +196,7 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 // "slots" (a flat array of integers, start and end of each range) and
 // "nodes" (an array of nodes, each an array of key/value pairs: id, port,
 // tls-port, ip, endpoint, hostname, role, replication-offset, health). The
-// node with role "master" owns the shard's slots; a shard without one
+// node shardMaster picks owns the shard's slots; a shard without a master
 // leaves its slots unassigned.
 func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 	if v.Type != respconn.TypeArray || v.Null {
@@ -215,29 +215,23 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 		if len(slotsV.Elems) == 0 {
 			continue
 		}
-		var addr string
-		for _, node := range nodesV.Elems {
-			nf, err := pairs(node)
-			if err != nil {
-				return nil, err
-			}
-			if nf["role"].Str != "master" {
-				continue
-			}
-			port := nf["port"]
-			if port.Type != respconn.TypeInteger || port.Int == 0 {
-				port = nf["tls-port"]
-			}
-			if port.Type != respconn.TypeInteger {
-				return nil, fmt.Errorf("%w: master without port: %v", ErrBadClusterReply, node)
-			}
-			if addr, err = nodeAddr(nf["endpoint"].Str, nf["ip"].Str, seedHost, port.Int); err != nil {
-				return nil, err
-			}
-			break
+		owner, err := shardMaster(nodesV)
+		if err != nil {
+			return nil, err
 		}
-		if addr == "" {
+		if owner == nil {
 			continue // no master (yet): the slots stay unassigned
+		}
+		port := owner["port"]
+		if port.Type != respconn.TypeInteger || port.Int == 0 {
+			port = owner["tls-port"]
+		}
+		if port.Type != respconn.TypeInteger {
+			return nil, fmt.Errorf("%w: master without port: %v", ErrBadClusterReply, owner)
+		}
+		addr, err := nodeAddr(owner["endpoint"].Str, owner["ip"].Str, seedHost, port.Int)
+		if err != nil {
+			return nil, err
 		}
 		for i := 0; i < len(slotsV.Elems); i += 2 {
 			lo, hi, err := slotRange(slotsV.Elems[i], slotsV.Elems[i+1])
@@ -288,6 +282,35 @@ func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
 		claims = append(claims, claim{addr, lo, hi})
 	}
 	return buildTopology(claims)
+}
+
+// shardMaster returns the fields of the node that serves a CLUSTER SHARDS
+// shard's slots, or nil when the shard lists no master. Since Redis 7.2
+// (shard ids; Redis 8.0, Valkey 8.1) a master that a replica replaced stays
+// in its shard with role "master" and health "fail", and may be listed
+// before the replica that took over (role "master", health "online");
+// Redis 7.0 moves it to a shard of its own without slots. So the first
+// master whose health is "online" wins, and the first master of any health
+// only when none is online (a master that failed with no replica to take
+// over still owns its slots).
+func shardMaster(nodes respconn.Value) (map[string]respconn.Value, error) {
+	var owner map[string]respconn.Value
+	for _, node := range nodes.Elems {
+		nf, err := pairs(node)
+		if err != nil {
+			return nil, err
+		}
+		if nf["role"].Str != "master" {
+			continue
+		}
+		if nf["health"].Str == "online" {
+			return nf, nil
+		}
+		if owner == nil {
+			owner = nf
+		}
+	}
+	return owner, nil
 }
 
 // pairs reads a RESP2 array of alternating keys and values (a RESP3 map

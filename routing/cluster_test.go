@@ -318,19 +318,33 @@ func TestFetchClusterShardsForms(t *testing.T) {
 		// IPv6.
 		[]any{"slots", []any{16001, 16100}, "nodes", []any{node(7005, "::1", "::1", "master")}},
 		// No master (failover under way): unassigned.
-		[]any{"slots", []any{16101, 16383}, "nodes", []any{node(7006, "10.0.0.6", "10.0.0.6", "replica")}},
+		[]any{"slots", []any{16101, 16150}, "nodes", []any{node(7006, "10.0.0.6", "10.0.0.6", "replica")}},
+		// After a failover under Redis 7.2+ (8.0.2, Valkey 8.1.1 seen):
+		// the failed master stays in the shard, listed first, still with
+		// role "master"; the promoted replica owns the slots.
+		[]any{"slots", []any{16201, 16383}, "nodes", []any{
+			node(7010, "10.0.0.10", "10.0.0.10", "master", "health", "fail"),
+			node(7008, "10.0.0.8", "10.0.0.8", "master"),
+		}},
+		// A failed master with no replica to take over keeps its slots.
+		[]any{"slots", []any{16151, 16200}, "nodes", []any{
+			node(7011, "10.0.0.11", "10.0.0.11", "master", "health", "fail"),
+			node(7012, "10.0.0.12", "10.0.0.12", "replica", "health", "fail"),
+		}},
 		// A master without slots, and an empty shard: left out.
 		[]any{"slots", []any{}, "nodes", []any{node(7007, "10.0.0.7", "10.0.0.7", "master")}},
 		[]any{"slots", []any{}, "nodes", []any{}},
 	}
 	f := startFake(t, scripted(enc(shards), "-ERR not asked\r\n"))
 	got := fetch(t, f.addr)
-	want := []string{"10.0.0.1:7000", "10.0.0.2:7001", "127.0.0.1:7002", "node-d.example:7003", "[::1]:7005"}
+	want := []string{"10.0.0.1:7000", "10.0.0.2:7001", "127.0.0.1:7002", "node-d.example:7003", "[::1]:7005",
+		"10.0.0.11:7011", "10.0.0.8:7008"}
 	if !reflect.DeepEqual(got.Addrs, want) {
 		t.Errorf("Addrs = %q, want %q", got.Addrs, want)
 	}
 	if s, w := got.String(), "10.0.0.1:7000[0-99,200-299] 10.0.0.2:7001[100-199] 127.0.0.1:7002[300-399] "+
-		"node-d.example:7003[400-16000] [::1]:7005[16001-16100] unassigned[16101-16383]"; s != w {
+		"node-d.example:7003[400-16000] [::1]:7005[16001-16100] 10.0.0.11:7011[16151-16200] "+
+		"10.0.0.8:7008[16201-16383] unassigned[16101-16150]"; s != w {
 		t.Errorf("got  %s\nwant %s", s, w)
 	}
 	if got := f.requests(); !reflect.DeepEqual(got, []string{"CLUSTER SHARDS"}) {

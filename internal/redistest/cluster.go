@@ -212,6 +212,42 @@ func (c *Cluster) BeginMove(slot, to int) {
 	})
 }
 
+// MigrateKeys moves every key of slot from its owner to Nodes[to] the way
+// redis-cli --cluster reshard does, between BeginMove and FinishMove:
+// CLUSTER GETKEYSINSLOT slot batch on the owner, then one MIGRATE ... KEYS
+// of those keys to Nodes[to], until the owner holds none of the slot's
+// keys. between, when not nil, runs after each MIGRATE (to let clients
+// write while the slot is half moved). A key created on the owner while
+// the slot migrates is moved too; a migrating owner answers ASK for keys
+// it does not have, so new keys land on the target and the loop ends. It
+// returns how many keys it moved, and fails the test on an error reply.
+func (c *Cluster) MigrateKeys(slot, to, batch int, between func()) int {
+	c.t.Helper()
+	src := c.Nodes[c.owner[slot]]
+	ctx := context.Background()
+	moved := 0
+	for {
+		keys, err := src.Client().ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		if err != nil {
+			c.t.Fatalf("redistest: CLUSTER GETKEYSINSLOT %d on node %d: %v", slot, c.owner[slot], err)
+		}
+		if len(keys) == 0 {
+			return moved
+		}
+		args := []any{"MIGRATE", "127.0.0.1", c.Nodes[to].Port(), "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Client().Do(ctx, args...).Err(); err != nil {
+			c.t.Fatalf("redistest: MIGRATE of %d keys of slot %d to node %d: %v", len(keys), slot, to, err)
+		}
+		moved += len(keys)
+		if between != nil {
+			between()
+		}
+	}
+}
+
 // FinishMove ends the migration BeginMove opened: CLUSTER SETSLOT slot
 // NODE on the target (which bumps its config epoch), the source and every
 // other node, in that order. It then waits as StartCluster does, so every

@@ -140,6 +140,24 @@ func TestStartCluster(t *testing.T) {
 		t.Errorf("after MoveSlot, CLUSTER SLOTS = %q, want %q", got, want)
 	}
 	c.MoveSlot(12182, 0) // already there: nothing to do
+
+	// Move it on with its keys, two per MIGRATE.
+	c.Nodes[0].Do("SET", "{foo}1", "one")
+	c.Nodes[0].Do("SET", "{foo}2", "two")
+	c.BeginMove(12182, 1)
+	batches := 0
+	if n := c.MigrateKeys(12182, 1, 2, func() { batches++ }); n != 3 || batches != 2 {
+		t.Errorf("MigrateKeys moved %d keys in %d batches, want 3 in 2", n, batches)
+	}
+	c.FinishMove(12182, 1)
+	for k, want := range map[string]string{"foo": "bar", "{foo}1": "one", "{foo}2": "two"} {
+		if got := c.Nodes[1].Do("GET", k); got != want {
+			t.Errorf("GET %s on the slot's new owner = %v, want %s", k, got, want)
+		}
+	}
+	if n := c.Nodes[0].Do("CLUSTER", "COUNTKEYSINSLOT", "12182"); n != int64(0) {
+		t.Errorf("the old owner still holds %v keys of the slot", n)
+	}
 }
 
 func TestStartClusterOneMaster(t *testing.T) {
