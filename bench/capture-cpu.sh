@@ -9,14 +9,18 @@
 # moves both sides of a pair alike, so the figure is the median of the per-round ratios on/off
 # (with the lowest and highest ratio), plus each side's lowest cpu-ns/op.
 #
-# Env knobs (defaults): ROUNDS=10 N=300000 TESTBIN= (a test binary of ./proxy built elsewhere, for
-# an A/B of two builds; default: go test -c into a temporary directory)
+# Env knobs (defaults): ROUNDS=10 N=300000 P=1 (pipeline depth: 1, or 16 for the -p16 variants, 16
+# GETs per read) TESTBIN= (a test binary of ./proxy built elsewhere, for an A/B of two builds;
+# default: go test -c into a temporary directory)
 # Output: one line per round on stderr, the summary on stdout. About 1.5 s per round.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=${ROUNDS:-10}
 N=${N:-300000}
+P=${P:-1}
+SUFFIX=
+if [ "$P" != 1 ]; then SUFFIX=-p$P; fi
 TMP=$(mktemp -d /tmp/capture-cpu.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 BIN=${TESTBIN:-}
@@ -26,7 +30,7 @@ if [ -z "$BIN" ]; then
 fi
 
 one() { # off|on -> cpu-ns/op
-  "$BIN" -test.run '^$' -test.bench "BenchmarkCaptureHotPath/capture-$1\$" -test.benchtime "${N}x" -test.cpu 1 |
+  "$BIN" -test.run '^$' -test.bench "BenchmarkCaptureHotPath/capture-$1$SUFFIX\$" -test.benchtime "${N}x" -test.cpu 1 |
     awk '/cpu-ns\/op/ { for (i = 1; i < NF; i++) if ($(i + 1) == "cpu-ns/op") print $i }'
 }
 
@@ -38,7 +42,7 @@ done | python3 -c '
 import statistics, sys
 pairs = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
 r = sorted(on / off for off, on in pairs)
-print(f"capture on/off CPU per command: median {statistics.median(r):.2f}x (range {r[0]:.2f}-{r[-1]:.2f}, {len(r)} pairs); "
+print(f"pipeline {sys.argv[1]}: capture on/off CPU per command: median {statistics.median(r):.2f}x (range {r[0]:.2f}-{r[-1]:.2f}, {len(r)} pairs); "
       f"lowest cpu-ns/op off {min(p[0] for p in pairs):.0f}, on {min(p[1] for p in pairs):.0f}")
-'
+' "$P"
 echo "load: $(cut -d" " -f1-3 /proc/loadavg)"

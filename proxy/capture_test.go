@@ -61,37 +61,52 @@ func TestCaptureHotPathAllocs(t *testing.T) {
 // that all its records are written; capture-on fails if any was dropped
 // (a dropped record costs less than a written one). With -count N the
 // two run interleaved; compare them per pair (BENCHMARKS.md, "Capture").
+//
+// The -p16 variants send 16 GETs in one client read and their 16 replies
+// in one engine read, as memtier --pipeline=16 drives it: one batch record
+// and 16 reply records per round trip. b.N counts commands there too (a
+// multiple of 16 is run), so every figure is per command.
 func BenchmarkCaptureHotPath(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		name := "capture-off"
-		if on {
-			name = "capture-on"
+	for _, depth := range []int{1, 16} {
+		for _, on := range []bool{false, true} {
+			name := "capture-off"
+			if on {
+				name = "capture-on"
+			}
+			if depth > 1 {
+				name += fmt.Sprintf("-p%d", depth)
+			}
+			b.Run(name, func(b *testing.B) {
+				s, cl, ln := routedPair(b, true, nil)
+				req, reply := bytes.Repeat(getReq, depth), bytes.Repeat(getReply, depth)
+				if on {
+					if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c")}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				trips := (b.N + depth - 1) / depth
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := cpuTime(b)
+				for i := 0; i < trips; i++ {
+					roundTrip(s, cl, ln, req, reply)
+				}
+				cmds := int64(trips * depth)
+				defer func() { b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(cmds), "cpu-ns/op") }()
+				if on {
+					st, err := s.p.StopCapture()
+					if err != nil {
+						b.Fatal(err)
+					}
+					// A batch and a group of replies per round trip, and the
+					// connection record.
+					if want := 2*int64(trips) + 1; st.Dropped != 0 || st.Records != want {
+						b.Fatalf("%d records written, %d dropped, want %d and 0", st.Records, st.Dropped, want)
+					}
+					b.ReportMetric(float64(st.Bytes)/float64(cmds), "file-B/op")
+				}
+			})
 		}
-		b.Run(name, func(b *testing.B) {
-			s, cl, ln := routedPair(b, true, nil)
-			if on {
-				if err := s.p.StartCapture(CaptureConfig{File: filepath.Join(b.TempDir(), "c")}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu0 := cpuTime(b)
-			for i := 0; i < b.N; i++ {
-				roundTrip(s, cl, ln, getReq, getReply)
-			}
-			defer func() { b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
-			if on {
-				st, err := s.p.StopCapture()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if st.Dropped != 0 || st.Records != 2*int64(b.N)+1 {
-					b.Fatalf("%d records written, %d dropped, want %d and 0", st.Records, st.Dropped, 2*b.N+1)
-				}
-				b.ReportMetric(float64(st.Bytes)/float64(b.N), "file-B/op")
-			}
-		})
 	}
 }
 
