@@ -104,6 +104,7 @@ func BenchmarkCaptureHotPath(b *testing.B) {
 						b.Fatalf("%d records written, %d dropped, want %d and 0", st.Records, st.Dropped, want)
 					}
 					b.ReportMetric(float64(st.Bytes)/float64(cmds), "file-B/op")
+					b.ReportMetric(float64(st.Raw)/float64(cmds), "raw-B/op")
 				}
 			})
 		}

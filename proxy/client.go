@@ -1219,7 +1219,9 @@ func (s *client) markDirty() {
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
 func (s *client) flush() {
-	s.flushCapture()
+	if s.capBuf != nil {
+		s.flushCapture()
+	}
 	if s.gone() {
 		return
 	}

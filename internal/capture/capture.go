@@ -35,10 +35,11 @@
 //	                (the request the first reply answers), then one or
 //	                more replies of that connection (those the proxy
 //	                finished in one pass of its event loop), each:
-//	                  seq delta: added to the previous reply's seq (to the
-//	                    record's seq for the first, whose delta is 0),
+//	                  seq delta (not in the first reply, which answers the
+//	                    record's seq): added to the previous reply's seq,
 //	                    modulo 2^64, gives the request it answers
-//	                  dt: ns after the record's t when it was ready
+//	                  dt (not in the first reply, ready at the record's
+//	                    t): ns after the record's t when it was ready
 //	                  RESP type byte of the reply ('+', '-', ':', '$',
 //	                    '*', '%', ...; 0 unknown)
 //	                  flags byte (bit 0: streamed, size and hash unknown)
@@ -61,8 +62,8 @@
 //
 // Readers read both versions ('R' records in a version 2 file too); a
 // version 2 writer writes 'G' records only (one per reply from Buf.Reply,
-// one per group from Buf.Replies: about a third fewer bytes per reply
-// than 'R' records, and one record for a pipeline's replies).
+// one per group from Buf.Replies: one record for a pipeline's replies,
+// each reply after the first about a third smaller than an 'R' record).
 //
 // Records of one connection are in order; records of different
 // connections may interleave in any order (they come from different event

@@ -345,9 +345,12 @@ func TestReaderBadInput(t *testing.T) {
 	shortBody := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("B\x05\x01"), nil)...)
 	badReply := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("R\x03\x01\x01\x01"), nil)...)
 	emptyGroup := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x03\x01\x01\x01"), nil)...)
-	// conn 1, t 1, seq 1; delta 0, dt 0, '+', flags 0, size 5, 1 byte of hash.
-	badGroup := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x08\x01\x01\x01\x00\x00+\x00\x05"), nil)...)
-	longPfx := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll(append([]byte("G\x14\x01\x01\x01\x00\x00-\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\x21"), 'E'), nil)...)
+	// conn 1, t 1, seq 1; '+', flags 0, size 5, 1 byte of hash.
+	badGroup := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x06\x01\x01\x01+\x00\x05"), nil)...)
+	longPfx := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll(append([]byte("G\x12\x01\x01\x01-\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\x21"), 'E'), nil)...)
+	// A whole first reply (total 1, upstream 1, no prefix), then a second
+	// whose delta does not end.
+	badSecond := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x12\x01\x01\x01+\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\x00\x80"), nil)...)
 	groupV1 := bytes.Clone(emptyGroup)
 	groupV1[8] = 1
 	cases := []struct {
@@ -364,8 +367,9 @@ func TestReaderBadInput(t *testing.T) {
 		{"corrupt frame", append(bytes.Clone(good[:HeaderSize]), 0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff, 0xff), ErrCorrupt, "Zstandard"},
 		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B', 'G' or 'R', got 'Z'"},
 		{"empty group", emptyGroup, ErrCorrupt, "expected at least one reply in a 'G' record of 3 bytes"},
-		{"bad group entry", badGroup, ErrCorrupt, "offset 2: expected an 8-byte reply hash in a 'G' record of 8 bytes"},
+		{"bad group entry", badGroup, ErrCorrupt, "offset 2: expected an 8-byte reply hash in a 'G' record of 6 bytes"},
 		{"long error prefix", longPfx, ErrCorrupt, "expected an error prefix of at most 32 bytes after its length in a 'G' record"},
+		{"bad second reply", badSecond, ErrCorrupt, "offset 2: expected a request number delta in a 'G' record of 18 bytes"},
 		{"group in version 1", groupV1, ErrCorrupt, "expected a record kind 'C', 'B' or 'R' (version 1), got 'G'"},
 		{"short body", shortBody, ErrTruncated, "expected a record body of 5 bytes from offset 2"},
 		{"bad reply", badReply, ErrCorrupt, "expected a reply type and flags in a 'R' record of 3 bytes"},

@@ -40,8 +40,10 @@ type Reader struct {
 	buf []byte
 	// grp is the rest of the 'G' record being returned reply by reply: its
 	// entries not returned yet (aliasing buf), the record's conn and t, the
-	// last reply's seq, and the record's offset and length for errors.
+	// last reply's seq, whether the first reply was returned, and the
+	// record's offset and length for errors.
 	grp      []byte
+	grpMore  bool
 	grpConn  uint64
 	grpT     int64
 	grpSeq   uint64
@@ -190,7 +192,7 @@ func (r *Reader) Next() (Record, error) {
 		if len(body) == 0 {
 			return rec, bad("at least one reply")
 		}
-		r.grp, r.grpConn, r.grpT, r.grpStart, r.grpLen = body, rec.Conn, rec.T, start, l
+		r.grp, r.grpConn, r.grpT, r.grpStart, r.grpLen, r.grpMore = body, rec.Conn, rec.T, start, l, false
 		return r.groupReply()
 	}
 	switch kind {
@@ -251,15 +253,18 @@ func (r *Reader) groupReply() (Record, error) {
 		body = body[n:]
 		return v, true
 	}
-	delta, ok := get()
-	if !ok {
-		return rec, bad("a request number delta")
+	var dt uint64
+	if r.grpMore {
+		delta, ok := get()
+		if !ok {
+			return rec, bad("a request number delta")
+		}
+		if dt, ok = get(); !ok {
+			return rec, bad("a reply time")
+		}
+		r.grpSeq += delta
 	}
-	dt, ok := get()
-	if !ok {
-		return rec, bad("a reply time")
-	}
-	r.grpSeq += delta
+	r.grpMore = true
 	rec.Seq, rec.T = r.grpSeq, r.grpT+int64(dt)
 	if len(body) < 2 {
 		return rec, bad("a reply type and flags")

@@ -266,7 +266,7 @@ func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, to
 	b.b = binary.AppendUvarint(b.b, conn)
 	b.b = binary.AppendUvarint(b.b, b.t(now))
 	b.b = binary.AppendUvarint(b.b, seq)
-	b.b = appendReplyEntry(b.b, 0, 0, reply, streamed, total, upstream)
+	b.b = appendReplyEntry(b.b, false, 0, 0, reply, streamed, total, upstream)
 	b.end(KindReplies, at, room)
 }
 
@@ -303,12 +303,13 @@ type Replies struct {
 // Add gathers the reply to request seq, ready at now (arguments as
 // Buf.Reply's).
 func (g *Replies) Add(seq uint64, now int64, reply []byte, streamed bool, total, upstream int64) {
-	if len(g.b) == 0 {
+	more := len(g.b) > 0
+	if !more {
 		g.seq, g.last, g.t0 = seq, seq, now
 	}
 	// seq - g.last wraps for a number lower than the last; the reader's
 	// sum wraps back (modulo 2^64).
-	g.b = appendReplyEntry(g.b, seq-g.last, uint64(max(now-g.t0, 0)), reply, streamed, total, upstream)
+	g.b = appendReplyEntry(g.b, more, seq-g.last, uint64(max(now-g.t0, 0)), reply, streamed, total, upstream)
 	g.last = seq
 }
 
@@ -323,8 +324,9 @@ func (g *Replies) Reset() { g.b = g.b[:0] }
 const maxReplyEntry = 5*binary.MaxVarintLen64 + 2 + 8 + 1 + maxErrPrefix
 
 // appendReplyEntry appends one reply of a KindReplies record (see the
-// package doc for its layout).
-func appendReplyEntry(dst []byte, seqDelta, dt uint64, reply []byte, streamed bool, total, upstream int64) []byte {
+// package doc for its layout): with more, a reply after the first, which
+// starts with its seq delta and dt.
+func appendReplyEntry(dst []byte, more bool, seqDelta, dt uint64, reply []byte, streamed bool, total, upstream int64) []byte {
 	var typ, flags byte
 	var h uint64
 	if streamed {
@@ -334,8 +336,10 @@ func appendReplyEntry(dst []byte, seqDelta, dt uint64, reply []byte, streamed bo
 		h = xxhash.Sum64(reply)
 	}
 	pfx := ErrPrefix(reply)
-	dst = binary.AppendUvarint(dst, seqDelta)
-	dst = binary.AppendUvarint(dst, dt)
+	if more {
+		dst = binary.AppendUvarint(dst, seqDelta)
+		dst = binary.AppendUvarint(dst, dt)
+	}
 	dst = append(dst, typ, flags)
 	dst = binary.AppendUvarint(dst, uint64(len(reply)))
 	dst = binary.LittleEndian.AppendUint64(dst, h)
