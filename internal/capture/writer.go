@@ -187,6 +187,18 @@ func (b *Buf) begin(max int) int {
 	return at
 }
 
+// head is begin for a 'B' or 'G' record: it also appends the three
+// varints that start the body (conn, t, a request number).
+func (b *Buf) head(max int, conn, t, seq uint64) int {
+	at := b.begin(max)
+	if at >= 0 {
+		b.b = binary.AppendUvarint(b.b, conn)
+		b.b = binary.AppendUvarint(b.b, t)
+		b.b = binary.AppendUvarint(b.b, seq)
+	}
+	return at
+}
+
 // end writes the record's kind and length in front of the body appended
 // since begin returned at, and unlocks.
 func (b *Buf) end(kind byte, at, max int) {
@@ -238,13 +250,10 @@ func (b *Buf) Conn(conn uint64, now int64, state []byte) {
 // it again. Without Options.RedactValues only; false is always safe.
 func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean bool) {
 	room := 3*binary.MaxVarintLen64 + len(reqs)
-	at := b.begin(room)
+	at := b.head(room, conn, b.t(now), first)
 	if at < 0 {
 		return
 	}
-	b.b = binary.AppendUvarint(b.b, conn)
-	b.b = binary.AppendUvarint(b.b, b.t(now))
-	b.b = binary.AppendUvarint(b.b, first)
 	b.b = append(b.b, reqs...)
 	kind := KindBatch
 	if clean && !b.c.opt.RedactValues {
@@ -259,13 +268,10 @@ func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean boo
 // one reply; Replies groups several.
 func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, total, upstream int64) {
 	room := 3*binary.MaxVarintLen64 + maxReplyEntry
-	at := b.begin(room)
+	at := b.head(room, conn, b.t(now), seq)
 	if at < 0 {
 		return
 	}
-	b.b = binary.AppendUvarint(b.b, conn)
-	b.b = binary.AppendUvarint(b.b, b.t(now))
-	b.b = binary.AppendUvarint(b.b, seq)
 	b.b = appendReplyEntry(b.b, false, 0, 0, reply, streamed, total, upstream)
 	b.end(KindReplies, at, room)
 }
@@ -277,10 +283,7 @@ func (b *Buf) Replies(conn uint64, g *Replies) {
 		return
 	}
 	room := 3*binary.MaxVarintLen64 + len(g.b)
-	if at := b.begin(room); at >= 0 {
-		b.b = binary.AppendUvarint(b.b, conn)
-		b.b = binary.AppendUvarint(b.b, b.t(g.t0))
-		b.b = binary.AppendUvarint(b.b, g.seq)
+	if at := b.head(room, conn, b.t(g.t0), g.seq); at >= 0 {
 		b.b = append(b.b, g.b...)
 		b.end(KindReplies, at, room)
 	}
