@@ -405,13 +405,16 @@ func monitorTimes(t *testing.T, addr, prefix string) (seen func(key string) int,
 //     goroutine, written here independently of the replayer, waits for
 //     fixed deadlines every 1 ms (a runtime timer to 1 ms before, a thread
 //     sleep to 0.1 ms before, then yielding) and sends a GET on its own
-//     connection; its lateness as the engine saw it is the noise. p50, p90
-//     and p99 of the deviation must each be <= 1 ms + the oracle's same
-//     quantile (both logged). On a quiet machine the oracle is late by
-//     about 0.05 ms and this is the plain p99 <= 1 ms; a replayer 0-2 ms
-//     off fails (checked with such a mutant). When a check fails while the
-//     oracle's p99 is above 1 ms, that speed is run again and the second
-//     run judged.
+//     connection; its lateness as the engine saw it is the noise. p99 of
+//     the deviation must be <= 1 ms + the oracle's p99 (each taken at the
+//     end of its 95 % confidence interval that favours the replayer: two
+//     p99s of a busy machine's heavy tail spread), p90 <= 1 ms + the
+//     oracle's p90, p50 <= 0.3 ms + the oracle's p50 (all logged). On a quiet
+//     machine the oracle is late by about 0.05 ms and this is the plain
+//     p99 <= 1 ms; a replayer 0-2 ms off fails, and so does one waiting on
+//     a runtime timer alone (0.5 ms late at the median; both checked with
+//     such mutants). When a check fails while the oracle's p99 is above
+//     1 ms, that speed is run again and the second run judged.
 //   - the pace, the Theil-Sen slope of engine time over captured time
 //     (robust to a few sends the machine delayed): 1 within 2 % at 1x, 0.5
 //     within 5 % at 2x.
@@ -503,21 +506,32 @@ func TestReplaySpeed(t *testing.T) {
 			}
 		}
 		pace = theilSen(xs, ys)
-		t.Logf("speed %v: engine pace %.4f (want %.4f); engine vs schedule p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (%d commands); oracle p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (%d); replayer: %d of %d batches late, send lag p99 %d µs; process CPU %v over %v",
-			speed, pace, 1/speed, median(dev)/1e6, quantile(dev, 0.9)/1e6, quantile(dev, 0.99)/1e6, len(dev),
-			median(noise)/1e6, quantile(noise, 0.9)/1e6, quantile(noise, 0.99)/1e6, len(noise),
+		t.Logf("speed %v: engine pace %.4f (want %.4f); engine vs schedule p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (95 %% interval %.3f-%.3f; %d commands); oracle p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (%.3f-%.3f; %d); replayer: %d of %d batches late, send lag p99 %d µs; process CPU %v over %v",
+			speed, pace, 1/speed, median(dev)/1e6, quantile(dev, 0.9)/1e6, quantile(dev, 0.99)/1e6, quantileCI(dev, 0.99, -2)/1e6, quantileCI(dev, 0.99, 2)/1e6, len(dev),
+			median(noise)/1e6, quantile(noise, 0.9)/1e6, quantile(noise, 0.99)/1e6, quantileCI(noise, 0.99, -2)/1e6, quantileCI(noise, 0.99, 2)/1e6, len(noise),
 			rep.LateBatches, rep.Batches, rep.SendLagP99US, cpu.Round(time.Millisecond), span)
 		return pace, dev, noise
 	}
-	// off returns what is wrong with dev against the oracle's noise: a
-	// quantile (p99 asked for; p50 and p90 catch a replayer 1-2 ms off on
-	// a machine whose stalls make every p99 large) above 1 ms + the
-	// oracle's same quantile.
+	// off returns what is wrong with dev against the oracle's noise: p90
+	// or p99 (p99 asked for; p90 catches a replayer 1-2 ms off on a
+	// machine whose stalls make every p99 large) above 1 ms + the
+	// oracle's same quantile, or p50 above 0.3 ms + the oracle's.
 	off := func(speed float64, dev, noise []float64) (errs []string) {
-		for _, q := range []float64{0.5, 0.9, 0.99} {
-			if d, o := quantile(dev, q), quantile(noise, q); d > float64(time.Millisecond)+o {
-				errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine up to %.3f ms (p%v) off the captured schedule, want <= 1 ms + the machine's noise (oracle p%v %.3f ms)", speed, d/1e6, q*100, q*100, o/1e6))
-			}
+		// The median is held closer: the replayer's pacing aims at 0.1 ms,
+		// one waiting on a runtime timer alone is about 0.5 ms late there
+		// (BenchmarkWaitUntil), and a busy machine moves the median little.
+		if d, o := quantile(dev, 0.5), quantile(noise, 0.5); d > o+0.3e6 {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine %.3f ms (p50) off the captured schedule, want <= 0.3 ms + the machine's noise (oracle p50 %.3f ms)", speed, d/1e6, o/1e6))
+		}
+		if d, o := quantile(dev, 0.9), quantile(noise, 0.9); d > float64(time.Millisecond)+o {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine up to %.3f ms (p90) off the captured schedule, want <= 1 ms + the machine's noise (oracle p90 %.3f ms)", speed, d/1e6, o/1e6))
+		}
+		// Two p99s of a heavy tail (a busy machine's) estimated from
+		// 1,000-2,500 samples each spread by more than 1 ms: the commands'
+		// p99 fails only when even its 95 % confidence interval's low end
+		// is above 1 ms + the high end of the oracle's (order statistics).
+		if d, o := quantileCI(dev, 0.99, -2), quantileCI(noise, 0.99, 2); d > float64(time.Millisecond)+o {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine up to %.3f ms (p99, low end of its 95 %% interval) off the captured schedule, want <= 1 ms + the machine's noise (oracle p99, high end, %.3f ms)", speed, d/1e6, o/1e6))
 		}
 		return errs
 	}
@@ -620,6 +634,17 @@ func quantile(v []float64, q float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[int(q*float64(len(s)-1))]
+}
+
+// quantileCI returns the order statistic z standard deviations of the
+// binomial count away from the q quantile of v: with z = -2 and 2 the
+// ends of its approximate 95 % confidence interval.
+func quantileCI(v []float64, q, z float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := float64(len(s))
+	i := int(math.Round(q*(n-1) + z*math.Sqrt(n*q*(1-q))))
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 // TestCaptureImportMonitor imports real redis-cli MONITOR output (taken
