@@ -173,3 +173,52 @@ func cpuTime(tb testing.TB) int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// TestCaptureGroupsReplies: the replies the loop finishes for a client in
+// one pass are one record (format version 2's 'G'): a pipeline of 16 GETs
+// answered in one engine read is a connection, a batch and one group; the
+// same answered in two reads, two groups. Every GET has its reply.
+func TestCaptureGroupsReplies(t *testing.T) {
+	for _, reads := range []int{1, 2} {
+		s, cl, ln := routedPair(t, true, nil)
+		path := filepath.Join(t.TempDir(), "c.respcap")
+		if err := s.p.StartCapture(CaptureConfig{File: path}); err != nil {
+			t.Fatal(err)
+		}
+		up := ln.c.(*memConn)
+		cl.in = bytes.Repeat(getReq, 16)
+		s.clientTraffic(cl)
+		for i := range reads {
+			up.in = bytes.Repeat(getReply, 16/reads)
+			ln.traffic(up)
+			if i == 0 && reads == 2 && len(cl.out) != 8*len(getReply) {
+				t.Fatalf("client got %q after the first engine read", cl.out)
+			}
+		}
+		st, err := s.p.StopCapture()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(2 + reads); st.Records != want || st.Dropped != 0 {
+			t.Errorf("%d engine read(s): %d records (%d dropped), want %d", reads, st.Records, st.Dropped, want)
+		}
+		w, err := capture.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		want := capture.Summarize(getReply)
+		for _, c := range w.Conns {
+			for _, b := range c.Batches {
+				for _, cmd := range b.Cmds {
+					if cmd.Name == "get" && cmd.Reply != nil && *cmd.Reply == want {
+						n++
+					}
+				}
+			}
+		}
+		if n != 16 {
+			t.Errorf("%d engine read(s): %d GETs with their reply in the file, want 16", reads, n)
+		}
+	}
+}
