@@ -31,21 +31,7 @@ func TestCaptureHotPathAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := capture.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		want := capture.Summarize(getReply)
-		for _, c := range w.Conns {
-			for _, b := range c.Batches {
-				for _, cmd := range b.Cmds {
-					if cmd.Name == "get" && cmd.Reply != nil && *cmd.Reply == want {
-						n++
-					}
-				}
-			}
-		}
+		n := answeredGets(t, path)
 		// AllocsPerRun runs the function once more to warm up.
 		if n != 100+runs+1 || st.Dropped != 0 {
 			t.Errorf("shared=%v: %d GETs with their reply in the file (%d dropped), want %d", shared, n, st.Dropped, 100+runs+1)
@@ -202,23 +188,30 @@ func TestCaptureGroupsReplies(t *testing.T) {
 		if want := int64(2 + reads); st.Records != want || st.Dropped != 0 {
 			t.Errorf("%d engine read(s): %d records (%d dropped), want %d", reads, st.Records, st.Dropped, want)
 		}
-		w, err := capture.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		want := capture.Summarize(getReply)
-		for _, c := range w.Conns {
-			for _, b := range c.Batches {
-				for _, cmd := range b.Cmds {
-					if cmd.Name == "get" && cmd.Reply != nil && *cmd.Reply == want {
-						n++
-					}
-				}
-			}
-		}
-		if n != 16 {
+		if n := answeredGets(t, path); n != 16 {
 			t.Errorf("%d engine read(s): %d GETs with their reply in the file, want 16", reads, n)
 		}
 	}
+}
+
+// answeredGets returns the number of GETs in the capture file with getReply
+// for their reply.
+func answeredGets(t *testing.T, path string) int {
+	t.Helper()
+	w, err := capture.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	want := capture.Summarize(getReply)
+	for _, c := range w.Conns {
+		for _, b := range c.Batches {
+			for _, cmd := range b.Cmds {
+				if cmd.Name == "get" && cmd.Reply != nil && *cmd.Reply == want {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
