@@ -149,6 +149,7 @@ func (p *Proxy) CaptureDropped() uint64 {
 // state when it is sampled.
 func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now int64) {
 	if c != s.capOf {
+		s.flushCapture() // the replies gathered belong to the capture before
 		s.capOf, s.capBuf = c, nil
 		if c == nil {
 			return
@@ -181,12 +182,31 @@ func mayHoldSecret(id command.ID) bool {
 	return false
 }
 
-// captureReply records the reply of e, ready at now (reply nil when
-// streamed).
+// captureReply gathers the reply of e, ready at now (reply nil when
+// streamed), for flushCapture: the replies the loop finishes for this
+// client in one pass (a pipeline's) become one record.
 func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool) {
 	var up int64
 	if e.tSent > 0 {
 		up = max(e.tReply, now) - e.tSent
 	}
-	s.capBuf.Reply(s.capID, e.seq, now, reply, streamed, now-e.tIn, up)
+	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
+	if s.capRep.Len() >= maxCaptureGroup {
+		s.flushCapture()
+	}
+}
+
+// maxCaptureGroup bounds the bytes of replies gathered before they are
+// written (about 500 replies): a long pipeline is recorded in pieces.
+const maxCaptureGroup = 16 << 10
+
+// flushCapture writes the replies gathered by captureReply as one record;
+// flush calls it at the end of every pass of the loop that finished a
+// reply of s (complete marks s dirty).
+func (s *client) flushCapture() {
+	if s.capBuf != nil {
+		s.capBuf.Replies(s.capID, &s.capRep)
+	} else {
+		s.capRep.Reset()
+	}
 }

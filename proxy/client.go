@@ -303,6 +303,9 @@ type client struct {
 	capOf  *capture.Capture
 	capBuf *capture.Buf
 	capID  uint64
+	// capRep gathers the replies finished since the last flush, written
+	// to capBuf as one record by flush (capture.go).
+	capRep capture.Replies
 	// vnode is the virtual node whose listener the client connected to
 	// under RouteFacade (nil: the plain endpoint, or another route), vhost
 	// the host it reached respmeter on, vcross whether its transaction
@@ -1216,6 +1219,9 @@ func (s *client) markDirty() {
 // flush writes the replies that are ready at the head of the queue and
 // records their timings.
 func (s *client) flush() {
+	if s.capBuf != nil {
+		s.flushCapture()
+	}
 	if s.gone() {
 		return
 	}

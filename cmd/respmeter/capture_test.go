@@ -8,16 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -392,16 +395,32 @@ func monitorTimes(t *testing.T, addr, prefix string) (seen func(key string) int,
 }
 
 // TestReplaySpeed replays a 2.5 s open-loop schedule (4 connections, a
-// GET every 20 ms each, offset by 5 ms) at 1x and 2x, and checks the times
-// at which the engine received the commands (MONITOR's timestamps, not the
-// replayer's clock). The pace is the Theil-Sen slope of engine time over
-// captured time (robust to a few sends the machine delayed): 1 within 2 %
-// at 1x, 0.5 within 5 % at 2x. Commands reach the engine within 1 ms (p90)
-// of when the replayer says it sent them, so the lag it reports (late
-// batches, send lag) is what its deviation from the schedule is made of.
+// GET every 10 ms each, offset by 2.5 ms) at 1x and 2x, and checks the
+// times at which the engine received the commands (MONITOR's timestamps,
+// not the replayer's clock):
+//   - each command reached the engine within 1 ms (p99) of its place in the
+//     captured schedule scaled (the replayer's intended time, checked to be
+//     its start plus the captured time divided by the speed), plus the
+//     machine's own scheduling noise measured in the same run: an oracle
+//     goroutine, written here independently of the replayer, waits for
+//     fixed deadlines every 1 ms (a runtime timer to 1 ms before, a thread
+//     sleep to 0.1 ms before, then yielding) and sends a GET on its own
+//     connection; its lateness as the engine saw it is the noise. p99 of
+//     the deviation must be <= 1 ms + the oracle's p99 (each taken at the
+//     end of its 95 % confidence interval that favours the replayer: two
+//     p99s of a busy machine's heavy tail spread), p90 <= 1 ms + the
+//     oracle's p90, p50 <= 0.3 ms + the oracle's p50 (all logged). On a quiet
+//     machine the oracle is late by about 0.05 ms and this is the plain
+//     p99 <= 1 ms; a replayer 0-2 ms off fails, and so does one waiting on
+//     a runtime timer alone (0.5 ms late at the median; both checked with
+//     such mutants). When a check fails while the oracle's p99 is above
+//     1 ms, that speed is run again and the second run judged.
+//   - the pace, the Theil-Sen slope of engine time over captured time
+//     (robust to a few sends the machine delayed): 1 within 2 % at 1x, 0.5
+//     within 5 % at 2x.
 func TestReplaySpeed(t *testing.T) {
-	const conns, batches = 4, 125
-	const gap, offset = 20 * time.Millisecond, 5 * time.Millisecond
+	const conns, batches = 4, 250
+	const gap, offset = 10 * time.Millisecond, 2500 * time.Microsecond
 	path := filepath.Join(t.TempDir(), "sched.respcap")
 	c, err := capture.Start(path, capture.Options{})
 	if err != nil {
@@ -424,60 +443,113 @@ func TestReplaySpeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := redistest.Start(t)
-	slopes := map[float64]float64{}
-	for _, speed := range []float64{1, 2} {
+	// run replays at speed and returns the engine's pace, the commands'
+	// deviations from the schedule and the oracle's lateness (ns).
+	run := func(speed float64) (pace float64, dev, noise []float64) {
 		seen, stop := monitorTimes(t, srv.Addr(), "tm:")
 		type sendRec struct {
-			t    int64 // captured ns
-			sent time.Time
-			lag  time.Duration
+			t        int64 // captured ns
+			intended time.Time
 		}
 		var mu sync.Mutex
 		sends := map[string][]sendRec{}
+		span := time.Duration(float64(time.Duration(batches)*gap) / speed)
+		oracle := startOracle(t, srv.Addr(), "tm:oracle", time.Millisecond, span)
+		cpu0 := processCPU(t)
 		rep, err := replay.Run(context.Background(), w, replay.Options{Target: srv.Addr(), Speed: speed,
 			OnSend: func(b *capture.Batch, intended, sent time.Time) {
 				key := string(b.Cmds[0].Req[bytes.LastIndex(b.Cmds[0].Req[:len(b.Cmds[0].Req)-2], []byte("\n"))+1 : len(b.Cmds[0].Req)-2])
 				mu.Lock()
-				sends[key] = append(sends[key], sendRec{b.T, sent, sent.Sub(intended)})
+				sends[key] = append(sends[key], sendRec{b.T, intended})
 				mu.Unlock()
 			}})
 		if err != nil {
 			t.Fatal(err)
 		}
+		cpu := processCPU(t) - cpu0
+		deadlines := oracle()
 		redistest.Eventually(t, 5*time.Second, func() error {
 			for k := range conns {
 				if n := seen(fmt.Sprintf("tm:%d", k)); n < batches {
 					return fmt.Errorf("tm:%d: %d of %d commands seen", k, n, batches)
 				}
 			}
+			if n := seen("tm:oracle"); n < len(deadlines) {
+				return fmt.Errorf("oracle: %d of %d commands seen", n, len(deadlines))
+			}
 			return nil
 		})
 		got := stop()
-		var xs, ys, transit []float64
+		// The oracle's lateness at its deadlines (ns).
+		noise = make([]float64, len(deadlines))
+		for i, d := range deadlines {
+			noise[i] = max(float64(got["tm:oracle"][i])*1e3-float64(d.UnixNano()), 0)
+		}
+		var xs, ys []float64
+		var origin float64 // intended - captured time / speed: the same for every batch
 		for key, ss := range sends {
 			if len(got[key]) != len(ss) {
 				t.Fatalf("speed %v: engine saw %d commands on %s, replayer sent %d", speed, len(got[key]), key, len(ss))
 			}
 			for i, s := range ss {
 				eng := float64(got[key][i]) * 1e3 // ns since the epoch
+				sched := float64(s.t) / speed
+				o := float64(s.intended.UnixNano()) - sched
+				if origin == 0 {
+					origin = o
+				} else if math.Abs(o-origin) > 1e3 {
+					t.Fatalf("speed %v: %s batch %d intended %.0f ns off the schedule's origin", speed, key, i, o-origin)
+				}
 				xs = append(xs, float64(s.t))
 				ys = append(ys, eng)
-				transit = append(transit, eng-float64(s.sent.UnixNano()))
+				dev = append(dev, math.Abs(eng-float64(s.intended.UnixNano())))
 			}
 		}
-		slopes[speed] = theilSen(xs, ys)
-		med := median(transit)
-		dev := make([]float64, len(transit))
-		for i, v := range transit {
-			dev[i] = max(v-med, med-v)
+		pace = theilSen(xs, ys)
+		t.Logf("speed %v: engine pace %.4f (want %.4f); engine vs schedule p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (95 %% interval %.3f-%.3f; %d commands); oracle p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (%.3f-%.3f; %d); replayer: %d of %d batches late, send lag p99 %d µs; process CPU %v over %v",
+			speed, pace, 1/speed, median(dev)/1e6, quantile(dev, 0.9)/1e6, quantile(dev, 0.99)/1e6, quantileCI(dev, 0.99, -2)/1e6, quantileCI(dev, 0.99, 2)/1e6, len(dev),
+			median(noise)/1e6, quantile(noise, 0.9)/1e6, quantile(noise, 0.99)/1e6, quantileCI(noise, 0.99, -2)/1e6, quantileCI(noise, 0.99, 2)/1e6, len(noise),
+			rep.LateBatches, rep.Batches, rep.SendLagP99US, cpu.Round(time.Millisecond), span)
+		return pace, dev, noise
+	}
+	// off returns what is wrong with dev against the oracle's noise: p90
+	// or p99 (p99 asked for; p90 catches a replayer 1-2 ms off on a
+	// machine whose stalls make every p99 large) above 1 ms + the
+	// oracle's same quantile, or p50 above 0.3 ms + the oracle's.
+	off := func(speed float64, dev, noise []float64) (errs []string) {
+		// The median is held closer: the replayer's pacing aims at 0.1 ms,
+		// one waiting on a runtime timer alone is about 0.5 ms late there
+		// (BenchmarkWaitUntil), and a busy machine moves the median little.
+		if d, o := quantile(dev, 0.5), quantile(noise, 0.5); d > o+0.3e6 {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine %.3f ms (p50) off the captured schedule, want <= 0.3 ms + the machine's noise (oracle p50 %.3f ms)", speed, d/1e6, o/1e6))
 		}
-		p90, p99 := quantile(dev, 0.90), quantile(dev, 0.99)
-		t.Logf("speed %v: engine pace %.4f (want %.4f), send-to-engine deviation p90 %.3f ms, p99 %.3f ms; replayer: %d of %d batches late, send lag p99 %d µs",
-			speed, slopes[speed], 1/speed, p90/1e6, p99/1e6, rep.LateBatches, rep.Batches, rep.SendLagP99US)
-		// p90, not p99: on a loaded machine the engine itself is scheduled
-		// late now and then (p99 0.2-4.6 ms at load 13-16 on 2 cores).
-		if p90 > float64(time.Millisecond) {
-			t.Errorf("speed %v: commands reached the engine up to %.3f ms (p90) off the time the replayer sent them, want <= 1 ms", speed, p90/1e6)
+		if d, o := quantile(dev, 0.9), quantile(noise, 0.9); d > float64(time.Millisecond)+o {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine up to %.3f ms (p90) off the captured schedule, want <= 1 ms + the machine's noise (oracle p90 %.3f ms)", speed, d/1e6, o/1e6))
+		}
+		// Two p99s of a heavy tail (a busy machine's) estimated from
+		// 1,000-2,500 samples each spread by more than 1 ms: the commands'
+		// p99 fails only when even its 95 % confidence interval's low end
+		// is above 1 ms + the high end of the oracle's (order statistics).
+		if d, o := quantileCI(dev, 0.99, -2), quantileCI(noise, 0.99, 2); d > float64(time.Millisecond)+o {
+			errs = append(errs, fmt.Sprintf("speed %v: commands reached the engine up to %.3f ms (p99, low end of its 95 %% interval) off the captured schedule, want <= 1 ms + the machine's noise (oracle p99, high end, %.3f ms)", speed, d/1e6, o/1e6))
+		}
+		return errs
+	}
+	slopes := map[float64]float64{}
+	for _, speed := range []float64{1, 2} {
+		pace, dev, noise := run(speed)
+		errs := off(speed, dev, noise)
+		if len(errs) > 0 && quantile(noise, 0.99) > float64(time.Millisecond) {
+			// The machine's own noise is above the 1 ms asked for: a tail
+			// this heavy spreads two samples' p99s by more than that. Judge
+			// a second run.
+			t.Logf("speed %v: %s; the oracle's p99 is above 1 ms: running again", speed, strings.Join(errs, "; "))
+			pace, dev, noise = run(speed)
+			errs = off(speed, dev, noise)
+		}
+		slopes[speed] = pace
+		for _, e := range errs {
+			t.Error(e)
 		}
 	}
 	if r := slopes[1]; r < 0.98 || r > 1.02 {
@@ -486,6 +558,60 @@ func TestReplaySpeed(t *testing.T) {
 	if r := slopes[2] / 0.5; r < 0.95 || r > 1.05 {
 		t.Errorf("2x: engine pace %.4f, want 0.5 within 5%%", slopes[2])
 	}
+}
+
+// startOracle sends GET key on a connection of its own at deadlines every
+// gap for span, waiting for each as precisely as a goroutine can cheaply
+// (a runtime timer to 1 ms before it, nanosleep to 0.1 ms before, then
+// yielding until it), and reading each reply. The
+// returned func waits for it to end and returns the deadlines it met (in
+// the order of the engine's MONITOR lines for key).
+func startOracle(t *testing.T, addr, key string, gap, span time.Duration) func() []time.Time {
+	t.Helper()
+	c := redistest.Dial(t, addr)
+	req := redistest.Cmd("GET", key)
+	var sent []time.Time
+	done := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		for dl := t0.Add(gap); dl.Before(t0.Add(span)); dl = dl.Add(gap) {
+			if d := time.Until(dl) - time.Millisecond; d > 0 {
+				time.Sleep(d)
+			}
+			for d := time.Until(dl) - 100*time.Microsecond; d > 0; d = time.Until(dl) - 100*time.Microsecond {
+				ts := syscall.NsecToTimespec(int64(d))
+				_ = syscall.Nanosleep(&ts, nil)
+			}
+			for time.Now().Before(dl) {
+				runtime.Gosched()
+			}
+			if err := c.Write(req); err != nil {
+				done <- err
+				return
+			}
+			sent = append(sent, dl)
+			if _, err := c.ReadFrame(5 * time.Second); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return func() []time.Time {
+		if err := <-done; err != nil {
+			t.Fatalf("oracle: %v", err)
+		}
+		return sent
+	}
+}
+
+// processCPU is the process's user + system CPU time so far.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // theilSen returns the median of the slopes between all pairs of points
@@ -508,6 +634,17 @@ func quantile(v []float64, q float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[int(q*float64(len(s)-1))]
+}
+
+// quantileCI returns the order statistic z standard deviations of the
+// binomial count away from the q quantile of v: with z = -2 and 2 the
+// ends of its approximate 95 % confidence interval.
+func quantileCI(v []float64, q, z float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	n := float64(len(s))
+	i := int(math.Round(q*(n-1) + z*math.Sqrt(n*q*(1-q))))
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 // TestCaptureImportMonitor imports real redis-cli MONITOR output (taken
@@ -613,7 +750,7 @@ func TestCaptureBadFile(t *testing.T) {
 	}{
 		{"truncated", b[:len(b)-3], "capture: truncated at offset"},
 		{"short", b[:10], "capture: truncated at offset 10: expected a 20-byte header"},
-		{"future", future, "unsupported format version at offset 8: expected format version 1..1, got 2"},
+		{"future", future, "unsupported format version at offset 8: expected format version 1..2, got 3"},
 		{"not", []byte("hello world, not a capture"), "not a capture file at offset 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,8 +3,8 @@
 // "respmeter replay" sends again to any RESP engine; it also reads such
 // files back.
 //
-// File format (version 1). A file starts with a 20-byte header, not
-// compressed:
+// File format (version 2; version 1 below). A file starts with a 20-byte
+// header, not compressed:
 //
 //	offset 0   8 bytes  magic "RESPCAP\n"
 //	offset 8   uint16   format version, little endian (Version)
@@ -31,20 +31,45 @@
 //	                as RESP bytes (the client's frames; inline commands as
 //	                sent). Requests are numbered per connection from 1, in
 //	                order: the n-th request of a batch has seq first+n-1.
+//	'G' replies     conn, t (when the group's first reply was ready), seq
+//	                (the request the first reply answers), then one or
+//	                more replies of that connection (those the proxy
+//	                finished in one pass of its event loop), each:
+//	                  seq delta (not in the first reply, which answers the
+//	                    record's seq): added to the previous reply's seq,
+//	                    modulo 2^64, gives the request it answers
+//	                  dt (not in the first reply, ready at the record's
+//	                    t): ns after the record's t when it was ready
+//	                  RESP type byte of the reply ('+', '-', ':', '$',
+//	                    '*', '%', ...; 0 unknown)
+//	                  flags byte (bit 0: streamed, size and hash unknown)
+//	                  size in bytes
+//	                  8-byte little-endian xxHash64 of the reply bytes
+//	                  total ns (request read to reply ready)
+//	                  upstream ns (sent to the engine to answered)
+//	                  error prefix length byte (0-32), then the prefix: the
+//	                    first word of an error reply, e.g. "WRONGTYPE";
+//	                    length 0 for other replies.
+//
+// Version 1 files have the same header, 'C' and 'B' records, and one 'R'
+// record per reply instead of 'G' records:
+//
 //	'R' reply       conn, seq, t (when the reply was ready), RESP type
-//	                byte of the reply ('+', '-', ':', '$', '*', '%', ...; 0
-//	                unknown), flags byte (bit 0: streamed, size and hash
-//	                unknown), size in bytes, 8-byte little-endian xxHash64
-//	                of the reply bytes, total ns (request read to reply
-//	                ready), upstream ns (sent to the engine to answered),
-//	                then the error prefix for an error reply (the first
-//	                word, e.g. "WRONGTYPE", at most 32 bytes), else nothing.
+//	                byte, flags byte, size, 8-byte xxHash64, total ns,
+//	                upstream ns (as in a 'G' entry), then the error prefix
+//	                (at most 32 bytes) up to the end of the body, else
+//	                nothing.
+//
+// Readers read both versions ('R' records in a version 2 file too); a
+// version 2 writer writes 'G' records only (one per reply from Buf.Reply,
+// one per group from Buf.Replies: one record for a pipeline's replies,
+// each reply after the first about a third smaller than an 'R' record).
 //
 // Records of one connection are in order; records of different
 // connections may interleave in any order (they come from different event
-// loops). A reply record without its batch (dropped: the writer fell
-// behind) is ignored by readers. Readers reject unknown record kinds and
-// versions newer than theirs.
+// loops). A reply without its batch (dropped: the writer fell behind) is
+// ignored by readers. Readers reject unknown record kinds and versions
+// newer than theirs.
 //
 // Concurrency: a Capture's Buf methods are called by one event loop each;
 // Stats and Stop from any goroutine.
@@ -60,8 +85,8 @@ import (
 const Magic = "RESPCAP\n"
 
 // Version is the format version this package writes and the newest it
-// reads.
-const Version = 1
+// reads (it reads every version from 1).
+const Version = 2
 
 // HeaderSize is the size in bytes of the uncompressed file header.
 const HeaderSize = 20
@@ -75,7 +100,11 @@ const (
 const (
 	KindConn  byte = 'C'
 	KindBatch byte = 'B'
+	// KindReply is a version 1 file's reply record; Reader.Next returns
+	// every reply, of either record kind, as a Record of this kind.
 	KindReply byte = 'R'
+	// KindReplies is a group of replies of one connection (version 2).
+	KindReplies byte = 'G'
 
 	// kindCleanBatch is a KindBatch record in a Buf that the writer need
 	// not redact (Buf.Batch's clean); never in a file.

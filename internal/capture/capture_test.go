@@ -2,6 +2,7 @@ package capture
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -343,6 +344,15 @@ func TestReaderBadInput(t *testing.T) {
 	badKind := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("Z\x01\x00"), nil)...)
 	shortBody := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("B\x05\x01"), nil)...)
 	badReply := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("R\x03\x01\x01\x01"), nil)...)
+	emptyGroup := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x03\x01\x01\x01"), nil)...)
+	// conn 1, t 1, seq 1; '+', flags 0, size 5, 1 byte of hash.
+	badGroup := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x06\x01\x01\x01+\x00\x05"), nil)...)
+	longPfx := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll(append([]byte("G\x12\x01\x01\x01-\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\x21"), 'E'), nil)...)
+	// A whole first reply (total 1, upstream 1, no prefix), then a second
+	// whose delta does not end.
+	badSecond := append(bytes.Clone(good[:HeaderSize]), enc.EncodeAll([]byte("G\x12\x01\x01\x01+\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x01\x01\x00\x80"), nil)...)
+	groupV1 := bytes.Clone(emptyGroup)
+	groupV1[8] = 1
 	cases := []struct {
 		name string
 		data []byte
@@ -352,10 +362,15 @@ func TestReaderBadInput(t *testing.T) {
 		{"empty", nil, ErrTruncated, "offset 0: expected a 20-byte header"},
 		{"not capture", []byte("*1\r\n$4\r\nPING\r\n"), ErrNotCapture, "offset 0: expected the magic"},
 		{"short header", good[:12], ErrTruncated, "offset 12: expected a 20-byte header"},
-		{"future version", future, ErrVersion, "offset 8: expected format version 1..1, got 2"},
+		{"future version", future, ErrVersion, "offset 8: expected format version 1..2, got 3"},
 		{"truncated frame", good[:len(good)-5], ErrTruncated, ""},
 		{"corrupt frame", append(bytes.Clone(good[:HeaderSize]), 0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff, 0xff), ErrCorrupt, "Zstandard"},
-		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B' or 'R', got 'Z'"},
+		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B', 'G' or 'R', got 'Z'"},
+		{"empty group", emptyGroup, ErrCorrupt, "expected at least one reply in a 'G' record of 3 bytes"},
+		{"bad group entry", badGroup, ErrCorrupt, "offset 2: expected an 8-byte reply hash in a 'G' record of 6 bytes"},
+		{"long error prefix", longPfx, ErrCorrupt, "expected an error prefix of at most 32 bytes after its length in a 'G' record"},
+		{"bad second reply", badSecond, ErrCorrupt, "offset 2: expected a request number delta in a 'G' record of 18 bytes"},
+		{"group in version 1", groupV1, ErrCorrupt, "expected a record kind 'C', 'B' or 'R' (version 1), got 'G'"},
 		{"short body", shortBody, ErrTruncated, "expected a record body of 5 bytes from offset 2"},
 		{"bad reply", badReply, ErrCorrupt, "expected a reply type and flags in a 'R' record of 3 bytes"},
 	}
@@ -428,5 +443,120 @@ func TestLoadMergesFiles(t *testing.T) {
 	}
 	if w.Conns[0].File != 1 || w.Conns[1].File != 0 {
 		t.Errorf("files %d, %d: want the connection of paths[1] (the earlier file) first", w.Conns[0].File, w.Conns[1].File)
+	}
+}
+
+// TestCaptureReplyGroups: replies gathered with Replies are one 'G'
+// record that reads back as the replies one by one (request numbers, times,
+// summaries and phases), fewer bytes than one record per reply.
+func TestCaptureReplyGroups(t *testing.T) {
+	replies := []struct {
+		seq   uint64
+		now   int64
+		reply []byte
+		strm  bool
+	}{{1, 2500, []byte("+OK\r\n"), false}, {2, 2600, []byte("-WRONGTYPE Operation against a key\r\n"), false},
+		{3, 2600, nil, true}, {5, 9000, []byte(":7\r\n"), false}}
+	batch := cat(cmd("SET", "k1", "v1"), cmd("GET", "k1"), cmd("PING"), cmd("SUBSCRIBE", "c"), cmd("INCR", "n"))
+	var g Replies
+	path := writeCapture(t, Options{Base: 1000}, func(c *Capture) {
+		id, _ := c.NewConn()
+		b := c.Loop(0)
+		b.Batch(id, 2000, 1, batch, false)
+		for i, r := range replies {
+			g.Add(r.seq, r.now, r.reply, r.strm, int64(100*(i+1)), int64(10*(i+1)))
+		}
+		b.Replies(id, &g)
+		if g.Len() != 0 {
+			t.Errorf("%d bytes gathered after Replies, want 0", g.Len())
+		}
+		b.Replies(id, &g) // empty: no record
+	})
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []Record
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Kind == KindReply {
+			got = append(got, rec)
+		}
+	}
+	if len(got) != len(replies) {
+		t.Fatalf("%d replies read, want %d", len(got), len(replies))
+	}
+	for i, want := range replies {
+		s := Summarize(want.reply)
+		if want.strm {
+			s = Summary{Flags: ReplyStreamed}
+		}
+		g := got[i]
+		if g.Conn != 1 || g.Seq != want.seq || g.T != want.now-1000 || g.Reply != s || g.Total != int64(100*(i+1)) || g.Upstream != int64(10*(i+1)) {
+			t.Errorf("reply %d: %+v, want seq %d t %d summary %+v", i, g, want.seq, want.now-1000, s)
+		}
+	}
+	grouped := len(decompressed(t, path))
+	single := len(decompressed(t, writeCapture(t, Options{Base: 1000}, func(c *Capture) {
+		id, _ := c.NewConn()
+		c.Loop(0).Batch(id, 2000, 1, batch, false)
+		for i, r := range replies {
+			c.Loop(0).Reply(id, r.seq, r.now, r.reply, r.strm, int64(100*(i+1)), int64(10*(i+1)))
+		}
+	})))
+	if grouped >= single {
+		t.Errorf("one group: %d record bytes, one record per reply: %d; want fewer", grouped, single)
+	}
+}
+
+// TestReadsVersion1: a version 1 file (one 'R' record per reply, the error
+// prefix up to the end of its body) still loads.
+func TestReadsVersion1(t *testing.T) {
+	var recs []byte
+	rec := func(kind byte, body []byte) {
+		recs = append(recs, kind)
+		recs = binary.AppendUvarint(recs, uint64(len(body)))
+		recs = append(recs, body...)
+	}
+	u := binary.AppendUvarint
+	req := cmd("GET", "k")
+	rec(KindConn, append(u(u(nil, 7), 5), cmd("SELECT", "1")...))
+	rec(KindBatch, append(u(u(u(nil, 7), 10), 1), req...))
+	reply := []byte("-ERR no\r\n")
+	s := Summarize(reply)
+	body := u(u(u(nil, 7), 1), 30)
+	body = append(body, s.Type, 0)
+	body = u(body, uint64(s.Size))
+	body = binary.LittleEndian.AppendUint64(body, s.Hash)
+	body = u(u(body, 20), 15)
+	rec(KindReply, append(body, "ERR"...))
+	enc, _ := zstd.NewWriter(nil)
+	file := appendHeader(nil, Header{Version: 1, Start: 1})
+	file = append(file, enc.EncodeAll(recs, nil)...)
+	path := filepath.Join(t.TempDir(), "v1.respcap")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Conns) != 1 || len(w.Conns[0].Batches) != 1 || len(w.Conns[0].Batches[0].Cmds) != 1 {
+		t.Fatalf("workload %+v, want one connection with one GET", w.Conns)
+	}
+	c := w.Conns[0].Batches[0].Cmds[0]
+	if c.Name != "get" || c.Reply == nil || *c.Reply != s || c.Total != 20 || c.Upstream != 15 || string(w.Conns[0].State) != string(cmd("SELECT", "1")) {
+		t.Errorf("command %+v reply %+v, want get with %+v, 20, 15", c, c.Reply, s)
 	}
 }

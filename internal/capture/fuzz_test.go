@@ -19,6 +19,15 @@ func FuzzReader(f *testing.F) {
 			c.Loop(0).Reply(id, 1, 2, []byte("+OK\r\n"), false, 10, 5)
 			c.Loop(0).Reply(id, 2, 3, []byte("-ERR x\r\n"), false, 10, 5)
 		},
+		func(c *Capture) {
+			id, _ := c.NewConn()
+			c.Loop(0).Batch(id, 1, 1, cat(cmd("GET", "k"), cmd("GET", "k"), cmd("GET", "x")), true)
+			var g Replies
+			g.Add(1, 2, []byte("$1\r\nv\r\n"), false, 10, 5)
+			g.Add(2, 2, []byte("$1\r\nv\r\n"), false, 11, 5)
+			g.Add(3, 4, []byte("-WRONGTYPE x\r\n"), false, 12, 6)
+			c.Loop(0).Replies(id, &g)
+		},
 		func(c *Capture) {},
 	} {
 		path := filepath.Join(dir, string(rune('a'+i)))

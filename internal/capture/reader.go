@@ -14,8 +14,9 @@ import (
 	"github.com/respmeter/respmeter/proxy/resp"
 )
 
-// Record is one decoded record. Reqs aliases the Reader's buffer: valid
-// until the next call to Next.
+// Record is one decoded record; a reply (KindReply) is one of a
+// KindReplies record's replies, or a version 1 file's 'R' record. Reqs
+// aliases the Reader's buffer: valid until the next call to Next.
 type Record struct {
 	Kind byte
 	Conn uint64
@@ -37,6 +38,17 @@ type Reader struct {
 	br  *bufio.Reader
 	off int64 // in the decompressed stream
 	buf []byte
+	// grp is the rest of the 'G' record being returned reply by reply: its
+	// entries not returned yet (aliasing buf), the record's conn and t, the
+	// last reply's seq, whether the first reply was returned, and the
+	// record's offset and length for errors.
+	grp      []byte
+	grpMore  bool
+	grpConn  uint64
+	grpT     int64
+	grpSeq   uint64
+	grpStart int64
+	grpLen   uint64
 }
 
 // maxWindow bounds the Zstandard window a reader accepts (the writer uses
@@ -106,6 +118,9 @@ func (b byteCounter) ReadByte() (byte, error) {
 // *FormatError.
 func (r *Reader) Next() (Record, error) {
 	var rec Record
+	if len(r.grp) > 0 {
+		return r.groupReply()
+	}
 	kind, err := r.br.ReadByte()
 	if err == io.EOF {
 		return rec, io.EOF
@@ -113,8 +128,13 @@ func (r *Reader) Next() (Record, error) {
 	if err != nil {
 		return rec, r.wrap(err, "a record kind byte")
 	}
-	if kind != KindConn && kind != KindBatch && kind != KindReply {
-		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B' or 'R', got %q", kind), Err: ErrCorrupt}
+	switch {
+	case kind == KindConn || kind == KindBatch || kind == KindReply:
+	case kind == KindReplies && r.h.Version >= 2:
+	case r.h.Version >= 2:
+		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B', 'G' or 'R', got %q", kind), Err: ErrCorrupt}
+	default:
+		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B' or 'R' (version 1), got %q", kind), Err: ErrCorrupt}
 	}
 	r.off++
 	rec.Kind = kind
@@ -165,6 +185,16 @@ func (r *Reader) Next() (Record, error) {
 		return rec, err
 	}
 	rec.T = int64(t)
+	if kind == KindReplies {
+		if r.grpSeq, err = get("a request number"); err != nil {
+			return rec, err
+		}
+		if len(body) == 0 {
+			return rec, bad("at least one reply")
+		}
+		r.grp, r.grpConn, r.grpT, r.grpStart, r.grpLen, r.grpMore = body, rec.Conn, rec.T, start, l, false
+		return r.groupReply()
+	}
 	switch kind {
 	case KindConn:
 		rec.Reqs = body
@@ -203,6 +233,68 @@ func (r *Reader) Next() (Record, error) {
 		}
 		rec.Reply.ErrPfx = string(body)
 	}
+	return rec, nil
+}
+
+// groupReply decodes the next reply of the 'G' record in r.grp (see the
+// package doc for its layout).
+func (r *Reader) groupReply() (Record, error) {
+	rec := Record{Kind: KindReply, Conn: r.grpConn}
+	body := r.grp
+	r.grp = nil // a bad entry ends the group
+	bad := func(what string) error {
+		return &FormatError{Offset: r.grpStart, Want: fmt.Sprintf("%s in a 'G' record of %d bytes", what, r.grpLen), Err: ErrCorrupt}
+	}
+	get := func() (uint64, bool) {
+		v, n := binary.Uvarint(body)
+		if n <= 0 {
+			return 0, false
+		}
+		body = body[n:]
+		return v, true
+	}
+	var dt uint64
+	if r.grpMore {
+		delta, ok := get()
+		if !ok {
+			return rec, bad("a request number delta")
+		}
+		if dt, ok = get(); !ok {
+			return rec, bad("a reply time")
+		}
+		r.grpSeq += delta
+	}
+	r.grpMore = true
+	rec.Seq, rec.T = r.grpSeq, r.grpT+int64(dt)
+	if len(body) < 2 {
+		return rec, bad("a reply type and flags")
+	}
+	rec.Reply.Type, rec.Reply.Flags = body[0], body[1]
+	body = body[2:]
+	size, ok := get()
+	if !ok {
+		return rec, bad("a reply size")
+	}
+	rec.Reply.Size = int64(size)
+	if len(body) < 8 {
+		return rec, bad("an 8-byte reply hash")
+	}
+	rec.Reply.Hash = binary.LittleEndian.Uint64(body)
+	body = body[8:]
+	tot, ok := get()
+	if !ok {
+		return rec, bad("a total time")
+	}
+	up, ok := get()
+	if !ok {
+		return rec, bad("an upstream time")
+	}
+	rec.Total, rec.Upstream = int64(tot), int64(up)
+	if len(body) < 1 || int(body[0]) > maxErrPrefix || len(body) < 1+int(body[0]) {
+		return rec, bad(fmt.Sprintf("an error prefix of at most %d bytes after its length", maxErrPrefix))
+	}
+	rec.Reply.ErrPfx = string(body[1 : 1+body[0]])
+	r.grp = body[1+body[0]:]
 	return rec, nil
 }
 

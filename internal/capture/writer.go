@@ -187,6 +187,18 @@ func (b *Buf) begin(max int) int {
 	return at
 }
 
+// head is begin for a 'B' or 'G' record: it also appends the three
+// varints that start the body (conn, t, a request number).
+func (b *Buf) head(max int, conn, t, seq uint64) int {
+	at := b.begin(max)
+	if at >= 0 {
+		b.b = binary.AppendUvarint(b.b, conn)
+		b.b = binary.AppendUvarint(b.b, t)
+		b.b = binary.AppendUvarint(b.b, seq)
+	}
+	return at
+}
+
 // end writes the record's kind and length in front of the body appended
 // since begin returned at, and unlocks.
 func (b *Buf) end(kind byte, at, max int) {
@@ -238,13 +250,10 @@ func (b *Buf) Conn(conn uint64, now int64, state []byte) {
 // it again. Without Options.RedactValues only; false is always safe.
 func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean bool) {
 	room := 3*binary.MaxVarintLen64 + len(reqs)
-	at := b.begin(room)
+	at := b.head(room, conn, b.t(now), first)
 	if at < 0 {
 		return
 	}
-	b.b = binary.AppendUvarint(b.b, conn)
-	b.b = binary.AppendUvarint(b.b, b.t(now))
-	b.b = binary.AppendUvarint(b.b, first)
 	b.b = append(b.b, reqs...)
 	kind := KindBatch
 	if clean && !b.c.opt.RedactValues {
@@ -255,8 +264,72 @@ func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean boo
 
 // Reply records the reply to request seq of conn, ready at now: reply is
 // its bytes (nil with streamed: they went to the client piece by piece),
-// total and upstream its phases in ns.
+// total and upstream its phases in ns. It writes a KindReplies record of
+// one reply; Replies groups several.
 func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, total, upstream int64) {
+	room := 3*binary.MaxVarintLen64 + maxReplyEntry
+	at := b.head(room, conn, b.t(now), seq)
+	if at < 0 {
+		return
+	}
+	b.b = appendReplyEntry(b.b, false, 0, 0, reply, streamed, total, upstream)
+	b.end(KindReplies, at, room)
+}
+
+// Replies records the replies g gathered for connection conn as one
+// KindReplies record, and empties g. Nothing is written when g is empty.
+func (b *Buf) Replies(conn uint64, g *Replies) {
+	if len(g.b) == 0 {
+		return
+	}
+	room := 3*binary.MaxVarintLen64 + len(g.b)
+	if at := b.head(room, conn, b.t(g.t0), g.seq); at >= 0 {
+		b.b = append(b.b, g.b...)
+		b.end(KindReplies, at, room)
+	}
+	g.Reset()
+}
+
+// Replies gathers the replies of one connection (those its event loop
+// finishes in one pass, typically a pipeline's) for Buf.Replies: one record
+// and one lock of the Buf for all of them instead of one per reply. Owned
+// by the goroutine that calls Add (the connection's event loop); the zero
+// value is empty and ready; it allocates only while growing to the largest
+// group it has held.
+type Replies struct {
+	b    []byte // the encoded entries
+	seq  uint64 // the first reply's request number
+	last uint64 // the last reply's
+	t0   int64  // the first reply's now
+}
+
+// Add gathers the reply to request seq, ready at now (arguments as
+// Buf.Reply's).
+func (g *Replies) Add(seq uint64, now int64, reply []byte, streamed bool, total, upstream int64) {
+	more := len(g.b) > 0
+	if !more {
+		g.seq, g.last, g.t0 = seq, seq, now
+	}
+	// seq - g.last wraps for a number lower than the last; the reader's
+	// sum wraps back (modulo 2^64).
+	g.b = appendReplyEntry(g.b, more, seq-g.last, uint64(max(now-g.t0, 0)), reply, streamed, total, upstream)
+	g.last = seq
+}
+
+// Len is the size in bytes of the entries gathered so far.
+func (g *Replies) Len() int { return len(g.b) }
+
+// Reset drops the replies gathered.
+func (g *Replies) Reset() { g.b = g.b[:0] }
+
+// maxReplyEntry bounds an encoded reply entry: five varints, type and
+// flags, the hash, the prefix's length and the prefix.
+const maxReplyEntry = 5*binary.MaxVarintLen64 + 2 + 8 + 1 + maxErrPrefix
+
+// appendReplyEntry appends one reply of a KindReplies record (see the
+// package doc for its layout): with more, a reply after the first, which
+// starts with its seq delta and dt.
+func appendReplyEntry(dst []byte, more bool, seqDelta, dt uint64, reply []byte, streamed bool, total, upstream int64) []byte {
 	var typ, flags byte
 	var h uint64
 	if streamed {
@@ -266,21 +339,17 @@ func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, to
 		h = xxhash.Sum64(reply)
 	}
 	pfx := ErrPrefix(reply)
-	room := 6*binary.MaxVarintLen64 + 10 + len(pfx)
-	at := b.begin(room)
-	if at < 0 {
-		return
+	if more {
+		dst = binary.AppendUvarint(dst, seqDelta)
+		dst = binary.AppendUvarint(dst, dt)
 	}
-	b.b = binary.AppendUvarint(b.b, conn)
-	b.b = binary.AppendUvarint(b.b, seq)
-	b.b = binary.AppendUvarint(b.b, b.t(now))
-	b.b = append(b.b, typ, flags)
-	b.b = binary.AppendUvarint(b.b, uint64(len(reply)))
-	b.b = binary.LittleEndian.AppendUint64(b.b, h)
-	b.b = binary.AppendUvarint(b.b, uint64(max(total, 0)))
-	b.b = binary.AppendUvarint(b.b, uint64(max(upstream, 0)))
-	b.b = append(b.b, pfx...)
-	b.end(KindReply, at, room)
+	dst = append(dst, typ, flags)
+	dst = binary.AppendUvarint(dst, uint64(len(reply)))
+	dst = binary.LittleEndian.AppendUint64(dst, h)
+	dst = binary.AppendUvarint(dst, uint64(max(total, 0)))
+	dst = binary.AppendUvarint(dst, uint64(max(upstream, 0)))
+	dst = append(dst, byte(len(pfx)))
+	return append(dst, pfx...)
 }
 
 // ErrPrefix returns the first word of an error reply ("-WRONGTYPE ..." ->
@@ -443,7 +512,7 @@ func (c *Capture) write(in []byte, out *[]byte) (raw, n int64, err error) {
 		case kindCleanBatch:
 			in[i] = KindBatch
 			fallthrough
-		case KindReply:
+		case KindReplies:
 			i = next
 			continue
 		}

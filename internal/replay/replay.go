@@ -374,6 +374,8 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 		}
 	}()
 	var out []byte
+	tm := time.NewTimer(time.Hour)
+	tm.Stop()
 	sendErr := func() error {
 		for _, b := range batches {
 			intended := start
@@ -383,12 +385,8 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 					return nil
 				}
 				intended = start.Add(d)
-				if wait := time.Until(intended); wait > 0 {
-					select {
-					case <-time.After(wait):
-					case <-ctx.Done():
-						return ctx.Err()
-					}
+				if err := waitUntil(ctx, intended, tm); err != nil {
+					return err
 				}
 			} else if o.Duration > 0 && time.Since(start) > o.Duration {
 				return nil
