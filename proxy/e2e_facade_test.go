@@ -486,6 +486,43 @@ func TestFacadeRealCluster(t *testing.T) {
 			sn.Routing.RedirectsAsk, nodes[to], movedTo)
 	}
 
+	// redis-cli -c, against the cluster directly and through a virtual
+	// node that does not own the key: the same answers, the MOVED that
+	// redis-cli follows names a virtual node, and the key lands on its
+	// owner.
+	if cli, err := exec.LookPath("redis-cli"); err == nil {
+		const key = "cli:key"
+		owner := cl.Owner(int(routing.Slot([]byte(key))))
+		other := (owner + 1) % 3
+		run := func(addr string, args ...string) string {
+			host, port, _ := net.SplitHostPort(addr)
+			out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("redis-cli -p %s %v: %v\n%s", port, args, err, out)
+			}
+			return string(out)
+		}
+		for _, via := range []struct{ name, addr, val string }{
+			{"the cluster directly", cl.Nodes[other].Addr(), "direct"},
+			{"a virtual node", nodes[other], "facade"},
+		} {
+			if out := run(via.addr, "-c", "SET", key, via.val); out != "OK\n" {
+				t.Errorf("redis-cli -c SET through %s: %q, want OK", via.name, out)
+			}
+			if out := run(via.addr, "-c", "GET", key); out != via.val+"\n" {
+				t.Errorf("redis-cli -c GET through %s: %q, want %s", via.name, out, via.val)
+			}
+			if v := cl.Nodes[owner].Client().Get(ctx, key).Val(); v != via.val {
+				t.Errorf("through %s: the owner holds %q, want %q", via.name, v, via.val)
+			}
+		}
+		out := run(nodes[other], "SET", key, "x") // without -c: the MOVED itself
+		if want := fmt.Sprintf("MOVED %d %s", routing.Slot([]byte(key)), nodes[owner]); !strings.Contains(out, want) {
+			t.Errorf("redis-cli SET at a virtual node without -c: %q, want %s", out, want)
+		}
+		noEnginePort(t, "redis-cli through the facade", []byte(out), cl.Nodes...)
+	}
+
 	// Inside MULTI respmeter relays the engine's MOVED (its map does not
 	// know the move yet): the client gets it naming the virtual node.
 	slot2 := int(routing.Slot([]byte("tx2")))
