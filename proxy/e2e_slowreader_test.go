@@ -630,21 +630,29 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		t.Logf("attempt %d: neighbours' p99 %v (%d requests) without, %v (%d) with the slow reader (ratio %.2f); "+
 			"control group %v -> %v; bound %v",
 			attempt, base, nBase, during, nDuring, float64(during)/float64(base), cBase, cDuring, bound)
-		if nBase < minBase || nDuring < 200 {
-			t.Fatalf("attempt %d: too few neighbour requests to compare (%d, %d)", attempt, nBase, nDuring)
-		}
-		if during <= bound {
-			break
-		}
 		if sharedMode() {
 			// On a shared upstream connection the neighbours' requests
 			// queue behind the slow reader's 1 MiB replies still in
 			// flight (until it is evicted, and its in-flight replies are
 			// drained): head-of-line blocking, as in TestF02SlowReaderMemory
 			// and documented in README. Memory, eviction and replies are
-			// still checked. (This bound held here until the control group
-			// stopped rising with the test's own garbage: Set.Counters.)
+			// still checked; the latencies are not compared, so their
+			// sample counts do not matter either. (This bound held here
+			// until the control group stopped rising with the test's own
+			// garbage: Set.Counters.)
 			t.Logf("shared upstream connections: neighbours' p99 not bounded (head-of-line blocking behind the slow reader)")
+			break
+		}
+		if nBase < minBase || nDuring < 200 {
+			// The slow reader was evicted before the neighbours sent
+			// enough requests: a fresh attempt, then a failure.
+			if attempt == attempts {
+				t.Fatalf("attempt %d: too few neighbour requests to compare (%d, %d)", attempt, nBase, nDuring)
+			}
+			t.Logf("attempt %d: too few neighbour requests to compare (%d, %d); retrying", attempt, nBase, nDuring)
+			continue
+		}
+		if during <= bound {
 			break
 		}
 		if attempt == attempts {
