@@ -32,7 +32,11 @@ const RouteFacade = "facade"
 // MOVED and keyless ones from a shard picked as --route slots picks a home
 // shard. Read-only after OnBoot.
 type facade struct {
-	nodes []facadeNode
+	nodes  []facadeNode
+	picked bool // pickPorts chose a port for a "host:0" address
+	// afterPick, when set (tests), runs after pickPorts with the picked
+	// addresses: it stands for another process taking one of them.
+	afterPick func(listen string, nodes []string)
 
 	mu     sync.Mutex
 	warned map[string]bool // masters logged as having no virtual node (warnUnnoded)
@@ -668,6 +672,22 @@ return n`
 
 // listeners lists gnet's listen addresses: the plain endpoint, then the
 // virtual nodes.
+// addrs returns the nodes' addresses; setAddrs sets them back (Start's
+// retry of pickPorts).
+func (f *facade) addrs() []string {
+	out := make([]string, len(f.nodes))
+	for i, n := range f.nodes {
+		out[i] = n.addr
+	}
+	return out
+}
+
+func (f *facade) setAddrs(addrs []string) {
+	for i := range f.nodes {
+		f.nodes[i].addr = addrs[i]
+	}
+}
+
 func (f *facade) listeners(listen string) []string {
 	out := []string{"tcp://" + listen}
 	for _, n := range f.nodes {
@@ -716,9 +736,12 @@ func (p *Proxy) FacadeAddrs() []string {
 // pickPorts replaces port 0 in *listen and in the nodes' addresses by a
 // free port, found by binding it and closing it again: gnet's listeners
 // are told apart by the address they were given (Engine.DupListener), so
-// two "host:0" would be one. (Another process may take the port between
-// the two binds: Start then fails with the bind's error.)
+// two "host:0" would be one. It sets f.picked when it picked one. Another
+// process may take the port between the two binds (an outgoing connection
+// gets its ephemeral port from the same range): Start then picks again
+// (gnet v2.9.7 leaves the listeners it opened before the failed one open).
 func (f *facade) pickPorts(listen *string) error {
+	f.picked = false
 	pick := func(a *string) error {
 		host, port, err := net.SplitHostPort(*a)
 		if err != nil || port != "0" {
@@ -730,6 +753,7 @@ func (f *facade) pickPorts(listen *string) error {
 		}
 		_, port, _ = net.SplitHostPort(ln.Addr().String())
 		*a = net.JoinHostPort(host, port)
+		f.picked = true
 		return ln.Close()
 	}
 	if err := pick(listen); err != nil {
@@ -739,6 +763,9 @@ func (f *facade) pickPorts(listen *string) error {
 		if err := pick(&f.nodes[i].addr); err != nil {
 			return err
 		}
+	}
+	if f.afterPick != nil {
+		f.afterPick(*listen, f.addrs())
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -260,9 +261,38 @@ func (p *Proxy) Start() error {
 	if p.cfg.Loops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(p.cfg.Loops))
 	}
+	var listen string
+	var nodes []string
+	if p.facade != nil {
+		listen, nodes = p.cfg.Listen, p.facade.addrs()
+	}
+	err := p.run(opts)
+	// A port picked for a "host:0" address (facade.pickPorts) may be taken
+	// by another process before gnet binds it: pick again, twice at most.
+	for try := 1; try < 3 && p.facade != nil && p.facade.picked && errors.Is(err, syscall.EADDRINUSE); try++ {
+		p.log.Debug("a picked port was taken before the bind; picking again", "err", err)
+		p.cfg.Listen = listen
+		p.facade.setAddrs(nodes)
+		err = p.run(opts)
+	}
+	if err != nil {
+		p.runDone <- err
+		if p.authStop != nil {
+			p.authStop()
+			<-p.authDone
+		}
+		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
+	}
+	return nil
+}
+
+// run starts the gnet engine in the background on cfg.Listen (and the
+// facade's nodes, picking their ports first) and waits until it has
+// booted (nil) or stopped (its error).
+func (p *Proxy) run(opts []gnet.Option) error {
 	if p.facade != nil {
 		if err := p.facade.pickPorts(&p.cfg.Listen); err != nil {
-			return fmt.Errorf("proxy: %w", err)
+			return err
 		}
 	}
 	go func() {
@@ -279,12 +309,7 @@ func (p *Proxy) Start() error {
 		if err == nil {
 			err = errors.New("proxy: engine stopped during start")
 		}
-		p.runDone <- err
-		if p.authStop != nil {
-			p.authStop()
-			<-p.authDone
-		}
-		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
+		return err
 	}
 }
 
