@@ -188,7 +188,12 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 	if host == "" || host == "?" {
 		host = seedHost
 	}
-	return net.JoinHostPort(host, strconv.FormatInt(port, 10)), nil
+	addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		// A host no dialer could use ("a]b", found by FuzzClusterReply).
+		return "", fmt.Errorf("%w: bad node address: %v", ErrBadClusterReply, err)
+	}
+	return addr, nil
 }
 
 // parseShards reads a CLUSTER SHARDS reply (Redis 7.0 docs, "CLUSTER
