@@ -172,6 +172,17 @@ func BenchmarkHotPath(b *testing.B) {
 	// pipeline16: 16 GETs in one client read, their 16 replies in one
 	// engine read, as memtier --pipeline=16 drives it; b.N counts
 	// commands, so ns/op is per command.
+	b.Run("p16v256", func(b *testing.B) {
+		s, cl, up := pair(b, true, nil)
+		r1 := []byte("$256\r\n" + strings.Repeat("v", 256) + "\r\n")
+		q1 := []byte("*2\r\n$3\r\nGET\r\n$13\r\nmemtier-12345\r\n")
+		req, reply := bytes.Repeat(q1, 16), bytes.Repeat(r1, 16)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 16 {
+			roundTrip(s, cl, up, req, reply)
+		}
+	})
 	b.Run("pipeline16", func(b *testing.B) {
 		s, cl, up := pair(b, true, nil)
 		req, reply := bytes.Repeat(getReq, 16), bytes.Repeat(getReply, 16)

@@ -241,19 +241,33 @@ func (a *analyzer) run(ctx context.Context) {
 	}
 }
 
-// loopLagSample is how often sampleLoops hands the proxy's loops a task
-// (loopLag).
-const loopLagSample = 10 * time.Millisecond
+// loopLagSamples is how many timing tasks sampleLoops hands each loop per
+// verdict interval, and loopLagMin the shortest period between two: with
+// the default 1 s interval, one every 50 ms. Each sample wakes a thread and
+// every loop; on a 2-core VM one every 10 ms cost 7 % of a core with no
+// traffic and 1.1-1.2x the proxy's CPU per operation under memtier at
+// pipeline 16 (BENCHMARKS.md "Issue 12"), for a mean that 20 samples per
+// loop and interval already give.
+const (
+	loopLagSamples = 20
+	loopLagMin     = 10 * time.Millisecond
+)
 
-// sampleLoops hands the proxy's loops a timing task every loopLagSample
-// until ctx is done; each task adds its wait to the interval's loop-wait
+// loopLagPeriod returns the time between two loop-timing samples for a
+// verdict interval: interval/loopLagSamples, at least loopLagMin.
+func loopLagPeriod(interval time.Duration) time.Duration {
+	return max(interval/loopLagSamples, loopLagMin)
+}
+
+// sampleLoops hands the proxy's loops a timing task every
+// loopLagPeriod(a.interval) until ctx is done; each task adds its wait to the interval's loop-wait
 // sums. The times must not depend on the proxy's activity: a Go timer
 // fires at the process's next wake-up, which a request or a reply causes,
 // when the loop is busy with it, and would find the loops busier than they
 // are. So the sampler sleeps in clock_nanosleep(CLOCK_MONOTONIC) on a
 // thread of its own, which the kernel wakes on time whatever the proxy
-// does (its cost: one thread woken 100 times a second, and a task per loop
-// each time).
+// does (its cost: one thread woken 20 times a second at the default
+// interval, and a task per loop each time).
 func (a *analyzer) sampleLoops(ctx context.Context) {
 	if a.loopLag == nil {
 		return
@@ -268,7 +282,7 @@ func (a *analyzer) sampleLoops(ctx context.Context) {
 		a.allLagN++
 		a.mu.Unlock()
 	}
-	ts := unix.NsecToTimespec(int64(loopLagSample))
+	ts := unix.NsecToTimespec(int64(loopLagPeriod(a.interval)))
 	for ctx.Err() == nil {
 		if err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, 0, &ts, nil); err != nil && err != unix.EINTR {
 			return // unreachable on Linux: the arguments are valid
