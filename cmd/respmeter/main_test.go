@@ -73,7 +73,7 @@ func childEnv(extra []string) []string {
 
 // start re-executes the test binary as respmeter with args and env, and
 // kills it in t.Cleanup if it is still running then.
-func start(t *testing.T, env []string, args ...string) *proc {
+func start(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -110,7 +110,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 }
 
 // wait waits for p to exit and returns its exit code.
-func (p *proc) wait(t *testing.T) int {
+func (p *proc) wait(t testing.TB) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -122,7 +122,7 @@ func (p *proc) wait(t *testing.T) int {
 }
 
 // signal sends sig to p.
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %v: %v", sig, err)
@@ -131,7 +131,7 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) {
 
 // waitFor waits until re matches what p wrote to w (p.stdout or
 // p.stderr) and returns the submatches; it fails t on timeout or exit.
-func (p *proc) waitFor(t *testing.T, w *syncBuffer, re string) []string {
+func (p *proc) waitFor(t testing.TB, w *syncBuffer, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.Now().Add(cliTimeout)

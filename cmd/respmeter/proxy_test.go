@@ -98,7 +98,7 @@ func TestProxyRedis(t *testing.T) {
 // startProxy runs "respmeter proxy" in front of upstream, listening and
 // serving its admin endpoints on free loopback ports, with args added, and
 // returns it with the two addresses it logged.
-func startProxy(t *testing.T, upstream string, args ...string) (p *proc, addr, admin string) {
+func startProxy(t testing.TB, upstream string, args ...string) (p *proc, addr, admin string) {
 	t.Helper()
 	p = start(t, nil, append([]string{"proxy",
 		"--listen", "127.0.0.1:0", "--upstream", upstream, "--admin", "127.0.0.1:0"}, args...)...)
