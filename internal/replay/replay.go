@@ -378,7 +378,10 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 	tm := time.NewTimer(time.Hour)
 	tm.Stop()
 	sendErr := func() error {
-		for _, b := range batches {
+		for bi := range batches {
+			// By index: OnSend takes the batch's address, and a copy of
+			// it would be allocated per batch (TestReplayAllocsPerBatch).
+			b := &batches[bi]
 			intended := start
 			if o.Speed > 0 {
 				d := time.Duration(float64(b.T) / o.Speed)
@@ -436,7 +439,7 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 			_ = rep.lag.RecordValue(max(int64(lag/time.Microsecond), 1))
 			rep.mu.Unlock()
 			if o.OnSend != nil {
-				o.OnSend(&b, intended, sent)
+				o.OnSend(b, intended, sent)
 			}
 			if o.Speed == 0 {
 				select {
