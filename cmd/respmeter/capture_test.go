@@ -341,7 +341,7 @@ func TestCaptureSecrets(t *testing.T) {
 // reports how many commands on key it has read, and stop, which ends the
 // monitor and returns, per key of the commands whose first key starts
 // with prefix, the engine's timestamps (µs since the epoch) in order.
-func monitorTimes(t *testing.T, addr, prefix string) (seen func(key string) int, stop func() map[string][]int64) {
+func monitorTimes(t testing.TB, addr, prefix string) (seen func(key string) int, stop func() map[string][]int64) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -420,92 +420,11 @@ func monitorTimes(t *testing.T, addr, prefix string) (seen func(key string) int,
 //     within 5 % at 2x.
 func TestReplaySpeed(t *testing.T) {
 	const conns, batches = 4, 250
-	const gap, offset = 10 * time.Millisecond, 2500 * time.Microsecond
-	path := filepath.Join(t.TempDir(), "sched.respcap")
-	c, err := capture.Start(path, capture.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range conns {
-		id, _ := c.NewConn()
-		key := fmt.Sprintf("tm:%d", k)
-		for i := range batches {
-			at := int64(time.Duration(k)*offset + time.Duration(i)*gap)
-			c.Loop(0).Batch(id, at, uint64(i+1), redistest.Cmd("GET", key), false)
-			c.Loop(0).Reply(id, uint64(i+1), at+100e3, []byte("$-1\r\n"), false, 100e3, 90e3)
-		}
-	}
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	w, err := capture.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const gap = 10 * time.Millisecond
+	w := timedWorkload(t, conns, batches, gap, 2500*time.Microsecond)
 	srv := redistest.Start(t)
-	// run replays at speed and returns the engine's pace, the commands'
-	// deviations from the schedule and the oracle's lateness (ns).
 	run := func(speed float64) (pace float64, dev, noise []float64) {
-		seen, stop := monitorTimes(t, srv.Addr(), "tm:")
-		type sendRec struct {
-			t        int64 // captured ns
-			intended time.Time
-		}
-		var mu sync.Mutex
-		sends := map[string][]sendRec{}
-		span := time.Duration(float64(time.Duration(batches)*gap) / speed)
-		oracle := startOracle(t, srv.Addr(), "tm:oracle", time.Millisecond, span)
-		cpu0 := processCPU(t)
-		rep, err := replay.Run(context.Background(), w, replay.Options{Target: srv.Addr(), Speed: speed,
-			OnSend: func(b *capture.Batch, intended, sent time.Time) {
-				key := string(b.Cmds[0].Req[bytes.LastIndex(b.Cmds[0].Req[:len(b.Cmds[0].Req)-2], []byte("\n"))+1 : len(b.Cmds[0].Req)-2])
-				mu.Lock()
-				sends[key] = append(sends[key], sendRec{b.T, intended})
-				mu.Unlock()
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cpu := processCPU(t) - cpu0
-		deadlines := oracle()
-		redistest.Eventually(t, 5*time.Second, func() error {
-			for k := range conns {
-				if n := seen(fmt.Sprintf("tm:%d", k)); n < batches {
-					return fmt.Errorf("tm:%d: %d of %d commands seen", k, n, batches)
-				}
-			}
-			if n := seen("tm:oracle"); n < len(deadlines) {
-				return fmt.Errorf("oracle: %d of %d commands seen", n, len(deadlines))
-			}
-			return nil
-		})
-		got := stop()
-		// The oracle's lateness at its deadlines (ns).
-		noise = make([]float64, len(deadlines))
-		for i, d := range deadlines {
-			noise[i] = max(float64(got["tm:oracle"][i])*1e3-float64(d.UnixNano()), 0)
-		}
-		var xs, ys []float64
-		var origin float64 // intended - captured time / speed: the same for every batch
-		for key, ss := range sends {
-			if len(got[key]) != len(ss) {
-				t.Fatalf("speed %v: engine saw %d commands on %s, replayer sent %d", speed, len(got[key]), key, len(ss))
-			}
-			for i, s := range ss {
-				eng := float64(got[key][i]) * 1e3 // ns since the epoch
-				sched := float64(s.t) / speed
-				o := float64(s.intended.UnixNano()) - sched
-				if origin == 0 {
-					origin = o
-				} else if math.Abs(o-origin) > 1e3 {
-					t.Fatalf("speed %v: %s batch %d intended %.0f ns off the schedule's origin", speed, key, i, o-origin)
-				}
-				xs = append(xs, float64(s.t))
-				ys = append(ys, eng)
-				dev = append(dev, math.Abs(eng-float64(s.intended.UnixNano())))
-			}
-		}
-		pace = theilSen(xs, ys)
+		pace, dev, noise, rep, cpu, span := replayTimed(t, w, srv.Addr(), conns, batches, gap, speed)
 		t.Logf("speed %v: engine pace %.4f (want %.4f); engine vs schedule p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (95 %% interval %.3f-%.3f; %d commands); oracle p50 %.3f ms, p90 %.3f ms, p99 %.3f ms (%.3f-%.3f; %d); replayer: %d of %d batches late, send lag p99 %d µs; process CPU %v over %v",
 			speed, pace, 1/speed, median(dev)/1e6, quantile(dev, 0.9)/1e6, quantile(dev, 0.99)/1e6, quantileCI(dev, 0.99, -2)/1e6, quantileCI(dev, 0.99, 2)/1e6, len(dev),
 			median(noise)/1e6, quantile(noise, 0.9)/1e6, quantile(noise, 0.99)/1e6, quantileCI(noise, 0.99, -2)/1e6, quantileCI(noise, 0.99, 2)/1e6, len(noise),
@@ -560,13 +479,151 @@ func TestReplaySpeed(t *testing.T) {
 	}
 }
 
+// BenchmarkReplayLateness replays TestReplaySpeed's schedule at 1x (a
+// GET every 10 ms per connection for 2.5 s; b.N runs) and reports how far
+// from its intended time each command reached the engine (MONITOR's
+// timestamps), p50, p99 and p99.9 in ms, beside the same for the oracle
+// running in the same process (startOracle: the machine's and the Go
+// runtime's own noise): the replayer's own share of the tail is the
+// difference. "4conns" is the test's (connections offset by 2.5 ms);
+// "32conns-same-instant" has 32 connections whose batches are all due at
+// the same instants, the wake-up of many senders at once. Run it alone on
+// a quiet machine (BENCHMARKS.md, issue 18):
+//
+//	go test -run '^$' -bench ReplayLateness -benchtime 1x -count 5 ./cmd/respmeter/
+func BenchmarkReplayLateness(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, c := range []struct {
+		name   string
+		conns  int
+		offset time.Duration
+	}{{"4conns", 4, 2500 * time.Microsecond}, {"32conns-same-instant", 32, 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			const batches, gap = 250, 10 * time.Millisecond
+			w := timedWorkload(b, c.conns, batches, gap, c.offset)
+			var dev, noise []float64
+			for range b.N {
+				_, d, n, _, _, _ := replayTimed(b, w, srv.Addr(), c.conns, batches, gap, 1)
+				dev, noise = append(dev, d...), append(noise, n...)
+			}
+			for _, q := range []struct {
+				name string
+				q    float64
+			}{{"p50", 0.5}, {"p99", 0.99}, {"p99.9", 0.999}} {
+				b.ReportMetric(quantile(dev, q.q)/1e6, "replay-"+q.name+"-ms")
+				b.ReportMetric(quantile(noise, q.q)/1e6, "oracle-"+q.name+"-ms")
+			}
+		})
+	}
+}
+
+// timedWorkload is an open-loop schedule: conns connections, each sending
+// GET tm:<conn> every gap (batches times), connection k offset by k times
+// offset.
+func timedWorkload(tb testing.TB, conns, batches int, gap, offset time.Duration) *capture.Workload {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "sched.respcap")
+	c, err := capture.Start(path, capture.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k := range conns {
+		id, _ := c.NewConn()
+		key := fmt.Sprintf("tm:%d", k)
+		for i := range batches {
+			at := int64(time.Duration(k)*offset + time.Duration(i)*gap)
+			c.Loop(0).Batch(id, at, uint64(i+1), redistest.Cmd("GET", key), false)
+			c.Loop(0).Reply(id, uint64(i+1), at+100e3, []byte("$-1\r\n"), false, 100e3, 90e3)
+		}
+	}
+	if err := c.Stop(); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := capture.Load(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return w
+}
+
+// replayTimed replays w (timedWorkload's conns x batches, gap apart) at
+// speed against the engine at addr while an oracle (startOracle, every
+// 1 ms) runs beside it, and returns the engine's pace (the Theil-Sen slope
+// of MONITOR time over captured time), each command's deviation from its
+// intended send time as the engine's MONITOR saw it and the oracle's
+// lateness as the engine saw it (both ns), the report, the process's CPU
+// time over the replay and the schedule's length.
+func replayTimed(tb testing.TB, w *capture.Workload, addr string, conns, batches int, gap time.Duration, speed float64) (pace float64, dev, noise []float64, rep *replay.Report, cpu, span time.Duration) {
+	tb.Helper()
+	seen, stop := monitorTimes(tb, addr, "tm:")
+	type sendRec struct {
+		t        int64 // captured ns
+		intended time.Time
+	}
+	var mu sync.Mutex
+	sends := map[string][]sendRec{}
+	span = time.Duration(float64(time.Duration(batches)*gap) / speed)
+	oracle := startOracle(tb, addr, "tm:oracle", time.Millisecond, span)
+	cpu0 := processCPU(tb)
+	rep, err := replay.Run(context.Background(), w, replay.Options{Target: addr, Speed: speed,
+		OnSend: func(b *capture.Batch, intended, sent time.Time) {
+			key := string(b.Cmds[0].Req[bytes.LastIndex(b.Cmds[0].Req[:len(b.Cmds[0].Req)-2], []byte("\n"))+1 : len(b.Cmds[0].Req)-2])
+			mu.Lock()
+			sends[key] = append(sends[key], sendRec{b.T, intended})
+			mu.Unlock()
+		}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cpu = processCPU(tb) - cpu0
+	deadlines := oracle()
+	redistest.Eventually(tb, 5*time.Second, func() error {
+		for k := range conns {
+			if n := seen(fmt.Sprintf("tm:%d", k)); n < batches {
+				return fmt.Errorf("tm:%d: %d of %d commands seen", k, n, batches)
+			}
+		}
+		if n := seen("tm:oracle"); n < len(deadlines) {
+			return fmt.Errorf("oracle: %d of %d commands seen", n, len(deadlines))
+		}
+		return nil
+	})
+	got := stop()
+	// The oracle's lateness at its deadlines (ns).
+	noise = make([]float64, len(deadlines))
+	for i, d := range deadlines {
+		noise[i] = max(float64(got["tm:oracle"][i])*1e3-float64(d.UnixNano()), 0)
+	}
+	var xs, ys []float64
+	var origin float64 // intended - captured time / speed: the same for every batch
+	for key, ss := range sends {
+		if len(got[key]) != len(ss) {
+			tb.Fatalf("speed %v: engine saw %d commands on %s, replayer sent %d", speed, len(got[key]), key, len(ss))
+		}
+		for i, s := range ss {
+			eng := float64(got[key][i]) * 1e3 // ns since the epoch
+			sched := float64(s.t) / speed
+			o := float64(s.intended.UnixNano()) - sched
+			if origin == 0 {
+				origin = o
+			} else if math.Abs(o-origin) > 1e3 {
+				tb.Fatalf("speed %v: %s batch %d intended %.0f ns off the schedule's origin", speed, key, i, o-origin)
+			}
+			xs = append(xs, float64(s.t))
+			ys = append(ys, eng)
+			dev = append(dev, math.Abs(eng-float64(s.intended.UnixNano())))
+		}
+	}
+	return theilSen(xs, ys), dev, noise, rep, cpu, span
+}
+
 // startOracle sends GET key on a connection of its own at deadlines every
 // gap for span, waiting for each as precisely as a goroutine can cheaply
 // (a runtime timer to 1 ms before it, nanosleep to 0.1 ms before, then
 // yielding until it), and reading each reply. The
 // returned func waits for it to end and returns the deadlines it met (in
 // the order of the engine's MONITOR lines for key).
-func startOracle(t *testing.T, addr, key string, gap, span time.Duration) func() []time.Time {
+func startOracle(t testing.TB, addr, key string, gap, span time.Duration) func() []time.Time {
 	t.Helper()
 	c := redistest.Dial(t, addr)
 	req := redistest.Cmd("GET", key)
@@ -606,7 +663,7 @@ func startOracle(t *testing.T, addr, key string, gap, span time.Duration) func()
 }
 
 // processCPU is the process's user + system CPU time so far.
-func processCPU(t *testing.T) time.Duration {
+func processCPU(t testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func keyPos1(args [][]byte, dst []int) []int {
 
 // writeCapture runs a capture that records what fill writes and returns
 // the file's path.
-func writeCapture(t *testing.T, o Options, fill func(c *Capture)) string {
+func writeCapture(t testing.TB, o Options, fill func(c *Capture)) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.respcap")
 	c, err := Start(path, o)
@@ -52,7 +53,7 @@ func writeCapture(t *testing.T, o Options, fill func(c *Capture)) string {
 }
 
 // decompressed returns the record stream of a capture file.
-func decompressed(t *testing.T, path string) []byte {
+func decompressed(t testing.TB, path string) []byte {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -559,4 +560,101 @@ func TestReadsVersion1(t *testing.T) {
 	if c.Name != "get" || c.Reply == nil || *c.Reply != s || c.Total != 20 || c.Upstream != 15 || string(w.Conns[0].State) != string(cmd("SELECT", "1")) {
 		t.Errorf("command %+v reply %+v, want get with %+v, 20, 15", c, c.Reply, s)
 	}
+}
+
+// BenchmarkEncoder is the writer's compression alone, per decompressed
+// byte, on the records of a redis-benchmark -P 16 -d 256 like load
+// (pipelines of 16 SETs of one 256-byte value to random keys, then of 16
+// GETs of them, each answered by a group record with varying times):
+// "now" with encoderOptions, "1MiB-huffman" with the options before
+// (a 1 MiB window, Huffman-coded literals). cpu-ns/B is the process's CPU
+// time (both run on the benchmark's goroutine); ratio is the size in over
+// the size out. Compare the two side by side in one run (BENCHMARKS.md,
+// issue 18).
+func BenchmarkEncoder(b *testing.B) {
+	value := bytes.Repeat([]byte("VXKeHogKgJ=[5V9_"), 16)
+	path := writeCapture(b, Options{BufferBytes: 64 << 20}, func(c *Capture) {
+		id, _ := c.NewConn()
+		buf := c.Loop(0)
+		var g Replies
+		seq, now := uint64(1), int64(0)
+		rnd := uint64(1)
+		for range 2000 {
+			for _, set := range []bool{true, false} {
+				var reqs []byte
+				for range 16 {
+					rnd = mix(rnd)
+					key := fmt.Sprintf("key:%012d", rnd%200000)
+					if set {
+						reqs = append(reqs, cmd("SET", key, string(value))...)
+					} else {
+						reqs = append(reqs, cmd("GET", key)...)
+					}
+				}
+				buf.Batch(id, now, seq, reqs, true)
+				reply := []byte("+OK\r\n")
+				if !set {
+					reply = append([]byte("$256\r\n"), append(value, "\r\n"...)...)
+				}
+				for i := range 16 {
+					t := now + 20_000 + int64(mix(rnd+uint64(i))%5000)
+					g.Add(seq+uint64(i), t, reply, false, t-now, t-now-3_000)
+				}
+				buf.Replies(id, &g)
+				seq += 16
+				now += 150_000
+			}
+		}
+	})
+	raw := decompressed(b, path)
+	for _, opts := range []struct {
+		name string
+		opt  []zstd.EOption
+	}{
+		{"now", encoderOptions()},
+		{"1MiB-huffman", []zstd.EOption{zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithWindowSize(1 << 20)}},
+	} {
+		b.Run(opts.name, func(b *testing.B) {
+			var out countWriter
+			enc, err := zstd.NewWriter(&out, opts.opt...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			for range b.N {
+				// As the writer: a frame per drain of (here) 2 MiB.
+				for off := 0; off < len(raw); off += 2 << 20 {
+					if _, err := enc.Write(raw[off:min(off+2<<20, len(raw))]); err != nil {
+						b.Fatal(err)
+					}
+					if err := enc.Close(); err != nil {
+						b.Fatal(err)
+					}
+					enc.Reset(&out)
+				}
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N)/float64(len(raw)), "cpu-ns/B")
+			b.ReportMetric(float64(b.N)*float64(len(raw))/float64(out.n), "ratio")
+		})
+	}
+}
+
+// countWriter counts the bytes written to it.
+type countWriter struct{ n int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// cpuTime returns the CPU time (user + system) the process has used so
+// far, in ns.
+func cpuTime(tb testing.TB) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

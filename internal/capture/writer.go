@@ -116,8 +116,7 @@ func Start(path string, o Options) (*Capture, error) {
 		_ = f.Close()
 		return nil, err
 	}
-	enc, err := zstd.NewWriter(f, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(1<<20))
+	enc, err := zstd.NewWriter(f, encoderOptions()...)
 	if err != nil {
 		_ = f.Close()
 		return nil, err
@@ -136,6 +135,19 @@ func Start(path string, o Options) (*Capture, error) {
 	}
 	go c.run()
 	return c, nil
+}
+
+// encoderOptions returns how the writer compresses: the fastest level on one
+// goroutine, literals stored as they are (no Huffman coding) and a 64 KiB
+// window (so 64 KiB blocks). Against a 1 MiB window with Huffman-coded
+// literals this takes about 0.6-0.7x the encoder's CPU per byte on records
+// of redis-benchmark and of BenchmarkCaptureHotPath (the encoder alone, both
+// inputs, side by side; BENCHMARKS.md, issue 18) for files about 1.25x as
+// large. The content checksum stays: it is what tells a corrupt literal
+// from a request.
+func encoderOptions() []zstd.EOption {
+	return []zstd.EOption{zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(64 << 10), zstd.WithNoEntropyCompression(true)}
 }
 
 // Loop returns the buffer of event loop i (taken modulo Options.Loops).

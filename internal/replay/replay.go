@@ -374,10 +374,14 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 		}
 	}()
 	var out []byte
+	var ps []pending // the batch's commands: reused, they are copied into q
 	tm := time.NewTimer(time.Hour)
 	tm.Stop()
 	sendErr := func() error {
-		for _, b := range batches {
+		for bi := range batches {
+			// By index: OnSend takes the batch's address, and a copy of
+			// it would be allocated per batch (TestReplayAllocsPerBatch).
+			b := &batches[bi]
 			intended := start
 			if o.Speed > 0 {
 				d := time.Duration(float64(b.T) / o.Speed)
@@ -391,8 +395,7 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 			} else if o.Duration > 0 && time.Since(start) > o.Duration {
 				return nil
 			}
-			out = out[:0]
-			var ps []pending
+			out, ps = out[:0], ps[:0]
 			for i := range b.Cmds {
 				cmd := &b.Cmds[i]
 				if feedCommands[cmd.Name] || bytes.Contains(cmd.Req, []byte(capture.Redacted)) ||
@@ -408,9 +411,19 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 			if len(ps) == 0 {
 				continue
 			}
+			// Written first, the bookkeeping after: handing the requests
+			// to the reader may wake it (a futex call) and the lag takes
+			// the lock the readers hold while they compare replies, and
+			// either before the write was part of the time the engine saw
+			// (BenchmarkReplayLateness). The reader reads a reply only
+			// after its request is queued, so the order of the two does
+			// not matter to it.
 			sent := time.Now()
 			if o.Speed == 0 {
 				intended = sent
+			}
+			if _, err := c.Write(out); err != nil {
+				return fmt.Errorf("replay: write: %w", err)
 			}
 			ps[len(ps)-1].last = true
 			for i := range ps {
@@ -425,11 +438,8 @@ func (rep *Report) runConn(ctx context.Context, c net.Conn, batches []capture.Ba
 			}
 			_ = rep.lag.RecordValue(max(int64(lag/time.Microsecond), 1))
 			rep.mu.Unlock()
-			if _, err := c.Write(out); err != nil {
-				return fmt.Errorf("replay: write: %w", err)
-			}
 			if o.OnSend != nil {
-				o.OnSend(&b, intended, sent)
+				o.OnSend(b, intended, sent)
 			}
 			if o.Speed == 0 {
 				select {
