@@ -180,14 +180,7 @@ func TestResolverRenamedTable(t *testing.T) {
 // TestResolverNilIsKeys: a nil Resolver, and one of a nil or empty engine
 // table, answer exactly as Keys and FirstKey.
 func TestResolverNilIsKeys(t *testing.T) {
-	var samples [][][]byte
-	for _, tc := range keyCases {
-		samples = append(samples, argv(tc.line))
-	}
-	for _, line := range oracleSamples {
-		samples = append(samples, argv(line))
-	}
-	samples = append(samples, binarySamples...)
+	samples := keySamples()
 	samples = append(samples, nil, [][]byte{}, [][]byte{nil}, argv("MYCMD k"))
 	for name, r := range map[string]*Resolver{
 		"nil": nil, "nil map": NewResolver(nil), "empty map": NewResolver(map[string]*command.Info{}),
@@ -214,14 +207,7 @@ func TestResolverNilIsKeys(t *testing.T) {
 // same aliased slices) for the built-in table's commands, the engine's
 // own and renamed ones, unknown names, and with a nil Resolver.
 func TestResolverKeysOfIsKeys(t *testing.T) {
-	var samples [][][]byte
-	for _, tc := range keyCases {
-		samples = append(samples, argv(tc.line))
-	}
-	for _, line := range oracleSamples {
-		samples = append(samples, argv(line))
-	}
-	samples = append(samples, binarySamples...)
+	samples := keySamples()
 	for _, line := range []string{"MYCMD k", "mycmd k", "MyRead STREAMS a b 0 0", "MYEVAL s 2 a b", "OBJECT MYSUB k",
 		"OBJECT ENCODING k", "MYXINFO STREAM s", "GET a b", "GET a", "MYMSET6 a 1 b 2", "MYMOVE6 k", "NOSUCH x"} {
 		samples = append(samples, argv(line))
