@@ -34,8 +34,8 @@
 # p50/p99 in ms (redis-benchmark: "SET/GET" from --csv; memtier: Totals), effective depth per
 # shard (commands per write to each shard's upstream connections: the delta of
 # respmeter_upstream_batch_commands sum/count over the run, scraped from /metrics, shards in
-# slot order), proxy CPU µs/op (utime+stime of respmeter from /proc/PID/stat, delta over ops),
-# redis CPU µs/op (the same, summed over the 3 redis-servers), and the machine's load: the
+# slot order), proxy CPU µs/op (utime+stime of respmeter from /proc/PID/stat, delta over ops)
+# and its kernel part (stime) apart, redis CPU µs/op (the same, summed over the 3 redis-servers), and the machine's load: the
 # 1-minute load average at the end of the row (which counts this run's own processes) and
 # "other CPU", the CPU time of all processes outside the row (busy time from /proc/stat minus
 # client, proxy and redis-servers), in % of all cores over the row: on a shared machine, read
@@ -63,13 +63,13 @@
 #   OUT=$(mktemp -d)  logs, raw outputs, table.md
 # A full run with the defaults took 115 s on 2 busy cores with MEMTIER (about 80 s without).
 #
-# Example output (abridged; 2 cores shared with other work, Redis 7.0.15; BENCHMARKS.md has a full run):
-#   | set-up | path | tool | P | ops/s | p50 ms | p99 ms | depth/shard | proxy µs/op | redis µs/op | load1 / other CPU | notes |
-#   |---|---|---|---|---|---|---|---|---|---|---|---|
-#   | cluster | direct | redis-benchmark | 16 | 157233 | 3.295/3.351 | 11.887/23.695 | - | - | 4.3 | 4.54 / 52 % |  |
-#   | cluster | slots-cluster | redis-benchmark | 16 | 34347 | 13.063/9.391 | 159.871/108.991 | 5.3/5.4/5.3 | 12.5 | 9.1 | 7.15 / 55 % |  |
-#   | cluster | pinned-cluster | redis-benchmark | 1 | failed | - | - | - | - | - | 8.09 / 51 % | rc=1: Error from server: MOVED 12962 127.0.0.1:27502; misroutes 37 |
-#   | standalone | pinned-shards | redis-benchmark | 16 | 72072 | 9.415/8.127 | 30.527/17.631 | 16.0/16.0/16.0 | 5.1 | 4.9 | 8.43 / 50 % | misroutes 133288 (67 %) |
+# Example output (abridged; 2 cores, other processes 1-2 % of them, Redis 7.0.15; BENCHMARKS.md has full runs):
+#   | set-up | path | tool | P | ops/s | p50 ms | p99 ms | depth/shard | proxy µs/op | of it kernel | redis µs/op | load1 / other CPU | notes |
+#   |---|---|---|---|---|---|---|---|---|---|---|---|---|
+#   | standalone | slots-shards | memtier | 16 | 75837 | 9.663 | 27.647 | 4.8/4.8/4.8 | 11.4 | 6.7 | 8.5 | 4.75 / 2 % |  |
+#   | standalone | pinned-shards | redis-benchmark | 16 | 132188 | 4.207/3.583 | 11.007/16.119 | 16.0/16.0/16.0 | 4.6 | 2.5 | 4.2 | 4.85 / 2 % | misroutes 133481 (67 %) |
+#   | standalone | facade-shards | memtier | 16 | 131904 | 17.407 | 38.399 | 15.7/15.7/15.8 | 5.9 | 3.2 | 4.7 | 4.83 / 1 % |  |
+#   | cluster | pinned-cluster | redis-benchmark | 1 | failed | - | - | - | - | - | - | 8.09 / 51 % | rc=1: Error from server: MOVED 12962 127.0.0.1:27502; misroutes 37 |
 #
 # Safety: every address is 127.0.0.1; each run is bounded by `timeout`; only the processes this
 # script started are stopped, by PID, on exit.
@@ -153,6 +153,15 @@ ticks() { # utime+stime of the pids, in clock ticks
     total=$((total + ${12} + ${13}))
   done
   echo "$total"
+}
+
+sticks() { # stime (kernel time) of one pid, in clock ticks
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || { echo 0; return; }
+  s=${s##*) }
+  # shellcheck disable=SC2086
+  set -- $s
+  echo "${13}"
 }
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
@@ -267,8 +276,8 @@ misroutes() { # BEFORE AFTER
 # --- runs --------------------------------------------------------------------------------------
 TABLE=$OUT/table.md
 {
-  echo "| set-up | path | tool | P | ops/s | p50 ms | p99 ms | depth/shard | proxy µs/op | redis µs/op | load1 / other CPU | notes |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| set-up | path | tool | P | ops/s | p50 ms | p99 ms | depth/shard | proxy µs/op | of it kernel | redis µs/op | load1 / other CPU | notes |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 } >"$TABLE"
 
 # run_one SETUP PATH TOOL PL TARGET-ARGS...: one benchmark run and its table row.
@@ -276,13 +285,13 @@ TABLE=$OUT/table.md
 run_one() {
   local setup=$1 path=$2 tool=$3 pl=$4
   shift 4
-  local tag="${path}_${tool}_p${pl}" rcode=0 pb pa rb ra ops="" p50="-" p99="-" notes="" mb ma
-  local ops_s="failed" dep="-" pcpu="-" rcpu="-" cb ca bb ba t0 t1 other
+  local tag="${path}_${tool}_p${pl}" rcode=0 pb pa psb psa rb ra ops="" p50="-" p99="-" notes="" mb ma
+  local ops_s="failed" dep="-" pcpu="-" pkcpu="-" rcpu="-" cb ca bb ba t0 t1 other
   mb=$OUT/raw/$tag.metrics.before
   ma=$OUT/raw/$tag.metrics.after
   scrape "$mb"
-  pb=0
-  [ -n "$PROXY_PID" ] && pb=$(ticks "$PROXY_PID")
+  pb=0 psb=0
+  [ -n "$PROXY_PID" ] && pb=$(ticks "$PROXY_PID") && psb=$(sticks "$PROXY_PID")
   rb=$(ticks "${REDIS_PIDS[@]}")
   cb=$(child_ticks)
   bb=$(busy_ticks)
@@ -296,8 +305,8 @@ run_one() {
       -d "$DATA_SIZE" --pipeline="$pl" --distinct-client-seed --hide-histogram --print-percentiles=50,99 \
       --json-out-file="$OUT/raw/$tag.json" >"$OUT/raw/$tag.txt" 2>"$OUT/raw/$tag.err" || rcode=$?
   fi
-  pa=0
-  [ -n "$PROXY_PID" ] && pa=$(ticks "$PROXY_PID")
+  pa=0 psa=0
+  [ -n "$PROXY_PID" ] && pa=$(ticks "$PROXY_PID") && psa=$(sticks "$PROXY_PID")
   ra=$(ticks "${REDIS_PIDS[@]}")
   ca=$(child_ticks)
   ba=$(busy_ticks)
@@ -334,6 +343,7 @@ PY
     rcpu=$(awk -v t=$((ra - rb)) -v hz="$CLK_TCK" -v n="$ops" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
     if [ -n "$PROXY_PID" ]; then
       pcpu=$(awk -v t=$((pa - pb)) -v hz="$CLK_TCK" -v n="$ops" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+      pkcpu=$(awk -v t=$((psa - psb)) -v hz="$CLK_TCK" -v n="$ops" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
       dep=$(depth "$mb" "$ma" "${SHARD_LABELS[@]}")
     fi
   fi
@@ -346,8 +356,8 @@ PY
       notes="${notes:+$notes; }misroutes $m"
     fi
   fi
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
-    "$setup" "$path" "$tool" "$pl" "$ops_s" "$p50" "$p99" "$dep" "$pcpu" "$rcpu" "$(load1) / $other %" "$notes" | tee -a "$TABLE" >&2
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "$setup" "$path" "$tool" "$pl" "$ops_s" "$p50" "$p99" "$dep" "$pcpu" "$pkcpu" "$rcpu" "$(load1) / $other %" "$notes" | tee -a "$TABLE" >&2
 }
 
 run_path() { # PATH
@@ -381,7 +391,7 @@ run_path() { # PATH
           run_one "$setup" "$path" "$tool" "$pl" -p "$port" --cluster-mode
         fi
       elif [ "$path" = pinned-cluster ] && [ "$tool" = memtier ]; then
-        printf '| %s | %s | %s | %s | not run | - | - | - | - | - | %s | MOVED replies: see redis-benchmark row |\n' \
+        printf '| %s | %s | %s | %s | not run | - | - | - | - | - | - | %s | MOVED replies: see redis-benchmark row |\n' \
           "$setup" "$path" "$tool" "$pl" "$(load1) / - %" | tee -a "$TABLE" >&2
       else
         run_one "$setup" "$path" "$tool" "$pl" -p "$PROXY_PORT"

@@ -861,7 +861,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		// keyed one of another shard is counted (the emulated client
 		// routes badly), and under --pin-by first-key the first key
 		// picks the shard (requests before it wait, see flushHeld).
-		if k, ok := s.p.resolver.FirstKey(args); ok {
+		if k, ok := s.p.resolver.FirstKeyOf(id, args); ok {
 			switch sh := v.t.Shard(routing.Slot(k)); {
 			case s.home < 0:
 				s.pinHome(sh)

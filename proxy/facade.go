@@ -197,7 +197,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 	case command.Discard, command.Reset:
 		s.tx.slot, s.vcross = -1, false
 	}
-	keys, err := s.p.resolver.Keys(args, s.l.keys[:0])
+	keys, err := s.p.resolver.KeysOf(id, args, s.l.keys[:0])
 	s.l.keys = keys[:0]
 	if err == nil && len(keys) > 0 {
 		// Redis Cluster's getNodeByQuery: one slot for all keys (and for

@@ -687,7 +687,7 @@ func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
 	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
 		return info.FirstKey
 	}
-	if k, ok := p.resolver.FirstKey(args); ok && len(k) > 0 {
+	if k, ok := p.resolver.FirstKeyOf(id, args); ok && len(k) > 0 {
 		for i := 1; i < len(args); i++ {
 			if len(args[i]) > 0 && &args[i][0] == &k[0] {
 				return i

@@ -135,7 +135,7 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 		s.broadcastState(e, frame)
 		return
 	}
-	keys, err := s.p.resolver.Keys(args, s.l.keys[:0])
+	keys, err := s.p.resolver.KeysOf(id, args, s.l.keys[:0])
 	s.l.keys = keys[:0]
 	if err != nil || len(keys) == 0 {
 		s.keyless(v, e, id, args, frame)

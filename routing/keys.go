@@ -168,7 +168,20 @@ func collect(r *Resolver, args [][]byte, kl *keyList) error {
 	if len(args) == 0 {
 		return nil
 	}
-	id := command.Lookup(args[0])
+	return collectOf(r, command.Lookup(args[0]), args, kl)
+}
+
+// collectOf is collect for a request whose command id is known already
+// (command.Lookup(args[0]), or Resolver.Lookup's: an engine-only id is
+// looked up by name again, as command.Other is), so the name is not
+// case-folded and looked up a second time per command.
+func collectOf(r *Resolver, id command.ID, args [][]byte, kl *keyList) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if int(id) >= command.NumIDs() {
+		id = command.Other // an engine-only command: its entry is found by name below
+	}
 	var info *command.Info
 	if id != command.Other {
 		info = r.Info(id)

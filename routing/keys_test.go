@@ -310,11 +310,10 @@ func BenchmarkKeys(b *testing.B) {
 	}
 }
 
-// TestKeysOracle compares Keys with COMMAND GETKEYS of redis-server for
-// keyCases and oracleSamples, and checks that every keyed command and
-// subcommand of the table has a sample.
-func TestKeysOracle(t *testing.T) {
-	rc := startClusterRedis(t)
+// keySamples returns the requests of keyCases, oracleSamples and
+// binarySamples, in that order: the samples the tests comparing two ways
+// of finding keys run through.
+func keySamples() [][][]byte {
 	var samples [][][]byte
 	for _, tc := range keyCases {
 		samples = append(samples, argv(tc.line))
@@ -322,7 +321,15 @@ func TestKeysOracle(t *testing.T) {
 	for _, line := range oracleSamples {
 		samples = append(samples, argv(line))
 	}
-	samples = append(samples, binarySamples...)
+	return append(samples, binarySamples...)
+}
+
+// TestKeysOracle compares Keys with COMMAND GETKEYS of redis-server for
+// keyCases and oracleSamples, and checks that every keyed command and
+// subcommand of the table has a sample.
+func TestKeysOracle(t *testing.T) {
+	rc := startClusterRedis(t)
+	samples := keySamples()
 	rng := rand.New(rand.NewPCG(3, 4))
 	samples = append(samples, randomSamples(rng, 2000)...)
 

@@ -329,6 +329,26 @@ func (r *Resolver) Keys(args [][]byte, dst [][]byte) ([][]byte, error) {
 	return kl.dst, err
 }
 
+// KeysOf is Keys for a request whose command id the caller has from
+// r.Lookup(args[0]) already: the same keys and errors, without looking the
+// name up again (the proxy looks every command up once, for its metrics,
+// and routes by its keys).
+func (r *Resolver) KeysOf(id command.ID, args [][]byte, dst [][]byte) ([][]byte, error) {
+	kl := keyList{dst: dst[:0], all: true}
+	err := collectOf(r, id, args, &kl)
+	return kl.dst, err
+}
+
+// FirstKeyOf is FirstKey for a request whose command id is r.Lookup(args[0])
+// (see KeysOf).
+func (r *Resolver) FirstKeyOf(id command.ID, args [][]byte) ([]byte, bool) {
+	var kl keyList
+	if err := collectOf(r, id, args, &kl); err != nil || kl.n == 0 {
+		return nil, false
+	}
+	return kl.first, true
+}
+
 // FirstKey returns the first key r.Keys would return for args, and true;
 // or nil and false if r.Keys would return no keys or an error. It does not
 // allocate (see Keys for the one exception).

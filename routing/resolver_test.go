@@ -180,14 +180,7 @@ func TestResolverRenamedTable(t *testing.T) {
 // TestResolverNilIsKeys: a nil Resolver, and one of a nil or empty engine
 // table, answer exactly as Keys and FirstKey.
 func TestResolverNilIsKeys(t *testing.T) {
-	var samples [][][]byte
-	for _, tc := range keyCases {
-		samples = append(samples, argv(tc.line))
-	}
-	for _, line := range oracleSamples {
-		samples = append(samples, argv(line))
-	}
-	samples = append(samples, binarySamples...)
+	samples := keySamples()
 	samples = append(samples, nil, [][]byte{}, [][]byte{nil}, argv("MYCMD k"))
 	for name, r := range map[string]*Resolver{
 		"nil": nil, "nil map": NewResolver(nil), "empty map": NewResolver(map[string]*command.Info{}),
@@ -209,6 +202,41 @@ func TestResolverNilIsKeys(t *testing.T) {
 	}
 }
 
+// TestResolverKeysOfIsKeys: KeysOf and FirstKeyOf, given the id Lookup
+// returns for the request, answer as Keys and FirstKey (keys, errors, the
+// same aliased slices) for the built-in table's commands, the engine's
+// own and renamed ones, unknown names, and with a nil Resolver.
+func TestResolverKeysOfIsKeys(t *testing.T) {
+	samples := keySamples()
+	for _, line := range []string{"MYCMD k", "mycmd k", "MyRead STREAMS a b 0 0", "MYEVAL s 2 a b", "OBJECT MYSUB k",
+		"OBJECT ENCODING k", "MYXINFO STREAM s", "GET a b", "GET a", "MYMSET6 a 1 b 2", "MYMOVE6 k", "NOSUCH x"} {
+		samples = append(samples, argv(line))
+	}
+	for name, r := range map[string]*Resolver{"nil": nil, "engine": NewResolver(testEngine(t))} {
+		for _, args := range samples {
+			if len(args) == 0 {
+				continue // the proxy looks up and routes only requests with a name
+			}
+			id := r.Lookup(args[0])
+			want, wantErr := r.Keys(args, nil)
+			got, err := r.KeysOf(id, args, nil)
+			if err != wantErr || len(got) != len(want) {
+				t.Errorf("%s: KeysOf(%v, %q) = %q, %v; Keys = %q, %v", name, id, args, strs(got), err, strs(want), wantErr)
+				continue
+			}
+			for i := range got {
+				if !sameSlice(got[i], want[i]) {
+					t.Errorf("%s: KeysOf(%v, %q) key %d = %q, Keys %q", name, id, args, i, got[i], want[i])
+				}
+			}
+			wk, wok := r.FirstKey(args)
+			if k, ok := r.FirstKeyOf(id, args); ok != wok || !sameSlice(k, wk) {
+				t.Errorf("%s: FirstKeyOf(%v, %q) = %q, %v; FirstKey = %q, %v", name, id, args, k, ok, wk, wok)
+			}
+		}
+	}
+}
+
 // TestResolverAllocs pins zero allocations for known commands (as Keys) and
 // for the engine's commands, unknown names and overlong names.
 func TestResolverAllocs(t *testing.T) {
@@ -225,6 +253,10 @@ func TestResolverAllocs(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(100, func() { r.FirstKey(args) }); n != 0 {
 			t.Errorf("Resolver.FirstKey(%.40s) allocates %v times, want 0", line, n)
+		}
+		id := r.Lookup(args[0])
+		if n := testing.AllocsPerRun(100, func() { r.KeysOf(id, args, dst) }); n != 0 {
+			t.Errorf("Resolver.KeysOf(%.40s) allocates %v times, want 0", line, n)
 		}
 	}
 	// A name longer than the fold buffer that the engine has: one allocation
@@ -293,6 +325,9 @@ func FuzzResolverKeys(f *testing.F) {
 		fk, ok := r.FirstKey(args)
 		if ok != (len(keys) > 0) || (ok && !sameSlice(fk, keys[0])) {
 			t.Fatalf("Resolver.FirstKey(%q) = %q, %v; Keys = %q", args, fk, ok, keys)
+		}
+		if ko, errOf := r.KeysOf(r.Lookup(args[0]), args, nil); errOf != err || !slices.Equal(strs(ko), strs(keys)) {
+			t.Fatalf("Resolver.KeysOf(%q) = %q, %v; Keys = %q, %v", args, strs(ko), errOf, strs(keys), err)
 		}
 		if id := command.Lookup(args[0]); id != command.Other && id != command.Get && !(len(args) > 1 && strings.EqualFold(string(args[1]), "mysub")) {
 			want, wantErr := Keys(args, nil)
