@@ -155,7 +155,11 @@ func TestRecMatchesSparse(t *testing.T) {
 				for range 1000 {
 					add(hotValues - 1) // overflows its byte 3 times
 				}
-				for _, v := range []int64{1, 15, 16, hotValues - 16, hotValues, hotValues + 1, g.highest} {
+				for range 600 {
+					add(hotLimit - 1) // the last dense slot overflows its byte too
+				}
+				for _, v := range []int64{1, 15, 16, hotValues - 16, hotValues, hotValues + 1, hotValues + 2,
+					4095, 4096, 4097, 20_001, hotLimit - 2, hotLimit, hotLimit + 1, g.highest} {
 					add(v)
 				}
 				if r.pending != want.TotalCount() {
@@ -183,6 +187,32 @@ func TestRecMatchesSparse(t *testing.T) {
 	}
 }
 
+// TestHotSlots checks the dense slots against HdrHistogram's own
+// buckets: two values below hotLimit share a slot exactly when the
+// histogram counts them together, and a slot's lowest value maps back to
+// it. Without this the hot counts would move values into other buckets.
+func TestHotSlots(t *testing.T) {
+	h := hdrhistogram.New(histLowestMicros, histHighestMicros, histSigFigs)
+	prev := 0 // slot 0 would be value 0, below the geometry
+	for v := int64(1); v < hotLimit; v++ {
+		i := hotIndex(v)
+		switch {
+		case i < 0 || i >= hotSlots:
+			t.Fatalf("hotIndex(%d) = %d, outside [0, %d)", v, i, hotSlots)
+		case i != prev && i != prev+1:
+			t.Fatalf("hotIndex(%d) = %d after %d: slots must be consecutive", v, i, prev)
+		case (i == prev) != h.ValuesAreEquivalent(v, v-1) && v > 1:
+			t.Fatalf("%d and %d: same slot %v, HdrHistogram equivalent %v", v-1, v, i == prev, h.ValuesAreEquivalent(v, v-1))
+		case !h.ValuesAreEquivalent(v, hotValue(i)) || hotIndex(hotValue(i)) != i || (i != prev && hotValue(i) != v):
+			t.Fatalf("slot %d of %d: lowest value %d", i, v, hotValue(i))
+		}
+		prev = i
+	}
+	if prev != hotSlots-1 {
+		t.Errorf("last slot %d, want %d", prev, hotSlots-1)
+	}
+}
+
 // recSpreads are the value spreads of BenchmarkRecorder: histSample's
 // (log-normal around 100 µs with a tail, as BenchmarkScrapeMemory records)
 // and BenchmarkObserveLocked's (100 .. 1123 in turn, 1,024 buckets).
@@ -191,6 +221,13 @@ var recSpreads = []struct {
 	values []int64
 }{
 	{"lognormal", histSample(1 << 16)},
+	{"saturated", func() []int64 { // log-normal around 5 ms: an engine or proxy at its limit
+		vs := histSample(1 << 16)
+		for i := range vs {
+			vs[i] *= 50
+		}
+		return vs
+	}()},
 	{"uniform1024", func() []int64 {
 		vs := make([]int64, 1<<16)
 		for i := range vs {

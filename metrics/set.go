@@ -286,8 +286,8 @@ func (s *Set) ProtocolError() { s.protocolErrors.Add(1) }
 // a scrape. Steady-state recording allocates nothing; the first observation
 // of each (command, phase), (shard, phase) and shard batch allocates its
 // histogram, a histogram grows when it holds more distinct buckets than it
-// ever held between two scrapes (above 2,048 µs) or a value below 2,048 µs
-// falls in a range of 16 it never had (see rec), and the first shard
+// ever held between two scrapes (above 65,536 µs) or a value below 65,536 µs
+// falls in a range of 32 buckets it never had (see rec), and the first shard
 // observation of a loop allocates its table of shards.
 type Loop struct {
 	mu    sync.Mutex
