@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/redistest"
+)
+
+// BenchmarkCaptureCPU reports what `respmeter proxy --capture FILE` costs
+// in the proxy's own CPU per command, through real sockets (issue 18: "≤
+// 1.15× the CPU µs/op without capture"): two proxies in front of one
+// redis-server, one capturing to a file and one not, driven at the same
+// time by identical redis-benchmark runs (-c 50, SET and GET, 100-byte
+// values, -P 1 or 16), so that a busy machine slows both alike. The CPU is
+// each proxy process's user + system time from /proc/PID/stat (every
+// thread: the event loops, the capture's writer goroutine and its zstd
+// encoder), divided by the commands redis-benchmark sent through it:
+// "off-µs/op", "on-µs/op" and their ratio "on/off". It fails when the
+// capture dropped a record (it then did less than the whole work).
+//
+// proxy/'s BenchmarkCaptureHotPath measures the same code without the
+// system calls, in memory: a larger ratio, of a smaller denominator.
+// Run it alone on a quiet machine:
+//
+//	go test -run '^$' -bench CaptureCPU -benchtime 3x ./cmd/respmeter/
+func BenchmarkCaptureCPU(b *testing.B) {
+	bench, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		b.Skipf("redis-benchmark not in PATH: %v", err)
+	}
+	srv := redistest.Start(b)
+	off, offAddr, _ := startProxy(b, srv.Addr())
+	file := filepath.Join(b.TempDir(), "cpu.respcap")
+	on, onAddr, onAdmin := startProxy(b, srv.Addr(), "--capture", file)
+	for _, pipe := range []int{1, 16} {
+		b.Run("p"+strconv.Itoa(pipe), func(b *testing.B) {
+			// 1-2 s of proxy CPU per side and iteration on a quiet
+			// machine: 10 ms ticks resolve the ratio to about 1 %.
+			n := 50_000 * min(pipe, 8)
+			var offTicks, onTicks, ops int64
+			for range b.N {
+				off0, on0 := procTicks(b, off.cmd.Process.Pid), procTicks(b, on.cmd.Process.Pid)
+				var wg sync.WaitGroup
+				errs := make([]error, 2)
+				for i, addr := range []string{offAddr, onAddr} {
+					_, port, _ := net.SplitHostPort(addr)
+					wg.Go(func() {
+						out, err := exec.Command(bench, "-h", "127.0.0.1", "-p", port, "-c", "50", "-n", strconv.Itoa(n),
+							"-P", strconv.Itoa(pipe), "-d", "100", "-t", "set,get", "-q").CombinedOutput()
+						if err != nil {
+							errs[i] = fmt.Errorf("redis-benchmark through %s: %v\n%s", addr, err, out)
+						}
+					})
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				offTicks += procTicks(b, off.cmd.Process.Pid) - off0
+				onTicks += procTicks(b, on.cmd.Process.Pid) - on0
+				ops += 2 * int64(n) // -t set,get: n of each
+			}
+			b.StopTimer()
+			if st := captureStats(b, onAdmin); !st.Running || st.Dropped != 0 || st.Records == 0 {
+				b.Fatalf("capture: %+v, want running with records, none dropped", st)
+			}
+			// A tick is 10 ms (USER_HZ 100): µs/op = ticks * 1e4 / ops.
+			b.ReportMetric(float64(offTicks)*1e4/float64(ops), "off-µs/op")
+			b.ReportMetric(float64(onTicks)*1e4/float64(ops), "on-µs/op")
+			b.ReportMetric(float64(onTicks)/float64(offTicks), "on/off")
+		})
+	}
+}
+
+// captureStats returns the capture status of the proxy whose admin API
+// listens on admin (GET /capture).
+func captureStats(tb testing.TB, admin string) capture.Stats {
+	tb.Helper()
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + admin + "/capture")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s capture.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		tb.Fatalf("GET /capture: %v", err)
+	}
+	return s
+}
