@@ -88,18 +88,15 @@ func (b *biEnv) healthy(t *testing.T) {
 func (b *biEnv) onlyBystander(t *testing.T) {
 	t.Helper()
 	private := os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") != "shared"
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c := b.set.Counters()
-		if c.ClientConns == 1 && (!private || c.UpstreamConns == 1) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("proxy holds %d client and %d upstream connections after the case, want 1 and 1 (the bystander's; upstreams checked: %v)",
+	err := redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+		if c := b.set.Counters(); c.ClientConns != 1 || (private && c.UpstreamConns != 1) {
+			return fmt.Errorf("proxy holds %d client and %d upstream connections after the case, want 1 and 1 (the bystander's; upstreams checked: %v)",
 				c.ClientConns, c.UpstreamConns, private)
-			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 

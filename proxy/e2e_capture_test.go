@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/respmeter/respmeter/internal/redistest"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -140,17 +141,12 @@ func TestCaptureSample(t *testing.T) {
 		}
 		_ = c.Close()
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, _ := e.p.CaptureStats()
-		if !st.Running {
-			break
+	redistest.EventuallyEvery(t, 15*time.Second, 50*time.Millisecond, func() error {
+		if st, _ := e.p.CaptureStats(); st.Running {
+			return errors.New("capture still running after a 3 s duration")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("capture still running 15 s after a 3 s duration")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	w, err := capture.Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package proxy_test
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -24,14 +26,12 @@ func TestUpstreamClientKill(t *testing.T) {
 
 	// A blocked request keeps something pending on the victim's upstream.
 	victim.Send(t, respCmd("BLPOP", "kill:empty", "0"))
-	deadline := time.Now().Add(3 * time.Second)
-	for !strings.Contains(e.srv.DoT(t, "CLIENT", "LIST").(string), "name=victim age=") ||
-		!strings.Contains(e.srv.DoT(t, "CLIENT", "LIST").(string), "cmd=blpop") {
-		if time.Now().After(deadline) {
-			t.Fatal("BLPOP never reached the engine")
+	redistest.Eventually(t, 3*time.Second, func() error {
+		if list := e.srv.DoT(t, "CLIENT", "LIST").(string); !strings.Contains(list, "name=victim age=") || !strings.Contains(list, "cmd=blpop") {
+			return errors.New("BLPOP never reached the engine")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if n := e.srv.DoT(t, "CLIENT", "KILL", "USER", "default", "SKIPME", "yes"); n == int64(0) {
 		t.Fatalf("CLIENT KILL killed %v clients", n)
 	}
@@ -77,22 +77,21 @@ func TestConnectDisconnectChurn(t *testing.T) {
 		}
 	}
 	e.healthy(t)
-	deadline := time.Now().Add(5 * time.Second)
 	// With shared upstream connections, the loops' shared ones stay open
 	// (one per loop and protocol at most).
 	maxUp := int64(0)
 	if sharedMode() {
 		maxUp = 2 * proxytest.DefaultLoops
 	}
-	for k := e.set.Counters(); k.ClientConns != 0 || k.UpstreamConns > maxUp || k.UpstreamConns < 0; k = e.set.Counters() {
-		if time.Now().After(deadline) {
-			// The gauges must come back to 0, never below: a client that
-			// leaves before its upstream is open must not count an upstream
-			// close.
-			t.Fatalf("after churn: %d client and %d upstream connections open, want 0 and at most %d", k.ClientConns, k.UpstreamConns, maxUp)
+	redistest.Eventually(t, 5*time.Second, func() error {
+		// The gauges must come back to 0, never below: a client that
+		// leaves before its upstream is open must not count an upstream
+		// close.
+		if k := e.set.Counters(); k.ClientConns != 0 || k.UpstreamConns > maxUp || k.UpstreamConns < 0 {
+			return fmt.Errorf("after churn: %d client and %d upstream connections open, want 0 and at most %d", k.ClientConns, k.UpstreamConns, maxUp)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := e.set.Counters().ClientConnsTotal; got < int64(n) {
 		t.Errorf("accepted %d connections, want >= %d", got, n)
 	}

@@ -34,14 +34,12 @@ func e2eBlockedClients(t *testing.T, srv *redistest.Server) int {
 // waitBlocked polls until the engine has want blocked clients (bounded).
 func e2eWaitBlocked(t *testing.T, srv *redistest.Server, want int, within time.Duration) bool {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for e2eBlockedClients(t, srv) != want {
-		if time.Now().After(deadline) {
-			return false
+	return redistest.Await(within, 2*time.Millisecond, func() error {
+		if n := e2eBlockedClients(t, srv); n != want {
+			return fmt.Errorf("%d blocked clients", n)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return true
+		return nil
+	}) == nil
 }
 
 // TestF01ClientGoneWhileBlocked: a client that leaves with BLPOP pending

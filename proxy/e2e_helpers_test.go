@@ -8,6 +8,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -94,14 +95,14 @@ func eqBytes(t *testing.T, what string, got []byte, want string) {
 // the count moves.
 func e2eWaitCount(t *testing.T, set *metrics.Set, name string, want int) metrics.CommandStats {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c := proxytest.Command(t, set, name)
-		if c.Count >= int64(want) || time.Now().After(deadline) {
-			return c
+	var c metrics.CommandStats
+	_ = redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+		if c = proxytest.Command(t, set, name); c.Count < int64(want) {
+			return errors.New("short") // the caller asserts the count
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return c
 }
 
 // sharedMode reports whether the suite runs with shared upstream
@@ -129,15 +130,14 @@ func skipIfRouted(t *testing.T, why string) {
 // moment before that command is counted.
 func e2eSettledCount(t *testing.T, set *metrics.Set, name string) int64 {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	last := proxytest.Command(t, set, name).Count
-	for time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	last := int64(-1)
+	_ = redistest.Await(2*time.Second, 50*time.Millisecond, func() error {
 		c := proxytest.Command(t, set, name).Count
-		if c == last {
-			break
+		if c != last {
+			last = c
+			return errors.New("still changing") // the caller asserts the count
 		}
-		last = c
-	}
+		return nil
+	})
 	return last
 }

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -31,13 +32,12 @@ func TestOutputLimitEvictsSlowReader(t *testing.T) {
 	if _, err := slow.Write(req); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.set.Counters().ClientsEvictedOutputLimit == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("slow reader not evicted within 5s")
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if e.set.Counters().ClientsEvictedOutputLimit == 0 {
+			return errors.New("slow reader not evicted")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	// Its connection is closed: reading drains at most what was queued, then EOF.
 	_ = slow.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var n int

@@ -7,6 +7,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -253,11 +254,13 @@ func TestRouteSlotsHeadOfLine(t *testing.T) {
 	// The proxy records a command just after writing its reply: wait for
 	// all five (two SETs, BLPOP, two GETs) to be recorded. (Read at once,
 	// under -race, only the SETs were there: max 23 µs.)
-	w := set.Snapshot().ReorderWait
-	for deadline := time.Now().Add(2 * time.Second); w.Count() < 5 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-		w = set.Snapshot().ReorderWait
-	}
+	var w metrics.Durations
+	_ = redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+		if w = set.Snapshot().ReorderWait; w.Count() < 5 {
+			return errors.New("short") // asserted below
+		}
+		return nil
+	})
 	if w.Count() < 5 || w.Max() < 150*time.Millisecond {
 		t.Errorf("reorder wait: count %d max %v, want 5 commands, 2 GETs of them waiting >= 150 ms", w.Count(), w.Max())
 	}

@@ -517,10 +517,12 @@ func srEvictedOnce(t testing.TB, e *e2eEnv, lg *srLog, addr string, before int64
 	}
 	// The line is written on the loop right after the count; give it a
 	// moment all the same.
-	deadline := time.Now().Add(time.Second)
-	for lg.count(`msg="client evicted"`, "client="+addr) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	_ = redistest.Await(time.Second, 5*time.Millisecond, func() error {
+		if lg.count(`msg="client evicted"`, "client="+addr) == 0 {
+			return errors.New("no line yet") // asserted below
+		}
+		return nil
+	})
 	if got := lg.count(`msg="client evicted"`, "reason=output_limit", "client="+addr); got != 1 {
 		t.Errorf("%d 'client evicted' log lines with reason=output_limit for %s, want exactly 1; log:\n%s",
 			got, addr, lg.String())

@@ -98,13 +98,12 @@ func spStartPoller(t testing.TB, addr string) *engine.Poller {
 func spWaitPolls(t testing.TB, p *engine.Poller, n int64) {
 	t.Helper()
 	want := p.Stats().Polls + n
-	deadline := time.Now().Add(time.Duration(n+10) * spPollEvery)
-	for p.Stats().Polls < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("engine poller: %d polls, want %d (last error %q)", p.Stats().Polls, want, p.Stats().LastErr)
+	redistest.EventuallyEvery(t, time.Duration(n+10)*spPollEvery, 10*time.Millisecond, func() error {
+		if st := p.Stats(); st.Polls < want {
+			return fmt.Errorf("engine poller: %d polls, want %d (last error %q)", st.Polls, want, st.LastErr)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // spEngineWork is one command label's cumulative engine calls and execution
@@ -175,17 +174,15 @@ func spPhase(prev, cur *metrics.Snapshot, id command.ID, ph metrics.Phase) metri
 // just after writing its reply, so the client may be a moment ahead.
 func spWaitTimed(t testing.TB, set *metrics.Set, id command.ID, want int64) *metrics.Snapshot {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		sn := set.Snapshot()
-		if n := spCmd(sn, id).Phases[metrics.PhaseTotal].Count(); n >= want || time.Now().After(deadline) {
-			if n < want {
-				t.Fatalf("%s timed %d times, want %d", id.Name(), n, want)
-			}
-			return sn
+	var sn *metrics.Snapshot
+	redistest.EventuallyEvery(t, 2*time.Second, 2*time.Millisecond, func() error {
+		sn = set.Snapshot()
+		if n := spCmd(sn, id).Phases[metrics.PhaseTotal].Count(); n < want {
+			return fmt.Errorf("%s timed %d times, want %d", id.Name(), n, want)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
+	return sn
 }
 
 // spRoundTrips sends req n times on c, one at a time (closed loop), each

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -40,13 +41,12 @@ func TestFlushWaitBacksOff(t *testing.T) {
 	if _, err := c.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.flushing() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the client is not waiting to be closed (%d waiting)", p.flushing())
+	redistest.Eventually(t, 5*time.Second, func() error {
+		if n := p.flushing(); n != 1 {
+			return fmt.Errorf("the client is not waiting to be closed (%d waiting)", n)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(500 * time.Millisecond) // backed off by now
 	looks := func() int64 { return p.sumLoops(func(l *loop) int64 { return l.flushLooks.Load() }) }
 	before := looks()

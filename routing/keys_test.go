@@ -3,6 +3,8 @@ package routing
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"github.com/respmeter/respmeter/internal/redistest"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -577,18 +579,16 @@ func TestKeysErrorTextOracle(t *testing.T) {
 	if r, err := rc.pipeline([][][]byte{argv("CLUSTER ADDSLOTSRANGE 0 16383")}); err != nil || r[0].Str != "OK" {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v %v", r, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	redistest.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, func() error {
 		r, err := rc.pipeline([][][]byte{argv("CLUSTER INFO")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(r[0].Str, "cluster_state:ok") {
-			break
+		if !strings.Contains(r[0].Str, "cluster_state:ok") {
+			return fmt.Errorf("cluster state not ok: %s", r[0].Str)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster state not ok: %s", r[0].Str)
-		}
-	}
+		return nil
+	})
 	cases := []struct {
 		line string
 		err  error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,19 +146,15 @@ func TestLivePage(t *testing.T) {
 	// string) every 200 ms until ok accepts the result or 60 s pass.
 	evalUntil := func(what, expr string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
 		var got string
-		for {
+		redistest.EventuallyEvery(t, 60*time.Second, 200*time.Millisecond, func() error {
 			var err error
-			got, err = chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-			if err == nil && ok(got) {
-				return got
+			if got, err = chromedp.Run(ctx, chromedp.Evaluate[string](expr)); err != nil || !ok(got) {
+				return fmt.Errorf("%s: page shows %q (err %v)", what, got, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: page shows %q (err %v)", what, got, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
+		return got
 	}
 	const getRate = `(() => { const c = document.querySelector('#commands tr[data-command="get"] td.rate'); return c ? c.textContent : ""; })()`
 	positive := func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 0 }
@@ -242,9 +239,8 @@ func TestLivePageShards(t *testing.T) {
 	// cells returns "engine/path/bound" of each shard row, by address.
 	const cells = `JSON.stringify(Object.fromEntries([...document.querySelectorAll('#shards tbody tr')].map(r =>
 		[r.dataset.shard, ["engine", "path", "bound"].map(c => r.querySelector("td." + c).textContent)])))`
-	deadline := time.Now().Add(60 * time.Second)
 	var got map[string][3]string
-	for {
+	redistest.EventuallyEvery(t, 60*time.Second, 200*time.Millisecond, func() error {
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](cells))
 		got = nil
 		if err == nil && json.Unmarshal([]byte(s), &got) == nil && len(got) == 2 {
@@ -255,14 +251,11 @@ func TestLivePageShards(t *testing.T) {
 			pl, errL := strconv.ParseFloat(delayed[1], 64)
 			if errE == nil && errD == nil && errL == nil && pl > 2 && pd < pl/2 && ed < 0.5 && el < 0.5 &&
 				direct[2] != "" && delayed[2] != "" {
-				break
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("shard rows %v (err %v): want engine < 0.5 ms on both, path > 2 ms on %s and under half of it on %s", got, err, shards[1], shards[0])
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("shard rows %v (err %v): want engine < 0.5 ms on both, path > 2 ms on %s and under half of it on %s", got, err, shards[1], shards[0])
+	})
 	t.Logf("shard rows (engine ms, path ms, bound): %v", got)
 	load.stop() // before the proxy goes: its clients would fail to redial
 	p.signal(t, syscall.SIGTERM)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/respmeter/respmeter/internal/redistest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -134,26 +135,24 @@ func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 func (p *proc) waitFor(t testing.TB, w *syncBuffer, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(cliTimeout)
-	for {
-		if m := rx.FindStringSubmatch(w.String()); m != nil {
-			return m
-		}
-		exited := false
+	var m []string
+	redistest.EventuallyEvery(t, cliTimeout, 10*time.Millisecond, func() error {
 		select {
 		case <-p.done:
-			exited = true
+			// Exited: one last look, the output may have landed just
+			// before the exit.
+			if m = rx.FindStringSubmatch(w.String()); m == nil {
+				t.Fatalf("no match for %q (exited)\nstdout:\n%s\nstderr:\n%s", re, p.stdout, p.stderr)
+			}
+			return nil
 		default:
 		}
-		if exited || time.Now().After(deadline) {
-			// One last look: the output may have landed just before exit.
-			if m := rx.FindStringSubmatch(w.String()); m != nil {
-				return m
-			}
-			t.Fatalf("no match for %q (exited=%v)\nstdout:\n%s\nstderr:\n%s", re, exited, p.stdout, p.stderr)
+		if m = rx.FindStringSubmatch(w.String()); m == nil {
+			return fmt.Errorf("no match for %q\nstdout:\n%s\nstderr:\n%s", re, p.stdout, p.stderr)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
+	return m
 }
 
 // runCLI runs respmeter with args and env to completion.

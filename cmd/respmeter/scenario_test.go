@@ -196,13 +196,7 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdictRecord
 	l.measure(true)
 	var out []*verdictRecord
 	last := st.analyzer.latest()
-	wait := time.Duration(scIntervals+3) * st.analyzer.interval
-	deadline := time.Now().Add(wait)
-	for len(out) < scIntervals {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d verdict intervals in %v", len(out), wait)
-		}
-		time.Sleep(5 * time.Millisecond)
+	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.interval, func() error {
 		if cur := st.analyzer.latest(); cur != last {
 			out = append(out, cur)
 			last = cur
@@ -210,7 +204,11 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdictRecord
 				each(cur)
 			}
 		}
-	}
+		if len(out) < scIntervals {
+			return fmt.Errorf("only %d verdict intervals", len(out))
+		}
+		return nil
+	})
 	l.measure(false)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -646,13 +644,12 @@ func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64, windo
 	if window && (work <= 0 || math.Abs(area/work-1) > tol) {
 		t.Errorf("%d intervals: L %.4f vs λW %.4f, want within ±%.0f%%", len(recs), area/length, work/length, 100*tol)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for st.proxy.InFlight() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d requests still in flight", st.proxy.InFlight())
+	redistest.EventuallyEvery(t, 5*time.Second, time.Millisecond, func() error {
+		if n := st.proxy.InFlight(); n != 0 {
+			return fmt.Errorf("%d requests still in flight", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	sn := st.analyzer.set.Snapshot()
 	v := st.analyzer.sinceStart(sn, st.analyzer.engineMeans())
 	t.Logf("since start: L %.4f vs λW %.4f (%+.1f%%)", v.L, v.LambdaW, 100*(v.L/v.LambdaW-1))

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/respmeter/respmeter/internal/redistest"
 	"io"
 	"os"
 	"path/filepath"
@@ -248,10 +249,12 @@ func TestCaptureDrainsHalfFull(t *testing.T) {
 	for ; n*len(req) < 600; n++ {
 		c.Loop(0).Batch(id, int64(n), uint64(n+1), req, true)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Stats().Records < int64(n) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = redistest.Await(5*time.Second, time.Millisecond, func() error {
+		if c.Stats().Records < int64(n) {
+			return errors.New("short") // asserted below
+		}
+		return nil
+	})
 	if st := c.Stats(); st.Records < int64(n) || st.Dropped != 0 {
 		t.Fatalf("%d of %d records written (%d dropped) with the buffer past half full", st.Records, n, st.Dropped)
 	}
@@ -315,17 +318,16 @@ func TestCaptureReadableWhileRunning(t *testing.T) {
 	defer c.Stop()
 	id, _ := c.NewConn()
 	c.Loop(0).Batch(id, 1, 1, cmd("GET", "k"), false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	redistest.EventuallyEvery(t, 10*time.Second, 20*time.Millisecond, func() error {
 		w, err := Load(path)
-		if err == nil && len(w.Conns) == 1 {
-			break
+		if err == nil && len(w.Conns) != 1 {
+			err = fmt.Errorf("%d connections", len(w.Conns))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record not readable while capturing: %v", err)
+		if err != nil {
+			return fmt.Errorf("record not readable while capturing: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestReaderBadInput(t *testing.T) {

@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -51,13 +53,13 @@ func runUntilCancel(t *testing.T, run func(context.Context)) (stop func()) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Run did not return within 5s of cancel")
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for runtime.NumGoroutine() > before {
-				if time.Now().After(deadline) {
-					t.Errorf("goroutines: %d before Run, %d after cancel", before, runtime.NumGoroutine())
-					return
+			if err := redistest.Await(5*time.Second, 10*time.Millisecond, func() error {
+				if n := runtime.NumGoroutine(); n > before {
+					return fmt.Errorf("goroutines: %d before Run, %d after cancel", before, n)
 				}
-				time.Sleep(10 * time.Millisecond)
+				return nil
+			}); err != nil {
+				t.Error(err)
 			}
 		})
 	}
@@ -65,16 +67,15 @@ func runUntilCancel(t *testing.T, run func(context.Context)) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond every 10 ms for up to d.
+// waitFor is redistest.EventuallyEvery (10 ms) of a condition named what.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+	redistest.EventuallyEvery(t, d, 10*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // logBuffer is a slog text sink safe for concurrent use.
