@@ -1,16 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/internal/redistest"
@@ -73,7 +70,9 @@ func BenchmarkCaptureCPU(b *testing.B) {
 				ops += 2 * int64(n) // -t set,get: n of each
 			}
 			b.StopTimer()
-			if st := captureStats(b, onAdmin); !st.Running || st.Dropped != 0 || st.Records == 0 {
+			var st capture.Stats
+			getJSON(b, "http://"+onAdmin+"/capture", &st)
+			if !st.Running || st.Dropped != 0 || st.Records == 0 {
 				b.Fatalf("capture: %+v, want running with records, none dropped", st)
 			}
 			// A tick is 10 ms (USER_HZ 100): µs/op = ticks * 1e4 / ops.
@@ -82,21 +81,4 @@ func BenchmarkCaptureCPU(b *testing.B) {
 			b.ReportMetric(float64(onTicks)/float64(offTicks), "on/off")
 		})
 	}
-}
-
-// captureStats returns the capture status of the proxy whose admin API
-// listens on admin (GET /capture).
-func captureStats(tb testing.TB, admin string) capture.Stats {
-	tb.Helper()
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + admin + "/capture")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s capture.Stats
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		tb.Fatalf("GET /capture: %v", err)
-	}
-	return s
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // httpGet returns the body of GET url, failing t unless the status is 200.
-func httpGet(t *testing.T, url string) string {
+func httpGet(t testing.TB, url string) string {
 	t.Helper()
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
@@ -259,7 +259,7 @@ func TestDemo(t *testing.T) {
 }
 
 // getJSON GETs url and decodes its JSON body into v.
-func getJSON(t *testing.T, url string, v any) {
+func getJSON(t testing.TB, url string, v any) {
 	t.Helper()
 	body := httpGet(t, url)
 	if err := json.Unmarshal([]byte(body), v); err != nil {
