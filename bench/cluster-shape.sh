@@ -61,6 +61,9 @@
 #                     (--cluster-port): port+10000 would fall in Linux's ephemeral range
 #                     (32768-60999), where any test's or client's free port may sit
 #   OUT=$(mktemp -d)  logs, raw outputs, table.md
+# After the rows, a table of issue 20's slot-routing target (slots and facade against pinned,
+# proxy CPU µs/op, at most 1.5x) with its floor: the path's kernel time plus pinned's user-space
+# time, over pinned's CPU.
 # A full run with the defaults took 115 s on 2 busy cores with MEMTIER (about 80 s without).
 #
 # Example output (abridged; 2 cores, other processes 1-2 % of them, Redis 7.0.15; BENCHMARKS.md has full runs):
@@ -405,6 +408,42 @@ START_UPTIME=$(uptime)
 T0=$(date +%s)
 for path in $PATHS; do run_path "$path"; done
 T1=$(date +%s)
+
+# Issue 20's slot-routing target and its floor, from the rows above: --route slots may cost at
+# most 1.5x --route pinned's proxy CPU per op (same engines, tool and pipeline). The floor is
+# what no user-space work can take away: slots' kernel time (a pipeline over 3 shards is 3 engine
+# writes and 3 engine reads where pinned makes one of each) plus pinned's user-space time (slots
+# does all of pinned's per-command work, and hashes and reorders besides), over pinned's CPU.
+# Making both paths' user space cheaper only raises that ratio, since slots' kernel time is the
+# larger part.
+floors() {
+  awk -F' [|] ' '
+    $2 ~ /^(slots|pinned|facade)-shards$/ && $9 + 0 > 0 { cpu[$2 "|" $3 "|" $4] = $9; ker[$2 "|" $3 "|" $4] = $10; key[$3 "|" $4] = 1 }
+    END {
+      n = 0
+      for (k in key) {
+        p = "pinned-shards|" k
+        if (!(p in cpu)) continue
+        split(k, a, "|")
+        for (i = 0; i < 2; i++) {
+          path = i ? "facade-shards" : "slots-shards"
+          q = path "|" k
+          if (!(q in cpu)) continue
+          if (!n++) {
+            print ""
+            print "Issue 20: proxy CPU µs/op against --route pinned (target: at most 1.5x), and the floor: (the path'"'"'s kernel time + pinned'"'"'s user-space time) over pinned'"'"'s CPU"
+            print ""
+            print "| path | tool | P | proxy µs/op | pinned µs/op | × pinned | of it kernel | floor × pinned | verdict |"
+            print "|---|---|---|---|---|---|---|---|---|"
+          }
+          r = cpu[q] / cpu[p]; f = (ker[q] + cpu[p] - ker[p]) / cpu[p]
+          v = r <= 1.5 ? "met" : (f >= 1.5 ? "not met: the floor is over 1.5x" : "not met")
+          printf "| %s | %s | %s | %s | %s | %.2f | %s | %.2f | %s |\n", path, a[1], a[2], cpu[q], cpu[p], r, ker[q], f, v
+        }
+      }
+    }' "$TABLE"
+}
+floors >>"$TABLE"
 
 {
   echo

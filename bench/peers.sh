@@ -42,7 +42,10 @@
 #   respmeter CPU µs/op <= 1.1x respmeter-nomeasure's (measurement on vs --measure=false)
 #   respmeter-capture CPU µs/op <= 1.15x respmeter-shared's (issue 18: capture on vs off; the summary
 #     also gives the capture's records, drops and file size, read from its admin API at the end)
-# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark), and a
+# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark); issue 20's
+# CPU targets with their floor (1:1 ≤ 1.1× haproxy's CPU µs/op at P1 and ≤ 1.0× at P16, shared
+# ≤ 1.0× predixy's at P1 and P16; how much CPU per op each allows, how much of it respmeter's
+# own kernel time already takes, and how far its user-space time would have to fall); and a
 # "floors" table for the ops/s targets: with the cores saturated, ops/s is the CPU available over
 # the CPU per operation of client + redis-server + proxy, so at want x the peer's ops/s those
 # three may spend at most 1/want of the peer's; the table subtracts the client's and
@@ -624,6 +627,35 @@ for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "hapr
     allowed = b["own"] / want
     print(f"| {t} ≥ {want}× {peer}, P{pl} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
           f"{fmt(allowed - a['floor'], 1)} | {fmt(a['proxy'] - a['sys'], 1)} |")
+
+# Issue 20's CPU targets, with their floor: respmeter's CPU per op is its kernel time (system calls,
+# and the Go runtime's sleeps and wake-ups) plus its user-space time. A target allows `want` x the
+# peer's CPU per op; what is left of that after respmeter's own kernel time (measured in its own
+# cells) is the most its user-space code may take. When respmeter's kernel time alone reaches the
+# allowance, no user-space work meets the target; only fewer or cheaper system calls would. The
+# user space of respmeter-nomeasure (frame and forward, no timing) shows what is left without
+# measuring at all.
+print(f"\n#### Issue-20 CPU targets and their floors ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
+print("| target | peer CPU | allowed | respmeter CPU (× peer) | of it kernel | left for user space | user space now | user space, --measure=false | verdict |")
+print("|---|---|---|---|---|---|---|---|---|")
+for t, peer, want, pl in (("respmeter", "haproxy", 1.1, 1), ("respmeter", "haproxy", 1.0, 16),
+                          ("respmeter-shared", "predixy", 1.0, 1), ("respmeter-shared", "predixy", 1.0, 16)):
+    a, b = stat(t, tool, pl), stat(peer, tool, pl)
+    name = f"{t} ≤ {want}× {peer}, P{pl}"
+    if not a or not b:
+        print(f"| {name} | not run | | | | | | | |")
+        continue
+    nm = stat("respmeter-nomeasure", tool, pl) if t == "respmeter" else None
+    allowed = b["proxy"] * want
+    left, user = allowed - a["sys"], a["proxy"] - a["sys"]
+    if a["proxy"] <= allowed:
+        v = "met"
+    elif left <= 0:
+        v = "not met: kernel time alone is over the allowance"
+    else:
+        v = f"not met: user space must fall {100 * (1 - left / user):.0f} %"
+    print(f"| {name} | {fmt(b['proxy'], 2)} | {fmt(allowed, 2)} | {fmt(a['proxy'], 2)} ({fmt(ratio(a['proxy'], b['proxy']))}×) | "
+          f"{fmt(a['sys'], 2)} | {fmt(left, 2)} | {fmt(user, 2)} | {fmt(nm['proxy'] - nm['sys'], 2) if nm else '-'} | {v} |")
 
 # A/B of two builds (RESPMETER_B): each -b target against its A target, same cells, interleaved.
 pairs = [t for t in wanted if t.endswith("-b") and t[:-2] in wanted]
