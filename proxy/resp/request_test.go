@@ -527,3 +527,39 @@ func TestRequestScannerOracleValid(t *testing.T) {
 		})
 	}
 }
+
+// TestStrchrMatchesReference pins strchr, with its byte loop over the
+// first shortScan bytes, to a plain byte-by-byte reading of Redis's strchr
+// on a NUL-terminated buffer: inputs of every length around shortScan with
+// the target, a NUL, both or neither at every position.
+func TestStrchrMatchesReference(t *testing.T) {
+	ref := func(b []byte, c byte) (int, int) {
+		for j, x := range b {
+			if x == c {
+				return j, j
+			}
+			if x == 0 {
+				return -1, j
+			}
+		}
+		return -1, len(b)
+	}
+	for n := 0; n <= 2*shortScan+3; n++ {
+		for at := -1; at < n; at++ {
+			for nul := -1; nul < n; nul++ {
+				b := bytes.Repeat([]byte{'x'}, n)
+				if at >= 0 {
+					b[at] = '\r'
+				}
+				if nul >= 0 {
+					b[nul] = 0
+				}
+				gi, gs := strchr(b, '\r')
+				wi, ws := ref(b, '\r')
+				if gi != wi || gs != ws {
+					t.Fatalf("strchr(%q) = %d, %d; want %d, %d", b, gi, gs, wi, ws)
+				}
+			}
+		}
+	}
+}
