@@ -801,7 +801,7 @@ func mayBeClientReply(b []byte) bool {
 // it. args and frame alias the read buffer: what must outlive the call is
 // copied.
 func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
-	id := s.p.resolver.Lookup(args[0])
+	id := s.l.lookup(args[0])
 	if mayHoldSecret(id) {
 		s.capSecret = true
 	}

@@ -183,6 +183,21 @@ func BenchmarkHotPath(b *testing.B) {
 			roundTrip(s, cl, up, req, reply)
 		}
 	})
+	// shared-p16v256: the same through --upstream-mode shared with the
+	// slow log on at respmeter proxy's defaults (128 entries, 10 ms), as
+	// bench/peers.sh's respmeter-shared target runs (issue 20).
+	b.Run("shared-p16v256", func(b *testing.B) {
+		cfg := Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:1", UpstreamMode: UpstreamShared, Measure: true}
+		s, cl, up := memPair(b, cfg, slowlog.New(128, 10*time.Millisecond))
+		r1 := []byte("$256\r\n" + strings.Repeat("v", 256) + "\r\n")
+		q1 := []byte("*2\r\n$3\r\nGET\r\n$13\r\nmemtier-12345\r\n")
+		req, reply := bytes.Repeat(q1, 16), bytes.Repeat(r1, 16)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i += 16 {
+			roundTrip(s, cl, up, req, reply)
+		}
+	})
 	b.Run("pipeline16", func(b *testing.B) {
 		s, cl, up := pair(b, true, nil)
 		req, reply := bytes.Repeat(getReq, 16), bytes.Repeat(getReply, 16)
@@ -428,5 +443,28 @@ func BenchmarkPipeline16(b *testing.B) {
 				pipeTrip(s, cl, links, req, getReply)
 			}
 		})
+	}
+}
+
+// TestLoopLookupRemembersRightly: the loop's remembered command name
+// (loop.lookup) answers as the resolver does for every name in a sequence
+// of repeats, case changes, lengths around what it remembers, an empty
+// name and unknown ones, and a repeat after a name too long to remember
+// still gets the earlier name's ID.
+func TestLoopLookupRemembersRightly(t *testing.T) {
+	s, _, _ := pair(t, true, nil)
+	l := s.l
+	long := strings.Repeat("x", lastNameLen+1)
+	names := []string{"", "GET", "GET", "get", "SET", "GET", "gEt", "", "client", "CLIENT",
+		long, "GET", strings.Repeat("y", lastNameLen), strings.Repeat("y", lastNameLen), "nosuchcommand",
+		"nosuchcommand", "GET", "set", long, long, "SET"}
+	for i, n := range names {
+		got, want := l.lookup([]byte(n)), s.p.resolver.Lookup([]byte(n))
+		if got != want {
+			t.Fatalf("name %d %q: lookup = %v, resolver = %v", i, n, got, want)
+		}
+	}
+	if l.lookup([]byte("GET")) != command.Get || l.lookup([]byte("GET")) != command.Get {
+		t.Fatal("GET is not Get")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // An event loop (gnet runs one goroutine per loop) owns the clients whose
@@ -90,6 +91,35 @@ type loop struct {
 	scratch []byte
 	sf      *resp.ReplyFramer
 	hscan   resp.RequestScanner // splits held requests
+	// last is the command name looked up last, as the client spelt it,
+	// and its ID (see lookup).
+	last struct {
+		name [lastNameLen]byte
+		n    int
+		id   command.ID
+	}
+}
+
+// lastNameLen is the longest command name lookup remembers.
+const lastNameLen = 16
+
+// lookup returns the command ID of name (routing.Resolver.Lookup: the
+// engine's command table, case-insensitively). Pipelines and load
+// generators send runs of the same command (redis-benchmark a test at a
+// time, memtier a SET among ten GETs), so the loop remembers the last name
+// as it was spelt and its ID: a repeat costs a byte compare instead of a
+// case fold, a hash and a map probe (issue 20). The resolver does not
+// change once the proxy has started, so a remembered ID stays right.
+func (l *loop) lookup(name []byte) command.ID {
+	if len(name) == l.last.n && string(name) == string(l.last.name[:l.last.n]) {
+		return l.last.id
+	}
+	id := l.p.resolver.Lookup(name)
+	if len(name) <= lastNameLen {
+		l.last.n = copy(l.last.name[:], name)
+		l.last.id = id
+	}
+	return id
 }
 
 func (p *Proxy) loopFor(el gnet.EventLoop) *loop {

@@ -25,8 +25,13 @@ func SafeFirstKey(cmd string, args [][]byte, keyPos int) (key []byte, ok bool) {
 	if keyPos <= 0 || keyPos >= len(args) {
 		return nil, false
 	}
-	if i := strings.IndexByte(cmd, '|'); i >= 0 {
-		cmd = cmd[:i]
+	// (A loop, not strings.IndexByte: labels are a few bytes, and this
+	// runs for every request.)
+	for i := 0; i < len(cmd); i++ {
+		if cmd[i] == '|' {
+			cmd = cmd[:i]
+			break
+		}
 	}
 	// The label must name args[0]: a mismatch means the caller's lookup and
 	// the request disagree, and then the key spec is not to be trusted.
@@ -34,7 +39,7 @@ func SafeFirstKey(cmd string, args [][]byte, keyPos int) (key []byte, ok bool) {
 	if cmd == "" || !equalFold(args[0], cmd) || isSecretBearing(cmd) {
 		return nil, false
 	}
-	if strings.EqualFold(cmd, "migrate") {
+	if len(cmd) == len("migrate") && strings.EqualFold(cmd, "migrate") {
 		for i := 1; i <= keyPos; i++ {
 			if equalFold(args[i], "auth") || equalFold(args[i], "auth2") {
 				return nil, false
