@@ -615,17 +615,30 @@ for t in wanted:
 # cells) is the most its user-space code may take; a negative budget means that even a proxy
 # whose user-space work cost nothing would miss the target, unless it made fewer or cheaper
 # system calls (or the client or redis-server cheaper).
-print(f"\n#### Floors for the ops/s targets ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
-print("| target | peer cells: client + redis + proxy CPU | allowed at the target | respmeter cells: client + redis CPU + proxy kernel | left for respmeter's user space | respmeter's user space now |")
-print("|---|---|---|---|---|---|")
-for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "haproxy", 1.1, 16),
-                          ("respmeter-shared", "predixy", 1.05, 1), ("respmeter-shared", "predixy", 1.05, 16)):
-    a, b = stat(t, tool, pl), stat(peer, tool, pl)
-    if not a or not b:
-        print(f"| {t} ≥ {want}× {peer}, P{pl} | not run | | | | |")
-        continue
+def floor_table(title, header, sign, targets):
+    """Prints a floors table's title and header, and a "not run" row for each
+    (target, peer, want, pipeline) whose cells are missing; yields (name,
+    target, want, pipeline, target's stat, peer's stat) for the others."""
+    print(f"\n#### {title} ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for t, peer, want, pl in targets:
+        a, b = stat(t, tool, pl), stat(peer, tool, pl)
+        name = f"{t} {sign} {want}× {peer}, P{pl}"
+        if not a or not b:
+            print(f"| {name} | not run |" + " |" * (len(header) - 2))
+            continue
+        yield name, t, want, pl, a, b
+
+for name, t, want, pl, a, b in floor_table(
+        "Floors for the ops/s targets",
+        ["target", "peer cells: client + redis + proxy CPU", "allowed at the target",
+         "respmeter cells: client + redis CPU + proxy kernel", "left for respmeter's user space",
+         "respmeter's user space now"], "≥",
+        (("respmeter", "haproxy", 1.25, 1), ("respmeter", "haproxy", 1.1, 16),
+         ("respmeter-shared", "predixy", 1.05, 1), ("respmeter-shared", "predixy", 1.05, 16))):
     allowed = b["own"] / want
-    print(f"| {t} ≥ {want}× {peer}, P{pl} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
+    print(f"| {name} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
           f"{fmt(allowed - a['floor'], 1)} | {fmt(a['proxy'] - a['sys'], 1)} |")
 
 # Issue 20's CPU targets, with their floor: respmeter's CPU per op is its kernel time (system calls,
@@ -635,16 +648,12 @@ for t, peer, want, pl in (("respmeter", "haproxy", 1.25, 1), ("respmeter", "hapr
 # allowance, no user-space work meets the target; only fewer or cheaper system calls would. The
 # user space of respmeter-nomeasure (frame and forward, no timing) shows what is left without
 # measuring at all.
-print(f"\n#### Issue-20 CPU targets and their floors ({names[tool].split(' (')[0]}, medians, µs of CPU per operation)\n")
-print("| target | peer CPU | allowed | respmeter CPU (× peer) | of it kernel | left for user space | user space now | user space, --measure=false | verdict |")
-print("|---|---|---|---|---|---|---|---|---|")
-for t, peer, want, pl in (("respmeter", "haproxy", 1.1, 1), ("respmeter", "haproxy", 1.0, 16),
-                          ("respmeter-shared", "predixy", 1.0, 1), ("respmeter-shared", "predixy", 1.0, 16)):
-    a, b = stat(t, tool, pl), stat(peer, tool, pl)
-    name = f"{t} ≤ {want}× {peer}, P{pl}"
-    if not a or not b:
-        print(f"| {name} | not run | | | | | | | |")
-        continue
+for name, t, want, pl, a, b in floor_table(
+        "Issue-20 CPU targets and their floors",
+        ["target", "peer CPU", "allowed", "respmeter CPU (× peer)", "of it kernel", "left for user space",
+         "user space now", "user space, --measure=false", "verdict"], "≤",
+        (("respmeter", "haproxy", 1.1, 1), ("respmeter", "haproxy", 1.0, 16),
+         ("respmeter-shared", "predixy", 1.0, 1), ("respmeter-shared", "predixy", 1.0, 16))):
     nm = stat("respmeter-nomeasure", tool, pl) if t == "respmeter" else None
     allowed = b["proxy"] * want
     left, user = allowed - a["sys"], a["proxy"] - a["sys"]
