@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics/slowlog"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 // TestUpstreamClientKill: the engine closes one upstream connection (CLIENT

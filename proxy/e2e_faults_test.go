@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 // blockedClients returns the engine's blocked_clients count.

@@ -2,7 +2,7 @@ package proxy_test
 
 // Shared helpers of the end-to-end tests (e2e_*_test.go): each test starts
 // its own redis-server (internal/redistest) and an in-process proxy in
-// front of it (internal/redistest/proxytest), then uses the engine as the
+// front of it (proxy/proxytest), then uses the engine as the
 // oracle: the same bytes are sent directly and through the proxy and the
 // replies must be identical.
 
@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 // env is one engine with one proxy in front of it.

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 // TestC01ZeroLengthBulk: empty bulk strings as values, hash fields and as

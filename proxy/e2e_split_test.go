@@ -36,12 +36,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing/command"
 )
 

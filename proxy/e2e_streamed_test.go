@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/proxy"
-	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 // streamedReplies are RESP3 streamed strings and aggregates (RESP3 spec,

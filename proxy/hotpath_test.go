@@ -12,9 +12,9 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing/command"
 )
 

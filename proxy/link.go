@@ -8,7 +8,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )

@@ -9,8 +9,8 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing/command"
 )
 

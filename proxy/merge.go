@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"strconv"
 
-	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Reply merging for a request sent to several shards (a multi-key fan-out,

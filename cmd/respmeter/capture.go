@@ -18,9 +18,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/proxy"
-	"github.com/respmeter/respmeter/proxy/resp"
 	"github.com/respmeter/respmeter/routing"
 )
 

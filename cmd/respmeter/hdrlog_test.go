@@ -22,10 +22,10 @@ import (
 
 	"github.com/respmeter/respmeter/internal/heaptest"
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing/command"
 )
 

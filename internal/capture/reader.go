@@ -11,7 +11,7 @@ import (
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/respmeter/respmeter/proxy/resp"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Record is one decoded record; a reply (KindReply) is one of a

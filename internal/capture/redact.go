@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
-	"github.com/respmeter/respmeter/proxy/resp"
 )
 
 // Redacted replaces every credential in a capture file.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 func TestResolve(t *testing.T) {

@@ -29,8 +29,8 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/internal/capture"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
-	"github.com/respmeter/respmeter/proxy/resp"
 )
 
 // Options configures Run.

@@ -1,7 +1,7 @@
 // Package respconn is a small blocking RESP client for respmeter's side
 // connections: the engine probe and poller, the cluster topology fetch, the
 // command table fetch and the proxy's auth check. It is not on the hot path
-// (proxy/resp frames client and upstream traffic there) and imports nothing
+// (internal/resp frames client and upstream traffic there) and imports nothing
 // of respmeter, so every other package may use it.
 //
 // Read decodes one RESP2 or RESP3 reply (RESP3 spec:

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	"github.com/respmeter/respmeter/internal/redistest/proxytest"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
 func TestStartProxy(t *testing.T) {
