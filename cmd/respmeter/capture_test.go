@@ -889,7 +889,8 @@ func TestReplayDelayedTarget(t *testing.T) {
 // TestReplayAuth replays a capture (50 batches of SET+GET on one
 // connection) against an engine with requirepass: with --auth (and with
 // $REDISCLI_AUTH, and as an ACL user with --user) every command is
-// answered as captured; without, each gets NOAUTH (new errors); a wrong
+// answered as captured; without, each gets NOAUTH (new errors) and the
+// replay exits 3 (the target refused it); a wrong
 // password fails the replay with the engine's refusal. No password appears
 // on stdout, stderr or in the --json report. --progress writes the progress
 // line to stderr, which is no terminal here, and without it nothing.
@@ -940,15 +941,16 @@ func TestReplayAuth(t *testing.T) {
 		name, env string
 		args      []string
 		newErrors int
+		code      int
 	}{
-		{"--auth", "", []string{"--auth", pw, "--progress"}, 0},
-		{"$REDISCLI_AUTH", pw, nil, 0},
-		{"--user --auth", "", []string{"--user", "rp", "--auth", userPW}, 0},
-		{"no password", "", nil, 100},
+		{"--auth", "", []string{"--auth", pw, "--progress"}, 0, exitOK},
+		{"$REDISCLI_AUTH", pw, nil, 0, exitOK},
+		{"--user --auth", "", []string{"--user", "rp", "--auth", userPW}, 0, exitOK},
+		{"no password", "", nil, 100, exitRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stdout, stderr, report, code := replayCLI(tc.env, tc.args...)
-			if code != exitOK {
+			if code != tc.code {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
 			if err := json.Unmarshal([]byte(report), &rep); err != nil {

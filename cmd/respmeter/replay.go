@@ -9,7 +9,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +35,7 @@ type replayFlags struct {
 	user        string
 	auth        string
 	progress    bool
+	failOn      []string
 }
 
 // authEnv is the environment variable replay reads the target's password
@@ -78,8 +78,16 @@ A progress line (batches sent of the total, elapsed time, late batches)
 is kept up to date on stderr when it is a terminal, or written once a
 second with --progress; the last one when the replay ends.
 
-Exit codes: 0 replayed (whatever the differences), 1 runtime failure, 2
-usage error.`,
+Mismatches are classified where the engine's key specs allow: a key that
+another captured connection also wrote within the race window is a
+possible race (the replay keeps each connection's order, not the order
+between connections).
+
+Exit codes: 0 replayed (differences or not, unless --fail-on says
+otherwise), 1 runtime failure (the target could not be reached, a file
+could not be read), 2 usage error, 3 the target refused the replay (every
+command answered with a new error, such as NOAUTH without --auth), 4 a
+--fail-on condition held.`,
 		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
   respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
 		Args: cobra.MinimumNArgs(1),
@@ -103,6 +111,7 @@ usage error.`,
 	fs.StringVar(&f.user, "user", "", "`user` to AUTH as on the target (ACL; needs --auth)")
 	fs.StringVar(&f.auth, "auth", "", "`password` to AUTH with on the target; prefer $"+authEnv+", the process list shows flags")
 	fs.BoolVar(&f.progress, "progress", false, "write a progress line to stderr once a second even when it is not a terminal")
+	fs.StringSliceVar(&f.failOn, "fail-on", nil, "exit 4 when any of these happened: mismatches, new-errors, late (more than 1% of batches late); comma-separated")
 	return cmd
 }
 
@@ -112,6 +121,9 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	}
 	if f.user != "" && f.auth == "" {
 		return usageError(cmd, errors.New("--user needs --auth PASSWORD (or $"+authEnv+")"))
+	}
+	if err := checkFailOn(f.failOn); err != nil {
+		return usageError(cmd, err)
 	}
 	o := replay.Options{Target: f.target, Duration: f.duration, User: f.user, Password: f.auth}
 	if f.speed != "max" {
@@ -146,6 +158,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		}
 		return replay.CompareByTips(r.Info(r.Lookup([]byte(name))).Tips)
 	}
+	o.Keys = replayKeys(r)
 	if f.readOnly {
 		if infoErr != nil {
 			return failure(fmt.Errorf("--read-only: read the target's command table: %w", infoErr))
@@ -187,7 +200,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 			return failure(fmt.Errorf("--hdr-log: %w", err))
 		}
 	}
-	return nil
+	return replayExit(rep, f.failOn, f.auth != "")
 }
 
 // isTerminal reports whether w is a terminal (a character device).
@@ -280,34 +293,4 @@ func sortedNames(rep *replay.Report) []string {
 		return a > b || a == b && names[i] < names[j]
 	})
 	return names
-}
-
-func writeReplayReport(out io.Writer, rep *replay.Report, slower float64) {
-	fmt.Fprintf(out, "replayed %d commands in %.3f s on %d connections (%d skipped)\n",
-		rep.Commands, rep.DurationSeconds, rep.Connections, rep.Skipped)
-	fmt.Fprintf(out, "mismatches %d, new errors %d, gone errors %d, late batches %d of %d (send lag p99 %d µs)\n",
-		rep.Mismatches, rep.NewErrors, rep.GoneErrors, rep.LateBatches, rep.Batches, rep.SendLagP99US)
-	if rep.Batches > 0 && float64(rep.LateBatches) > 0.01*float64(rep.Batches) {
-		fmt.Fprintf(out, "warning: %.1f%% of batches were sent more than %v late: the replayer was the bottleneck, latencies include its delay\n",
-			100*float64(rep.LateBatches)/float64(rep.Batches), replay.LateAfter)
-	}
-	fmt.Fprintf(out, "\n%-16s %9s %26s %26s %20s\n", "command", "count", "captured p50/p99/p99.9 µs", "replayed p50/p99/p99.9 µs", "ratio")
-	for _, n := range sortedNames(rep) {
-		s := rep.PerCommand[n]
-		fmt.Fprintf(out, "%-16s %9d %26s %26s %20s\n", n, s.Count,
-			fmt.Sprintf("%d/%d/%d", s.CapturedUS[0], s.CapturedUS[1], s.CapturedUS[2]),
-			fmt.Sprintf("%d/%d/%d", s.ReplayedUS[0], s.ReplayedUS[1], s.ReplayedUS[2]),
-			fmt.Sprintf("%.2f/%.2f/%.2f", s.Ratio[0], s.Ratio[1], s.Ratio[2]))
-	}
-	if sl := rep.Slower(slower); len(sl) > 0 {
-		fmt.Fprintf(out, "\nslower (p99 at least %.1fx captured): %s\n", slower, strings.Join(sl, ", "))
-	}
-	for _, g := range []struct {
-		what string
-		s    []replay.Sample
-	}{{"mismatch", rep.MismatchSamples}, {"new error", rep.NewErrorSamples}, {"gone error", rep.GoneErrSamples}} {
-		for _, s := range g.s {
-			fmt.Fprintf(out, "%s: %s: %s\n  captured %s\n  replayed %s\n", g.what, s.Command, s.Request, s.Captured, s.Replayed)
-		}
-	}
 }

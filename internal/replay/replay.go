@@ -70,6 +70,11 @@ type Options struct {
 	// latency from the intended send time, from the readers' goroutines
 	// (concurrently).
 	Observe func(name string, lat time.Duration)
+	// Keys, when not nil, returns the keys of a request and whether the
+	// command writes (the engine's key specs and write flag): mismatches
+	// are then classified (see Report.PossibleRaces). Called after the
+	// replay, from one goroutine.
+	Keys func(name string, req []byte) (keys [][]byte, write bool)
 }
 
 // Compare is how a reply is compared with the captured one.
@@ -114,6 +119,11 @@ type Sample struct {
 	Request  string `json:"request"` // truncated
 	Captured string `json:"captured"`
 	Replayed string `json:"replayed"`
+	// Class says what the difference may come from, when known (see
+	// Report.PossibleRaces); empty otherwise.
+	Class string `json:"class,omitempty"`
+
+	cmd *capture.Cmd
 }
 
 // CommandStats is the comparison for one command name. Latencies are
@@ -123,6 +133,9 @@ type CommandStats struct {
 	Mismatches int64    `json:"mismatches"`
 	NewErrors  int64    `json:"new_errors"`
 	GoneErrors int64    `json:"gone_errors"`
+	// PossibleRaces is how many of Mismatches touched a key that another
+	// captured connection also wrote near the same time (see Report).
+	PossibleRaces int64    `json:"possible_races"`
 	CapturedUS [3]int64 `json:"captured_p50_p99_p999_us"`
 	ReplayedUS [3]int64 `json:"replayed_p50_p99_p999_us"`
 	SentUS     [3]int64 `json:"replayed_from_send_p50_p99_p999_us"`
@@ -153,13 +166,37 @@ type Report struct {
 	SendLagP99US int64 `json:"send_lag_p99_us"`
 	// ConnErrors are connections that failed (dial, write, read).
 	ConnErrors []string `json:"connection_errors,omitempty"`
+	// ErrorReplies is how many replayed replies were errors.
+	ErrorReplies int64 `json:"error_replies"`
+	// NewErrorKinds counts the new errors by their first word (NOAUTH,
+	// WRONGTYPE, ...).
+	NewErrorKinds map[string]int64 `json:"new_error_kinds,omitempty"`
+	// PossibleRaces is how many mismatches are on a command whose key
+	// another captured connection wrote within RaceWindowSeconds of it
+	// (captured time): the replay need not keep the order of two
+	// connections' commands, so the engine may have seen them the other
+	// way round. The rest differ for another reason (data the target
+	// started from, engine behaviour). Counted only when Options.Keys is
+	// set.
+	PossibleRaces int64 `json:"possible_races"`
+	// RaceWindowSeconds is the window PossibleRaces used (captured time):
+	// the whole capture at speed max, where connections keep no order
+	// between them; otherwise 10 ms or twice the send lag p99, whichever
+	// is longer, times the speed.
+	RaceWindowSeconds float64 `json:"race_window_seconds"`
 
-	mu  sync.Mutex
-	lag *hdrhistogram.Histogram
+	mu         sync.Mutex
+	lag        *hdrhistogram.Histogram
+	mismatched []*capture.Cmd
 }
 
-// maxSamples bounds the samples kept per kind.
-const maxSamples = 10
+// maxSamples bounds the samples kept per kind; samplesPerCommand bounds
+// those of one command name, so that the samples show every command that
+// differs, not ten of the first.
+const (
+	maxSamples        = 30
+	samplesPerCommand = 3
+)
 
 // never replayed: they turn a connection into a feed whose frames cannot
 // be matched with requests.
@@ -241,6 +278,7 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 	wg.Wait()
 	rep.DurationSeconds = time.Since(start).Seconds()
 	rep.finish()
+	rep.classify(w, o)
 	return rep, nil
 }
 
@@ -499,31 +537,40 @@ func (rep *Report) record(p pending, reply []byte, now time.Time, o Options) {
 		return
 	}
 	_ = s.captured.RecordValue(max(p.cmd.Total/int64(time.Microsecond), 1))
-	sample := func() Sample {
-		return Sample{Command: p.cmd.Name, Request: trunc(p.cmd.Req), Captured: describe(*c), Replayed: describe(got) + " " + trunc(reply)}
+	if got.IsErr() {
+		rep.ErrorReplies++
+	}
+	// keep adds a sample to *to unless its command has samplesPerCommand
+	// already (n counts them, this one included) or *to is full.
+	keep := func(to *[]Sample, n int64) {
+		if n <= samplesPerCommand && len(*to) < maxSamples {
+			*to = append(*to, Sample{Command: p.cmd.Name, Request: trunc(p.cmd.Req), Captured: describe(*c),
+				Replayed: describe(got) + " " + trunc(reply), cmd: p.cmd})
+		}
 	}
 	switch {
 	case got.IsErr() && !c.IsErr():
 		rep.NewErrors++
 		s.NewErrors++
-		if len(rep.NewErrorSamples) < maxSamples {
-			rep.NewErrorSamples = append(rep.NewErrorSamples, sample())
+		if rep.NewErrorKinds == nil {
+			rep.NewErrorKinds = map[string]int64{}
 		}
+		rep.NewErrorKinds[got.ErrPfx]++
+		keep(&rep.NewErrorSamples, s.NewErrors)
 	case c.IsErr() && !got.IsErr():
 		rep.GoneErrors++
 		s.GoneErrors++
-		if len(rep.GoneErrSamples) < maxSamples {
-			rep.GoneErrSamples = append(rep.GoneErrSamples, sample())
-		}
+		keep(&rep.GoneErrSamples, s.GoneErrors)
 	case c.Flags&capture.ReplyStreamed != 0:
 		// Size and hash were not recorded.
 	case cmp == Errors:
 	case c.Type != got.Type || c.Size != got.Size || cmp == Full && c.Hash != got.Hash:
 		rep.Mismatches++
 		s.Mismatches++
-		if len(rep.MismatchSamples) < maxSamples {
-			rep.MismatchSamples = append(rep.MismatchSamples, sample())
+		if o.Keys != nil {
+			rep.mismatched = append(rep.mismatched, p.cmd)
 		}
+		keep(&rep.MismatchSamples, s.Mismatches)
 	}
 }
 
