@@ -129,16 +129,16 @@ type Sample struct {
 // CommandStats is the comparison for one command name. Latencies are
 // microseconds.
 type CommandStats struct {
-	Count      int64    `json:"count"`
-	Mismatches int64    `json:"mismatches"`
-	NewErrors  int64    `json:"new_errors"`
-	GoneErrors int64    `json:"gone_errors"`
+	Count      int64 `json:"count"`
+	Mismatches int64 `json:"mismatches"`
+	NewErrors  int64 `json:"new_errors"`
+	GoneErrors int64 `json:"gone_errors"`
 	// PossibleRaces is how many of Mismatches touched a key that another
 	// captured connection also wrote near the same time (see Report).
 	PossibleRaces int64    `json:"possible_races"`
-	CapturedUS [3]int64 `json:"captured_p50_p99_p999_us"`
-	ReplayedUS [3]int64 `json:"replayed_p50_p99_p999_us"`
-	SentUS     [3]int64 `json:"replayed_from_send_p50_p99_p999_us"`
+	CapturedUS    [3]int64 `json:"captured_p50_p99_p999_us"`
+	ReplayedUS    [3]int64 `json:"replayed_p50_p99_p999_us"`
+	SentUS        [3]int64 `json:"replayed_from_send_p50_p99_p999_us"`
 	// Ratio is replayed / captured at p50, p99, p99.9 (0 when nothing
 	// was captured).
 	Ratio [3]float64 `json:"ratio_p50_p99_p999"`
