@@ -696,6 +696,22 @@ func (f *facade) listeners(listen string) []string {
 	return out
 }
 
+// busyAddr returns the last of listeners ("tcp://host:port", as
+// listeners gives them) that cannot be bound now, or else: gnet's bind
+// error does not say which of the addresses failed. Last: gnet binds them
+// in order and may still hold those before the one that failed.
+func busyAddr(listeners []string, or string) string {
+	for i := len(listeners) - 1; i >= 0; i-- {
+		a := strings.TrimPrefix(listeners[i], "tcp://")
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return a
+		}
+		_ = ln.Close()
+	}
+	return or
+}
+
 // checkFacade checks the combination of Route and FacadeListen.
 func checkFacade(cfg Config) []error {
 	var errs []error

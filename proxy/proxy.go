@@ -281,7 +281,11 @@ func (p *Proxy) Start() error {
 			p.authStop()
 			<-p.authDone
 		}
-		return fmt.Errorf("proxy: listen %s: %w", p.cfg.Listen, err)
+		addr := p.cfg.Listen
+		if p.facade != nil {
+			addr = busyAddr(p.facade.listeners(p.cfg.Listen), addr)
+		}
+		return fmt.Errorf("proxy: listen %s: %w", addr, err)
 	}
 	return nil
 }

@@ -70,3 +70,33 @@ func TestProxyRouteFacade(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
 	}
 }
+
+// TestProxyFacadeListenBusy: with one of the proxy's addresses taken by
+// another listener (a virtual node's, then --listen's), the proxy exits 1
+// naming that address, not the free one.
+func TestProxyFacadeListenBusy(t *testing.T) {
+	srv := redistest.Start(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := fmt.Sprintf("127.0.0.1:%d", port)
+	for _, tc := range []struct{ listen, node, taken string }{
+		{free, busy.Addr().String(), busy.Addr().String()},
+		{busy.Addr().String(), free, busy.Addr().String()},
+	} {
+		p := start(t, nil, "proxy", "--listen", tc.listen, "--route", "facade", "--shards", srv.Addr(),
+			"--facade-listen", tc.node)
+		if code := p.wait(t); code != exitFailure {
+			t.Fatalf("--listen %s --facade-listen %s: exit %d, want %d\nstderr:\n%s", tc.listen, tc.node, code, exitFailure, p.stderr)
+		}
+		if msg := p.stderr.String(); !strings.Contains(msg, "listen "+tc.taken+": ") || strings.Contains(msg, "listen "+free) {
+			t.Errorf("--listen %s --facade-listen %s: the error does not name the busy address %s:\n%s", tc.listen, tc.node, tc.taken, msg)
+		}
+	}
+}
