@@ -71,7 +71,9 @@ for "-".
 --tag-map FROM=TO renames tag FROM to TO in each log that has it, before
 --tags and the comparison: memtier_benchmark's --hdr-file-prefix logs have
 no tags, so --tag-map '(untagged)=get.total' (or '=get.total') pairs such a
-client-side log with respmeter's get.total. Repeatable.
+client-side log with respmeter's get.total. Repeatable. memtier's interval
+log is PREFIX_FULL_RUN_1.hgrm (or PREFIX_GET_command_run_1.hgrm per
+command); the .txt beside it is a percentile table, which report refuses.
 
 With --plot, also write the latency-by-percentile distribution of every tag
 (of both logs with --compare) as SVG or PNG, chosen by the extension, in the
@@ -90,7 +92,7 @@ that cannot be opened or read.`,
 		Example: `  respmeter report run.hlog
   respmeter report redis.hlog --compare valkey.hlog
   respmeter report a.hlog --compare b.hlog --names before,after --plot cmp.svg
-  respmeter report memtier_FULL_RUN_1.txt --compare run.hlog --tag-map '(untagged)=get.total'
+  respmeter report memtier_FULL_RUN_1.hgrm --compare run.hlog --tag-map '(untagged)=get.total'
   respmeter report run.hlog --json > run.json
   respmeter report redis.hlog --compare valkey.hlog --csv > cmp.csv`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -235,6 +237,10 @@ func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Lo
 	}
 	defer f.Close()
 	l, err := report.Load(f)
+	if errors.Is(err, report.ErrPercentileTable) {
+		hgrm := strings.TrimSuffix(path, filepath.Ext(path)) + ".hgrm"
+		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w; pass the interval log beside it, %s", path, err, hgrm)}
+	}
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w", path, err)}
 	}

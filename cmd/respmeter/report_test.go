@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"image/png"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/spf13/cobra"
 
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
@@ -409,5 +412,56 @@ func TestReportTagMap(t *testing.T) {
 		if _, stderr, code := execReport(t, redis, "--tag-map", bad); code != exitUsage || !strings.Contains(stderr, "--tag-map") {
 			t.Errorf("--tag-map %q: exit %d, stderr %q", bad, code, stderr)
 		}
+	}
+}
+
+// TestReportMemtierHgrm runs memtier_benchmark 2.3.0 with
+// --hdr-file-prefix against redis-server and reads its files: the .hgrm
+// interval log gives the requests memtier sent (1,000 in all, 500 each
+// of SET and GET) over the run's own span, not 2083 (its second column is
+// the interval's end, not its length), and compares with --tag-map; the
+// .txt percentile table beside it is refused with the name of the .hgrm to
+// pass instead.
+func TestReportMemtierHgrm(t *testing.T) {
+	mt, why := redistest.FindMemtier(t)
+	if mt == "" {
+		t.Skip(why)
+	}
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	prefix := filepath.Join(dir, "mt")
+	cmd := exec.Command(mt, "-s", "127.0.0.1", "-p", strconv.Itoa(srv.Port()), "-t", "1", "-c", "2", "-n", "500",
+		"--ratio", "1:1", "--hdr-file-prefix", prefix, "--hide-histogram")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("memtier: %v\n%s", err, out)
+	}
+	full := prefix + "_FULL_RUN_1.hgrm"
+	out, stderr, code := execReport(t, full, "--json")
+	if code != exitOK {
+		t.Fatalf("report %s: exit %d: %s", full, code, stderr)
+	}
+	var j struct {
+		Start, End time.Time
+		Tags       map[string]struct{ Count int64 }
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if n := j.Tags[""].Count; n != 1000 {
+		t.Errorf("count %d, want memtier's 1000 requests\n%s", n, out)
+	}
+	if span := j.End.Sub(j.Start); span < 0 || span > time.Minute || time.Since(j.End) > time.Hour {
+		t.Errorf("the run spans %v to %v: the .hgrm's EndTimestamp column is not read as the end", j.Start, j.End)
+	}
+	for _, c := range []string{"SET", "GET"} {
+		out, stderr, code := execReport(t, prefix+"_"+c+"_command_run_1.hgrm", "--compare", full, "--tag-map", "=total")
+		if r := regexp.MustCompile(`(?m)^total +count +500 +1000 `); code != exitOK || !r.MatchString(out) {
+			t.Errorf("%s against the full run: exit %d, want total count 500 vs 1000:\n%s%s", c, code, out, stderr)
+		}
+	}
+	txt := prefix + "_FULL_RUN_1.txt"
+	_, stderr, code = execReport(t, txt)
+	if code != exitUsage || !strings.Contains(stderr, "memtier_benchmark's percentile table") || !strings.Contains(stderr, "pass the interval log beside it, "+full) {
+		t.Errorf("report %s: exit %d, want %d naming the .hgrm: %s", txt, code, exitUsage, stderr)
 	}
 }

@@ -33,6 +33,10 @@ var (
 	ErrEmpty = errors.New("report: no intervals in log")
 	// ErrTagTaken reports a Rename onto a tag the log already has.
 	ErrTagTaken = errors.New("report: tag already in the log")
+	// ErrPercentileTable reports memtier_benchmark's percentile table (the
+	// .txt file --hdr-file-prefix writes beside the .hgrm interval log),
+	// given where an interval log was expected. It wraps ErrFormat.
+	ErrPercentileTable = fmt.Errorf("%w: this is memtier_benchmark's percentile table, not its interval log", ErrFormat)
 )
 
 // Untagged is the tag under which a Log keeps interval lines that have none
@@ -51,8 +55,13 @@ type Log struct {
 // HistogramLogReader, merging all intervals of each tag. Comment lines
 // (including StartTime and BaseTime), the legend line and blank lines are
 // skipped. It fails with ErrFormat, naming the line, on input that is not
-// such a log, with ErrEmpty if there is no interval, and with r's error if
-// reading fails.
+// such a log (ErrPercentileTable on memtier_benchmark's percentile table),
+// with ErrEmpty if there is no interval, and with r's error if reading
+// fails.
+//
+// memtier_benchmark 2.3.0's .hgrm log has the legend
+// "StartTimestamp","EndTimestamp",... and absolute times: its second
+// column is the interval's end, not its length, and is read as such.
 func Load(r io.Reader) (*Log, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
@@ -60,7 +69,8 @@ func Load(r io.Reader) (*Log, error) {
 	}
 	// HistogramLogReader silently skips lines it does not recognize, so
 	// garbage would read as an empty log: check the lines first.
-	if err := checkLines(data); err != nil {
+	endStamps, err := checkLines(data)
+	if err != nil {
 		return nil, err
 	}
 	l := &Log{hists: make(map[string]*hdrhistogram.Histogram)}
@@ -73,6 +83,10 @@ func Load(r io.Reader) (*Log, error) {
 		if h == nil {
 			break
 		}
+		if endStamps {
+			// The reader took the end for a length: end = start + end.
+			h.SetEndTimeMs(h.EndTimeMs() - h.StartTimeMs())
+		}
 		l.add(h)
 	}
 	if l.intervals == 0 {
@@ -83,22 +97,29 @@ func Load(r io.Reader) (*Log, error) {
 
 // checkLines reports the first line of data that is not blank, a comment
 // ("#..."), a legend ("\"StartTimestamp\",...") or an interval line
-// ("[Tag=T,]start,length,max,histogram").
-func checkLines(data []byte) error {
+// ("[Tag=T,]start,length,max,histogram"), and whether the legend names the
+// second column EndTimestamp (memtier_benchmark's .hgrm).
+func checkLines(data []byte) (endStamps bool, err error) {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, len(data)+1) // lines as long as the input
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimRight(sc.Text(), "\r")
+		if line != "" && line[0] == '"' {
+			endStamps = strings.HasPrefix(line, `"StartTimestamp","EndTimestamp",`)
+		}
 		if line == "" || line[0] == '#' || line[0] == '"' || isIntervalLine(line) {
 			continue
+		}
+		if f := strings.Fields(line); len(f) > 0 && f[0] == "Value" && strings.Contains(line, "Percentile") {
+			return false, ErrPercentileTable
 		}
 		if len(line) > 60 {
 			line = line[:60] + "..."
 		}
-		return fmt.Errorf("%w: line %d is not a comment, legend or [Tag=T,]start,length,max,histogram interval: %q",
+		return false, fmt.Errorf("%w: line %d is not a comment, legend or [Tag=T,]start,length,max,histogram interval: %q",
 			ErrFormat, n, line)
 	}
-	return sc.Err()
+	return endStamps, sc.Err()
 }
 
 func isIntervalLine(line string) bool {
