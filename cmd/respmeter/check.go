@@ -77,7 +77,7 @@ unreachable target or an interrupted run, 2 usage error.`,
 	}
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
-	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError(cmd, err) })
+	cmd.SetFlagErrorFunc(flagError)
 	fl := cmd.Flags()
 	fl.SortFlags = false
 	fl.StringVar(&o.target, "target", "", "address, `HOST:PORT`, of the proxy or engine to check (required)")

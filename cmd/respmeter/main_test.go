@@ -205,7 +205,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no command", nil, "Available Commands:"},
 		{"unknown command", []string{"proxx"}, `unknown command "proxx" for "respmeter" (did you mean "proxy"?)`},
-		{"unknown flag", []string{"proxy", "--lisen", "x"}, "unknown flag: --lisen"},
+		{"unknown flag", []string{"proxy", "--lisen", "x"}, "unknown flag: --lisen (did you mean --listen?)"},
+		{"flag typo", []string{"proxy", "--listne", "x"}, "unknown flag: --listne (did you mean --listen?)"},
 		{"bad int", []string{"proxy", "--loops", "many"}, `invalid argument "many" for "--loops" flag`},
 		{"bad duration", []string{"proxy", "--drain-timeout", "5"}, `invalid argument "5" for "--drain-timeout" flag`},
 		{"bad bool", []string{"proxy", "--measure=maybe"}, `invalid argument "maybe" for "--measure" flag`},
