@@ -86,4 +86,3 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
-
