@@ -317,6 +317,11 @@ func (p *Proxy) run(opts []gnet.Option) error {
 	}
 }
 
+// noauthHint is logged with an engine's NOAUTH refusal of respmeter's own
+// connections: clients authenticate themselves, respmeter's side
+// connections need the password in its configuration.
+const noauthHint = "the engine wants a password: set upstream_password in the config file or RESPMETER_UPSTREAM_PASSWORD (and upstream_user for an ACL user)"
+
 // FetchCommands reads the engine's COMMAND INFO (command.FetchInfo) and
 // returns the effective command table built from it (routing.NewResolver:
 // the engine's entries decide arity, flags, key specs and tips; commands
@@ -348,8 +353,11 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	defer cancel()
 	infos, err := command.FetchInfo(ctx, addr, timeout, cfg.login())
 	if err != nil {
-		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used",
-			"engine", addr, "err", err)
+		attrs := []any{"engine", addr, "err", err}
+		if strings.Contains(err.Error(), "NOAUTH") {
+			attrs = append(attrs, "hint", noauthHint)
+		}
+		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used", attrs...)
 		return routing.NewResolver(nil)
 	}
 	r := routing.NewResolver(infos)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -40,7 +41,26 @@ func captureConfig(f *proxyFlags) (proxy.CaptureConfig, error) {
 	if f.captureDuration < 0 {
 		return cc, fmt.Errorf("--capture-duration %v: must not be negative", f.captureDuration)
 	}
+	if err := checkCaptureFile(f.capture); err != nil {
+		return cc, err
+	}
 	return cc, nil
+}
+
+// checkCaptureFile checks, before the proxy starts listening, what
+// capture.Start checks when it creates path: that path does not exist (a
+// capture is never overwritten) and that its directory does. "" passes.
+func checkCaptureFile(path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("--capture %s: the file exists; a capture never overwrites one (choose another name or remove it)", path)
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--capture %s: no directory %s", path, filepath.Dir(path))
+	}
+	return nil
 }
 
 // startCapture starts cc on p.
