@@ -2,7 +2,9 @@
 #
 # respmeter image: a static binary on distroless, running as non-root.
 #
-#   docker build -t respmeter .
+#   docker build -t respmeter \
+#     --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) .
 #   docker run --rm -p 6380:6380 -p 9121:9121 -e RESPMETER_UPSTREAM=redis:6379 respmeter
 #
 # Inside a container, loopback addresses are unreachable from outside it, so
@@ -17,7 +19,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/respmeter ./cmd/respmeter
+# The build context has no .git, so the Go toolchain cannot stamp the
+# version: "respmeter version" prints VERSION and COMMIT (main.version and
+# main.commit), or "(devel)" when they are not given.
+ARG VERSION=""
+ARG COMMIT=""
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/respmeter ./cmd/respmeter
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/respmeter /usr/local/bin/respmeter

@@ -163,10 +163,19 @@ target platform. The version comes from the module build information.`,
 	}
 }
 
+// version and commit, when set at link time (go build -ldflags "-X
+// main.version=v1.2.3 -X main.commit=<sha>", as the Dockerfile does from
+// its VERSION and COMMIT build arguments), take the place of the module
+// build information, which a build without the module's version (a
+// Docker build context has no .git) leaves at "(devel)". go install
+// module@version needs neither.
+var version, commit string
+
 // versionString is one line: "respmeter v1.2.3 go1.26.8 linux/amd64",
-// plus "commit abc123[+dirty]" when the build recorded VCS information.
+// plus "commit abc123[+dirty]" when the build recorded VCS information or
+// main.commit was stamped; main.version and main.commit, when set, win.
 func versionString() string {
-	v, commit, dirty := "(devel)", "", false
+	v, rev, dirty := "(devel)", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
 			v = bi.Main.Version
@@ -174,21 +183,27 @@ func versionString() string {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
+				rev = s.Value
 			case "vcs.modified":
 				dirty = s.Value == "true"
 			}
 		}
 	}
-	out := fmt.Sprintf("respmeter %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if version != "" {
+		v = version
+	}
 	if commit != "" {
-		if len(commit) > 12 {
-			commit = commit[:12]
+		rev, dirty = commit, false
+	}
+	out := fmt.Sprintf("respmeter %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
 		}
 		if dirty {
-			commit += "+dirty"
+			rev += "+dirty"
 		}
-		out += " commit " + commit
+		out += " commit " + rev
 	}
 	return out
 }
