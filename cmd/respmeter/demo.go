@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -39,6 +42,7 @@ const (
 type demoFlags struct {
 	duration time.Duration
 	conns    int
+	serve    bool
 }
 
 // demoCmd is "respmeter demo".
@@ -52,12 +56,19 @@ PATH on a free loopback port (in a temporary directory, no persistence) or,
 when there is none, an embedded miniredis; put the proxy in front of it on a
 free port with the admin server on another; drive a mixed load through it with
 --conns connections for --duration (SET, GET, INCR, HSET, HGETALL, LPUSH,
-LRANGE, LTRIM; every other connection also sends pipelines of 16 GETs); check
-/metrics, /stats and /slowlog; stop everything and print the latency table,
-the verdict (where the request cycle went: client, path, engine, proxy) and
-the mean time per command in each of those.`,
+LRANGE, LTRIM; every other connection also sends pipelines of 16 GETs) from a
+separate process (this binary re-executed), so that the verdict is about the
+path, the engine and the proxy, not the load generator sharing their process;
+check /metrics, /stats and /slowlog; print the latency table, the verdict
+(where the request cycle went: client, path, engine, proxy) and the mean time
+per command in each of those; stop everything, or with --serve keep the
+proxy, its live page and the engine up until interrupted (Ctrl-C).
+
+The output ends with three lines: the verdict in plain words, what it
+means, and the command that puts respmeter in front of your own engine.`,
 		Example: `  respmeter demo
-  respmeter demo --duration 10s --conns 32`,
+  respmeter demo --duration 10s --conns 32
+  respmeter demo --serve`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.duration <= 0 || f.duration > demoMaxDuration {
@@ -73,6 +84,7 @@ the mean time per command in each of those.`,
 	fs.SortFlags = false
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long to drive load")
 	fs.IntVar(&f.conns, "conns", 8, "number of client connections")
+	fs.BoolVar(&f.serve, "serve", false, "after the load, keep the proxy, its live page and the engine up until interrupted")
 	return cmd
 }
 
@@ -124,14 +136,22 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	defer func() { _ = stopStack() }()
 
 	base := "http://" + st.adminAddr
+	until := "these stop when the demo ends; --serve keeps them up"
+	if f.serve {
+		until = "until interrupted"
+	}
 	fmt.Fprintf(a.stdout, "proxy: %s (%d event loops)\n", st.proxy.Addr(), st.loops)
-	fmt.Fprintf(a.stdout, "metrics: %s/metrics\n", base)
-	fmt.Fprintf(a.stdout, "stats: %s/stats\n", base)
-	fmt.Fprintf(a.stdout, "slowlog: %s/slowlog\n", base)
+	fmt.Fprintf(a.stdout, "live page: %s/ (%s)\n", base, until)
+	fmt.Fprintf(a.stdout, "metrics: %s/metrics, stats: %s/stats, slowlog: %s/slowlog\n", base, base, base)
 	fmt.Fprintf(a.stdout, "load: %d connections for %v: SET GET INCR HSET HGETALL LPUSH LRANGE LTRIM, pipelines of %d GETs on every other connection\n",
 		f.conns, f.duration, demoPipeline)
 
-	res := driveLoad(ctx, st.proxy.Addr(), f.conns, f.duration)
+	res, err := loadProcess(ctx, st.proxy.Addr(), f.conns, f.duration)
+	if err != nil {
+		return failure(err)
+	}
+	fmt.Fprintf(a.stdout, "load: ran in its own process (pid %d, %.3f s of CPU), apart from the proxy (pid %d)\n",
+		res.Pid, res.CPUSeconds, os.Getpid())
 
 	samples, err := scrapeMetrics(ctx, base+"/metrics")
 	if err != nil {
@@ -148,19 +168,66 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	fmt.Fprintf(a.stdout, "scraped: /metrics (%d respmeter_ samples), /stats (%d bytes of JSON), /slowlog (%d bytes of JSON)\n\n",
 		samples, len(statsBytes), len(slowBytes))
 
-	if err := stopStack(); err != nil {
-		return failure(err)
+	if !f.serve {
+		if err := stopStack(); err != nil {
+			return failure(err)
+		}
 	}
 	if err := st.writeTables(a.stdout); err != nil {
 		return failure(err)
 	}
-	rate := float64(res.commands) / res.elapsed.Seconds()
+	rate := float64(res.Commands) / res.ElapsedSeconds
 	fmt.Fprintf(a.stdout, "\ndemo: %d commands in %.1fs (%.0f/s) over %d connections, %d errors\n",
-		res.commands, res.elapsed.Seconds(), rate, f.conns, res.errors)
-	if res.errors > 0 {
-		return failure(fmt.Errorf("demo load saw %d errors; first: %w", res.errors, res.firstErr))
+		res.Commands, res.ElapsedSeconds, rate, f.conns, res.Errors)
+	if f.serve {
+		fmt.Fprintf(a.stdout, "serving until interrupted (Ctrl-C): live page %s/, proxy %s, engine %s\n", base, st.proxy.Addr(), eng.addr)
+	}
+	v := st.analyzer.sinceStart(st.set.Sums(), st.analyzer.engineMeans())
+	words, meaning := plainVerdict(v.Bound)
+	fmt.Fprintf(a.stdout, "\nIn plain words: %s (%s).\n", words, v.Bound)
+	fmt.Fprintf(a.stdout, "What it means: %s\n", meaning)
+	d := configs.Default()
+	fmt.Fprintf(a.stdout, "Next, in front of your own engine: respmeter proxy --upstream %s   (your engine's host:port; point your clients at %s, open http://%s/)\n",
+		d.Upstream, d.Listen, d.Admin)
+	if res.Errors > 0 {
+		return failure(fmt.Errorf("demo load saw %d errors; first: %s", res.Errors, res.FirstError))
+	}
+	if f.serve {
+		<-ctx.Done()
+		if err := stopStack(); err != nil {
+			return failure(err)
+		}
 	}
 	return nil
+}
+
+// plainVerdict says what the verdict's bound (split.Verdict.Bound) means
+// for the demo's reader: what took the time, and what follows from it.
+func plainVerdict(bound string) (words, meaning string) {
+	switch bound {
+	case "client-bound":
+		return "most of each request's cycle was the clients' own time between requests",
+			"the load generator set the pace, not the proxy or the engine: more connections or pipelining load the engine harder."
+	case "path-bound":
+		return "most of each request's cycle was the path between proxy and engine (kernel, network)",
+			"neither the engine nor respmeter was the limit; over a real network this part grows with the round trip."
+	case "engine-bound":
+		return "most of each request's cycle was the engine executing commands",
+			"the engine's own work is the limit: the table shows which commands cost most."
+	case "engine-saturated":
+		return "requests queued for the engine's command thread, which was busy",
+			"the engine is at its capacity for this load: fewer costly commands, or more shards, help."
+	case "engine-starved":
+		return "the engine waited for a CPU more than anything else",
+			"this host is short of CPU for the engine, the proxy and the load together; the figures say more about the host than the engine."
+	case "proxy-bound":
+		return "respmeter's own processing was the largest part of each request's cycle",
+			"on one loopback host the proxy's cost shows most; in front of an engine across a network, the path usually dominates."
+	case "proxy-saturated":
+		return "respmeter's event loops were never idle, or waited for a CPU",
+			"this host is short of CPU for the proxy: give it more cores (--loops) or run the clients elsewhere."
+	}
+	return "no requests were measured", "the load did not reach the proxy: the errors above say why."
 }
 
 // loadResult is what one or all demo workers did.
@@ -295,4 +362,79 @@ func scrapeMetrics(ctx context.Context, url string) (int, error) {
 		return 0, fmt.Errorf("GET %s: no respmeter_ samples", url)
 	}
 	return n, nil
+}
+
+// demoLoadCmd is "respmeter demo-load", hidden: the demo's load generator,
+// run by the demo as a process of its own (loadProcess). It drives --conns
+// connections against --addr for --duration and writes a demoLoadReport as
+// JSON to stdout; SIGINT/SIGTERM end the load early.
+func (a *app) demoLoadCmd() *cobra.Command {
+	var addr string
+	var f demoFlags
+	cmd := &cobra.Command{
+		Use:    "demo-load --addr HOST:PORT",
+		Short:  "The demo's load generator (run by respmeter demo)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			res := driveLoad(ctx, addr, f.conns, f.duration)
+			rep := demoLoadReport{Commands: res.commands, Errors: res.errors, ElapsedSeconds: res.elapsed.Seconds()}
+			if res.firstErr != nil {
+				rep.FirstError = res.firstErr.Error()
+			}
+			return json.NewEncoder(a.stdout).Encode(rep)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&addr, "addr", "", "`host:port` to drive")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long to drive load")
+	fs.IntVar(&f.conns, "conns", 8, "number of client connections")
+	return cmd
+}
+
+// demoLoadReport is what the demo's load process did. Pid and CPUSeconds
+// (user and system time) are filled in by loadProcess.
+type demoLoadReport struct {
+	Commands       int64   `json:"commands"`
+	Errors         int64   `json:"errors"`
+	FirstError     string  `json:"first_error,omitempty"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	Pid            int     `json:"-"`
+	CPUSeconds     float64 `json:"-"`
+}
+
+// loadProcess runs the demo's load against addr in a process of its own
+// (this executable, "demo-load"), so that the load generator does not
+// share the proxy's process, scheduler and garbage collector, and returns
+// its report. Cancelling ctx interrupts it (SIGINT); it still reports.
+func loadProcess(ctx context.Context, addr string, conns int, d time.Duration) (demoLoadReport, error) {
+	var rep demoLoadReport
+	exe, err := os.Executable()
+	if err != nil {
+		return rep, fmt.Errorf("demo load: %w", err)
+	}
+	var out, errb bytes.Buffer
+	cmd := exec.Command(exe, "demo-load", "--addr", addr, "--conns", strconv.Itoa(conns), "--duration", d.String())
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		return rep, fmt.Errorf("demo load: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = cmd.Process.Signal(os.Interrupt)
+		case <-done:
+		}
+	}()
+	werr := cmd.Wait()
+	close(done)
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return rep, fmt.Errorf("demo load: %v (%w)\n%s", err, werr, errb.String())
+	}
+	rep.Pid = cmd.Process.Pid
+	rep.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return rep, nil
 }

@@ -211,7 +211,11 @@ func TestPortInUse(t *testing.T) {
 }
 
 // TestDemo runs "respmeter demo" with redis-server and, with PATH emptied,
-// with the embedded miniredis.
+// with the embedded miniredis. The load runs in a process of its own (a
+// pid other than the demo's, with CPU time of its own), the live page's
+// URL is printed with the warning that it stops with the demo, and the
+// output ends with the verdict in plain words, what it means and the
+// command to run next.
 func TestDemo(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -231,11 +235,15 @@ func TestDemo(t *testing.T) {
 					t.Skipf("redis-server not in PATH: %v", err)
 				}
 			}
-			stdout, stderr, code := runCLI(t, tc.env, "demo", "--duration", "700ms", "--conns", "4")
+			p := start(t, tc.env, "demo", "--duration", "700ms", "--conns", "4")
+			code := p.wait(t)
+			stdout, stderr := p.stdout.String(), p.stderr.String()
 			if code != exitOK {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
-			for _, want := range []string{tc.engine, "/metrics\n", "/stats\n", tableHeader, " 0 errors\n"} {
+			checkDemoOutput(t, stdout, p.cmd.Process.Pid)
+			for _, want := range []string{tc.engine, "/metrics,", "/stats,", tableHeader, " 0 errors\n",
+				"(these stop when the demo ends; --serve keeps them up)\n"} {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("stdout does not contain %q:\n%s", want, stdout)
 				}
@@ -255,6 +263,68 @@ func TestDemo(t *testing.T) {
 				t.Errorf("engine at %s still accepts connections after demo exited", m[1])
 			}
 		})
+	}
+}
+
+// checkDemoOutput checks what every demo prints: the live page's URL, a
+// load process apart from the demo's (pid demoPid), and the three closing
+// lines. It returns the live page's URL.
+func checkDemoOutput(t *testing.T, stdout string, demoPid int) string {
+	t.Helper()
+	live := regexp.MustCompile(`(?m)^live page: (http://127\.0\.0\.1:\d+/) `).FindStringSubmatch(stdout)
+	if live == nil {
+		t.Fatalf("no live page URL:\n%s", stdout)
+	}
+	m := regexp.MustCompile(`(?m)^load: ran in its own process \(pid (\d+), (\d+\.\d+) s of CPU\), apart from the proxy \(pid (\d+)\)$`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no load process line:\n%s", stdout)
+	}
+	if cpu, _ := strconv.ParseFloat(m[2], 64); m[1] == m[3] || m[3] != strconv.Itoa(demoPid) || cpu <= 0 {
+		t.Errorf("load pid %s with %s s of CPU, proxy pid %s, demo pid %d: want the load in a process of its own that used CPU", m[1], m[2], m[3], demoPid)
+	}
+	lines := strings.Split(strings.TrimRight(stdout, "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("output too short:\n%s", stdout)
+	}
+	last := lines[len(lines)-3:]
+	if !regexp.MustCompile(`^In plain words: .+ \((client|path|proxy|engine)-(bound|saturated|starved)\)\.$`).MatchString(last[0]) ||
+		!strings.HasPrefix(last[1], "What it means: ") ||
+		!strings.HasPrefix(last[2], "Next, in front of your own engine: respmeter proxy --upstream 127.0.0.1:6379 ") {
+		t.Errorf("the output does not end with the plain verdict, its meaning and the next command:\n%s", strings.Join(last, "\n"))
+	}
+	return live[1]
+}
+
+// TestDemoServe: demo --serve keeps the live page, /metrics and the engine
+// up after the load until SIGINT, then stops them and exits 0.
+func TestDemoServe(t *testing.T) {
+	p := start(t, nil, "demo", "--duration", "300ms", "--conns", "2", "--serve")
+	m := p.waitFor(t, p.stdout, `(?m)^serving until interrupted \(Ctrl-C\): live page (\S+), proxy (\S+), engine (\S+)$`)
+	live := checkDemoOutput(t, p.stdout.String(), p.cmd.Process.Pid)
+	if live != m[1] {
+		t.Errorf("serving %s, live page printed as %s", m[1], live)
+	}
+	if !strings.Contains(p.stdout.String(), "(until interrupted)") {
+		t.Errorf("--serve: the live page line does not say it stays up:\n%s", p.stdout)
+	}
+	time.Sleep(200 * time.Millisecond) // past the load: still serving
+	if body := httpGet(t, live); !strings.Contains(body, "<html") {
+		t.Errorf("GET %s: not the live page:\n%.300s", live, body)
+	}
+	if body := httpGet(t, live+"metrics"); !strings.Contains(body, "respmeter_commands_total") {
+		t.Errorf("GET %smetrics: no respmeter_commands_total", live)
+	}
+	c := redistest.Dial(t, m[2])
+	c.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+	p.signal(t, syscall.SIGINT)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGINT\nstderr:\n%s", code, p.stderr)
+	}
+	for _, a := range []string{strings.TrimSuffix(strings.TrimPrefix(live, "http://"), "/"), m[3]} {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after the demo exited", a)
+		}
 	}
 }
 
