@@ -354,9 +354,9 @@ func TestEditDistance(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
 		want int
-	}{{"", "", 0}, {"lisen", "listen", 1}, {"kitten", "sitting", 3}, {"abc", "", 3}} {
-		if got := editDistance(tc.a, tc.b); got != tc.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+	}{{"", "", 0}, {"lisen", "listen", 1}, {"listne", "listen", 1}, {"kitten", "sitting", 3}, {"abc", "", 3}, {"", "abc", 3}} {
+		if got := EditDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("EditDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
 	}
 }

@@ -389,15 +389,19 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) (keys []string, er
 func suggest(key string) string {
 	best, bestD := "", 3
 	for _, f := range fields {
-		if d := editDistance(strings.ToLower(key), f.key); d < bestD {
+		if d := EditDistance(strings.ToLower(key), f.key); d < bestD {
 			best, bestD = f.key, d
 		}
 	}
 	return best
 }
 
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b, in bytes,
+// with a swap of two neighbours counted as one edit (optimal string
+// alignment: "listne" is one edit from "listen"). It ranks the "did you
+// mean" suggestions for unknown configuration keys and flags.
+func EditDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -411,8 +415,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/respmeter/respmeter/configs"
 )
 
 // flagError is every command's cobra FlagErrorFunc: a usage error, with
@@ -42,7 +44,7 @@ func suggestFlags(cmd *cobra.Command, name string) []string {
 			return
 		}
 		seen[f.Name] = true
-		d := editDistance(strings.ToLower(name), f.Name)
+		d := configs.EditDistance(strings.ToLower(name), f.Name)
 		if strings.HasPrefix(f.Name, name) && name != "" {
 			d = min(d, 1)
 		}
@@ -58,31 +60,4 @@ func suggestFlags(cmd *cobra.Command, name string) []string {
 		out = append(out, c.flag)
 	}
 	return out
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes), with
-// a swap of two neighbours counted as one edit (optimal string alignment),
-// so that --listne is one edit from --listen.
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }

@@ -56,14 +56,3 @@ func TestFlagTypoSuggestions(t *testing.T) {
 		t.Errorf("proxy --zzzzzzzz: exit %d, want %d and no guess:\n%s", code, exitUsage, errb.String())
 	}
 }
-
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		d    int
-	}{{"listne", "listen", 1}, {"lisen", "listen", 1}, {"", "abc", 3}, {"abc", "abc", 0}, {"kitten", "sitting", 3}} {
-		if d := editDistance(tc.a, tc.b); d != tc.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, d, tc.d)
-		}
-	}
-}
