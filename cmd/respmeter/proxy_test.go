@@ -299,7 +299,12 @@ func checkDemoOutput(t *testing.T, stdout string, demoPid int) string {
 // up after the load until SIGINT, then stops them and exits 0.
 func TestDemoServe(t *testing.T) {
 	p := start(t, nil, "demo", "--duration", "300ms", "--conns", "2", "--serve")
-	m := p.waitFor(t, p.stdout, `(?m)^serving until interrupted \(Ctrl-C\): live page (\S+), proxy (\S+), engine (\S+)$`)
+	// The closing lines come last: wait for them, then read the rest.
+	p.waitFor(t, p.stdout, `(?m)^Next, in front of your own engine: .*\n`)
+	m := regexp.MustCompile(`(?m)^serving until interrupted \(Ctrl-C\): live page (\S+), proxy (\S+), engine (\S+)$`).FindStringSubmatch(p.stdout.String())
+	if m == nil {
+		t.Fatalf("no serving line:\n%s", p.stdout)
+	}
 	live := checkDemoOutput(t, p.stdout.String(), p.cmd.Process.Pid)
 	if live != m[1] {
 		t.Errorf("serving %s, live page printed as %s", m[1], live)
