@@ -26,6 +26,15 @@ type write struct {
 // to find where each mismatching command was, once for the writes of the
 // keys they touched.
 func (rep *Report) classify(w *capture.Workload, o Options) {
+	defer func() {
+		// The report keeps nothing of the workload.
+		rep.mismatched = nil
+		for _, ss := range [][]Sample{rep.MismatchSamples, rep.NewErrorSamples, rep.GoneErrSamples} {
+			for i := range ss {
+				ss[i].cmd = nil
+			}
+		}
+	}()
 	if o.Keys == nil || len(rep.mismatched) == 0 {
 		return
 	}
@@ -108,7 +117,6 @@ func (rep *Report) classify(w *capture.Workload, o Options) {
 			s.Class = "not a race: no other captured connection wrote its keys within the window"
 		}
 	}
-	rep.mismatched = nil
 }
 
 // Refused reports whether the target refused the replay rather than
