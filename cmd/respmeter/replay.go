@@ -36,6 +36,7 @@ type replayFlags struct {
 	user        string
 	auth        string
 	progress    bool
+	part        partitionFlags
 }
 
 // authEnv is the environment variable replay reads the target's password
@@ -79,7 +80,7 @@ is kept up to date on stderr when it is a terminal, or written once a
 second with --progress; the last one when the replay ends.
 
 Exit codes: 0 replayed (whatever the differences), 1 runtime failure, 2
-usage error.`,
+usage error.`+partitionHelp,
 		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
   respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
 		Args: cobra.MinimumNArgs(1),
@@ -103,6 +104,7 @@ usage error.`,
 	fs.StringVar(&f.user, "user", "", "`user` to AUTH as on the target (ACL; needs --auth)")
 	fs.StringVar(&f.auth, "auth", "", "`password` to AUTH with on the target; prefer $"+authEnv+", the process list shows flags")
 	fs.BoolVar(&f.progress, "progress", false, "write a progress line to stderr once a second even when it is not a terminal")
+	f.part.register(fs)
 	return cmd
 }
 
@@ -128,6 +130,11 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		}
 		o.Connections = n
 	}
+	part, startAt, err := f.part.parse(cmd, time.Now())
+	if err != nil {
+		return err
+	}
+	o.StartAt = startAt
 	w, err := capture.Load(files...)
 	if err != nil {
 		return failure(err)
@@ -154,6 +161,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 			return !r.Info(r.Lookup([]byte(name))).Flags.Has(command.FlagReadonly)
 		}
 	}
+	w, all := part.Select(w, slotOf(r))
 	start := time.Now()
 	stopProgress := func() {}
 	if tty := isTerminal(stderr); tty || f.progress {
@@ -169,12 +177,20 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		return failure(err)
 	}
 	end := time.Now()
+	if rep.Start != nil {
+		start = rep.Start.At // the schedule's start, not the wait's
+	}
 	writeReplayReport(stdout, rep, f.slower)
+	writeWorkerReport(stdout, part, rep, len(w.Conns), len(all))
 	for _, e := range rep.ConnErrors {
 		fmt.Fprintf(stderr, "respmeter: replay: %s\n", e)
 	}
 	if f.jsonOut != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
+		doc, err := replay.NewWorkerDoc(rep, part, o.Speed, w.Start, all, connNames(w))
+		var b []byte
+		if err == nil {
+			b, err = json.MarshalIndent(doc, "", "  ")
+		}
 		if err == nil {
 			err = os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
 		}

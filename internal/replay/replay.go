@@ -70,6 +70,11 @@ type Options struct {
 	// latency from the intended send time, from the readers' goroutines
 	// (concurrently).
 	Observe func(name string, lat time.Duration)
+	// StartAt, when not zero, is the wall-clock instant the schedule
+	// starts at (captured time 0), once the connections are made: workers
+	// on several machines given the same StartAt start together, as far
+	// as their clocks agree (Report.Start).
+	StartAt time.Time
 }
 
 // Compare is how a reply is compared with the captured one.
@@ -153,6 +158,8 @@ type Report struct {
 	SendLagP99US int64 `json:"send_lag_p99_us"`
 	// ConnErrors are connections that failed (dial, write, read).
 	ConnErrors []string `json:"connection_errors,omitempty"`
+	// Start is the schedule's start with Options.StartAt, nil without.
+	Start *Start `json:"start,omitempty"`
 
 	mu  sync.Mutex
 	lag *hdrhistogram.Histogram
@@ -226,6 +233,15 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 		}
 	}
 	start := time.Now()
+	if !o.StartAt.IsZero() {
+		var err error
+		if start, err = rep.startAt(ctx, o.StartAt); err != nil {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range rc {
 		wg.Add(1)
