@@ -80,7 +80,7 @@ is kept up to date on stderr when it is a terminal, or written once a
 second with --progress; the last one when the replay ends.
 
 Exit codes: 0 replayed (whatever the differences), 1 runtime failure, 2
-usage error.`+partitionHelp,
+usage error.` + partitionHelp,
 		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
   respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
 		Args: cobra.MinimumNArgs(1),

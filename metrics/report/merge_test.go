@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
