@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -246,5 +248,115 @@ func TestPartitionedReplay(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "--partition") {
 			t.Errorf("--partition %s: exit %d, want 2\n%s", bad, code, errOut)
 		}
+	}
+}
+
+// engineCalls returns INFO commandstats' calls and failed_calls of each
+// command (Redis 7+).
+func engineCalls(t *testing.T, srv *redistest.Server) map[string][2]int64 {
+	t.Helper()
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][2]int64{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		var v [2]int64
+		for _, f := range strings.Split(rest, ",") {
+			k, n, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				v[0], _ = strconv.ParseInt(n, 10, 64)
+			case "failed_calls":
+				v[1], _ = strconv.ParseInt(n, 10, 64)
+			}
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// TestMergeProxySummaries: two proxies in front of one redis-server, each
+// with --summary and --hdr-log, under load from redis-benchmark and a
+// go-redis client (with error replies); `report merge` of the two
+// summaries and logs counts each command as the engine's commandstats
+// do (calls, and errors as failed_calls), with percentiles from the
+// merged logs; the same summary twice is refused.
+func TestMergeProxySummaries(t *testing.T) {
+	bench := redistest.SkipIfUnavailable(t)
+	bench = filepath.Join(filepath.Dir(bench), "redis-benchmark")
+	if _, err := os.Stat(bench); err != nil {
+		t.Skipf("redis-benchmark beside redis-server: %v", err)
+	}
+	srv := redistest.Start(t)
+	srv.DoT(t, "SET", "text", "not a number")
+	dir := t.TempDir()
+	var files []string
+	var procs []*proc
+	var addrs []string
+	for i := range 2 {
+		sum, hlog := filepath.Join(dir, fmt.Sprintf("p%d.json", i)), filepath.Join(dir, fmt.Sprintf("p%d.hlog", i))
+		p, addr, _ := startProxy(t, srv.Addr(), "--summary", sum, "--hdr-log", hlog, "--hdr-interval", "200ms",
+			"--engine-poll", "0", "--probe-interval", "0")
+		files = append(files, sum, hlog)
+		procs, addrs = append(procs, p), append(addrs, addr)
+	}
+	srv.DoT(t, "CONFIG", "RESETSTAT")
+	ctx := context.Background()
+	for i, addr := range addrs {
+		host, port, _ := strings.Cut(addr, ":")
+		n := strconv.Itoa(1000 * (i + 1)) // the proxies see different loads
+		if out, err := exec.Command(bench, "-h", host, "-p", port, "-t", "set,get,incr,lpush", "-n", n, "-c", "4", "-P", "4", "-q").CombinedOutput(); err != nil {
+			t.Fatalf("redis-benchmark through %s: %v\n%s", addr, err, out)
+		}
+		c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+		for range 5 * (i + 1) {
+			if err := c.Incr(ctx, "text").Err(); err == nil {
+				t.Fatal("INCR of text succeeded")
+			}
+		}
+		_ = c.Close()
+	}
+	want := engineCalls(t, srv)
+	for _, p := range procs {
+		p.signal(t, syscall.SIGTERM)
+		if code := p.wait(t); code != exitOK {
+			t.Fatalf("proxy exit %d\n%s", code, p.stderr)
+		}
+	}
+
+	out, errOut, code := runCLI(t, nil, append([]string{"report", "merge", "--json"}, files...)...)
+	if code != exitOK {
+		t.Fatalf("merge: exit %d\n%s\n%s", code, out, errOut)
+	}
+	var m summaryTable
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, name := range []string{"set", "get", "incr", "lpush"} {
+		r, w := m.Commands[name], want[name]
+		if r == nil || r.Count != w[0] || r.Errors != w[1] {
+			t.Errorf("%s: merged %+v, engine calls %d, failed %d", name, r, w[0], w[1])
+			continue
+		}
+		if r.PerProxy[0] == 0 || r.PerProxy[1] == 0 || r.Total["p99"] <= 0 {
+			t.Errorf("%s: per proxy %v, merged p99 %v s: want both proxies and percentiles from the logs", name, r.PerProxy, r.Total["p99"])
+		}
+	}
+	if w := want["incr"]; w[1] != 15 {
+		t.Errorf("engine: incr failed %d times, want 15", w[1])
+	}
+	text, _, code := runCLI(t, nil, append([]string{"report", "merge"}, files...)...)
+	t.Logf("merged proxies:\n%s", text)
+	if code != exitOK || !strings.Contains(text, "merged 2 proxies") {
+		t.Errorf("merge text: exit %d\n%s", code, text)
+	}
+	_, errOut, code = runCLI(t, nil, "report", "merge", files[0], files[2], files[0])
+	if code != exitUsage || !strings.Contains(errOut, "counted twice") {
+		t.Errorf("merge of one summary twice: exit %d, want 2\n%s", code, errOut)
 	}
 }
