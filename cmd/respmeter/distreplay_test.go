@@ -112,7 +112,7 @@ func checkOrder(t *testing.T, dst *redistest.Server, what string) {
 }
 
 // readWorkerDoc reads a replay --json report.
-func readWorkerDoc(t *testing.T, path string) *replay.WorkerDoc {
+func readWorkerDoc(t testing.TB, path string) *replay.WorkerDoc {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {

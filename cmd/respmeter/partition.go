@@ -125,6 +125,10 @@ func writeWorkerReport(out io.Writer, p replay.Partition, rep *replay.Report, re
 	if s := rep.Start; s != nil {
 		fmt.Fprintf(out, "start at %s, start skew %.3f ms (this machine's clock)\n",
 			s.At.UTC().Format(time.RFC3339Nano), float64(s.SkewUS)/1e3)
+		if s.ReadyUS < 0 {
+			fmt.Fprintf(out, "warning: ready only %.3f ms after the start time (loading the capture, connecting): give a later --start-at\n",
+				-float64(s.ReadyUS)/1e3)
+		}
 	}
 }
 

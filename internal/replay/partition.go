@@ -129,11 +129,17 @@ type Start struct {
 	// than a few hundred µs only when they took past At). Between
 	// machines add their clocks' offsets (chronyc tracking).
 	SkewUS int64 `json:"skew_us"`
+	// ReadyUS is how long before At the replay was ready to start
+	// (connected, connection state sent), in microseconds; negative when
+	// it was ready only after At, which then is most of the skew: a later
+	// At leaves the workers time to load the capture and connect.
+	ReadyUS int64 `json:"ready_before_us"`
 }
 
 // startAt waits for at and records the skew in rep.Start. It returns the
 // schedule's start: at, with this process's monotonic clock reading.
 func (rep *Report) startAt(ctx context.Context, at time.Time) (time.Time, error) {
+	ready := time.Until(at)
 	tm := time.NewTimer(time.Hour)
 	tm.Stop()
 	if err := waitUntil(ctx, at, tm); err != nil {
@@ -141,7 +147,7 @@ func (rep *Report) startAt(ctx context.Context, at time.Time) (time.Time, error)
 	}
 	now := time.Now()
 	skew := now.Sub(at)
-	rep.Start = &Start{At: at, SkewUS: int64(skew / time.Microsecond)}
+	rep.Start = &Start{At: at, SkewUS: int64(skew / time.Microsecond), ReadyUS: int64(ready / time.Microsecond)}
 	return now.Add(-skew), nil
 }
 
