@@ -154,11 +154,15 @@ func TestPartitionedReplay(t *testing.T) {
 	startAt := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
 	procs := make([]*proc, workers)
 	files := make([]string, workers)
+	results := filepath.Join(dir, "results")
+	if err := os.Mkdir(results, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for i := range workers {
-		files[i] = filepath.Join(dir, fmt.Sprintf("w%d.json", i))
+		files[i] = filepath.Join(results, fmt.Sprintf("w%d.json", i))
 		procs[i] = start(t, nil, "replay", capPath, "--target", dst.Addr(), "--speed", "1",
 			"--partition", fmt.Sprintf("%d/%d", i, workers), "--start-at", startAt,
-			"--json", files[i], "--hdr-log", filepath.Join(dir, fmt.Sprintf("w%d.hlog", i)))
+			"--json", files[i], "--hdr-log", filepath.Join(results, fmt.Sprintf("w%d.hlog", i)))
 	}
 	for i, p := range procs {
 		if code := p.wait(t); code != exitOK {
@@ -215,9 +219,11 @@ func TestPartitionedReplay(t *testing.T) {
 		}
 		t.Logf("worker %s: %d commands, start skew %d µs", w.Partition, w.Commands, *w.StartSkewUS)
 	}
-	text, _, code := runCLI(t, nil, append([]string{"report", "merge"}, files...)...)
+	// A directory stands for its reports and logs, as the Kubernetes
+	// merge pod gives the results volume.
+	text, _, code := runCLI(t, nil, "report", "merge", results)
 	t.Logf("merged report:\n%s", text)
-	for _, s := range []string{"merged 4 of 4 partitions", "start skew:", "bottleneck:", "replayed " + strconv.FormatInt(want.Commands, 10) + " commands"} {
+	for _, s := range []string{"merged 4 of 4 partitions", "start skew:", "bottleneck:", "replayed " + strconv.FormatInt(want.Commands, 10) + " commands", "merged HDR logs", "rpush.total"} {
 		if code != exitOK || !strings.Contains(text, s) {
 			t.Errorf("merge text report (exit %d) lacks %q:\n%s", code, s, text)
 		}
@@ -350,7 +356,8 @@ func TestMergeProxySummaries(t *testing.T) {
 	if w := want["incr"]; w[1] != 15 {
 		t.Errorf("engine: incr failed %d times, want 15", w[1])
 	}
-	text, _, code := runCLI(t, nil, append([]string{"report", "merge"}, files...)...)
+	// The directory holds the two summaries and logs.
+	text, _, code := runCLI(t, nil, "report", "merge", dir)
 	t.Logf("merged proxies:\n%s", text)
 	if code != exitOK || !strings.Contains(text, "merged 2 proxies") {
 		t.Errorf("merge text: exit %d\n%s", code, text)

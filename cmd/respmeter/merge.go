@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -23,7 +24,7 @@ func newReportMergeCmd(stdout, stderr io.Writer) *cobra.Command {
 	var jsonOut bool
 	var slower float64
 	cmd := &cobra.Command{
-		Use:   "merge FILE...",
+		Use:   "merge FILE|DIR...",
 		Short: "Merge the reports of partitioned replay workers, or several proxies' summaries and HDR logs, into one",
 		Long: `Merge several reports into one.
 
@@ -46,9 +47,13 @@ logs (--hdr-log), given too, add each command's percentiles of total
 time from the merged histograms. HDR logs alone give the merged table of
 'respmeter report'. The same file twice is refused.
 
+A directory stands for its .json and .hlog files (a results volume the
+workers all wrote to).
+
 Exit codes: 0 merged, 1 merged but incomplete (missing partitions), 2
 usage error or reports that cannot be merged.`,
 		Example: `  respmeter report merge worker-0.json worker-1.json worker-2.json worker-3.json
+  respmeter report merge /results
   respmeter report merge proxy-a.json proxy-b.json proxy-a.hlog proxy-b.hlog`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 1 {
@@ -155,7 +160,37 @@ func readMergeInputs(files []string) (*mergeInputs, error) {
 	return in, errors.Join(errs...)
 }
 
+// expandDirs replaces each directory among paths with its *.json and
+// *.hlog files, sorted: a results volume where every worker wrote.
+func expandDirs(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		var found []string
+		for _, pat := range []string{"*.json", "*.hlog"} {
+			m, err := filepath.Glob(filepath.Join(p, pat))
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, m...)
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no .json or .hlog files", p)
+		}
+		sort.Strings(found)
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
 func runMerge(cmd *cobra.Command, stdout io.Writer, files []string, jsonOut bool, slower float64) error {
+	files, err := expandDirs(files)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
 	in, err := readMergeInputs(files)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
@@ -249,11 +284,7 @@ func writeMergedReplay(out io.Writer, m *replay.Merged, slower float64) {
 		fmt.Fprintf(out, "start skew: %.3f to %.3f ms by each worker's clock (add the clocks' offsets: chronyc tracking)\n",
 			float64(minSkew)/1e3, float64(maxSkew)/1e3)
 	}
-	if m.Bottleneck >= 0 {
-		fmt.Fprintf(out, "bottleneck: worker %s: %s\n", m.Workers[m.Bottleneck].Partition, m.Why)
-	} else {
-		fmt.Fprintf(out, "bottleneck: %s\n", m.Why)
-	}
+	fmt.Fprintf(out, "bottleneck: %s\n", m.Why)
 	if len(m.Missing) > 0 || len(m.Unreplayed) > 0 {
 		fmt.Fprintf(out, "INCOMPLETE: partitions %v missing; connections never replayed: %s\n", m.Missing, joinNames(m.Unreplayed))
 	}

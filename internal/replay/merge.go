@@ -301,7 +301,7 @@ func bottleneck(ws []WorkerRow, speed float64) (int, string) {
 				b = i
 			}
 		}
-		return b, fmt.Sprintf("at speed max the slowest worker sets the duration: %s took %.3f s", ws[b].Partition, ws[b].Seconds)
+		return b, fmt.Sprintf("worker %s, the slowest (%.3f s): at speed max it sets the duration", ws[b].Partition, ws[b].Seconds)
 	}
 	b := -1
 	for i, w := range ws {
@@ -318,7 +318,7 @@ func bottleneck(ws []WorkerRow, speed float64) (int, string) {
 			others = append(others, fmt.Sprintf("%s %.1f%%", w.Partition, w.LatePercent))
 		}
 	}
-	why := fmt.Sprintf("%s sent %.1f%% of its batches more than %v late (send lag p99 %d µs)", ws[b].Partition, ws[b].LatePercent, LateAfter, ws[b].SendLagP99)
+	why := fmt.Sprintf("worker %s sent %.1f%% of its batches more than %v late (send lag p99 %d µs)", ws[b].Partition, ws[b].LatePercent, LateAfter, ws[b].SendLagP99)
 	if len(others) > 0 {
 		why += "; others " + strings.Join(others, ", ")
 	}

@@ -224,7 +224,7 @@ func TestMergePercentilesExact(t *testing.T) {
 	if got.Count != one.TotalCount() || m.Report.Commands != one.TotalCount() || m.Report.Mismatches != 0+1+2+3 {
 		t.Errorf("merged count %d, commands %d, mismatches %d; want %d, %d, 6", got.Count, m.Report.Commands, m.Report.Mismatches, one.TotalCount(), one.TotalCount())
 	}
-	if m.Bottleneck != 3 || !strings.Contains(m.Why, "3/4 sent 9.0%") {
+	if m.Bottleneck != 3 || !strings.Contains(m.Why, "worker 3/4 sent 9.0%") {
 		t.Errorf("bottleneck %d (%s), want worker 3/4", m.Bottleneck, m.Why)
 	}
 	if len(m.Missing) != 0 || len(m.Unreplayed) != 0 {
