@@ -249,6 +249,38 @@ func TestPartitionedReplay(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "are both partition 0/4") || !strings.Contains(errOut, "was replayed by "+files[0]) {
 		t.Errorf("merge with two workers 0/4: exit %d, want 2 naming both and their connections\n%s", code, errOut)
 	}
+	// By slot range, two workers: each key's commands stay on one worker
+	// in their connection's order, so this workload (a connection's keys
+	// are its own) replays with the same counts, replies and order.
+	distTarget(t, dst)
+	var slotFiles []string
+	for i := range 2 {
+		f := filepath.Join(dir, fmt.Sprintf("slot%d.json", i))
+		slotFiles = append(slotFiles, f)
+		if out, errOut, code := runCLI(t, nil, "replay", capPath, "--target", dst.Addr(), "--speed", "max",
+			"--partition", fmt.Sprintf("%d/2", i), "--partition-by", "slot", "--json", f); code != exitOK {
+			t.Fatalf("slot worker %d: exit %d\n%s\n%s", i, code, out, errOut)
+		}
+	}
+	checkOrder(t, dst, "two workers by slot")
+	out, errOut, code = runCLI(t, nil, append([]string{"report", "merge", "--json"}, slotFiles...)...)
+	if code != exitOK {
+		t.Fatalf("merge by slot: exit %d\n%s\n%s", code, out, errOut)
+	}
+	m.Report.Commands, m.Report.Mismatches, m.Report.NewErrors, m.Report.GoneErrors = 0, 0, 0, 0
+	if err := json.Unmarshal([]byte(strings.ReplaceAll(out, "_", "")), &m); err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Report; r.Commands != want.Commands || r.Mismatches != want.Mismatches || r.NewErrors != want.NewErrors || r.GoneErrors != want.GoneErrors {
+		t.Errorf("merged by slot: %d commands, %d mismatches, %d new and %d gone errors; one replay: %d, %d, %d, %d",
+			r.Commands, r.Mismatches, r.NewErrors, r.GoneErrors, want.Commands, want.Mismatches, want.NewErrors, want.GoneErrors)
+	}
+	for i, f := range slotFiles {
+		if n := readWorkerDoc(t, f).Commands; n == 0 || n == want.Commands {
+			t.Errorf("slot worker %d replayed %d of %d commands: want a share", i, n, want.Commands)
+		}
+	}
+
 	for _, bad := range []string{"5/4", "4/4", "-1/4", "0/0", "1", "a/b"} {
 		_, errOut, code := runCLI(t, nil, "replay", capPath, "--target", dst.Addr(), "--partition", bad)
 		if code != exitUsage || !strings.Contains(errOut, "--partition") {
