@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -25,7 +26,8 @@ import (
 // least time a worker was ready before the start time (negative: late). On a
 // machine with fewer cores than workers plus the engine the workers share
 // cores: the figure is then the engine's or the machine's limit, not the
-// replayer's. Run with -benchtime 1x.
+// replayer's. Run with -benchtime 1x; RESPMETER_BENCH_PIN=0 leaves the
+// workers unpinned.
 func BenchmarkPartitionedReplay(b *testing.B) {
 	bench := redistest.SkipIfUnavailable(b)
 	bench = filepath.Join(filepath.Dir(bench), "redis-benchmark")
@@ -46,6 +48,9 @@ func BenchmarkPartitionedReplay(b *testing.B) {
 	}
 	postAdmin("/capture/stop", nil)
 	taskset, _ := exec.LookPath("taskset")
+	if os.Getenv("RESPMETER_BENCH_PIN") == "0" { // to compare with the scheduler's placement
+		taskset = ""
+	}
 
 	dst := redistest.Start(b)
 	for _, workers := range []int{1, 2, 4} {
@@ -54,7 +59,7 @@ func BenchmarkPartitionedReplay(b *testing.B) {
 			for range b.N {
 				dst.DoT(b, "FLUSHALL")
 				dir := b.TempDir()
-				at := time.Now().Add(4 * time.Second).UTC().Format(time.RFC3339Nano)
+				at := time.Now().Add(10 * time.Second).UTC().Format(time.RFC3339Nano)
 				procs := make([]*proc, workers)
 				files := make([]string, workers)
 				for i := range workers {
