@@ -59,7 +59,7 @@ func BenchmarkPartitionedReplay(b *testing.B) {
 			for range b.N {
 				dst.DoT(b, "FLUSHALL")
 				dir := b.TempDir()
-				at := time.Now().Add(10 * time.Second).UTC().Format(time.RFC3339Nano)
+				at := time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339Nano)
 				procs := make([]*proc, workers)
 				files := make([]string, workers)
 				for i := range workers {
