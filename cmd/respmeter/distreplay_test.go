@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -401,5 +402,38 @@ func TestMergeProxySummaries(t *testing.T) {
 	_, errOut, code = runCLI(t, nil, "report", "merge", files[0], files[2], files[0])
 	if code != exitUsage || !strings.Contains(errOut, "counted twice") {
 		t.Errorf("merge of one summary twice: exit %d, want 2\n%s", code, errOut)
+	}
+}
+
+// TestParseStartAt: --start-at reads RFC 3339 (with fractions and
+// offsets) and Unix seconds (with fractions); anything else, and a time
+// more than an hour ago, is a usage error.
+func TestParseStartAt(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+	}{
+		{"2026-01-02T15:04:05Z", time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC)},
+		{"2026-01-02T16:04:05.25+01:00", time.Date(2026, 1, 2, 15, 4, 5, 250e6, time.UTC)},
+		{"1767366245", time.Unix(1767366245, 0)},
+		{"1767366245.5", time.Unix(1767366245, 500e6)},
+	} {
+		got, err := parseStartAt(tc.in)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("parseStartAt(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "tomorrow", "2026-01-02 15:04:05", "-5", "0"} {
+		if got, err := parseStartAt(bad); err == nil {
+			t.Errorf("parseStartAt(%q) = %v, want an error", bad, got)
+		}
+	}
+	capPath := filepath.Join(t.TempDir(), "absent.respcap")
+	for _, arg := range []string{"soon", strconv.FormatInt(time.Now().Add(-2*time.Hour).Unix(), 10)} {
+		var stderr strings.Builder
+		code := run(context.Background(), []string{"replay", capPath, "--target", "127.0.0.1:1", "--start-at", arg}, io.Discard, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--start-at") {
+			t.Errorf("--start-at %s: exit %d, want 2\n%s", arg, code, stderr.String())
+		}
 	}
 }
