@@ -35,7 +35,7 @@ import (
 // capStack starts the proxy in-process in front of upstream with shared
 // upstream connections (routed sessions: what capture hooks into) and the
 // admin server on a free port.
-func capStack(t *testing.T, upstream string) *stack {
+func capStack(t testing.TB, upstream string) *stack {
 	t.Helper()
 	return testStack(t, upstream, func(cfg *configs.Config) {
 		cfg.Admin = "127.0.0.1:0"

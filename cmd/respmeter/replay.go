@@ -36,6 +36,7 @@ type replayFlags struct {
 	auth        string
 	progress    bool
 	failOn      []string
+	part        partitionFlags
 }
 
 // authEnv is the environment variable replay reads the target's password
@@ -87,7 +88,7 @@ Exit codes: 0 replayed (differences or not, unless --fail-on says
 otherwise), 1 runtime failure (the target could not be reached, a file
 could not be read), 2 usage error, 3 the target refused the replay (every
 command answered with a new error, such as NOAUTH without --auth), 4 a
---fail-on condition held.`,
+--fail-on condition held.` + partitionHelp,
 		Example: `  respmeter replay app.respcap --target 127.0.0.1:6390 --speed max --json report.json
   respmeter replay a.respcap b.respcap --target valkey:6379 --speed 2 --read-only`,
 		Args: cobra.MinimumNArgs(1),
@@ -112,6 +113,7 @@ command answered with a new error, such as NOAUTH without --auth), 4 a
 	fs.StringVar(&f.auth, "auth", "", "`password` to AUTH with on the target; prefer $"+authEnv+", the process list shows flags")
 	fs.BoolVar(&f.progress, "progress", false, "write a progress line to stderr once a second even when it is not a terminal")
 	fs.StringSliceVar(&f.failOn, "fail-on", nil, "exit 4 when any of these happened: mismatches, new-errors, late (more than 1% of batches late); comma-separated")
+	f.part.register(fs)
 	return cmd
 }
 
@@ -140,6 +142,11 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		}
 		o.Connections = n
 	}
+	part, startAt, err := f.part.parse(cmd, time.Now())
+	if err != nil {
+		return err
+	}
+	o.StartAt = startAt
 	w, err := capture.Load(files...)
 	if err != nil {
 		return failure(err)
@@ -167,6 +174,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 			return !r.Info(r.Lookup([]byte(name))).Flags.Has(command.FlagReadonly)
 		}
 	}
+	w, all := part.Select(w, slotOf(r))
 	start := time.Now()
 	stopProgress := func() {}
 	if tty := isTerminal(stderr); tty || f.progress {
@@ -182,12 +190,20 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 		return failure(err)
 	}
 	end := time.Now()
+	if rep.Start != nil {
+		start = rep.Start.At // the schedule's start, not the wait's
+	}
 	writeReplayReport(stdout, rep, f.slower)
+	writeWorkerReport(stdout, part, rep, len(w.Conns), len(all))
 	for _, e := range rep.ConnErrors {
 		fmt.Fprintf(stderr, "respmeter: replay: %s\n", e)
 	}
 	if f.jsonOut != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
+		doc, err := replay.NewWorkerDoc(rep, part, o.Speed, w.Start, all, connNames(w))
+		var b []byte
+		if err == nil {
+			b, err = json.MarshalIndent(doc, "", "  ")
+		}
 		if err == nil {
 			err = os.WriteFile(f.jsonOut, append(b, '\n'), 0o644)
 		}

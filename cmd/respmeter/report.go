@@ -87,6 +87,10 @@ milliseconds), HdrHistogramVisualizer and hdrhistogram-go's
 HistogramLogReader. Its Interval_Max column is in seconds, as hdrhistogram-go
 writes it; the histograms themselves are microseconds.
 
+'respmeter report merge FILE...' merges the logs of several proxies or
+replay workers, their --summary files or partitioned replay reports into
+one (see its --help).
+
 Exit codes: 0 success, 1 the plot could not be written, 2 usage error or a log
 that cannot be opened or read.`,
 		Example: `  respmeter report run.hlog
@@ -110,6 +114,7 @@ that cannot be opened or read.`,
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
 	cmd.SetFlagErrorFunc(flagError)
+	cmd.AddCommand(newReportMergeCmd(stdout, stderr))
 	fl := cmd.Flags()
 	fl.StringVar(&o.compare, "compare", "", "second log `FILE2` to compare FILE with, side by side with ratios FILE2/FILE")
 	fl.StringVar(&o.plot, "plot", "", "also write a percentile-distribution plot to `OUT`; .svg or .png")

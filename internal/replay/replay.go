@@ -75,6 +75,11 @@ type Options struct {
 	// are then classified (see Report.PossibleRaces). Called after the
 	// replay, from one goroutine.
 	Keys func(name string, req []byte) (keys [][]byte, write bool)
+	// StartAt, when not zero, is the wall-clock instant the schedule
+	// starts at (captured time 0), once the connections are made: workers
+	// on several machines given the same StartAt start together, as far
+	// as their clocks agree (Report.Start).
+	StartAt time.Time
 }
 
 // Compare is how a reply is compared with the captured one.
@@ -184,6 +189,8 @@ type Report struct {
 	// between them; otherwise 10 ms or twice the send lag p99, whichever
 	// is longer, times the speed.
 	RaceWindowSeconds float64 `json:"race_window_seconds"`
+	// Start is the schedule's start with Options.StartAt, nil without.
+	Start *Start `json:"start,omitempty"`
 
 	mu         sync.Mutex
 	lag        *hdrhistogram.Histogram
@@ -263,6 +270,15 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 		}
 	}
 	start := time.Now()
+	if !o.StartAt.IsZero() {
+		var err error
+		if start, err = rep.startAt(ctx, o.StartAt); err != nil {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range rc {
 		wg.Add(1)
