@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -227,9 +226,7 @@ func TestDemo(t *testing.T) {
 				if testing.Short() {
 					t.Skip("demo with redis-server skipped with -short")
 				}
-				if _, err := exec.LookPath("redis-server"); err != nil {
-					t.Skipf("redis-server not in PATH: %v", err)
-				}
+				redistest.Tool(t, "redis-server")
 			}
 			stdout, stderr, code := runCLI(t, tc.env, "demo", "--duration", "700ms", "--conns", "4")
 			if code != exitOK {
