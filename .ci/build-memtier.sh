@@ -14,6 +14,8 @@
 #   $MEMTIER_SRC                                       a release tarball or a git directory
 #   ../shared/tools/memtier_benchmark-$MEMTIER_REF.tar.gz   (beside the repository)
 #   $RESPMETER_TOOLS/src/memtier_benchmark-$MEMTIER_REF.tar.gz
+#   github.com/RedisLabs/memtier_benchmark's release tarball, downloaded and checked against
+#   its SHA-256 (known for 2.3.0; curl installed when missing)
 # A git directory is archived at MEMTIER_REF; the tarball found is copied into the cache's
 # src/ so that a later build needs nothing beside the repository.
 #
@@ -57,10 +59,35 @@ if [ -n "${MEMTIER_SRC:-}" ]; then
 elif [ -f "../shared/tools/$name.tar.gz" ]; then
 	cp "../shared/tools/$name.tar.gz" "$tarball"
 fi
+# Else the release tarball from GitHub, checked against its known SHA-256.
 if [ ! -f "$tarball" ]; then
-	echo "build-memtier: no source of $name: set MEMTIER_SRC to its release tarball or git" >&2
-	echo "directory, or put $name.tar.gz in ../shared/tools/ or $T/src/" >&2
-	exit 1
+	url=https://github.com/RedisLabs/memtier_benchmark/archive/refs/tags/$MEMTIER_REF.tar.gz
+	declare -A sha256=([2.3.0]=c093d85573e9d143e92a2d107f516caf2f09cf716eeb178047a03165fdde05b8)
+	if [ -z "${sha256[$MEMTIER_REF]:-}" ]; then
+		echo "build-memtier: no source of $name and no known checksum to download it with: set" >&2
+		echo "MEMTIER_SRC to its release tarball or git directory, or put $name.tar.gz in" >&2
+		echo "../shared/tools/ or $T/src/" >&2
+		exit 1
+	fi
+	if ! command -v curl >/dev/null; then
+		sudo=""
+		if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+		$sudo apt-get update -q >&2
+		DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q curl ca-certificates >&2
+	fi
+	echo "build-memtier: downloading $url" >&2
+	if ! curl -fsSL --retry 2 -o "$tarball.tmp" "$url"; then
+		rm -f "$tarball.tmp"
+		echo "build-memtier: cannot download $url: set MEMTIER_SRC to its release tarball or git" >&2
+		echo "directory, or put $name.tar.gz in ../shared/tools/ or $T/src/" >&2
+		exit 1
+	fi
+	if ! echo "${sha256[$MEMTIER_REF]}  $tarball.tmp" | sha256sum -c --quiet >&2; then
+		rm -f "$tarball.tmp"
+		echo "build-memtier: $url does not have the SHA-256 expected of $name" >&2
+		exit 1
+	fi
+	mv "$tarball.tmp" "$tarball"
 fi
 
 # Build dependencies, installed when missing.

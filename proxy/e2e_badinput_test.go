@@ -186,7 +186,7 @@ type biCase struct {
 	proxyErr bool
 	// notValkey: Valkey 8 parses these bytes differently from Redis 7.0
 	// and 8.0, whose rules respmeter's request scanner follows; the case
-	// is skipped there (a known difference, see README "Engines").
+	// is skipped there (a known difference, see docs/engines.md).
 	notValkey bool
 }
 
@@ -490,7 +490,7 @@ func TestBadInputEngineLimits(t *testing.T) {
 		// cuts off an unauthenticated client closes the connection it came
 		// on, which on shared upstream connections is everyone's. A routed
 		// or shared session forwards only complete requests, so a header
-		// alone waits where Redis answers at once. Documented in README.
+		// alone waits where Redis answers at once. Documented in docs/shared.md.
 		t.Skip("engine limits on unauthenticated requests are per connection; not reproducible on shared upstream connections")
 	}
 	redistest.VerifyNoLeaks(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 )
 
@@ -185,10 +186,7 @@ func TestGoRedisResp3(t *testing.T) {
 // exit or a timeout.
 func e2eRedisCli(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skipf("redis-cli not in PATH: %v", err)
-	}
+	bin := redistest.Tool(t, "redis-cli")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -269,10 +267,7 @@ func TestRedisCliPipe(t *testing.T) {
 
 func e2eRedisBenchmark(t *testing.T, args ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-benchmark")
-	if err != nil {
-		t.Skipf("redis-benchmark not in PATH: %v", err)
-	}
+	bin := redistest.Tool(t, "redis-benchmark")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()

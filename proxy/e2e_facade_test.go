@@ -373,10 +373,7 @@ func TestFacadeRedirects(t *testing.T) {
 		t.Errorf("CLUSTER SLOTS through --listen: %v, want the engine's refusal", err)
 	}
 
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("redis-cli not installed: the redis-cli -c half is skipped")
-	}
+	cli := redistest.Tool(t, "redis-cli")
 	host, port, _ := net.SplitHostPort(nodes[0])
 	out, err := exec.Command(cli, "-c", "-h", host, "-p", port, "SET", key, "via-cli").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {

@@ -136,7 +136,7 @@ func TestF01ClientGoneWhileBlockedRace(t *testing.T) {
 // an -ERR upstream reply, then the connection closes; the proxy itself
 // keeps running.
 func TestUpstreamUnreachable(t *testing.T) {
-	skipIfRouted(t, "an unreachable shard fails only the requests for it; the client keeps its connection (README, docs/cases.md R-05)")
+	skipIfRouted(t, "an unreachable shard fails only the requests for it; the client keeps its connection (docs/transparency.md, docs/cases.md R-05)")
 	redistest.VerifyNoLeaks(t)
 	redistest.SkipIfUnavailable(t)
 	p, set := proxytest.StartProxy(t, redistest.ClosedAddr(t), nil)

@@ -115,8 +115,8 @@ func sharedMode() bool { return os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") == "sh
 func routedMode() bool { return os.Getenv("RESPMETER_TEST_ROUTE") == "slots" }
 
 // skipIfRouted skips a test of behaviour that --route slots changes by
-// design when the suite runs routed; why says how (and where the README
-// states it).
+// design when the suite runs routed; why says how (and where docs/ states
+// it).
 func skipIfRouted(t *testing.T, why string) {
 	t.Helper()
 	if routedMode() {

@@ -637,7 +637,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 			// queue behind the slow reader's 1 MiB replies still in
 			// flight (until it is evicted, and its in-flight replies are
 			// drained): head-of-line blocking, as in TestF02SlowReaderMemory
-			// and documented in README. Memory, eviction and replies are
+			// and documented in docs/shared.md. Memory, eviction and replies are
 			// still checked; the latencies are not compared, so their
 			// sample counts do not matter either. (This bound held here
 			// until the control group stopped rising with the test's own
@@ -916,8 +916,8 @@ func TestF02SlowReaderMemory(t *testing.T) {
 		if sharedMode() {
 			// On shared upstream connections Y's PINGs wait behind X's
 			// replies on the same connection until X is evicted:
-			// head-of-line blocking, documented in README ("Shared
-			// upstream connections", known limits). Memory, eviction and
+			// head-of-line blocking, documented in docs/shared.md
+			// (known limits). Memory, eviction and
 			// correctness are still checked.
 			t.Logf("shared upstream connections: Y's p99 not bounded (head-of-line blocking behind X)")
 			break

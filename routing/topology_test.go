@@ -165,11 +165,8 @@ func TestEvenSplitErrors(t *testing.T) {
 // its plan ("Master[0] -> Slots 0 - 5460") before asking for "yes"; the
 // test answers "no", so no cluster is created, and compares the plan.
 func TestEvenSplitRedisCli(t *testing.T) {
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("redis-cli not in PATH")
-	}
 	redistest.SkipIfUnavailable(t)
+	cli := redistest.Tool(t, "redis-cli")
 	planRe := regexp.MustCompile(`Master\[(\d+)\] -> Slots (\d+) - (\d+)`)
 	for _, n := range []int{3, 4, 5, 6, 7, 9} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {

@@ -31,10 +31,7 @@ import (
 //
 //	go test -run '^$' -bench CaptureCPU -benchtime 3x ./cmd/respmeter/
 func BenchmarkCaptureCPU(b *testing.B) {
-	bench, err := exec.LookPath("redis-benchmark")
-	if err != nil {
-		b.Skipf("redis-benchmark not in PATH: %v", err)
-	}
+	bench := redistest.Tool(b, "redis-benchmark")
 	srv := redistest.Start(b)
 	off, offAddr, _ := startProxy(b, srv.Addr())
 	file := filepath.Join(b.TempDir(), "cpu.respcap")

@@ -716,10 +716,10 @@ func TestCaptureImportMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mf.Close()
-	mon := exec.Command("redis-cli", "-p", fmt.Sprint(srv.Port()), "MONITOR")
+	mon := exec.Command(redistest.Tool(t, "redis-cli"), "-p", fmt.Sprint(srv.Port()), "MONITOR")
 	mon.Stdout = mf // a file: redis-cli writes it directly, no copying goroutine
 	if err := mon.Start(); err != nil {
-		t.Skipf("redis-cli: %v", err)
+		t.Fatalf("redis-cli: %v", err)
 	}
 	monOut := func() string {
 		b, _ := os.ReadFile(monFile)

@@ -36,7 +36,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no chromium in PATH (apt-get install -y chromium); the live page is not tested")
+	redistest.SkipMissingTool(t, "no chromium in PATH (apt-get install -y chromium); the live page is not tested")
 	return ""
 }
 

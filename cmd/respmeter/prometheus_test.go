@@ -67,7 +67,7 @@ func TestPrometheusDashboard(t *testing.T) {
 	promBin, err1 := exec.LookPath("prometheus")
 	promtool, err2 := exec.LookPath("promtool")
 	if err := errors.Join(err1, err2); err != nil {
-		t.Skipf("needs prometheus and promtool (Debian package prometheus; .ci/run installs it): %v", err)
+		redistest.SkipMissingTool(t, fmt.Sprintf("needs prometheus and promtool (Debian package prometheus): %v", err))
 	}
 	if testing.Short() {
 		t.Skip("-short: no engines, proxies and Prometheus")

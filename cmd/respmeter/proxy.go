@@ -101,154 +101,71 @@ func (a *app) proxyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "proxy [flags]",
 		Short: "Run the measuring proxy in front of one Redis-compatible server or several shards",
-		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every
-command to --upstream and time it. Metrics are served on --admin at /metrics
-(Prometheus text), /stats (JSON, with the engine poller's and the PING
-probe's stats and the latest verdict) and /slowlog (JSON, commands slower
-than --slowlog-threshold with their phases).
+		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every command unchanged to
+--upstream (or, with --route, to the shard that owns it) and time it. --admin serves the live page
+/, /metrics (Prometheus), /stats (JSON) and /slowlog. Every --hdr-interval the verdict says where
+the request cycle went: client, path, engine, engine wait or proxy. SIGUSR1 prints the latency
+table and the verdict; SIGINT or SIGTERM stops accepting, waits up to --drain-timeout for replies
+in flight, prints the same and exits 0.
 
-Hash-slot routing (--route) spreads the commands over several engines
-instead of --upstream, which is then not used:
-  --route slots   each command goes to the shard that owns the hash slot of
-                  its keys, as a cluster client would send it. MGET, MSET,
-                  DEL, UNLINK, EXISTS and TOUCH over several slots are split
-                  per slot and their replies merged; other multi-key
-                  commands over several slots get -CROSSSLOT. CLIENT
-                  REPLY is applied by the proxy (replies dropped, requests
-                  still routed). Pub/sub and MONITOR are a mode of the
-                  client's own shard connections (SSUBSCRIBE: the
-                  channel's shard); SYNC/PSYNC make its home shard's
-                  connection a replication stream.
-  --route pinned  each client connection is bound to one shard, by
-                  --pin-by: connection (round-robin at connect, the default)
-                  or first-key (the shard of its first key).
-  --route facade  a Redis Cluster of virtual nodes for cluster-aware clients
-                  (go-redis ClusterClient, redis-cli -c, memtier
-                  --cluster-mode): one listener of --facade-listen per
-                  shard, in shard order, each forwarding to its own shard.
-                  respmeter answers CLUSTER SLOTS, SHARDS, NODES, INFO, MYID,
-                  KEYSLOT and COUNTKEYSINSLOT, -MOVED for a key of another
-                  node's slot, -CROSSSLOT for keys of several slots, and
-                  ASKING, READONLY and READWRITE; the client routes itself.
-                  --listen stays a plain endpoint routed as --route slots.
-                  Over --cluster the virtual nodes present its masters
-                  (replicas are left out) and its redirects name them.
-The shards are either --shards, standalone engines that split the 16384
-slots in contiguous ranges in the order given (as "redis-cli --cluster
-create" would: 3 shards own 0-5460, 5461-10922, 10923-16383), or --cluster,
-one node of a Redis/Valkey Cluster whose shard map is read at start, every
---topology-refresh and after a MOVED reply (MOVED and ASK are followed).
-/metrics, /stats and the table gain per-shard rows.
-
---upstream-mode shared pipelines the requests of all clients of one event
-loop onto --upstream-conns shared connections per engine (per shard with
---route slots) and protocol, instead of giving each client connection
-upstream connections of its own, and matches the replies back in order. The
-engine then sees fewer, fuller reads: not the clients' own workload, hence
-an explicit option. Timing works the same; respmeter_upstream_batch_commands
-shows the batching. A client that needs connection state (MULTI, WATCH,
-blocking commands, AUTH, SELECT of a non-zero db, READONLY, RESET, CLIENT
-SETNAME or TRACKING, ...) moves to private connections for the rest of its
-life, and pub/sub, MONITOR, SYNC and CLIENT REPLY to a private passthrough
-connection; respmeter_handoffs_total{reason} counts the moves. Not with
---route pinned.
-
-On side connections of their own, a PING every --probe-interval measures the
-round trip to the upstream, and the engine's own statistics (LATENCY
-HISTOGRAM, INFO commandstats, INFO latencystats) are polled every
---engine-poll. With --route slots or pinned every shard (every master of a
---cluster map) gets a PING probe and an engine poll of its own, and its
-upstream time is split into engine and path by its own engine's figures.
-Every --hdr-interval the verdict says where the request cycle went: client
-(think time), path (upstream minus engine time), engine and proxy, with
-Little's law checked, and when routing each shard's verdict too; --hdr-log
-also writes every interval's histograms to an HdrHistogram log ("respmeter
-report" reads it).
-
-Settings come from, lowest precedence first: built-in defaults, the --config
-file (YAML; see configs/passthrough.yaml and configs/cluster.yaml),
-RESPMETER_* environment variables (RESPMETER_ plus the upper-cased YAML key:
-RESPMETER_LISTEN, RESPMETER_UPSTREAM, RESPMETER_ROUTE, RESPMETER_SHARDS
-(comma-separated), RESPMETER_CLUSTER, RESPMETER_FACADE_LISTEN
-(comma-separated), RESPMETER_TOPOLOGY_REFRESH,
-RESPMETER_PIN_BY, RESPMETER_UPSTREAM_MODE, RESPMETER_UPSTREAM_CONNS,
-RESPMETER_ADMIN, RESPMETER_LOOPS, RESPMETER_MEASURE,
-RESPMETER_DRAIN_TIMEOUT, RESPMETER_DIAL_TIMEOUT, RESPMETER_UPSTREAM_TIMEOUT,
-RESPMETER_LOG_LEVEL, RESPMETER_LOG_FORMAT, RESPMETER_CLIENT_OUTPUT_LIMIT,
-RESPMETER_CLIENT_QUERY_LIMIT, RESPMETER_MAX_CLIENTS,
-RESPMETER_PROBE_INTERVAL, RESPMETER_ENGINE_POLL,
-RESPMETER_SLOWLOG_THRESHOLD, RESPMETER_SLOWLOG_LEN, RESPMETER_HDR_LOG,
-RESPMETER_HDR_INTERVAL, RESPMETER_SUMMARY;
-RESPMETER_CONFIG names the file), then flags given on the command line.
-
-Sizes are bytes or a number with a unit: 512KiB, 64MiB, 1GiB (powers of
-1024) or KB, MB, GB (powers of 1000).
-
-Signals: SIGUSR1 prints to stdout the latency table (with a per-shard table
-when routing), the verdict since start and that of the latest interval with
-requests (and each shard's, when routing), a table of mean times per
-command (total, upstream, engine, path, proxy) and, when routing, one per
-shard, and keeps running. SIGINT or SIGTERM stops accepting clients,
-waits up to --drain-timeout for replies in flight, prints the same and exits
-0; a second one cuts the wait short. With --summary FILE, both also write
-FILE (replaced whole): the /stats document since start (per command and
-phase count, mean, p50, p90, p99, p99.9, p99.99 and max in seconds; shards,
-connections, engine, probe, shard_engines), "verdict" since start, "verdict_latest" (the
-latest interval's, as /stats has it) and "run" (version, start, end,
-addresses, settings; "final" is true at exit).`,
+Settings, lowest precedence first: defaults, the --config file (YAML; configs/passthrough.yaml
+documents every key), environment variables RESPMETER_<KEY> (the key upper-cased: drain_timeout
+is RESPMETER_DRAIN_TIMEOUT; lists comma-separated; RESPMETER_CONFIG names the file), then flags
+(the key with - for _: --drain-timeout). Sizes: bytes, or 64MiB, 1GiB (powers of 1024), or MB,
+GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
-  respmeter proxy --config /etc/respmeter/passthrough.yaml --admin 0.0.0.0:9121
   respmeter proxy --config my.yaml --check
   respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000
-  respmeter proxy --route pinned --pin-by first-key --shards 127.0.0.1:7000,127.0.0.1:7001
-  respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 --facade-listen 127.0.0.1:7100,127.0.0.1:7101
+  respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 \
+      --facade-listen 127.0.0.1:7100,127.0.0.1:7101
   respmeter proxy --upstream 127.0.0.1:6379 --upstream-mode shared --upstream-conns 2`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
 	}
+	cmd.SetUsageFunc(func(c *cobra.Command) error { return groupedUsage(c, proxyGroups, proxyFlagGroup) })
 	d := configs.Default()
 	fs := cmd.Flags()
 	fs.SortFlags = false
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file` (default $"+configEnv+")")
-	fs.BoolVar(&f.check, "check", false, "validate the configuration, print the result and exit: 0 valid, 2 invalid")
-	fs.StringVar(&f.listen, "listen", d.Listen, "client-facing `host:port`; port 0 picks a free port")
-	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the Redis-compatible server (--route none only)")
-	fs.StringVar(&f.route, "route", d.Route, "routing `mode`: none (everything to --upstream), slots (each command to its hash slot's shard), pinned (each connection to one shard) or facade (a cluster of virtual nodes, --facade-listen)")
-	fs.StringSliceVar(&f.shards, "shards", d.Shards, "comma-separated `host:port,...` of standalone engines that split the hash slots in this order (--route slots, pinned or facade)")
-	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of one Redis/Valkey Cluster node to read the shard map from (--route slots, pinned or facade)")
-	fs.StringSliceVar(&f.facadeListen, "facade-listen", d.FacadeListen, "comma-separated `host:port,...` of --route facade's virtual cluster nodes, one per shard in shard order (more are spare nodes); port 0 picks a free port")
-	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "how often the --cluster shard map is re-read (also after MOVED)")
-	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy` of --route pinned: connection (round-robin; the default) or first-key")
-	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "upstream connection `mode`: private (each client connection its own) or shared (the clients of an event loop pipelined onto --upstream-conns connections; not with --route pinned)")
-	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared upstream connections per event loop, engine (shard) and protocol with --upstream-mode shared; 0 means 1")
-	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving the live page /, /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
-	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
-	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
-	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
-	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "timeout of one connection attempt to the upstream")
-	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail the requests pending on an engine connection silent this long (-ERR upstream ... not answering) and close it; blocking commands add their own timeout; 0 disables")
-	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines (AUTH user password; needs --upstream-password)")
-	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of respmeter's own side connections to the engines (cluster map, command table, probe, poller); prefer RESPMETER_UPSTREAM_PASSWORD, the process list shows flags")
-	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "minimum log `level`: debug, info, warn or error")
-	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "log `format` on stderr: text or json")
+	fs.BoolVar(&f.check, "check", false, "print the merged configuration and exit: 0 valid, 2 invalid")
+	fs.StringVar(&f.listen, "listen", d.Listen, "`host:port` for clients; port 0 picks one")
+	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the engine")
+	fs.StringVar(&f.route, "route", d.Route, "`mode`: none, slots, pinned or facade")
+	fs.StringSliceVar(&f.shards, "shards", d.Shards, "`host:port,...` of standalone engines, slots split in order")
+	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of a Cluster node to read the shard map from")
+	fs.StringSliceVar(&f.facadeListen, "facade-listen", d.FacadeListen, "`host:port,...` of the virtual nodes, one per shard")
+	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "re-read of the --cluster shard map")
+	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy`: connection (round-robin) or first-key")
+	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "`mode`: private or shared")
+	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared connections per loop, engine and protocol")
+	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` of the admin HTTP, or \"off\"")
+	fs.IntVar(&f.loops, "loops", d.Loops, "event loops; 0 means one per CPU")
+	fs.BoolVar(&f.measure, "measure", d.Measure, "false: only forward, the cost baseline")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "wait for replies in flight on SIGINT/SIGTERM")
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "one connection attempt to an engine")
+	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail requests on a silent engine after this; 0: off")
+	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines")
+	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of them; prefer RESPMETER_UPSTREAM_PASSWORD")
+	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "`level`: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "`format` on stderr: text or json")
 	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit
-	fs.Var(&f.clientOutputLimit, "client-output-limit", "replies queued for a client that does not read before it is disconnected; 0 means unlimited")
-	fs.Var(&f.clientQueryLimit, "client-query-limit", "unprocessed input of one client before it is disconnected; 0 means unlimited")
-	fs.IntVar(&f.maxClients, "max-clients", d.MaxClients, "concurrent client connections; 0 means unlimited")
-	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "interval of the PING probe of the upstream (of each shard when routing); 0 disables it")
-	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "interval of the poll of the engine's own statistics (of each shard when routing); 0 disables it")
-	fs.DurationVar(&f.slowlogThreshold, "slowlog-threshold", time.Duration(d.SlowlogThreshold), "commands at least this slow go to /slowlog; 0 logs all, negative disables")
-	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "number of slow commands kept")
-	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "write an HdrHistogram interval log to `file`")
-	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
-	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "comma-separated `phases` whose duration histograms /metrics exports per command and shard (total,upstream,proxy,service,queue)")
-	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels /metrics exports; later commands are counted as command=\"other\"; 0 means no cap")
-	fs.StringVar(&f.summary, "summary", d.Summary, "write a JSON summary of the run to `file` at exit and on SIGUSR1")
-	fs.StringVar(&f.capture, "capture", "", "capture the clients' commands to `file` (created 0600; \"respmeter replay\" reads it)")
-	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the --capture after this long; 0 runs it until exit")
+	fs.Var(&f.clientOutputLimit, "client-output-limit", "replies queued for a non-reading client; 0: none")
+	fs.Var(&f.clientQueryLimit, "client-query-limit", "unprocessed input of one client; 0: none")
+	fs.IntVar(&f.maxClients, "max-clients", d.MaxClients, "client connections; 0: unlimited")
+	fs.DurationVar(&f.probeInterval, "probe-interval", time.Duration(d.ProbeInterval), "PING probe of each engine; 0 disables")
+	fs.DurationVar(&f.enginePoll, "engine-poll", time.Duration(d.EnginePoll), "poll of each engine's own statistics; 0 disables")
+	fs.DurationVar(&f.slowlogThreshold, "slowlog-threshold", time.Duration(d.SlowlogThreshold), "to /slowlog from this; 0: all, negative: off")
+	fs.IntVar(&f.slowlogLen, "slowlog-len", d.SlowlogLen, "slow commands kept")
+	fs.StringVar(&f.hdrLog, "hdr-log", d.HDRLog, "`file`: HdrHistogram interval log (\"respmeter report\" reads it)")
+	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the verdict and the HdrHistogram log")
+	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "`phases` in /metrics")
+	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels; later ones \"other\"; 0: no cap")
+	fs.StringVar(&f.summary, "summary", d.Summary, "`file`: JSON summary of the run, at exit and on SIGUSR1")
+	fs.StringVar(&f.capture, "capture", "", "`file` to capture client commands to (0600)")
+	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")
 	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
-	fs.StringVar(&f.captureRedact, "capture-redact", "", "\"values\": replace request values by filler of the same length (credentials are always redacted)")
+	fs.StringVar(&f.captureRedact, "capture-redact", "", "`what`: \"values\" replaces request values by filler")
 	return cmd
 }
 

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -231,9 +230,7 @@ func TestDemo(t *testing.T) {
 				if testing.Short() {
 					t.Skip("demo with redis-server skipped with -short")
 				}
-				if _, err := exec.LookPath("redis-server"); err != nil {
-					t.Skipf("redis-server not in PATH: %v", err)
-				}
+				redistest.Tool(t, "redis-server")
 			}
 			p := start(t, tc.env, "demo", "--duration", "700ms", "--conns", "4")
 			code := p.wait(t)

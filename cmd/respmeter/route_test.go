@@ -49,10 +49,7 @@ func TestRouteConstants(t *testing.T) {
 // missing and fails it when redis-cli fails.
 func redisCLI(t *testing.T, port string, args ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skipf("redis-cli not in PATH: %v", err)
-	}
+	bin := redistest.Tool(t, "redis-cli")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-h", "127.0.0.1", "-p", port}, args...)...)

@@ -19,6 +19,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ type Server struct {
 }
 
 // SkipIfUnavailable skips t when -short is set or redis-server is not in
-// PATH, and returns the binary's path otherwise: the one EngineEnv names
+// PATH (failing it under RequireToolsEnv, see SkipMissingTool), and returns the binary's path otherwise: the one EngineEnv names
 // when it is set (t fails if that is not an executable file).
 func SkipIfUnavailable(t testing.TB) string {
 	t.Helper()
@@ -75,7 +76,7 @@ func SkipIfUnavailable(t testing.TB) string {
 	}
 	bin, err := exec.LookPath(ServerBinary)
 	if err != nil {
-		t.Skipf("redistest: %s not found in PATH: %v", ServerBinary, err)
+		SkipMissingTool(t, fmt.Sprintf("redistest: %s not found in PATH: %v", ServerBinary, err))
 	}
 	return bin
 }
