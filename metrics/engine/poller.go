@@ -401,8 +401,15 @@ func (p *Poller) applyWitness(cur witnessSample, execOK bool) {
 	if p.hasPrevWit {
 		w := cur.delta(p.prevWit)
 		if execOK {
+			w.Work = make([]Work, len(p.cmds))
 			for i := range p.cmds {
-				w.Exec += time.Duration(p.cmds[i].lastUsec) * time.Microsecond
+				c := &p.cmds[i]
+				t := time.Duration(c.lastUsec) * time.Microsecond
+				w.Exec += t
+				w.Work[i] = Work{Calls: c.lastCalls, Time: t}
+				if c.lastCalls > 0 {
+					w.Work[i].Square = t.Seconds() * t.Seconds() / float64(c.lastCalls)
+				}
 			}
 		}
 		p.wit, p.hasWit = w, true
@@ -438,6 +445,10 @@ func (p *Poller) WitnessTotal() (w Witness, ok bool) {
 	defer p.mu.Unlock()
 	return p.witTotal, p.hasWit
 }
+
+// Labels returns the command labels, indexed like Witness.Work: the names
+// given to NewPoller, lower-cased, then "other" when they lack it.
+func (p *Poller) Labels() []string { return slices.Clone(p.labels) }
 
 // Host returns the PID of the engine's process when it runs on this host
 // and respmeter reads its /proc entries (the run-queue witness), else 0.
