@@ -18,8 +18,9 @@ import (
 )
 
 // DefaultPollInterval is the Poller's interval when NewPoller is given zero
-// or less.
-const DefaultPollInterval = 5 * time.Second
+// or less: the verdict's default interval (metrics/verdict), so that each
+// interval has a poll of its own.
+const DefaultPollInterval = time.Second
 
 // Sources of engine statistics, as listed by Poller.Sources.
 const (
@@ -103,7 +104,7 @@ type labelStats struct {
 }
 
 // NewPoller returns a Poller of the engine at addr (host:port) that polls
-// every every; zero or less means DefaultPollInterval (5 s). names[i] is the
+// every every; zero or less means DefaultPollInterval (1 s). names[i] is the
 // command label of ID i, as given to metrics.NewSet: engine commands are
 // counted under their lower-cased name (subcommands under their container:
 // client|setname under "client") when that is in names, and under "other"

@@ -470,8 +470,9 @@ type Analyzer struct {
 	// lagSum, lagN: the loop-timing tasks' waits in the current interval.
 	lagSum         time.Duration
 	lagN, lagTotal int64
-	// stale counts intervals that had no fresh poll of the engine.
-	stale int64
+	// stale counts intervals that had no fresh poll of the engine, of
+	// polled intervals.
+	stale, polled int64
 }
 
 // New returns an Analyzer; nothing runs until Run and SampleLoops.
@@ -610,11 +611,12 @@ func (a *Analyzer) step(st *state, now time.Time) {
 func (a *Analyzer) engineInput(v *View, in *Input, requests int64, meanOf func(cmd string, n int64) (time.Duration, int64, bool)) {
 	if v.Poller != nil {
 		polls := v.Poller.Stats().Polls
+		a.mu.Lock()
+		a.polled++
 		if polls == v.lastPolls {
-			a.mu.Lock()
 			a.stale++
-			a.mu.Unlock()
 		}
+		a.mu.Unlock()
 		v.lastPolls = polls
 		if meanOf != nil {
 			in.EngineMean = meanOf
@@ -641,11 +643,12 @@ func (a *Analyzer) engineInput(v *View, in *Input, requests int64, meanOf func(c
 }
 
 // StaleIntervals returns how many intervals found no new engine poll
-// since the previous one (their witnesses are then the latest poll's).
-func (a *Analyzer) StaleIntervals() int64 {
+// since the previous one (their witnesses are then the latest poll's), of
+// how many intervals had a poller (of every view).
+func (a *Analyzer) StaleIntervals() (stale, of int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.stale
+	return a.stale, a.polled
 }
 
 // area returns InFlightArea(), 0 when it is nil.
