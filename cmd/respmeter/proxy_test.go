@@ -487,6 +487,7 @@ func TestProxyObservability(t *testing.T) {
 			t.Errorf("stdout has no match for %s:\n%s\nstderr:\n%s", re, out, p.stderr)
 		}
 	}
+	checkAccount(t, out) // the exit verdict adds up to the table beside it
 	// DEBUG SLEEP 0.02: the engine's own 20ms, next to the upstream's.
 	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
 	if m == nil {
