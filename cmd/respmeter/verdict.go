@@ -91,7 +91,22 @@ type verdictJSON struct {
 	LoopWaitKnown       bool    `json:"loop_wait_known"`
 	LoopWaitSeconds     float64 `json:"loop_wait_seconds"`
 	LoopTaskWaitSeconds float64 `json:"loop_task_wait_seconds"`
-	String              string  `json:"string"`
+	// The proxy's own threads over the interval (/proc/self/task/*/
+	// schedstat; ProxyHostKnown): their time on a CPU and runnable but
+	// waiting for one, in seconds.
+	ProxyHostKnown       bool    `json:"proxy_host_known"`
+	ProxyCPUSeconds      float64 `json:"proxy_cpu_seconds"`
+	ProxyRunQueueSeconds float64 `json:"proxy_run_queue_seconds"`
+	// The wait behind other clients' commands per request (part of
+	// engine_wait_seconds) and the command of theirs that kept the engine
+	// busiest ("" when none): its share of the interval and mean.
+	OthersWaitSeconds  float64 `json:"others_wait_seconds"`
+	Culprit            string  `json:"culprit"`
+	CulpritBusy        float64 `json:"culprit_busy"`
+	CulpritMeanSeconds float64 `json:"culprit_mean_seconds"`
+	// Next is one line of what to do next about the outcome.
+	Next   string `json:"next"`
+	String string `json:"string"`
 	// Held is true when this is the latest interval with requests shown
 	// in place of later idle ones (verdictDoc); LastRequestsAgeSeconds
 	// the seconds since that interval ended, null before one had
@@ -135,27 +150,35 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		CycleSeconds:    v.Cycle.Seconds(),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
 			Proxy: v.Proxy},
-		Bound:               v.Bound,
-		EngineKnown:         v.EngineKnown,
-		EngineMeanSeconds:   rec.Interval.EngineMean.Seconds(),
-		Little:              v.Little,
-		L:                   v.L,
-		LambdaW:             v.LambdaW,
-		WaitKnown:           v.WaitKnown,
-		HostKnown:           rec.Interval.HostKnown,
-		Utilization:         v.Utilization,
-		DemandSeconds:       rec.Interval.Demand.Seconds(),
-		EngineWaitSeconds:   v.EngineWait.Seconds(),
-		RunQueueWaitSeconds: v.RunQueueWait.Seconds(),
-		ModelWaitSeconds:    v.ModelWait.Seconds(),
-		NetworkSeconds:      v.Network.Seconds(),
-		RTTFloorSeconds:     rec.Interval.RTTFloor.Seconds(),
-		ProbeKnown:          v.ProbeKnown,
-		ProbeWaitSeconds:    v.ProbeWait.Seconds(),
-		LoopWaitKnown:       v.LoopWaitKnown,
-		LoopWaitSeconds:     v.LoopWait.Seconds(),
-		LoopTaskWaitSeconds: rec.Interval.LoopWait.Seconds(),
-		String:              v.String(),
+		Bound:                v.Bound,
+		EngineKnown:          v.EngineKnown,
+		EngineMeanSeconds:    rec.Interval.EngineMean.Seconds(),
+		Little:               v.Little,
+		L:                    v.L,
+		LambdaW:              v.LambdaW,
+		WaitKnown:            v.WaitKnown,
+		HostKnown:            rec.Interval.HostKnown,
+		Utilization:          v.Utilization,
+		DemandSeconds:        rec.Interval.Demand.Seconds(),
+		EngineWaitSeconds:    v.EngineWait.Seconds(),
+		RunQueueWaitSeconds:  v.RunQueueWait.Seconds(),
+		ModelWaitSeconds:     v.ModelWait.Seconds(),
+		NetworkSeconds:       v.Network.Seconds(),
+		RTTFloorSeconds:      rec.Interval.RTTFloor.Seconds(),
+		ProbeKnown:           v.ProbeKnown,
+		ProbeWaitSeconds:     v.ProbeWait.Seconds(),
+		LoopWaitKnown:        v.LoopWaitKnown,
+		LoopWaitSeconds:      v.LoopWait.Seconds(),
+		LoopTaskWaitSeconds:  rec.Interval.LoopWait.Seconds(),
+		ProxyHostKnown:       rec.Interval.ProxyHostKnown,
+		ProxyCPUSeconds:      rec.Interval.ProxyCPU.Seconds(),
+		ProxyRunQueueSeconds: rec.Interval.ProxyRunQueue.Seconds(),
+		OthersWaitSeconds:    v.OthersWait.Seconds(),
+		Culprit:              v.Culprit,
+		CulpritBusy:          v.CulpritBusy,
+		CulpritMeanSeconds:   v.CulpritMean.Seconds(),
+		Next:                 v.Next(),
+		String:               v.String(),
 	}
 }
 

@@ -282,7 +282,9 @@ type Verdict struct {
 	// proxy's part (its processing and loop wait) is the largest
 	// "host-starved" (the proxy's threads waited for a CPU at least
 	// HostStarved times as long as they ran: the host is short of CPU,
-	// not the proxy), "proxy-saturated" (the loop wait is at least the
+	// not the proxy; so too when that wait per request is a quarter of
+	// the cycle whatever the largest part, as a client's think time then
+	// holds the requests the proxy's threads read late), "proxy-saturated" (the loop wait is at least the
 	// processing: its loops are never idle) or "proxy-bound", or, when
 	// the engine's parts together are the largest,
 	// "engine-starved" (its run-queue wait is the largest of them: the
@@ -298,6 +300,11 @@ type Verdict struct {
 	L, LambdaW float64
 	Little     bool
 }
+
+// CulpritBusy is the least share of the interval other clients'
+// commands of one label keep the engine busy for the verdict to name
+// them: the side connections' polls and PINGs stay below it.
+const CulpritBusy = 0.05
 
 // HostStarved is the ratio of the proxy's threads' run-queue wait to
 // their CPU time from which a proxy-bound interval reads "host-starved".
@@ -396,9 +403,18 @@ func (iv Interval) Verdict() Verdict {
 	// keeping its floor.
 	think, path := iv.Think.Seconds()/n, upstream-engine-wait
 	var loopWait float64
-	if iv.LoopWaitKnown {
+	// The proxy's threads' run-queue wait per request: a request or reply
+	// waits unread at least that long when the loops' threads wait for a
+	// CPU (the loops' timing tasks see less: the thread that hands them
+	// out waits for the same CPU before it stamps them).
+	var hostWait float64
+	if iv.ProxyHostKnown {
+		hostWait = iv.ProxyRunQueue.Seconds() / n
+		a.ProxyWait = seconds(hostWait)
+	}
+	if iv.LoopWaitKnown || hostWait > 0 {
 		a.LoopWaitKnown = true
-		lw := iv.LoopWait.Seconds()
+		lw := max(iv.LoopWait.Seconds(), hostWait)
 		lt, lp := min(lw, max(think, 0)), min(lw, max(path-iv.RTTFloor.Seconds(), 0))
 		if iv.LoopPathCapped {
 			lp = min(lp, max(iv.LoopPathCap.Seconds(), 0))
@@ -446,9 +462,10 @@ type Account struct {
 	Culprit     string
 	CulpritBusy float64
 	CulpritMean time.Duration
-	// The proxy's threads' CPU and run-queue wait (ProxyHostKnown).
-	ProxyCPU, ProxyRunQueue time.Duration
-	ProxyHostKnown          bool
+	// The proxy's threads' CPU and run-queue wait (ProxyHostKnown), and
+	// that wait per request (ProxyWait).
+	ProxyCPU, ProxyRunQueue, ProxyWait time.Duration
+	ProxyHostKnown                     bool
 }
 
 // Verdict returns the shares and the outcome of the account; Little's
@@ -475,7 +492,7 @@ func (a Account) Verdict() Verdict {
 	v.RunQueue, v.Loop = a.RunQueue.Seconds()/c, a.Loop.Seconds()/c
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
 	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
-	if a.Others > 0 {
+	if a.Others > 0 && a.CulpritBusy >= CulpritBusy {
 		v.Culprit, v.CulpritBusy, v.CulpritMean = a.Culprit, a.CulpritBusy, a.CulpritMean
 	}
 	if a.ProxyHostKnown && a.ProxyCPU > 0 {
@@ -493,7 +510,7 @@ func (a Account) Verdict() Verdict {
 	}
 	v.Bound = names[best]
 	switch {
-	case v.Bound == "proxy-bound" && v.ProxyHostKnown && v.ProxyStarved >= HostStarved:
+	case v.ProxyHostKnown && v.ProxyStarved >= HostStarved && (v.Bound == "proxy-bound" || 4*a.ProxyWait >= cycle):
 		v.Bound = "host-starved"
 	case v.Bound == "proxy-bound" && a.Loop > 0 && a.Loop >= a.Proxy:
 		v.Bound = "proxy-saturated"

@@ -247,7 +247,7 @@ type Sum struct {
 	// seconds·requests.
 	Requests, engineN                                           int64
 	think, path, exec, wait, runq, others, proxy, loop, model   float64
-	util, upInFlight                                            float64
+	util, upInFlight, proxyWait                                 float64
 	proxyCPU, proxyRunQ                                         time.Duration
 	engineKnown, waitKnown, loopKnown, proxyHost, engineUnknown bool
 	// culprits: busy share × requests per label.
@@ -300,6 +300,7 @@ func (s *Sum) Add(rec *Record) {
 	s.loopKnown = s.loopKnown || v.LoopWaitKnown
 	if rec.Interval.ProxyHostKnown {
 		s.proxyHost = true
+		s.proxyWait += rec.Interval.ProxyRunQueue.Seconds()
 		s.proxyCPU += rec.Interval.ProxyCPU
 		s.proxyRunQ += rec.Interval.ProxyRunQueue
 	}
@@ -327,7 +328,7 @@ func (s *Sum) Account() split.Account {
 	a.RunQueue, a.Others, a.Proxy, a.Loop, a.ModelWait = d(s.runq), d(s.others), d(s.proxy), d(s.loop), d(s.model)
 	a.Utilization, a.UpInFlight = s.util/r, s.upInFlight/r
 	a.EngineKnown, a.WaitKnown, a.LoopWaitKnown = s.engineKnown, s.waitKnown, s.loopKnown
-	a.ProxyHostKnown, a.ProxyCPU, a.ProxyRunQueue = s.proxyHost, s.proxyCPU, s.proxyRunQ
+	a.ProxyHostKnown, a.ProxyCPU, a.ProxyRunQueue, a.ProxyWait = s.proxyHost, s.proxyCPU, s.proxyRunQ, d(s.proxyWait)
 	var top float64
 	for name, c := range s.culprits {
 		if c.busy > top {
@@ -354,7 +355,8 @@ func (s *Sum) Verdict() split.Verdict {
 // Record returns the sum as a Record ending at end: its Interval holds
 // the sums of requests, total and length, its Verdict is Verdict.
 func (s *Sum) Record(end time.Time) Record {
-	iv := split.Interval{Length: s.length, Requests: s.Requests, Total: s.total, InFlight: -1}
+	iv := split.Interval{Length: s.length, Requests: s.Requests, Total: s.total, Upstream: s.upstream, InFlight: -1,
+		ProxyCPU: s.proxyCPU, ProxyRunQueue: s.proxyRunQ, ProxyHostKnown: s.proxyHost}
 	if s.areaKnown && s.length > 0 {
 		iv.InFlight = s.area / s.length.Seconds()
 	}

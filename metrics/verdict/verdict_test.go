@@ -179,6 +179,21 @@ func TestOutcomes(t *testing.T) {
 			},
 		},
 		{
+			// One closed-loop client, respmeter sharing its core with a
+			// burner: the requests wait unread while its threads wait for
+			// the CPU (0.4 s over 1700 requests, against 0.17 s on it),
+			// which its clock books as the client's think time; the loops'
+			// timing tasks, handed out by a thread as starved, see little.
+			name:  "host-starved, held as think time",
+			loads: []load{{1, 1700, 150 * us, 100 * us, 450 * us}},
+			means: map[string]time.Duration{"get": 2 * us}, area: 0.25,
+			in:    Input{LoopWait: 20 * us, LoopWaitKnown: true, ProxyHostKnown: true, ProxyCPU: 170 * ms, ProxyRunQueue: 400 * ms},
+			bound: "host-starved",
+			check: func(t *testing.T, _ split.Interval, v split.Verdict) {
+				near(t, "loop wait (µs)", float64(v.LoopWait)/1e3, 400e3/1700+100-2, 1)
+			},
+		},
+		{
 			// One client of DEBUG SLEEP 0.002 through the proxy: the thread
 			// 95 % busy, but no queue with one request in flight.
 			name:  "engine-bound",
