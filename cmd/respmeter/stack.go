@@ -170,6 +170,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		}
 	}
 	an = newAnalyzer(vcfg, time.Duration(cfg.ProbeInterval), time.Duration(cfg.EnginePoll))
+	if err := reg.Register(an.Collector()); err != nil {
+		return nil, fmt.Errorf("register verdict account metrics: %w", err)
+	}
 	if v := vcfg.Engine; v != nil {
 		if err := engineRegisterer(reg, v.Addr).Register(split.NewCollector(an.LatestVerdict, v.EngineLabel)); err != nil {
 			return nil, fmt.Errorf("register verdict metrics: %w", err)

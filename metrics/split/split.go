@@ -259,6 +259,10 @@ type Verdict struct {
 	// ProbeWait, ProbeKnown: Interval's, for the cross-check.
 	ProbeWait  time.Duration
 	ProbeKnown bool
+	// LoopReply is the part of LoopWait that replies waited unread (in
+	// the upstream phase): upstream = Network + Exec + EngineWait +
+	// LoopReply.
+	LoopReply time.Duration
 	// Per request means of the two parts not above: Think (the client's
 	// think time less the loop wait taken from it) and ProxyTime (the
 	// proxy's processing, its loop wait not included). Cycle = Think +
@@ -420,6 +424,7 @@ func (iv Interval) Verdict() Verdict {
 			lp = min(lp, max(iv.LoopPathCap.Seconds(), 0))
 		}
 		think, path, loopWait = think-lt, path-lp, lt+lp
+		a.LoopReply = seconds(lp)
 	}
 	a.Think, a.Path, a.Exec = seconds(max(think, 0)), seconds(max(path, 0)), seconds(max(engine, 0))
 	a.Wait, a.RunQueue, a.Others = seconds(wait), seconds(runq), seconds(others)
@@ -451,6 +456,10 @@ type Account struct {
 	// included: the run-queue wait, and the wait behind other clients'
 	// commands), Proxy the proxy's processing and Loop its loop wait.
 	Think, Path, Exec, Wait, RunQueue, Others, Proxy, Loop time.Duration
+	// LoopReply is the part of Loop a reply waited unread (taken from the
+	// upstream phase; the rest of Loop is taken from the think time), so
+	// that upstream = Path + Exec + Wait + LoopReply.
+	LoopReply time.Duration
 	// ModelWait is the engine-wait model's figure before the cap.
 	ModelWait time.Duration
 	// EngineKnown, WaitKnown, LoopWaitKnown: see Verdict.
@@ -492,6 +501,7 @@ func (a Account) Verdict() Verdict {
 	v.RunQueue, v.Loop = a.RunQueue.Seconds()/c, a.Loop.Seconds()/c
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
 	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
+	v.LoopReply = a.LoopReply
 	if a.Others > 0 && a.CulpritBusy >= CulpritBusy {
 		v.Culprit, v.CulpritBusy, v.CulpritMean = a.Culprit, a.CulpritBusy, a.CulpritMean
 	}

@@ -247,6 +247,7 @@ type Sum struct {
 	// seconds·requests.
 	Requests, engineN                                           int64
 	think, path, exec, wait, runq, others, proxy, loop, model   float64
+	loopReply                                                   float64
 	util, upInFlight, proxyWait                                 float64
 	proxyCPU, proxyRunQ                                         time.Duration
 	engineKnown, waitKnown, loopKnown, proxyHost, engineUnknown bool
@@ -286,6 +287,7 @@ func (s *Sum) Add(rec *Record) {
 	s.others += v.OthersWait.Seconds() * r
 	s.proxy += v.ProxyTime.Seconds() * r
 	s.loop += v.LoopWait.Seconds() * r
+	s.loopReply += v.LoopReply.Seconds() * r
 	s.model += v.ModelWait.Seconds() * r
 	s.util += v.Utilization * r
 	if rec.Interval.Length > 0 {
@@ -326,6 +328,7 @@ func (s *Sum) Account() split.Account {
 	d := func(x float64) time.Duration { return time.Duration(x / r * float64(time.Second)) }
 	a.Think, a.Path, a.Exec, a.Wait = d(s.think), d(s.path), d(s.exec), d(s.wait)
 	a.RunQueue, a.Others, a.Proxy, a.Loop, a.ModelWait = d(s.runq), d(s.others), d(s.proxy), d(s.loop), d(s.model)
+	a.LoopReply = d(s.loopReply)
 	a.Utilization, a.UpInFlight = s.util/r, s.upInFlight/r
 	a.EngineKnown, a.WaitKnown, a.LoopWaitKnown = s.engineKnown, s.waitKnown, s.loopKnown
 	a.ProxyHostKnown, a.ProxyCPU, a.ProxyRunQueue, a.ProxyWait = s.proxyHost, s.proxyCPU, s.proxyRunQ, d(s.proxyWait)

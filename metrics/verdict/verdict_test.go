@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/split"
@@ -414,5 +416,48 @@ func TestLoopLagSampling(t *testing.T) {
 	}
 	if a.LoopSamples() != int64(rounds) {
 		t.Errorf("%d samples recorded for %d rounds", a.LoopSamples(), rounds)
+	}
+}
+
+// TestCollector: the account's counters add up to the upstream the
+// intervals measured (path + engine + the waits + the replies' loop wait)
+// and to their cycle with think, proxy and the requests' loop wait.
+func TestCollector(t *testing.T) {
+	a := New(Config{})
+	for _, iv := range []split.Interval{
+		{Length: time.Second, Requests: 500, Total: 500 * 20200 * us, Upstream: 500 * 20 * ms, Proxy: 500 * 200 * us,
+			EngineMean: 2 * ms, InFlight: 10.1, Utilization: 1, Demand: 2 * ms, BusyKnown: true, RTTFloor: 50 * us},
+		{Length: time.Second, Requests: 1000, Total: 1000 * 200 * us, Upstream: 1000 * 100 * us, Proxy: 1000 * 100 * us,
+			Think: 1000 * 2 * ms, ThinkCount: 1000, EngineMean: 2 * us, InFlight: 0.2, LoopWait: 1500 * us, LoopWaitKnown: true},
+	} {
+		a.account(nil, &metrics.Snapshot{}, &Record{Interval: iv, Verdict: iv.Verdict()})
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := map[string]float64{}
+	var requests float64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "respmeter_verdict_requests_total":
+				requests = m.GetCounter().GetValue()
+			case "respmeter_verdict_seconds_total":
+				parts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if requests != 1500 {
+		t.Errorf("requests %v", requests)
+	}
+	up := parts["path"] + parts["engine"] + parts["queue"] + parts["other_clients"] + parts["run_queue"] + parts["loop_wait_reply"]
+	near(t, "upstream (s)", up, 500*0.020+1000*100e-6, 1e-6)
+	cycle := up + parts["think"] + parts["proxy"] + parts["loop_wait_request"]
+	near(t, "cycle (s)", cycle, 500*20.2e-3+1000*2.2e-3, 1e-6)
+	if parts["loop_wait_reply"] <= 0 || parts["loop_wait_request"] <= 0 {
+		t.Errorf("loop wait parts %v", parts)
 	}
 }
