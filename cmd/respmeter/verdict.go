@@ -49,7 +49,10 @@ type sharesJSON struct {
 	// EngineWait holds RunQueue.
 	EngineWait float64 `json:"engine_wait"`
 	RunQueue   float64 `json:"run_queue"`
-	Proxy      float64 `json:"proxy"`
+	// Proxy holds LoopWait: the time a request or reply waited unread
+	// for a busy or starved loop.
+	Proxy    float64 `json:"proxy"`
+	LoopWait float64 `json:"loop_wait"`
 }
 
 // verdictJSON is /stats "verdict": the latest interval's split.Verdict.
@@ -64,6 +67,13 @@ type verdictJSON struct {
 	// path share holds all of upstream.
 	EngineKnown       bool    `json:"engine_known"`
 	EngineMeanSeconds float64 `json:"engine_mean_seconds"`
+	// The account per request in seconds, next to engine_wait_seconds,
+	// network_seconds and loop_wait_seconds: think time, the engine's
+	// execution (its mean less what the run queue held of it) and the
+	// proxy's processing; together they are cycle_seconds.
+	ThinkSeconds float64 `json:"think_seconds"`
+	ExecSeconds  float64 `json:"engine_exec_seconds"`
+	ProxySeconds float64 `json:"proxy_seconds"`
 	// Little's law: L is the mean number of requests in flight (the area
 	// under the count over the interval's length),
 	// LambdaW throughput x mean latency; Little is false when L was not
@@ -149,7 +159,10 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Requests:        rec.Interval.Requests,
 		CycleSeconds:    v.Cycle.Seconds(),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy},
+			Proxy: v.Proxy, LoopWait: v.Loop},
+		ThinkSeconds:         v.Think.Seconds(),
+		ExecSeconds:          v.Exec.Seconds(),
+		ProxySeconds:         v.ProxyTime.Seconds(),
 		Bound:                v.Bound,
 		EngineKnown:          v.EngineKnown,
 		EngineMeanSeconds:    rec.Interval.EngineMean.Seconds(),
