@@ -1,10 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics/verdict"
 )
@@ -85,5 +89,67 @@ func scEngineNamed(t testing.TB, recs []*verdict.Record, culprit string) {
 	}
 	if 5*named < 4*len(recs) {
 		t.Errorf("%s named as the culprit in %d of %d intervals, want at least 80%%", strings.ToUpper(culprit), named, len(recs))
+	}
+}
+
+// TestScenarioSaturatedDefaults: with the default flags (a verdict and an
+// engine poll every second), twenty closed-loop clients of 2 ms of Lua
+// CPU work (scSpin) read engine-saturated from the second interval with
+// the load on, the engine's share (execution and wait) within 10 points
+// of the truth: the clients' own round trip less an unloaded GET's
+// through respmeter, measured before the load in the same run, over
+// that round trip.
+//
+// On a machine whose two cores other work keeps busy the engine's own
+// thread waits for a CPU for 30-65 % of the cycle, and the verdict then
+// rightly reads engine-starved in some intervals: the test runs only when
+// RESPMETER_QUIET_HOST=1 says the host is otherwise idle.
+func TestScenarioSaturatedDefaults(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	if os.Getenv("RESPMETER_QUIET_HOST") != "1" {
+		t.Skip("needs an otherwise idle host: set RESPMETER_QUIET_HOST=1")
+	}
+	redistest.Retry(t, 3, scenarioSaturatedDefaults)
+}
+
+func scenarioSaturatedDefaults(t testing.TB) {
+	srv := scKeyServer(t)
+	st := testStack(t, srv.Addr(), func(cfg *configs.Config) { cfg.Admin = "off" })
+	idle := scStartThink(t, st.proxy.Addr(), 1, time.Millisecond, "GET", "sc:k")
+	idle.measure(true)
+	time.Sleep(time.Second)
+	idle.stop()
+	unloaded, _ := idle.mean()
+	start := st.analyzer.Latest()
+	load := scStart(t, st.proxy.Addr(), 20, "EVAL", scSpin, "0", "2000")
+	load.measure(true)
+	var recs []*verdict.Record
+	last := start
+	redistest.Eventually(t, 10*st.analyzer.Interval(), func() error {
+		if cur := st.analyzer.Latest(); cur != last {
+			recs = append(recs, cur)
+			last = cur
+		}
+		if len(recs) < 5 {
+			return fmt.Errorf("%d intervals with the load", len(recs))
+		}
+		return nil
+	})
+	load.stop()
+	client, n := load.mean()
+	truth := 1 - float64(unloaded)/float64(client)
+	t.Logf("unloaded GET %v, the clients' round trip %v over %d: the engine's true share %.1f%%", unloaded, client, n, 100*truth)
+	for i, r := range recs {
+		v := r.Verdict
+		t.Logf("interval %d: %d requests, %s", i+1, r.Interval.Requests, v)
+		if i == 0 {
+			continue // the load started within it
+		}
+		if v.Bound != "engine-saturated" {
+			t.Errorf("interval %d: %s, want engine-saturated", i+1, v.Bound)
+		}
+		if share := v.Engine + v.Wait; math.Abs(share-truth) > 0.10 {
+			t.Errorf("interval %d: engine share %.1f%%, truth %.1f%%, want within 10 points", i+1, 100*share, 100*truth)
+		}
 	}
 }

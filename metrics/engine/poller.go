@@ -57,6 +57,7 @@ type Poller struct {
 	index  map[string]int   // lower-case label -> index in labels
 	other  int              // index of "other"
 
+	now    chan chan struct{} // PollNow's requests
 	mu     sync.Mutex
 	health health
 	polls  int64
@@ -123,6 +124,7 @@ func NewPoller(addr string, every time.Duration, names []string, logger *slog.Lo
 		logger: logger,
 		index:  make(map[string]int, len(names)+1),
 		health: health{logger: logger},
+		now:    make(chan chan struct{}),
 
 		procRoot: "/proc",
 	}
@@ -204,17 +206,51 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 	}
 	tick := time.NewTicker(p.every)
 	defer tick.Stop()
+	var asked chan struct{} // a PollNow waiting for this poll
 	for {
-		if err := p.poll(c); err != nil {
+		err := p.poll(c)
+		if asked != nil {
+			close(asked)
+			asked = nil
+		}
+		if err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		case asked = <-p.now:
+			tick.Reset(p.every) // the next regular poll a whole interval after this one
 		}
 	}
 }
+
+// PollNow makes Run poll at once and waits for that poll to end, at most
+// timeout in all; it reports whether the poll ended in time (a failed poll
+// counts as ended). The regular polls then start again from it, so that a
+// caller asking every Interval as often as the poll interval gets one poll
+// per interval, taken when it asks. Safe for concurrent use; false while
+// Run is not connected.
+func (p *Poller) PollNow(timeout time.Duration) bool {
+	done := make(chan struct{})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case p.now <- done:
+	case <-t.C:
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Interval returns the poll interval.
+func (p *Poller) Interval() time.Duration { return p.every }
 
 // Engine returns the value of the engine label of p's series: the run_id
 // of the engine last polled (INFO server), or the address p was given

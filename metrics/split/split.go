@@ -93,7 +93,7 @@ type Interval struct {
 	// residual work of theirs a request arriving at a random moment finds
 	// in execution (Σ calls × mean² / (2 × interval): a 2 ms command
 	// leaves 1 ms on average, a 1 µs one nothing). Culprit is the label
-	// of the other clients' command that kept the engine busiest,
+	// of the other clients' command that leaves the most of that residual,
 	// CulpritBusy its share of the interval and CulpritMean its mean
 	// execution. All zero when unknown.
 	OthersBusy     float64

@@ -130,7 +130,7 @@ func Build(in Input) split.Interval {
 // calls over the witness's interval less the proxy's requests of that
 // label in the verdict's (scaled to the witness's length), each taking the
 // label's mean; their busy share, their residual (Σ calls × mean² / 2T)
-// and the label that kept the engine busiest.
+// and the label whose calls leave the most of that residual.
 func others(iv *split.Interval, in Input) {
 	w := in.Witness
 	if len(w.Work) == 0 || w.Interval <= 0 {
@@ -164,10 +164,14 @@ func others(iv *split.Interval, in Input) {
 			continue
 		}
 		b := wk.Time.Seconds() * frac / T
+		r := wk.Square * frac / (2 * T)
 		busy += b
-		residual += wk.Square * frac / (2 * T)
-		if b > top {
-			top = b
+		residual += r
+		// The culprit is the label whose calls leave the most residual
+		// work: long commands, not many short ones (a script's inner
+		// calls, counted apart from the script, take next to none).
+		if r > top {
+			top = r
 			iv.Culprit, iv.CulpritBusy = in.Labels[i], b
 			iv.CulpritMean = wk.Time / time.Duration(wk.Calls)
 		}
@@ -526,12 +530,12 @@ func (a *Analyzer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			if now := time.Now(); now.Sub(st.start) > 0 {
-				a.step(st, now)
+				a.step(st, now, false) // the pollers end with ctx too
 			}
 			return
 		case <-tick.C:
 		}
-		a.step(st, time.Now())
+		a.step(st, time.Now(), true)
 	}
 }
 
@@ -559,8 +563,33 @@ func (a *Analyzer) procSelf() (cpu, rq time.Duration, ok bool) {
 	return cpu, rq, err == nil
 }
 
-// step computes the interval ending at now.
-func (a *Analyzer) step(st *state, now time.Time) {
+// PollWait bounds how long an interval's end waits for the engine polls
+// it asks for (pollNow).
+const PollWait = 250 * time.Millisecond
+
+// pollNow asks the pollers that poll at least as often as the interval
+// for a poll at its end, so that the interval's witnesses and engine
+// means cover the interval itself; a poller set slower than the interval
+// (by choice, to spare the engine) keeps its own pace, and the intervals
+// without a fresh poll are counted (StaleIntervals).
+func (a *Analyzer) pollNow() {
+	views := a.Shards()
+	if a.cfg.Engine != nil {
+		views = append(views, a.cfg.Engine)
+	}
+	for _, v := range views {
+		if v.Poller != nil && v.Poller.Interval() <= a.cfg.Interval {
+			v.Poller.PollNow(PollWait)
+		}
+	}
+}
+
+// step computes the interval ending at now, asking the engine for a poll
+// first when poll is set.
+func (a *Analyzer) step(st *state, now time.Time, poll bool) {
+	if poll {
+		a.pollNow()
+	}
 	a.SyncShards()
 	cur := a.cfg.Set.Sums()
 	area := a.area()
