@@ -91,6 +91,10 @@ func testStack(t testing.TB, upstream string, mod func(*configs.Config)) *stack 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// This process holds the test's clients and CPU burners too: its
+	// threads are not the proxy's alone (TestScenarioHostStarved runs
+	// respmeter as a process of its own).
+	st.analyzer.SetProcSelf("")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

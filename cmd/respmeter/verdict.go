@@ -454,28 +454,14 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, c.Name, opsWidth, c.Phases[metrics.PhaseTotal].Count())
 		up := c.Phases[metrics.PhaseUpstream].Mean()
 		b.WriteString(ms(c.Phases[metrics.PhaseTotal].Mean()) + ms(up))
-		switch {
-		case engKnown && waitKnown:
-			b.WriteString(ms(eng) + ms(wait) + ms(runq) + ms(up-eng-wait))
-		case engKnown:
-			b.WriteString(ms(eng) + dash + dash + ms(up-eng))
-		default:
-			b.WriteString(dash + dash + dash + dash)
-		}
+		b.WriteString(engineCols(ms, dash, eng, wait, runq, up-eng-wait, engKnown, waitKnown, engKnown))
 		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + dash + "\n")
 	}
 	if rows && sum.Requests > 0 {
 		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, "Totals", opsWidth, sum.Requests)
 		b.WriteString(ms(since.Interval.Total/time.Duration(sum.Requests)) + ms(sum.Upstream()))
-		switch {
-		case acc.EngineKnown && acc.WaitKnown:
-			b.WriteString(ms(acc.Exec) + ms(acc.Wait) + ms(acc.RunQueue) + ms(acc.Path))
-		case acc.EngineKnown:
-			b.WriteString(ms(acc.Exec) + dash + dash + ms(acc.Path))
-		default:
-			b.WriteString(dash + dash + dash + ms(acc.Path))
-		}
+		b.WriteString(engineCols(ms, dash, acc.Exec, acc.Wait, acc.RunQueue, acc.Path, acc.EngineKnown, acc.WaitKnown, true))
 		b.WriteString(ms(acc.Proxy))
 		if acc.LoopWaitKnown {
 			b.WriteString(ms(acc.Loop))
@@ -523,6 +509,24 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	return err
 }
 
+// engineCols returns the engine, wait, run queue and path columns of a
+// "where the time went" row, each formatted by col: the engine's only when
+// engineOK, the waits only when waitOK too, the path when pathOK; dash
+// stands for a figure not known.
+func engineCols(col func(time.Duration) string, dash string, exec, wait, runq, path time.Duration, engineOK, waitOK, pathOK bool) string {
+	out := dash + dash + dash
+	switch {
+	case engineOK && waitOK:
+		out = col(exec) + col(wait) + col(runq)
+	case engineOK:
+		out = col(exec) + dash + dash
+	}
+	if pathOK {
+		return out + col(path)
+	}
+	return out + dash
+}
+
 // busyLine formats the verdict of an interval with requests for the
 // "latest interval with requests" lines: "(1s, 12 requests, ended 3ms
 // ago): cycle …".
@@ -566,14 +570,7 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 		_, busy := a.ShardRecords(v)
 		fmt.Fprintf(b, "%-*s %*d", width, v.Addr, opsWidth, m.requests)
 		b.WriteString(ms(m.upstream))
-		switch {
-		case m.engineOK && m.waitOK:
-			b.WriteString(ms(m.exec) + ms(m.wait) + ms(m.runq) + ms(m.path))
-		case m.engineOK:
-			b.WriteString(ms(m.exec) + dash + dash + ms(m.path))
-		default:
-			b.WriteString(dash + dash + dash + dash)
-		}
+		b.WriteString(engineCols(ms, dash, m.exec, m.wait, m.runq, m.path, m.engineOK, m.waitOK, m.engineOK))
 		if p := probeOf(v); p != nil && p.Stats().Count > 0 {
 			b.WriteString(ms(p.Stats().Mean))
 		} else {

@@ -286,9 +286,10 @@ type Verdict struct {
 	// proxy's part (its processing and loop wait) is the largest
 	// "host-starved" (the proxy's threads waited for a CPU at least
 	// HostStarved times as long as they ran: the host is short of CPU,
-	// not the proxy; so too when that wait per request is a quarter of
-	// the cycle whatever the largest part, as a client's think time then
-	// holds the requests the proxy's threads read late), "proxy-saturated" (the loop wait is at least the
+	// not the proxy; so too when the client's part is the largest and
+	// that wait per request is a quarter of the cycle, as the think time
+	// respmeter's clock reads then holds the requests its threads read
+	// late), "proxy-saturated" (the loop wait is at least the
 	// processing: its loops are never idle) or "proxy-bound", or, when
 	// the engine's parts together are the largest,
 	// "engine-starved" (its run-queue wait is the largest of them: the
@@ -381,15 +382,6 @@ func (iv Interval) Verdict() Verdict {
 			// of execution, up to the run-queue wait.
 			if rq+cpu > 0 {
 				engine -= min(runq, engine*rq/(rq+cpu))
-			}
-			// The queue behind the proxy's own requests forms while the
-			// thread is busy, its run-queue waits included: that part of
-			// it is the host's (the utilisation counts them as busy), so
-			// it is run-queue wait, not queueing.
-			if busy := max(rq+cpu, iv.ExecTime.Seconds()); busy > 0 {
-				moved := q * rq / busy
-				q -= moved
-				runq += moved
 			}
 		} else if iv.HostKnown {
 			runq = iv.RunQueueWait.Seconds()
@@ -520,7 +512,7 @@ func (a Account) Verdict() Verdict {
 	}
 	v.Bound = names[best]
 	switch {
-	case v.ProxyHostKnown && v.ProxyStarved >= HostStarved && (v.Bound == "proxy-bound" || 4*a.ProxyWait >= cycle):
+	case v.ProxyHostKnown && v.ProxyStarved >= HostStarved && (v.Bound == "proxy-bound" || v.Bound == "client-bound" && 4*a.ProxyWait >= cycle):
 		v.Bound = "host-starved"
 	case v.Bound == "proxy-bound" && a.Loop > 0 && a.Loop >= a.Proxy:
 		v.Bound = "proxy-saturated"

@@ -130,11 +130,7 @@ func (a *Analyzer) shardVerdicts(now time.Time, in Input, all split.Interval) (m
 		sin.ProxyHostKnown = false
 		sin.EngineMean = nil
 		shardReq := split.FromShard(in.Prev, in.Cur, v.Addr).Requests
-		var meanOf func(string, int64) (time.Duration, int64, bool)
-		if v.Poller != nil {
-			meanOf = func(cmd string, _ int64) (time.Duration, int64, bool) { return v.Poller.EngineMean(cmd) }
-		}
-		a.engineInput(v, &sin, shardReq, meanOf)
+		a.engineInput(v, &sin, shardReq, true)
 		iv := Build(sin)
 		ivs[i] = iv
 		if iv.Requests > 0 {

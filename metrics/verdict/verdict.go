@@ -556,11 +556,24 @@ func (a *Analyzer) newState() *state {
 
 // procSelf reads the proxy's threads' CPU and run-queue time.
 func (a *Analyzer) procSelf() (cpu, rq time.Duration, ok bool) {
-	if a.cfg.ProcSelf == "" {
+	a.mu.Lock()
+	dir := a.cfg.ProcSelf
+	a.mu.Unlock()
+	if dir == "" {
 		return 0, 0, false
 	}
-	cpu, rq, err := engstats.TasksSchedstat(a.cfg.ProcSelf)
+	cpu, rq, err := engstats.TasksSchedstat(dir)
 	return cpu, rq, err == nil
+}
+
+// SetProcSelf sets Config.ProcSelf ("" leaves the host-starved outcome
+// unknown from the next interval on): a process that runs the proxy next to
+// other work of its own (an in-process test with its clients and CPU
+// burners) has no threads of the proxy alone to read.
+func (a *Analyzer) SetProcSelf(dir string) {
+	a.mu.Lock()
+	a.cfg.ProcSelf = dir
+	a.mu.Unlock()
 }
 
 // PollWait bounds how long an interval's end waits for the engine polls
@@ -609,10 +622,7 @@ func (a *Analyzer) step(st *state, now time.Time, poll bool) {
 	a.mu.Unlock()
 	var iv split.Interval
 	if v := a.cfg.Engine; v != nil {
-		a.engineInput(v, &in, requestsBetween(st.prev, cur), func(cmd string, n int64) (time.Duration, int64, bool) {
-			mean, _, ok := v.Poller.EngineMean(cmd)
-			return mean, n, ok
-		})
+		a.engineInput(v, &in, requestsBetween(st.prev, cur), false)
 		iv = Build(in)
 	} else {
 		iv = Build(in)
@@ -635,15 +645,23 @@ func (a *Analyzer) step(st *state, now time.Time, poll bool) {
 }
 
 // engineInput fills in the evidence of v's poller and probe: the engine
-// means (meanOf, nil: not from the poller), the witnesses of the polls
+// means (weighted by the engine's own calls of each command when byCalls:
+// a shard's mix; else by the proxy's requests), the witnesses of the polls
 // that ended within the interval (else the latest poll's), and the probe's
 // median and baseline (the lowest median of an interval without requests
 // and with at least MinProbeWindow PINGs, requests being the interval's
 // requests to this engine; until there is one, neither the
 // probe wait nor the network floor is known: the kernel's RTT alone is no
 // floor, since a delayed ACK rides on the engine's reply).
-func (a *Analyzer) engineInput(v *View, in *Input, requests int64, meanOf func(cmd string, n int64) (time.Duration, int64, bool)) {
+func (a *Analyzer) engineInput(v *View, in *Input, requests int64, byCalls bool) {
 	if v.Poller != nil {
+		meanOf := func(cmd string, n int64) (time.Duration, int64, bool) {
+			mean, calls, ok := v.Poller.EngineMean(cmd)
+			if byCalls {
+				n = calls
+			}
+			return mean, n, ok
+		}
 		polls := v.Poller.Stats().Polls
 		a.mu.Lock()
 		a.polled++
@@ -652,17 +670,23 @@ func (a *Analyzer) engineInput(v *View, in *Input, requests int64, meanOf func(c
 		}
 		a.mu.Unlock()
 		v.lastPolls = polls
-		if meanOf != nil {
-			in.EngineMean = meanOf
-		}
+		in.EngineMean = meanOf
 		w, ok := v.Poller.Witness()
+		fresh := false
 		if tot, tok := v.Poller.WitnessTotal(); tok {
 			if d := tot.Since(v.witPrev); v.witPrevOK && d.Interval > 0 && d.Commands > 0 {
-				w = d
+				w, fresh = d, true
 			}
 			v.witPrev, v.witPrevOK = tot, true
 		}
 		in.Witness, in.WitnessOK, in.Labels = w, ok, v.Poller.Labels()
+		if fresh && len(w.Work) > 0 {
+			// The engine's means over the polls that ended within the
+			// interval, not over the last poll alone (which may be a
+			// few milliseconds long when a regular poll came just before
+			// the one the interval asked for).
+			in.EngineMean = workMean(w, in.Labels, byCalls)
+		}
 	}
 	if v.Probe == nil {
 		return
@@ -674,6 +698,29 @@ func (a *Analyzer) engineInput(v *View, in *Input, requests int64, meanOf func(c
 		v.probeBase = p50
 	}
 	in.ProbeBase, in.ProbeP50, in.ProbeCount = v.probeBase, p50, count
+}
+
+// workMean returns an Input.EngineMean from the per-label work of w
+// (labels index it): the label's execution over its calls, weighted by the
+// proxy's requests n, or by the engine's calls when byCalls.
+func workMean(w engstats.Witness, labels []string, byCalls bool) func(cmd string, n int64) (time.Duration, int64, bool) {
+	return func(cmd string, n int64) (time.Duration, int64, bool) {
+		l := lower(cmd)
+		for i, name := range labels {
+			if name != l || i >= len(w.Work) {
+				continue
+			}
+			wk := w.Work[i]
+			if wk.Calls <= 0 {
+				return 0, 0, false
+			}
+			if byCalls {
+				n = wk.Calls
+			}
+			return wk.Time / time.Duration(wk.Calls), n, true
+		}
+		return 0, 0, false
+	}
 }
 
 // StaleIntervals returns how many intervals found no new engine poll

@@ -225,15 +225,14 @@ func TestOutcomes(t *testing.T) {
 		},
 		{
 			// Cheap commands (memtier GET), the engine sharing its core with
-			// two burners: 60 µs of run queue per command against 2 µs of
-			// execution. The queue that forms while the thread waits for
-			// a CPU is the host's too.
+			// two burners: 180 µs of run queue per command against 2 µs of
+			// execution, one request in flight.
 			name:  "engine-starved",
-			loads: []load{{1, 10000, 350 * us, 300 * us, 0}},
-			means: map[string]time.Duration{"get": 2 * us}, area: 3,
-			in: Input{WitnessOK: true, Witness: engstats.Witness{Interval: time.Second, Commands: 10000, MainCPU: 200 * ms, HasMainCPU: true,
-				HostMainCPU: 200 * ms, RunQueue: 600 * ms, HasHost: true, Exec: 20 * ms,
-				Work: work(map[string]int64{"get": 10000}, map[string]time.Duration{"get": 20 * ms})}},
+			loads: []load{{1, 3000, 330 * us, 300 * us, 0}},
+			means: map[string]time.Duration{"get": 2 * us}, area: 1,
+			in: Input{WitnessOK: true, Witness: engstats.Witness{Interval: time.Second, Commands: 3000, MainCPU: 60 * ms, HasMainCPU: true,
+				HostMainCPU: 60 * ms, RunQueue: 540 * ms, HasHost: true, Exec: 6 * ms,
+				Work: work(map[string]int64{"get": 3000}, map[string]time.Duration{"get": 6 * ms})}},
 			bound: "engine-starved",
 			check: func(t *testing.T, _ split.Interval, v split.Verdict) {
 				near(t, "run queue (µs)", float64(v.RunQueueWait)/1e3, 180, 1)
