@@ -221,16 +221,19 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 			return ctx.Err()
 		case <-tick.C:
 		case asked = <-p.now:
-			tick.Reset(p.every) // the next regular poll a whole interval after this one
+			// The next regular poll half an interval after the next
+			// request is due: a caller asking every interval gets every
+			// poll, none a moment before its own.
+			tick.Reset(p.every + p.every/2)
 		}
 	}
 }
 
 // PollNow makes Run poll at once and waits for that poll to end, at most
 // timeout in all; it reports whether the poll ended in time (a failed poll
-// counts as ended). The regular polls then start again from it, so that a
-// caller asking every Interval as often as the poll interval gets one poll
-// per interval, taken when it asks. Safe for concurrent use; false while
+// counts as ended). The regular polls then wait 1.5 poll intervals, so
+// that a caller asking every poll interval gets one poll per interval,
+// taken when it asks, and none just before. Safe for concurrent use; false while
 // Run is not connected.
 func (p *Poller) PollNow(timeout time.Duration) bool {
 	done := make(chan struct{})

@@ -577,7 +577,7 @@ func (a *Analyzer) SetProcSelf(dir string) {
 }
 
 // PollWait bounds how long an interval's end waits for the engine polls
-// it asks for (pollNow).
+// it asks for (pollNow), and a quarter of the interval does too.
 const PollWait = 250 * time.Millisecond
 
 // pollNow asks the pollers that poll at least as often as the interval
@@ -592,7 +592,7 @@ func (a *Analyzer) pollNow() {
 	}
 	for _, v := range views {
 		if v.Poller != nil && v.Poller.Interval() <= a.cfg.Interval {
-			v.Poller.PollNow(PollWait)
+			v.Poller.PollNow(min(PollWait, a.cfg.Interval/4))
 		}
 	}
 }
