@@ -268,8 +268,11 @@ type Config struct {
 	ProbeInterval Duration `yaml:"probe_interval"`
 	// EnginePoll is how often the upstream's own statistics (LATENCY
 	// HISTOGRAM, INFO commandstats, INFO latencystats) are polled on a side
-	// connection. Default 5s; 0 disables polling; otherwise at least
-	// MinEnginePoll.
+	// connection. Default 1s, the default HDRInterval: the verdict of an
+	// interval uses the polls that ended within it, so a poll slower than
+	// the interval leaves intervals with the latest poll's figures (the
+	// verdict counts and reports them). 0 disables polling; otherwise at
+	// least MinEnginePoll.
 	EnginePoll Duration `yaml:"engine_poll"`
 	// SlowlogThreshold is the total time from which a command is kept in
 	// the slow log (/slowlog). Default 10ms; 0 keeps every command; a
@@ -323,7 +326,7 @@ func Default() Config {
 		ClientQueryLimit:  GiB,
 		MaxClients:        10000,
 		ProbeInterval:     Duration(100 * time.Millisecond),
-		EnginePoll:        Duration(5 * time.Second),
+		EnginePoll:        Duration(time.Second),
 		SlowlogThreshold:  Duration(10 * time.Millisecond),
 		SlowlogLen:        128,
 		HDRLog:            "",

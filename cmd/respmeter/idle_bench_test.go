@@ -17,7 +17,8 @@ import (
 // settings spends with no traffic, in percent of one core ("cpu-%"): one
 // client connected and idle, its engine connection open, for 3 s per
 // iteration. What runs then is only the periodic work: the engine probe
-// (a PING every 100 ms), the engine poller (every 5 s), the loop-lag
+// (a PING every 100 ms), the engine poller (every second, at the verdict
+// interval's end), the verdict's read of its threads' schedstat, the loop-lag
 // sampler (20 tasks per loop and verdict interval) and the Go runtime. The
 // CPU is the process's user + system time from /proc/PID/stat, in clock
 // ticks (10 ms each on Linux), so the figure's resolution is 0.33 %. Sampling the

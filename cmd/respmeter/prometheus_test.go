@@ -234,6 +234,36 @@ func TestPrometheusDashboard(t *testing.T) {
 		}
 	}
 
+	// Where the upstream time goes: the stacked account (path, engine,
+	// queue, other clients, run queue, the replies' loop wait) adds up to
+	// the upstream line within 2 %, every part a number (no NaN gap).
+	var account *dashboardPanel
+	for i := range board {
+		if board[i].title == "Where the upstream time goes (seconds per request)" {
+			account = &board[i]
+		}
+	}
+	if account == nil || len(account.exprs) < 7 {
+		t.Fatalf("no account panel with upstream and six parts: %+v", account)
+	}
+	var upstream, stack float64
+	for i, expr := range account.exprs[:7] {
+		v, err := prom.query(substitute(expr, map[string]string{"instance": ".*"}), t1)
+		if err != nil || len(v) != 1 || math.IsNaN(v[0].value) {
+			t.Fatalf("account panel query %d %s: %v, %v; want one number", i, expr, v, err)
+		}
+		if i == 0 {
+			upstream = v[0].value
+		} else {
+			stack += v[0].value
+		}
+	}
+	if d := stack/upstream - 1; math.Abs(d) > 0.02 {
+		t.Errorf("the account adds up to %.6f s per request, upstream %.6f (%+.1f%%), want within 2%%", stack, upstream, 100*d)
+	} else {
+		t.Logf("the account adds up to %.6f s per request, upstream %.6f (%+.2f%%)", stack, upstream, 100*d)
+	}
+
 	// Engine rate: once per engine, whatever the number of proxies and
 	// however they name it: the panel's query is sum by (engine) of
 	// max by (engine, command) of the rates, as the recording rule

@@ -375,7 +375,7 @@ type statsDoc struct {
 }
 
 // verdictBounds matches every verdict's bound (split.Verdict.Bound).
-const verdictBounds = `^(client-bound|path-bound|proxy-bound|proxy-saturated|engine-bound|engine-saturated|engine-starved)$`
+const verdictBounds = `^(client-bound|path-bound|proxy-bound|proxy-saturated|host-starved|engine-bound|engine-saturated|engine-starved|engine-busy)$`
 
 // TestProxyObservability runs "respmeter proxy" with a fast probe, engine
 // poll and verdict in front of a real redis-server: /slowlog records a
@@ -545,9 +545,12 @@ func TestProxyObservability(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
 			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \(loop wait \d+%\))? — ` + verdictBounds[1:len(verdictBounds)-1] +
-			`(; engine thread \d+% busy)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
-		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
-		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4}$`,
+			`(; engine thread \d+% busy(, \d+% with \S+ \(\S+ each\) from other clients)?)?` +
+			`(; respmeter's threads waited \d+\.\dx their CPU time for a CPU)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
+		`(?m)^next: \S`,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\)$`,
+		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4} +-$`,
+		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ wait \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop wait \d+\.\d{4} = cycle \d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
 		`(?m)^think: mean \d+\.\d{3} ms over [1-9]\d* gaps`,
@@ -556,6 +559,7 @@ func TestProxyObservability(t *testing.T) {
 			t.Errorf("stdout has no match for %s:\n%s\nstderr:\n%s", re, out, p.stderr)
 		}
 	}
+	checkAccount(t, out) // the exit verdict adds up to the table beside it
 	// DEBUG SLEEP 0.02: the engine's own 20ms, next to the upstream's.
 	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
 	if m == nil {
@@ -670,7 +674,7 @@ func TestProxyLimits(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4}$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4} +-$`).MatchString(out) {
 		t.Errorf("no ping row with unknown engine and path:\n%s", out)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics/split"
+	"github.com/respmeter/respmeter/metrics/verdict"
 )
 
 // Scenario timing: the verdict interval (scStarvedInterval for the starved
@@ -69,7 +70,7 @@ func scStackWith(t testing.TB, upstream string, interval time.Duration, mod func
 	})
 	// One idle interval first: the probe's unloaded baseline.
 	redistest.Eventually(t, 5*interval, func() error {
-		if st.analyzer.latest() == nil {
+		if st.analyzer.Latest() == nil {
 			return errors.New("no verdict interval")
 		}
 		return nil
@@ -90,6 +91,10 @@ func testStack(t testing.TB, upstream string, mod func(*configs.Config)) *stack 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// This process holds the test's clients and CPU burners too: its
+	// threads are not the proxy's alone (TestScenarioHostStarved runs
+	// respmeter as a process of its own).
+	st.analyzer.SetProcSelf("")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -176,28 +181,28 @@ func (l *scLoad) stop() {
 // scVerdicts waits scWarmUp, then collects the verdicts of scIntervals
 // whole intervals while the load runs, with the clients measuring over
 // the same stretch.
-func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdictRecord {
+func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdict.Record {
 	t.Helper()
 	return scVerdictsEach(t, st, l, nil)
 }
 
 // scVerdictsEach is scVerdicts calling each (unless nil) with every
 // interval's verdict record as it is collected.
-func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdictRecord)) []*verdictRecord {
+func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record)) []*verdict.Record {
 	t.Helper()
 	time.Sleep(scWarmUp)
-	start := st.analyzer.latest()
-	redistest.Eventually(t, 5*st.analyzer.interval, func() error {
-		if st.analyzer.latest() == start {
+	start := st.analyzer.Latest()
+	redistest.Eventually(t, 5*st.analyzer.Interval(), func() error {
+		if st.analyzer.Latest() == start {
 			return errors.New("no new verdict interval")
 		}
 		return nil
 	})
 	l.measure(true)
-	var out []*verdictRecord
-	last := st.analyzer.latest()
-	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.interval, func() error {
-		if cur := st.analyzer.latest(); cur != last {
+	var out []*verdict.Record
+	last := st.analyzer.Latest()
+	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.Interval(), func() error {
+		if cur := st.analyzer.Latest(); cur != last {
 			out = append(out, cur)
 			last = cur
 			if each != nil {
@@ -233,7 +238,7 @@ func (s scSplit) String() string {
 		s.requests, s.total, s.upstream, s.exec, s.wait, s.runq, s.network, 100*s.pathShare, 100*s.util, s.probe)
 }
 
-func scMean(recs []*verdictRecord) scSplit {
+func scMean(recs []*verdict.Record) scSplit {
 	var s scSplit
 	var up, exec, wait, runq, net, total, share, util, probe float64
 	for _, r := range recs {
@@ -261,7 +266,7 @@ func scMean(recs []*verdictRecord) scSplit {
 }
 
 // scBounds checks that every interval's verdict is want and logs them.
-func scBounds(t testing.TB, recs []*verdictRecord, want string) {
+func scBounds(t testing.TB, recs []*verdict.Record, want string) {
 	t.Helper()
 	for i, r := range recs {
 		t.Logf("interval %d: %d requests, %s", i, r.Interval.Requests, r.Verdict)
@@ -389,9 +394,7 @@ func scenarioPathDelay(t testing.TB) {
 	// The probe's median PING under the load (its unloaded baseline plus
 	// the intervals' probe wait) is a round trip through the same relay:
 	// within 1.3x of what the relay adds to a client, either way.
-	st.analyzer.mu.Lock()
-	probe := st.analyzer.eng.probeBase + s.probe
-	st.analyzer.mu.Unlock()
+	probe := st.analyzer.ProbeBase(st.analyzer.Engine()) + s.probe
 	t.Logf("probe median under load %v (baseline %v + wait %v) vs the relay's %v", probe, probe-s.probe, s.probe, path)
 	if float64(probe) > 1.3*float64(path) || 1.3*float64(probe) < float64(path) {
 		t.Errorf("probe median %v vs the %v the relay adds to a client, want within 1.3x", probe, path)
@@ -626,7 +629,7 @@ func scenarioLittleStall(t testing.TB) {
 // a 1 s interval of the stall scenario, +1% over the three), and with 200
 // connections each up to a whole cycle old (measured: −16% over three
 // intervals of memtier at 100-300 ms cycles, +0.1% since start).
-func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64, window bool) {
+func scLittle(t testing.TB, st *stack, recs []*verdict.Record, tol float64, window bool) {
 	t.Helper()
 	var area, work, length float64
 	for i, r := range recs {
@@ -650,8 +653,7 @@ func scLittle(t testing.TB, st *stack, recs []*verdictRecord, tol float64, windo
 		}
 		return nil
 	})
-	sn := st.analyzer.set.Snapshot()
-	v := st.analyzer.sinceStart(sn, st.analyzer.engineMeans())
+	v := st.analyzer.SinceStart().Verdict
 	t.Logf("since start: L %.4f vs λW %.4f (%+.1f%%)", v.L, v.LambdaW, 100*(v.L/v.LambdaW-1))
 	if !v.Little || v.LambdaW <= 0 || math.Abs(v.L/v.LambdaW-1) > tol {
 		t.Errorf("since start: L %.4f vs λW %.4f, want within ±%.0f%%", v.L, v.LambdaW, 100*tol)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics/verdict"
 )
 
 // scShardStack is scStack with --route slots over shards (three
@@ -29,7 +30,7 @@ func scShardStack(t testing.TB, shards []string) *stack {
 		cfg.Route = configs.RouteSlots
 		cfg.Shards = shards
 	})
-	if n := len(st.analyzer.shardViews()); n != len(shards) {
+	if n := len(st.analyzer.Shards()); n != len(shards) {
 		t.Fatalf("%d shard views, want %d", n, len(shards))
 	}
 	return st
@@ -41,25 +42,23 @@ func scShardStack(t testing.TB, shards []string) *stack {
 // publishes the overall one, so they are the shards' latest ones until
 // the next interval, one interval later. It fails t if a shard's latest
 // record is of another interval.
-func scShardRecords(t testing.TB, st *stack, rec *verdictRecord, out map[string][]*verdictRecord) {
+func scShardRecords(t testing.TB, st *stack, rec *verdict.Record, out map[string][]*verdict.Record) {
 	t.Helper()
-	a := st.analyzer
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, v := range a.shards {
-		if v.last == nil || !v.last.End.Equal(rec.End) {
-			t.Fatalf("shard %s: latest verdict %+v is not of the interval ending %v", v.addr, v.last, rec.End)
+	views, lasts := st.analyzer.ShardLasts()
+	for i, v := range views {
+		if lasts[i] == nil || !lasts[i].End.Equal(rec.End) {
+			t.Fatalf("shard %s: latest verdict %+v is not of the interval ending %v", v.Addr, lasts[i], rec.End)
 		}
-		out[v.addr] = append(out[v.addr], v.last)
+		out[v.Addr] = append(out[v.Addr], lasts[i])
 	}
 }
 
 // scShardVerdicts is scVerdicts collecting the shards' verdicts of the
 // same intervals too.
-func scShardVerdicts(t testing.TB, st *stack, l *scLoad) ([]*verdictRecord, map[string][]*verdictRecord) {
+func scShardVerdicts(t testing.TB, st *stack, l *scLoad) ([]*verdict.Record, map[string][]*verdict.Record) {
 	t.Helper()
-	shards := map[string][]*verdictRecord{}
-	recs := scVerdictsEach(t, st, l, func(rec *verdictRecord) { scShardRecords(t, st, rec, shards) })
+	shards := map[string][]*verdict.Record{}
+	recs := scVerdictsEach(t, st, l, func(rec *verdict.Record) { scShardRecords(t, st, rec, shards) })
 	return recs, shards
 }
 

@@ -23,6 +23,7 @@ import (
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/metrics/split"
+	"github.com/respmeter/respmeter/metrics/verdict"
 	"github.com/respmeter/respmeter/proxy"
 )
 
@@ -94,7 +95,7 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // probe, the engine poller and the verdict on goroutines of their own, and
 // the admin server on cfg.Admin (unless "off"), and logs where each
 // listens. Under hash-slot routing (cfg.Routed) each shard gets a probe, a
-// poller and a verdict of its own (analyzer.syncShards). On error nothing
+// poller and a verdict of its own (verdict.Analyzer.SyncShards). On error nothing
 // is left running.
 func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	loops := cfg.Loops
@@ -130,15 +131,6 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if err := st.set.RegisterExport(reg, ex); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	an := &analyzer{
-		set:        st.set,
-		log:        log.With("component", "verdict"),
-		interval:   time.Duration(cfg.HDRInterval),
-		probeEvery: time.Duration(cfg.ProbeInterval),
-		pollEvery:  time.Duration(cfg.EnginePoll),
-		started:    time.Now(),
-		eng:        &engineView{},
-	}
 	bgCtx, cancelBg := context.WithCancel(context.Background())
 	st.cancelBg = cancelBg
 	defer func() {
@@ -146,31 +138,44 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			cancelBg()
 		}
 	}()
+	vcfg := verdict.Config{
+		Set:      st.set,
+		Log:      log.With("component", "verdict"),
+		Interval: time.Duration(cfg.HDRInterval),
+		ProcSelf: "/proc/self",
+	}
+	var an *analyzer
 	if !cfg.Routed() {
 		v, err := newEngineView(cfg, cfg.Upstream, names, reg, log)
 		if err != nil {
 			return nil, err
 		}
-		if err := engineRegisterer(reg, v.addr).Register(split.NewCollector(an.latestVerdict, v.engineLabel)); err != nil {
-			return nil, fmt.Errorf("register verdict metrics: %w", err)
-		}
-		an.eng = v
+		vcfg.Engine = v
 	} else {
 		// A probe and a poller per shard, each started when the shard
-		// appears in the proxy's map (analyzer.syncShards: at start, and
-		// after a --cluster topology refresh), with the shard's own
-		// verdict.
-		an.newView = func(addr string) (*engineView, error) {
+		// appears in the proxy's map (verdict.Analyzer.SyncShards: at
+		// start, and after a --cluster topology refresh), with the
+		// shard's own verdict.
+		vcfg.NewView = func(addr string) (*verdict.View, error) {
 			v, err := newEngineView(cfg, addr, names, reg, log)
 			if err != nil {
 				return nil, err
 			}
-			latest := func() (split.Verdict, bool) { return an.shardLatest(v) }
-			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest, v.engineLabel)); err != nil {
+			latest := func() (split.Verdict, bool) { return an.ShardLatest(v) }
+			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest, v.EngineLabel)); err != nil {
 				return nil, fmt.Errorf("register verdict metrics: %w", err)
 			}
-			v.start(bgCtx, &st.bg)
+			startView(v, bgCtx, &st.bg)
 			return v, nil
+		}
+	}
+	an = newAnalyzer(vcfg, time.Duration(cfg.ProbeInterval), time.Duration(cfg.EnginePoll))
+	if err := reg.Register(an.Collector()); err != nil {
+		return nil, fmt.Errorf("register verdict account metrics: %w", err)
+	}
+	if v := vcfg.Engine; v != nil {
+		if err := engineRegisterer(reg, v.Addr).Register(split.NewCollector(an.LatestVerdict, v.EngineLabel)); err != nil {
+			return nil, fmt.Errorf("register verdict metrics: %w", err)
 		}
 	}
 	st.analyzer = an
@@ -243,8 +248,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	st.proxy = p
-	an.inFlightArea = p.InFlightArea
-	an.loopLag = p.LoopLag
+	an.SetProxy(p.InFlightArea, p.LoopLag)
 	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "respmeter_capture_dropped_total",
 		Help: "Capture records dropped because the capture writer fell behind (the clients are never slowed down).",
@@ -276,14 +280,14 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	log.Info("proxy listening", append(attrs, "loops", loops, "measure", cfg.Measure)...)
 
-	an.eng.start(bgCtx, &st.bg)
+	startView(an.Engine(), bgCtx, &st.bg)
 	if cfg.Routed() {
-		an.shardAddrs = p.ShardAddrs
-		an.syncShards() // the shards known at start: their probes' baselines begin now
+		an.SetShardAddrs(p.ShardAddrs)
+		an.SyncShards() // the shards known at start: their probes' baselines begin now
 	}
-	st.bg.Go(func() { an.run(bgCtx) })
+	st.bg.Go(func() { an.Run(bgCtx) })
 	st.bg.Go(func() { st.window.Run(bgCtx) })
-	st.bg.Go(func() { an.sampleLoops(bgCtx) })
+	st.bg.Go(func() { an.SampleLoops(bgCtx) })
 
 	alog := log.With("component", "admin")
 	if adminLn == nil {
@@ -339,33 +343,37 @@ func engineRegisterer(reg prometheus.Registerer, addr string) prometheus.Registe
 // metrics registered on reg under shard = addr (engineRegisterer), names
 // being the command labels. Nothing runs until start. Registering fails
 // only for an addr whose metrics are registered already.
-func newEngineView(cfg configs.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*engineView, error) {
-	v := &engineView{addr: addr}
+func newEngineView(cfg configs.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
+	v := &verdict.View{Addr: addr}
 	engReg := engineRegisterer(reg, addr)
 	if cfg.ProbeInterval > 0 {
-		v.probe = engstats.NewProbe(addr, time.Duration(cfg.ProbeInterval), log)
-		v.probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
-		if err := v.probe.Register(engReg); err != nil {
+		v.Probe = engstats.NewProbe(addr, time.Duration(cfg.ProbeInterval), log)
+		v.Probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		if err := v.Probe.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register probe metrics of %s: %w", addr, err)
 		}
 	}
 	if cfg.EnginePoll > 0 {
-		v.poller = engstats.NewPoller(addr, time.Duration(cfg.EnginePoll), names, log)
-		v.poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
-		if err := v.poller.Register(engReg); err != nil {
+		v.Poller = engstats.NewPoller(addr, time.Duration(cfg.EnginePoll), names, log)
+		v.Poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		if err := v.Poller.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register engine metrics of %s: %w", addr, err)
 		}
 	}
 	return v, nil
 }
 
-// start runs v's probe and poller on goroutines of wg until ctx is done.
-func (v *engineView) start(ctx context.Context, wg *sync.WaitGroup) {
-	if v.probe != nil {
-		wg.Go(func() { v.probe.Run(ctx) })
+// startView runs v's probe and poller on goroutines of wg until ctx is
+// done (nothing for a nil v).
+func startView(v *verdict.View, ctx context.Context, wg *sync.WaitGroup) {
+	if v == nil {
+		return
 	}
-	if v.poller != nil {
-		wg.Go(func() { v.poller.Run(ctx) })
+	if v.Probe != nil {
+		wg.Go(func() { v.Probe.Run(ctx) })
+	}
+	if v.Poller != nil {
+		wg.Go(func() { v.Poller.Run(ctx) })
 	}
 }
 

@@ -63,11 +63,11 @@ func (st *stack) writeSummary(final bool) error {
 		return nil
 	}
 	an := st.analyzer
-	rec := an.sinceStartRecord(st.set.Snapshot(), an.engineMeans())
+	rec := an.SinceStart()
 	now := time.Now()
 	run := runJSON{
 		Version: versionString(), PID: os.Getpid(),
-		Started: an.started, Written: now, Seconds: now.Sub(an.started).Seconds(), Final: final,
+		Started: an.Started(), Written: now, Seconds: now.Sub(an.Started()).Seconds(), Final: final,
 		Listen: st.proxy.Addr(), Admin: st.adminAddr, Route: st.cfg.Route, Shards: st.cfg.Shards,
 		Cluster: st.cfg.Cluster, UpstreamMode: st.cfg.UpstreamMode, Loops: st.loops, Measure: st.cfg.Measure,
 		HDRLog: st.cfg.HDRLog, HDRIntervalSeconds: time.Duration(st.cfg.HDRInterval).Seconds(),
@@ -83,8 +83,8 @@ func (st *stack) writeSummary(final bool) error {
 			"run":            run,
 			"verdict":        newVerdictJSON(&rec),
 			"verdict_latest": an.verdictDoc(0),
-			"engine":         an.engineDoc(an.eng),
-			"probe":          an.probeDoc(an.eng),
+			"engine":         an.engineDoc(an.Engine()),
+			"probe":          an.probeDoc(an.Engine()),
 			"shard_engines":  an.shardDocs(),
 		}
 	})

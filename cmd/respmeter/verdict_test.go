@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/verdict"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -47,47 +47,6 @@ func testSet() (*metrics.Set, func(id, n int, total, upstream time.Duration)) {
 	}
 }
 
-func TestEngineMean(t *testing.T) {
-	set, observe := testSet()
-	observe(1, 10, time.Millisecond, 500*time.Microsecond)
-	prev := set.Snapshot()
-	observe(1, 30, time.Millisecond, 500*time.Microsecond) // get: 30 in the interval
-	observe(2, 10, time.Millisecond, 500*time.Microsecond) // set: 10
-	observe(3, 5, time.Second, time.Second)                // blpop: excluded
-	cur := set.Snapshot()
-	means := map[string]time.Duration{"get": 10 * time.Microsecond, "set": 50 * time.Microsecond, "blpop": time.Second}
-	meanOf := func(cmd string, n int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, n, ok }
-
-	// (30*10 + 10*50) / 40 = 20µs.
-	if got := engineMean(prev, cur, meanOf); got != 20*time.Microsecond {
-		t.Errorf("interval: %v, want 20µs", got)
-	}
-	// Since start: (40*10 + 10*50) / 50 = 18µs.
-	if got := engineMean(nil, cur, meanOf); got != 18*time.Microsecond {
-		t.Errorf("since start: %v, want 18µs", got)
-	}
-	// Commands the engine knows nothing of do not count.
-	delete(means, "set")
-	if got := engineMean(prev, cur, meanOf); got != 10*time.Microsecond {
-		t.Errorf("without set: %v, want 10µs", got)
-	}
-	if got := engineMean(cur, cur, meanOf); got != 0 {
-		t.Errorf("empty interval: %v, want 0", got)
-	}
-	if got := engineMean(prev, cur, func(string, int64) (time.Duration, int64, bool) { return 0, 0, false }); got != 0 {
-		t.Errorf("engine knows nothing: %v, want 0", got)
-	}
-	// Weighted by the engine's own calls (a shard's mix: shardEngineMean),
-	// over the commands the clients sent: get 100 calls, set 300, and a
-	// command no client sent (hset) left out: (100*10 + 300*50) / 400 = 40µs.
-	calls := map[string]int64{"get": 100, "set": 300, "hset": 1000}
-	means["set"], means["hset"] = 50*time.Microsecond, time.Second
-	byCalls := func(cmd string, _ int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, calls[cmd], ok }
-	if got := engineMean(prev, cur, byCalls); got != 40*time.Microsecond {
-		t.Errorf("weighted by the engine's calls: %v, want 40µs", got)
-	}
-}
-
 // TestAnalyzer runs the analyzer for a few intervals with neither probe nor
 // poller and checks the verdict it serves and prints.
 func TestAnalyzer(t *testing.T) {
@@ -96,10 +55,7 @@ func TestAnalyzer(t *testing.T) {
 	var inFlight metrics.InFlight
 	inFlight.SetClock(time.Now())
 	inFlight.Add(2)
-	a := &analyzer{
-		set: set, log: slog.New(slog.DiscardHandler), inFlightArea: inFlight.Area,
-		interval: 50 * time.Millisecond, started: time.Now(),
-	}
+	a := newAnalyzer(verdict.Config{Set: set, InFlightArea: inFlight.Area, Interval: 50 * time.Millisecond}, 0, 0)
 	if doc := a.statsExtra(); doc["verdict"].(*verdictJSON) != nil || doc["engine"].(*engineJSON) != nil || doc["probe"].(*probeJSON) != nil {
 		t.Fatalf("before the first interval, with probe and poller off: %v, want nils", doc)
 	}
@@ -115,7 +71,7 @@ func TestAnalyzer(t *testing.T) {
 	stop := startAnalyzer(t, a)
 	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
-		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 || !rec.Verdict.Little {
+		if rec := a.Latest(); rec == nil || rec.Interval.Requests == 0 || !rec.Verdict.Little {
 			return fmt.Errorf("no verdict with requests and Little's L: %+v", rec)
 		}
 		return nil
@@ -135,9 +91,10 @@ func TestAnalyzer(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(no engine stats for these commands\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
 		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended (\d+ms|0s) ago\): cycle 2ms: `,
-		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\)$`,
-		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
-		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000$`,
+		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\)$`,
+		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000 +-$`,
+		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +-$`,
+		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ wait 0\.0000 \+ proxy 1\.0000 \+ loop wait 0\.0000 = cycle 2\.0000$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no match for %s:\n%s", re, out)
@@ -151,7 +108,7 @@ func startAnalyzer(t *testing.T, a *analyzer) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { a.run(ctx) })
+	wg.Go(func() { a.Run(ctx) })
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop
@@ -199,7 +156,7 @@ func TestWriteVerdictCopiesNoHistograms(t *testing.T) {
 	names := command.Names()[:32]
 	set := metrics.NewSet(1, names)
 	hdrRound(set, len(names), 50, 1)
-	a := &analyzer{set: set, log: slog.New(slog.DiscardHandler), inFlightArea: func() int64 { return 1 }, interval: time.Second, started: time.Now()}
+	a := newAnalyzer(verdict.Config{Set: set, InFlightArea: func() int64 { return 1 }, Interval: time.Second}, 0, 0)
 	var buf bytes.Buffer
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -221,8 +178,8 @@ func TestWriteVerdictCopiesNoHistograms(t *testing.T) {
 // /stats shows the latest interval as before.
 func TestStatsWindowHoldsVerdict(t *testing.T) {
 	set, observe := testSet()
-	a := &analyzer{set: set, log: slog.New(slog.DiscardHandler), interval: 50 * time.Millisecond, started: time.Now()}
-	h := set.StatsHandlerWindowed(metrics.NewWindow(set, a.interval, 10), a.statsExtraWindow)
+	a := newAnalyzer(verdict.Config{Set: set, Interval: 50 * time.Millisecond}, 0, 0)
+	h := set.StatsHandlerWindowed(metrics.NewWindow(set, a.Interval(), 10), a.statsExtraWindow)
 	verdict := func(target string) verdictJSON {
 		t.Helper()
 		rec := httptest.NewRecorder()
@@ -238,13 +195,13 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 	// Load until an interval has requests, then stop and wait for an idle one.
 	redistest.Eventually(t, 10*time.Second, func() error {
 		observe(1, 10, 2*time.Millisecond, time.Millisecond)
-		if rec := a.latest(); rec == nil || rec.Interval.Requests == 0 {
+		if rec := a.Latest(); rec == nil || rec.Interval.Requests == 0 {
 			return errors.New("no interval with requests yet")
 		}
 		return nil
 	})
 	redistest.Eventually(t, 10*time.Second, func() error {
-		if rec := a.latest(); rec.Interval.Requests != 0 {
+		if rec := a.Latest(); rec.Interval.Requests != 0 {
 			return fmt.Errorf("latest interval has %d requests", rec.Interval.Requests)
 		}
 		return nil
@@ -271,46 +228,5 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 	})
 	if v := verdict("/stats?window=300ms"); *v.LastRequestsAgeSeconds < 0.3 {
 		t.Errorf("/stats?window=300ms turned idle %vs after the last requests, want >= 0.3", *v.LastRequestsAgeSeconds)
-	}
-}
-
-// TestLoopLagSampling: the loop-timing sampler hands the loops
-// loopLagSamples tasks per verdict interval, not one every 10 ms whatever
-// the interval. At 100 a second it cost 7 % of a core on an idle proxy and
-// 1.1-1.2x its CPU per operation under load (BENCHMARKS.md "Issue 12").
-// The upper bound counts the rounds the elapsed time allows (a late wake-up
-// only makes fewer); the lower one that a 1 s interval still gets its
-// witness.
-func TestLoopLagSampling(t *testing.T) {
-	if got := loopLagPeriod(time.Second); got != 50*time.Millisecond {
-		t.Errorf("period at a 1 s interval: %v, want 50ms", got)
-	}
-	if got := loopLagPeriod(50 * time.Millisecond); got != loopLagMin {
-		t.Errorf("period at a 50 ms interval: %v, want %v", got, loopLagMin)
-	}
-	var mu sync.Mutex
-	rounds := 0
-	a := &analyzer{interval: time.Second, loopLag: func(record func(time.Duration)) int {
-		mu.Lock()
-		rounds++
-		mu.Unlock()
-		record(time.Microsecond)
-		return 1
-	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	start := time.Now()
-	var wg sync.WaitGroup
-	wg.Go(func() { a.sampleLoops(ctx) })
-	time.Sleep(600 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	elapsed := time.Since(start)
-	mu.Lock()
-	defer mu.Unlock()
-	if max := int(elapsed/(50*time.Millisecond)) + 1; rounds > max || rounds < 1 {
-		t.Fatalf("%d sampling rounds in %v at a 1 s interval, want 1..%d", rounds, elapsed, max)
-	}
-	if a.allLagN != int64(rounds) {
-		t.Errorf("%d samples recorded for %d rounds", a.allLagN, rounds)
 	}
 }

@@ -18,8 +18,9 @@ import (
 )
 
 // DefaultPollInterval is the Poller's interval when NewPoller is given zero
-// or less.
-const DefaultPollInterval = 5 * time.Second
+// or less: the verdict's default interval (metrics/verdict), so that each
+// interval has a poll of its own.
+const DefaultPollInterval = time.Second
 
 // Sources of engine statistics, as listed by Poller.Sources.
 const (
@@ -56,6 +57,7 @@ type Poller struct {
 	index  map[string]int   // lower-case label -> index in labels
 	other  int              // index of "other"
 
+	now    chan chan struct{} // PollNow's requests
 	mu     sync.Mutex
 	health health
 	polls  int64
@@ -103,7 +105,7 @@ type labelStats struct {
 }
 
 // NewPoller returns a Poller of the engine at addr (host:port) that polls
-// every every; zero or less means DefaultPollInterval (5 s). names[i] is the
+// every every; zero or less means DefaultPollInterval (1 s). names[i] is the
 // command label of ID i, as given to metrics.NewSet: engine commands are
 // counted under their lower-cased name (subcommands under their container:
 // client|setname under "client") when that is in names, and under "other"
@@ -122,6 +124,7 @@ func NewPoller(addr string, every time.Duration, names []string, logger *slog.Lo
 		logger: logger,
 		index:  make(map[string]int, len(names)+1),
 		health: health{logger: logger},
+		now:    make(chan chan struct{}),
 
 		procRoot: "/proc",
 	}
@@ -203,17 +206,54 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 	}
 	tick := time.NewTicker(p.every)
 	defer tick.Stop()
+	var asked chan struct{} // a PollNow waiting for this poll
 	for {
-		if err := p.poll(c); err != nil {
+		err := p.poll(c)
+		if asked != nil {
+			close(asked)
+			asked = nil
+		}
+		if err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+		case asked = <-p.now:
+			// The next regular poll half an interval after the next
+			// request is due: a caller asking every interval gets every
+			// poll, none a moment before its own.
+			tick.Reset(p.every + p.every/2)
 		}
 	}
 }
+
+// PollNow makes Run poll at once and waits for that poll to end, at most
+// timeout in all; it reports whether the poll ended in time (a failed poll
+// counts as ended). The regular polls then wait 1.5 poll intervals, so
+// that a caller asking every poll interval gets one poll per interval,
+// taken when it asks, and none just before. Safe for concurrent use; false while
+// Run is not connected.
+func (p *Poller) PollNow(timeout time.Duration) bool {
+	done := make(chan struct{})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case p.now <- done:
+	case <-t.C:
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Interval returns the poll interval.
+func (p *Poller) Interval() time.Duration { return p.every }
 
 // Engine returns the value of the engine label of p's series: the run_id
 // of the engine last polled (INFO server), or the address p was given
@@ -401,8 +441,15 @@ func (p *Poller) applyWitness(cur witnessSample, execOK bool) {
 	if p.hasPrevWit {
 		w := cur.delta(p.prevWit)
 		if execOK {
+			w.Work = make([]Work, len(p.cmds))
 			for i := range p.cmds {
-				w.Exec += time.Duration(p.cmds[i].lastUsec) * time.Microsecond
+				c := &p.cmds[i]
+				t := time.Duration(c.lastUsec) * time.Microsecond
+				w.Exec += t
+				w.Work[i] = Work{Calls: c.lastCalls, Time: t}
+				if c.lastCalls > 0 {
+					w.Work[i].Square = t.Seconds() * t.Seconds() / float64(c.lastCalls)
+				}
 			}
 		}
 		p.wit, p.hasWit = w, true
@@ -438,6 +485,10 @@ func (p *Poller) WitnessTotal() (w Witness, ok bool) {
 	defer p.mu.Unlock()
 	return p.witTotal, p.hasWit
 }
+
+// Labels returns the command labels, indexed like Witness.Work: the names
+// given to NewPoller, lower-cased, then "other" when they lack it.
+func (p *Poller) Labels() []string { return slices.Clone(p.labels) }
 
 // Host returns the PID of the engine's process when it runs on this host
 // and respmeter reads its /proc entries (the run-queue witness), else 0.

@@ -48,6 +48,40 @@ type Witness struct {
 	HostMainCPU, RunQueue    time.Duration
 	RunQueueAll, HostProcCPU time.Duration
 	HasHost                  bool
+	// Work is the engine's execution per command label over the
+	// interval (INFO commandstats deltas, all clients), indexed like
+	// Poller.Labels; nil when commandstats did not answer.
+	Work []Work
+}
+
+// Work is the engine's execution of one command label over an interval,
+// from INFO commandstats: Calls and Time (execution, wall-clock) are
+// deltas; Square is the sum over poll intervals of Time × Time / Calls in
+// seconds², the second moment of the label's execution times (their sum of
+// squares) when each call of a label in one poll interval took the label's
+// mean of that interval. It is what a queue behind the label's calls
+// depends on (Pollaczek–Khinchine: the mean residual work a request
+// arriving at a random moment finds is Σ Square / (2 × interval)).
+type Work struct {
+	Calls  int64
+	Time   time.Duration
+	Square float64
+}
+
+// addWork adds b to a elementwise (sign -1: subtracts); the result has
+// the longer length.
+func addWork(a, b []Work, sign int64) []Work {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]Work, max(len(a), len(b)))
+	copy(out, a)
+	for i, w := range b {
+		out[i].Calls += sign * w.Calls
+		out[i].Time += time.Duration(sign) * w.Time
+		out[i].Square += float64(sign) * w.Square
+	}
+	return out
 }
 
 // add adds the durations and counts of d to w; the Has flags and
@@ -63,6 +97,7 @@ func (w *Witness) add(d Witness) {
 	w.RunQueueAll += d.RunQueueAll
 	w.HostProcCPU += d.HostProcCPU
 	w.HasMainCPU, w.HasProcCPU, w.HasHost, w.IOThreads = d.HasMainCPU, d.HasProcCPU, d.HasHost, d.IOThreads
+	w.Work = addWork(w.Work, d.Work, 1)
 }
 
 // Since returns the witness between two cumulative ones (Poller.WitnessTotal),
@@ -83,6 +118,7 @@ func (w Witness) Since(prev Witness) Witness {
 		HasProcCPU:  w.HasProcCPU && prev.HasProcCPU,
 		HasHost:     w.HasHost && prev.HasHost,
 		IOThreads:   w.IOThreads,
+		Work:        addWork(addWork(nil, w.Work, 1), prev.Work, -1),
 	}
 }
 
@@ -245,6 +281,31 @@ func parseSchedstat(b []byte) (cpu, runQueue time.Duration, err error) {
 	return time.Duration(c), time.Duration(r), nil
 }
 
+// TasksSchedstat returns the time on a CPU and the time runnable but
+// waiting for one (run queue), in ns, summed over the threads of the
+// process whose /proc directory is dir ("/proc/self" for respmeter's own,
+// "/proc/PID"), from each dir/task/TID/schedstat
+// (https://docs.kernel.org/scheduler/sched-stats.html). Threads that end
+// while it reads are skipped; their time drops out of the sums, so a
+// caller taking deltas clamps them at zero.
+func TasksSchedstat(dir string) (cpu, runQueue time.Duration, err error) {
+	tasks, err := os.ReadDir(filepath.Join(dir, "task"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, "task", t.Name(), "schedstat"))
+		if err != nil {
+			continue // a thread that just ended
+		}
+		if c, rq, err := parseSchedstat(b); err == nil {
+			cpu += c
+			runQueue += rq
+		}
+	}
+	return cpu, runQueue, nil
+}
+
 // userHZ is the unit of /proc/PID/stat's utime and stime: USER_HZ, 100 on
 // every Linux architecture Go supports (proc(5)).
 const userHZ = 100
@@ -281,18 +342,8 @@ func readHost(procRoot string, pid int) (hostSample, error) {
 	if h.mainCPU, h.runQueue, err = parseSchedstat(b); err != nil {
 		return h, err
 	}
-	tasks, err := os.ReadDir(filepath.Join(dir, "task"))
-	if err != nil {
+	if _, h.runQueueAll, err = TasksSchedstat(dir); err != nil {
 		return h, err
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, "task", t.Name(), "schedstat"))
-		if err != nil {
-			continue // a thread that just ended
-		}
-		if _, rq, err := parseSchedstat(b); err == nil {
-			h.runQueueAll += rq
-		}
 	}
 	b, err = os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {

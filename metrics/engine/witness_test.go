@@ -167,3 +167,21 @@ func TestPollerWitness(t *testing.T) {
 		t.Errorf("host CPU %v vs execution %v", w.HostMainCPU, w.Exec)
 	}
 }
+
+// TestWitnessWork: the per-label work adds up over poll intervals and
+// subtracts between two cumulative witnesses, squares included (a label's
+// second moment is the sum of its poll intervals').
+func TestWitnessWork(t *testing.T) {
+	var tot Witness
+	tot.add(Witness{Interval: time.Second, Work: []Work{{}, {Calls: 400, Time: 800 * time.Millisecond, Square: 0.0016}}})
+	first := tot
+	tot.add(Witness{Interval: time.Second, Work: []Work{{Calls: 10, Time: 20 * time.Microsecond, Square: 4e-11}, {Calls: 100, Time: 200 * time.Millisecond, Square: 0.0004}}})
+	d := tot.Since(first)
+	if len(d.Work) != 2 || d.Work[1].Calls != 100 || d.Work[1].Time != 200*time.Millisecond || d.Work[0].Calls != 10 ||
+		d.Work[1].Square < 0.0004-1e-12 || d.Work[1].Square > 0.0004+1e-12 {
+		t.Errorf("since the first: %+v", d.Work)
+	}
+	if first.Work[1].Calls != 400 || tot.Work[1].Calls != 500 {
+		t.Errorf("the first total changed with the second: %+v, %+v", first.Work, tot.Work)
+	}
+}

@@ -4,11 +4,13 @@
 
 const phases = ["total", "upstream", "proxy", "service", "queue"];
 const pcts = ["p50", "p99", "p99.9"];
-// The verdict's shares as the bar shows them; engine_wait holds run_queue,
-// so the bar's "engine wait" is the part that is not run queue.
+// The verdict's shares as the bar shows them; engine_wait holds run_queue
+// and proxy holds loop_wait, so the bar's "engine wait" is the part that is
+// not run queue and its "proxy" the part that is not loop wait.
 const shareParts = [
   ["client", "client"], ["path", "path"], ["engine", "engine"],
   ["engine_wait", "engine wait (queue)"], ["run_queue", "run queue"], ["proxy", "proxy"],
+  ["loop_wait", "loop wait"],
 ];
 
 const $ = (id) => document.getElementById(id);
@@ -90,7 +92,8 @@ function renderVerdict(doc) {
   const s = v.shares;
   const parts = {
     client: s.client, path: s.path, engine: s.engine,
-    engine_wait: Math.max(s.engine_wait - s.run_queue, 0), run_queue: s.run_queue, proxy: s.proxy,
+    engine_wait: Math.max(s.engine_wait - s.run_queue, 0), run_queue: s.run_queue,
+    proxy: Math.max(s.proxy - (s.loop_wait || 0), 0), loop_wait: s.loop_wait || 0,
   };
   const segs = [];
   const legend = [];
@@ -117,10 +120,12 @@ function renderVerdict(doc) {
     : "(latest " + v.interval_seconds.toFixed(2) + " s interval, " + v.requests + " requests: " + v.bound +
       (v.requests === 0 && age !== null ? "; last requests " + age.toFixed(1) + " s ago" : "") + ")";
 
-  $("split-engine").textContent = v.engine_known ? ms(v.engine_mean_seconds) : "n/a";
+  $("split-engine").textContent = v.engine_known ? ms(v.engine_exec_seconds) : "n/a";
   $("split-wait").textContent = v.wait_known ? ms(v.engine_wait_seconds) : "n/a";
   $("split-runq").textContent = v.host_known ? ms(v.run_queue_wait_seconds) : "n/a";
   $("split-path").textContent = ms(v.network_seconds);
+  $("split-proxy").textContent = ms(v.proxy_seconds);
+  $("split-loop").textContent = v.loop_wait_known ? ms(v.loop_wait_seconds) : "n/a";
   $("split-probe").textContent = doc.probe && doc.probe.count > 0 ? ms(doc.probe.p50) : "n/a";
   $("split-util").textContent = v.wait_known ? (100 * v.engine_utilization).toFixed(0) + " %" : "n/a";
   $("split-little").textContent = v.little ? v.l.toFixed(2) + " vs " + v.lambda_w.toFixed(2) : "n/a";

@@ -85,6 +85,28 @@ type Interval struct {
 	// the shard with the least (above its floor) holds.
 	LoopPathCap    time.Duration
 	LoopPathCapped bool
+
+	// Other clients' commands, from the engine's INFO commandstats over
+	// the interval less the proxy's own requests of each command label
+	// (metrics/verdict): OthersBusy is the share of the interval the
+	// engine spent executing them, 0..1, and OthersResidual the mean
+	// residual work of theirs a request arriving at a random moment finds
+	// in execution (Σ calls × mean² / (2 × interval): a 2 ms command
+	// leaves 1 ms on average, a 1 µs one nothing). Culprit is the label
+	// of the other clients' command that leaves the most of that residual,
+	// CulpritBusy its share of the interval and CulpritMean its mean
+	// execution. All zero when unknown.
+	OthersBusy     float64
+	OthersResidual time.Duration
+	Culprit        string
+	CulpritBusy    float64
+	CulpritMean    time.Duration
+
+	// The proxy's own threads over the interval (/proc/self/task/*/
+	// schedstat; ProxyHostKnown): ProxyCPU their time on a CPU,
+	// ProxyRunQueue their time runnable but waiting for one.
+	ProxyCPU, ProxyRunQueue time.Duration
+	ProxyHostKnown          bool
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -116,6 +138,25 @@ func QueueWait(u float64, d time.Duration, inFlight float64) time.Duration {
 	}
 	return time.Duration(w)
 }
+
+// OthersWait is the engine wait a request finds behind other clients'
+// commands: Pollaczek–Khinchine for M/G/1 (Kleinrock, Queueing Systems
+// vol. 1, §5.5), W = R / (1 − u), from the mean residual work R of those
+// commands that an arrival at a random moment finds (Interval's
+// OthersResidual: their second moment, so that a queue behind 2 ms
+// commands is not one behind 1 µs ones) and the thread's utilisation u
+// (0..1, capped at MaxQueueUtilization so that a saturated thread gives a
+// finite wait; the caller caps the result by what the round trip holds).
+func OthersWait(residual time.Duration, u float64) time.Duration {
+	if residual <= 0 {
+		return 0
+	}
+	return time.Duration(float64(residual) / (1 - min(max(u, 0), MaxQueueUtilization)))
+}
+
+// MaxQueueUtilization caps the utilisation OthersWait divides by: at 0.9
+// the wait is ten residuals.
+const MaxQueueUtilization = 0.9
 
 // FromSnapshots returns the request sums between two cumulative snapshots of
 // the same Set (prev may be nil: since start). Length, EngineMean and
@@ -218,16 +259,45 @@ type Verdict struct {
 	// ProbeWait, ProbeKnown: Interval's, for the cross-check.
 	ProbeWait  time.Duration
 	ProbeKnown bool
+	// LoopReply is the part of LoopWait that replies waited unread (in
+	// the upstream phase): upstream = Network + Exec + EngineWait +
+	// LoopReply.
+	LoopReply time.Duration
+	// Per request means of the two parts not above: Think (the client's
+	// think time less the loop wait taken from it) and ProxyTime (the
+	// proxy's processing, its loop wait not included). Cycle = Think +
+	// Network + Exec + EngineWait + ProxyTime + LoopWait, the parts each
+	// at least 0.
+	Think, ProxyTime time.Duration
+	// OthersWait is the part of EngineWait spent behind other clients'
+	// commands (OthersWait; after the cap), Culprit the command label of
+	// those that kept the engine busiest, with CulpritBusy (its share of
+	// the interval, 0..1) and CulpritMean (its mean execution).
+	OthersWait  time.Duration
+	Culprit     string
+	CulpritBusy float64
+	CulpritMean time.Duration
+	// ProxyStarved is the proxy's threads' run-queue wait over their CPU
+	// time (ProxyHostKnown): 1 means they waited for a CPU as long as
+	// they ran.
+	ProxyStarved   float64
+	ProxyHostKnown bool
 	// Bound names the largest part: "client-bound", "path-bound", when the
 	// proxy's part (its processing and loop wait) is the largest
-	// "proxy-saturated" (the loop wait is at least the processing: its
-	// loops are never idle, or wait for a CPU) or "proxy-bound", or, when
+	// "host-starved" (the proxy's threads waited for a CPU at least
+	// HostStarved times as long as they ran: the host is short of CPU,
+	// not the proxy; so too when the client's part is the largest and
+	// that wait per request is a quarter of the cycle, as the think time
+	// respmeter's clock reads then holds the requests its threads read
+	// late), "proxy-saturated" (the loop wait is at least the
+	// processing: its loops are never idle) or "proxy-bound", or, when
 	// the engine's parts together are the largest,
 	// "engine-starved" (its run-queue wait is the largest of them: the
-	// host is short of CPU), "engine-saturated" (its queueing wait is at
-	// least its execution, or its thread is ≥ 90 % busy with at least two
-	// requests in flight) or "engine-bound" (execution itself); "idle" with
-	// no requests.
+	// host is short of CPU), "engine-busy" (the wait behind other
+	// clients' commands is the largest: Culprit names them),
+	// "engine-saturated" (its queueing wait is at least its execution, or
+	// its thread is ≥ 90 % busy with at least two requests in flight) or
+	// "engine-bound" (execution itself); "idle" with no requests.
 	Bound string
 	// Little's law: L is the measured mean in flight, LambdaW the product
 	// of measured throughput and mean latency; Little is false when L was
@@ -235,6 +305,15 @@ type Verdict struct {
 	L, LambdaW float64
 	Little     bool
 }
+
+// CulpritBusy is the least share of the interval other clients'
+// commands of one label keep the engine busy for the verdict to name
+// them: the side connections' polls and PINGs stay below it.
+const CulpritBusy = 0.05
+
+// HostStarved is the ratio of the proxy's threads' run-queue wait to
+// their CPU time from which a proxy-bound interval reads "host-starved".
+const HostStarved = 0.5
 
 // SaturatedUtilization is the command thread's busy share from which a
 // queue is taken to form whenever two or more requests are in flight.
@@ -247,24 +326,24 @@ const SaturatedUtilization = 0.9
 // plus the run-queue time shared out over the engine's commands by the
 // same weights, capped so that the network keeps at least RTTFloor.
 func (iv Interval) Verdict() Verdict {
-	v := Verdict{Bound: "idle"}
 	if iv.Requests <= 0 {
-		return v
+		return Verdict{Bound: "idle"}
 	}
 	n := float64(iv.Requests)
 	upstream := iv.Upstream.Seconds() / n
+	a := Account{Requests: iv.Requests, Culprit: iv.Culprit, CulpritBusy: iv.CulpritBusy, CulpritMean: iv.CulpritMean}
 	engine := 0.0
 	if iv.EngineMean > 0 {
-		v.EngineKnown = true
+		a.EngineKnown = true
 		engine = min(iv.EngineMean.Seconds(), upstream)
 	}
-	var wait, runq, upInFlight float64
+	var wait, runq, others float64
 	if iv.Length > 0 {
-		upInFlight = iv.Upstream.Seconds() / iv.Length.Seconds()
+		a.UpInFlight = iv.Upstream.Seconds() / iv.Length.Seconds()
 	}
 	if iv.BusyKnown {
-		v.WaitKnown = true
-		v.Utilization = iv.Utilization
+		a.WaitKnown = true
+		a.Utilization = iv.Utilization
 		// The thread's occupied time is shared out over the engine's
 		// commands by the time each keeps it: its execution plus the
 		// per-command work outside execution (io: socket I/O, from the
@@ -288,28 +367,31 @@ func (iv Interval) Verdict() Verdict {
 		if share > 0 {
 			d = max(d, seconds(iv.Demand.Seconds()*float64(iv.Commands)*share))
 		}
-		q := QueueWait(iv.Utilization, d, upInFlight).Seconds()
+		q := QueueWait(iv.Utilization, d, a.UpInFlight).Seconds()
+		// Behind other clients' commands: their residual work, queued.
+		others = OthersWait(iv.OthersResidual, iv.Utilization).Seconds()
 		if iv.HostKnown && iv.Commands > 0 {
 			// A thread woken per command waits for the CPU once per
 			// command, a command preempted while it runs in proportion
 			// to its length: the run-queue time is shared out alike.
 			runq = iv.RunQueueTime.Seconds() * share
+			rq, cpu := iv.RunQueueTime.Seconds(), iv.CPUTime.Seconds()
 			// A command preempted while it runs has that wait in its
 			// execution time too (commandstats is wall-clock): the
 			// run-queue share of the thread's occupied time is taken out
 			// of execution, up to the run-queue wait.
-			if rq, cpu := iv.RunQueueTime.Seconds(), iv.CPUTime.Seconds(); rq+cpu > 0 {
+			if rq+cpu > 0 {
 				engine -= min(runq, engine*rq/(rq+cpu))
 			}
 		} else if iv.HostKnown {
 			runq = iv.RunQueueWait.Seconds()
 		}
-		v.ModelWait = seconds(q + runq)
+		a.ModelWait = seconds(q + others + runq)
 		room := max(upstream-engine-iv.RTTFloor.Seconds(), 0)
-		if total := q + runq; total > room {
-			q, runq = q*room/total, runq*room/total
+		if total := q + others + runq; total > room {
+			q, others, runq = q*room/total, others*room/total, runq*room/total
 		}
-		wait = q + runq
+		wait = q + others + runq
 	}
 	// The loop wait: a request read late waited in its client socket
 	// (booked as think time), a reply read late in the upstream socket
@@ -317,37 +399,110 @@ func (iv Interval) Verdict() Verdict {
 	// keeping its floor.
 	think, path := iv.Think.Seconds()/n, upstream-engine-wait
 	var loopWait float64
-	if iv.LoopWaitKnown {
-		v.LoopWaitKnown = true
-		lw := iv.LoopWait.Seconds()
+	// The proxy's threads' run-queue wait per request: a request or reply
+	// waits unread at least that long when the loops' threads wait for a
+	// CPU (the loops' timing tasks see less: the thread that hands them
+	// out waits for the same CPU before it stamps them).
+	var hostWait float64
+	if iv.ProxyHostKnown {
+		hostWait = iv.ProxyRunQueue.Seconds() / n
+		a.ProxyWait = seconds(hostWait)
+	}
+	if iv.LoopWaitKnown || hostWait > 0 {
+		a.LoopWaitKnown = true
+		lw := max(iv.LoopWait.Seconds(), hostWait)
 		lt, lp := min(lw, max(think, 0)), min(lw, max(path-iv.RTTFloor.Seconds(), 0))
 		if iv.LoopPathCapped {
 			lp = min(lp, max(iv.LoopPathCap.Seconds(), 0))
 		}
 		think, path, loopWait = think-lt, path-lp, lt+lp
+		a.LoopReply = seconds(lp)
 	}
-	parts := [5]float64{
-		think,                           // client
-		path,                            // path (network)
-		engine,                          // engine execution
-		wait,                            // engine wait
-		iv.Proxy.Seconds()/n + loopWait, // proxy, its loop wait included
+	a.Think, a.Path, a.Exec = seconds(max(think, 0)), seconds(max(path, 0)), seconds(max(engine, 0))
+	a.Wait, a.RunQueue, a.Others = seconds(wait), seconds(runq), seconds(others)
+	a.Proxy, a.Loop = seconds(max(iv.Proxy.Seconds()/n, 0)), seconds(loopWait)
+	if iv.ProxyHostKnown {
+		a.ProxyHostKnown = true
+		a.ProxyCPU, a.ProxyRunQueue = iv.ProxyCPU, iv.ProxyRunQueue
 	}
-	var cycle float64
+	v := a.Verdict()
+	v.ProbeWait, v.ProbeKnown = iv.ProbeWait, iv.ProbeKnown
+	if iv.InFlight >= 0 && iv.Length > 0 {
+		v.Little = true
+		v.L = iv.InFlight
+		v.LambdaW = n / iv.Length.Seconds() * (iv.Total.Seconds() / n)
+	}
+	return v
+}
+
+// Account is a request cycle's parts, per request, each at least 0, and
+// what the verdict's outcome is decided on: an interval's
+// (Interval.Verdict) or the request-weighted mean of several
+// (metrics/verdict: the verdict since start is the sum of its
+// intervals').
+type Account struct {
+	// Requests is the number of requests the means are over; 0: idle.
+	Requests int64
+	// Think is the client's think time, Path the network, Exec the
+	// engine's execution, Wait the engine wait (RunQueue and Others
+	// included: the run-queue wait, and the wait behind other clients'
+	// commands), Proxy the proxy's processing and Loop its loop wait.
+	Think, Path, Exec, Wait, RunQueue, Others, Proxy, Loop time.Duration
+	// LoopReply is the part of Loop a reply waited unread (taken from the
+	// upstream phase; the rest of Loop is taken from the think time), so
+	// that upstream = Path + Exec + Wait + LoopReply.
+	LoopReply time.Duration
+	// ModelWait is the engine-wait model's figure before the cap.
+	ModelWait time.Duration
+	// EngineKnown, WaitKnown, LoopWaitKnown: see Verdict.
+	EngineKnown, WaitKnown, LoopWaitKnown bool
+	// Utilization is the engine thread's busy share, UpInFlight the mean
+	// number of the proxy's requests in the upstream phase.
+	Utilization, UpInFlight float64
+	// Culprit, CulpritBusy, CulpritMean: see Interval.
+	Culprit     string
+	CulpritBusy float64
+	CulpritMean time.Duration
+	// The proxy's threads' CPU and run-queue wait (ProxyHostKnown), and
+	// that wait per request (ProxyWait).
+	ProxyCPU, ProxyRunQueue, ProxyWait time.Duration
+	ProxyHostKnown                     bool
+}
+
+// Verdict returns the shares and the outcome of the account; Little's
+// law is left for the caller.
+func (a Account) Verdict() Verdict {
+	v := Verdict{Bound: "idle"}
+	if a.Requests <= 0 {
+		return v
+	}
+	v.EngineKnown, v.WaitKnown, v.LoopWaitKnown = a.EngineKnown, a.WaitKnown, a.LoopWaitKnown
+	v.Utilization = a.Utilization
+	v.ModelWait = a.ModelWait
+	parts := [5]time.Duration{a.Think, a.Path, a.Exec, a.Wait, a.Proxy + a.Loop}
+	var cycle time.Duration
 	for _, p := range parts {
 		cycle += max(p, 0)
 	}
 	if cycle <= 0 {
 		return v
 	}
-	v.Cycle = seconds(cycle)
-	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0]/cycle, parts[1]/cycle, parts[2]/cycle, parts[3]/cycle, parts[4]/cycle
-	v.RunQueue, v.Loop = runq/cycle, loopWait/cycle
-	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = seconds(engine), seconds(wait), seconds(runq), seconds(parts[1])
-	v.LoopWait = seconds(loopWait)
-	v.ProbeWait, v.ProbeKnown = iv.ProbeWait, iv.ProbeKnown
+	c := cycle.Seconds()
+	v.Cycle = cycle
+	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0].Seconds()/c, parts[1].Seconds()/c, parts[2].Seconds()/c, parts[3].Seconds()/c, parts[4].Seconds()/c
+	v.RunQueue, v.Loop = a.RunQueue.Seconds()/c, a.Loop.Seconds()/c
+	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
+	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
+	v.LoopReply = a.LoopReply
+	if a.Others > 0 && a.CulpritBusy >= CulpritBusy {
+		v.Culprit, v.CulpritBusy, v.CulpritMean = a.Culprit, a.CulpritBusy, a.CulpritMean
+	}
+	if a.ProxyHostKnown && a.ProxyCPU > 0 {
+		v.ProxyHostKnown = true
+		v.ProxyStarved = a.ProxyRunQueue.Seconds() / a.ProxyCPU.Seconds()
+	}
 
-	groups := [4]float64{parts[0], parts[1], engine + wait, parts[4]}
+	groups := [4]time.Duration{parts[0], parts[1], a.Exec + a.Wait, parts[4]}
 	names := [4]string{"client-bound", "path-bound", "engine", "proxy-bound"}
 	best := 0
 	for i, p := range groups {
@@ -356,26 +511,55 @@ func (iv Interval) Verdict() Verdict {
 		}
 	}
 	v.Bound = names[best]
-	if v.Bound == "proxy-bound" && loopWait > 0 && loopWait >= parts[4]-loopWait {
+	switch {
+	case v.ProxyHostKnown && v.ProxyStarved >= HostStarved && (v.Bound == "proxy-bound" || v.Bound == "client-bound" && 4*a.ProxyWait >= cycle):
+		v.Bound = "host-starved"
+	case v.Bound == "proxy-bound" && a.Loop > 0 && a.Loop >= a.Proxy:
 		v.Bound = "proxy-saturated"
-	}
-	if v.Bound == "engine" {
-		q := wait - runq
+	case v.Bound == "engine":
+		q := a.Wait - a.RunQueue - a.Others
 		switch {
-		case runq > 0 && runq >= engine && runq >= q:
+		case a.RunQueue > 0 && a.RunQueue >= a.Exec && a.RunQueue >= q && a.RunQueue >= a.Others:
 			v.Bound = "engine-starved"
-		case v.WaitKnown && (q >= engine || iv.Utilization >= SaturatedUtilization && upInFlight >= 2):
+		case a.Others > 0 && a.Others >= a.Exec && a.Others >= q:
+			v.Bound = "engine-busy"
+		case a.WaitKnown && (q >= a.Exec || a.Utilization >= SaturatedUtilization && a.UpInFlight >= 2):
 			v.Bound = "engine-saturated"
 		default:
 			v.Bound = "engine-bound"
 		}
 	}
-	if iv.InFlight >= 0 && iv.Length > 0 {
-		v.Little = true
-		v.L = iv.InFlight
-		v.LambdaW = n / iv.Length.Seconds() * (iv.Total.Seconds() / n)
-	}
 	return v
+}
+
+// Next returns one line of what to do next about the verdict's outcome
+// ("" when idle).
+func (v Verdict) Next() string {
+	switch v.Bound {
+	case "client-bound":
+		return "the clients' own time between replies and requests dominates: more connections or pipelining raise throughput"
+	case "path-bound":
+		return "the network between respmeter and the engine dominates: check the path (RTT, relays, TLS) or move the engine closer"
+	case "proxy-bound":
+		return "respmeter's processing dominates: give it more loops (--loops) or CPU"
+	case "proxy-saturated":
+		return "respmeter's loops are never idle: give it more loops (--loops) or cores of its own"
+	case "host-starved":
+		return "respmeter's threads wait for a CPU: pin the load generator and respmeter to separate cores (taskset), or give the host more CPU"
+	case "engine-starved":
+		return "the engine waits for a CPU: give its process a core of its own (taskset) and move CPU-heavy neighbours away"
+	case "engine-busy":
+		if v.Culprit != "" {
+			return fmt.Sprintf("other clients' %s commands keep the engine busy %.0f%% of the time (%v each): find them (SLOWLOG GET, CLIENT LIST) and shorten, split or move them",
+				strings.ToUpper(v.Culprit), 100*v.CulpritBusy, v.CulpritMean.Round(time.Microsecond))
+		}
+		return "other clients' commands keep the engine busy: find them (SLOWLOG GET, CLIENT LIST) and shorten, split or move them"
+	case "engine-saturated":
+		return "the engine's command thread is saturated: fewer or cheaper commands, or more shards"
+	case "engine-bound":
+		return "the commands' own execution dominates: cheaper commands (smaller values, fewer keys per call)"
+	}
+	return ""
 }
 
 // seconds converts s seconds to a Duration, rounded to the nanosecond.
@@ -409,6 +593,13 @@ func (v Verdict) String() string {
 		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, prx, v.Bound)
 	if v.WaitKnown {
 		fmt.Fprintf(&b, "; engine thread %.0f%% busy", 100*v.Utilization)
+	}
+	if v.Culprit != "" {
+		fmt.Fprintf(&b, ", %.0f%% with %s (%v each) from other clients", 100*v.CulpritBusy, strings.ToUpper(v.Culprit),
+			v.CulpritMean.Round(time.Microsecond))
+	}
+	if v.ProxyHostKnown && v.Bound == "host-starved" {
+		fmt.Fprintf(&b, "; respmeter's threads waited %.1fx their CPU time for a CPU", v.ProxyStarved)
 	}
 	if v.Little {
 		fmt.Fprintf(&b, "; Little: L %.2f vs λW %.2f", v.L, v.LambdaW)
