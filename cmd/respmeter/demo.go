@@ -182,7 +182,7 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	if f.serve {
 		fmt.Fprintf(a.stdout, "serving until interrupted (Ctrl-C): live page %s/, proxy %s, engine %s\n", base, st.proxy.Addr(), eng.addr)
 	}
-	v := st.analyzer.sinceStart(st.set.Sums(), st.analyzer.engineMeans())
+	v := st.analyzer.SinceStart().Verdict
 	words, meaning := plainVerdict(v.Bound)
 	fmt.Fprintf(a.stdout, "\nIn plain words: %s (%s).\n", words, v.Bound)
 	fmt.Fprintf(a.stdout, "What it means: %s\n", meaning)
@@ -223,6 +223,12 @@ func plainVerdict(bound string) (words, meaning string) {
 	case "proxy-bound":
 		return "respmeter's own processing was the largest part of each request's cycle",
 			"on one loopback host the proxy's cost shows most; in front of an engine across a network, the path usually dominates."
+	case "engine-busy":
+		return "requests waited for the engine behind other clients' long commands",
+			"the engine was busy with someone else's work: the verdict names the command that kept it busy."
+	case "host-starved":
+		return "respmeter's threads waited for a CPU more than anything else",
+			"this host is short of CPU for the proxy and the load together; the figures say more about the host than the proxy: run the load elsewhere or on other cores."
 	case "proxy-saturated":
 		return "respmeter's event loops were never idle, or waited for a CPU",
 			"this host is short of CPU for the proxy: give it more cores (--loops) or run the clients elsewhere."
