@@ -71,6 +71,10 @@ type proxyFlags struct {
 	hdrInterval       time.Duration
 	metricsPhases     []string
 	metricsCommands   int
+	heat              bool
+	heatSample        int
+	heatMetricsKeys   int
+	keyNames          string
 
 	capture         string
 	captureDuration time.Duration
@@ -244,6 +248,10 @@ addresses, settings; "final" is true at exit).`,
 	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the HdrHistogram log and of the verdict")
 	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "comma-separated `phases` whose duration histograms /metrics exports per command and shard (total,upstream,proxy,service,queue)")
 	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels /metrics exports; later commands are counted as command=\"other\"; 0 means no cap")
+	fs.BoolVar(&f.heat, "heat", d.Heat, "key and slot heat: per-slot counters and sampled top keys (/keys, /slots, /metrics, the live page)")
+	fs.IntVar(&f.heatSample, "heat-sample", d.HeatSample, "sample one request in `N` into the top keys (slow-log entries always)")
+	fs.IntVar(&f.heatMetricsKeys, "heat-metrics-keys", d.HeatMetricsKeys, "top keys per ranking /metrics exports as key labels; 0 exports none")
+	fs.StringVar(&f.keyNames, "key-names", d.KeyNames, "how keys are shown: plain, pattern (digits and UUIDs become #) or hash")
 	fs.StringVar(&f.summary, "summary", d.Summary, "write a JSON summary of the run to `file` at exit and on SIGUSR1")
 	fs.StringVar(&f.capture, "capture", "", "capture the clients' commands to `file` (created 0600; \"respmeter replay\" reads it)")
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the --capture after this long; 0 runs it until exit")

@@ -63,7 +63,7 @@ func TestSummaryBounds(t *testing.T) {
 
 func TestRollUp(t *testing.T) {
 	for in, want := range map[string]string{
-		"user:1001:cart":                                   "user:#:cart",
+		"user:1001:cart": "user:#:cart",
 		"session:3f2b8c1e-9d4a-4e7b-8c2f-1a2b3c4d5e6f:data": "session:#:data",
 		"plain":  "plain",
 		"a1b22c": "a#b#c",
