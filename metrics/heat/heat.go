@@ -241,36 +241,61 @@ func (l *Loop) End(p *Pending, cmd, shard int, total, engine time.Duration) {
 	if shard >= 0 {
 		sc.shard = int32(shard) + 1
 	}
-	// xorshift64 (Marsaglia 2003): one in Sample, independent of the
-	// workload's order.
+	// xorshift64 (Marsaglia 2003): one draw per request, independent of
+	// the workload's order; its top 53 bits are a uniform u in [0, 1).
 	r := l.rnd
 	r ^= r << 13
 	r ^= r >> 7
 	r ^= r << 17
 	l.rnd = r
-	w := int64(0)
-	if r%uint64(l.cfg.Sample) == 0 {
-		w = int64(l.cfg.Sample)
-	} else if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
-		w = 1
+	u := float64(r>>11) / (1 << 53)
+	eng := int64(engine)
+	var w [numRankings]int64
+	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
+		w = [numRankings]int64{1, b, eng} // slow: counted as it is
 	} else {
-		return
+		z := l.cfg.thresholds()
+		w[ByRequests] = sampled(1, z[ByRequests], u)
+		w[ByBytes] = sampled(b, z[ByBytes], u)
+		w[ByEngine] = sampled(eng, z[ByEngine], u)
+		if w == [numRankings]int64{} {
+			return
+		}
 	}
 	id := &l.scratch
 	*id = p.id
 	l.cfg.Names.identify(id)
-	l.observe(ByRequests, id, w, cmd, shard, total, engine, p)
-	if b > 0 {
-		l.observe(ByBytes, id, w*b, cmd, shard, total, engine, p)
-	}
-	if engine > 0 {
-		l.observe(ByEngine, id, w*int64(engine), cmd, shard, total, engine, p)
+	for rk, x := range w {
+		if x > 0 {
+			e := l.sum[rk].add(id, x)
+			e.st.record(cmd, shard, total, engine, p)
+		}
 	}
 }
 
-func (l *Loop) observe(r int, id *keyID, w int64, cmd, shard int, total, engine time.Duration, p *Pending) {
-	e := l.sum[r].add(id, w)
-	e.st.record(cmd, shard, total, engine, p)
+// thresholds returns each ranking's sampling threshold z: Sample requests,
+// Sample KiB, Sample x 10 µs of engine time.
+func (c *Config) thresholds() [numRankings]int64 {
+	n := int64(c.Sample)
+	return [numRankings]int64{n, n << 10, n * int64(10*time.Microsecond)}
+}
+
+// sampled returns the weight with which a request of value v enters a
+// ranking of threshold z, given a uniform u in [0, 1): threshold sampling
+// (Duffield, Lund, Thorup, "Learn more, sample less", 2005): v itself when
+// v >= z, else z with probability v/z, else 0. Its expectation is v, so
+// the sums are unbiased, and a value at or over the threshold (a big key's
+// reply, a long command) is always counted.
+func sampled(v, z int64, u float64) int64 {
+	switch {
+	case v <= 0:
+		return 0
+	case v >= z:
+		return v
+	case u*float64(z) < float64(v):
+		return z
+	}
+	return 0
 }
 
 // Bucket counts of the small histograms: powers of two.

@@ -258,11 +258,11 @@ func (s *Set) key(r int, g *merged, secs float64, shardNames []string) Key {
 	count := float64(g.e.count + g.missing)
 	// Space-Saving: the count overestimates by at most err (+ missing).
 	ssErr := float64(g.e.err + g.missing)
-	// Sampling: the count is Sample x a binomial count of samples; three
-	// standard deviations of it, scaled by the mean weight per sample.
+	// Sampling (threshold sampling, see sampled): the variance of a
+	// key's estimate is at most z x its total; three standard deviations.
 	var smpErr float64
-	if s.cfg.Sample > 1 && st.n > 0 {
-		smpErr = 3 * math.Sqrt(float64(st.n)) * count / float64(st.n)
+	if z := s.cfg.thresholds()[r]; z > 1 {
+		smpErr = 3 * math.Sqrt(float64(z)*count)
 	}
 	unit := 1.0
 	if r == ByEngine {
@@ -275,7 +275,7 @@ func (s *Set) key(r int, g *merged, secs float64, shardNames []string) Key {
 		Samples:       st.n,
 		Commands:      map[string]float64{},
 		ReplyBytesMax: st.repMax,
-		ReplyBytesP50: p50(st.rep[:]),
+		ReplyBytesP50: min(p50(st.rep[:]), st.repMax),
 		ElementsMax:   st.elemsMax,
 		TotalMicros:   histPairs(st.total[:]),
 		EngineMicros:  histPairs(st.engine[:]),

@@ -1,0 +1,322 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/heat"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// startHeatProxy starts a proxy to upstream (mod, if not nil, changes
+// its Config further) whose metrics Set carries heat of cfg, and returns
+// its address, its Set and the heat.
+func startHeatProxy(t *testing.T, upstream string, cfg heat.Config, mod func(*proxy.Config)) (string, *metrics.Set, *heat.Set) {
+	t.Helper()
+	var h *heat.Set
+	p, set := proxytest.StartProxy(t, upstream, func(c *proxy.Config) {
+		c.Loops = 2
+		if mod != nil {
+			mod(c)
+		}
+		c.Commands = proxy.FetchCommands(*c, c.Logger)
+		c.Metrics = metrics.NewSet(c.Loops, c.Commands.Labels())
+		cfg.Commands = c.Commands.Labels()
+		h = heat.NewSet(c.Loops, cfg)
+		c.Metrics.SetHeat(h)
+	})
+	return p.Addr(), set, h
+}
+
+// getJSON fetches path from the admin mux of set and decodes it into v,
+// returning the raw body.
+func getJSON(t *testing.T, set *metrics.Set, path string, v any) []byte {
+	t.Helper()
+	srv := httptest.NewServer(metrics.NewAdminMux(set, prometheus.NewRegistry()))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v: %s", path, resp.StatusCode, err, body)
+	}
+	if v != nil {
+		if err := json.Unmarshal(body, v); err != nil {
+			t.Fatalf("GET %s: %v: %s", path, err, body)
+		}
+	}
+	return body
+}
+
+// awaitSlotRequests waits until the slot counters of h hold n requests
+// (the proxy records a request after writing its reply).
+func awaitSlotRequests(t *testing.T, h *heat.Set, n int64) {
+	t.Helper()
+	redistest.Eventually(t, 5*time.Second, func() error {
+		var got int64
+		for _, sl := range h.Slots(nil).Slots {
+			got += sl.Requests
+		}
+		if got != n {
+			return fmt.Errorf("%d requests in the slot counters, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// zipfLoad runs n GETs over keys key:0..key:99999 drawn from Zipf(1.1)
+// through addr, pipelined, and returns the generator's own counts.
+func zipfLoad(t *testing.T, addr string, n int) map[string]int64 {
+	t.Helper()
+	c := e2eGoRedis(t, addr)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(33, 1))
+	z := rand.NewZipf(rng, 1.1, 1, 99_999)
+	truth := map[string]int64{}
+	for done := 0; done < n; {
+		p := c.Pipeline()
+		for i := 0; i < 500 && done < n; i++ {
+			k := fmt.Sprintf("key:%d", z.Uint64())
+			truth[k]++
+			p.Get(ctx, k)
+			done++
+		}
+		if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+			t.Fatalf("pipeline: %v", err)
+		}
+	}
+	return truth
+}
+
+type kc struct {
+	k string
+	n int64
+}
+
+func topOf(truth map[string]int64, n int) []kc {
+	var all []kc
+	for k, v := range truth {
+		all = append(all, kc{k, v})
+	}
+	slices.SortFunc(all, func(a, b kc) int {
+		if a.n != b.n {
+			return int(b.n - a.n)
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	return all[:n]
+}
+
+// TestHeatZipfTop20 runs a Zipf(1.1) load over 100,000 keys through the
+// proxy to a real redis-server and compares the top 20 keys by requests
+// with the generator's own counts: with every request sampled the set is
+// exactly the true top 20 and every estimate is within its reported error
+// of the true count; at the default 1 in 64, every reported key's true
+// count is within the reported error of its estimate, and a true top-20 key
+// is missing only where its count is within the error of the 20th
+// reported estimate.
+func TestHeatZipfTop20(t *testing.T) {
+	srv := redistest.Start(t)
+	const n = 200_000
+	for _, sample := range []int{1, 64} {
+		t.Run(fmt.Sprintf("sample=%d", sample), func(t *testing.T) {
+			addr, set, h := startHeatProxy(t, srv.Addr(), heat.Config{Sample: sample}, nil)
+			truth := zipfLoad(t, addr, n)
+			awaitSlotRequests(t, h, n)
+			var doc heat.Keys
+			getJSON(t, set, "/keys?n=20", &doc)
+			got := doc.ByRequests
+			if len(got) != 20 {
+				t.Fatalf("%d keys by requests, want 20", len(got))
+			}
+			want := topOf(truth, 20)
+			inTop := map[string]bool{}
+			for _, w := range want {
+				inTop[w.k] = true
+			}
+			reported := map[string]bool{}
+			for i, k := range got {
+				reported[k.Key] = true
+				tr := float64(truth[k.Key])
+				t.Logf("#%d %s: estimate %.0f ± %.0f, true %.0f (true rank key %s %d)", i+1, k.Key, k.Estimate, k.Error, tr, want[i].k, want[i].n)
+				if math.Abs(k.Estimate-tr) > k.Error {
+					t.Errorf("%s: estimate %.0f ± %.0f, true %.0f: outside the reported error", k.Key, k.Estimate, k.Error, tr)
+				}
+				if k.Rate <= 0 || math.Abs(k.Rate*doc.Seconds-k.Estimate) > 1e-6*k.Estimate+1 {
+					t.Errorf("%s: rate %.1f/s over %.2fs does not give estimate %.0f", k.Key, k.Rate, doc.Seconds, k.Estimate)
+				}
+				if k.Slot != int(routing.Slot([]byte(k.Key))) {
+					t.Errorf("%s: slot %d, want %d", k.Key, k.Slot, routing.Slot([]byte(k.Key)))
+				}
+				if k.Commands["get"] != 1 {
+					t.Errorf("%s: command mix %v, want get only", k.Key, k.Commands)
+				}
+				if !inTop[k.Key] {
+					// Only a key whose true count is within the error of
+					// the true 20th may stand in for it.
+					if sample == 1 || float64(want[19].n)-tr > k.Error {
+						t.Errorf("%s (true %.0f) reported in the top 20; the true 20th has %d, beyond the error %.0f", k.Key, tr, want[19].n, k.Error)
+					}
+				}
+			}
+			last := got[19]
+			for _, w := range want {
+				if !reported[w.k] && (sample == 1 || float64(w.n)-last.Estimate > last.Error) {
+					t.Errorf("true top-20 key %s (%d) not reported; 20th reported %.0f ± %.0f", w.k, w.n, last.Estimate, last.Error)
+				}
+			}
+		})
+	}
+}
+
+// TestHeatBigKeysByBytes mixes small keys with three 1 MiB strings and two
+// 100,000-member sets, read far less often, and checks that the top 5 by
+// bytes are exactly those five, with their reply sizes and the sets'
+// element counts, at the default sampling of 1 in 64.
+func TestHeatBigKeysByBytes(t *testing.T) {
+	srv := redistest.Start(t)
+	addr, set, h := startHeatProxy(t, srv.Addr(), heat.Config{}, nil)
+	c := e2eGoRedis(t, addr)
+	ctx := context.Background()
+	big := strings.Repeat("x", 1<<20)
+	bigs := []string{"big:str:1", "big:str:2", "big:str:3"}
+	for _, k := range bigs {
+		if err := c.Set(ctx, k, big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sets := []string{"big:set:1", "big:set:2"}
+	for _, k := range sets {
+		members := make([]any, 0, 1000)
+		for i := range 100_000 {
+			members = append(members, i)
+			if len(members) == cap(members) {
+				if err := c.SAdd(ctx, k, members...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				members = members[:0]
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for round := range 10 {
+		p := c.Pipeline()
+		for range 3000 {
+			k := fmt.Sprintf("small:%d", rng.IntN(10_000))
+			p.Set(ctx, k, "v", 0)
+			p.Get(ctx, k)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if round%2 == 0 {
+			for _, k := range bigs {
+				if err := c.Get(ctx, k).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range sets {
+				if err := c.SMembers(ctx, k).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	awaitSlotRequests(t, h, int64(len(bigs)+2*100+10*6000+5*(len(bigs)+len(sets))))
+	var doc heat.Keys
+	body := getJSON(t, set, "/keys?n=10", &doc)
+	var top []string
+	for _, k := range doc.ByBytes[:5] {
+		top = append(top, k.Key)
+		t.Logf("%s: %.0f ± %.0f bytes, reply p50 %d max %d, elements max %d", k.Key, k.Estimate, k.Error, k.ReplyBytesP50, k.ReplyBytesMax, k.ElementsMax)
+		switch {
+		case strings.HasPrefix(k.Key, "big:str:"):
+			if k.ReplyBytesMax < 1<<20 || k.ReplyBytesMax > 1<<20+16 {
+				t.Errorf("%s: largest reply %d bytes, want 1 MiB and its header", k.Key, k.ReplyBytesMax)
+			}
+		case strings.HasPrefix(k.Key, "big:set:"):
+			if k.ElementsMax != 100_000 {
+				t.Errorf("%s: %d elements, want 100000", k.Key, k.ElementsMax)
+			}
+		}
+	}
+	slices.Sort(top)
+	want := append(append([]string{}, bigs...), sets...)
+	slices.Sort(want)
+	if !slices.Equal(top, want) {
+		t.Errorf("top 5 by bytes %v, want %v\n%s", top, want, body)
+	}
+}
+
+// TestHeatKeyNamesHash checks that with NamesHash no key name reaches
+// /keys, /slots or /metrics, and that binary and long key names keep the
+// plain documents valid JSON.
+func TestHeatKeyNamesHash(t *testing.T) {
+	srv := redistest.Start(t)
+	secret := "secret-customer-4711"
+	binary := "bin\x00\xff\xfe\"<>&\n"
+	long := strings.Repeat("L", 100_000)
+	for _, names := range []heat.Names{heat.NamesHash, heat.NamesPlain} {
+		t.Run(names.String(), func(t *testing.T) {
+			addr, set, h := startHeatProxy(t, srv.Addr(), heat.Config{Sample: 1, Names: names}, nil)
+			c := e2eGoRedis(t, addr)
+			ctx := context.Background()
+			for _, k := range []string{secret, binary, long} {
+				for range 5 {
+					if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			keys := getJSON(t, set, "/keys", nil)
+			slots := getJSON(t, set, "/slots", nil)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(h.NewCollector(20, set.ShardNames))
+			rec := httptest.NewRecorder()
+			promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			metricsText := rec.Body.Bytes()
+			if !json.Valid(keys) || !json.Valid(slots) {
+				t.Fatalf("invalid JSON:\n%s\n%s", keys, slots)
+			}
+			if len(keys) > 64<<10 {
+				t.Errorf("/keys is %d bytes with a 100,000-byte key", len(keys))
+			}
+			var doc heat.Keys
+			_ = json.Unmarshal(keys, &doc)
+			if len(doc.ByRequests) != 3 {
+				t.Errorf("%d keys by requests, want 3:\n%s", len(doc.ByRequests), keys)
+			}
+			for _, out := range [][]byte{keys, slots, metricsText} {
+				leak := bytes.Contains(out, []byte("secret-customer")) || bytes.Contains(out, []byte("LLLLLLLL")) || bytes.Contains(out, []byte("bin"))
+				if names == heat.NamesHash && leak {
+					t.Errorf("a key name leaked:\n%s", out)
+				}
+			}
+			if names == heat.NamesPlain && !bytes.Contains(keys, []byte(secret)) {
+				t.Errorf("plain names: %s not shown:\n%s", secret, keys)
+			}
+		})
+	}
+}
