@@ -197,6 +197,10 @@ func (p *Pending) Reply(b []byte) {
 	p.repBytes += int64(len(b))
 }
 
+// ReplySize adds n reply bytes to p whose content is not at hand (a
+// capture's reply summary): the element count stays unknown.
+func (p *Pending) ReplySize(n int64) { p.repBytes += max(n, 0) }
+
 // header returns the element count of a RESP aggregate reply starting b
 // (*, ~, %: pairs, >), or -1.
 func header(b []byte) int64 {
