@@ -320,3 +320,125 @@ func TestHeatKeyNamesHash(t *testing.T) {
 		})
 	}
 }
+
+// hotRangeKeys returns a deterministic load: keys key:0..key:19999 read
+// once each, and those whose hash slot lies in [1000, 3000) 20 times: one
+// hot slot range, inside the first shard of an even 4-shard layout.
+func hotRangeKeys() []string {
+	var out []string
+	for rep := range 20 {
+		for i := range 20_000 {
+			k := fmt.Sprintf("key:%d", i)
+			if s := routing.Slot([]byte(k)); rep == 0 || s >= 1000 && s < 3000 {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// getAll sends GET for each key, pipelined, choosing the client of each
+// key with pick.
+func getAll(t *testing.T, keys []string, clients []*redis.Client, pick func(key string) int) {
+	t.Helper()
+	ctx := context.Background()
+	pipes := make([]redis.Pipeliner, len(clients))
+	flush := func() {
+		for i, p := range pipes {
+			if p != nil && p.Len() > 0 {
+				if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+					t.Fatal(err)
+				}
+			}
+			pipes[i] = nil
+		}
+	}
+	for n, k := range keys {
+		i := pick(k)
+		if pipes[i] == nil {
+			pipes[i] = clients[i].Pipeline()
+		}
+		pipes[i].Get(ctx, k)
+		if n%500 == 499 {
+			flush()
+		}
+	}
+	flush()
+}
+
+// TestHeatWhatIf4Shards measures a load with one hot slot range through a
+// proxy in front of one engine, predicts each shard's requests under the
+// even 4-shard layout from the slot heat, then runs the same load through
+// a proxy routing slots (--route slots) over 4 engines in that layout: each
+// engine's own GET count (INFO commandstats) is within 5 % of the
+// prediction. The proposed balanced layout is then applied by the test's
+// own client, each GET sent to the engine owning its key's slot in that
+// layout, over 4 fresh engines: the imbalance their commandstats measure
+// is lower than the even layout's, and matches the proposal's prediction.
+func TestHeatWhatIf4Shards(t *testing.T) {
+	keys := hotRangeKeys()
+	one := redistest.Start(t)
+	addr, set, h := startHeatProxy(t, one.Addr(), heat.Config{}, nil)
+	getAll(t, keys, []*redis.Client{e2eGoRedis(t, addr)}, func(string) int { return 0 })
+	awaitSlotRequests(t, h, int64(len(keys)))
+	var doc heat.Slots
+	getJSON(t, set, "/slots", &doc)
+	even, err := heat.EvenLayout(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pred := heat.Predict(doc.Slots, even)
+
+	measured := func(servers []*redistest.Server) []heat.ShardSum {
+		var out []heat.ShardSum
+		for i, s := range servers {
+			out = append(out, heat.ShardSum{Shard: fmt.Sprint(i), Requests: int64(callsOf(t, s)["get"])})
+		}
+		return out
+	}
+	var four []*redistest.Server
+	var addrs []string
+	for range 4 {
+		s := redistest.Start(t)
+		four = append(four, s)
+		addrs = append(addrs, s.Addr())
+	}
+	raddr, _, _ := startHeatProxy(t, "", heat.Config{}, func(c *proxy.Config) {
+		c.Upstream, c.Route, c.Shards = "", proxy.RouteSlots, addrs
+	})
+	getAll(t, keys, []*redis.Client{e2eGoRedis(t, raddr)}, func(string) int { return 0 })
+	got := measured(four)
+	for i := range 4 {
+		p, m := float64(pred[i].Requests), float64(got[i].Requests)
+		t.Logf("even layout shard %d (%v): predicted %0.f, engine counted %0.f", i, even[i], p, m)
+		if math.Abs(p-m) > 0.05*m {
+			t.Errorf("shard %d: predicted %.0f requests, the engine counted %.0f (more than 5 %% apart)", i, p, m)
+		}
+	}
+	evenImb := heat.ImbalanceOf(got).Requests
+
+	bal := heat.Balance(doc.Slots, 4, "requests")
+	owner := map[int]int{}
+	for i, rs := range bal {
+		for _, r := range rs {
+			for x := r.From; x <= r.To; x++ {
+				owner[x] = i
+			}
+		}
+	}
+	var fresh []*redistest.Server
+	var clients []*redis.Client
+	for range 4 {
+		s := redistest.Start(t)
+		fresh = append(fresh, s)
+		clients = append(clients, e2eGoRedis(t, s.Addr()))
+	}
+	getAll(t, keys, clients, func(k string) int { return owner[int(routing.Slot([]byte(k)))] })
+	balGot := measured(fresh)
+	balImb := heat.ImbalanceOf(balGot).Requests
+	predImb := heat.ImbalanceOf(heat.Predict(doc.Slots, bal)).Requests
+	t.Logf("even layout: measured imbalance %.3f; proposed %s: predicted %.3f, measured %.3f (%v)", evenImb, bal, predImb, balImb, balGot)
+	if balImb >= evenImb || math.Abs(balImb-predImb) > 0.05*predImb {
+		t.Errorf("proposed layout: measured imbalance %.3f (predicted %.3f), even layout %.3f", balImb, predImb, evenImb)
+	}
+}
