@@ -442,3 +442,137 @@ func TestHeatWhatIf4Shards(t *testing.T) {
 		t.Errorf("proposed layout: measured imbalance %.3f (predicted %.3f), even layout %.3f", balImb, predImb, evenImb)
 	}
 }
+
+// slotStats returns the CLUSTER SLOT-STATS fields of every slot node owns
+// (Valkey 8.0 on): slot -> field -> value, from RESP2 arrays or RESP3 maps.
+func slotStats(t *testing.T, node *redistest.Server) map[int]map[string]int64 {
+	t.Helper()
+	out := map[int]map[string]int64{}
+	rows, _ := node.Do("CLUSTER", "SLOT-STATS", "SLOTSRANGE", 0, routing.NumSlots-1).([]any)
+	for _, row := range rows {
+		pair, _ := row.([]any)
+		if len(pair) != 2 {
+			t.Fatalf("CLUSTER SLOT-STATS row %v", row)
+		}
+		slot, _ := pair[0].(int64)
+		fields := map[string]int64{}
+		switch f := pair[1].(type) {
+		case []any:
+			for i := 0; i+1 < len(f); i += 2 {
+				name, _ := f[i].(string)
+				fields[name], _ = f[i+1].(int64)
+			}
+		case map[any]any:
+			for k, v := range f {
+				name, _ := k.(string)
+				fields[name], _ = v.(int64)
+			}
+		}
+		out[int(slot)] = fields
+	}
+	return out
+}
+
+// countKeysInSlots returns every slot's key count on node (CLUSTER
+// COUNTKEYSINSLOT, Redis 3.0 on; 0 for slots node does not own).
+func countKeysInSlots(t *testing.T, node *redistest.Server) map[int]int64 {
+	t.Helper()
+	ctx := context.Background()
+	p := node.Client().Pipeline()
+	cmds := make([]*redis.IntCmd, routing.NumSlots)
+	for slot := range cmds {
+		cmds[slot] = p.ClusterCountKeysInSlot(ctx, slot)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int64{}
+	for slot, c := range cmds {
+		if n := c.Val(); n > 0 {
+			out[slot] = n
+		}
+	}
+	return out
+}
+
+// TestHeatSlotStats sets 30,000 distinct keys once each through a proxy
+// routing slots (--route slots --cluster) over a 3-master cluster and
+// compares respmeter's per-slot counts with the engines' own: every slot's
+// requests equal its key count, and the shards' imbalance equals the ratio
+// of the engines' own SET counts (INFO commandstats). On Valkey 8.0 or
+// later (RESPMETER_TEST_ENGINE=valkey-server, as .ci/run sets it) the key
+// counts come from CLUSTER SLOT-STATS (key-count), with its
+// network-bytes-in + network-bytes-out logged beside respmeter's bytes;
+// on Redis, from CLUSTER COUNTKEYSINSLOT.
+func TestHeatSlotStats(t *testing.T) {
+	probe := redistest.Start(t)
+	_, engineName := probe.Version()
+	valkey := strings.HasPrefix(engineName, "valkey ") && !strings.HasPrefix(engineName, "valkey 7.")
+	var extra []string
+	if valkey {
+		extra = []string{"--cluster-slot-stats-enabled", "yes"}
+	}
+	cl := redistest.StartClusterWith(t, 3, extra...)
+	addr, set, h := startHeatProxy(t, "", heat.Config{}, func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteSlots, cl.Nodes[0].Addr()
+	})
+	c := e2eGoRedis(t, addr)
+	ctx := context.Background()
+	const n = 30_000
+	for done := 0; done < n; {
+		p := c.Pipeline()
+		for i := 0; i < 500 && done < n; i++ {
+			p.Set(ctx, fmt.Sprintf("user:%d:profile", done), strings.Repeat("v", done%50), 0)
+			done++
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitSlotRequests(t, h, n)
+	var doc heat.Slots
+	getJSON(t, set, "/slots", &doc)
+	ours := map[int]heat.Slot{}
+	for _, s := range doc.Slots {
+		ours[s.Slot] = s
+	}
+	engine := map[int]map[string]int64{}
+	var calls []heat.ShardSum
+	for i, node := range cl.Nodes {
+		if valkey {
+			for slot, f := range slotStats(t, node) {
+				engine[slot] = f
+			}
+		} else {
+			for slot, n := range countKeysInSlots(t, node) {
+				engine[slot] = map[string]int64{"key-count": n}
+			}
+		}
+		calls = append(calls, heat.ShardSum{Shard: fmt.Sprint(i), Requests: int64(callsOf(t, node)["set"])})
+	}
+	compared, bytesDiffer := 0, 0
+	for slot := range routing.NumSlots {
+		f, o := engine[slot], ours[slot]
+		if f["key-count"] != o.Requests {
+			t.Errorf("slot %d: respmeter counted %d requests, the engine holds %d keys", slot, o.Requests, f["key-count"])
+		}
+		if eb := f["network-bytes-in"] + f["network-bytes-out"]; valkey && eb != o.Bytes {
+			bytesDiffer++
+			if bytesDiffer <= 5 {
+				t.Logf("slot %d: respmeter counted %d bytes, the engine %d in + %d out", slot, o.Bytes, f["network-bytes-in"], f["network-bytes-out"])
+			}
+		}
+		if o.Requests > 0 {
+			compared++
+		}
+	}
+	t.Logf("%s: %d slots compared; bytes differ from SLOT-STATS network bytes in %d slots", engineName, compared, bytesDiffer)
+	if compared < 10_000 {
+		t.Errorf("only %d slots with keys", compared)
+	}
+	want := heat.ImbalanceOf(calls).Requests
+	t.Logf("imbalance respmeter %.4f, engines' commandstats %.4f (%v)", doc.Imbalance.Requests, want, calls)
+	if math.Abs(doc.Imbalance.Requests-want) > 1e-9 {
+		t.Errorf("imbalance %.6f, the engines' commandstats give %.6f", doc.Imbalance.Requests, want)
+	}
+}
