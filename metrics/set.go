@@ -160,6 +160,7 @@ func (s *Set) SetHeat(h *heat.Set) {
 		l.heat = nil
 		if h != nil {
 			l.heat = h.Loop(i)
+			l.heat.ShareLock(&l.mu) // recorded under the loop's lock (EndLocked)
 		}
 	}
 }
@@ -332,7 +333,8 @@ type Loop struct {
 // Heat returns the loop's key and slot heat recorder (package heat), nil
 // when heat is off or l is nil. The proxy keeps a heat.Pending in each
 // request: Begin when it routes the request, Reply with the reply's bytes,
-// End when it records the request's timing. The recorder has its own lock.
+// EndLocked when it records the request's timing, under the Loop's lock,
+// which the recorder shares.
 func (l *Loop) Heat() *heat.Loop {
 	if l == nil {
 		return nil

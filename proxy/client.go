@@ -1278,7 +1278,7 @@ func (s *client) flush() {
 			total := time.Duration(tOut - e.tIn)
 			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
 			if h := m.Heat(); h != nil && len(e.ps) > 0 {
-				h.End(&e.heat, int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
+				h.EndLocked(&e.heat, int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
 			}
 			for i := range e.ps {
 				p := &e.ps[i]

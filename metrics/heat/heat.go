@@ -97,7 +97,7 @@ func NewSet(loops int, cfg Config) *Set {
 	loops = max(loops, 1)
 	s := &Set{cfg: cfg, loops: make([]*Loop, loops), start: cfg.Now(), seed: randSeed()}
 	for i := range s.loops {
-		l := &Loop{cfg: &s.cfg, rnd: randSeed() | 1}
+		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1}
 		for r := range l.sum {
 			l.sum[r] = newSummary(cfg.Capacity)
 		}
@@ -123,7 +123,9 @@ type slotCounts struct {
 // Loop is one event loop's heat. Only its loop records (Begin, Reply,
 // End); Snapshot reads it under its lock.
 type Loop struct {
-	mu    sync.Mutex
+	// mu guards the loop's counters: its own mutex, or the lock its
+	// recorder already holds while it records (ShareLock).
+	mu    sync.Locker
 	cfg   *Config
 	slots [NumSlots]slotCounts
 	sum   [numRankings]*summary
@@ -132,6 +134,11 @@ type Loop struct {
 	// rather than on the stack, where its address would make it escape).
 	scratch keyID
 }
+
+// ShareLock makes mu, a lock the loop's recorder holds whenever it calls
+// EndLocked (metrics.Loop's), the loop's lock: recording then costs no
+// lock of its own, and Snapshot takes mu. Call it before recording.
+func (l *Loop) ShareLock(mu sync.Locker) { l.mu = mu }
 
 // keyID identifies a key in a summary: the hash of the whole key (or of
 // its pattern), plus up to MaxKeyBytes of it for display.
@@ -146,6 +153,9 @@ type keyID struct {
 func (a *keyID) same(b *keyID) bool {
 	return a.hash == b.hash && a.n == b.n && a.long == b.long && a.bytes == b.bytes
 }
+
+// Bytes past n are kept zero (Begin, identify), so that same and the
+// merge's map compare whole arrays.
 
 // Pending is what heat keeps of one request between Begin and End: a copy
 // of (the start of) its first key, its slot and its sizes. The proxy keeps
@@ -231,13 +241,18 @@ func header(b []byte) int64 {
 // counters count it always; the summaries take it when sampled or slow.
 // It does not allocate.
 func (l *Loop) End(p *Pending, cmd, shard int, total, engine time.Duration) {
+	l.mu.Lock()
+	l.EndLocked(p, cmd, shard, total, engine)
+	l.mu.Unlock()
+}
+
+// EndLocked is End for a caller holding the lock given to ShareLock.
+func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration) {
 	if !p.has {
 		return
 	}
 	engine = max(engine, 0)
 	b := p.reqBytes + p.repBytes
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	sc := &l.slots[p.id.slot]
 	sc.requests++
 	sc.bytes += b
