@@ -1,12 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics/heat"
 )
 
@@ -49,5 +60,70 @@ func TestHeatReshardFile(t *testing.T) {
 	}
 	if _, _, code := runCLI(t, nil, "heat", "reshard", "--from", path); code != exitUsage {
 		t.Errorf("without --shards: exit %d, want usage", code)
+	}
+}
+
+// TestLivePageHeat loads the live page in a real headless Chromium while
+// go-redis clients read keys through "respmeter proxy": with plain key
+// names the hot-keys table lists them, a key holding HTML shows as text
+// (no element made of it) and a slot heat strip is drawn; with
+// --key-names hash no key name appears in the page, /keys, /slots or
+// /metrics.
+func TestLivePageHeat(t *testing.T) {
+	browser := chromiumPath(t)
+	srv := redistest.Start(t)
+	for _, names := range []string{"plain", "hash"} {
+		t.Run(names, func(t *testing.T) {
+			_, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--key-names", names, "--heat-sample", "1")
+			startLoad(t, addr, 2, func(ctx context.Context, c *redis.Client, i int) error {
+				k := "secret-customer-" + strconv.Itoa(i%7)
+				if i%5 == 0 {
+					k = `<img src=x id=injected>`
+				}
+				if err := c.Get(ctx, k).Err(); !errors.Is(err, redis.Nil) {
+					return err
+				}
+				return nil
+			})
+			ctx := openLivePage(t, browser, admin)
+			var page string
+			redistest.EventuallyEvery(t, 60*time.Second, 200*time.Millisecond, func() error {
+				var err error
+				page, err = chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+					const rows = document.querySelectorAll('#heat-keys tbody tr').length;
+					const strips = document.querySelectorAll('#slot-strips canvas').length;
+					if (rows < 3 || strips < 1) return "";
+					return document.body.innerText;
+				})()`))
+				if err != nil || page == "" {
+					return fmt.Errorf("no hot keys or slot strip yet (err %v)", err)
+				}
+				return nil
+			})
+			injected, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("injected") !== null`))
+			if err != nil || injected {
+				t.Errorf("a key name became an element (err %v)", err)
+			}
+			var outputs []string
+			for _, path := range []string{"/keys", "/slots", "/metrics"} {
+				resp, err := http.Get("http://" + admin + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				outputs = append(outputs, string(b))
+			}
+			outputs = append(outputs, page)
+			for i, out := range outputs {
+				leaked := strings.Contains(out, "secret-customer") || strings.Contains(out, "img src")
+				if names == "hash" && leaked {
+					t.Errorf("output %d holds a key name:\n%s", i, out)
+				}
+				if names == "plain" && i == len(outputs)-1 && (!strings.Contains(out, "secret-customer-") || !strings.Contains(out, "<img src=x id=injected>")) {
+					t.Errorf("plain names: the page does not show the keys as text:\n%s", out)
+				}
+			}
+		})
 	}
 }

@@ -12,17 +12,22 @@
 //
 // Concurrency and cost follow package metrics: each event loop owns one
 // Loop and is its only writer; Begin, Reply and End do not allocate. A
-// scrape (Set.Snapshot) locks each Loop briefly to copy its slot table and
-// summaries, then merges the copies outside the lock. Memory is bounded by
+// scrape (Set.Keys, Set.Slots) locks each Loop briefly to sum its slot
+// table or copy its summaries, then merges the copies outside the lock. Memory is bounded by
 // the slot table and the summaries' capacity whatever the number of
-// distinct keys: about (16,384 x 48 bytes) + 3 x capacity x ~0.6 KiB per
-// loop. There is no package-level state.
+// distinct keys: per loop, 16,384 x 32 bytes (512 KiB) of slot counters
+// plus 3 x Capacity entries of about 0.5 KiB (1.5 MiB at the default
+// 1,024). There is no package-level state.
 //
-// Sampling: one request in Config.Sample (drawn by a per-loop xorshift
-// generator, so that no periodic workload can align with it) enters the
-// top-K summaries with weight Sample; a request at or over
-// Config.SlowThreshold always enters them (with weight 1 when it was not
-// sampled). Slot counters count every request.
+// Sampling: each ranking samples by threshold sampling (see sampled): a
+// request enters the requests ranking with probability 1/Sample and weight
+// Sample; the bytes ranking takes it with probability bytes/(Sample KiB)
+// and the engine ranking with probability engine/(Sample x 10 µs), each
+// at weight threshold, or always, at its own value, when it reaches the
+// threshold, so one 1 MiB reply or one slow command is never missed. The
+// estimates are unbiased. A request at or over Config.SlowThreshold (the
+// slow log's) always enters every ranking at its own value. Slot counters
+// count every request exactly.
 package heat
 
 import (
