@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,5 +126,52 @@ func TestLivePageHeat(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHeatFromCapture captures a load through the proxy (one hot key read
+// 500 times among 300 keys read once) and runs "heat FILE --shards 3
+// --json" on the file: every request is counted, so the hot key tops the
+// requests ranking with exactly 500, and the predicted shards' requests
+// add up to the 800 GETs.
+func TestHeatFromCapture(t *testing.T) {
+	srv := redistest.Start(t)
+	st := capStack(t, srv.Addr())
+	path := filepath.Join(t.TempDir(), "heat.respcap")
+	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}}); code != http.StatusOK || !s.Running {
+		t.Fatalf("start: %d %+v", code, s)
+	}
+	c := goRedis(st.proxy.Addr(), 3)
+	defer c.Close()
+	ctx := context.Background()
+	for i := range 800 {
+		k := "hot:1"
+		if i%8 < 3 {
+			k = "cold:" + strconv.Itoa(i)
+		}
+		if err := c.Get(ctx, k).Err(); !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+	}
+	if code, s := adminPost(t, st, "/capture/stop", nil); code != http.StatusOK || s.Dropped != 0 {
+		t.Fatalf("stop: %d %+v", code, s)
+	}
+	stdout, stderr, code := runCLI(t, nil, "heat", path, "--shards", "3", "--json", "--top", "3")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep reshardReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if rep.Keys == nil || len(rep.Keys.ByRequests) == 0 || rep.Keys.ByRequests[0].Key != "hot:1" || rep.Keys.ByRequests[0].Estimate != 500 || rep.Keys.ByRequests[0].Error != 0 {
+		t.Fatalf("top key by requests: %s", stdout)
+	}
+	var total int64
+	for _, s := range rep.Predicted {
+		total += s.Requests
+	}
+	if total != 800 || len(rep.Predicted) != 3 {
+		t.Errorf("predicted %+v: %d requests, want 800 over 3 shards", rep.Predicted, total)
 	}
 }
