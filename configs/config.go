@@ -295,6 +295,20 @@ type Config struct {
 	// MetricsCommands commands seen keep their own label, later ones are
 	// added to command="other". Default 100; 0 means no cap.
 	MetricsCommands int `yaml:"metrics_commands"`
+	// Heat turns key and slot heat on: exact per-hash-slot counters and
+	// sampled top keys (/keys, /slots, the live page, /metrics). Default
+	// false: it costs CPU per command (docs/heat.md).
+	Heat bool `yaml:"heat"`
+	// HeatSample is N of "one request in N" sampled into the top keys
+	// (requests over the slow log's threshold always are). Default 64; at
+	// least 1.
+	HeatSample int `yaml:"heat_sample"`
+	// HeatMetricsKeys is how many top keys of each ranking /metrics
+	// exports as key labels; 0 exports none. Default 20; at most 100.
+	HeatMetricsKeys int `yaml:"heat_metrics_keys"`
+	// KeyNames is how keys are shown: "plain", "pattern" (digit runs and
+	// UUIDs become #) or "hash" (a keyed hash, no name). Default plain.
+	KeyNames string `yaml:"key_names"`
 	// Summary is the file a JSON summary of the run is written to at exit
 	// and on SIGUSR1 (the /stats document since start, the verdict since
 	// start and the run's settings); "" (the default) writes none.
@@ -333,6 +347,10 @@ func Default() Config {
 		HDRInterval:       Duration(time.Second),
 		MetricsPhases:     MetricsPhaseNames(),
 		MetricsCommands:   100,
+		Heat:              false,
+		HeatSample:        64,
+		HeatMetricsKeys:   20,
+		KeyNames:          "plain",
 		Summary:           "",
 
 		TopologyRefresh: Duration(30 * time.Second),
@@ -495,6 +513,13 @@ func (c *Config) Validate() error {
 			add(e)
 		}
 	}
+	if c.HeatSample < 1 {
+		add(invalid("heat_sample", "must be >= 1, got %d", c.HeatSample))
+	}
+	if c.HeatMetricsKeys < 0 || c.HeatMetricsKeys > 100 {
+		add(invalid("heat_metrics_keys", "must be in 0..100, got %d", c.HeatMetricsKeys))
+	}
+	add(checkEnum("key_names", c.KeyNames, []string{"plain", "pattern", "hash"}))
 	if c.MetricsCommands < 0 {
 		add(invalid("metrics_commands", "must be >= 0 (0 means no cap), got %d", c.MetricsCommands))
 	}

@@ -58,6 +58,10 @@ var fields = []field{
 	{"hdr_interval", func(c *Config) any { return &c.HDRInterval }},
 	{"metrics_phases", func(c *Config) any { return &c.MetricsPhases }},
 	{"metrics_commands", func(c *Config) any { return &c.MetricsCommands }},
+	{"heat", func(c *Config) any { return &c.Heat }},
+	{"heat_sample", func(c *Config) any { return &c.HeatSample }},
+	{"heat_metrics_keys", func(c *Config) any { return &c.HeatMetricsKeys }},
+	{"key_names", func(c *Config) any { return &c.KeyNames }},
 	{"summary", func(c *Config) any { return &c.Summary }},
 }
 

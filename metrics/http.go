@@ -25,6 +25,10 @@ func NewAdminMux(s *Set, reg *prometheus.Registry) *http.ServeMux {
 	live := LiveHandler()
 	mux.Handle("GET /{$}", live)
 	mux.Handle("GET /live/", live)
+	if h := s.heat; h != nil { // key and slot heat: see package heat
+		mux.Handle("GET /keys", h.KeysHandler(s.ShardNames))
+		mux.Handle("GET /slots", h.SlotsHandler(s.ShardNames))
+	}
 	return mux
 }
 

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/respmeter/respmeter/metrics/heat"
 )
 
 // Phase names one of the durations measured for each command.
@@ -142,7 +144,29 @@ type Set struct {
 
 	exclMu   sync.Mutex
 	excluded []bool // by command ID: left out of Totals
+
+	heat *heat.Set // key and slot heat; nil when off (SetHeat)
 }
+
+// SetHeat attaches h, which must have as many loops as s, so that each
+// Loop's Heat returns h's recorder for that loop. Call it before any loop
+// records; nil detaches.
+func (s *Set) SetHeat(h *heat.Set) {
+	if h != nil && h.Loops() != len(s.loops) {
+		panic(fmt.Sprintf("metrics: heat has %d loops, the Set %d", h.Loops(), len(s.loops)))
+	}
+	s.heat = h
+	for i, l := range s.loops {
+		l.heat = nil
+		if h != nil {
+			l.heat = h.Loop(i)
+			l.heat.ShareLock(&l.mu) // recorded under the loop's lock (EndLocked)
+		}
+	}
+}
+
+// Heat returns the heat attached with SetHeat, or nil.
+func (s *Set) Heat() *heat.Set { return s.heat }
 
 // ExcludeFromTotals marks commands whose durations say nothing about the
 // engine's responsiveness (blocking commands such as BLPOP, pub/sub, MONITOR)
@@ -302,6 +326,20 @@ type Loop struct {
 	// because one set of counters for all loops would move its cache line
 	// between cores on every read and write of every loop.
 	bytes [numByteCounters]atomic.Int64
+	// heat is this loop's key and slot heat recorder; nil when off.
+	heat *heat.Loop
+}
+
+// Heat returns the loop's key and slot heat recorder (package heat), nil
+// when heat is off or l is nil. The proxy keeps a heat.Pending in each
+// request: Begin when it routes the request, Reply with the reply's bytes,
+// EndLocked when it records the request's timing, under the Loop's lock,
+// which the recorder shares.
+func (l *Loop) Heat() *heat.Loop {
+	if l == nil {
+		return nil
+	}
+	return l.heat
 }
 
 // The byte counters of a Loop.

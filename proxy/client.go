@@ -14,6 +14,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/internal/resp"
+	"github.com/respmeter/respmeter/metrics/heat"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -99,6 +100,7 @@ type request struct {
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its client, from 1
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
+	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
 }
 
 // requestSize is the memory one queued request costs at least, counted
@@ -825,6 +827,9 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			e.setName = string(name)
 		}
 	}
+	if h := s.l.m.Heat(); h != nil {
+		h.Begin(&e.heat, s.p.resolver.Name(id), args, s.p.keyPos(id, args), len(frame))
+	}
 	if s.tx.on {
 		e.flags |= eInTx
 	}
@@ -1272,6 +1277,9 @@ func (s *client) flush() {
 			}
 			total := time.Duration(tOut - e.tIn)
 			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
+			if h := m.Heat(); h != nil && len(e.ps) > 0 {
+				h.EndLocked(&e.heat, int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
+			}
 			for i := range e.ps {
 				p := &e.ps[i]
 				switch {
@@ -1463,6 +1471,7 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 	}
 	e.tReply = max(e.tReply, now)
 	e.left--
+	e.heat.Reply(reply) // nil when streamed: link.onData adds the pieces
 	s.markDirty()
 	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 {
 		// The common case: the reply is next in line; no copy beyond the

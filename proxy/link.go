@@ -260,6 +260,9 @@ func (ln *link) onData(data []byte) {
 		}
 		if err == nil && ln.stream != nil {
 			s := ln.stream
+			if r := ln.q.front(); r.e != nil {
+				r.e.heat.Reply(chunk) // a streamed reply's sizes, piece by piece
+			}
 			if !s.gone() {
 				s.wbuf = append(s.wbuf, chunk...)
 				s.markDirty()

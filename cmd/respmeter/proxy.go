@@ -71,6 +71,10 @@ type proxyFlags struct {
 	hdrInterval       time.Duration
 	metricsPhases     []string
 	metricsCommands   int
+	heat              bool
+	heatSample        int
+	heatMetricsKeys   int
+	keyNames          string
 
 	capture         string
 	captureDuration time.Duration
@@ -161,6 +165,10 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.DurationVar(&f.hdrInterval, "hdr-interval", time.Duration(d.HDRInterval), "interval of the verdict and the HdrHistogram log")
 	fs.StringSliceVar(&f.metricsPhases, "metrics-phases", d.MetricsPhases, "`phases` in /metrics")
 	fs.IntVar(&f.metricsCommands, "metrics-commands", d.MetricsCommands, "command labels; later ones \"other\"; 0: no cap")
+	fs.BoolVar(&f.heat, "heat", d.Heat, "key and slot heat (/keys, /slots, /metrics, live page)")
+	fs.IntVar(&f.heatSample, "heat-sample", d.HeatSample, "sample one request in `N` into the top keys")
+	fs.IntVar(&f.heatMetricsKeys, "heat-metrics-keys", d.HeatMetricsKeys, "top keys per ranking as /metrics labels; 0: none")
+	fs.StringVar(&f.keyNames, "key-names", d.KeyNames, "keys shown `as`: plain, pattern or hash")
 	fs.StringVar(&f.summary, "summary", d.Summary, "`file`: JSON summary of the run, at exit and on SIGUSR1")
 	fs.StringVar(&f.capture, "capture", "", "`file` to capture client commands to (0600)")
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")

@@ -21,6 +21,7 @@ import (
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
+	"github.com/respmeter/respmeter/metrics/heat"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/metrics/verdict"
@@ -117,6 +118,13 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
 		adminErr: make(chan error, 1),
 	}
+	if cfg.Heat {
+		h, err := newHeat(cfg, loops, names)
+		if err != nil {
+			return nil, err
+		}
+		st.set.SetHeat(h)
+	}
 	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
 	st.window.Lazy(windowIdle)
 	reg := prometheus.NewRegistry()
@@ -130,6 +138,11 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	if err := st.set.RegisterExport(reg, ex); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if h := st.set.Heat(); h != nil {
+		if err := reg.Register(h.NewCollector(cfg.HeatMetricsKeys, st.set.ShardNames)); err != nil {
+			return nil, fmt.Errorf("register heat metrics: %w", err)
+		}
 	}
 	bgCtx, cancelBg := context.WithCancel(context.Background())
 	st.cancelBg = cancelBg
@@ -375,6 +388,20 @@ func startView(v *verdict.View, ctx context.Context, wg *sync.WaitGroup) {
 	if v.Poller != nil {
 		wg.Go(func() { v.Poller.Run(ctx) })
 	}
+}
+
+// newHeat returns the key and slot heat of cfg (heat_sample, key_names),
+// with the slow log's threshold: slow requests always enter the top keys.
+func newHeat(cfg configs.Config, loops int, names []string) (*heat.Set, error) {
+	kn, err := heat.ParseNames(cfg.KeyNames)
+	if err != nil {
+		return nil, err
+	}
+	slow := time.Duration(cfg.SlowlogThreshold)
+	if slow < 0 {
+		slow = 0 // slow log off: sampling only
+	}
+	return heat.NewSet(loops, heat.Config{Sample: cfg.HeatSample, SlowThreshold: slow, Names: kn, Commands: names}), nil
 }
 
 // metricsExport returns the /metrics cardinality budget of cfg

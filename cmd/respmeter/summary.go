@@ -54,7 +54,7 @@ func checkSummaryPath(path string) error {
 // when it is ""): the /stats document since start, with "verdict" since
 // start (as the "verdict:" line after the table), "verdict_latest" (the
 // latest interval's, as /stats has it as "verdict"), "engine", "probe",
-// "shard_engines" and "run". final marks the summary written at exit. The file is written
+// "shard_engines", "heat" (heatDoc) and "run". final marks the summary written at exit. The file is written
 // beside the target and renamed over it, so a reader never sees half of
 // one. It returns the error, naming the file.
 func (st *stack) writeSummary(final bool) error {
@@ -86,6 +86,7 @@ func (st *stack) writeSummary(final bool) error {
 			"engine":         an.engineDoc(an.Engine()),
 			"probe":          an.probeDoc(an.Engine()),
 			"shard_engines":  an.shardDocs(),
+			"heat":           st.heatDoc(),
 		}
 	})
 	if err == nil {
@@ -95,6 +96,18 @@ func (st *stack) writeSummary(final bool) error {
 		return fmt.Errorf("summary %s: %w", path, err)
 	}
 	return nil
+}
+
+// heatDoc is the summary's "heat" section: the top 20 keys of each
+// ranking (the /keys document) and the slot heat (/slots), or nil when
+// heat is off.
+func (st *stack) heatDoc() any {
+	h := st.set.Heat()
+	if h == nil {
+		return nil
+	}
+	names := st.set.ShardNames()
+	return map[string]any{"keys": h.Keys(20, names), "slots": h.Slots(names)}
 }
 
 // writeFileAtomic writes data to a new file beside path and renames it

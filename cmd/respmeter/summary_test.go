@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics/heat"
 )
 
 // summaryDoc is the part of a --summary file the tests read.
@@ -33,6 +34,10 @@ type summaryDoc struct {
 	Engine        json.RawMessage  `json:"engine"`
 	Probe         json.RawMessage  `json:"probe"`
 	Run           runJSON          `json:"run"`
+	Heat          *struct {
+		Keys  heat.Keys  `json:"keys"`
+		Slots heat.Slots `json:"slots"`
+	} `json:"heat"`
 }
 
 // readSummary reads and decodes the summary at path.
@@ -66,7 +71,7 @@ func commandCount(doc *summaryDoc, name string) int64 {
 func TestProxySummary(t *testing.T) {
 	srv := redistest.Start(t) // skips without redis-server or with -short
 	path := filepath.Join(t.TempDir(), "run.json")
-	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--hdr-interval", "200ms", "--engine-poll", "100ms", "--summary", path)
+	p, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--hdr-interval", "200ms", "--engine-poll", "100ms", "--summary", path, "--heat")
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("summary written before any signal: %v", err)
 	}
@@ -186,6 +191,17 @@ func TestProxySummary(t *testing.T) {
 	}
 	if string(doc.Engine) == "null" || string(doc.Probe) == "null" || len(doc.VerdictLatest) == 0 || doc.Shards == nil {
 		t.Errorf("engine %s, probe %s, verdict_latest %s, shards %v", doc.Engine, doc.Probe, doc.VerdictLatest, doc.Shards)
+	}
+	if doc.Heat == nil || len(doc.Heat.Keys.ByRequests) == 0 {
+		t.Errorf("no heat section with top keys: %+v", doc.Heat)
+	} else {
+		var n int64
+		for _, sl := range doc.Heat.Slots.Slots {
+			n += sl.Requests
+		}
+		if n < 700 { // the 700 GETs at least have a key each
+			t.Errorf("heat: %d requests in the slot counters, want >= 700", n)
+		}
 	}
 	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".run.json.*")); len(m) > 0 {
 		t.Errorf("temporary files left: %v", m)

@@ -141,6 +141,69 @@ function render(doc) {
   renderVerdict(doc);
 }
 
+// Key and slot heat (/keys, /slots): shown only when the proxy has heat
+// on (the endpoints answer 404 otherwise). Key names are set as text.
+async function renderHeat() {
+  const [kr, sr] = await Promise.all([
+    fetch("keys?n=10", { cache: "no-store" }), fetch("slots", { cache: "no-store" })]);
+  if (!kr.ok || !sr.ok) return;
+  const keys = await kr.json(), slots = await sr.json();
+  $("heat-section").hidden = false;
+  $("heat-text").textContent = "(since start, sampled 1 in " + keys.sample + ", names " + keys.key_names + ")";
+  const rows = [];
+  const n = Math.max(keys.by_requests.length, keys.by_bytes.length, keys.by_engine_time.length);
+  const cell = (text, name) => {
+    const td = document.createElement("td");
+    if (name) td.className = "name";
+    td.textContent = text;
+    return td;
+  };
+  for (let i = 0; i < n; i++) {
+    const r = keys.by_requests[i], b = keys.by_bytes[i], e = keys.by_engine_time[i];
+    const tr = document.createElement("tr");
+    tr.append(cell(r ? r.key : "", true), cell(r ? r.rate.toFixed(1) : ""), cell(r ? r.rate_error.toFixed(1) : ""),
+      cell(b ? b.key : "", true), cell(b ? (b.estimate / 1e6).toFixed(2) : ""),
+      cell(e ? e.key : "", true), cell(e ? e.estimate.toFixed(3) : ""));
+    rows.push(tr);
+  }
+  $("heat-keys").tBodies[0].replaceChildren(...rows);
+  // One strip per shard: 512 cells of 32 slots, shaded by requests
+  // relative to the hottest cell of any shard.
+  const cells = 512, per = 16384 / cells;
+  const byShard = new Map();
+  for (const s of slots.slots) {
+    const name = s.shard || "(one engine)";
+    if (!byShard.has(name)) byShard.set(name, new Float64Array(cells));
+    byShard.get(name)[Math.floor(s.slot / per)] += s.requests;
+  }
+  let hottest = 0;
+  for (const a of byShard.values()) for (const v of a) hottest = Math.max(hottest, v);
+  const strips = [];
+  for (const [name, a] of [...byShard.entries()].sort()) {
+    const row = document.createElement("div");
+    row.className = "strip";
+    const label = document.createElement("span");
+    label.className = "mono";
+    label.textContent = name;
+    const cv = document.createElement("canvas");
+    cv.width = cells;
+    cv.height = 14;
+    const g = cv.getContext("2d");
+    for (let i = 0; i < cells; i++) {
+      if (a[i] === 0) continue;
+      const x = hottest > 0 ? a[i] / hottest : 0;
+      g.fillStyle = "rgba(225, 87, 89, " + (0.15 + 0.85 * x).toFixed(3) + ")";
+      g.fillRect(i, 0, 1, 14);
+    }
+    row.append(label, cv);
+    strips.push(row);
+  }
+  $("slot-strips").replaceChildren(...strips);
+  const im = slots.imbalance;
+  $("slots-text").textContent = "(requests per hash slot since start, 32 slots a cell, per shard; imbalance max/mean: requests " +
+    im.requests.toFixed(2) + ", bytes " + im.bytes.toFixed(2) + ", engine " + im.engine.toFixed(2) + ")";
+}
+
 let updates = 0;
 
 async function tick() {
@@ -149,6 +212,7 @@ async function tick() {
     const r = await fetch("stats?window=" + encodeURIComponent($("window").value), { cache: "no-store" });
     if (!r.ok) throw new Error("HTTP " + r.status);
     render(await r.json());
+    await renderHeat();
     updates++;
     st.className = "status";
     st.textContent = "updated " + new Date().toLocaleTimeString() + " (" + updates + " updates)";

@@ -1,0 +1,93 @@
+package heat
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rssBytes returns the process's resident set size (VmRSS of
+// /proc/self/status).
+func rssBytes(tb testing.TB) int64 {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	tb.Fatal("no VmRSS")
+	return 0
+}
+
+// BenchmarkDistinctKeysRSS records 10 million distinct keys (one GET each,
+// default sampling and capacity, slow threshold 10 ms crossed by one
+// request in 100) into a Set of one loop and reports the process's RSS
+// growth from just after NewSet to the end, which must stay within 16 MiB:
+// the memory is the slot table and the summaries, whatever the number of
+// keys. Run it with -benchtime 1x.
+func BenchmarkDistinctKeysRSS(b *testing.B) {
+	const keys = 10_000_000
+	for range b.N {
+		runtime.GC()
+		h := NewSet(1, Config{SlowThreshold: 10 * time.Millisecond})
+		l := h.Loop(0)
+		args := [][]byte{[]byte("get"), nil}
+		buf := make([]byte, 0, 32)
+		var p Pending
+		before := rssBytes(b)
+		for i := range keys {
+			buf = strconv.AppendInt(append(buf[:0], "session:"...), int64(i), 10)
+			args[1] = buf
+			l.Begin(&p, "get", args, 1, 30)
+			p.Reply([]byte("$5\r\nvalue\r\n"))
+			total := 200 * time.Microsecond
+			if i%100 == 0 {
+				total = 20 * time.Millisecond
+			}
+			l.End(&p, 1, 0, total, 50*time.Microsecond)
+		}
+		growth := rssBytes(b) - before
+		b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
+		b.ReportMetric(float64(keys), "keys")
+		if growth > 16<<20 {
+			b.Errorf("RSS grew by %.1f MiB over %d distinct keys, want <= 16 MiB", float64(growth)/(1<<20), keys)
+		}
+		if k := h.Keys(5, nil); len(k.ByRequests) != 5 {
+			b.Errorf("top keys: %d", len(k.ByRequests))
+		}
+		runtime.KeepAlive(h)
+	}
+}
+
+// TestBeginEndAllocs pins Begin, Reply and End at zero allocations, the
+// summaries full and evicting.
+func TestBeginEndAllocs(t *testing.T) {
+	h := NewSet(1, Config{Sample: 1, Capacity: 64})
+	l := h.Loop(0)
+	args := [][]byte{[]byte("get"), nil}
+	var buf []byte
+	var p Pending
+	i := 0
+	rec := func() {
+		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(i), 10)
+		args[1] = buf
+		l.Begin(&p, "get", args, 1, 20)
+		p.Reply([]byte("*2\r\n$1\r\na\r\n$1\r\nb\r\n"))
+		l.End(&p, 1, 0, time.Millisecond, 100*time.Microsecond)
+		i++
+	}
+	for range 1000 {
+		rec()
+	}
+	if a := testing.AllocsPerRun(1000, rec); a != 0 {
+		t.Errorf("%v allocations per request", a)
+	}
+}

@@ -1,0 +1,387 @@
+// Package heat measures which keys and hash slots cost the most: exact
+// per-slot counters (requests, bytes, engine time) for all 16,384 hash
+// slots, and sampled top-K keys ranked three ways (requests, bytes, engine
+// time), each with its error bound, command mix, reply sizes and small
+// latency histograms.
+//
+// Units: bytes are request plus reply bytes as framed on the wire; engine
+// time is the service time of a command (metrics.PhaseService: the part of
+// the upstream time during which the engine answered this command), kept
+// in nanoseconds and exported in seconds; latency histograms are in
+// microseconds.
+//
+// Concurrency and cost follow package metrics: each event loop owns one
+// Loop and is its only writer; Begin, Reply and End do not allocate. A
+// scrape (Set.Keys, Set.Slots) locks each Loop briefly to sum its slot
+// table or copy its summaries, then merges the copies outside the lock. Memory is bounded by
+// the slot table and the summaries' capacity whatever the number of
+// distinct keys: per loop, 16,384 x 32 bytes (512 KiB) of slot counters
+// plus 3 x Capacity entries of about 0.5 KiB (1.5 MiB at the default
+// 1,024). There is no package-level state.
+//
+// Sampling: each ranking samples by threshold sampling (see sampled): a
+// request enters the requests ranking with probability 1/Sample and weight
+// Sample; the bytes ranking takes it with probability bytes/(Sample KiB)
+// and the engine ranking with probability engine/(Sample x 10 µs), each
+// at weight threshold, or always, at its own value, when it reaches the
+// threshold, so one 1 MiB reply or one slow command is never missed. The
+// estimates are unbiased. A request at or over Config.SlowThreshold (the
+// slow log's) always enters every ranking at its own value. Slot counters
+// count every request exactly.
+package heat
+
+import (
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// NumSlots is the number of Redis Cluster hash slots (routing.NumSlots).
+const NumSlots = routing.NumSlots
+
+// MaxKeyBytes is the most bytes of a key kept for display; longer keys are
+// told apart by a 64-bit hash of the whole key and shown cut, marked
+// "truncated".
+const MaxKeyBytes = 64
+
+// Rankings of the top-K summaries.
+const (
+	ByRequests = iota
+	ByBytes
+	ByEngine
+	numRankings
+)
+
+// Config configures a Set.
+type Config struct {
+	// Sample is N of "one request in N" entering the top-K summaries;
+	// values below 1 mean 64.
+	Sample int
+	// Capacity is the number of keys each loop's summary of each ranking
+	// monitors (Space-Saving's counters); values below 16 mean 1024. The
+	// error bound of a count is at most the ranking's total / Capacity.
+	Capacity int
+	// SlowThreshold: requests whose total time is at least this always
+	// enter the summaries (the slow log's threshold); 0 means none.
+	SlowThreshold time.Duration
+	// Names is how keys are shown: NamesPlain, NamesPattern or NamesHash.
+	Names Names
+	// Commands are the command labels by command ID (metrics.Set.Names),
+	// for the command mix.
+	Commands []string
+	// Now returns the time; nil means time.Now. Rates are estimated over
+	// the time since NewSet.
+	Now func() time.Time
+}
+
+// Set holds the heat of all loops of a proxy. The zero value is not
+// usable; create it with NewSet. Its methods are safe for concurrent use.
+type Set struct {
+	cfg   Config
+	loops []*Loop
+	start time.Time
+	seed  uint64 // keys the hashes of NamesHash, so a name cannot be looked up by its hash
+}
+
+// NewSet returns a Set of loops Loops (at least 1).
+func NewSet(loops int, cfg Config) *Set {
+	if cfg.Sample < 1 {
+		cfg.Sample = 64
+	}
+	if cfg.Capacity < 16 {
+		cfg.Capacity = 1024
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	loops = max(loops, 1)
+	s := &Set{cfg: cfg, loops: make([]*Loop, loops), start: cfg.Now(), seed: randSeed()}
+	for i := range s.loops {
+		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1}
+		for r := range l.sum {
+			l.sum[r] = newSummary(cfg.Capacity)
+		}
+		s.loops[i] = l
+	}
+	return s
+}
+
+// Loop returns loop i's recorder, meant for that loop's goroutine only.
+func (s *Set) Loop(i int) *Loop { return s.loops[i] }
+
+// Loops returns the number of loops.
+func (s *Set) Loops() int { return len(s.loops) }
+
+// slotCounts are one slot's exact counters in one loop.
+type slotCounts struct {
+	requests int64
+	bytes    int64
+	engineNs int64
+	shard    int32 // shard index (metrics.Set.Shard) of its last request + 1; 0 none
+}
+
+// Loop is one event loop's heat. Only its loop records (Begin, Reply,
+// End); Snapshot reads it under its lock.
+type Loop struct {
+	// mu guards the loop's counters: its own mutex, or the lock its
+	// recorder already holds while it records (ShareLock).
+	mu    sync.Locker
+	cfg   *Config
+	slots [NumSlots]slotCounts
+	sum   [numRankings]*summary
+	rnd   uint64 // xorshift64 state for sampling
+	// scratch is the keyID of the request being ended (End builds it here
+	// rather than on the stack, where its address would make it escape).
+	scratch keyID
+}
+
+// ShareLock makes mu, a lock the loop's recorder holds whenever it calls
+// EndLocked (metrics.Loop's), the loop's lock: recording then costs no
+// lock of its own, and Snapshot takes mu. Call it before recording.
+func (l *Loop) ShareLock(mu sync.Locker) { l.mu = mu }
+
+// keyID identifies a key in a summary: the hash of the whole key (or of
+// its pattern), plus up to MaxKeyBytes of it for display.
+type keyID struct {
+	hash  uint64
+	n     uint8
+	long  bool // the key was longer than MaxKeyBytes
+	slot  uint16
+	bytes [MaxKeyBytes]byte
+}
+
+func (a *keyID) same(b *keyID) bool {
+	return a.hash == b.hash && a.n == b.n && a.long == b.long && a.bytes == b.bytes
+}
+
+// Bytes past n are kept zero (Begin, identify), so that same and the
+// merge's map compare whole arrays.
+
+// Pending is what heat keeps of one request between Begin and End: a copy
+// of (the start of) its first key, its slot and its sizes. The proxy keeps
+// one in each request; its zero value is "no key".
+type Pending struct {
+	id       keyID
+	has      bool  // a key was found
+	reqBytes int64 // request bytes
+	repBytes int64 // reply bytes so far
+	elems    int64 // element count of a collection reply, -1 none
+}
+
+// Begin starts p for a request: cmd is its command's label ("get"), args
+// its arguments (args[0] the name), keyPos the index of its first key (-1
+// none; as the slow log's SafeFirstKey, whose rules decide which key may
+// be kept), reqBytes its size on the wire. The slot is the key's hash
+// slot (routing.Slot) whether or not the proxy routes. Begin copies what
+// it keeps: args may be reused after it returns. It does not allocate.
+func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) {
+	p.reqBytes, p.repBytes, p.elems = int64(reqBytes), 0, -1
+	k, ok := slowlog.SafeFirstKey(cmd, args, keyPos)
+	p.has = ok
+	if !ok {
+		return
+	}
+	id := &p.id
+	id.slot = routing.Slot(k)
+	id.long = len(k) > MaxKeyBytes
+	id.n = uint8(copy(id.bytes[:], k))
+	clear(id.bytes[id.n:])
+	if id.long {
+		id.hash = xxhash.Sum64(k) // the whole key: the copy is cut
+	} else {
+		id.hash = 0 // End hashes the copy, and only when it samples
+	}
+}
+
+// Reply adds b, bytes of the request's reply (the whole reply, or the
+// next piece of one streamed to the client), to p. The first piece's
+// header gives the element count of an array, set, map or push reply.
+// It does not allocate.
+func (p *Pending) Reply(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if p.repBytes == 0 {
+		p.elems = header(b)
+	}
+	p.repBytes += int64(len(b))
+}
+
+// ReplySize adds n reply bytes to p whose content is not at hand (a
+// capture's reply summary): the element count stays unknown.
+func (p *Pending) ReplySize(n int64) { p.repBytes += max(n, 0) }
+
+// header returns the element count of a RESP aggregate reply starting b
+// (*, ~, %: pairs, >), or -1.
+func header(b []byte) int64 {
+	switch b[0] {
+	case '*', '~', '%', '>':
+	default:
+		return -1
+	}
+	var n int64
+	for _, c := range b[1:] {
+		if c < '0' || c > '9' {
+			if c != '\r' {
+				return -1 // *-1 (null array) or a bad header
+			}
+			return n
+		}
+		if n > 1<<40 {
+			return -1
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return -1 // the header itself was cut: unknown
+}
+
+// End records the request p describes, answered by the engine: cmd its
+// command ID, shard the index of the shard that answered it (-1 unknown),
+// total its total time and engine its engine (service) time. Its slot's
+// counters count it always; the summaries take it when sampled or slow.
+// It does not allocate.
+func (l *Loop) End(p *Pending, cmd, shard int, total, engine time.Duration) {
+	l.mu.Lock()
+	l.EndLocked(p, cmd, shard, total, engine)
+	l.mu.Unlock()
+}
+
+// EndLocked is End for a caller holding the lock given to ShareLock.
+func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration) {
+	if !p.has {
+		return
+	}
+	engine = max(engine, 0)
+	b := p.reqBytes + p.repBytes
+	sc := &l.slots[p.id.slot]
+	sc.requests++
+	sc.bytes += b
+	sc.engineNs += int64(engine)
+	if shard >= 0 {
+		sc.shard = int32(shard) + 1
+	}
+	// xorshift64 (Marsaglia 2003): one draw per request, independent of
+	// the workload's order; its top 53 bits are a uniform u in [0, 1).
+	r := l.rnd
+	r ^= r << 13
+	r ^= r >> 7
+	r ^= r << 17
+	l.rnd = r
+	u := float64(r>>11) / (1 << 53)
+	eng := int64(engine)
+	var w [numRankings]int64
+	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
+		w = [numRankings]int64{1, b, eng} // slow: counted as it is
+	} else {
+		z := l.cfg.thresholds()
+		w[ByRequests] = sampled(1, z[ByRequests], u)
+		w[ByBytes] = sampled(b, z[ByBytes], u)
+		w[ByEngine] = sampled(eng, z[ByEngine], u)
+		if w == [numRankings]int64{} {
+			return
+		}
+	}
+	id := &l.scratch
+	*id = p.id
+	l.cfg.Names.identify(id)
+	for rk, x := range w {
+		if x > 0 {
+			e := l.sum[rk].add(id, x)
+			e.st.record(cmd, shard, total, engine, p)
+		}
+	}
+}
+
+// thresholds returns each ranking's sampling threshold z: Sample requests,
+// Sample KiB, Sample x 10 µs of engine time.
+func (c *Config) thresholds() [numRankings]int64 {
+	n := int64(c.Sample)
+	return [numRankings]int64{n, n << 10, n * int64(10*time.Microsecond)}
+}
+
+// sampled returns the weight with which a request of value v enters a
+// ranking of threshold z, given a uniform u in [0, 1): threshold sampling
+// (Duffield, Lund, Thorup, "Learn more, sample less", 2005): v itself when
+// v >= z, else z with probability v/z, else 0. Its expectation is v, so
+// the sums are unbiased, and a value at or over the threshold (a big key's
+// reply, a long command) is always counted.
+func sampled(v, z int64, u float64) int64 {
+	switch {
+	case v <= 0:
+		return 0
+	case v >= z:
+		return v
+	case u*float64(z) < float64(v):
+		return z
+	}
+	return 0
+}
+
+// Bucket counts of the small histograms: powers of two.
+const (
+	latBuckets   = 24 // µs: [0,1], (1,2], (2,4] ... up to 2^23 µs (8.4 s), then the last
+	sizeBuckets  = 32 // bytes: up to 2^31, then the last
+	maxCmdsShown = 4  // distinct commands kept per key; others count as "other"
+)
+
+// keyStats are the sampled statistics of one monitored key.
+type keyStats struct {
+	n        int64 // observations
+	cmds     [maxCmdsShown]struct{ id, n int32 }
+	cmdOther int32
+	shard    int32 // last shard index + 1
+	repMax   int64
+	rep      [sizeBuckets]int32
+	elemsMax int64
+	elemsSum int64
+	elemsN   int32
+	total    [latBuckets]int32
+	engine   [latBuckets]int32
+}
+
+// log2Bucket returns the bucket of v: 0 for v <= 1, else ceil(log2 v),
+// capped at n-1.
+func log2Bucket(v int64, n int) int {
+	if v <= 1 {
+		return 0
+	}
+	return min(bits.Len64(uint64(v-1)), n-1)
+}
+
+func (s *keyStats) record(cmd, shard int, total, engine time.Duration, p *Pending) {
+	s.n++
+	if shard >= 0 {
+		s.shard = int32(shard) + 1
+	}
+	found := false
+	for i := range s.cmds {
+		c := &s.cmds[i]
+		if c.n > 0 && c.id == int32(cmd) {
+			c.n++
+			found = true
+			break
+		}
+		if c.n == 0 {
+			c.id, c.n = int32(cmd), 1
+			found = true
+			break
+		}
+	}
+	if !found {
+		s.cmdOther++
+	}
+	s.repMax = max(s.repMax, p.repBytes)
+	s.rep[log2Bucket(p.repBytes, sizeBuckets)]++
+	if p.elems >= 0 {
+		s.elemsMax = max(s.elemsMax, p.elems)
+		s.elemsSum += p.elems
+		s.elemsN++
+	}
+	s.total[log2Bucket(int64(total/time.Microsecond), latBuckets)]++
+	s.engine[log2Bucket(int64(engine/time.Microsecond), latBuckets)]++
+}

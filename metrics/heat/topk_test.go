@@ -1,0 +1,87 @@
+package heat
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+func idOf(s string) keyID {
+	var id keyID
+	id.n = uint8(copy(id.bytes[:], s))
+	NamesPlain.identify(&id)
+	return id
+}
+
+// TestSummaryBounds checks Space-Saving's guarantees on a weighted Zipf
+// stream against exact counts: every monitored key's true weight lies in
+// [count-err, count], every key heavier than the smallest count is
+// monitored, and the hash table finds every entry after evictions.
+func TestSummaryBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	z := rand.NewZipf(rng, 1.1, 1, 49_999)
+	s := newSummary(200)
+	truth := map[string]int64{}
+	for range 300_000 {
+		k := fmt.Sprintf("key:%d", z.Uint64())
+		w := int64(1 + rng.IntN(4))
+		truth[k] += w
+		id := idOf(k)
+		s.add(&id, w)
+	}
+	if len(s.ents) != 200 {
+		t.Fatalf("%d entries, want 200", len(s.ents))
+	}
+	monitored := map[string]bool{}
+	for i := range s.ents {
+		e := &s.ents[i]
+		k := string(e.id.bytes[:e.id.n])
+		monitored[k] = true
+		tr := truth[k]
+		if tr > e.count || tr < e.count-e.err {
+			t.Errorf("%s: true %d outside [%d, %d]", k, tr, e.count-e.err, e.count)
+		}
+		if pos, ok := s.find(&e.id); !ok || s.table[pos]-1 != int32(i) {
+			t.Errorf("%s: table lookup lost entry %d", k, i)
+		}
+		if s.heap[e.heap] != int32(i) {
+			t.Errorf("%s: heap position wrong", k)
+		}
+	}
+	m := s.min()
+	for k, w := range truth {
+		if w > m && !monitored[k] {
+			t.Errorf("%s weighs %d > min %d but is not monitored", k, w, m)
+		}
+	}
+	for i := 1; i < len(s.heap); i++ {
+		if s.less(i, (i-1)/2) {
+			t.Fatalf("heap order broken at %d", i)
+		}
+	}
+}
+
+func TestRollUp(t *testing.T) {
+	for in, want := range map[string]string{
+		"user:1001:cart": "user:#:cart",
+		"session:3f2b8c1e-9d4a-4e7b-8c2f-1a2b3c4d5e6f:data": "session:#:data",
+		"plain":  "plain",
+		"a1b22c": "a#b#c",
+	} {
+		b := []byte(in)
+		if got := string(b[:rollUp(b, len(b))]); got != want {
+			t.Errorf("rollUp(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHeader(t *testing.T) {
+	for in, want := range map[string]int64{
+		"*3\r\n$1\r\na\r\n": 3, "~100000\r\n": 100000, "%2\r\n": 2, "*-1\r\n": -1,
+		"$5\r\nhello\r\n": -1, "*12": -1, "+OK\r\n": -1,
+	} {
+		if got := header([]byte(in)); got != want {
+			t.Errorf("header(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
