@@ -101,6 +101,17 @@ type request struct {
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
 }
 
+// failed reports whether e's reply, once ready, is an error reply (a
+// simple error or a RESP3 blob error: resp.IsErrorReply): counted as an
+// error, and a CLIENT SETNAME or HELLO SETNAME that failed leaves the
+// client's name as it was.
+func (e *request) failed() bool {
+	if e.flags&eWritten != 0 {
+		return e.isErr
+	}
+	return resp.IsErrorReply(e.out)
+}
+
 // requestSize is the memory one queued request costs at least, counted
 // against the client's query limit.
 const requestSize = int(unsafe.Sizeof(request{}))
@@ -1265,7 +1276,7 @@ func (s *client) flush() {
 	if m := s.l.m; m != nil {
 		m.Lock()
 		for _, e := range done {
-			isErr := e.isErr || e.flags&eWritten == 0 && len(e.out) > 0 && (e.out[0] == '-' || e.out[0] == '!')
+			isErr := e.failed()
 			if e.tSent == 0 || e.tReply == 0 {
 				m.CountLocked(int(e.cmd), isErr)
 				continue
@@ -1300,7 +1311,7 @@ func (s *client) flush() {
 		}
 		if sl := s.p.cfg.SlowLog; sl != nil {
 			for _, e := range done {
-				if e.setName != "" && !e.isErr && !(e.flags&eWritten == 0 && len(e.out) > 0 && e.out[0] == '-') {
+				if e.setName != "" && !e.failed() {
 					s.name = e.setName
 				}
 				if e.tSent > 0 && e.tReply > 0 && time.Duration(tOut-e.tIn) >= sl.Threshold() {
@@ -1469,7 +1480,7 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
 		e.flags |= eWritten
-		e.isErr = len(reply) > 0 && (reply[0] == '-' || reply[0] == '!')
+		e.isErr = resp.IsErrorReply(reply)
 		e.ready = true
 		if s.capBuf != nil {
 			if streamed && s.streamAt >= 0 && s.streamAt <= len(s.wbuf) {

@@ -95,7 +95,7 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 func mayHoldSecret(frame []byte) bool {
 	// "*N\r\n$L\r\nNAME\r\n..."
 	i := bytes.IndexByte(frame, '\n')
-	if i < 0 || i+1 >= len(frame) || frame[i+1] != '$' {
+	if i < 0 || i+1 >= len(frame) || frame[i+1] != resp.TypeBlobString {
 		return true
 	}
 	n, j := 0, i+2

@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"strconv"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // RESP2 limits of the reply reader. The checker never expects a bulk larger
@@ -78,9 +80,9 @@ func readReplyDepth(br *bufio.Reader, dst []byte, depth int) ([]byte, error) {
 	}
 	body := line[1 : len(line)-2]
 	switch line[0] {
-	case '+', '-', ':':
+	case resp.TypeSimpleString, resp.TypeError, resp.TypeInteger:
 		return dst, nil
-	case '$':
+	case resp.TypeBlobString:
 		n, err := strconv.ParseInt(string(body), 10, 64)
 		if err != nil || n < -1 || n > maxBulkLen {
 			return dst, fmt.Errorf("%w: bulk length %q", errProtocol, body)
@@ -100,7 +102,7 @@ func readReplyDepth(br *bufio.Reader, dst []byte, depth int) ([]byte, error) {
 			return dst, fmt.Errorf("%w: bulk of %d bytes not followed by CRLF", errProtocol, n)
 		}
 		return dst, nil
-	case '*':
+	case resp.TypeArray:
 		n, err := strconv.ParseInt(string(body), 10, 64)
 		if err != nil || n < -1 || n > maxArrayLen {
 			return dst, fmt.Errorf("%w: array length %q", errProtocol, body)

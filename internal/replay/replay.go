@@ -266,7 +266,7 @@ func login(c net.Conn, user, password string, timeout time.Duration) error {
 	}
 	if capture.Summarize(reply).IsErr() {
 		msg := reply[1:] // -ERR text
-		if reply[0] == '!' {
+		if reply[0] == resp.TypeBlobError {
 			_, msg, _ = bytes.Cut(reply, []byte("\n")) // !len, then the text
 		}
 		return fmt.Errorf("AUTH refused: %s", strings.TrimSpace(string(msg)))
@@ -340,7 +340,7 @@ func (r *replyReader) next() ([]byte, error) {
 		if !done {
 			continue
 		}
-		if len(r.cur) > 0 && r.cur[0] == '>' {
+		if len(r.cur) > 0 && r.cur[0] == resp.TypePush {
 			r.cur = r.cur[:0]
 			continue
 		}
