@@ -99,6 +99,7 @@ type request struct {
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its client, from 1
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
+	blocks             bool           // the command may block (routing.Call.Blocks)
 }
 
 // failed reports whether e's reply, once ready, is an error reply (a
@@ -414,7 +415,8 @@ const (
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
-func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
+func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
+	id := c.ID
 	switch id {
 	case command.Sync, command.Psync:
 		// The connection becomes a replication stream: first every reply
@@ -482,12 +484,12 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 			return pausePrivate, "state"
 		}
 		if len(args) >= 2 && !eqFold(args[1], "reply") {
-			if in := s.p.resolver.CallInfo(id, args); in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
+			if in := c.Info; in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
 				return pausePrivate, "state"
 			}
 		}
 	}
-	if s.p.resolver.Blocks(id) {
+	if c.Blocks {
 		return pausePrivate, "blocking"
 	}
 	return 0, ""
@@ -813,23 +815,26 @@ func mayBeClientReply(b []byte) bool {
 // copied.
 func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := s.l.lookup(args[0])
+	c := &s.l.call
+	s.p.resolver.Classify(c, id, args)
 	if mayHoldSecret(id) {
 		s.capSecret = true
 	}
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
 	}
-	if kind, reason := s.needsPause(id, args); kind != 0 {
+	if kind, reason := s.needsPause(c, args); kind != 0 {
 		s.paused, s.pauseReason = kind, reason
 		return true
 	}
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
-	if s.p.cfg.UpstreamTimeout > 0 && s.p.resolver.Blocks(id) {
+	e.blocks = c.Blocks
+	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
 		e.block = blockWait(id, args)
 	}
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos()); ok {
 			e.key.Set(k)
 		}
 		if name, ok := setNameArg(id, args); ok {
@@ -872,7 +877,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		// keyed one of another shard is counted (the emulated client
 		// routes badly), and under --pin-by first-key the first key
 		// picks the shard (requests before it wait, see flushHeld).
-		if k, ok := s.p.resolver.FirstKeyOf(id, args); ok {
+		if k, ok := c.FirstKey(); ok {
 			switch sh := v.t.Shard(routing.Slot(k)); {
 			case s.home < 0:
 				s.pinHome(sh)
@@ -924,7 +929,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			return
 		}
 	}
-	s.p.shape.dispatch(s, v, e, id, args, frame)
+	s.p.shape.dispatch(s, v, e, c, args, frame)
 	return false
 }
 
@@ -1055,9 +1060,10 @@ func (s *client) release(ln *link) {
 // client reads from it and its invalidation pushes reach the client, as a
 // cluster client tracking on every node connection gets them. (With
 // REDIRECT id only the home shard knows the id: the others refuse it.)
-func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) stateCmd(e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	if s.tx.on {
-		s.keyless(s.p.router.load(), e, id, args, frame)
+		s.keyless(s.p.router.load(), e, c, args, frame)
 		return
 	}
 	k := stateSlot(id, args) // >= 0: the callers route only state commands here
@@ -1100,9 +1106,9 @@ func (s *client) states() func(yield func([]byte) bool) {
 // does: the home shard answers, every open shard connection gets it, and
 // it is replayed on every one opened later (the latest for each key: all
 // arguments but the last, so SETINFO LIB-NAME and LIB-VER are two).
-func (s *client) clientStateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) clientStateCmd(e *request, c *routing.Call, args [][]byte, frame []byte) {
 	if s.tx.on {
-		s.keyless(s.p.router.load(), e, id, args, frame)
+		s.keyless(s.p.router.load(), e, c, args, frame)
 		return
 	}
 	s.linkTo(s.home) // opened now, it replays the state so far, not this command too
@@ -1425,7 +1431,7 @@ func (s *client) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *client) blockedAtHead() bool {
-	return s.raw != nil || s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
+	return s.raw != nil || s.q.len() > 0 && s.q.front().blocks
 }
 
 func (s *client) shutdown() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -81,7 +82,7 @@ type loop struct {
 	resume  []*client // clients whose pause ended
 	shared  []*link   // shared upstream connections (see loop.sharedLink)
 	rpool   []*request
-	keys    [][]byte
+	call    routing.Call // the request being routed, classified once (client.route)
 	slots   []uint16
 	group   []int32
 	mg      *merger   // reply merging scratch (merge.go)

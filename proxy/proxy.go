@@ -680,23 +680,6 @@ func ExcludedFromTotals(r *routing.Resolver) []int {
 	return ids
 }
 
-// keyPos returns the index in args of the command's first key by its key
-// spec, or -1. Only used when the slow log is on.
-func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
-	info := p.resolver.Info(id)
-	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
-		return info.FirstKey
-	}
-	if k, ok := p.resolver.FirstKeyOf(id, args); ok && len(k) > 0 {
-		for i := 1; i < len(args); i++ {
-			if len(args[i]) > 0 && &args[i][0] == &k[0] {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
 // upstreamError is the reply a pending request gets when its upstream is
 // unreachable or lost: "-ERR upstream <addr> <what>: <cause>", one line.
 // lostUpstream is the error reply of requests pending on an upstream

@@ -12,11 +12,11 @@ import (
 // limits, pub/sub and MONITOR, state replay, ordering, timing. New picks
 // the shape from Config.Route.
 type shape interface {
-	// dispatch queues request e (command id, its arguments and the frame
+	// dispatch queues request e (its classification c, its arguments and the frame
 	// they alias in the read buffer) on the connection(s) that answer it,
 	// or answers it locally. Pub/sub, QUIT, CLIENT REPLY and SYNC/PSYNC
 	// were handled before (client.route).
-	dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte)
+	dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte)
 }
 
 // fixedShape: one engine (Config.Route none, or RoutePinned): every request
@@ -30,14 +30,15 @@ type fixedShape struct{}
 // followed (link.redirect).
 type slotShape struct{}
 
-func (fixedShape) dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (fixedShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	switch id {
 	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-		s.stateCmd(e, id, args, frame)
+		s.stateCmd(e, c, args, frame)
 		return
 	case command.Client:
 		if len(args) >= 3 && eqFold(args[1], "setname") {
-			s.stateCmd(e, id, args, frame)
+			s.stateCmd(e, c, args, frame)
 			return
 		}
 	case command.Multi:
@@ -55,7 +56,8 @@ func (fixedShape) dispatch(s *client, v *topoView, e *request, id command.ID, ar
 	return
 }
 
-func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (slotShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	switch id {
 	case command.Asking:
 		// Answered now (a client waits for it), sent with the next
@@ -107,17 +109,17 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 			return
 		}
 	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-		s.stateCmd(e, id, args, frame)
+		s.stateCmd(e, c, args, frame)
 		return
 	case command.Client:
 		if len(args) >= 3 && (eqFold(args[1], "setname") || eqFold(args[1], "tracking")) {
-			s.stateCmd(e, id, args, frame)
+			s.stateCmd(e, c, args, frame)
 			return
 		}
 		if len(args) >= 3 && !eqFold(args[1], "reply") && !eqFold(args[1], "caching") {
-			switch in := s.p.resolver.CallInfo(id, args); {
+			switch in := c.Info; {
 			case command.ConnState(in) == command.ConnSets:
-				s.clientStateCmd(e, id, args, frame)
+				s.clientStateCmd(e, c, args, frame)
 				return
 			case in.Subcommands != nil:
 				s.p.unknownSubcommand(args[1])
@@ -135,10 +137,9 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 		s.broadcastState(e, frame)
 		return
 	}
-	keys, err := s.p.resolver.KeysOf(id, args, s.l.keys[:0])
-	s.l.keys = keys[:0]
+	keys, err := c.Keys()
 	if err != nil || len(keys) == 0 {
-		s.keyless(v, e, id, args, frame)
+		s.keyless(v, e, c, args, frame)
 		return
 	}
 	slot := routing.Slot(keys[0])
@@ -201,7 +202,8 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 //     keys, a request with a bad numkeys, ...): the client's home shard,
 //     chosen round-robin at connect. Inside a transaction they go to the
 //     transaction's shard.
-func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) keyless(v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	if g := s.p.router.downs.Load(); g != s.downs {
 		// A shard was found unreachable since this client last looked:
 		// keyless commands leave a home shard that is down, as a cluster
@@ -220,7 +222,7 @@ func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, 
 		s.send(e, s.tx.shard, frame)
 		return
 	}
-	info := s.p.resolver.CallInfo(id, args)
+	info := c.Info
 	tips := info.Tips
 	if len(tips) == 0 {
 		tips = tipsFallback[info.Name]
