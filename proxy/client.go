@@ -341,9 +341,7 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
-	if p.route == routePinned && p.pinFirstKey {
-		s.home = -1 // chosen by the first keyed command (see pinHome)
-	}
+	p.shape.start(s)
 	return s
 }
 
@@ -359,8 +357,8 @@ func (s *client) open() {
 
 // fixed reports whether the client talks to one engine only (no route,
 // --route pinned, or a virtual node of --route facade): every request goes
-// to its home shard.
-func (s *client) fixed() bool { return s.p.route != routeSlots || s.vnode != nil }
+// to its home shard (shape.single).
+func (s *client) fixed() bool { return s.p.shape.single(s) }
 
 // pinHome binds a --pin-by first-key client to shard, or to the next live
 // shard round-robin when shard < 0 (a first batch that names no key: a
@@ -872,25 +870,8 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			return
 		}
 	}
-	if s.p.route == routePinned {
-		// --route pinned: every request goes to the client's shard; a
-		// keyed one of another shard is counted (the emulated client
-		// routes badly), and under --pin-by first-key the first key
-		// picks the shard (requests before it wait, see flushHeld).
-		if k, ok := c.FirstKey(); ok {
-			switch sh := v.t.Shard(routing.Slot(k)); {
-			case s.home < 0:
-				s.pinHome(sh)
-			case sh != s.home:
-				if m := s.p.cfg.Metrics; m != nil {
-					m.PinnedMisroute()
-				}
-			}
-		}
-		if s.home < 0 {
-			s.holdFor(e, frame)
-			return
-		}
+	if s.p.shape.bind(s, v, e, c, frame) {
+		return
 	}
 	if id == command.Sync || id == command.Psync {
 		// From its reply on, the connection carries an RDB payload (with
@@ -1075,6 +1056,33 @@ func (s *client) stateCmd(e *request, c *routing.Call, args [][]byte, frame []by
 	s.linkTo(s.home)
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
+}
+
+// keepState handles a connection-state command (stateSlot: AUTH, HELLO,
+// SELECT, READONLY/READWRITE, CLIENT SETNAME and, with tracking, CLIENT
+// TRACKING) with stateCmd, in every shape alike, and reports whether it
+// did. (On one engine CLIENT TRACKING stays that connection's own: it is
+// not replayed.)
+func (s *client) keepState(e *request, c *routing.Call, args [][]byte, frame []byte, tracking bool) bool {
+	k := stateSlot(c.ID, args)
+	if k < 0 || k == stTracking && !tracking {
+		return false
+	}
+	s.stateCmd(e, c, args, frame)
+	return true
+}
+
+// endTx ends the client's transaction at EXEC, DISCARD or RESET, in every
+// shape alike, and returns the frame to send: an EXEC of a transaction
+// that failed while queued (tx.aborted) becomes DISCARD, answered
+// EXECABORT (finish).
+func (s *client) endTx(e *request, id command.ID, frame []byte) []byte {
+	if id == command.Exec && s.tx.aborted {
+		e.flags |= eExecAbort
+		frame = discardReq
+	}
+	s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
+	return frame
 }
 
 // namedState is a connection-state command kept for replay, by key.
@@ -1293,7 +1301,7 @@ func (s *client) flush() {
 				p := &e.ps[i]
 				switch {
 				case p.mshard < 0 || p.tReply == 0:
-				case s.p.route != routeNone:
+				case s.p.shape.perShard():
 					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
 				default:
@@ -1303,7 +1311,7 @@ func (s *client) flush() {
 			if e.penalty > 0 {
 				m.RedirectPenaltyLocked(time.Duration(e.penalty))
 			}
-			if s.p.route == routeSlots {
+			if s.p.shape.reorders() {
 				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
 			}
 		}

@@ -151,6 +151,14 @@ func (f *facade) attach(s *client, c gnet.Conn) {
 // engine.
 type facadeShape struct{}
 
+func (facadeShape) start(*client) {}
+func (facadeShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool {
+	return false
+}
+func (facadeShape) single(s *client) bool { return s.vnode != nil }
+func (facadeShape) perShard() bool        { return true }
+func (facadeShape) reorders() bool        { return true }
+
 func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
 	id := c.ID
 	n := s.vnode

@@ -51,13 +51,13 @@ type Proxy struct {
 	// mu; see unknownSubcommand).
 	unknownSubs map[string]bool
 
-	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
-	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
-	route       routeKind
-	shape       shape   // by route: fixedShape, slotShape or facadeShape
-	facade      *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
-	shared      bool
-	pinFirstKey bool
+	// route and shared are cfg.Route and cfg.UpstreamMode ==
+	// UpstreamShared, decoded once; route is for the upstream links (a
+	// client asks its shape).
+	route  routeKind
+	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
+	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
+	shared bool
 
 	// stallAfter is how long a shared connection may go without a reply
 	// byte for its oldest request before it is taken out of use (stall.go);
@@ -204,7 +204,7 @@ func New(cfg Config) (*Proxy, error) {
 	case RouteSlots:
 		p.route, p.shape = routeSlots, slotShape{}
 	case RoutePinned:
-		p.route = routePinned
+		p.route, p.shape = routePinned, pinnedShape{firstKey: cfg.PinBy == PinFirstKey}
 	case RouteFacade:
 		// The plain endpoint routes by slot; virtual nodes' clients are
 		// fixed to their shard (client.fixed).
@@ -212,7 +212,6 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	p.stallAfter = stallAfter
-	p.pinFirstKey = cfg.PinBy == PinFirstKey
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	if topo == nil && cfg.Route == RouteNone {
 		topo, _ = routing.EvenSplit([]string{cfg.Upstream}) // one shard: the upstream
