@@ -36,7 +36,7 @@ import (
 // until they are out, so a slow shard holds up later replies to that
 // client, as it would for any cluster client that pipelines. Pub/sub,
 // MONITOR (pubsub.go) and SYNC/PSYNC (raw) are modes of the same client on
-// its own links, never a hand-over to another type.
+// its own links.
 //
 // Every request is a request in the client's queue, answered by one or
 // more parts: one part for a single-slot command, one per slot group for a
@@ -403,7 +403,7 @@ const (
 //     AUTH, HELLO with AUTH or SETNAME, SELECT of a non-zero db,
 //     READONLY/READWRITE, RESET, REPLCONF, DEBUG, the commands that free a
 //     busy engine (SCRIPT KILL, FUNCTION KILL, SHUTDOWN, CLIENT
-//     PAUSE/UNPAUSE: see stall.go) and CLIENT subcommands that set or
+//     PAUSE/UNPAUSE: see "Stalled shared connections" in loop.go) and CLIENT subcommands that set or
 //     report per-connection state, by rule from the engine's entry
 //     (command.ConnState: SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
 //     SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO, ...: a
@@ -459,7 +459,7 @@ func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
 		}
 		return 0, ""
 	case command.Shutdown:
-		return pausePrivate, "state" // answered while the engine is busy (see stall.go)
+		return pausePrivate, "state" // answered while the engine is busy (see loop.checkStalls)
 	case command.Debug:
 		// Some of its replies come with pushes (DEBUG PROTOCOL push),
 		// which a shared connection could not tell whose they are.
@@ -477,7 +477,7 @@ func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
-		// stall.go).
+		// loop.checkStalls).
 		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause")) {
 			return pausePrivate, "state"
 		}
@@ -627,7 +627,7 @@ func (s *client) clientData(data []byte) {
 	}
 	p := s.p
 	if s.paused != 0 {
-		// Waiting for the requests in flight before a handoff: hold the
+		// Waiting for the requests in flight before a pause ends: hold the
 		// input (bounded by the query limit).
 		var over bool
 		if s.hbuf, over = s.l.holdInput(s.hbuf, data); over {
@@ -1370,7 +1370,7 @@ func (s *client) maybeResume() {
 	if s.paused == 0 || s.gone() || s.has(cfResumeQueued) {
 		return
 	}
-	// A handoff waits for every reply; the shared window only for half.
+	// A pause waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
 	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {

@@ -53,7 +53,7 @@ type link struct {
 	// (see client.oob).
 	lastSeq uint64
 	// A shared link's progress is when (p.now) it last got reply bytes or
-	// requests with none in flight; stalled: taken out of use (stall.go),
+	// requests with none in flight; stalled: taken out of use (loop.checkStalls),
 	// closed once drained.
 	progress int64
 	stalled  bool
@@ -241,7 +241,6 @@ func (ln *link) onData(data []byte) {
 			ln.stream = ln.streamable(data[off])
 			if ln.stream != nil {
 				ln.stream.streaming = ln
-				ln.stream.streamAt = len(ln.stream.wbuf)
 				ln.stream.streamAt = len(ln.stream.wbuf)
 			}
 			ln.dropping = ln.stream == nil && ln.forGone(data[off])

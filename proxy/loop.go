@@ -61,7 +61,7 @@ type loop struct {
 	upTimer    *time.Timer
 	runUpCheck gnet.Runnable
 	upLooks    atomic.Int64 // checkUpstreams passes (tests read it)
-	// stallTimer: a checkStalls is scheduled (stall.go).
+	// stallTimer: a checkStalls is scheduled (watchStalls).
 	stallTimer    bool
 	runStallCheck gnet.Runnable
 
@@ -215,7 +215,7 @@ func (l *loop) flushAll() {
 			}
 		}
 	}
-	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
+	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a pause that ends)
 		s := l.dirty[i]
 		l.dirty[i] = nil
 		if l.deferClient(s) {
@@ -232,7 +232,7 @@ func (l *loop) flushAll() {
 			l.writeDeferred() // the loop is shutting down
 		}
 	}
-	// Handoffs last: resume processes held input, which flushes again.
+	// Paused clients last: resume processes held input, which flushes again.
 	for len(l.resume) > 0 {
 		s := l.resume[0]
 		l.resume = append(l.resume[:0], l.resume[1:]...)

@@ -29,8 +29,10 @@ var (
 	ErrNotStarted = errors.New("proxy: not started")
 )
 
-// Proxy is a running (or ready to run) passthrough proxy. Create it with
-// New, then Start it; Stop ends it. Its methods may be called from any
+// Proxy is respmeter's measuring proxy, running or ready to run: it
+// forwards every client's commands to the engines Config names, in the
+// shape Config.Route picks, and times each. Create it with New, then Start
+// it; Stop ends it. Its methods may be called from any
 // goroutine.
 type Proxy struct {
 	gnet.BuiltinEventEngine
@@ -60,7 +62,7 @@ type Proxy struct {
 	shared bool
 
 	// stallAfter is how long a shared connection may go without a reply
-	// byte for its oldest request before it is taken out of use (stall.go);
+	// byte for its oldest request before it is taken out of use (loop.checkStalls);
 	// 0 turns the check off (tests that drive one pass of a loop by hand).
 	stallAfter time.Duration
 

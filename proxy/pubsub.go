@@ -11,7 +11,7 @@ import (
 )
 
 // Pub/sub and MONITOR of a routed client (client) are a mode of its own
-// shard connections, not a hand-over to another client type:
+// shard connections:
 //
 //   - SUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go to one connection, the
 //     client's subscription link (its home shard's): a cluster delivers every

@@ -227,7 +227,6 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, a
 		}
 	}
 	s.send(e, shard, frame)
-	return
 }
 
 // keyless routes a command that names no keys (or whose keys the engine

@@ -32,7 +32,6 @@ type redactor struct {
 	scan resp.RequestScanner
 	args [][]byte
 	keys []int
-	req  []byte
 	tmp  []byte
 }
 

@@ -326,11 +326,10 @@ func newReplyReader(c io.Reader) *replyReader {
 func (r *replyReader) next() ([]byte, error) {
 	r.cur = r.cur[:0]
 	for {
-		b, err := r.br.Peek(1)
-		if err != nil {
+		if _, err := r.br.Peek(1); err != nil {
 			return nil, err
 		}
-		b, _ = r.br.Peek(r.br.Buffered())
+		b, _ := r.br.Peek(r.br.Buffered())
 		n, done, err := r.f.Feed(b)
 		r.cur = append(r.cur, b[:n]...)
 		_, _ = r.br.Discard(n)
