@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/respmeter/respmeter/internal/resp"
@@ -150,10 +151,45 @@ func (v Value) String() string {
 // bulk string, a timeout, ...) when the reply is cut short. Streamed strings
 // and aggregates (RESP3 "$?", "*?") are refused as ErrProtocol: no engine
 // sends them to a side connection.
-func Read(r *bufio.Reader) (Value, error) { return read(r, 0) }
+func Read(r *bufio.Reader) (Value, error) {
+	d := decoder{r: r, lim: defaultReader, values: true}
+	return d.read(0)
+}
 
-func read(r *bufio.Reader, depth int) (Value, error) {
-	line, err := readLine(r)
+// A Reader reads replies under limits of its own, for a client that keeps
+// replies as bytes (AppendRaw): the consistency checker compares each with
+// the bytes it expects.
+type Reader struct {
+	MaxBulkLen int  // longest bulk string, bulk error or verbatim string
+	MaxElems   int  // most elements of one aggregate
+	MaxDepth   int  // deepest aggregate nesting
+	RESP2      bool // only RESP2's five types: a RESP3 one is ErrProtocol
+}
+
+// defaultReader is Read's: the package's limits, every type.
+var defaultReader = Reader{MaxBulkLen: MaxBulkLen, MaxElems: MaxElems, MaxDepth: MaxDepth}
+
+// AppendRaw reads one complete reply from r, as Read does under rd's
+// limits, and appends its bytes, as they came, to dst. On an error it
+// returns dst with what was read of the reply appended.
+func (rd Reader) AppendRaw(dst []byte, r *bufio.Reader) ([]byte, error) {
+	d := decoder{r: r, lim: rd, raw: dst, keep: true}
+	_, err := d.read(0)
+	return d.raw, err
+}
+
+// decoder reads one reply: into a Value (values), and/or appending its
+// bytes to raw (keep).
+type decoder struct {
+	r      *bufio.Reader
+	lim    Reader
+	values bool
+	keep   bool
+	raw    []byte
+}
+
+func (d *decoder) read(depth int) (Value, error) {
+	line, err := d.readLine()
 	if err != nil {
 		return Value{}, err
 	}
@@ -162,14 +198,25 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 	}
 	v := Value{Type: line[0]}
 	body := line[1:]
+	if d.lim.RESP2 {
+		switch v.Type {
+		case resp.TypeSimpleString, resp.TypeError, resp.TypeInteger, resp.TypeBlobString, resp.TypeArray:
+		default:
+			return Value{}, fmt.Errorf("%w: not a RESP2 reply: %q", ErrProtocol, line)
+		}
+	}
 	switch v.Type {
 	case resp.TypeSimpleString, resp.TypeError, resp.TypeBigNumber:
-		v.Str = string(body)
+		if d.values {
+			v.Str = string(body)
+		}
 	case resp.TypeDouble:
 		if _, err := strconv.ParseFloat(string(body), 64); err != nil {
 			return Value{}, fmt.Errorf("%w: double %q", ErrProtocol, body)
 		}
-		v.Str = string(body)
+		if d.values {
+			v.Str = string(body)
+		}
 	case resp.TypeInteger:
 		if v.Int, err = parseInt(body); err != nil {
 			return Value{}, err
@@ -188,7 +235,7 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			return Value{}, fmt.Errorf("%w: boolean %q", ErrProtocol, line)
 		}
 	case resp.TypeBlobString, resp.TypeBlobError, resp.TypeVerbatim:
-		n, err := parseLen(body, MaxBulkLen)
+		n, err := parseLen(body, d.lim.MaxBulkLen)
 		if err != nil {
 			return Value{}, err
 		}
@@ -196,8 +243,8 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			v.Null = true
 			break
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
+		buf, err := d.readBulk(n)
+		if err != nil {
 			return Value{}, err
 		}
 		if buf[n] != '\r' || buf[n+1] != '\n' {
@@ -210,12 +257,14 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			buf = buf[verbatimTag:]
 			n -= verbatimTag
 		}
-		v.Str = string(buf[:n])
-	case resp.TypeArray, resp.TypeSet, resp.TypePush, resp.TypeMap, resp.TypeAttribute:
-		if depth >= MaxDepth {
-			return Value{}, fmt.Errorf("%w: aggregates nested deeper than %d", ErrProtocol, MaxDepth)
+		if d.values {
+			v.Str = string(buf[:n])
 		}
-		n, err := parseLen(body, MaxElems)
+	case resp.TypeArray, resp.TypeSet, resp.TypePush, resp.TypeMap, resp.TypeAttribute:
+		if depth >= d.lim.MaxDepth {
+			return Value{}, fmt.Errorf("%w: aggregates nested deeper than %d", ErrProtocol, d.lim.MaxDepth)
+		}
+		n, err := parseLen(body, d.lim.MaxElems)
 		if err != nil {
 			return Value{}, err
 		}
@@ -224,22 +273,26 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			break
 		}
 		if v.Type == resp.TypeMap || v.Type == resp.TypeAttribute {
-			if n > MaxElems/2 {
-				return Value{}, fmt.Errorf("%w: map of %d pairs over %d elements", ErrProtocol, n, MaxElems)
+			if n > d.lim.MaxElems/2 {
+				return Value{}, fmt.Errorf("%w: map of %d pairs over %d elements", ErrProtocol, n, d.lim.MaxElems)
 			}
 			n *= 2
 		}
-		// Grow with the elements actually read rather than trusting n.
-		v.Elems = make([]Value, 0, min(n, maxInitCap))
+		if d.values {
+			// Grow with the elements actually read rather than trusting n.
+			v.Elems = make([]Value, 0, min(n, maxInitCap))
+		}
 		for range n {
-			e, err := read(r, depth+1)
+			e, err := d.read(depth + 1)
 			if err != nil {
 				return Value{}, err
 			}
-			v.Elems = append(v.Elems, e)
+			if d.values {
+				v.Elems = append(v.Elems, e)
+			}
 		}
 		if v.Type == resp.TypeAttribute { // metadata about the next reply: dropped
-			return read(r, depth)
+			return d.read(depth)
 		}
 	default:
 		return Value{}, fmt.Errorf("%w: type byte %q", ErrProtocol, v.Type)
@@ -247,12 +300,37 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 	return v, nil
 }
 
-// readLine returns the next CRLF-terminated line without its CRLF. The slice
-// is only valid until the next read from r.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
+// readBulk reads a bulk payload of n bytes and its CRLF: into raw when the
+// decoder keeps the reply's bytes (what arrived of it, on an error), else
+// into a new buffer.
+func (d *decoder) readBulk(n int) ([]byte, error) {
+	if !d.keep {
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(d.r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	start := len(d.raw)
+	d.raw = slices.Grow(d.raw, n+2)[:start+n+2]
+	got, err := io.ReadFull(d.r, d.raw[start:])
+	if err != nil {
+		d.raw = d.raw[:start+got]
+		return nil, err
+	}
+	return d.raw[start:], nil
+}
+
+// readLine returns the next CRLF-terminated line without its CRLF (kept
+// whole in raw when the decoder keeps the reply's bytes). The slice is only
+// valid until the next read.
+func (d *decoder) readLine() ([]byte, error) {
+	line, err := d.r.ReadSlice('\n')
+	if d.keep {
+		d.raw = append(d.raw, line...)
+	}
 	if errors.Is(err, bufio.ErrBufferFull) {
-		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, r.Size())
+		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.r.Size())
 	}
 	if err != nil {
 		return nil, err

@@ -163,3 +163,26 @@ func TestAppendCommand(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestAppendRaw: AppendRaw appends each reply's bytes as they came (after
+// what dst held), reads the same replies Read does, refuses RESP3 types
+// with RESP2 set, and keeps what it read of a reply it refuses.
+func TestAppendRaw(t *testing.T) {
+	replies := []string{"+OK\r\n", "$5\r\nhello\r\n", "*2\r\n:1\r\n$-1\r\n", "%1\r\n+a\r\n#t\r\n", "=8\r\ntxt:abcd\r\n", "|1\r\n+k\r\n+v\r\n:3\r\n"}
+	in := strings.Join(replies, "")
+	br := bufio.NewReaderSize(strings.NewReader(in), 16)
+	rd := Reader{MaxBulkLen: MaxBulkLen, MaxElems: MaxElems, MaxDepth: MaxDepth}
+	for _, want := range replies {
+		got, err := rd.AppendRaw([]byte("keep"), br)
+		if err != nil || string(got) != "keep"+want {
+			t.Errorf("AppendRaw = %q, %v; want %q", got, err, "keep"+want)
+		}
+	}
+	rd.RESP2 = true
+	if got, err := rd.AppendRaw(nil, bufio.NewReader(strings.NewReader("*2\r\n:1\r\n_\r\n"))); !errors.Is(err, ErrProtocol) || string(got) != "*2\r\n:1\r\n_\r\n" {
+		t.Errorf("RESP2 reader on a RESP3 null: %q, %v; want the bytes read and ErrProtocol", got, err)
+	}
+	if got, err := rd.AppendRaw(nil, bufio.NewReader(strings.NewReader("$5\r\nab"))); err == nil || errors.Is(err, ErrProtocol) || string(got) != "$5\r\nab" {
+		t.Errorf("cut bulk: %q, %v; want the bytes read and an I/O error", got, err)
+	}
+}
