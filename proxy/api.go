@@ -1,7 +1,10 @@
 // Package proxy is respmeter's data path: a gnet event-loop server that accepts
-// Redis-protocol clients, gives each its own upstream connection on the same
-// event loop, frames requests and replies, matches them in order and records
-// per-command timings into a metrics.Set.
+// Redis-protocol clients, frames their requests and the engines' replies,
+// sends each request to the engine connection its shape picks (one engine
+// over a private or a shared connection, a shard pinned per client, the
+// shard of its hash slot, or the virtual nodes of a facade cluster), gives
+// the replies back in request order and records per-command timings into a
+// metrics.Set.
 //
 // Concurrency: every connection, its upstream and its in-flight FIFO belong to
 // one event loop and are touched only by that loop's goroutine. Start, Addr and
@@ -9,7 +12,6 @@
 package proxy
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
@@ -137,8 +139,6 @@ const (
 	DefaultClientQueryLimit  = 1 << 30
 	DefaultMaxClients        = 10000
 )
-
-var _ = context.Background
 
 // login is the credentials of respmeter's side connections (UpstreamUser,
 // UpstreamPassword) as respconn.Dial takes them.

@@ -37,7 +37,7 @@ import (
 // until they are out, so a slow shard holds up later replies to that
 // client, as it would for any cluster client that pipelines. Pub/sub,
 // MONITOR (pubsub.go) and SYNC/PSYNC (raw) are modes of the same client on
-// its own links, never a hand-over to another type.
+// its own links.
 //
 // Every request is a request in the client's queue, answered by one or
 // more parts: one part for a single-slot command, one per slot group for a
@@ -101,6 +101,18 @@ type request struct {
 	seq                uint64         // the request's number in its client, from 1
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
 	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
+	blocks             bool           // the command may block (routing.Call.Blocks)
+}
+
+// failed reports whether e's reply, once ready, is an error reply (a
+// simple error or a RESP3 blob error: resp.IsErrorReply): counted as an
+// error, and a CLIENT SETNAME or HELLO SETNAME that failed leaves the
+// client's name as it was.
+func (e *request) failed() bool {
+	if e.flags&eWritten != 0 {
+		return e.isErr
+	}
+	return resp.IsErrorReply(e.out)
 }
 
 // requestSize is the memory one queued request costs at least, counted
@@ -331,9 +343,7 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
 	}
-	if p.route == routePinned && p.pinFirstKey {
-		s.home = -1 // chosen by the first keyed command (see pinHome)
-	}
+	p.shape.start(s)
 	return s
 }
 
@@ -349,8 +359,8 @@ func (s *client) open() {
 
 // fixed reports whether the client talks to one engine only (no route,
 // --route pinned, or a virtual node of --route facade): every request goes
-// to its home shard.
-func (s *client) fixed() bool { return s.p.route != routeSlots || s.vnode != nil }
+// to its home shard (shape.single).
+func (s *client) fixed() bool { return s.p.shape.single(s) }
 
 // pinHome binds a --pin-by first-key client to shard, or to the next live
 // shard round-robin when shard < 0 (a first batch that names no key: a
@@ -395,7 +405,7 @@ const (
 //     AUTH, HELLO with AUTH or SETNAME, SELECT of a non-zero db,
 //     READONLY/READWRITE, RESET, REPLCONF, DEBUG, the commands that free a
 //     busy engine (SCRIPT KILL, FUNCTION KILL, SHUTDOWN, CLIENT
-//     PAUSE/UNPAUSE: see stall.go) and CLIENT subcommands that set or
+//     PAUSE/UNPAUSE: see "Stalled shared connections" in loop.go) and CLIENT subcommands that set or
 //     report per-connection state, by rule from the engine's entry
 //     (command.ConnState: SETNAME, TRACKING, CACHING, NO-EVICT, NO-TOUCH,
 //     SETINFO, CAPA, ID, INFO, GETNAME, GETREDIR, TRACKINGINFO, ...: a
@@ -405,7 +415,8 @@ const (
 //
 // Waiting first keeps the order of effects: nothing sent on the new
 // connection can overtake what is still queued on the old one.
-func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
+func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
+	id := c.ID
 	switch id {
 	case command.Sync, command.Psync:
 		// The connection becomes a replication stream: first every reply
@@ -450,7 +461,7 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		}
 		return 0, ""
 	case command.Shutdown:
-		return pausePrivate, "state" // answered while the engine is busy (see stall.go)
+		return pausePrivate, "state" // answered while the engine is busy (see loop.checkStalls)
 	case command.Debug:
 		// Some of its replies come with pushes (DEBUG PROTOCOL push),
 		// which a shared connection could not tell whose they are.
@@ -468,17 +479,17 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
-		// stall.go).
+		// loop.checkStalls).
 		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause")) {
 			return pausePrivate, "state"
 		}
 		if len(args) >= 2 && !eqFold(args[1], "reply") {
-			if in := s.p.resolver.CallInfo(id, args); in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
+			if in := c.Info; in.Subcommands != nil || command.ConnState(in) != command.ConnNone {
 				return pausePrivate, "state"
 			}
 		}
 	}
-	if s.p.resolver.Blocks(id) {
+	if c.Blocks {
 		return pausePrivate, "blocking"
 	}
 	return 0, ""
@@ -618,7 +629,7 @@ func (s *client) clientData(data []byte) {
 	}
 	p := s.p
 	if s.paused != 0 {
-		// Waiting for the requests in flight before a handoff: hold the
+		// Waiting for the requests in flight before a pause ends: hold the
 		// input (bounded by the query limit).
 		var over bool
 		if s.hbuf, over = s.l.holdInput(s.hbuf, data); over {
@@ -804,23 +815,26 @@ func mayBeClientReply(b []byte) bool {
 // copied.
 func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (paused bool) {
 	id := s.l.lookup(args[0])
+	c := &s.l.call
+	s.p.resolver.Classify(c, id, args)
 	if mayHoldSecret(id) {
 		s.capSecret = true
 	}
 	if mayChangeAuth(id) {
 		s.p.requestAuthCheck()
 	}
-	if kind, reason := s.needsPause(id, args); kind != 0 {
+	if kind, reason := s.needsPause(c, args); kind != 0 {
 		s.paused, s.pauseReason = kind, reason
 		return true
 	}
 	e := s.newEntry(id, now)
 	e.argc = int32(len(args))
-	if s.p.cfg.UpstreamTimeout > 0 && s.p.resolver.Blocks(id) {
+	e.blocks = c.Blocks
+	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
 		e.block = blockWait(id, args)
 	}
 	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(s.p.resolver.Name(id), args, s.p.keyPos(id, args)); ok {
+		if k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos()); ok {
 			e.key.Set(k)
 		}
 		if name, ok := setNameArg(id, args); ok {
@@ -828,7 +842,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		}
 	}
 	if h := s.l.m.Heat(); h != nil {
-		h.Begin(&e.heat, s.p.resolver.Name(id), args, s.p.keyPos(id, args), len(frame))
+		h.Begin(&e.heat, c.Name(), args, c.KeyPos(), len(frame))
 	}
 	if s.tx.on {
 		e.flags |= eInTx
@@ -861,25 +875,8 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			return
 		}
 	}
-	if s.p.route == routePinned {
-		// --route pinned: every request goes to the client's shard; a
-		// keyed one of another shard is counted (the emulated client
-		// routes badly), and under --pin-by first-key the first key
-		// picks the shard (requests before it wait, see flushHeld).
-		if k, ok := s.p.resolver.FirstKeyOf(id, args); ok {
-			switch sh := v.t.Shard(routing.Slot(k)); {
-			case s.home < 0:
-				s.pinHome(sh)
-			case sh != s.home:
-				if m := s.p.cfg.Metrics; m != nil {
-					m.PinnedMisroute()
-				}
-			}
-		}
-		if s.home < 0 {
-			s.holdFor(e, frame)
-			return
-		}
+	if s.p.shape.bind(s, v, e, c, frame) {
+		return
 	}
 	if id == command.Sync || id == command.Psync {
 		// From its reply on, the connection carries an RDB payload (with
@@ -918,7 +915,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 			return
 		}
 	}
-	s.p.shape.dispatch(s, v, e, id, args, frame)
+	s.p.shape.dispatch(s, v, e, c, args, frame)
 	return false
 }
 
@@ -1049,9 +1046,10 @@ func (s *client) release(ln *link) {
 // client reads from it and its invalidation pushes reach the client, as a
 // cluster client tracking on every node connection gets them. (With
 // REDIRECT id only the home shard knows the id: the others refuse it.)
-func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) stateCmd(e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	if s.tx.on {
-		s.keyless(s.p.router.load(), e, id, args, frame)
+		s.keyless(s.p.router.load(), e, c, args, frame)
 		return
 	}
 	k := stateSlot(id, args) // >= 0: the callers route only state commands here
@@ -1063,6 +1061,33 @@ func (s *client) stateCmd(e *request, id command.ID, args [][]byte, frame []byte
 	s.linkTo(s.home)
 	s.state[k] = append(s.state[k][:0], frame...)
 	s.broadcastState(e, frame)
+}
+
+// keepState handles a connection-state command (stateSlot: AUTH, HELLO,
+// SELECT, READONLY/READWRITE, CLIENT SETNAME and, with tracking, CLIENT
+// TRACKING) with stateCmd, in every shape alike, and reports whether it
+// did. (On one engine CLIENT TRACKING stays that connection's own: it is
+// not replayed.)
+func (s *client) keepState(e *request, c *routing.Call, args [][]byte, frame []byte, tracking bool) bool {
+	k := stateSlot(c.ID, args)
+	if k < 0 || k == stTracking && !tracking {
+		return false
+	}
+	s.stateCmd(e, c, args, frame)
+	return true
+}
+
+// endTx ends the client's transaction at EXEC, DISCARD or RESET, in every
+// shape alike, and returns the frame to send: an EXEC of a transaction
+// that failed while queued (tx.aborted) becomes DISCARD, answered
+// EXECABORT (finish).
+func (s *client) endTx(e *request, id command.ID, frame []byte) []byte {
+	if id == command.Exec && s.tx.aborted {
+		e.flags |= eExecAbort
+		frame = discardReq
+	}
+	s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
+	return frame
 }
 
 // namedState is a connection-state command kept for replay, by key.
@@ -1094,9 +1119,9 @@ func (s *client) states() func(yield func([]byte) bool) {
 // does: the home shard answers, every open shard connection gets it, and
 // it is replayed on every one opened later (the latest for each key: all
 // arguments but the last, so SETINFO LIB-NAME and LIB-VER are two).
-func (s *client) clientStateCmd(e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) clientStateCmd(e *request, c *routing.Call, args [][]byte, frame []byte) {
 	if s.tx.on {
-		s.keyless(s.p.router.load(), e, id, args, frame)
+		s.keyless(s.p.router.load(), e, c, args, frame)
 		return
 	}
 	s.linkTo(s.home) // opened now, it replays the state so far, not this command too
@@ -1270,7 +1295,7 @@ func (s *client) flush() {
 	if m := s.l.m; m != nil {
 		m.Lock()
 		for _, e := range done {
-			isErr := e.isErr || e.flags&eWritten == 0 && len(e.out) > 0 && (e.out[0] == '-' || e.out[0] == '!')
+			isErr := e.failed()
 			if e.tSent == 0 || e.tReply == 0 {
 				m.CountLocked(int(e.cmd), isErr)
 				continue
@@ -1284,7 +1309,7 @@ func (s *client) flush() {
 				p := &e.ps[i]
 				switch {
 				case p.mshard < 0 || p.tReply == 0:
-				case s.p.route != routeNone:
+				case s.p.shape.perShard():
 					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
 				default:
@@ -1294,7 +1319,7 @@ func (s *client) flush() {
 			if e.penalty > 0 {
 				m.RedirectPenaltyLocked(time.Duration(e.penalty))
 			}
-			if s.p.route == routeSlots {
+			if s.p.shape.reorders() {
 				m.ReorderWaitLocked(time.Duration(tOut - e.tReply))
 			}
 		}
@@ -1308,7 +1333,7 @@ func (s *client) flush() {
 		}
 		if sl := s.p.cfg.SlowLog; sl != nil {
 			for _, e := range done {
-				if e.setName != "" && !e.isErr && !(e.flags&eWritten == 0 && len(e.out) > 0 && e.out[0] == '-') {
+				if e.setName != "" && !e.failed() {
 					s.name = e.setName
 				}
 				if e.tSent > 0 && e.tReply > 0 && time.Duration(tOut-e.tIn) >= sl.Threshold() {
@@ -1353,7 +1378,7 @@ func (s *client) maybeResume() {
 	if s.paused == 0 || s.gone() || s.has(cfResumeQueued) {
 		return
 	}
-	// A handoff waits for every reply; the shared window only for half.
+	// A pause waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
 	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
@@ -1422,7 +1447,7 @@ func (s *client) clientClosed(c gnet.Conn, err error) {
 // blockedAtHead reports whether the oldest request in flight may block in
 // the engine.
 func (s *client) blockedAtHead() bool {
-	return s.raw != nil || s.q.len() > 0 && s.p.resolver.Blocks(s.q.front().cmd)
+	return s.raw != nil || s.q.len() > 0 && s.q.front().blocks
 }
 
 func (s *client) shutdown() {
@@ -1478,7 +1503,7 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
 		e.flags |= eWritten
-		e.isErr = len(reply) > 0 && (reply[0] == '-' || reply[0] == '!')
+		e.isErr = resp.IsErrorReply(reply)
 		e.ready = true
 		if s.capBuf != nil {
 			if streamed && s.streamAt >= 0 && s.streamAt <= len(s.wbuf) {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/respmeter/respmeter/metrics/slowlog"
@@ -67,7 +68,7 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 // routing.Resolver.Name), in the slow log from its stamps (ns on the
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
 // (ns). It allocates nothing: under load every command may be slow.
-func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, client net.Addr, key *slowlog.KeyBuf,
+func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, peer net.Addr, key *slowlog.KeyBuf,
 	tIn, tSent, tReply, tOut, svc int64) {
 	r := slowlog.Rec{
 		Command:    name,
@@ -78,7 +79,7 @@ func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, client
 		Upstream:   time.Duration(tReply - tSent),
 		Service:    time.Duration(svc),
 	}
-	if a, ok := client.(*net.TCPAddr); ok {
+	if a, ok := peer.(*net.TCPAddr); ok {
 		ap := a.AddrPort() // an IPv4 peer comes as ::ffff:a.b.c.d
 		r.Client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
@@ -110,6 +111,50 @@ func setNameArg(id command.ID, args [][]byte) ([]byte, bool) {
 		return name, found
 	}
 	return nil, false
+}
+
+// blockWait returns how long the engine may keep blocking command id with
+// arguments args waiting on purpose, in nanoseconds: its timeout argument
+// (seconds for BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BZPOPMIN, BZPOPMAX (last
+// argument), BLMPOP and BZMPOP (first); milliseconds for XREAD and
+// XREADGROUP BLOCK, WAIT (last)), -1 when it may wait forever
+// (a timeout of 0, one it cannot read, or a blocking command not listed here, such as WAITAOF, which the built-in table lacks), 0 when it does not block (XREAD
+// without BLOCK). The rules are the commands' own, from the Redis 7.0
+// command reference.
+func blockWait(id command.ID, args [][]byte) int64 {
+	if len(args) < 2 {
+		return -1
+	}
+	var arg []byte
+	unit := float64(time.Second)
+	switch id {
+	case command.Blpop, command.Brpop, command.Brpoplpush, command.Blmove, command.Bzpopmin, command.Bzpopmax:
+		arg = args[len(args)-1]
+	case command.Blmpop, command.Bzmpop:
+		arg = args[1]
+	case command.Wait:
+		arg, unit = args[len(args)-1], float64(time.Millisecond)
+	case command.Xread, command.Xreadgroup:
+		for i := 1; i+1 < len(args); i++ {
+			if eqFold(args[i], "streams") {
+				return 0
+			}
+			if eqFold(args[i], "block") {
+				arg, unit = args[i+1], float64(time.Millisecond)
+				break
+			}
+		}
+		if arg == nil {
+			return 0
+		}
+	default:
+		return -1
+	}
+	v, err := strconv.ParseFloat(string(arg), 64)
+	if err != nil || v <= 0 {
+		return -1 // 0 waits forever; a bad one is refused by the engine at once
+	}
+	return int64(v * unit)
 }
 
 // Reply modes set by CLIENT REPLY (https://redis.io/commands/client-reply).

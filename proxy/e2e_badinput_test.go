@@ -134,14 +134,17 @@ func biExchange(t *testing.T, addr string, in []byte, bytewise bool, r biRead) (
 	if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("write to %s: %v", addr, err) // anything but "the peer closed"
 	}
+	// Read until want bytes came (and linger more), the connection is
+	// closed, or it stayed quiet for r.quiet; at most timeout in all.
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	errMore := errors.New("more to read")
+	_ = redistest.Await(timeout, 0, func() error {
 		have := len(c.Buffered())
 		if r.want > 0 && have >= r.want {
 			if r.linger > 0 {
 				_, _ = c.ReadWhile(func([]byte) bool { return false }, r.linger)
 			}
-			break
+			return nil
 		}
 		step := r.quiet
 		if r.want > 0 || step <= 0 {
@@ -149,9 +152,10 @@ func biExchange(t *testing.T, addr string, in []byte, bytewise bool, r biRead) (
 		}
 		_, err := c.ReadWhile(func(b []byte) bool { return len(b) > have }, step)
 		if errors.Is(err, redistest.ErrTimeout) || c.Closed() {
-			break
+			return nil
 		}
-	}
+		return errMore
+	})
 	return append([]byte(nil), c.Buffered()...), c.Closed()
 }
 

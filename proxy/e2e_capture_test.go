@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/respmeter/respmeter/internal/redistest"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
 
 	"github.com/redis/go-redis/v9"
 

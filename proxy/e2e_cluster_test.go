@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
@@ -148,7 +149,7 @@ func TestClusterR03WhereTheKeyIs(t *testing.T) {
 	})
 	c := redistest.Dial(t, p.Addr())
 	c.Send(t, redistest.Cmd("MEMORY", "USAGE", "key:a"))
-	if got, err := c.ReadFrame(5 * time.Second); err != nil || got[0] != ':' {
+	if got, err := c.ReadFrame(5 * time.Second); err != nil || got[0] != resp.TypeInteger {
 		t.Errorf("MEMORY USAGE key:a: %q %v", got, err)
 	}
 	c.Close()
@@ -251,7 +252,7 @@ func TestClusterR05FanOut(t *testing.T) {
 	c := redistest.Dial(t, p.Addr())
 	c.Send(t, redistest.Cmd("MSET", "key:a", "1", "key:b", "2", "key:c", "3"))
 	got, err := c.ReadFrame(10 * time.Second)
-	if err != nil || got[0] != '-' {
+	if err != nil || got[0] != resp.TypeError {
 		t.Errorf("MSET with a master down: %q (err %v), want an error reply", got, err)
 	}
 	f := redistest.Dial(t, p.Addr())

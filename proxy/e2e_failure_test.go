@@ -326,14 +326,18 @@ func clusterFailoverAfterFreeze(t *testing.T, route string) {
 	// The oracle: when the replica says it is master.
 	promoted := make(chan time.Duration, 1)
 	go func() {
-		for time.Since(froze) < 30*time.Second {
-			if role, err := rep.Client().Do(ctx, "ROLE").Slice(); err == nil && len(role) > 0 && role[0] == "master" {
-				promoted <- time.Since(froze)
-				return
+		err := redistest.Await(time.Until(froze.Add(30*time.Second)), 20*time.Millisecond, func() error {
+			role, err := rep.Client().Do(ctx, "ROLE").Slice()
+			if err == nil && len(role) > 0 && role[0] == "master" {
+				return nil
 			}
-			time.Sleep(20 * time.Millisecond)
+			return fmt.Errorf("ROLE %v, %v", role, err)
+		})
+		if err != nil {
+			close(promoted)
+			return
 		}
-		close(promoted)
+		promoted <- time.Since(froze)
 	}()
 	sent := time.Now()
 	err := c.Incr(ctx, key).Err()
@@ -347,26 +351,25 @@ func clusterFailoverAfterFreeze(t *testing.T, route string) {
 	}
 	var resumed time.Duration
 	var errs []string
-	for {
+	if err := redistest.Await(time.Until(froze.Add(25*time.Second)), 50*time.Millisecond, func() error {
 		n, err := c.Incr(ctx, key).Result()
 		if err == nil {
 			resumed = time.Since(froze)
 			if n != 1 {
 				t.Errorf("INCR after the failover: %d, want 1 (the replica had the SET)", n)
 			}
-			break
+			return nil
 		}
 		if len(errs) == 0 || errs[len(errs)-1] != err.Error() {
 			errs = append(errs, err.Error())
 		}
-		if time.Since(froze) > 25*time.Second {
-			role, rerr := rep.Client().Do(ctx, "ROLE").Slice()
-			if rerr == nil && len(role) > 0 {
-				t.Fatalf("writes did not resume within 25 s (the replica's role: %v); errors: %q", role[0], errs)
-			}
-			t.Fatalf("writes did not resume within 25 s (ROLE on the replica: %v); errors: %q", rerr, errs)
+		return err
+	}); err != nil {
+		role, rerr := rep.Client().Do(ctx, "ROLE").Slice()
+		if rerr == nil && len(role) > 0 {
+			t.Fatalf("writes did not resume within 25 s (the replica's role: %v); errors: %q", role[0], errs)
 		}
-		time.Sleep(50 * time.Millisecond)
+		t.Fatalf("writes did not resume within 25 s (ROLE on the replica: %v); errors: %q", rerr, errs)
 	}
 	failover, ok := <-promoted
 	if !ok {

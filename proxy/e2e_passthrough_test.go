@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
@@ -580,7 +581,7 @@ func TestC10UnsolicitedPushes(t *testing.T) {
 			reply := func() string {
 				for {
 					f := readFrame(t, a)
-					if f[0] != '>' {
+					if f[0] != resp.TypePush {
 						return string(f)
 					}
 					eqBytes(t, tg.name+" push", f, ">2\r\n$10\r\ninvalidate\r\n*1\r\n$6\r\nrace:k\r\n")
@@ -614,7 +615,7 @@ func TestC10UnsolicitedPushes(t *testing.T) {
 			}
 			// Whatever follows the last PONG may only be pushes.
 			for _, f := range e2eSplitQuiet(t, a, 20*time.Millisecond) {
-				if f[0] != '>' {
+				if f[0] != resp.TypePush {
 					t.Fatalf("%s: unexpected frame %q", tg.name, f)
 				}
 			}
@@ -646,7 +647,7 @@ func TestC10UnsolicitedPushes(t *testing.T) {
 			for replies < gets || msgs < 10 {
 				f := readFrame(t, a)
 				switch {
-				case f[0] == '>':
+				case f[0] == resp.TypePush:
 					want := fmt.Sprintf(">3\r\n$7\r\nmessage\r\n$8\r\nmsg:chan\r\n$2\r\nm%d\r\n", msgs)
 					eqBytes(t, tg.name+" message", f, want)
 					msgs++
@@ -708,7 +709,7 @@ func e2eReadSnapshot(t *testing.T, c *redistest.Conn) []byte {
 	hdr, err := c.ReadWhile(func(b []byte) bool {
 		b = bytes.TrimLeft(b, "\n")
 		i := bytes.Index(b, []byte("\r\n"))
-		return i > 0 && b[0] == '$'
+		return i > 0 && b[0] == resp.TypeBlobString
 	}, 5*time.Second)
 	if err != nil {
 		t.Fatalf("snapshot header: %v (got %q)", err, redistest.Trunc(hdr))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 )
@@ -146,7 +147,7 @@ func TestSessionClientIDAcrossPubSub(t *testing.T) {
 			defer c.Close()
 			c.Send(t, redistest.Cmd("CLIENT", "ID"))
 			id, err := c.ReadFrame(5 * time.Second)
-			if err != nil || id[0] != ':' {
+			if err != nil || id[0] != resp.TypeInteger {
 				t.Fatalf("CLIENT ID: %q %v", id, err)
 			}
 			c.Roundtrip(t, redistest.Cmd("SUBSCRIBE", "idch"), []byte("*3\r\n$9\r\nsubscribe\r\n$4\r\nidch\r\n:1\r\n"))
@@ -273,7 +274,7 @@ func TestSharedStallMovesOthers(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the script runs past busy-reply-threshold
 	timed(other, redistest.Cmd("PING"), "-BUSY", time.Second)
 	timed(killer, redistest.Cmd("SCRIPT", "KILL"), "+OK", time.Second)
-	if b, err := looper.ReadFrame(5 * time.Second); err != nil || b[0] != '-' {
+	if b, err := looper.ReadFrame(5 * time.Second); err != nil || b[0] != resp.TypeError {
 		t.Errorf("the killed script's client: %q %v, want its error", b, err)
 	}
 	other.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))

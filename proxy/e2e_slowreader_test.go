@@ -333,12 +333,12 @@ func srDrain(c *net.TCPConn, timeout time.Duration) (n int64, closed bool, how e
 func srWaitEvicted(t testing.TB, set *rmetrics.Set, before int64, within time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for set.Counters().ClientsEvictedOutputLimit <= before {
-		if time.Since(start) > within {
-			t.Fatalf("slow reader not evicted within %v (output-limit evictions still %d)", within, before)
+	redistest.EventuallyEvery(t, within, 2*time.Millisecond, func() error {
+		if set.Counters().ClientsEvictedOutputLimit <= before {
+			return fmt.Errorf("slow reader not evicted (output-limit evictions still %d)", before)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 	return time.Since(start)
 }
 
@@ -592,9 +592,12 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		// The baseline runs baseFor, and longer while it has fewer than
 		// minBase samples (a loaded machine serves fewer requests).
 		time.Sleep(baseFor)
-		for end := time.Now().Add(20 * time.Second); nb.n[srPhaseBase].Load() < minBase && time.Now().Before(end); {
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = redistest.Await(20*time.Second, 100*time.Millisecond, func() error {
+			if n := nb.n[srPhaseBase].Load(); n < minBase {
+				return fmt.Errorf("%d baseline samples", n)
+			}
+			return nil
+		})
 
 		mem := srStartMemProbe(t)
 		evictedBefore := e.set.Counters().ClientsEvictedOutputLimit
@@ -836,14 +839,12 @@ func TestF02SlowReaderMemory(t *testing.T) {
 		duringX.Store(true)
 		wrote := time.Now()
 		sent := <-srSlowWriter(x, "big:f02", srGets, 0, nil)
-		evicted := false
-		for time.Since(wrote) < holdFor {
+		evicted := redistest.Await(holdFor-time.Since(wrote), 2*time.Millisecond, func() error {
 			if e.set.Counters().ClientsEvictedOutputLimit > evictedBefore {
-				evicted = true
-				break
+				return nil
 			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return errors.New("not evicted")
+		}) == nil
 		took := time.Since(wrote)
 		var (
 			n      int64

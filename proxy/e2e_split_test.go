@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/slowlog"
@@ -206,7 +207,7 @@ func spRoundTrips(t testing.TB, c *redistest.Conn, req []byte, n int, think time
 		if err != nil {
 			t.Fatalf("request %d: reply %q: %v", i, f, err)
 		}
-		if len(f) > 0 && f[0] == '-' {
+		if len(f) > 0 && f[0] == resp.TypeError {
 			t.Fatalf("request %d: error reply %q", i, f)
 		}
 		replied = time.Now()

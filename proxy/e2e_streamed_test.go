@@ -24,11 +24,26 @@ var streamedReplies = map[string]string{
 	"SMEMBERS": "~?\r\n|1\r\n+ttl\r\n:3\r\n+x\r\n.\r\n",
 }
 
-// startStreamingEngine starts a scripted RESP3 engine on a loopback port:
-// it answers HELLO with a RESP3 map, PING with +PONG, the commands of
-// streamedReplies with their streamed reply, anything else (COMMAND INFO,
-// the proxy's start-up probe) with an error.
+// startStreamingEngine starts a scripted RESP3 engine on a loopback port
+// (startScriptedEngine, with no delay).
 func startStreamingEngine(t *testing.T) string {
+	t.Helper()
+	return startScriptedEngine(t, "engine", 0)
+}
+
+// scriptedBlobError is the scripted engine's answer to CLIENT SETNAME of a
+// name starting "refused": a RESP3 blob error, which no real engine sends
+// to SETNAME.
+const scriptedBlobError = "!26\r\nERR scripted SETNAME error\r\n"
+
+// startScriptedEngine starts a scripted RESP3 engine on a loopback port, for
+// replies no real engine sends: it answers HELLO with a RESP3 map, PING with
+// +PONG, ECHO with +label (which engine a request reached), the commands
+// of streamedReplies with their streamed reply, CLIENT SETNAME with +OK or,
+// for a name starting "refused", scriptedBlobError, LLEN with :7 after
+// delay, anything else (COMMAND INFO, the proxy's start-up probe) with an
+// error.
+func startScriptedEngine(t *testing.T, label string, delay time.Duration) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,13 +56,13 @@ func startStreamingEngine(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go serveScripted(c)
+			go serveScripted(c, label, delay)
 		}
 	}()
 	return ln.Addr().String()
 }
 
-func serveScripted(c net.Conn) {
+func serveScripted(c net.Conn, label string, delay time.Duration) {
 	defer c.Close()
 	r := bufio.NewReader(c)
 	var sc resp.RequestScanner
@@ -76,6 +91,21 @@ func serveScripted(c net.Conn) {
 				out = append(out, "%1\r\n$5\r\nproto\r\n:3\r\n"...)
 			case name == "PING":
 				out = append(out, "+PONG\r\n"...)
+			case name == "ECHO":
+				out = append(out, "+"+label+"\r\n"...)
+			case name == "CLIENT" && len(args) == 3 && strings.EqualFold(string(args[1]), "setname"):
+				if strings.HasPrefix(string(args[2]), "refused") {
+					out = append(out, scriptedBlobError...)
+				} else {
+					out = append(out, "+OK\r\n"...)
+				}
+			case name == "LLEN":
+				// The replies before it go now; this one after delay.
+				if _, err := c.Write(out); err != nil {
+					return
+				}
+				time.Sleep(delay)
+				out = append(out[:0], ":7\r\n"...)
 			case streamedReplies[name] != "":
 				out = append(out, streamedReplies[name]...)
 			default:

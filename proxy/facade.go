@@ -151,10 +151,19 @@ func (f *facade) attach(s *client, c gnet.Conn) {
 // engine.
 type facadeShape struct{}
 
-func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (facadeShape) start(*client) {}
+func (facadeShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool {
+	return false
+}
+func (facadeShape) single(s *client) bool { return s.vnode != nil }
+func (facadeShape) perShard() bool        { return true }
+func (facadeShape) reorders() bool        { return true }
+
+func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	n := s.vnode
 	if n == nil {
-		slotShape{}.dispatch(s, v, e, id, args, frame)
+		slotShape{}.dispatch(s, v, e, c, args, frame)
 		return
 	}
 	switch id {
@@ -197,8 +206,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 	case command.Discard, command.Reset:
 		s.tx.slot, s.vcross = -1, false
 	}
-	keys, err := s.p.resolver.KeysOf(id, args, s.l.keys[:0])
-	s.l.keys = keys[:0]
+	keys, err := c.Keys()
 	if err == nil && len(keys) > 0 {
 		// Redis Cluster's getNodeByQuery: one slot for all keys (and for
 		// all keyed commands of a transaction), owned by this node.
@@ -234,7 +242,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, id command.ID, a
 			}
 		}
 	}
-	fixedShape{}.dispatch(s, v, e, id, args, frame)
+	fixedShape{}.dispatch(s, v, e, c, args, frame)
 }
 
 // movedReply is "-MOVED <slot> <host>:<port>" naming the virtual node of

@@ -460,7 +460,8 @@ func TestLoopLookupRemembersRightly(t *testing.T) {
 			t.Fatalf("name %d %q: lookup = %v, resolver = %v", i, n, got, want)
 		}
 	}
-	if l.lookup([]byte("GET")) != command.Get || l.lookup([]byte("GET")) != command.Get {
-		t.Fatal("GET is not Get")
+	// The second lookup of a name is answered from the loop's last-name cache.
+	if first, cached := l.lookup([]byte("GET")), l.lookup([]byte("GET")); first != command.Get || cached != command.Get {
+		t.Fatalf("GET is not Get: %v, then %v (cached)", first, cached)
 	}
 }

@@ -53,7 +53,7 @@ type link struct {
 	// (see client.oob).
 	lastSeq uint64
 	// A shared link's progress is when (p.now) it last got reply bytes or
-	// requests with none in flight; stalled: taken out of use (stall.go),
+	// requests with none in flight; stalled: taken out of use (loop.checkStalls),
 	// closed once drained.
 	progress int64
 	stalled  bool
@@ -242,7 +242,6 @@ func (ln *link) onData(data []byte) {
 			if ln.stream != nil {
 				ln.stream.streaming = ln
 				ln.stream.streamAt = len(ln.stream.wbuf)
-				ln.stream.streamAt = len(ln.stream.wbuf)
 			}
 			ln.dropping = ln.stream == nil && ln.forGone(data[off])
 		}
@@ -319,7 +318,7 @@ func (ln *link) onData(data []byte) {
 // are seen whole (feed), nor the reply one that changes that (MONITOR,
 // RESET) or one the facade rewrites (INFO on a virtual node).
 func (ln *link) streamable(t byte) *client {
-	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
+	if resp.IsErrorType(t) || t == resp.TypePush || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
 	}
 	r := ln.q.front()
@@ -339,7 +338,7 @@ func (ln *link) streamable(t byte) *client {
 // collected (an engine protocol error must be seen), and pushes are not
 // replies.
 func (ln *link) forGone(t byte) bool {
-	if t == '-' || t == '!' || t == '>' || ln.q.len() == 0 {
+	if resp.IsErrorType(t) || t == resp.TypePush || ln.q.len() == 0 {
 		return false
 	}
 	e := ln.q.front().e
@@ -351,10 +350,10 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	if ln.owner != nil && ln.feed(frame, f.Type, f.Head, f.Int, now) {
 		return
 	}
-	if f.Type == '>' {
+	if f.Type == resp.TypePush {
 		return // a push on a shared link: nobody to give it to
 	}
-	if s := ln.owner; ln.q.len() == 0 && f.Type == '-' && s != nil && s.fixed() {
+	if s := ln.owner; ln.q.len() == 0 && f.Type == resp.TypeError && s != nil && s.fixed() {
 		// An error that answers nothing the client sent whole, on the
 		// client's own connection to its one engine: the engine refused
 		// the start of a request it got early (client.forwardPartial),
@@ -377,15 +376,15 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	switch {
 	case r.reset || r.e != nil && r.e.cmd == command.Reset:
 		ln.subs, ln.monitor = subCounts{}, false
-	case r.e != nil && r.e.cmd == command.Monitor && f.Type == '+':
+	case r.e != nil && r.e.cmd == command.Monitor && f.Type == resp.TypeSimpleString:
 		ln.monitor = true
 	}
-	if ln.owner == nil && f.Type == '-' && bytes.HasPrefix(f.Head, noauthReply[1:]) {
+	if ln.owner == nil && f.Type == resp.TypeError && bytes.HasPrefix(f.Head, noauthReply[1:]) {
 		ln.p.requestAuthCheck() // the engine's authentication changed under the shared connection
 	}
 	// The engine's "-ERR Protocol error: ..." is followed by its close: no
 	// error replies of ours may follow it (see closed).
-	ln.engineProtoErr = f.Type == '-' && bytes.HasPrefix(f.Head, engineProtoErr)
+	ln.engineProtoErr = f.Type == resp.TypeError && bytes.HasPrefix(f.Head, engineProtoErr)
 	if ln.engineProtoErr && r.e != nil {
 		ln.protoErrBy = r.e.s
 	}
@@ -397,12 +396,12 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	// this connection completed, whichever is later (a pipelined request
 	// waits behind the ones before it).
 	e.ps[r.part].svcFrom = max(e.ps[r.part].tSent, prev)
-	if f.Type == '-' && e.flags&eInTx == 0 && (ln.redirect(e, int(r.part), frame, now) || ln.tryAgain(e, int(r.part), frame, now)) {
+	if f.Type == resp.TypeError && e.flags&eInTx == 0 && (ln.redirect(e, int(r.part), frame, now) || ln.tryAgain(e, int(r.part), frame, now)) {
 		return
 	}
 	if e.s.vnode != nil {
 		switch {
-		case f.Type == '-':
+		case f.Type == resp.TypeError:
 			frame = e.s.facadeRedirect(frame, ln.addr) // a relayed MOVED/ASK names a virtual node
 		case e.cmd == command.InfoCmd && !e.s.p.router.cluster:
 			frame = e.s.facadeInfo(frame) // a standalone engine's INFO says cluster_enabled:1

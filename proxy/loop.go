@@ -11,6 +11,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
@@ -60,7 +61,7 @@ type loop struct {
 	upTimer    *time.Timer
 	runUpCheck gnet.Runnable
 	upLooks    atomic.Int64 // checkUpstreams passes (tests read it)
-	// stallTimer: a checkStalls is scheduled (stall.go).
+	// stallTimer: a checkStalls is scheduled (watchStalls).
 	stallTimer    bool
 	runStallCheck gnet.Runnable
 
@@ -81,7 +82,7 @@ type loop struct {
 	resume  []*client // clients whose pause ended
 	shared  []*link   // shared upstream connections (see loop.sharedLink)
 	rpool   []*request
-	keys    [][]byte
+	call    routing.Call // the request being routed, classified once (client.route)
 	slots   []uint16
 	group   []int32
 	mg      *merger   // reply merging scratch (merge.go)
@@ -214,7 +215,7 @@ func (l *loop) flushAll() {
 			}
 		}
 	}
-	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a handoff)
+	for i := 0; i < len(l.dirty); i++ { // flush may dirty more (a pause that ends)
 		s := l.dirty[i]
 		l.dirty[i] = nil
 		if l.deferClient(s) {
@@ -231,7 +232,7 @@ func (l *loop) flushAll() {
 			l.writeDeferred() // the loop is shutting down
 		}
 	}
-	// Handoffs last: resume processes held input, which flushes again.
+	// Paused clients last: resume processes held input, which flushes again.
 	for len(l.resume) > 0 {
 		s := l.resume[0]
 		l.resume = append(l.resume[:0], l.resume[1:]...)

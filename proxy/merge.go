@@ -34,7 +34,7 @@ func newMerger() *merger {
 // request, as a cluster client reports a failed fan-out.
 func firstError(replies [][]byte) int {
 	for i, r := range replies {
-		if len(r) > 0 && (r[0] == '-' || r[0] == '!') {
+		if resp.IsErrorReply(r) {
 			return i
 		}
 	}
@@ -130,7 +130,7 @@ func (m *merger) concat(dst []byte, replies [][]byte) (out []byte, bad int) {
 // is not an error, else the first error.
 func oneSucceeded(replies [][]byte) int {
 	for i, r := range replies {
-		if len(r) > 0 && r[0] != '-' && r[0] != '!' {
+		if len(r) > 0 && !resp.IsErrorReply(r) {
 			return i
 		}
 	}
@@ -150,9 +150,9 @@ func (m *merger) ints(dst []byte, replies [][]byte, op uint8) (out []byte, bad i
 	for i, r := range replies {
 		var got [][]byte
 		switch {
-		case len(r) > 0 && r[0] == ':':
+		case len(r) > 0 && r[0] == resp.TypeInteger:
 			got = append(m.elems2[:0], r)
-		case len(r) > 0 && r[0] == '*':
+		case len(r) > 0 && r[0] == resp.TypeArray:
 			var ok bool
 			if got, ok = splitArray(m.f, r, m.elems2[:0]); !ok {
 				return dst, i
@@ -162,8 +162,8 @@ func (m *merger) ints(dst []byte, replies [][]byte, op uint8) (out []byte, bad i
 		}
 		m.elems2 = got[:0]
 		if i == 0 {
-			array = r[0] == '*'
-		} else if array != (r[0] == '*') || len(got) != len(vals) {
+			array = r[0] == resp.TypeArray
+		} else if array != (r[0] == resp.TypeArray) || len(got) != len(vals) {
 			return dst, i
 		}
 		for j, g := range got {
@@ -242,7 +242,7 @@ func scanNext(next uint64, k, n int) uint64 {
 func (m *merger) scan(dst, reply []byte, k, n int) (out []byte, ok bool) {
 	got, ok := splitArray(m.f, reply, m.elems2[:0])
 	m.elems2 = got[:0]
-	if !ok || len(got) != 2 || len(got[0]) == 0 || got[0][0] != '$' {
+	if !ok || len(got) != 2 || len(got[0]) == 0 || got[0][0] != resp.TypeBlobString {
 		return dst, false
 	}
 	line := got[0][bytes.IndexByte(got[0], '\n')+1:]
@@ -259,7 +259,7 @@ func (m *merger) scan(dst, reply []byte, k, n int) (out []byte, ok bool) {
 
 // parseIntReply reads an integer reply ":n\r\n".
 func parseIntReply(r []byte) (int64, bool) {
-	if len(r) < 4 || r[0] != ':' {
+	if len(r) < 4 || r[0] != resp.TypeInteger {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(string(r[1:len(r)-2]), 10, 64)
@@ -269,7 +269,7 @@ func parseIntReply(r []byte) (int64, bool) {
 // arrayBody splits an array reply "*n\r\n<elements>" into n and the
 // elements' bytes.
 func arrayBody(r []byte) (int, []byte, bool) {
-	if len(r) < 4 || r[0] != '*' {
+	if len(r) < 4 || r[0] != resp.TypeArray {
 		return 0, nil, false
 	}
 	i := bytes.IndexByte(r, '\n')

@@ -29,8 +29,10 @@ var (
 	ErrNotStarted = errors.New("proxy: not started")
 )
 
-// Proxy is a running (or ready to run) passthrough proxy. Create it with
-// New, then Start it; Stop ends it. Its methods may be called from any
+// Proxy is respmeter's measuring proxy, running or ready to run: it
+// forwards every client's commands to the engines Config names, in the
+// shape Config.Route picks, and times each. Create it with New, then Start
+// it; Stop ends it. Its methods may be called from any
 // goroutine.
 type Proxy struct {
 	gnet.BuiltinEventEngine
@@ -51,16 +53,16 @@ type Proxy struct {
 	// mu; see unknownSubcommand).
 	unknownSubs map[string]bool
 
-	// route, shared and pinFirstKey are cfg.Route, cfg.UpstreamMode ==
-	// UpstreamShared and cfg.PinBy == PinFirstKey, decoded once.
-	route       routeKind
-	shape       shape   // by route: fixedShape, slotShape or facadeShape
-	facade      *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
-	shared      bool
-	pinFirstKey bool
+	// route and shared are cfg.Route and cfg.UpstreamMode ==
+	// UpstreamShared, decoded once; route is for the upstream links (a
+	// client asks its shape).
+	route  routeKind
+	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
+	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
+	shared bool
 
 	// stallAfter is how long a shared connection may go without a reply
-	// byte for its oldest request before it is taken out of use (stall.go);
+	// byte for its oldest request before it is taken out of use (loop.checkStalls);
 	// 0 turns the check off (tests that drive one pass of a loop by hand).
 	stallAfter time.Duration
 
@@ -204,7 +206,7 @@ func New(cfg Config) (*Proxy, error) {
 	case RouteSlots:
 		p.route, p.shape = routeSlots, slotShape{}
 	case RoutePinned:
-		p.route = routePinned
+		p.route, p.shape = routePinned, pinnedShape{firstKey: cfg.PinBy == PinFirstKey}
 	case RouteFacade:
 		// The plain endpoint routes by slot; virtual nodes' clients are
 		// fixed to their shard (client.fixed).
@@ -212,7 +214,6 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	p.stallAfter = stallAfter
-	p.pinFirstKey = cfg.PinBy == PinFirstKey
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	if topo == nil && cfg.Route == RouteNone {
 		topo, _ = routing.EvenSplit([]string{cfg.Upstream}) // one shard: the upstream
@@ -690,23 +691,6 @@ func ExcludedFromTotals(r *routing.Resolver) []int {
 		}
 	}
 	return ids
-}
-
-// keyPos returns the index in args of the command's first key by its key
-// spec, or -1. Only used when the slow log is on.
-func (p *Proxy) keyPos(id command.ID, args [][]byte) int {
-	info := p.resolver.Info(id)
-	if info.FirstKey > 0 && !info.Flags.Has(command.FlagMovablekeys) {
-		return info.FirstKey
-	}
-	if k, ok := p.resolver.FirstKeyOf(id, args); ok && len(k) > 0 {
-		for i := 1; i < len(args); i++ {
-			if len(args[i]) > 0 && &args[i][0] == &k[0] {
-				return i
-			}
-		}
-	}
-	return -1
 }
 
 // upstreamError is the reply a pending request gets when its upstream is

@@ -5,12 +5,13 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
 
 // Pub/sub and MONITOR of a routed client (client) are a mode of its own
-// shard connections, not a hand-over to another client type:
+// shard connections:
 //
 //   - SUBSCRIBE, PSUBSCRIBE and their UNSUBSCRIBEs go to one connection, the
 //     client's subscription link (its home shard's): a cluster delivers every
@@ -307,7 +308,7 @@ func (ln *link) inSubMode() bool {
 // traffic rather than a reply; it reports whether it did.
 func (ln *link) feed(frame []byte, typ byte, head []byte, count int64, now int64) bool {
 	s := ln.owner
-	if typ == '>' || typ == '*' && !s.has(cfResp3) && ln.inSubMode() {
+	if typ == resp.TypePush || typ == resp.TypeArray && !s.has(cfResp3) && ln.inSubMode() {
 		fam, confirm, message := classifyPubsub(head)
 		switch {
 		case message:
@@ -316,12 +317,12 @@ func (ln *link) feed(frame []byte, typ byte, head []byte, count int64, now int64
 		case confirm != 0:
 			ln.confirmation(fam, confirm == 2, frame, count, now)
 			return true
-		case typ == '>':
+		case typ == resp.TypePush:
 			s.oob(ln, frame)
 			return true
 		}
 	}
-	if ln.monitor && typ == '+' && len(head) > 0 && head[0] >= '0' && head[0] <= '9' {
+	if ln.monitor && typ == resp.TypeSimpleString && len(head) > 0 && head[0] >= '0' && head[0] <= '9' {
 		s.oob(ln, frame) // "+1700000000.123456 [0 127.0.0.1:5000] ..."
 		return true
 	}
@@ -378,7 +379,7 @@ func (ln *link) confirmation(fam uint8, unsub bool, frame []byte, count int64, n
 func setCount(dst, frame []byte, n int64) []byte {
 	end := len(frame) - 2 // the last line's CR
 	i := bytes.LastIndexByte(frame[:end], '\n') + 1
-	if end < 1 || frame[i] != ':' {
+	if end < 1 || frame[i] != resp.TypeInteger {
 		return append(dst, frame...)
 	}
 	dst = append(dst, frame[:i+1]...)

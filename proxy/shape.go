@@ -10,18 +10,43 @@ import (
 // A shape maps a client's requests onto engine connections; the client
 // (client.go) does everything else the same way in every shape: framing,
 // limits, pub/sub and MONITOR, state replay, ordering, timing. New picks
-// the shape from Config.Route.
+// the shape from Config.Route: fixedShape, pinnedShape, slotShape or
+// facadeShape (facade.go). A new shape (fault injection, a mirror) is a
+// type with these methods; the client asks it and tests no route mode.
 type shape interface {
-	// dispatch queues request e (command id, its arguments and the frame
-	// they alias in the read buffer) on the connection(s) that answer it,
-	// or answers it locally. Pub/sub, QUIT, CLIENT REPLY and SYNC/PSYNC
-	// were handled before (client.route).
-	dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte)
+	// start sets up a new client (its home shard is picked already).
+	start(s *client)
+	// bind sees every request first, before pub/sub, SYNC/PSYNC and
+	// CLIENT REPLY are handled (client.route); it reports whether it kept
+	// the request, to go once the client has a shard (flushHeld).
+	bind(s *client, v *topoView, e *request, c *routing.Call, frame []byte) (held bool)
+	// dispatch queues request e (its classification c, its arguments and
+	// the frame they alias in the read buffer) on the connection(s) that
+	// answer it, or answers it locally. Pub/sub, QUIT, CLIENT REPLY and
+	// SYNC/PSYNC were handled before (client.route).
+	dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte)
+	// single reports whether every request of s goes to its home shard,
+	// over one engine connection: then the client opens it at connect,
+	// sends the start of an incomplete request early (forwardPartial) and
+	// writes replies as they come (deferClient).
+	single(s *client) bool
+	// perShard reports whether the metrics time each request per shard
+	// (metrics ShardObserve) rather than only count it per engine.
+	perShard() bool
+	// reorders reports whether replies of several shards wait for each
+	// other (the metrics' reorder wait).
+	reorders() bool
 }
 
-// fixedShape: one engine (Config.Route none, or RoutePinned): every request
-// goes to the client's home shard, in order, as on a direct connection.
+// fixedShape: one engine (Config.Route none): every request goes to the
+// client's home shard, in order, as on a direct connection.
 type fixedShape struct{}
+
+// pinnedShape: Config.Route RoutePinned: each client is bound to one shard
+// (round-robin at connect, or with firstKey the shard of the first key it
+// uses) and every request goes there as in fixedShape; a keyed request of
+// another shard is counted (the emulated client routes badly).
+type pinnedShape struct{ firstKey bool }
 
 // slotShape: Config.Route RouteSlots, the Redis Cluster specification's
 // client side: each command goes to the shard that owns its hash slot,
@@ -30,32 +55,74 @@ type fixedShape struct{}
 // followed (link.redirect).
 type slotShape struct{}
 
-func (fixedShape) dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
-	switch id {
-	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-		s.stateCmd(e, id, args, frame)
+func (fixedShape) start(*client) {}
+func (fixedShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool {
+	return false
+}
+func (fixedShape) single(*client) bool { return true }
+func (fixedShape) perShard() bool      { return false }
+func (fixedShape) reorders() bool      { return false }
+
+func (fixedShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	if s.keepState(e, c, args, frame, false) {
 		return
-	case command.Client:
-		if len(args) >= 3 && eqFold(args[1], "setname") {
-			s.stateCmd(e, id, args, frame)
-			return
-		}
+	}
+	switch c.ID {
 	case command.Multi:
 		s.tx.on = true
-	case command.Exec, command.Discard:
-		if id == command.Exec && s.tx.aborted {
-			e.flags |= eExecAbort
-			frame = discardReq
-		}
-		s.tx.on, s.tx.aborted = false, false
-	case command.Reset:
-		s.tx.on, s.tx.aborted = false, false
+	case command.Exec, command.Discard, command.Reset:
+		frame = s.endTx(e, c.ID, frame)
 	}
 	s.send(e, s.home, frame)
-	return
 }
 
-func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (sh pinnedShape) start(s *client) {
+	if sh.firstKey {
+		s.home = -1 // chosen by the first keyed command (see bind)
+	}
+}
+
+// bind pins the client: under firstKey its first key picks the shard, and
+// requests before it wait (flushHeld); a keyed request of another shard
+// than the client's is counted.
+func (pinnedShape) bind(s *client, v *topoView, e *request, c *routing.Call, frame []byte) bool {
+	if k, ok := c.FirstKey(); ok {
+		switch sh := v.t.Shard(routing.Slot(k)); {
+		case s.home < 0:
+			s.pinHome(sh)
+		case sh != s.home:
+			if m := s.p.cfg.Metrics; m != nil {
+				m.PinnedMisroute()
+			}
+		}
+	}
+	if s.home < 0 {
+		s.holdFor(e, frame)
+		return true
+	}
+	return false
+}
+
+func (pinnedShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	fixedShape{}.dispatch(s, v, e, c, args, frame)
+}
+func (pinnedShape) single(*client) bool { return true }
+func (pinnedShape) perShard() bool      { return true }
+func (pinnedShape) reorders() bool      { return false }
+
+func (slotShape) start(*client) {}
+func (slotShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool {
+	return false
+}
+func (slotShape) single(*client) bool { return false }
+func (slotShape) perShard() bool      { return true }
+func (slotShape) reorders() bool      { return true }
+
+func (slotShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
+	if s.keepState(e, c, args, frame, true) {
+		return
+	}
 	switch id {
 	case command.Asking:
 		// Answered now (a client waits for it), sent with the next
@@ -89,12 +156,7 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 		if shard < 0 {
 			shard = s.home
 		}
-		if id == command.Exec && s.tx.aborted {
-			e.flags |= eExecAbort
-			frame = discardReq
-		}
-		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
-		s.send(e, shard, frame)
+		s.send(e, shard, s.endTx(e, id, frame))
 		return
 	case command.Unwatch:
 		if !s.tx.on {
@@ -106,18 +168,11 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 			s.send(e, shard, frame)
 			return
 		}
-	case command.Auth, command.Hello, command.Select, command.Readonly, command.Readwrite:
-		s.stateCmd(e, id, args, frame)
-		return
 	case command.Client:
-		if len(args) >= 3 && (eqFold(args[1], "setname") || eqFold(args[1], "tracking")) {
-			s.stateCmd(e, id, args, frame)
-			return
-		}
 		if len(args) >= 3 && !eqFold(args[1], "reply") && !eqFold(args[1], "caching") {
-			switch in := s.p.resolver.CallInfo(id, args); {
+			switch in := c.Info; {
 			case command.ConnState(in) == command.ConnSets:
-				s.clientStateCmd(e, id, args, frame)
+				s.clientStateCmd(e, c, args, frame)
 				return
 			case in.Subcommands != nil:
 				s.p.unknownSubcommand(args[1])
@@ -131,14 +186,13 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 		}
 	case command.Reset:
 		s.state, s.cstate = [numStates][]byte{}, s.cstate[:0]
-		s.tx.on, s.tx.aborted, s.tx.slot, s.tx.shard = false, false, -1, -1
+		s.endTx(e, id, frame)
 		s.broadcastState(e, frame)
 		return
 	}
-	keys, err := s.p.resolver.KeysOf(id, args, s.l.keys[:0])
-	s.l.keys = keys[:0]
+	keys, err := c.Keys()
 	if err != nil || len(keys) == 0 {
-		s.keyless(v, e, id, args, frame)
+		s.keyless(v, e, c, args, frame)
 		return
 	}
 	slot := routing.Slot(keys[0])
@@ -173,7 +227,6 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 		}
 	}
 	s.send(e, shard, frame)
-	return
 }
 
 // keyless routes a command that names no keys (or whose keys the engine
@@ -201,7 +254,8 @@ func (slotShape) dispatch(s *client, v *topoView, e *request, id command.ID, arg
 //     keys, a request with a bad numkeys, ...): the client's home shard,
 //     chosen round-robin at connect. Inside a transaction they go to the
 //     transaction's shard.
-func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, frame []byte) {
+func (s *client) keyless(v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
+	id := c.ID
 	if g := s.p.router.downs.Load(); g != s.downs {
 		// A shard was found unreachable since this client last looked:
 		// keyless commands leave a home shard that is down, as a cluster
@@ -220,7 +274,7 @@ func (s *client) keyless(v *topoView, e *request, id command.ID, args [][]byte, 
 		s.send(e, s.tx.shard, frame)
 		return
 	}
-	info := s.p.resolver.CallInfo(id, args)
+	info := c.Info
 	tips := info.Tips
 	if len(tips) == 0 {
 		tips = tipsFallback[info.Name]

@@ -2,12 +2,9 @@ package proxy
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
-
-	"github.com/respmeter/respmeter/routing/command"
 )
 
 // Engines that stop answering (Config.UpstreamTimeout).
@@ -118,48 +115,4 @@ func (ln *link) notAnswering(quiet time.Duration) {
 	}
 	ln.fail(upstreamError(ln.addr, "not answering", nil), lost)
 	ln.shutdown()
-}
-
-// blockWait returns how long the engine may keep blocking command id with
-// arguments args waiting on purpose, in nanoseconds: its timeout argument
-// (seconds for BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BZPOPMIN, BZPOPMAX (last
-// argument), BLMPOP and BZMPOP (first); milliseconds for XREAD and
-// XREADGROUP BLOCK, WAIT (last)), -1 when it may wait forever
-// (a timeout of 0, one it cannot read, or a blocking command not listed here, such as WAITAOF, which the built-in table lacks), 0 when it does not block (XREAD
-// without BLOCK). The rules are the commands' own, from the Redis 7.0
-// command reference.
-func blockWait(id command.ID, args [][]byte) int64 {
-	if len(args) < 2 {
-		return -1
-	}
-	var arg []byte
-	unit := float64(time.Second)
-	switch id {
-	case command.Blpop, command.Brpop, command.Brpoplpush, command.Blmove, command.Bzpopmin, command.Bzpopmax:
-		arg = args[len(args)-1]
-	case command.Blmpop, command.Bzmpop:
-		arg = args[1]
-	case command.Wait:
-		arg, unit = args[len(args)-1], float64(time.Millisecond)
-	case command.Xread, command.Xreadgroup:
-		for i := 1; i+1 < len(args); i++ {
-			if eqFold(args[i], "streams") {
-				return 0
-			}
-			if eqFold(args[i], "block") {
-				arg, unit = args[i+1], float64(time.Millisecond)
-				break
-			}
-		}
-		if arg == nil {
-			return 0
-		}
-	default:
-		return -1
-	}
-	v, err := strconv.ParseFloat(string(arg), 64)
-	if err != nil || v <= 0 {
-		return -1 // 0 waits forever; a bad one is refused by the engine at once
-	}
-	return int64(v * unit)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 )
 
@@ -170,7 +171,7 @@ func buildTopology(claims []claim) (*Topology, error) {
 
 // slotRange checks an inclusive slot range from a reply.
 func slotRange(lo, hi respconn.Value) (int, int, error) {
-	if lo.Type != respconn.TypeInteger || hi.Type != respconn.TypeInteger || lo.Int < 0 || lo.Int > hi.Int || hi.Int >= NumSlots {
+	if lo.Type != resp.TypeInteger || hi.Type != resp.TypeInteger || lo.Int < 0 || lo.Int > hi.Int || hi.Int >= NumSlots {
 		return 0, 0, fmt.Errorf("%w: bad slot range %v-%v", ErrBadClusterReply, lo, hi)
 	}
 	return int(lo.Int), int(hi.Int), nil
@@ -204,7 +205,7 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 // node shardMaster picks owns the shard's slots; a shard without a master
 // leaves its slots unassigned.
 func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
-	if v.Type != respconn.TypeArray || v.Null {
+	if v.Type != resp.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SHARDS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
@@ -214,7 +215,7 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 			return nil, err
 		}
 		slotsV, nodesV := fields["slots"], fields["nodes"]
-		if slotsV.Type != respconn.TypeArray || len(slotsV.Elems)%2 != 0 || nodesV.Type != respconn.TypeArray {
+		if slotsV.Type != resp.TypeArray || len(slotsV.Elems)%2 != 0 || nodesV.Type != resp.TypeArray {
 			return nil, fmt.Errorf("%w: shard without slots or nodes array: %v", ErrBadClusterReply, shard)
 		}
 		if len(slotsV.Elems) == 0 {
@@ -228,10 +229,10 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 			continue // no master (yet): the slots stay unassigned
 		}
 		port := owner["port"]
-		if port.Type != respconn.TypeInteger || port.Int == 0 {
+		if port.Type != resp.TypeInteger || port.Int == 0 {
 			port = owner["tls-port"]
 		}
-		if port.Type != respconn.TypeInteger {
+		if port.Type != resp.TypeInteger {
 			return nil, fmt.Errorf("%w: master without port: %v", ErrBadClusterReply, owner)
 		}
 		addr, err := nodeAddr(owner["endpoint"].Str, owner["ip"].Str, seedHost, port.Int)
@@ -256,12 +257,12 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 // (7.0+). The endpoint is a bulk string, possibly empty or "?", or null
 // under unknown-endpoint.
 func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
-	if v.Type != respconn.TypeArray || v.Null {
+	if v.Type != resp.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SLOTS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
 	for _, e := range v.Elems {
-		if e.Type != respconn.TypeArray || len(e.Elems) < 3 {
+		if e.Type != resp.TypeArray || len(e.Elems) < 3 {
 			return nil, fmt.Errorf("%w: CLUSTER SLOTS entry %v", ErrBadClusterReply, e)
 		}
 		lo, hi, err := slotRange(e.Elems[0], e.Elems[1])
@@ -269,11 +270,11 @@ func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
 			return nil, err
 		}
 		m := e.Elems[2]
-		if m.Type != respconn.TypeArray || len(m.Elems) < 2 || (m.Elems[0].Type != respconn.TypeBulk && m.Elems[0].Type != respconn.TypeSimple) || m.Elems[1].Type != respconn.TypeInteger {
+		if m.Type != resp.TypeArray || len(m.Elems) < 2 || (m.Elems[0].Type != resp.TypeBlobString && m.Elems[0].Type != resp.TypeSimpleString) || m.Elems[1].Type != resp.TypeInteger {
 			return nil, fmt.Errorf("%w: CLUSTER SLOTS master %v", ErrBadClusterReply, m)
 		}
 		var ip string
-		if len(m.Elems) >= 4 && m.Elems[3].Type == respconn.TypeArray {
+		if len(m.Elems) >= 4 && m.Elems[3].Type == resp.TypeArray {
 			meta, err := pairs(m.Elems[3])
 			if err != nil {
 				return nil, err
@@ -322,13 +323,13 @@ func shardMaster(nodes respconn.Value) (map[string]respconn.Value, error) {
 // sent over RESP2) into a map; keys must be strings, and a later duplicate
 // wins. Absent keys read as the zero respconn.Value (Type 0, Str "").
 func pairs(v respconn.Value) (map[string]respconn.Value, error) {
-	if v.Type != respconn.TypeArray || len(v.Elems)%2 != 0 {
+	if v.Type != resp.TypeArray || len(v.Elems)%2 != 0 {
 		return nil, fmt.Errorf("%w: want key/value array, got %v", ErrBadClusterReply, v)
 	}
 	m := make(map[string]respconn.Value, len(v.Elems)/2)
 	for i := 0; i < len(v.Elems); i += 2 {
 		k := v.Elems[i]
-		if k.Type != respconn.TypeBulk && k.Type != respconn.TypeSimple {
+		if k.Type != resp.TypeBlobString && k.Type != resp.TypeSimpleString {
 			return nil, fmt.Errorf("%w: key %v is not a string", ErrBadClusterReply, k)
 		}
 		m[k.Str] = v.Elems[i+1]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -111,7 +112,7 @@ func TestEngineGetkeys(t *testing.T) {
 	}
 	defer rc.Close()
 	docs, err := rc.pipeline([][][]byte{{[]byte("COMMAND"), []byte("DOCS")}})
-	if err != nil || docs[0].Type != '*' {
+	if err != nil || docs[0].Type != resp.TypeArray {
 		t.Fatalf("COMMAND DOCS: %v %v", docs, err)
 	}
 	var samples [][]string
@@ -151,7 +152,7 @@ func TestEngineGetkeys(t *testing.T) {
 		got, kerr := r.Keys(args, nil)
 		rep := replies[i]
 		switch rep.Type {
-		case '*':
+		case resp.TypeArray:
 			want := make([]string, len(rep.Elems))
 			for j, e := range rep.Elems {
 				want[j] = e.Str
@@ -168,7 +169,7 @@ func TestEngineGetkeys(t *testing.T) {
 			if b, berr := Keys(args, nil); berr != nil || !slices.Equal(strs(b), want) {
 				builtinWrong = append(builtinWrong, strings.Join(s, " "))
 			}
-		case '-':
+		case resp.TypeError:
 			if len(got) == 0 {
 				none++
 				continue

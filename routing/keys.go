@@ -182,24 +182,29 @@ func collectOf(r *Resolver, id command.ID, args [][]byte, kl *keyList) error {
 	if int(id) >= command.NumIDs() {
 		id = command.Other // an engine-only command: its entry is found by name below
 	}
-	var info *command.Info
+	var info, sub *command.Info
 	if id != command.Other {
 		info = r.Info(id)
+		if info.Subcommands != nil && len(args) >= 2 {
+			sub = r.subcommand(id, info, args[1])
+		}
 	} else if info = r.command(args[0]); info == nil {
 		return nil
+	} else if info.Subcommands != nil && len(args) >= 2 {
+		sub = r.lookup(info.Subcommands, args[1])
 	}
+	return collectInfo(id, info, sub, args, kl)
+}
+
+// collectInfo is collectOf once the command's entry (info) and, if args[1]
+// names one, its subcommand's (sub) are found.
+func collectInfo(id command.ID, info, sub *command.Info, args [][]byte, kl *keyList) error {
 	if !arityOK(info.Arity, len(args)) {
 		return ErrWrongArity
 	}
 	if info.Subcommands != nil {
 		if len(args) < 2 {
 			return nil // e.g. bare COMMAND (arity -1)
-		}
-		var sub *command.Info
-		if id != command.Other {
-			sub = r.subcommand(id, info, args[1])
-		} else {
-			sub = r.lookup(info.Subcommands, args[1])
 		}
 		if info = sub; info == nil {
 			return nil // the engine answers "unknown subcommand"

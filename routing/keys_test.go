@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -353,7 +354,7 @@ func TestKeysOracle(t *testing.T) {
 			covered[info.Name] = true
 		}
 		switch {
-		case r.Type == '*':
+		case r.Type == resp.TypeArray:
 			want := make([]string, len(r.Elems))
 			for j, e := range r.Elems {
 				want[j] = e.Str
@@ -378,7 +379,7 @@ func TestKeysOracle(t *testing.T) {
 			} else {
 				agreeNone++
 			}
-		case r.Type == '-':
+		case r.Type == resp.TypeError:
 			if len(got) == 0 {
 				agreeNone++
 				continue
@@ -637,7 +638,7 @@ func TestKeysErrorTextOracle(t *testing.T) {
 		if _, err := Keys(cmds[i], nil); err != tc.err {
 			t.Errorf("Keys(%s) error = %v, want %v", tc.line, err, tc.err)
 		}
-		if r := replies[i]; r.Type != '-' || r.Str != tc.text {
+		if r := replies[i]; r.Type != resp.TypeError || r.Str != tc.text {
 			t.Errorf("%s: engine replied %v, documented %q", tc.line, r, tc.text)
 		}
 	}

@@ -516,3 +516,49 @@ func BenchmarkResolverLookup(b *testing.B) {
 		})
 	}
 }
+
+// TestClassifyIsTheLookups: the one value Classify gives a request answers
+// as the separate lookups it replaces (CallInfo, Blocks, KeysOf,
+// FirstKeyOf), for the samples of TestResolverKeysOfIsKeys, with a nil and
+// an engine Resolver, and classifying it allocates nothing once the Call's
+// key buffer has grown.
+func TestClassifyIsTheLookups(t *testing.T) {
+	samples := keySamples()
+	for _, line := range []string{"MYCMD k", "MyRead STREAMS a b 0 0", "MYEVAL s 2 a b", "OBJECT MYSUB k",
+		"OBJECT ENCODING k", "MYXINFO STREAM s", "GET a b", "GET a", "MYMSET6 a 1 b 2", "NOSUCH x",
+		"BLPOP a b 0", "WAIT 1 0", "CLIENT SETNAME x", "CLIENT NO-TOUCH on", "CONFIG RESETSTAT", "COMMAND"} {
+		samples = append(samples, argv(line))
+	}
+	var c Call
+	for name, r := range map[string]*Resolver{"nil": nil, "engine": NewResolver(testEngine(t))} {
+		for _, args := range samples {
+			if len(args) == 0 {
+				continue
+			}
+			id := r.Lookup(args[0])
+			r.Classify(&c, id, args)
+			if c.ID != id || c.Info != r.CallInfo(id, args) || c.Blocks != r.Blocks(id) || c.Name() != r.Name(id) {
+				t.Errorf("%s: Classify(%q) = id %v info %p blocks %v; lookups: %v %p %v", name, args, c.ID, c.Info, c.Blocks,
+					id, r.CallInfo(id, args), r.Blocks(id))
+			}
+			want, wantErr := r.KeysOf(id, args, nil)
+			got, err := c.Keys()
+			if err != wantErr || len(got) != len(want) {
+				t.Errorf("%s: Call.Keys(%q) = %q, %v; KeysOf = %q, %v", name, args, strs(got), err, strs(want), wantErr)
+				continue
+			}
+			for i := range got {
+				if !sameSlice(got[i], want[i]) {
+					t.Errorf("%s: Call.Keys(%q) key %d = %q, KeysOf %q", name, args, i, got[i], want[i])
+				}
+			}
+			wk, wok := r.FirstKeyOf(id, args)
+			if k, ok := c.FirstKey(); ok != wok || !sameSlice(k, wk) {
+				t.Errorf("%s: Call.FirstKey(%q) = %q, %v; FirstKeyOf = %q, %v", name, args, k, ok, wk, wok)
+			}
+			if n := testing.AllocsPerRun(20, func() { r.Classify(&c, id, args); c.Keys() }); n != 0 {
+				t.Errorf("%s: Classify+Keys(%q) allocates %v times, want 0", name, args, n)
+			}
+		}
+	}
+}

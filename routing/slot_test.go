@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // refSlot is the Redis Cluster specification's keyHashSlot written plainly:
@@ -200,7 +200,7 @@ func TestSlotOracle(t *testing.T) {
 	}
 	for i, r := range replies {
 		want := int(r.Int)
-		if r.Type != respconn.TypeInteger {
+		if r.Type != resp.TypeInteger {
 			t.Fatalf("CLUSTER KEYSLOT %q = %v, want an integer", keys[i], r)
 		}
 		if got := Slot(keys[i]); int(got) != want {

@@ -182,6 +182,15 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	if f.serve {
 		fmt.Fprintf(a.stdout, "serving until interrupted (Ctrl-C): live page %s/, proxy %s, engine %s\n", base, st.proxy.Addr(), eng.addr)
 	}
+	if f.serve {
+		// The stack keeps running: the account since start holds the
+		// intervals the verdict has closed, so wait for the one the load
+		// ended in (at most a few intervals).
+		deadline := time.Now().Add(3 * st.analyzer.Interval())
+		for st.analyzer.LatestBusy() == nil && time.Now().Before(deadline) {
+			time.Sleep(st.analyzer.Interval() / 10)
+		}
+	}
 	v := st.analyzer.SinceStart().Verdict
 	words, meaning := plainVerdict(v.Bound)
 	fmt.Fprintf(a.stdout, "\nIn plain words: %s (%s).\n", words, v.Bound)

@@ -284,7 +284,7 @@ func checkDemoOutput(t *testing.T, stdout string, demoPid int) string {
 		t.Fatalf("output too short:\n%s", stdout)
 	}
 	last := lines[len(lines)-3:]
-	if !regexp.MustCompile(`^In plain words: .+ \((client|path|proxy|engine)-(bound|saturated|starved)\)\.$`).MatchString(last[0]) ||
+	if !regexp.MustCompile(`^In plain words: .+ \((client|path|proxy|engine|host)-(bound|saturated|starved|busy)\)\.$`).MatchString(last[0]) ||
 		!strings.HasPrefix(last[1], "What it means: ") ||
 		!strings.HasPrefix(last[2], "Next, in front of your own engine: respmeter proxy --upstream 127.0.0.1:6379 ") {
 		t.Errorf("the output does not end with the plain verdict, its meaning and the next command:\n%s", strings.Join(last, "\n"))

@@ -26,6 +26,7 @@ import (
 	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/metrics/verdict"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/routing"
 )
 
 // adminReadHeaderTimeout bounds how long the admin server waits for a
@@ -96,7 +97,7 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // probe, the engine poller and the verdict on goroutines of their own, and
 // the admin server on cfg.Admin (unless "off"), and logs where each
 // listens. Under hash-slot routing (cfg.Routed) each shard gets a probe, a
-// poller and a verdict of its own (verdict.Analyzer.SyncShards). On error nothing
+// poller and a verdict of its own (analyzer.syncShards). On error nothing
 // is left running.
 func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	loops := cfg.Loops
@@ -127,22 +128,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
 	st.window.Lazy(windowIdle)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
-	ex, err := metricsExport(cfg)
+	reg, err := st.registry()
 	if err != nil {
 		return nil, err
-	}
-	if err := st.set.RegisterExport(reg, ex); err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
-	}
-	if h := st.set.Heat(); h != nil {
-		if err := reg.Register(h.NewCollector(cfg.HeatMetricsKeys, st.set.ShardNames)); err != nil {
-			return nil, fmt.Errorf("register heat metrics: %w", err)
-		}
 	}
 	bgCtx, cancelBg := context.WithCancel(context.Background())
 	st.cancelBg = cancelBg
@@ -151,45 +139,9 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 			cancelBg()
 		}
 	}()
-	vcfg := verdict.Config{
-		Set:      st.set,
-		Log:      log.With("component", "verdict"),
-		Interval: time.Duration(cfg.HDRInterval),
-		ProcSelf: "/proc/self",
-	}
-	var an *analyzer
-	if !cfg.Routed() {
-		v, err := newEngineView(cfg, cfg.Upstream, names, reg, log)
-		if err != nil {
-			return nil, err
-		}
-		vcfg.Engine = v
-	} else {
-		// A probe and a poller per shard, each started when the shard
-		// appears in the proxy's map (verdict.Analyzer.SyncShards: at
-		// start, and after a --cluster topology refresh), with the
-		// shard's own verdict.
-		vcfg.NewView = func(addr string) (*verdict.View, error) {
-			v, err := newEngineView(cfg, addr, names, reg, log)
-			if err != nil {
-				return nil, err
-			}
-			latest := func() (split.Verdict, bool) { return an.ShardLatest(v) }
-			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest, v.EngineLabel)); err != nil {
-				return nil, fmt.Errorf("register verdict metrics: %w", err)
-			}
-			startView(v, bgCtx, &st.bg)
-			return v, nil
-		}
-	}
-	an = newAnalyzer(vcfg, time.Duration(cfg.ProbeInterval), time.Duration(cfg.EnginePoll))
-	if err := reg.Register(an.Collector()); err != nil {
-		return nil, fmt.Errorf("register verdict account metrics: %w", err)
-	}
-	if v := vcfg.Engine; v != nil {
-		if err := engineRegisterer(reg, v.Addr).Register(split.NewCollector(an.LatestVerdict, v.EngineLabel)); err != nil {
-			return nil, fmt.Errorf("register verdict metrics: %w", err)
-		}
+	an, err := st.newAnalyzer(bgCtx, reg, names, log)
+	if err != nil {
+		return nil, err
 	}
 	st.analyzer = an
 
@@ -221,6 +173,106 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		}
 		adminLn = ln
 	}
+	if err := st.startProxy(reg, cmds, log); err != nil {
+		if adminLn != nil {
+			_ = adminLn.Close()
+		}
+		return nil, err
+	}
+	p := st.proxy
+	an.SetProxy(p.InFlightArea, p.LoopLag)
+	startView(an.Engine(), bgCtx, &st.bg)
+	if cfg.Routed() {
+		an.SetShardAddrs(p.ShardAddrs)
+		an.SyncShards() // the shards known at start: their probes' baselines begin now
+	}
+	st.bg.Go(func() { an.Run(bgCtx) })
+	st.bg.Go(func() { st.window.Run(bgCtx) })
+	st.bg.Go(func() { an.SampleLoops(bgCtx) })
+
+	alog := log.With("component", "admin")
+	if adminLn == nil {
+		alog.Info("admin server off: no /metrics, /stats or /slowlog")
+		return st, nil
+	}
+	st.startAdmin(adminLn, reg, alog)
+	return st, nil
+}
+
+// registry returns the Prometheus registry of the stack: the Go and
+// process collectors and the stack's metrics Set, in the export cfg names.
+func (st *stack) registry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	ex, err := metricsExport(st.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.set.RegisterExport(reg, ex); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if h := st.set.Heat(); h != nil {
+		if err := reg.Register(h.NewCollector(st.cfg.HeatMetricsKeys, st.set.ShardNames)); err != nil {
+			return nil, fmt.Errorf("register heat metrics: %w", err)
+		}
+	}
+	return reg, nil
+}
+
+// newAnalyzer returns the verdict's analyzer with its engine view: the
+// upstream's, or under hash-slot routing one per shard, each started when
+// the shard appears in the proxy's map (verdict.Analyzer.SyncShards: at
+// start, and after a --cluster topology refresh), with the shard's own
+// verdict. Nothing is started yet for the upstream's view (see startStack).
+func (st *stack) newAnalyzer(bgCtx context.Context, reg prometheus.Registerer, names []string, log *slog.Logger) (*analyzer, error) {
+	cfg := st.cfg
+	vcfg := verdict.Config{
+		Set:      st.set,
+		Log:      log.With("component", "verdict"),
+		Interval: time.Duration(cfg.HDRInterval),
+		ProcSelf: "/proc/self",
+	}
+	var an *analyzer
+	if !cfg.Routed() {
+		v, err := newEngineView(cfg, cfg.Upstream, names, reg, log)
+		if err != nil {
+			return nil, err
+		}
+		vcfg.Engine = v
+	} else {
+		vcfg.NewView = func(addr string) (*verdict.View, error) {
+			v, err := newEngineView(cfg, addr, names, reg, log)
+			if err != nil {
+				return nil, err
+			}
+			latest := func() (split.Verdict, bool) { return an.ShardLatest(v) }
+			if err := engineRegisterer(reg, addr).Register(split.NewCollector(latest, v.EngineLabel)); err != nil {
+				return nil, fmt.Errorf("register verdict metrics: %w", err)
+			}
+			startView(v, bgCtx, &st.bg)
+			return v, nil
+		}
+	}
+	an = newAnalyzer(vcfg, time.Duration(cfg.ProbeInterval), time.Duration(cfg.EnginePoll))
+	if err := reg.Register(an.Collector()); err != nil {
+		return nil, fmt.Errorf("register verdict account metrics: %w", err)
+	}
+	if v := vcfg.Engine; v != nil {
+		if err := engineRegisterer(reg, v.Addr).Register(split.NewCollector(an.LatestVerdict, v.EngineLabel)); err != nil {
+			return nil, fmt.Errorf("register verdict metrics: %w", err)
+		}
+	}
+	return an, nil
+}
+
+// startProxy starts the stack's proxy on cfg.Listen with the command table
+// cmds, registers its capture counter in reg and logs where it listens. On
+// error nothing is left running.
+func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, log *slog.Logger) error {
+	cfg := st.cfg
 	pcfg := proxy.Config{
 		Listen:            cfg.Listen,
 		Upstream:          cfg.Upstream,
@@ -232,7 +284,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		PinBy:             cfg.PinBy,
 		UpstreamMode:      cfg.UpstreamMode,
 		UpstreamConns:     cfg.UpstreamConns,
-		Loops:             loops,
+		Loops:             st.loops,
 		Measure:           cfg.Measure,
 		DrainTimeout:      time.Duration(cfg.DrainTimeout),
 		DialTimeout:       time.Duration(cfg.DialTimeout),
@@ -255,23 +307,16 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		err = p.Start()
 	}
 	if err != nil {
-		if adminLn != nil {
-			_ = adminLn.Close()
-		}
-		return nil, err
+		return err
 	}
-	st.proxy = p
-	an.SetProxy(p.InFlightArea, p.LoopLag)
 	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "respmeter_capture_dropped_total",
 		Help: "Capture records dropped because the capture writer fell behind (the clients are never slowed down).",
 	}, func() float64 { return float64(p.CaptureDropped()) })); err != nil {
 		_ = p.Stop(context.Background())
-		if adminLn != nil {
-			_ = adminLn.Close()
-		}
-		return nil, fmt.Errorf("register capture metrics: %w", err)
+		return fmt.Errorf("register capture metrics: %w", err)
 	}
+	st.proxy = p
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
@@ -291,25 +336,16 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	if cfg.UpstreamMode == configs.UpstreamShared {
 		attrs = append(attrs, "upstream_conns", max(cfg.UpstreamConns, 1))
 	}
-	log.Info("proxy listening", append(attrs, "loops", loops, "measure", cfg.Measure)...)
+	log.Info("proxy listening", append(attrs, "loops", st.loops, "measure", cfg.Measure)...)
+	return nil
+}
 
-	startView(an.Engine(), bgCtx, &st.bg)
-	if cfg.Routed() {
-		an.SetShardAddrs(p.ShardAddrs)
-		an.SyncShards() // the shards known at start: their probes' baselines begin now
-	}
-	st.bg.Go(func() { an.Run(bgCtx) })
-	st.bg.Go(func() { st.window.Run(bgCtx) })
-	st.bg.Go(func() { an.SampleLoops(bgCtx) })
-
-	alog := log.With("component", "admin")
-	if adminLn == nil {
-		alog.Info("admin server off: no /metrics, /stats or /slowlog")
-		return st, nil
-	}
-	st.adminAddr = adminLn.Addr().String()
+// startAdmin serves the admin endpoints on ln: /stats, /slowlog, /capture,
+// /metrics (reg), the live page at / and Go's profiler.
+func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, alog *slog.Logger) {
+	st.adminAddr = ln.Addr().String()
 	mux := http.NewServeMux()
-	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, an.statsExtraWindow))
+	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, st.analyzer.statsExtraWindow))
 	mux.Handle("/slowlog", st.slowlog.Handler())
 	capture := captureHandler(st.proxy)
 	mux.Handle("/capture", capture)
@@ -328,16 +364,15 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		ErrorLog:          slog.NewLogLogger(alog.Handler(), slog.LevelWarn),
 	}
 	go func() {
-		if err := st.admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+		if err := st.admin.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			st.adminErr <- err
 		}
 	}()
 	alog.Info("admin listening", "addr", st.adminAddr, "live", "/", "metrics", "/metrics", "stats", "/stats", "slowlog", "/slowlog")
-	if host, _, _ := net.SplitHostPort(cfg.Admin); !configs.IsLoopback(host) {
+	if host, _, _ := net.SplitHostPort(st.cfg.Admin); !configs.IsLoopback(host) {
 		alog.Warn("admin address is not loopback: /metrics, /stats and /slowlog are reachable from other hosts, without authentication",
-			"addr", cfg.Admin)
+			"addr", st.cfg.Admin)
 	}
-	return st, nil
 }
 
 // engineRegisterer returns reg with the label shard = addr on every

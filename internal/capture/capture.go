@@ -79,6 +79,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Magic starts every capture file.
@@ -177,4 +179,4 @@ type Summary struct {
 }
 
 // IsErr reports whether the reply is an error reply.
-func (s Summary) IsErr() bool { return s.Type == '-' || s.Type == '!' }
+func (s Summary) IsErr() bool { return resp.IsErrorType(s.Type) }

@@ -32,7 +32,6 @@ type redactor struct {
 	scan resp.RequestScanner
 	args [][]byte
 	keys []int
-	req  []byte
 	tmp  []byte
 }
 
@@ -95,7 +94,7 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 func mayHoldSecret(frame []byte) bool {
 	// "*N\r\n$L\r\nNAME\r\n..."
 	i := bytes.IndexByte(frame, '\n')
-	if i < 0 || i+1 >= len(frame) || frame[i+1] != '$' {
+	if i < 0 || i+1 >= len(frame) || frame[i+1] != resp.TypeBlobString {
 		return true
 	}
 	n, j := 0, i+2

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/klauspost/compress/zstd"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Options configures a capture.
@@ -373,9 +374,9 @@ func ErrPrefix(reply []byte) []byte {
 	}
 	var r []byte
 	switch reply[0] {
-	case '-':
+	case resp.TypeError:
 		r = reply[1:]
-	case '!':
+	case resp.TypeBlobError:
 		i := 0
 		for i < len(reply) && reply[i] != '\n' {
 			i++

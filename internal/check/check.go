@@ -149,22 +149,22 @@ func (o Options) resolve() (Options, error) {
 	}
 	var errs []error
 	if _, _, err := net.SplitHostPort(o.Target); err != nil || o.Target == "" {
-		errs = append(errs, fmt.Errorf("Target %q is not host:port", o.Target))
+		errs = append(errs, fmt.Errorf("option Target %q is not host:port", o.Target))
 	}
 	if o.Conns < 1 || o.Conns > MaxConns {
-		errs = append(errs, fmt.Errorf("Conns must be in 1..%d, got %d", MaxConns, o.Conns))
+		errs = append(errs, fmt.Errorf("option Conns must be in 1..%d, got %d", MaxConns, o.Conns))
 	}
 	if o.Commands < 1 {
-		errs = append(errs, fmt.Errorf("Commands must be positive, got %d", o.Commands))
+		errs = append(errs, fmt.Errorf("option Commands must be positive, got %d", o.Commands))
 	}
 	if o.MaxDepth < 1 || o.MaxDepth > MaxMaxDepth {
-		errs = append(errs, fmt.Errorf("MaxDepth must be in 1..%d, got %d", MaxMaxDepth, o.MaxDepth))
+		errs = append(errs, fmt.Errorf("option MaxDepth must be in 1..%d, got %d", MaxMaxDepth, o.MaxDepth))
 	}
 	if o.Duration < 0 {
-		errs = append(errs, fmt.Errorf("Duration must not be negative, got %v", o.Duration))
+		errs = append(errs, fmt.Errorf("option Duration must not be negative, got %v", o.Duration))
 	}
 	if o.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("Timeout must not be negative, got %v", o.Timeout))
+		errs = append(errs, fmt.Errorf("option Timeout must not be negative, got %v", o.Timeout))
 	}
 	if len(errs) > 0 {
 		return o, fmt.Errorf("%w: %w", ErrOptions, errors.Join(errs...))

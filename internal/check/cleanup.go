@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Clean-up shape.
@@ -90,7 +92,7 @@ func deleteKeys(ctx context.Context, o *Options, dels [][][]byte) error {
 			if raw, err = readReply(br, raw[:0]); err != nil {
 				return wrapCtx(ctx, err)
 			}
-			if raw[0] != ':' {
+			if raw[0] != resp.TypeInteger {
 				return fmt.Errorf("DEL: expected an integer reply, got %s", show(raw))
 			}
 		}

@@ -1,12 +1,14 @@
 package check
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // faultyProxy is a deliberately broken loopback proxy: it relays requests
@@ -153,7 +155,7 @@ func swapEvery(every int64) func(int64, [][]byte) [][]byte {
 func corruptEvery(every int64) func(int64, [][]byte) [][]byte {
 	return func(n int64, frames [][]byte) [][]byte {
 		for i, f := range frames {
-			if (n+int64(i)+1)%every == 0 && f[0] == '$' && f[1] != '0' && f[1] != '-' {
+			if (n+int64(i)+1)%every == 0 && f[0] == resp.TypeBlobString && !bytes.HasPrefix(f, []byte("$0")) && !bytes.HasPrefix(f, []byte("$-")) {
 				f[len(f)-3] ^= 0x20
 			}
 		}

@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // RESP2 limits of the reply reader. The checker never expects a bulk larger
@@ -55,68 +55,20 @@ func appendInt(dst []byte, n int64) []byte {
 	return append(dst, '\r', '\n')
 }
 
+// replyReader reads the target's replies: RESP2 only (a RESP3 reply to a
+// RESP2 client is a fault the checker reports), under the limits above.
+var replyReader = respconn.Reader{MaxBulkLen: maxBulkLen, MaxElems: maxArrayLen, MaxDepth: maxNesting, RESP2: true}
+
 // readReply reads one complete RESP2 reply from br and appends its raw
 // bytes to dst. Errors from br (timeouts, EOF) are returned as they are;
 // bytes that are not a RESP2 reply give an error wrapping errProtocol, with
 // what was read of the reply so far appended to dst.
 func readReply(br *bufio.Reader, dst []byte) ([]byte, error) {
-	return readReplyDepth(br, dst, 0)
-}
-
-// readReplyDepth is readReply for a reply nested depth arrays deep.
-func readReplyDepth(br *bufio.Reader, dst []byte, depth int) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return append(dst, line...), fmt.Errorf("%w: line longer than %d bytes", errProtocol, len(line))
-		}
-		return append(dst, line...), err
+	out, err := replyReader.AppendRaw(dst, br)
+	if errors.Is(err, respconn.ErrProtocol) {
+		err = fmt.Errorf("%w: %w", errProtocol, err)
 	}
-	dst = append(dst, line...)
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return dst, fmt.Errorf("%w: line %q does not end in CRLF", errProtocol, line)
-	}
-	body := line[1 : len(line)-2]
-	switch line[0] {
-	case '+', '-', ':':
-		return dst, nil
-	case '$':
-		n, err := strconv.ParseInt(string(body), 10, 64)
-		if err != nil || n < -1 || n > maxBulkLen {
-			return dst, fmt.Errorf("%w: bulk length %q", errProtocol, body)
-		}
-		if n == -1 {
-			return dst, nil
-		}
-		start := len(dst)
-		dst = slices.Grow(dst, int(n)+2)[:start+int(n)+2]
-		if _, err := io.ReadFull(br, dst[start:]); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = io.EOF
-			}
-			return dst, err
-		}
-		if !bytes.HasSuffix(dst, []byte("\r\n")) {
-			return dst, fmt.Errorf("%w: bulk of %d bytes not followed by CRLF", errProtocol, n)
-		}
-		return dst, nil
-	case '*':
-		n, err := strconv.ParseInt(string(body), 10, 64)
-		if err != nil || n < -1 || n > maxArrayLen {
-			return dst, fmt.Errorf("%w: array length %q", errProtocol, body)
-		}
-		if depth >= maxNesting {
-			return dst, fmt.Errorf("%w: arrays nested deeper than %d", errProtocol, maxNesting)
-		}
-		for i := int64(0); i < n; i++ {
-			if dst, err = readReplyDepth(br, dst, depth+1); err != nil {
-				return dst, err
-			}
-		}
-		return dst, nil
-	default:
-		return dst, fmt.Errorf("%w: not a RESP2 reply: %q", errProtocol, line)
-	}
+	return out, err
 }
 
 // flatBulks parses b, a complete RESP2 array of non-null bulk strings, into

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Shape of the generated load.
@@ -336,7 +338,7 @@ func (w *worker) setup(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if last := i == len(reqs)-1; !last && raw[0] != ':' || last && string(raw) != "+OK\r\n" {
+		if last := i == len(reqs)-1; !last && raw[0] != resp.TypeInteger || last && string(raw) != "+OK\r\n" {
 			return fmt.Errorf("unexpected reply %s to %s", show(raw), showCommand(req))
 		}
 	}
@@ -737,7 +739,7 @@ func (w *worker) readReplies() error {
 			return err
 		}
 		w.commands++
-		if raw[0] == '-' {
+		if raw[0] == resp.TypeError {
 			w.errorReplies++
 		}
 		switch {

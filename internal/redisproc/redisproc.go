@@ -12,7 +12,6 @@
 package redisproc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // Launcher bounds.
@@ -216,21 +217,17 @@ func (p *Proc) forget(cmd *exec.Cmd) {
 // ping sends PING and accepts +PONG or -NOAUTH (the engine is up but wants
 // a password).
 func ping(addr string, timeout time.Duration) error {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	v, err := c.Do(timeout, "PING")
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
-		return fmt.Errorf("unexpected PING reply %q", line)
+	if v.Str != "PONG" && !(v.IsError() && strings.HasPrefix(v.Str, "NOAUTH")) {
+		return fmt.Errorf("unexpected PING reply %v", v)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // ErrBadFrame reports bytes that are not RESP2/RESP3.
@@ -36,9 +38,9 @@ func frameLen(b []byte, off, depth int) (int, error) {
 	line := b[off+1 : off+i]
 	next := off + i + 2
 	switch b[off] {
-	case '+', '-', ':', '_', '#', ',', '(':
+	case resp.TypeSimpleString, resp.TypeError, resp.TypeInteger, resp.TypeNull, resp.TypeBoolean, resp.TypeDouble, resp.TypeBigNumber:
 		return next - off, nil
-	case '$', '!', '=':
+	case resp.TypeBlobString, resp.TypeBlobError, resp.TypeVerbatim:
 		n, err := strconv.Atoi(string(line))
 		if err != nil || n < -1 {
 			return 0, fmt.Errorf("%w: bulk length %q", ErrBadFrame, line)
@@ -53,12 +55,12 @@ func frameLen(b []byte, off, depth int) (int, error) {
 			return 0, fmt.Errorf("%w: bulk of %d not followed by CRLF", ErrBadFrame, n)
 		}
 		return next + n + 2 - off, nil
-	case '*', '~', '>', '%', '|':
+	case resp.TypeArray, resp.TypeSet, resp.TypePush, resp.TypeMap, resp.TypeAttribute:
 		n, err := strconv.Atoi(string(line))
 		if err != nil || n < -1 {
 			return 0, fmt.Errorf("%w: aggregate length %q", ErrBadFrame, line)
 		}
-		if b[off] == '%' || b[off] == '|' {
+		if b[off] == resp.TypeMap || b[off] == resp.TypeAttribute {
 			n *= 2
 		}
 		pos := next

@@ -320,7 +320,7 @@ func login(c net.Conn, user, password string, timeout time.Duration) error {
 	}
 	if capture.Summarize(reply).IsErr() {
 		msg := reply[1:] // -ERR text
-		if reply[0] == '!' {
+		if reply[0] == resp.TypeBlobError {
 			_, msg, _ = bytes.Cut(reply, []byte("\n")) // !len, then the text
 		}
 		return fmt.Errorf("AUTH refused: %s", strings.TrimSpace(string(msg)))
@@ -380,11 +380,10 @@ func newReplyReader(c io.Reader) *replyReader {
 func (r *replyReader) next() ([]byte, error) {
 	r.cur = r.cur[:0]
 	for {
-		b, err := r.br.Peek(1)
-		if err != nil {
+		if _, err := r.br.Peek(1); err != nil {
 			return nil, err
 		}
-		b, _ = r.br.Peek(r.br.Buffered())
+		b, _ := r.br.Peek(r.br.Buffered())
 		n, done, err := r.f.Feed(b)
 		r.cur = append(r.cur, b[:n]...)
 		_, _ = r.br.Discard(n)
@@ -394,7 +393,7 @@ func (r *replyReader) next() ([]byte, error) {
 		if !done {
 			continue
 		}
-		if len(r.cur) > 0 && r.cur[0] == '>' {
+		if len(r.cur) > 0 && r.cur[0] == resp.TypePush {
 			r.cur = r.cur[:0]
 			continue
 		}

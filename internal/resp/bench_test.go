@@ -1,7 +1,6 @@
 package resp
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,7 +145,7 @@ func BenchmarkArgs(b *testing.B) {
 				args = Args(frame, bc.kind, args[:0])
 			}
 			if len(args) == 0 {
-				b.Fatal(fmt.Sprintf("no args in %q", frame))
+				b.Fatalf("no args in %q", frame)
 			}
 		})
 	}

@@ -53,7 +53,7 @@ type Frame struct {
 }
 
 // IsError reports whether the frame is an error reply ('-' or '!').
-func (f *Frame) IsError() bool { return f.Type == '-' || f.Type == '!' }
+func (f *Frame) IsError() bool { return IsErrorType(f.Type) }
 
 // Reply framer states.
 const (

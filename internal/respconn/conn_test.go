@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 )
 
@@ -99,19 +100,19 @@ func TestConnRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if vs[1].Type != respconn.TypeInteger || vs[1].Int != 1 {
+		if vs[1].Type != resp.TypeInteger || vs[1].Int != 1 {
 			t.Errorf("HSET = %v", vs[1])
 		}
 		if err := vs[2].Err(); err == nil || !strings.HasPrefix(vs[2].Str, "WRONGTYPE") {
 			t.Errorf("INCR on a hash = %v", vs[2])
 		}
-		if vs[3].Type != respconn.TypeMap {
+		if vs[3].Type != resp.TypeMap {
 			t.Errorf("HELLO 3 = %v, want a map", vs[3])
 		}
-		if got := vs[4].Any(); vs[4].Type != respconn.TypeMap || len(vs[4].Elems) != 2 || got.(map[string]any)["f"] != "v" {
+		if got := vs[4].Any(); vs[4].Type != resp.TypeMap || len(vs[4].Elems) != 2 || got.(map[string]any)["f"] != "v" {
 			t.Errorf("HGETALL over RESP3 = %v", vs[4])
 		}
-		if vs[5].Type != respconn.TypeNull || !vs[5].Null {
+		if vs[5].Type != resp.TypeNull || !vs[5].Null {
 			t.Errorf("GET missing over RESP3 = %+v, want _", vs[5])
 		}
 	})

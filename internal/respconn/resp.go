@@ -1,8 +1,9 @@
 // Package respconn is a small blocking RESP client for respmeter's side
 // connections: the engine probe and poller, the cluster topology fetch, the
 // command table fetch and the proxy's auth check. It is not on the hot path
-// (internal/resp frames client and upstream traffic there) and imports nothing
-// of respmeter, so every other package may use it.
+// (internal/resp frames client and upstream traffic there) and imports only
+// internal/resp (a leaf, for the RESP type bytes), so every other package
+// may use it.
 //
 // Read decodes one RESP2 or RESP3 reply (RESP3 spec:
 // https://github.com/redis/redis-specifications/blob/master/protocol/RESP3.md)
@@ -15,27 +16,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
-)
 
-// RESP type bytes: the first byte of every reply line. RESP2 has the first
-// five; the rest are RESP3's, sent after HELLO 3.
-const (
-	TypeSimple    byte = '+' // simple string
-	TypeError     byte = '-' // simple error
-	TypeInteger   byte = ':' // signed 64-bit integer
-	TypeBulk      byte = '$' // bulk string; $-1 is RESP2's null
-	TypeArray     byte = '*' // array; *-1 is RESP2's null array
-	TypeNull      byte = '_' // RESP3 null
-	TypeDouble    byte = ',' // RESP3 double, as text (inf, -inf, nan too)
-	TypeBoolean   byte = '#' // RESP3 boolean: #t or #f
-	TypeBigNumber byte = '(' // RESP3 big number, as decimal text
-	TypeBulkError byte = '!' // RESP3 bulk error
-	TypeVerbatim  byte = '=' // RESP3 verbatim string: "txt:" or "mkd:" then the text
-	TypeMap       byte = '%' // RESP3 map: keys and values alternating in Elems
-	TypeSet       byte = '~' // RESP3 set
-	TypePush      byte = '>' // RESP3 push (out-of-band data)
-	TypeAttribute byte = '|' // RESP3 attribute: Read drops it and returns the reply it annotates
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // Limits of Read, checked before allocating. A line (simple string, error,
@@ -48,6 +32,7 @@ const (
 	MaxDepth    = 16       // deepest aggregate nesting (COMMAND INFO over RESP3 nests 8)
 	maxInitCap  = 1024     // aggregates grow with the elements actually read beyond this
 	verbatimTag = 4        // "txt:" before a verbatim string's text
+	verbatimSep = ':'      // ends a verbatim string's format tag
 )
 
 // ErrProtocol is wrapped by Read's error when the bytes are not RESP, or
@@ -62,15 +47,15 @@ func (e ServerError) Error() string { return "respconn: server error: " + string
 
 // Value is one reply.
 type Value struct {
-	Type  byte    // one of the Type constants (never TypeAttribute)
-	Null  bool    // TypeNull, $-1 or *-1
+	Type  byte    // a type byte of internal/resp (never resp.TypeAttribute)
+	Null  bool    // resp.TypeNull, $-1 or *-1
 	Str   string  // simple/bulk string, error text, verbatim text (tag dropped), double and big number text
-	Int   int64   // TypeInteger; TypeBoolean: 1 for #t, 0 for #f
-	Elems []Value // TypeArray, TypeSet, TypePush; TypeMap: key, value, key, value, ...
+	Int   int64   // resp.TypeInteger; resp.TypeBoolean: 1 for #t, 0 for #f
+	Elems []Value // resp.TypeArray, resp.TypeSet, resp.TypePush; resp.TypeMap: key, value, key, value, ...
 }
 
 // IsError reports whether v is an error reply.
-func (v Value) IsError() bool { return v.Type == TypeError || v.Type == TypeBulkError }
+func (v Value) IsError() bool { return resp.IsErrorType(v.Type) }
 
 // Err returns v's text as a ServerError if v is an error reply, and nil
 // otherwise.
@@ -83,12 +68,12 @@ func (v Value) Err() error {
 
 // IsString reports whether v is a non-null simple, bulk or verbatim string.
 func (v Value) IsString() bool {
-	return !v.Null && (v.Type == TypeSimple || v.Type == TypeBulk || v.Type == TypeVerbatim)
+	return !v.Null && (v.Type == resp.TypeSimpleString || v.Type == resp.TypeBlobString || v.Type == resp.TypeVerbatim)
 }
 
 // IsArray reports whether v is a non-null array, set or push.
 func (v Value) IsArray() bool {
-	return !v.Null && (v.Type == TypeArray || v.Type == TypeSet || v.Type == TypePush)
+	return !v.Null && (v.Type == resp.TypeArray || v.Type == resp.TypeSet || v.Type == resp.TypePush)
 }
 
 // Any returns v as plain Go values: nil (null), string (strings, big
@@ -104,20 +89,20 @@ func (v Value) Any() any {
 		return ServerError(v.Str)
 	}
 	switch v.Type {
-	case TypeInteger:
+	case resp.TypeInteger:
 		return v.Int
-	case TypeBoolean:
+	case resp.TypeBoolean:
 		return v.Int == 1
-	case TypeDouble:
+	case resp.TypeDouble:
 		f, _ := strconv.ParseFloat(v.Str, 64)
 		return f
-	case TypeArray, TypeSet, TypePush:
+	case resp.TypeArray, resp.TypeSet, resp.TypePush:
 		a := make([]any, len(v.Elems))
 		for i, e := range v.Elems {
 			a[i] = e.Any()
 		}
 		return a
-	case TypeMap:
+	case resp.TypeMap:
 		m := make(map[string]any, len(v.Elems)/2)
 		for i := 0; i+1 < len(v.Elems); i += 2 {
 			k, ok := v.Elems[i].Any().(string)
@@ -139,11 +124,11 @@ func (v Value) String() string {
 		return "(absent)"
 	case v.Null:
 		return "(nil)"
-	case v.Type == TypeInteger:
+	case v.Type == resp.TypeInteger:
 		return strconv.FormatInt(v.Int, 10)
-	case v.Type == TypeBoolean:
+	case v.Type == resp.TypeBoolean:
 		return strconv.FormatBool(v.Int == 1)
-	case len(v.Elems) > 0 || v.Type == TypeArray || v.Type == TypeSet || v.Type == TypePush || v.Type == TypeMap:
+	case len(v.Elems) > 0 || v.Type == resp.TypeArray || v.Type == resp.TypeSet || v.Type == resp.TypePush || v.Type == resp.TypeMap:
 		b := []byte{'['}
 		for i, e := range v.Elems {
 			if i > 0 {
@@ -166,10 +151,45 @@ func (v Value) String() string {
 // bulk string, a timeout, ...) when the reply is cut short. Streamed strings
 // and aggregates (RESP3 "$?", "*?") are refused as ErrProtocol: no engine
 // sends them to a side connection.
-func Read(r *bufio.Reader) (Value, error) { return read(r, 0) }
+func Read(r *bufio.Reader) (Value, error) {
+	d := decoder{r: r, lim: defaultReader, values: true}
+	return d.read(0)
+}
 
-func read(r *bufio.Reader, depth int) (Value, error) {
-	line, err := readLine(r)
+// A Reader reads replies under limits of its own, for a client that keeps
+// replies as bytes (AppendRaw): the consistency checker compares each with
+// the bytes it expects.
+type Reader struct {
+	MaxBulkLen int  // longest bulk string, bulk error or verbatim string
+	MaxElems   int  // most elements of one aggregate
+	MaxDepth   int  // deepest aggregate nesting
+	RESP2      bool // only RESP2's five types: a RESP3 one is ErrProtocol
+}
+
+// defaultReader is Read's: the package's limits, every type.
+var defaultReader = Reader{MaxBulkLen: MaxBulkLen, MaxElems: MaxElems, MaxDepth: MaxDepth}
+
+// AppendRaw reads one complete reply from r, as Read does under rd's
+// limits, and appends its bytes, as they came, to dst. On an error it
+// returns dst with what was read of the reply appended.
+func (rd Reader) AppendRaw(dst []byte, r *bufio.Reader) ([]byte, error) {
+	d := decoder{r: r, lim: rd, raw: dst, keep: true}
+	_, err := d.read(0)
+	return d.raw, err
+}
+
+// decoder reads one reply: into a Value (values), and/or appending its
+// bytes to raw (keep).
+type decoder struct {
+	r      *bufio.Reader
+	lim    Reader
+	values bool
+	keep   bool
+	raw    []byte
+}
+
+func (d *decoder) read(depth int) (Value, error) {
+	line, err := d.readLine()
 	if err != nil {
 		return Value{}, err
 	}
@@ -178,24 +198,35 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 	}
 	v := Value{Type: line[0]}
 	body := line[1:]
+	if d.lim.RESP2 {
+		switch v.Type {
+		case resp.TypeSimpleString, resp.TypeError, resp.TypeInteger, resp.TypeBlobString, resp.TypeArray:
+		default:
+			return Value{}, fmt.Errorf("%w: not a RESP2 reply: %q", ErrProtocol, line)
+		}
+	}
 	switch v.Type {
-	case TypeSimple, TypeError, TypeBigNumber:
-		v.Str = string(body)
-	case TypeDouble:
+	case resp.TypeSimpleString, resp.TypeError, resp.TypeBigNumber:
+		if d.values {
+			v.Str = string(body)
+		}
+	case resp.TypeDouble:
 		if _, err := strconv.ParseFloat(string(body), 64); err != nil {
 			return Value{}, fmt.Errorf("%w: double %q", ErrProtocol, body)
 		}
-		v.Str = string(body)
-	case TypeInteger:
+		if d.values {
+			v.Str = string(body)
+		}
+	case resp.TypeInteger:
 		if v.Int, err = parseInt(body); err != nil {
 			return Value{}, err
 		}
-	case TypeNull:
+	case resp.TypeNull:
 		if len(body) != 0 {
 			return Value{}, fmt.Errorf("%w: null %q", ErrProtocol, line)
 		}
 		v.Null = true
-	case TypeBoolean:
+	case resp.TypeBoolean:
 		switch string(body) {
 		case "t":
 			v.Int = 1
@@ -203,8 +234,8 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 		default:
 			return Value{}, fmt.Errorf("%w: boolean %q", ErrProtocol, line)
 		}
-	case TypeBulk, TypeBulkError, TypeVerbatim:
-		n, err := parseLen(body, MaxBulkLen)
+	case resp.TypeBlobString, resp.TypeBlobError, resp.TypeVerbatim:
+		n, err := parseLen(body, d.lim.MaxBulkLen)
 		if err != nil {
 			return Value{}, err
 		}
@@ -212,26 +243,28 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			v.Null = true
 			break
 		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
+		buf, err := d.readBulk(n)
+		if err != nil {
 			return Value{}, err
 		}
 		if buf[n] != '\r' || buf[n+1] != '\n' {
 			return Value{}, fmt.Errorf("%w: bulk of %d bytes not followed by CRLF", ErrProtocol, n)
 		}
-		if v.Type == TypeVerbatim {
-			if n < verbatimTag || buf[verbatimTag-1] != ':' {
+		if v.Type == resp.TypeVerbatim {
+			if n < verbatimTag || buf[verbatimTag-1] != verbatimSep {
 				return Value{}, fmt.Errorf("%w: verbatim string without its format tag", ErrProtocol)
 			}
 			buf = buf[verbatimTag:]
 			n -= verbatimTag
 		}
-		v.Str = string(buf[:n])
-	case TypeArray, TypeSet, TypePush, TypeMap, TypeAttribute:
-		if depth >= MaxDepth {
-			return Value{}, fmt.Errorf("%w: aggregates nested deeper than %d", ErrProtocol, MaxDepth)
+		if d.values {
+			v.Str = string(buf[:n])
 		}
-		n, err := parseLen(body, MaxElems)
+	case resp.TypeArray, resp.TypeSet, resp.TypePush, resp.TypeMap, resp.TypeAttribute:
+		if depth >= d.lim.MaxDepth {
+			return Value{}, fmt.Errorf("%w: aggregates nested deeper than %d", ErrProtocol, d.lim.MaxDepth)
+		}
+		n, err := parseLen(body, d.lim.MaxElems)
 		if err != nil {
 			return Value{}, err
 		}
@@ -239,23 +272,27 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 			v.Null = true
 			break
 		}
-		if v.Type == TypeMap || v.Type == TypeAttribute {
-			if n > MaxElems/2 {
-				return Value{}, fmt.Errorf("%w: map of %d pairs over %d elements", ErrProtocol, n, MaxElems)
+		if v.Type == resp.TypeMap || v.Type == resp.TypeAttribute {
+			if n > d.lim.MaxElems/2 {
+				return Value{}, fmt.Errorf("%w: map of %d pairs over %d elements", ErrProtocol, n, d.lim.MaxElems)
 			}
 			n *= 2
 		}
-		// Grow with the elements actually read rather than trusting n.
-		v.Elems = make([]Value, 0, min(n, maxInitCap))
+		if d.values {
+			// Grow with the elements actually read rather than trusting n.
+			v.Elems = make([]Value, 0, min(n, maxInitCap))
+		}
 		for range n {
-			e, err := read(r, depth+1)
+			e, err := d.read(depth + 1)
 			if err != nil {
 				return Value{}, err
 			}
-			v.Elems = append(v.Elems, e)
+			if d.values {
+				v.Elems = append(v.Elems, e)
+			}
 		}
-		if v.Type == TypeAttribute { // metadata about the next reply: dropped
-			return read(r, depth)
+		if v.Type == resp.TypeAttribute { // metadata about the next reply: dropped
+			return d.read(depth)
 		}
 	default:
 		return Value{}, fmt.Errorf("%w: type byte %q", ErrProtocol, v.Type)
@@ -263,12 +300,37 @@ func read(r *bufio.Reader, depth int) (Value, error) {
 	return v, nil
 }
 
-// readLine returns the next CRLF-terminated line without its CRLF. The slice
-// is only valid until the next read from r.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
+// readBulk reads a bulk payload of n bytes and its CRLF: into raw when the
+// decoder keeps the reply's bytes (what arrived of it, on an error), else
+// into a new buffer.
+func (d *decoder) readBulk(n int) ([]byte, error) {
+	if !d.keep {
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(d.r, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	start := len(d.raw)
+	d.raw = slices.Grow(d.raw, n+2)[:start+n+2]
+	got, err := io.ReadFull(d.r, d.raw[start:])
+	if err != nil {
+		d.raw = d.raw[:start+got]
+		return nil, err
+	}
+	return d.raw[start:], nil
+}
+
+// readLine returns the next CRLF-terminated line without its CRLF (kept
+// whole in raw when the decoder keeps the reply's bytes). The slice is only
+// valid until the next read.
+func (d *decoder) readLine() ([]byte, error) {
+	line, err := d.r.ReadSlice('\n')
+	if d.keep {
+		d.raw = append(d.raw, line...)
+	}
 	if errors.Is(err, bufio.ErrBufferFull) {
-		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, r.Size())
+		return nil, fmt.Errorf("%w: line longer than %d bytes", ErrProtocol, d.r.Size())
 	}
 	if err != nil {
 		return nil, err

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
-func bulk(s string) Value  { return Value{Type: TypeBulk, Str: s} }
-func num(n int64) Value    { return Value{Type: TypeInteger, Int: n} }
-func arr(e ...Value) Value { return Value{Type: TypeArray, Elems: append([]Value{}, e...)} }
+func bulk(s string) Value  { return Value{Type: resp.TypeBlobString, Str: s} }
+func num(n int64) Value    { return Value{Type: resp.TypeInteger, Int: n} }
+func arr(e ...Value) Value { return Value{Type: resp.TypeArray, Elems: append([]Value{}, e...)} }
 
 func TestRead(t *testing.T) {
 	tests := []struct {
@@ -21,28 +23,28 @@ func TestRead(t *testing.T) {
 		in   string
 		want Value
 	}{
-		{"simple", "+PONG\r\n", Value{Type: TypeSimple, Str: "PONG"}},
-		{"error", "-ERR unknown subcommand 'HISTOGRAM'\r\n", Value{Type: TypeError, Str: "ERR unknown subcommand 'HISTOGRAM'"}},
+		{"simple", "+PONG\r\n", Value{Type: resp.TypeSimpleString, Str: "PONG"}},
+		{"error", "-ERR unknown subcommand 'HISTOGRAM'\r\n", Value{Type: resp.TypeError, Str: "ERR unknown subcommand 'HISTOGRAM'"}},
 		{"integer", ":-42\r\n", num(-42)},
 		{"bulk", "$5\r\nhe\r\no\r\n", bulk("he\r\no")},
 		{"empty bulk", "$0\r\n\r\n", bulk("")},
-		{"null bulk", "$-1\r\n", Value{Type: TypeBulk, Null: true}},
-		{"null array", "*-1\r\n", Value{Type: TypeArray, Null: true}},
+		{"null bulk", "$-1\r\n", Value{Type: resp.TypeBlobString, Null: true}},
+		{"null array", "*-1\r\n", Value{Type: resp.TypeArray, Null: true}},
 		{"empty array", "*0\r\n", arr()},
 		{"nested", "*2\r\n$3\r\nget\r\n*2\r\n:8\r\n:1\r\n", arr(bulk("get"), arr(num(8), num(1)))},
 		// RESP3 types (RESP3.md).
-		{"null", "_\r\n", Value{Type: TypeNull, Null: true}},
-		{"double", ",3.5\r\n", Value{Type: TypeDouble, Str: "3.5"}},
-		{"double inf", ",-inf\r\n", Value{Type: TypeDouble, Str: "-inf"}},
-		{"true", "#t\r\n", Value{Type: TypeBoolean, Int: 1}},
-		{"false", "#f\r\n", Value{Type: TypeBoolean}},
-		{"big number", "(3492890328409238509324850943850943825024385\r\n", Value{Type: TypeBigNumber, Str: "3492890328409238509324850943850943825024385"}},
-		{"bulk error", "!21\r\nSYNTAX invalid syntax\r\n", Value{Type: TypeBulkError, Str: "SYNTAX invalid syntax"}},
-		{"verbatim", "=15\r\ntxt:Some string\r\n", Value{Type: TypeVerbatim, Str: "Some string"}},
-		{"map", "%2\r\n+first\r\n:1\r\n$6\r\nsecond\r\n_\r\n", Value{Type: TypeMap, Elems: []Value{
-			{Type: TypeSimple, Str: "first"}, num(1), bulk("second"), {Type: TypeNull, Null: true}}}},
-		{"set", "~2\r\n:1\r\n:2\r\n", Value{Type: TypeSet, Elems: []Value{num(1), num(2)}}},
-		{"push", ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", Value{Type: TypePush, Elems: []Value{bulk("invalidate"), arr(bulk("k"))}}},
+		{"null", "_\r\n", Value{Type: resp.TypeNull, Null: true}},
+		{"double", ",3.5\r\n", Value{Type: resp.TypeDouble, Str: "3.5"}},
+		{"double inf", ",-inf\r\n", Value{Type: resp.TypeDouble, Str: "-inf"}},
+		{"true", "#t\r\n", Value{Type: resp.TypeBoolean, Int: 1}},
+		{"false", "#f\r\n", Value{Type: resp.TypeBoolean}},
+		{"big number", "(3492890328409238509324850943850943825024385\r\n", Value{Type: resp.TypeBigNumber, Str: "3492890328409238509324850943850943825024385"}},
+		{"bulk error", "!21\r\nSYNTAX invalid syntax\r\n", Value{Type: resp.TypeBlobError, Str: "SYNTAX invalid syntax"}},
+		{"verbatim", "=15\r\ntxt:Some string\r\n", Value{Type: resp.TypeVerbatim, Str: "Some string"}},
+		{"map", "%2\r\n+first\r\n:1\r\n$6\r\nsecond\r\n_\r\n", Value{Type: resp.TypeMap, Elems: []Value{
+			{Type: resp.TypeSimpleString, Str: "first"}, num(1), bulk("second"), {Type: resp.TypeNull, Null: true}}}},
+		{"set", "~2\r\n:1\r\n:2\r\n", Value{Type: resp.TypeSet, Elems: []Value{num(1), num(2)}}},
+		{"push", ">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", Value{Type: resp.TypePush, Elems: []Value{bulk("invalidate"), arr(bulk("k"))}}},
 		{"attribute dropped", "|1\r\n+ttl\r\n:3600\r\n*1\r\n:2\r\n", arr(num(2))},
 		{"attribute inside array", "*2\r\n|1\r\n+a\r\n:1\r\n:5\r\n:6\r\n", arr(num(5), num(6))},
 	}
@@ -146,7 +148,7 @@ func TestAny(t *testing.T) {
 
 func TestValueErr(t *testing.T) {
 	var se ServerError
-	if err := (Value{Type: TypeBulkError, Str: "SYNTAX x"}).Err(); !errors.As(err, &se) || se != "SYNTAX x" {
+	if err := (Value{Type: resp.TypeBlobError, Str: "SYNTAX x"}).Err(); !errors.As(err, &se) || se != "SYNTAX x" {
 		t.Errorf("bulk error: Err() = %v", err)
 	}
 	if err := bulk("ERR not an error").Err(); err != nil {
@@ -159,5 +161,28 @@ func TestAppendCommand(t *testing.T) {
 	want := "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$15\r\nrespmeter-probe\r\n"
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestAppendRaw: AppendRaw appends each reply's bytes as they came (after
+// what dst held), reads the same replies Read does, refuses RESP3 types
+// with RESP2 set, and keeps what it read of a reply it refuses.
+func TestAppendRaw(t *testing.T) {
+	replies := []string{"+OK\r\n", "$5\r\nhello\r\n", "*2\r\n:1\r\n$-1\r\n", "%1\r\n+a\r\n#t\r\n", "=8\r\ntxt:abcd\r\n", "|1\r\n+k\r\n+v\r\n:3\r\n"}
+	in := strings.Join(replies, "")
+	br := bufio.NewReaderSize(strings.NewReader(in), 16)
+	rd := Reader{MaxBulkLen: MaxBulkLen, MaxElems: MaxElems, MaxDepth: MaxDepth}
+	for _, want := range replies {
+		got, err := rd.AppendRaw([]byte("keep"), br)
+		if err != nil || string(got) != "keep"+want {
+			t.Errorf("AppendRaw = %q, %v; want %q", got, err, "keep"+want)
+		}
+	}
+	rd.RESP2 = true
+	if got, err := rd.AppendRaw(nil, bufio.NewReader(strings.NewReader("*2\r\n:1\r\n_\r\n"))); !errors.Is(err, ErrProtocol) || string(got) != "*2\r\n:1\r\n_\r\n" {
+		t.Errorf("RESP2 reader on a RESP3 null: %q, %v; want the bytes read and ErrProtocol", got, err)
+	}
+	if got, err := rd.AppendRaw(nil, bufio.NewReader(strings.NewReader("$5\r\nab"))); err == nil || errors.Is(err, ErrProtocol) || string(got) != "$5\r\nab" {
+		t.Errorf("cut bulk: %q, %v; want the bytes read and an I/O error", got, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 )
 
@@ -60,13 +61,13 @@ func parseLatencyHistogram(v respconn.Value) (map[string]cmdHist, error) {
 	if err := replyErr(v); err != nil {
 		return nil, err
 	}
-	if v.Type != respconn.TypeArray || v.Null || len(v.Elems)%2 != 0 {
+	if v.Type != resp.TypeArray || v.Null || len(v.Elems)%2 != 0 {
 		return nil, fmt.Errorf("%w: latency histogram: not an array of name/entry pairs", errShape)
 	}
 	out := make(map[string]cmdHist, len(v.Elems)/2)
 	for i := 0; i < len(v.Elems); i += 2 {
 		name, entry := v.Elems[i], v.Elems[i+1]
-		if !name.IsString() || entry.Type != respconn.TypeArray || len(entry.Elems)%2 != 0 {
+		if !name.IsString() || entry.Type != resp.TypeArray || len(entry.Elems)%2 != 0 {
 			return nil, fmt.Errorf("%w: latency histogram: entry %d", errShape, i/2)
 		}
 		h := cmdHist{calls: -1}
@@ -75,9 +76,9 @@ func parseLatencyHistogram(v respconn.Value) (map[string]cmdHist, error) {
 			k, val := entry.Elems[j], entry.Elems[j+1]
 			switch {
 			case !k.IsString():
-			case k.Str == "calls" && val.Type == respconn.TypeInteger:
+			case k.Str == "calls" && val.Type == resp.TypeInteger:
 				h.calls = val.Int
-			case k.Str == "histogram_usec" && val.Type == respconn.TypeArray:
+			case k.Str == "histogram_usec" && val.Type == resp.TypeArray:
 				cum = val.Elems
 			}
 		}
@@ -88,7 +89,7 @@ func parseLatencyHistogram(v respconn.Value) (map[string]cmdHist, error) {
 		var lastBound, lastCount int64 = 0, 0
 		for j := 0; j < len(cum); j += 2 {
 			b, c := cum[j], cum[j+1]
-			if b.Type != respconn.TypeInteger || c.Type != respconn.TypeInteger || b.Int <= lastBound || c.Int < lastCount {
+			if b.Type != resp.TypeInteger || c.Type != resp.TypeInteger || b.Int <= lastBound || c.Int < lastCount {
 				return nil, fmt.Errorf("%w: latency histogram: %q: buckets not ascending", errShape, name.Str)
 			}
 			h.buckets[b.Int] = c.Int - lastCount
@@ -111,7 +112,7 @@ func infoText(v respconn.Value) (string, error) {
 	if err := replyErr(v); err != nil {
 		return "", err
 	}
-	if v.Type != respconn.TypeBulk || v.Null {
+	if v.Type != resp.TypeBlobString || v.Null {
 		return "", fmt.Errorf("%w: INFO reply is not a bulk string", errShape)
 	}
 	return v.Str, nil

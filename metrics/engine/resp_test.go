@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 )
 
@@ -18,18 +19,18 @@ import (
 func appendValue(b []byte, v respconn.Value) []byte {
 	b = append(b, v.Type)
 	switch v.Type {
-	case '+', '-':
+	case resp.TypeSimpleString, resp.TypeError:
 		b = append(b, v.Str...)
-	case ':':
+	case resp.TypeInteger:
 		b = strconv.AppendInt(b, v.Int, 10)
-	case '$':
+	case resp.TypeBlobString:
 		if v.Null {
 			return append(b, "-1\r\n"...)
 		}
 		b = strconv.AppendInt(b, int64(len(v.Str)), 10)
 		b = append(b, "\r\n"...)
 		b = append(b, v.Str...)
-	case '*':
+	case resp.TypeArray:
 		if v.Null {
 			return append(b, "-1\r\n"...)
 		}
@@ -47,9 +48,9 @@ func appendValue(b []byte, v respconn.Value) []byte {
 // ones appendValue encodes.
 func isRESP2(v respconn.Value) bool {
 	switch v.Type {
-	case '+', '-', ':', '$':
+	case resp.TypeSimpleString, resp.TypeError, resp.TypeInteger, resp.TypeBlobString:
 		return true
-	case '*':
+	case resp.TypeArray:
 		for _, e := range v.Elems {
 			if !isRESP2(e) {
 				return false
@@ -60,10 +61,10 @@ func isRESP2(v respconn.Value) bool {
 	return false
 }
 
-func bulk(s string) respconn.Value { return respconn.Value{Type: respconn.TypeBulk, Str: s} }
-func num(n int64) respconn.Value   { return respconn.Value{Type: respconn.TypeInteger, Int: n} }
+func bulk(s string) respconn.Value { return respconn.Value{Type: resp.TypeBlobString, Str: s} }
+func num(n int64) respconn.Value   { return respconn.Value{Type: resp.TypeInteger, Int: n} }
 func arr(e ...respconn.Value) respconn.Value {
-	return respconn.Value{Type: respconn.TypeArray, Elems: append([]respconn.Value{}, e...)}
+	return respconn.Value{Type: resp.TypeArray, Elems: append([]respconn.Value{}, e...)}
 }
 
 // TestReadValueCapturedSplits reads every captured reply cut at random

@@ -187,7 +187,7 @@ func infoValues(text string) map[string]string {
 	out := make(map[string]string)
 	for line := range strings.Lines(text) {
 		line = strings.TrimRight(line, "\r\n")
-		if line == "" || line[0] == '#' {
+		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		if k, v, ok := strings.Cut(line, ":"); ok {

@@ -31,6 +31,7 @@
 package heat
 
 import (
+	"github.com/respmeter/respmeter/internal/resp"
 	"math/bits"
 	"sync"
 	"time"
@@ -220,7 +221,7 @@ func (p *Pending) ReplySize(n int64) { p.repBytes += max(n, 0) }
 // (*, ~, %: pairs, >), or -1.
 func header(b []byte) int64 {
 	switch b[0] {
-	case '*', '~', '%', '>':
+	case resp.TypeArray, resp.TypeSet, resp.TypeMap, resp.TypePush:
 	default:
 		return -1
 	}
