@@ -318,6 +318,63 @@ func TestShardsWithAnotherTable(t *testing.T) {
 	}
 }
 
+// TestMixedShardsOwnTables: under --route slots over a redis-server 7.0.15
+// shard (PATH) and a shard running RESPMETER_TEST_ENGINE, HSETEX, which
+// only the newer engine knows (Redis 8.0, Valkey 9.0), finds its key by the
+// newer engine's own table: each call goes to its key's shard, so keys of
+// the newer shard's slots are written there, and keys of the old shard's
+// slots get that engine's own unknown-command error. With the first
+// shard's table routing all, HSETEX had no keys and went to the home shard.
+func TestMixedShardsOwnTables(t *testing.T) {
+	bin := os.Getenv(redistest.EngineEnv)
+	if bin == "" {
+		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
+	}
+	redistest.SkipIfUnavailable(t)
+	old := redistest.StartBinary(t, redistest.ServerBinary)
+	newer := redistest.Start(t)
+	if n := newer.DoT(t, "COMMAND", "INFO", "hsetex"); fmt.Sprint(n) == "[<nil>]" {
+		t.Skipf("%s has no HSETEX", bin)
+	}
+	if o := old.DoT(t, "COMMAND", "INFO", "hsetex"); fmt.Sprint(o) != "[<nil>]" {
+		t.Skipf("%s knows HSETEX too", redistest.ServerBinary)
+	}
+	addrs := []string{old.Addr(), newer.Addr()}
+	topo, err := routing.EvenSplit(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	nc := newer.Client()
+	var onNewer int
+	for i := range 40 {
+		key := fmt.Sprintf("hx:%d", i)
+		c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
+		got, err := c.ReadFrame(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topo.Addr(routing.Slot([]byte(key))) == old.Addr() {
+			if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
+				t.Errorf("HSETEX %s (old shard's slot): %q, want the old engine's unknown command error", key, got)
+			}
+			continue
+		}
+		onNewer++
+		if string(got) != ":1\r\n" {
+			t.Errorf("HSETEX %s (newer shard's slot): %q, want :1", key, got)
+		}
+		if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
+			t.Errorf("HGET %s on the newer shard: %q, %v", key, v, err)
+		}
+	}
+	if onNewer == 0 || onNewer == 40 {
+		t.Fatalf("%d of 40 keys on the newer shard: the keys must cover both", onNewer)
+	}
+}
+
 // TestEngineClientNoTouchReplayed: CLIENT NO-TOUCH (Redis 7.2+, Valkey), a
 // connection-state setter the 7.0 table does not know, reaches every shard
 // connection of a routed client, those open when it is sent and those
