@@ -1,0 +1,125 @@
+package proxy_test
+
+// Atomic slot migration (Valkey 9.0 on, CLUSTER MIGRATESLOTS): the source
+// copies a slot range's keys to the target while serving them, pauses
+// writes to the range briefly at the cut-over, then answers MOVED; there is
+// no ASK phase. These tests skip on an engine without it; .ci/run runs them
+// against Valkey 9.1 through RESPMETER_TEST_ENGINE.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
+	"github.com/respmeter/respmeter/routing"
+)
+
+// skipWithoutMigrateSlots skips t unless the engine has CLUSTER
+// MIGRATESLOTS.
+func skipWithoutMigrateSlots(t *testing.T) {
+	t.Helper()
+	probe := redistest.Start(t)
+	if v := probe.DoT(t, "COMMAND", "INFO", "cluster|migrateslots"); fmt.Sprint(v) == "[<nil>]" {
+		_, engine := probe.Version()
+		t.Skipf("%s has no CLUSTER MIGRATESLOTS (set %s to a Valkey 9 server)", engine, redistest.EngineEnv)
+	}
+}
+
+// keysInSlots returns n distinct keys named prefix+number whose hash slots
+// lie in first..last.
+func keysInSlots(prefix string, first, last, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		if s := int(routing.Slot([]byte(k))); s >= first && s <= last {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestClusterMigrateSlotsWrites: while four go-redis clients write keys of
+// a 1,000-slot range without pause, through --route slots --cluster (plain
+// clients) and through the facade (ClusterClients on the virtual nodes),
+// the range moves to another master by CLUSTER MIGRATESLOTS. Every write
+// gets its reply (+OK, no error: the write pause and the MOVED that follows
+// are the proxy's to absorb), and afterwards a ClusterClient on the engines
+// themselves reads every key with the value its last acknowledged write
+// gave it.
+func TestClusterMigrateSlotsWrites(t *testing.T) {
+	skipWithoutMigrateSlots(t)
+	cl := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true})
+	t.Cleanup(func() { _ = direct.Close() })
+	for i, m := range []string{"slots", "facade"} {
+		first, last := 1000*i, 1000*i+999 // node 0's slots, moved to node 1
+		p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+			c.Route, c.Cluster = proxy.RouteSlots, cl.Nodes[2].Addr()
+			if m == "facade" {
+				c.Route = proxy.RouteFacade
+				c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+			}
+		})
+		const writers = 4
+		keys := keysInSlots("ms:"+m+":", first, last, 2000)
+		var stop atomic.Bool
+		var written [writers]int // per writer: writes acknowledged, each key i%len(keys) set to "w:i"
+		var wg sync.WaitGroup
+		for w := range writers {
+			var c redis.Cmdable
+			if m == "facade" {
+				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: p.FacadeAddrs(), DisableIdentity: true})
+				t.Cleanup(func() { _ = cc.Close() })
+				c = cc
+			} else {
+				pc := redis.NewClient(&redis.Options{Addr: p.Addr(), DisableIdentity: true, MaxRetries: -1})
+				t.Cleanup(func() { _ = pc.Close() })
+				c = pc
+			}
+			wg.Go(func() {
+				for i := 0; !stop.Load(); i++ {
+					key := keys[(i*writers+w)%len(keys)]
+					if err := c.Set(ctx, key, fmt.Sprintf("%d:%d", w, i), 0).Err(); err != nil {
+						t.Errorf("%s: writer %d: SET %s (write %d): %v", m, w, key, i, err)
+						return
+					}
+					written[w] = i + 1
+				}
+			})
+		}
+		time.Sleep(300 * time.Millisecond)
+		job := cl.MigrateSlots(first, last, 1, 60*time.Second)
+		time.Sleep(300 * time.Millisecond)
+		stop.Store(true)
+		wg.Wait()
+		t.Logf("%s: migration %s: created %s, last update %s; writes %v; redirects moved %d",
+			m, job["slot_ranges"], job["create_time"], job["last_update_time"], written, set.Snapshot().Routing.RedirectsMoved)
+		want := map[string]string{}
+		for w := range writers {
+			for i := range written[w] {
+				want[keys[(i*writers+w)%len(keys)]] = fmt.Sprintf("%d:%d", w, i)
+			}
+		}
+		mismatches := 0
+		for k, v := range want {
+			if got, err := direct.Get(ctx, k).Result(); err != nil || got != v {
+				if mismatches++; mismatches <= 5 {
+					t.Errorf("%s: %s (slot %d) = %q, %v on the engines; its last acknowledged write was %q",
+						m, k, routing.Slot([]byte(k)), got, err, v)
+				}
+			}
+		}
+		if mismatches > 0 || len(want) < 1000 {
+			t.Fatalf("%s: %d of %d keys differ from their last acknowledged write", m, mismatches, len(want))
+		}
+	}
+}
