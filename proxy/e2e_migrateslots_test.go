@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/respmeter/respmeter/internal/check"
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
@@ -121,5 +122,72 @@ func TestClusterMigrateSlotsWrites(t *testing.T) {
 		if mismatches > 0 || len(want) < 1000 {
 			t.Fatalf("%s: %d of %d keys differ from their last acknowledged write", m, mismatches, len(want))
 		}
+	}
+}
+
+// TestCheckMigrateSlotsOtherDB: the integrity checker (respmeter check,
+// internal/check) run in db 0 through --route slots --cluster while
+// CLUSTER MIGRATESLOTS moves a slot range whose keys are partly in db 3,
+// on a cluster with 16 databases. Valkey 9.1.2 itself misplaces writes
+// there: db-0 writes sent to the target during the migration land in db 3.
+// The checker must report them (mismatches: a later GET in db 0 does not
+// find what was written). The test looks for the checker's keys in db 3 on
+// every node: when there are none, the engine placed every write right in
+// this run, and the test skips, saying so.
+func TestCheckMigrateSlotsOtherDB(t *testing.T) {
+	skipWithoutMigrateSlots(t)
+	cl := redistest.StartClusterWith(t, 3, "--cluster-databases", "16")
+	ctx := context.Background()
+	first, last := 0, 4999 // node 0's slots, moved to node 1
+	db3 := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr(), DB: 3, DisableIdentity: true})
+	t.Cleanup(func() { _ = db3.Close() })
+	pipe := db3.Pipeline()
+	for _, k := range keysInSlots("db3:", first, last, 5000) {
+		pipe.Set(ctx, k, "db3", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteSlots, cl.Nodes[2].Addr()
+	})
+	const prefix = "rmcheck:asm:"
+	var res check.Result
+	var runErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res, runErr = check.Run(ctx, check.Options{Target: p.Addr(), Conns: 16, Commands: 1 << 40,
+			Duration: 4 * time.Second, MaxDepth: 16, KeyPrefix: prefix, Timeout: 20 * time.Second})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	job := cl.MigrateSlots(first, last, 1, 60*time.Second)
+	<-done
+	t.Logf("migration %s: created %s, last update %s; check: %d commands, %d mismatches, %d connection errors; first: %s",
+		job["slot_ranges"], job["create_time"], job["last_update_time"], res.Commands, res.Mismatches, res.ConnErrors, res.FirstMismatch)
+	if runErr != nil {
+		t.Logf("check: %v", runErr)
+	}
+	misplaced := 0
+	for i, node := range cl.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: node.Addr(), DB: 3, DisableIdentity: true})
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			t.Logf("node %d: %d of the checker's db-0 keys in db 3, e.g. %s (slot %d)", i, len(keys), keys[0], routing.Slot([]byte(keys[0])))
+		}
+		misplaced += len(keys)
+	}
+	if misplaced == 0 {
+		if res.Mismatches != 0 {
+			t.Fatalf("no write misplaced into db 3, yet the checker reports %d mismatches: %s", res.Mismatches, res.FirstMismatch)
+		}
+		t.Skip("the engine placed every db-0 write in db 0 during the migration: its misplacement into db 3 did not occur")
+	}
+	if res.Mismatches == 0 {
+		t.Fatalf("%d db-0 writes landed in db 3 and the checker reported no mismatch", misplaced)
 	}
 }
