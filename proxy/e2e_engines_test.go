@@ -21,6 +21,7 @@ import (
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -430,5 +431,44 @@ func TestRouteConfigResetstatAllShards(t *testing.T) {
 		if st := s.Do("INFO", "commandstats").(string); strings.Contains(st, "cmdstat_get:") {
 			t.Errorf("shard %d still counts GET after CONFIG RESETSTAT through the proxy", i)
 		}
+	}
+}
+
+// TestEngineRedirectRelayed: a client that sent CLIENT CAPA redirect (Valkey
+// 8.0 on) to a standalone replica through respmeter gets the replica's
+// "-REDIRECT host:port" for a write, unchanged, in private and in shared
+// upstream mode (CLIENT CAPA moves the client to private connections
+// there), as it would on a direct connection; a client that did not ask
+// gets the replica's READONLY error.
+func TestEngineRedirectRelayed(t *testing.T) {
+	primary := redistest.Start(t)
+	if v := primary.DoT(t, "COMMAND", "INFO", "client|capa"); fmt.Sprint(v) == "[<nil>]" {
+		_, engine := primary.Version()
+		t.Skipf("%s has no CLIENT CAPA", engine)
+	}
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port()))
+	direct := redistest.Dial(t, replica.Addr())
+	defer direct.Close()
+	direct.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+	direct.Send(t, respCmd("SET", "k", "v"))
+	want, err := direct.ReadFrame(5 * time.Second)
+	if err != nil || !bytes.HasPrefix(want, []byte("-REDIRECT ")) {
+		t.Fatalf("the replica itself answers %q, %v; want -REDIRECT", want, err)
+	}
+	for _, mode := range []string{proxy.UpstreamPrivate, proxy.UpstreamShared} {
+		p, _ := proxytest.StartProxy(t, replica.Addr(), func(c *proxy.Config) { c.UpstreamMode = mode })
+		plain := redistest.Dial(t, p.Addr())
+		plain.Send(t, respCmd("SET", "k", "v"))
+		if got, err := plain.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(got, []byte("-READONLY")) {
+			t.Errorf("%s: SET without CLIENT CAPA redirect: %q, %v; want -READONLY", mode, got, err)
+		}
+		plain.Close()
+		c := redistest.Dial(t, p.Addr())
+		c.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+		c.Send(t, respCmd("SET", "k", "v"))
+		if got, err := c.ReadFrame(5 * time.Second); err != nil || string(got) != string(want) {
+			t.Errorf("%s: SET after CLIENT CAPA redirect through respmeter: %q, %v; the replica answers %q", mode, got, err, want)
+		}
+		c.Close()
 	}
 }
