@@ -21,15 +21,25 @@ import (
 	"github.com/respmeter/respmeter/routing"
 )
 
+// skipUnlessValkey9 skips t unless has, asked of a probe server of the
+// test's engine, finds what (a Valkey 9 feature) there.
+func skipUnlessValkey9(t *testing.T, what string, has func(probe *redistest.Server) bool) {
+	t.Helper()
+	probe := redistest.Start(t)
+	if !has(probe) {
+		_, engine := probe.Version()
+		t.Skipf("%s has no %s (set %s to a Valkey 9 server)", engine, what, redistest.EngineEnv)
+	}
+}
+
 // skipWithoutClusterDatabases skips t unless the engine has the
 // cluster-databases configuration (Valkey 9.0 on).
 func skipWithoutClusterDatabases(t *testing.T) {
 	t.Helper()
-	probe := redistest.Start(t)
-	if got, _ := probe.Client().ConfigGet(context.Background(), "cluster-databases").Result(); len(got) == 0 {
-		_, engine := probe.Version()
-		t.Skipf("%s has no cluster-databases: one database in cluster mode (set %s to a Valkey 9 server)", engine, redistest.EngineEnv)
-	}
+	skipUnlessValkey9(t, "cluster-databases", func(probe *redistest.Server) bool {
+		got, _ := probe.Client().ConfigGet(context.Background(), "cluster-databases").Result()
+		return len(got) > 0
+	})
 }
 
 // TestClusterDatabases: on a 3-master cluster with 16 databases, two

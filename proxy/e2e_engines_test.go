@@ -287,17 +287,33 @@ func TestSharedUnknownClientSubcommandMoves(t *testing.T) {
 	}
 }
 
-// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
-// table and names, in a warning, the shards whose table differs from the
-// first shard's (which routes all of them): here a shard running the
-// engine RESPMETER_TEST_ENGINE names next to two redis-server 7.0.15 from
-// PATH. Shards alike get no warning. Skipped without a second engine.
-func TestShardsWithAnotherTable(t *testing.T) {
+// secondEngine skips t unless RESPMETER_TEST_ENGINE names an engine to run
+// beside redis-server from PATH, and returns its path.
+func secondEngine(t *testing.T) string {
+	t.Helper()
 	bin := os.Getenv(redistest.EngineEnv)
 	if bin == "" {
 		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
 	}
 	redistest.SkipIfUnavailable(t)
+	return bin
+}
+
+// engineKnows reports whether s's COMMAND INFO has an entry for name
+// ("hsetex", "client|capa").
+func engineKnows(t *testing.T, s *redistest.Server, name string) bool {
+	t.Helper()
+	return fmt.Sprint(s.DoT(t, "COMMAND", "INFO", name)) != "[<nil>]"
+}
+
+// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
+// table and names, in an info line, the shards whose table differs from the
+// first shard's (TestMixedShardsOwnTables: what each table routes): here a
+// shard running the engine RESPMETER_TEST_ENGINE names next to two
+// redis-server 7.0.15 from PATH. Shards alike get no such line. Skipped
+// without a second engine.
+func TestShardsWithAnotherTable(t *testing.T) {
+	bin := secondEngine(t)
 	first := redistest.StartBinary(t, redistest.ServerBinary)
 	same := redistest.StartBinary(t, redistest.ServerBinary)
 	other := redistest.Start(t)
@@ -327,17 +343,13 @@ func TestShardsWithAnotherTable(t *testing.T) {
 // slots get that engine's own unknown-command error. With the first
 // shard's table routing all, HSETEX had no keys and went to the home shard.
 func TestMixedShardsOwnTables(t *testing.T) {
-	bin := os.Getenv(redistest.EngineEnv)
-	if bin == "" {
-		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
-	}
-	redistest.SkipIfUnavailable(t)
+	bin := secondEngine(t)
 	old := redistest.StartBinary(t, redistest.ServerBinary)
 	newer := redistest.Start(t)
-	if n := newer.DoT(t, "COMMAND", "INFO", "hsetex"); fmt.Sprint(n) == "[<nil>]" {
+	if !engineKnows(t, newer, "hsetex") {
 		t.Skipf("%s has no HSETEX", bin)
 	}
-	if o := old.DoT(t, "COMMAND", "INFO", "hsetex"); fmt.Sprint(o) != "[<nil>]" {
+	if engineKnows(t, old, "hsetex") {
 		t.Skipf("%s knows HSETEX too", redistest.ServerBinary)
 	}
 	addrs := []string{old.Addr(), newer.Addr()}
@@ -442,7 +454,7 @@ func TestRouteConfigResetstatAllShards(t *testing.T) {
 // gets the replica's READONLY error.
 func TestEngineRedirectRelayed(t *testing.T) {
 	primary := redistest.Start(t)
-	if v := primary.DoT(t, "COMMAND", "INFO", "client|capa"); fmt.Sprint(v) == "[<nil>]" {
+	if !engineKnows(t, primary, "client|capa") {
 		_, engine := primary.Version()
 		t.Skipf("%s has no CLIENT CAPA", engine)
 	}

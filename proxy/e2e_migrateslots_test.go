@@ -27,11 +27,9 @@ import (
 // MIGRATESLOTS.
 func skipWithoutMigrateSlots(t *testing.T) {
 	t.Helper()
-	probe := redistest.Start(t)
-	if v := probe.DoT(t, "COMMAND", "INFO", "cluster|migrateslots"); fmt.Sprint(v) == "[<nil>]" {
-		_, engine := probe.Version()
-		t.Skipf("%s has no CLUSTER MIGRATESLOTS (set %s to a Valkey 9 server)", engine, redistest.EngineEnv)
-	}
+	skipUnlessValkey9(t, "CLUSTER MIGRATESLOTS", func(probe *redistest.Server) bool {
+		return engineKnows(t, probe, "cluster|migrateslots")
+	})
 }
 
 // keysInSlots returns n distinct keys named prefix+number whose hash slots
