@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -135,6 +137,73 @@ func TestClusterDatabases(t *testing.T) {
 		if t.Failed() {
 			t.Logf("engine nodes: %s", strings.Join(cl.Addrs(), " "))
 			return
+		}
+	}
+}
+
+// TestClusterDatabasesMigrateSlots: a go-redis client on db 3 writes keys
+// of slots 0-999 through --route slots --cluster (private, then shared
+// upstream connections) while CLUSTER MIGRATESLOTS moves those slots from
+// node 0 to node 1. The client's connection to node 1 is opened after the
+// MOVED, so it must get the client's SELECT 3 before the re-sent write:
+// afterwards every key is in db 3 of node 1 with its last acknowledged
+// value, and no node's db 0 holds any of them.
+func TestClusterDatabasesMigrateSlots(t *testing.T) {
+	skipWithoutClusterDatabases(t)
+	skipWithoutMigrateSlots(t)
+	cl := redistest.StartClusterWith(t, 3, "--cluster-databases", "16")
+	ctx := context.Background()
+	for i, mode := range []string{proxy.UpstreamPrivate, proxy.UpstreamShared} {
+		first, last := 1000*i, 1000*i+999
+		p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+			c.Route, c.Cluster, c.UpstreamMode = proxy.RouteSlots, cl.Nodes[2].Addr(), mode
+		})
+		c := redis.NewClient(&redis.Options{Addr: p.Addr(), DB: 3, DisableIdentity: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		keys := keysInSlots("mdb:"+mode+":", first, last, 500)
+		var stop atomic.Bool
+		var written atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; !stop.Load(); i++ {
+				if err := c.Set(ctx, keys[i%len(keys)], fmt.Sprintf("3:%d", i), 0).Err(); err != nil {
+					t.Errorf("%s: SET %s (write %d): %v", mode, keys[i%len(keys)], i, err)
+					return
+				}
+				written.Store(int64(i + 1))
+			}
+		}()
+		time.Sleep(200 * time.Millisecond)
+		cl.MigrateSlots(first, last, 1, 60*time.Second)
+		// Every key written at least once more after the cut-over.
+		after := written.Load()
+		redistest.Eventually(t, 20*time.Second, func() error {
+			if n := written.Load(); n < after+int64(len(keys)) && !t.Failed() {
+				return fmt.Errorf("%s: %d writes since the migration ended", mode, n-after)
+			}
+			return nil
+		})
+		stop.Store(true)
+		<-done
+		want := map[string]string{}
+		for i := range int(written.Load()) {
+			want[keys[i%len(keys)]] = fmt.Sprintf("3:%d", i)
+		}
+		target := redis.NewClient(&redis.Options{Addr: cl.Nodes[1].Addr(), DB: 3, DisableIdentity: true})
+		for k, v := range want {
+			if got, err := target.Get(ctx, k).Result(); err != nil || got != v {
+				t.Errorf("%s: db 3 of node 1: %s = %q, %v; last acknowledged write %q", mode, k, got, err, v)
+			}
+		}
+		_ = target.Close()
+		for n, node := range cl.Nodes {
+			db0 := redis.NewClient(&redis.Options{Addr: node.Addr(), DB: 0, DisableIdentity: true})
+			got, err := db0.Keys(ctx, "mdb:*").Result()
+			_ = db0.Close()
+			if err != nil || len(got) > 0 {
+				t.Errorf("%s: db 0 of node %d holds %d of the db-3 client's keys (%v)", mode, n, len(got), err)
+			}
 		}
 	}
 }
