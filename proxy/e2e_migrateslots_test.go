@@ -177,6 +177,12 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 		if len(keys) > 0 {
 			t.Logf("node %d: %d of the checker's db-0 keys in db 3, e.g. %s (slot %d)", i, len(keys), keys[0], routing.Slot([]byte(keys[0])))
 		}
+		for _, k := range keys {
+			// The engine's fault is the migration's: only the target, only the moved slots.
+			if s := int(routing.Slot([]byte(k))); i != 1 || s < first || s > last {
+				t.Errorf("node %d: %s (slot %d) in db 3: not a moved slot on the target; what misplaced it?", i, k, s)
+			}
+		}
 		misplaced += len(keys)
 	}
 	if misplaced == 0 {
