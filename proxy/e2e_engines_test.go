@@ -21,6 +21,7 @@ import (
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -286,17 +287,33 @@ func TestSharedUnknownClientSubcommandMoves(t *testing.T) {
 	}
 }
 
-// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
-// table and names, in a warning, the shards whose table differs from the
-// first shard's (which routes all of them): here a shard running the
-// engine RESPMETER_TEST_ENGINE names next to two redis-server 7.0.15 from
-// PATH. Shards alike get no warning. Skipped without a second engine.
-func TestShardsWithAnotherTable(t *testing.T) {
+// secondEngine skips t unless RESPMETER_TEST_ENGINE names an engine to run
+// beside redis-server from PATH, and returns its path.
+func secondEngine(t *testing.T) string {
+	t.Helper()
 	bin := os.Getenv(redistest.EngineEnv)
 	if bin == "" {
 		t.Skipf("needs a second engine: set %s", redistest.EngineEnv)
 	}
 	redistest.SkipIfUnavailable(t)
+	return bin
+}
+
+// engineKnows reports whether s's COMMAND INFO has an entry for name
+// ("hsetex", "client|capa").
+func engineKnows(t *testing.T, s *redistest.Server, name string) bool {
+	t.Helper()
+	return fmt.Sprint(s.DoT(t, "COMMAND", "INFO", name)) != "[<nil>]"
+}
+
+// TestShardsWithAnotherTable: FetchCommands reads every --shards engine's
+// table and names, in an info line, the shards whose table differs from the
+// first shard's (TestMixedShardsOwnTables: what each table routes): here a
+// shard running the engine RESPMETER_TEST_ENGINE names next to two
+// redis-server 7.0.15 from PATH. Shards alike get no such line. Skipped
+// without a second engine.
+func TestShardsWithAnotherTable(t *testing.T) {
+	bin := secondEngine(t)
 	first := redistest.StartBinary(t, redistest.ServerBinary)
 	same := redistest.StartBinary(t, redistest.ServerBinary)
 	other := redistest.Start(t)
@@ -315,6 +332,59 @@ func TestShardsWithAnotherTable(t *testing.T) {
 	proxy.FetchCommands(proxy.Config{Route: proxy.RouteSlots, Shards: []string{first.Addr(), same.Addr(), other.Addr()}}, log)
 	if out := buf.String(); !strings.Contains(out, "another command table") || !strings.Contains(out, "shards="+other.Addr()+"\n") {
 		t.Errorf("want a warning naming %s only:\n%s", other.Addr(), out)
+	}
+}
+
+// TestMixedShardsOwnTables: under --route slots over a redis-server 7.0.15
+// shard (PATH) and a shard running RESPMETER_TEST_ENGINE, HSETEX, which
+// only the newer engine knows (Redis 8.0, Valkey 9.0), finds its key by the
+// newer engine's own table: each call goes to its key's shard, so keys of
+// the newer shard's slots are written there, and keys of the old shard's
+// slots get that engine's own unknown-command error. With the first
+// shard's table routing all, HSETEX had no keys and went to the home shard.
+func TestMixedShardsOwnTables(t *testing.T) {
+	bin := secondEngine(t)
+	old := redistest.StartBinary(t, redistest.ServerBinary)
+	newer := redistest.Start(t)
+	if !engineKnows(t, newer, "hsetex") {
+		t.Skipf("%s has no HSETEX", bin)
+	}
+	if engineKnows(t, old, "hsetex") {
+		t.Skipf("%s knows HSETEX too", redistest.ServerBinary)
+	}
+	addrs := []string{old.Addr(), newer.Addr()}
+	topo, err := routing.EvenSplit(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	nc := newer.Client()
+	var onNewer int
+	for i := range 40 {
+		key := fmt.Sprintf("hx:%d", i)
+		c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
+		got, err := c.ReadFrame(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topo.Addr(routing.Slot([]byte(key))) == old.Addr() {
+			if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
+				t.Errorf("HSETEX %s (old shard's slot): %q, want the old engine's unknown command error", key, got)
+			}
+			continue
+		}
+		onNewer++
+		if string(got) != ":1\r\n" {
+			t.Errorf("HSETEX %s (newer shard's slot): %q, want :1", key, got)
+		}
+		if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
+			t.Errorf("HGET %s on the newer shard: %q, %v", key, v, err)
+		}
+	}
+	if onNewer == 0 || onNewer == 40 {
+		t.Fatalf("%d of 40 keys on the newer shard: the keys must cover both", onNewer)
 	}
 }
 
@@ -373,5 +443,44 @@ func TestRouteConfigResetstatAllShards(t *testing.T) {
 		if st := s.Do("INFO", "commandstats").(string); strings.Contains(st, "cmdstat_get:") {
 			t.Errorf("shard %d still counts GET after CONFIG RESETSTAT through the proxy", i)
 		}
+	}
+}
+
+// TestEngineRedirectRelayed: a client that sent CLIENT CAPA redirect (Valkey
+// 8.0 on) to a standalone replica through respmeter gets the replica's
+// "-REDIRECT host:port" for a write, unchanged, in private and in shared
+// upstream mode (CLIENT CAPA moves the client to private connections
+// there), as it would on a direct connection; a client that did not ask
+// gets the replica's READONLY error.
+func TestEngineRedirectRelayed(t *testing.T) {
+	primary := redistest.Start(t)
+	if !engineKnows(t, primary, "client|capa") {
+		_, engine := primary.Version()
+		t.Skipf("%s has no CLIENT CAPA", engine)
+	}
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port()))
+	direct := redistest.Dial(t, replica.Addr())
+	defer direct.Close()
+	direct.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+	direct.Send(t, respCmd("SET", "k", "v"))
+	want, err := direct.ReadFrame(5 * time.Second)
+	if err != nil || !bytes.HasPrefix(want, []byte("-REDIRECT ")) {
+		t.Fatalf("the replica itself answers %q, %v; want -REDIRECT", want, err)
+	}
+	for _, mode := range []string{proxy.UpstreamPrivate, proxy.UpstreamShared} {
+		p, _ := proxytest.StartProxy(t, replica.Addr(), func(c *proxy.Config) { c.UpstreamMode = mode })
+		plain := redistest.Dial(t, p.Addr())
+		plain.Send(t, respCmd("SET", "k", "v"))
+		if got, err := plain.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(got, []byte("-READONLY")) {
+			t.Errorf("%s: SET without CLIENT CAPA redirect: %q, %v; want -READONLY", mode, got, err)
+		}
+		plain.Close()
+		c := redistest.Dial(t, p.Addr())
+		c.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+		c.Send(t, respCmd("SET", "k", "v"))
+		if got, err := c.ReadFrame(5 * time.Second); err != nil || string(got) != string(want) {
+			t.Errorf("%s: SET after CLIENT CAPA redirect through respmeter: %q, %v; the replica answers %q", mode, got, err, want)
+		}
+		c.Close()
 	}
 }

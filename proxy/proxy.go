@@ -330,9 +330,12 @@ const noauthHint = "the engine wants a password: set upstream_password in the co
 // routing.MaxEngineLabels). The engine is cfg.Upstream, or under
 // RouteSlots and RoutePinned the cluster seed or the first shard. The
 // exchange is bounded by twice cfg.DialTimeout (4 s when 0). With
-// several --shards, each is read too, and those whose table differs from
-// the first's are named in a warning: the first shard's table routes all
-// of them. When the
+// several --shards, each is read too and the tables are joined
+// (command.Union): the first shard's entries route the commands it knows,
+// and a command or subcommand only another shard's engine knows (a newer
+// engine beside an older one) is routed by that engine's own entry. The
+// shards whose table differs from the first's are named in an info line.
+// When the
 // engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
 // (nil: discarded) and returns the built-in table (an empty Resolver).
 func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
@@ -361,11 +364,12 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 		log.Warn("engine command table not read; the built-in one (redis-server "+command.ServerVersion+") is used", attrs...)
 		return routing.NewResolver(nil)
 	}
-	r := routing.NewResolver(infos)
-	if differ := otherTables(cfg, infos, timeout); len(differ) > 0 {
-		log.Warn("shards whose engines report another command table than the first shard's, which routes all of them "+
-			"(run one engine version on every shard)", "engine", addr, "shards", strings.Join(differ, ","))
+	if others, differ := otherTables(cfg, infos, timeout); len(differ) > 0 {
+		infos = command.Union(append([]map[string]*command.Info{infos}, others...)...)
+		log.Info("shards whose engines report another command table than the first shard's: "+
+			"the commands only they know are routed by their own tables", "engine", addr, "shards", strings.Join(differ, ","))
 	}
+	r := routing.NewResolver(infos)
 	if names := r.Names(); len(names) > 0 {
 		log.Info("engine commands the built-in table lacks, taken from the engine", "engine", addr,
 			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
@@ -374,21 +378,22 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 }
 
 // otherTables reads the command table of every shard of cfg.Shards after
-// the first (RouteSlots and RoutePinned) and returns those whose table
-// differs from first, the first shard's: another engine or version, or a
-// rename-command. Each read is bounded by timeout; a shard that does not
-// answer is left out (its connections will say why).
-func otherTables(cfg Config, first map[string]*command.Info, timeout time.Duration) []string {
+// the first (RouteSlots and RoutePinned) and returns, in cfg.Shards order,
+// the tables that differ from first, the first shard's (another engine or
+// version, or a rename-command), and those shards' addresses. Each read is
+// bounded by timeout; a shard that does not answer is left out (its
+// connections will say why).
+func otherTables(cfg Config, first map[string]*command.Info, timeout time.Duration) (tables []map[string]*command.Info, differ []string) {
 	if cfg.Route == "" || cfg.Route == RouteNone || cfg.Cluster != "" || len(cfg.Shards) < 2 {
-		return nil
+		return nil, nil
 	}
-	var differ []string
 	for _, a := range cfg.Shards[1:] {
 		if infos, err := command.FetchInfo(context.Background(), a, timeout, cfg.login()); err == nil && !reflect.DeepEqual(infos, first) {
+			tables = append(tables, infos)
 			differ = append(differ, a)
 		}
 	}
-	return differ
+	return tables, differ
 }
 
 // unknownSubcommand logs, once per name and for at most 64 names, a CLIENT

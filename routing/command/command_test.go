@@ -338,3 +338,34 @@ func TestBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestUnion: the first table's entries stay; commands and subcommands only
+// a later table has are added from the first later table that has them;
+// the inputs are left as they were.
+func TestUnion(t *testing.T) {
+	get := &Info{Name: "get", Arity: 2}
+	get2 := &Info{Name: "get", Arity: -2}
+	client := &Info{Name: "client", Arity: -2, Subcommands: map[string]*Info{"list": {Name: "client|list"}}}
+	client2 := &Info{Name: "client", Arity: -2, Subcommands: map[string]*Info{
+		"list": {Name: "client|list", Arity: 9}, "no-touch": {Name: "client|no-touch"}}}
+	hgetdel := &Info{Name: "hgetdel", Arity: -5}
+	hgetdel3 := &Info{Name: "hgetdel", Arity: -6}
+	old := map[string]*Info{"get": get, "client": client, "nil": nil}
+	newer := map[string]*Info{"get": get2, "client": client2, "hgetdel": hgetdel}
+	newest := map[string]*Info{"hgetdel": hgetdel3}
+	u := Union(old, nil, newer, newest)
+	if len(u) != 3 || u["get"] != get || u["hgetdel"] != hgetdel {
+		t.Fatalf("Union = %v", u)
+	}
+	c := u["client"]
+	if c == client || c.Arity != -2 || len(c.Subcommands) != 2 ||
+		c.Subcommands["list"] != client.Subcommands["list"] || c.Subcommands["no-touch"] != client2.Subcommands["no-touch"] {
+		t.Errorf("client = %+v", c)
+	}
+	if len(client.Subcommands) != 1 || len(old) != 3 || len(newer) != 3 {
+		t.Errorf("inputs modified: %v %v %v", client.Subcommands, old, newer)
+	}
+	if u := Union(); len(u) != 0 {
+		t.Errorf("Union() = %v", u)
+	}
+}

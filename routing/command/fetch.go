@@ -204,3 +204,49 @@ func bitOf(name string, names []string) uint64 {
 	}
 	return 0
 }
+
+// Union returns the command table of engines that serve one keyspace
+// together (the shards of a mixed cluster during an upgrade, say), as
+// FetchInfo returns each: every command and subcommand of the first table,
+// then those that only a later table has, each from the first table (in
+// argument order) that has it. So a command that only a newer engine knows
+// finds its keys by that engine's own entry, and a command the first
+// engine knows keeps the first engine's entry. Nil tables are skipped.
+//
+// The result is new; entries are shared with the tables (shallowly), except
+// that a command whose subcommands are completed from a later table is a
+// copy with a new Subcommands map. The tables are not modified.
+func Union(tables ...map[string]*Info) map[string]*Info {
+	out := make(map[string]*Info)
+	for _, t := range tables {
+		for name, in := range t {
+			if in == nil {
+				continue
+			}
+			have := out[name]
+			if have == nil {
+				out[name] = in
+				continue
+			}
+			var extra []string
+			for sub, s := range in.Subcommands {
+				if s != nil && have.Subcommands[sub] == nil {
+					extra = append(extra, sub)
+				}
+			}
+			if len(extra) == 0 {
+				continue
+			}
+			merged := *have
+			merged.Subcommands = make(map[string]*Info, len(have.Subcommands)+len(extra))
+			for sub, s := range have.Subcommands {
+				merged.Subcommands[sub] = s
+			}
+			for _, sub := range extra {
+				merged.Subcommands[sub] = in.Subcommands[sub]
+			}
+			out[name] = &merged
+		}
+	}
+	return out
+}
