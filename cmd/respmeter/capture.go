@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -54,9 +56,13 @@ func startCapture(p *proxy.Proxy, cc proxy.CaptureConfig) error {
 // captureHandler serves the admin API of capture:
 //
 //	GET  /capture        the running or last capture's stats (JSON; 404 when none)
-//	POST /capture/start  ?file=F[&duration=D][&sample=F][&redact=values]: start one (409 when one runs)
+//	POST /capture/start  ?file=NAME[&duration=D][&sample=F][&redact=values]: start one (409 when one runs)
 //	POST /capture/stop   stop it; its final stats
-func captureHandler(p *proxy.Proxy) http.Handler {
+//
+// NAME is a plain file name created new inside dir (captureFileIn); any
+// other NAME, or an empty dir, gets 400 and writes nothing. The stack
+// wraps this handler in metrics.MutationGuard: the POSTs need the token.
+func captureHandler(p *proxy.Proxy, dir string) http.Handler {
 	mux := http.NewServeMux()
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -90,8 +96,8 @@ func captureHandler(p *proxy.Proxy) http.Handler {
 				return
 			}
 		}
-		if f.capture == "" {
-			fail(w, http.StatusBadRequest, errors.New("file: required"))
+		if f.capture, err = captureFileIn(dir, f.capture); err != nil {
+			fail(w, http.StatusBadRequest, err)
 			return
 		}
 		cc, err := captureConfig(&f)
@@ -101,7 +107,7 @@ func captureHandler(p *proxy.Proxy) http.Handler {
 		}
 		if err := p.StartCapture(cc); err != nil {
 			code := http.StatusInternalServerError
-			if errors.Is(err, capture.ErrRunning) {
+			if errors.Is(err, capture.ErrRunning) || errors.Is(err, fs.ErrExist) {
 				code = http.StatusConflict
 			}
 			fail(w, code, err)
@@ -122,6 +128,23 @@ func captureHandler(p *proxy.Proxy) http.Handler {
 		}
 	})
 	return mux
+}
+
+// captureFileIn returns the path of the capture file name inside dir, the
+// --capture-dir: name must be a plain file name (no path separator, not
+// "." or ".."), so that the file is created in dir itself and nowhere
+// else; capture.Start creates it with O_EXCL, which follows no symlink
+// (an existing file or symlink of that name fails with fs.ErrExist).
+func captureFileIn(dir, name string) (string, error) {
+	switch {
+	case dir == "":
+		return "", errors.New("captures through the admin API are off: start respmeter with --capture-dir")
+	case name == "":
+		return "", errors.New("file: required, a file name inside --capture-dir")
+	case name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsRune(name, 0):
+		return "", fmt.Errorf("file %q: want a plain file name inside --capture-dir, no path", name)
+	}
+	return filepath.Join(dir, name), nil
 }
 
 // newCaptureCmd is "respmeter capture": info (and import).

@@ -40,6 +40,9 @@ type proxyFlags struct {
 	upstream string
 	admin    string
 
+	adminTokenFile string
+	captureDir     string
+
 	route           string
 	shards          []string
 	cluster         string
@@ -223,6 +226,8 @@ addresses, settings; "final" is true at exit).`,
 	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "upstream connection `mode`: private (each client connection its own) or shared (the clients of an event loop pipelined onto --upstream-conns connections; not with --route pinned)")
 	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared upstream connections per event loop, engine (shard) and protocol with --upstream-mode shared; 0 means 1")
 	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` serving the live page /, /metrics, /stats and /slowlog, or \"off\"; port 0 picks a free port")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", d.AdminTokenFile, "`file` holding the bearer token that the admin endpoints which change something (capture start/stop, slow log reset) require; \"\" requires none on a loopback --admin and refuses them elsewhere, \"off\" refuses them everywhere")
+	fs.StringVar(&f.captureDir, "capture-dir", d.CaptureDir, "`directory` that captures started on the admin API (POST /capture/start?file=NAME) are created in; \"\" refuses them")
 	fs.IntVar(&f.loops, "loops", d.Loops, "number of event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "time commands; --measure=false only forwards (a cost baseline)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "on SIGINT/SIGTERM, how long to wait for replies in flight")
