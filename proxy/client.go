@@ -229,6 +229,10 @@ type client struct {
 	extra   []*link // links to nodes outside the map (ASK targets)
 	home    int     // shard of keyless commands
 	state   [numStates][]byte
+	// stateFailed: the engine refused the client's own latest AUTH, HELLO,
+	// SELECT or READONLY/READWRITE (by slot), so the same refusal of its
+	// replay is no reason to close the client (link.replayed).
+	stateFailed [numStates]bool
 	// cstate holds the other CLIENT subcommands that set connection state
 	// by rule (command.ConnState: NO-TOUCH, NO-EVICT, SETINFO, Valkey's
 	// CAPA, ...), the latest of each (by all arguments but the last),
@@ -1068,16 +1072,17 @@ type namedState struct {
 
 // states yields the connection state to replay on a new connection, in
 // order: AUTH, HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT
-// TRACKING, then the other CLIENT setters in the order first sent.
-func (s *client) states() func(yield func([]byte) bool) {
-	return func(yield func([]byte) bool) {
-		for _, st := range s.state {
-			if len(st) > 0 && !yield(st) {
+// TRACKING, then the other CLIENT setters in the order first sent; each
+// with its state slot (stAuth ...), numStates for the other setters.
+func (s *client) states() func(yield func(int, []byte) bool) {
+	return func(yield func(int, []byte) bool) {
+		for k, st := range s.state {
+			if len(st) > 0 && !yield(k, st) {
 				return
 			}
 		}
 		for _, st := range s.cstate {
-			if !yield(st.frame) {
+			if !yield(numStates, st.frame) {
 				return
 			}
 		}
@@ -1175,10 +1180,9 @@ func (s *client) newLink(shard int, addr string) *link {
 	if m := s.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
-	// The connection state comes first: AUTH, HELLO, SELECT, ...
-	for st := range s.states() {
-		ln.queueDrop(st, false)
-	}
+	// The connection state comes first: AUTH, HELLO, SELECT, ...; the
+	// requests after it wait for the engine to accept it.
+	ln.replayState(s)
 	go s.p.dialLink(ln, s.conn.EventLoop())
 	return ln
 }
