@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
+
 	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -53,11 +55,92 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 	return err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:]))
 }
 
+// A new client is served on shared connections only once a check that
+// started after it connected has passed (client.authAfter, pauseAuth): its
+// first command waits for it, so a password set on the engine behind
+// respmeter's back is met by every client that connects after the change
+// (a fresh engine connection would refuse it) with no window. Checks are
+// coalesced: one runs at a time, and every client waiting when it starts
+// is served by it, so a burst of new clients costs one check and clients
+// already served cost none.
+
 // watchAuth keeps p.authRequired up to date until ctx ends: every interval,
-// and soon after a nudge (requestAuthCheck).
+// at once when a new client waits (authNow), and soon after a nudge
+// (requestAuthCheck: the command that may change the engine's
+// authentication is applied first).
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
-	periodic(ctx, every, p.authNudge, func() { p.setAuthRequired(p.authCheck(ctx)) })
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-p.authNow:
+		case <-p.authNudge:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		seq := p.authStarted.Add(1)
+		p.setAuthRequired(p.authCheck(ctx))
+		p.authPassed.Store(seq)
+		p.wakeAuthWaiters()
+	}
+}
+
+// authChecked reports whether an auth check numbered after (or at) seq
+// has completed.
+func (p *Proxy) authChecked(seq uint64) bool { return p.authPassed.Load() >= seq }
+
+// awaitAuth pauses s (pauseAuth) until an auth check numbered s.authAfter
+// or later has completed, asking for one at once.
+func (s *client) awaitAuth() {
+	s.l.authWait = append(s.l.authWait, s)
+	s.p.authWaiters.Add(1)
+	select {
+	case s.p.authNow <- struct{}{}:
+	default: // one is asked for already
+	}
+}
+
+// wakeAuthWaiters has every loop with clients waiting for a check resume
+// those it served (runs on the check's goroutine).
+func (p *Proxy) wakeAuthWaiters() {
+	if p.authWaiters.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.loops {
+		if l.el != nil {
+			_ = l.el.Execute(context.Background(), gnet.RunnableFunc(l.wakeAuth))
+		}
+	}
+}
+
+// wakeAuth resumes the loop's clients whose auth check has passed and
+// forgets those gone (runs on the loop).
+func (l *loop) wakeAuth(context.Context) error {
+	kept := l.authWait[:0]
+	for _, s := range l.authWait {
+		switch {
+		case s.gone() || s.paused != pauseAuth:
+		case s.p.authChecked(s.authAfter):
+			s.maybeResume()
+		default:
+			kept = append(kept, s)
+			continue
+		}
+		s.p.authWaiters.Add(-1)
+	}
+	clear(l.authWait[len(kept):])
+	l.authWait = kept
+	l.flushAll()
+	return nil
 }
 
 // setAuthRequired records the result of an auth check, logging changes.

@@ -257,6 +257,10 @@ type client struct {
 	flags clientFlag
 	// slot picks one of Config.UpstreamConns for a shared client.
 	slot int
+	// authAfter: a new shared client is served on shared connections once
+	// the auth check numbered authAfter (the first to start after it
+	// connected) or a later one has passed; 0 once one has (auth.go).
+	authAfter uint64
 	// paused: a request needs the requests in flight answered first
 	// (pauseWait, pauseWindow, pausePrivate); it and everything
 	// after it wait in hbuf.
@@ -332,6 +336,9 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	if p.shared {
 		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
+		if p.authNow != nil {
+			s.authAfter = p.authStarted.Load() + 1 // a check that starts from now on
+		}
 	}
 	if p.route == routePinned && p.pinFirstKey {
 		s.home = -1 // chosen by the first keyed command (see pinHome)
@@ -382,6 +389,7 @@ const (
 	pauseWait    uint8 = iota + 1 // then go on as before
 	pauseWindow                   // the shared window is full: go on once half is answered
 	pausePrivate                  // then use private upstream connections
+	pauseAuth                     // a new shared client: until an auth check started after it connected has passed (auth.go)
 )
 
 // needsPause says whether a request must wait for the requests in flight
@@ -422,6 +430,13 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	}
 	if !s.has(cfShared) {
 		return 0, ""
+	}
+	if s.authAfter != 0 {
+		if !s.p.authChecked(s.authAfter) {
+			s.awaitAuth()
+			return pauseAuth, ""
+		}
+		s.authAfter = 0
 	}
 	if s.p.authRequired.Load() {
 		// The engine wants a password of new connections: a client
@@ -504,7 +519,7 @@ func (s *client) resume() {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
-	if kind != pauseWait && kind != pauseWindow {
+	if kind != pauseWait && kind != pauseWindow && kind != pauseAuth {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.Handoff(reason)
 		}
@@ -1352,7 +1367,11 @@ func (s *client) maybeResume() {
 	// A handoff waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
-	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
+	ready := s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt
+	if s.paused == pauseAuth {
+		ready = s.p.authChecked(s.authAfter)
+	}
+	if ready {
 		s.set(cfResumeQueued, true)
 		s.l.resume = append(s.l.resume, s)
 	}

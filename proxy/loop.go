@@ -98,6 +98,10 @@ type loop struct {
 		n    int
 		id   command.ID
 	}
+
+	// authWait: the shared clients paused until an auth check that started
+	// after they connected has passed (auth.go).
+	authWait []*client
 }
 
 // lastNameLen is the longest command name lookup remembers.
