@@ -431,17 +431,20 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 	if !s.has(cfShared) {
 		return 0, ""
 	}
+	if s.p.authRequired.Load() {
+		// The engine wants a password of new connections: a client
+		// without AUTH must meet it on its own (see auth.go).
+		return pausePrivate, "state"
+	}
 	if s.authAfter != 0 {
 		if !s.p.authChecked(s.authAfter) {
 			s.awaitAuth()
 			return pauseAuth, ""
 		}
 		s.authAfter = 0
-	}
-	if s.p.authRequired.Load() {
-		// The engine wants a password of new connections: a client
-		// without AUTH must meet it on its own (see auth.go).
-		return pausePrivate, "state"
+		if s.p.authRequired.Load() {
+			return pausePrivate, "state" // the check found a password wanted
+		}
 	}
 	switch id {
 	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
@@ -485,8 +488,11 @@ func (s *client) needsPause(id command.ID, args [][]byte) (uint8, string) {
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
-		// stall.go).
-		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause")) {
+		// stall.go), and KILL runs there, so that SKIPME and the filters
+		// (ID, ADDR, USER, ...) meet the sender's own connection.
+		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause") || eqFold(args[1], "kill")) {
+			// KILL: on its own connection the engine's rules decide
+			// whom it kills (SKIPME no: the sender too).
 			return pausePrivate, "state"
 		}
 		if len(args) >= 2 && !eqFold(args[1], "reply") {
