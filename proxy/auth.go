@@ -43,9 +43,14 @@ func (p *Proxy) authCheck(ctx context.Context) bool {
 // must authenticate first (-NOAUTH Authentication required.).
 var noauthReply = []byte("-NOAUTH")
 
-// refusesAnonymous sends PING on a new connection to addr and reports
-// whether the reply is -NOAUTH.
+// refusesAnonymous reports whether the engine at addr refuses a new
+// connection without credentials: by its default user (defaultUserRefuses,
+// one round trip on a kept connection) where it can tell, else by a PING
+// on a new connection, answered -NOAUTH.
 func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
+	if refused, ok := p.defaultUserRefuses(ctx, addr); ok {
+		return refused
+	}
 	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout})
 	if err != nil {
 		return false
@@ -64,12 +69,67 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 // is served by it, so a burst of new clients costs one check and clients
 // already served cost none.
 
+// defaultUserRefuses asks the engine at addr, on a connection kept for
+// the checks (opened without credentials: as the default user), for its
+// default user (ACL GETUSER default). Redis logs a new connection in as
+// the default user when that user is on and has nopass, and asks it for a
+// password otherwise (CONFIG SET requirepass removes nopass); so refused
+// is "off" or no "nopass" among its flags. -NOAUTH (the kept connection
+// was lost and re-dialled after a password was set) is a refusal too. ok
+// is false when the engine cannot tell this way (no connection, an engine
+// without ACL, a default user not allowed ACL GETUSER: -NOPERM): the
+// caller dials a new connection instead. Only the auth-check goroutine
+// calls it (Start's first check before it).
+func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, ok bool) {
+	c := p.authConns[addr]
+	if c == nil {
+		var err error
+		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout}); err != nil {
+			return false, false
+		}
+		if p.authConns == nil {
+			p.authConns = make(map[string]*respconn.Conn)
+		}
+		p.authConns[addr] = c
+	}
+	v, err := c.Do(p.cfg.DialTimeout, "ACL", "GETUSER", "default")
+	if err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:])) {
+		return true, true
+	}
+	if err != nil || v.IsError() || !v.IsArray() {
+		c.Close()
+		delete(p.authConns, addr) // dialled again at the next check
+		return false, false
+	}
+	for i := 0; i+1 < len(v.Elems); i += 2 {
+		if v.Elems[i].Str != "flags" {
+			continue
+		}
+		on, nopass := false, false
+		for _, f := range v.Elems[i+1].Elems {
+			on = on || f.Str == "on"
+			nopass = nopass || f.Str == "nopass"
+		}
+		return !on || !nopass, true
+	}
+	return false, false
+}
+
+// closeAuthConns closes the connections defaultUserRefuses kept.
+func (p *Proxy) closeAuthConns() {
+	for addr, c := range p.authConns {
+		c.Close()
+		delete(p.authConns, addr)
+	}
+}
+
 // watchAuth keeps p.authRequired up to date until ctx ends: every interval,
 // at once when a new client waits (authNow), and soon after a nudge
 // (requestAuthCheck: the command that may change the engine's
 // authentication is applied first).
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
+	defer p.closeAuthConns()
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

@@ -140,10 +140,19 @@ func TestSessionEngineClosesClient(t *testing.T) {
 			if b, err := a.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(b, []byte("-NOPERM")) {
 				t.Fatalf("alice's SET other: %q %v", b, err)
 			}
+			ups := set.Counters().UpstreamConns
 			srv.Do("ACL", "DELUSER", "alice")
 			if redial {
 				// Open until its next request, which the refused replay of
-				// AUTH alice closes.
+				// AUTH alice closes (sent once the proxy has seen the
+				// engine's close: sent before, it would fail with an error
+				// reply, as a request in flight on a lost connection).
+				redistest.Eventually(t, 5*time.Second, func() error {
+					if n := set.Counters().UpstreamConns; n >= ups {
+						return fmt.Errorf("%d upstream connections, want fewer than %d", n, ups)
+					}
+					return nil
+				})
 				_ = a.Write(respJoin(redistest.Cmd("SET", "other", "y"), redistest.Cmd("ACL", "WHOAMI")))
 			}
 			if got, closed := a.ReadToClose(5 * time.Second); !closed || len(got) > 0 {

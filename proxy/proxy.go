@@ -17,6 +17,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -83,6 +84,7 @@ type Proxy struct {
 	authStarted atomic.Uint64
 	authPassed  atomic.Uint64
 	authWaiters atomic.Int64
+	authConns   map[string]*respconn.Conn // by engine address (auth.go)
 
 	draining atomic.Bool
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
