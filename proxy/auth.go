@@ -130,26 +130,12 @@ func (p *Proxy) closeAuthConns() {
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
 	defer p.closeAuthConns()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-p.authNow:
-		case <-p.authNudge:
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
+	periodicNow(ctx, every, p.authNudge, p.authNow, func() {
 		seq := p.authStarted.Add(1)
 		p.setAuthRequired(p.authCheck(ctx))
 		p.authPassed.Store(seq)
 		p.wakeAuthWaiters()
-	}
+	})
 }
 
 // authChecked reports whether an auth check numbered after (or at) seq

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/respmeter/respmeter/internal/redistest"
@@ -76,24 +73,7 @@ func BenchmarkChurnCPU(b *testing.B) {
 	var baseTicks, newTicks, total int64
 	for range b.N {
 		b0, n0 := procTicks(b, base.cmd.Process.Pid), procTicks(b, nw.cmd.Process.Pid)
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i, addr := range []string{baseAddr, nwAddr} {
-			_, port, _ := net.SplitHostPort(addr)
-			wg.Go(func() {
-				out, err := exec.Command(bench, "-h", "127.0.0.1", "-p", port, "-c", "20", "-n", strconv.Itoa(conns),
-					"-k", "0", "-t", "get", "-q").CombinedOutput()
-				if err != nil {
-					errs[i] = fmt.Errorf("redis-benchmark through %s: %v\n%s", addr, err, out)
-				}
-			})
-		}
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
+		sideBySide(b, bench, []string{baseAddr, nwAddr}, "-c", "20", "-n", strconv.Itoa(conns), "-k", "0", "-t", "get", "-q")
 		baseTicks += procTicks(b, base.cmd.Process.Pid) - b0
 		newTicks += procTicks(b, nw.cmd.Process.Pid) - n0
 		total += conns
