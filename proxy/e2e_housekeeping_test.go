@@ -111,3 +111,30 @@ func TestSessionIdleTimeoutRedial(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionReplayedSetterRefusedKept: a user who may not send CLIENT
+// SETNAME (as a library sends its setters at connect) gets -NOPERM for
+// it, and the same refusal of its replay on every shard the client opens
+// later is dropped, as the client's own was: the client reads keys on all
+// three shards. Only a refused AUTH, HELLO, SELECT or READONLY/READWRITE
+// closes the client.
+func TestSessionReplayedSetterRefusedKept(t *testing.T) {
+	_, addrs := startShards(t, 3)
+	for _, a := range addrs {
+		c := redistest.Dial(t, a)
+		c.Roundtrip(t, redistest.Cmd("ACL", "SETUSER", "bob", "on", ">pw", "~*", "+@all", "-client|setname"), []byte("+OK\r\n"))
+		c.Close()
+	}
+	p, _ := startRouted(t, proxy.RouteSlots, addrs, func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamPrivate })
+	topo, _ := routing.EvenSplit(addrs)
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, redistest.Cmd("AUTH", "bob", "pw"), []byte("+OK\r\n"))
+	c.Send(t, redistest.Cmd("CLIENT", "SETNAME", "bob-app"))
+	if b, err := c.ReadFrame(5 * time.Second); err != nil || !strings.HasPrefix(string(b), "-NOPERM") {
+		t.Fatalf("CLIENT SETNAME as bob: %q %v, want -NOPERM", b, err)
+	}
+	for shard := range 3 {
+		c.Roundtrip(t, redistest.Cmd("GET", keyOn(t, topo, "bob:", shard)), []byte("$-1\r\n"))
+	}
+}

@@ -140,15 +140,18 @@ func (ln *link) replayState(s *client) {
 var stateRefusals = [][]byte{[]byte("WRONGPASS"), []byte("NOPERM"), []byte("NOAUTH")}
 
 // replayed handles the reply (of type t, first line head) to a replayed
-// state command of r on the owner's link. A refusal that the client's own
-// command did not get (client.stateFailed) closes the client at once, with
-// nothing more from this link and its held requests never sent: the
-// engine would not serve it as the client it was. Once every replayed
-// command is answered, the held requests are written.
+// state command of r on the owner's link. A refusal of the replayed AUTH,
+// HELLO, SELECT or READONLY/READWRITE (who the client is, which db it
+// reads) that the client's own command did not get (client.stateFailed)
+// closes the client at once, with nothing more from this link and its
+// held requests never sent: the engine would not serve it as the client
+// it was. The other replayed setters' errors are dropped, as their own
+// were (a library's CLIENT SETINFO that a restricted user may not send).
+// Once every replayed command is answered, the held requests are written.
 func (ln *link) replayed(r linkRef, t byte, head []byte, now int64) {
 	s := ln.owner
 	k := int(r.replay) - 1
-	if t == '-' && (k >= numStates || !s.stateFailed[k]) &&
+	if t == '-' && k <= stReadMode && !s.stateFailed[k] &&
 		slices.ContainsFunc(stateRefusals, func(code []byte) bool { return bytes.HasPrefix(head, code) }) {
 		ln.p.log.Debug("replayed connection state refused; closing the client", "upstream", ln.addr, "reply", string(head[:min(len(head), 16)]))
 		s.closing(csNow)
