@@ -84,7 +84,7 @@ func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, o
 	c := p.authConns[addr]
 	if c == nil {
 		var err error
-		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout}); err != nil {
+		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout, Name: authCheckName}); err != nil {
 			return false, false
 		}
 		if p.authConns == nil {
@@ -114,6 +114,10 @@ func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, o
 	}
 	return false, false
 }
+
+// authCheckName is the CLIENT SETNAME of the connection kept for the auth
+// checks, so that an operator can tell it in CLIENT LIST.
+const authCheckName = "respmeter-auth-check"
 
 // closeAuthConns closes the connections defaultUserRefuses kept.
 func (p *Proxy) closeAuthConns() {

@@ -13,9 +13,11 @@ import (
 // TestSharedClientKillSkipmeNo: CLIENT KILL USER default SKIPME no from a
 // client riding a shared connection runs on a connection of its own, so
 // the engine's rules decide as for a direct client: the sender gets the
-// count of killed clients and then EOF, and the engine's other clients
-// (here one connected directly) get EOF. It ran on the shared connection,
-// which the engine killed as the sender, and the sender stayed open.
+// count of killed clients and then EOF, and the engine's other clients get
+// EOF: one connected directly, and a bystander riding the shared
+// connection (directly it would have had its own, killed too). It ran on
+// the shared connection, which the engine killed as the sender, and the
+// sender and the bystander stayed open.
 func TestSharedClientKillSkipmeNo(t *testing.T) {
 	srv := redistest.Start(t)
 	p, _ := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) {
@@ -25,6 +27,9 @@ func TestSharedClientKillSkipmeNo(t *testing.T) {
 	direct := redistest.Dial(t, srv.Addr())
 	defer direct.Close()
 	direct.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n"))
+	bystander := redistest.Dial(t, p.Addr())
+	defer bystander.Close()
+	bystander.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n")) // on the shared connection
 	sender := redistest.Dial(t, p.Addr())
 	defer sender.Close()
 	sender.Roundtrip(t, redistest.Cmd("PING"), []byte("+PONG\r\n")) // on the shared connection
@@ -35,5 +40,8 @@ func TestSharedClientKillSkipmeNo(t *testing.T) {
 	}
 	if got, closed := direct.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
 		t.Errorf("the engine's direct client: got %q closed=%v, want EOF", got, closed)
+	}
+	if got, closed := bystander.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
+		t.Errorf("the bystander on the shared connection: got %q closed=%v, want EOF", got, closed)
 	}
 }

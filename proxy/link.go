@@ -707,6 +707,9 @@ func (ln *link) closed(err error) {
 		s.closing(csAfterReplies)
 		s.markDirty()
 	}
+	if ln.owner == nil && ln.c != nil && !ln.p.closing.Load() {
+		ln.l.closeRiders(ln)
+	}
 	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
 		// Part of a reply is lost (it is held whole before it is relayed,
 		// so the client has none of it): the request fails as the others.
