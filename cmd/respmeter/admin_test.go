@@ -155,7 +155,6 @@ func TestAdminToken(t *testing.T) {
 	// The live page, which only reads, works on the guarded server.
 	browser := chromiumPath(t)
 	gets := startGets(t, addr)
-	defer gets.stop()
 	ctx := openLivePage(t, browser, admin)
 	const getRate = `(() => { const c = document.querySelector('#commands tr[data-command="get"] td.rate'); return c ? c.textContent : ""; })()`
 	redistest.Eventually(t, 60*time.Second, func() error {
@@ -165,6 +164,7 @@ func TestAdminToken(t *testing.T) {
 		}
 		return nil
 	})
+	gets.stop()
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
