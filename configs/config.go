@@ -217,6 +217,21 @@ type Config struct {
 	// "off" to disable it. Default "127.0.0.1:9121". Port 0 picks a free
 	// port. Must differ from Listen unless either uses port 0.
 	Admin string `yaml:"admin"`
+	// AdminTokenFile is the file holding the bearer token (its first line,
+	// surrounding space trimmed) that the admin endpoints which change
+	// something (capture start and stop, slow log reset) require, as
+	// "Authorization: Bearer <token>" (RFC 6750); the read endpoints stay
+	// open. "" (the default) requires none on a loopback Admin address and
+	// refuses those endpoints (403) on any other; "off" refuses them
+	// everywhere.
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// CaptureDir is the directory that captures started through the admin
+	// API (POST /capture/start?file=NAME) are written to: NAME is a plain
+	// file name inside it (no path separator, not "." or ".."), created
+	// new (an existing file or symlink of that name is refused). ""
+	// (the default) refuses captures through the API; --capture is not
+	// bound by it.
+	CaptureDir string `yaml:"capture_dir"`
 	// Loops is the number of event loops, 0..MaxLoops; 0 (the default)
 	// means one per CPU.
 	Loops int `yaml:"loops"`

@@ -38,6 +38,8 @@ var fields = []field{
 	{"upstream_mode", func(c *Config) any { return &c.UpstreamMode }},
 	{"upstream_conns", func(c *Config) any { return &c.UpstreamConns }},
 	{"admin", func(c *Config) any { return &c.Admin }},
+	{"admin_token_file", func(c *Config) any { return &c.AdminTokenFile }},
+	{"capture_dir", func(c *Config) any { return &c.CaptureDir }},
 	{"loops", func(c *Config) any { return &c.Loops }},
 	{"measure", func(c *Config) any { return &c.Measure }},
 	{"drain_timeout", func(c *Config) any { return &c.DrainTimeout }},

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
+
 	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -41,9 +43,14 @@ func (p *Proxy) authCheck(ctx context.Context) bool {
 // must authenticate first (-NOAUTH Authentication required.).
 var noauthReply = []byte("-NOAUTH")
 
-// refusesAnonymous sends PING on a new connection to addr and reports
-// whether the reply is -NOAUTH.
+// refusesAnonymous reports whether the engine at addr refuses a new
+// connection without credentials: by its default user (defaultUserRefuses,
+// one round trip on a kept connection) where it can tell, else by a PING
+// on a new connection, answered -NOAUTH.
 func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
+	if refused, ok := p.defaultUserRefuses(ctx, addr); ok {
+		return refused
+	}
 	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout})
 	if err != nil {
 		return false
@@ -53,11 +60,137 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 	return err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:]))
 }
 
+// A new client is served on shared connections only once a check that
+// started after it connected has passed (client.authAfter, pauseAuth): its
+// first command waits for it, so a password set on the engine behind
+// respmeter's back is met by every client that connects after the change
+// (a fresh engine connection would refuse it) with no window. Checks are
+// coalesced: one runs at a time, and every client waiting when it starts
+// is served by it, so a burst of new clients costs one check and clients
+// already served cost none.
+
+// defaultUserRefuses asks the engine at addr, on a connection kept for
+// the checks (opened without credentials: as the default user), for its
+// default user (ACL GETUSER default). Redis logs a new connection in as
+// the default user when that user is on and has nopass, and asks it for a
+// password otherwise (CONFIG SET requirepass removes nopass); so refused
+// is "off" or no "nopass" among its flags. -NOAUTH (the kept connection
+// was lost and re-dialled after a password was set) is a refusal too. ok
+// is false when the engine cannot tell this way (no connection, an engine
+// without ACL, a default user not allowed ACL GETUSER: -NOPERM): the
+// caller dials a new connection instead. Only the auth-check goroutine
+// calls it (Start's first check before it).
+func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, ok bool) {
+	c := p.authConns[addr]
+	if c == nil {
+		var err error
+		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout, Name: authCheckName}); err != nil {
+			return false, false
+		}
+		if p.authConns == nil {
+			p.authConns = make(map[string]*respconn.Conn)
+		}
+		p.authConns[addr] = c
+	}
+	v, err := c.Do(p.cfg.DialTimeout, "ACL", "GETUSER", "default")
+	if err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:])) {
+		return true, true
+	}
+	if err != nil || v.IsError() || !v.IsArray() {
+		c.Close()
+		delete(p.authConns, addr) // dialled again at the next check
+		return false, false
+	}
+	for i := 0; i+1 < len(v.Elems); i += 2 {
+		if v.Elems[i].Str != "flags" {
+			continue
+		}
+		on, nopass := false, false
+		for _, f := range v.Elems[i+1].Elems {
+			on = on || f.Str == "on"
+			nopass = nopass || f.Str == "nopass"
+		}
+		return !on || !nopass, true
+	}
+	return false, false
+}
+
+// authCheckName is the CLIENT SETNAME of the connection kept for the auth
+// checks, so that an operator can tell it in CLIENT LIST.
+const authCheckName = "respmeter-auth-check"
+
+// closeAuthConns closes the connections defaultUserRefuses kept.
+func (p *Proxy) closeAuthConns() {
+	for addr, c := range p.authConns {
+		c.Close()
+		delete(p.authConns, addr)
+	}
+}
+
 // watchAuth keeps p.authRequired up to date until ctx ends: every interval,
-// and soon after a nudge (requestAuthCheck).
+// at once when a new client waits (authNow), and soon after a nudge
+// (requestAuthCheck: the command that may change the engine's
+// authentication is applied first).
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
-	periodic(ctx, every, p.authNudge, func() { p.setAuthRequired(p.authCheck(ctx)) })
+	defer p.closeAuthConns()
+	periodicNow(ctx, every, p.authNudge, p.authNow, func() {
+		seq := p.authStarted.Add(1)
+		p.setAuthRequired(p.authCheck(ctx))
+		p.authPassed.Store(seq)
+		p.wakeAuthWaiters()
+	})
+}
+
+// authChecked reports whether an auth check numbered after (or at) seq
+// has completed.
+func (p *Proxy) authChecked(seq uint64) bool { return p.authPassed.Load() >= seq }
+
+// awaitAuth pauses s (pauseAuth) until an auth check numbered s.authAfter
+// or later has completed, asking for one at once.
+func (s *client) awaitAuth() {
+	s.l.authWait = append(s.l.authWait, s)
+	s.p.authWaiters.Add(1)
+	select {
+	case s.p.authNow <- struct{}{}:
+	default: // one is asked for already
+	}
+}
+
+// wakeAuthWaiters has every loop with clients waiting for a check resume
+// those it served (runs on the check's goroutine).
+func (p *Proxy) wakeAuthWaiters() {
+	if p.authWaiters.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.loops {
+		if l.el != nil {
+			_ = l.el.Execute(context.Background(), gnet.RunnableFunc(l.wakeAuth))
+		}
+	}
+}
+
+// wakeAuth resumes the loop's clients whose auth check has passed and
+// forgets those gone (runs on the loop).
+func (l *loop) wakeAuth(context.Context) error {
+	kept := l.authWait[:0]
+	for _, s := range l.authWait {
+		switch {
+		case s.gone() || s.paused != pauseAuth:
+		case s.p.authChecked(s.authAfter):
+			s.maybeResume()
+		default:
+			kept = append(kept, s)
+			continue
+		}
+		s.p.authWaiters.Add(-1)
+	}
+	clear(l.authWait[len(kept):])
+	l.authWait = kept
+	l.flushAll()
+	return nil
 }
 
 // setAuthRequired records the result of an auth check, logging changes.

@@ -160,7 +160,7 @@ func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now
 		}
 		s.capID, s.capBuf = id, c.Loop(s.l.idx)
 		var state []byte // once per connection and capture
-		for st := range s.states() {
+		for _, st := range s.states() {
 			state = append(state, st...)
 		}
 		s.capBuf.Conn(id, now, state)

@@ -243,6 +243,10 @@ type client struct {
 	extra   []*link // links to nodes outside the map (ASK targets)
 	home    int     // shard of keyless commands
 	state   [numStates][]byte
+	// stateFailed: the engine refused the client's own latest AUTH, HELLO,
+	// SELECT or READONLY/READWRITE (by slot), so the same refusal of its
+	// replay is no reason to close the client (link.replayed).
+	stateFailed [numStates]bool
 	// cstate holds the other CLIENT subcommands that set connection state
 	// by rule (command.ConnState: NO-TOUCH, NO-EVICT, SETINFO, Valkey's
 	// CAPA, ...), the latest of each (by all arguments but the last),
@@ -267,6 +271,10 @@ type client struct {
 	flags clientFlag
 	// slot picks one of Config.UpstreamConns for a shared client.
 	slot int
+	// authAfter: a new shared client is served on shared connections once
+	// the auth check numbered authAfter (the first to start after it
+	// connected) or a later one has passed; 0 once one has (auth.go).
+	authAfter uint64
 	// paused: a request needs the requests in flight answered first
 	// (pauseWait, pauseWindow, pausePrivate); it and everything
 	// after it wait in hbuf.
@@ -342,6 +350,9 @@ func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	if p.shared {
 		s.set(cfShared, true)
 		s.slot = int(p.sharedNext.Add(1) % uint64(p.cfg.UpstreamConns))
+		if p.authNow != nil {
+			s.authAfter = p.authStarted.Load() + 1 // a check that starts from now on
+		}
 	}
 	p.shape.start(s)
 	return s
@@ -390,6 +401,7 @@ const (
 	pauseWait    uint8 = iota + 1 // then go on as before
 	pauseWindow                   // the shared window is full: go on once half is answered
 	pausePrivate                  // then use private upstream connections
+	pauseAuth                     // a new shared client: until an auth check started after it connected has passed (auth.go)
 )
 
 // needsPause says whether a request must wait for the requests in flight
@@ -437,6 +449,16 @@ func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
 		// without AUTH must meet it on its own (see auth.go).
 		return pausePrivate, "state"
 	}
+	if s.authAfter != 0 {
+		if !s.p.authChecked(s.authAfter) {
+			s.awaitAuth()
+			return pauseAuth, ""
+		}
+		s.authAfter = 0
+		if s.p.authRequired.Load() {
+			return pausePrivate, "state" // the check found a password wanted
+		}
+	}
 	switch id {
 	case command.Subscribe, command.Psubscribe, command.Unsubscribe, command.Punsubscribe,
 		command.Ssubscribe, command.Sunsubscribe:
@@ -479,8 +501,11 @@ func (s *client) needsPause(c *routing.Call, args [][]byte) (uint8, string) {
 		// know (CallInfo gives the parent: the engine's COMMAND INFO was
 		// not read) moves the client too: the engine may know it. PAUSE
 		// and UNPAUSE are answered at once on a connection of its own (see
-		// loop.checkStalls).
-		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause")) {
+		// loop.checkStalls), and KILL runs there, so that SKIPME and the
+		// filters (ID, ADDR, USER, ...) meet the sender's own connection:
+		// the engine's rules decide whom it kills (SKIPME no: the sender
+		// too).
+		if len(args) >= 2 && (eqFold(args[1], "pause") || eqFold(args[1], "unpause") || eqFold(args[1], "kill")) {
 			return pausePrivate, "state"
 		}
 		if len(args) >= 2 && !eqFold(args[1], "reply") {
@@ -513,7 +538,7 @@ func (s *client) resume() {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
-	if kind != pauseWait && kind != pauseWindow {
+	if kind != pauseWait && kind != pauseWindow && kind != pauseAuth {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.Handoff(reason)
 		}
@@ -1098,16 +1123,17 @@ type namedState struct {
 
 // states yields the connection state to replay on a new connection, in
 // order: AUTH, HELLO, SELECT, READONLY/READWRITE, CLIENT SETNAME, CLIENT
-// TRACKING, then the other CLIENT setters in the order first sent.
-func (s *client) states() func(yield func([]byte) bool) {
-	return func(yield func([]byte) bool) {
-		for _, st := range s.state {
-			if len(st) > 0 && !yield(st) {
+// TRACKING, then the other CLIENT setters in the order first sent; each
+// with its state slot (stAuth ...), numStates for the other setters.
+func (s *client) states() func(yield func(int, []byte) bool) {
+	return func(yield func(int, []byte) bool) {
+		for k, st := range s.state {
+			if len(st) > 0 && !yield(k, st) {
 				return
 			}
 		}
 		for _, st := range s.cstate {
-			if !yield(st.frame) {
+			if !yield(numStates, st.frame) {
 				return
 			}
 		}
@@ -1205,10 +1231,9 @@ func (s *client) newLink(shard int, addr string) *link {
 	if m := s.p.cfg.Metrics; m != nil {
 		ln.mshard = m.Shard(addr)
 	}
-	// The connection state comes first: AUTH, HELLO, SELECT, ...
-	for st := range s.states() {
-		ln.queueDrop(st, false)
-	}
+	// The connection state comes first: AUTH, HELLO, SELECT, ...; the
+	// requests after it wait for the engine to accept it.
+	ln.replayState(s)
 	go s.p.dialLink(ln, s.conn.EventLoop())
 	return ln
 }
@@ -1381,7 +1406,11 @@ func (s *client) maybeResume() {
 	// A pause waits for every reply; the shared window only for half.
 	// (A pauseWait, such as HELLO switching protocol, needs every reply in:
 	// resumed earlier, it would pause again at once, for ever.)
-	if s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt {
+	ready := s.q.len() == 0 || s.paused == pauseWindow && s.q.len() <= sharedResumeAt
+	if s.paused == pauseAuth {
+		ready = s.p.authChecked(s.authAfter)
+	}
+	if ready {
 		s.set(cfResumeQueued, true)
 		s.l.resume = append(s.l.resume, s)
 	}

@@ -84,14 +84,20 @@ func TestSessionStateSentOnce(t *testing.T) {
 }
 
 // TestSessionEngineClosesClient: when the engine closes the connection it
-// serves a client on (CLIENT KILL, ACL DELUSER), the client is closed, as
-// its own connection would be; it is not re-dialled and served as someone
-// else. A client logged in as a deleted user went on as "default".
+// serves a client on (CLIENT KILL, ACL DELUSER) with nothing in flight, a
+// client with one engine is closed, as its own connection would be; a
+// client routed by slot keeps its connection, as a cluster client keeps
+// its other node connections, and its next request is served on a new
+// engine connection with its state replayed (SELECT 9), or, when the
+// engine refuses the replayed AUTH of a deleted user, closes it with no
+// reply. It is never served as someone else: a client logged in as a
+// deleted user went on as "default".
 func TestSessionEngineClosesClient(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range sessionModes {
 		t.Run(m.name, func(t *testing.T) {
-			p, _ := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
+			redial := strings.HasPrefix(m.name, "slots")
+			p, set := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
 			c := redistest.Dial(t, p.Addr())
 			defer c.Close()
 			c.Roundtrip(t, redistest.Cmd("SELECT", "9"), []byte("+OK\r\n"))
@@ -110,7 +116,20 @@ func TestSessionEngineClosesClient(t *testing.T) {
 			// The proxy closes c as soon as it reads the engine's close,
 			// with nothing in flight (a request sent before that would get
 			// an "upstream connection lost" error: the engine never ran it).
-			if got, closed := c.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
+			// Routed by slot, c stays and is served on db 9 again once the
+			// proxy has seen the close.
+			if redial {
+				redistest.Eventually(t, 5*time.Second, func() error {
+					if n := set.Counters().UpstreamConns; n != 0 {
+						return fmt.Errorf("%d upstream connections, want 0", n)
+					}
+					return nil
+				})
+				c.Send(t, redistest.Cmd("CLIENT", "INFO"))
+				if b, err := c.ReadFrame(5 * time.Second); err != nil || !bytes.Contains(b, []byte(" db=9 ")) {
+					t.Errorf("CLIENT INFO after CLIENT KILL of its engine connection: %q %v, want db=9 (replayed)", b, err)
+				}
+			} else if got, closed := c.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
 				t.Errorf("after CLIENT KILL of its engine connection: got %q closed=%v, want the close", got, closed)
 			}
 
@@ -122,7 +141,21 @@ func TestSessionEngineClosesClient(t *testing.T) {
 			if b, err := a.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(b, []byte("-NOPERM")) {
 				t.Fatalf("alice's SET other: %q %v", b, err)
 			}
+			ups := set.Counters().UpstreamConns
 			srv.Do("ACL", "DELUSER", "alice")
+			if redial {
+				// Open until its next request, which the refused replay of
+				// AUTH alice closes (sent once the proxy has seen the
+				// engine's close: sent before, it would fail with an error
+				// reply, as a request in flight on a lost connection).
+				redistest.Eventually(t, 5*time.Second, func() error {
+					if n := set.Counters().UpstreamConns; n >= ups {
+						return fmt.Errorf("%d upstream connections, want fewer than %d", n, ups)
+					}
+					return nil
+				})
+				_ = a.Write(respJoin(redistest.Cmd("SET", "other", "y"), redistest.Cmd("ACL", "WHOAMI")))
+			}
 			if got, closed := a.ReadToClose(5 * time.Second); !closed || len(got) > 0 {
 				t.Errorf("deleted user's connection: got %q closed=%v, want a close and no reply", got, closed)
 			}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
@@ -67,12 +68,20 @@ type link struct {
 	// raw: a SYNC/PSYNC was answered; the link relays the replication
 	// stream to its owner unframed (see onData).
 	raw bool
+	// gate counts the replayed state commands (replayState) not answered
+	// yet; while it is > 0 only the first gateBytes of wb (the replay) are
+	// written, the owner's requests after them wait (write).
+	gate      int
+	gateBytes int
 }
 
 type linkRef struct {
 	e     *request
 	part  int32
 	reset bool // a RESET whose reply is dropped (it still ends subscriptions and MONITOR)
+	// replay is 1 + the state slot (client.states) of a replayed state
+	// command, whose reply is checked (replayed); 0 for other requests.
+	replay int8
 }
 
 // queue appends req (copied) to the link's write buffer, answered by part
@@ -95,14 +104,76 @@ func (ln *link) queue(e *request, part int, req []byte) {
 // dropped (a replayed state command, the ASKING before an ASK retry, a
 // state command broadcast to the client's other connections). reset marks
 // a RESET.
-func (ln *link) queueDrop(req []byte, reset bool) {
+func (ln *link) queueDrop(req []byte, reset bool) { ln.queueRef(req, linkRef{reset: reset}) }
+
+// queueRef appends req (copied) to the link's write buffer, answered by r,
+// a reference to no request.
+func (ln *link) queueRef(req []byte, r linkRef) {
 	req, ln.pre = req[ln.pre:], 0
 	ln.wb = append(ln.wb, req...)
 	ln.wn++
-	ln.q.push(linkRef{reset: reset})
+	ln.q.push(r)
 	if !ln.touched {
 		ln.touched = true
 		ln.l.touched = append(ln.l.touched, ln)
+	}
+}
+
+// replayState queues the connection state of s (client.states: AUTH,
+// HELLO, SELECT, ...) on its new link, ahead of everything, and gates the
+// link: the requests queued after it are written only once the engine
+// has answered all of it (replayed), as a cluster client awaits AUTH on a
+// new node connection before it sends commands there. So a request never
+// runs under someone else's identity when the replayed AUTH is refused
+// (an ACL user deleted since): the client is closed instead.
+func (ln *link) replayState(s *client) {
+	for k, st := range s.states() {
+		ln.queueRef(st, linkRef{replay: int8(k + 1)})
+		ln.gate++
+	}
+	ln.gateBytes = len(ln.wb)
+}
+
+// stateRefusals are the error codes by which an engine refuses a replayed
+// AUTH/HELLO (WRONGPASS: the user is gone or its password changed) or the
+// right to set the state (NOPERM, NOAUTH).
+var stateRefusals = [][]byte{[]byte("WRONGPASS"), []byte("NOPERM"), []byte("NOAUTH")}
+
+// replayed handles the reply (of type t, first line head) to a replayed
+// state command of r on the owner's link. A refusal of the replayed AUTH,
+// HELLO, SELECT or READONLY/READWRITE (who the client is, which db it
+// reads) that the client's own command did not get (client.stateFailed)
+// closes the client at once, with nothing more from this link and its
+// held requests never sent: the engine would not serve it as the client
+// it was. The other replayed setters' errors are dropped, as their own
+// were (a library's CLIENT SETINFO that a restricted user may not send).
+// Once every replayed command is answered, the held requests are written.
+func (ln *link) replayed(r linkRef, t byte, head []byte, now int64) {
+	s := ln.owner
+	k := int(r.replay) - 1
+	if t == '-' && k <= stReadMode && !s.stateFailed[k] &&
+		slices.ContainsFunc(stateRefusals, func(code []byte) bool { return bytes.HasPrefix(head, code) }) {
+		ln.p.log.Debug("replayed connection state refused; closing the client", "upstream", ln.addr, "reply", string(head[:min(len(head), 16)]))
+		s.closing(csNow)
+		s.markDirty()
+		ln.fail(nil, false) // the owner is closing now: nothing of it is answered
+		ln.shutdown()
+		return
+	}
+	if ln.gate--; ln.gate == 0 {
+		ln.write(now)
+	}
+}
+
+// stateReply records whether the engine refused a client's own AUTH,
+// HELLO, SELECT or READONLY/READWRITE (e answered by a reply of type t),
+// for replayed.
+func stateReply(e *request, t byte) {
+	if e.flags&eInTx != 0 {
+		return
+	}
+	if k := stateSlot(e.cmd, nil); k >= 0 {
+		e.s.stateFailed[k] = t == '-'
 	}
 }
 
@@ -123,6 +194,20 @@ func (ln *link) queueRaw(b []byte) {
 func (ln *link) write(t int64) {
 	ln.touched = false
 	if ln.c == nil || len(ln.wb) == 0 {
+		return
+	}
+	if ln.gate > 0 {
+		// Only the replayed state goes out, at once; the rest waits for
+		// its replies (replayed).
+		if n := ln.gateBytes; n > 0 {
+			_, _ = ln.c.Write(ln.wb[:n])
+			if m := ln.l.m; m != nil {
+				m.AddUpstreamBytes(0, n)
+			}
+			ln.wb = append(ln.wb[:0], ln.wb[n:]...)
+			ln.wn -= ln.gate
+			ln.gateBytes = 0
+		}
 		return
 	}
 	first := ln.q.len() - ln.wn
@@ -304,6 +389,9 @@ func (ln *link) onData(data []byte) {
 		} else {
 			ln.cur = ln.cur[:0]
 		}
+		if ln.dead {
+			break // refused replayed state (replayed): nothing more is read
+		}
 	}
 	if ln.stalled && ln.q.len() == 0 && !ln.rf.InFrame() {
 		ln.shutdown() // drained: it is out of use
@@ -373,6 +461,13 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 	r := ln.q.pop()
 	prev := ln.lastReply
 	ln.lastReply = now
+	if r.replay > 0 && ln.owner != nil {
+		ln.replayed(r, f.Type, f.Head, now)
+		return
+	}
+	if r.e != nil {
+		stateReply(r.e, f.Type)
+	}
 	switch {
 	case r.reset || r.e != nil && r.e.cmd == command.Reset:
 		ln.subs, ln.monitor = subCounts{}, false
@@ -595,6 +690,17 @@ func (ln *link) closed(err error) {
 		s.markDirty()
 	}
 	if s := ln.owner; s != nil && !s.gone() && ln.c != nil {
+		if ln.redialable(s) {
+			// One of the several connections the proxy holds for the
+			// client (slots, pinned, facade) was closed by the engine
+			// (its idle timeout, CLIENT KILL, ACL DELUSER, a restart):
+			// as a cluster client does, the requests in flight on it
+			// fail, and the next request for the shard dials again and
+			// replays the client's state (replayState), which closes
+			// the client if the engine now refuses it.
+			ln.fail(ln.p.lostUpstream(ln.addr, err), false)
+			return
+		}
 		// The engine closed a connection it served on this client's
 		// behalf (CLIENT KILL, ACL DELUSER, its idle timeout, a crash):
 		// the client is closed once its replies are written, as its own
@@ -603,12 +709,35 @@ func (ln *link) closed(err error) {
 		s.closing(csAfterReplies)
 		s.markDirty()
 	}
+	if ln.owner == nil && ln.c != nil && !ln.p.closing.Load() {
+		ln.l.closeRiders(ln)
+	}
 	if ln.rf.InFrame() && ln.q.len() > 0 && ln.q.front().e != nil {
 		// Part of a reply is lost (it is held whole before it is relayed,
 		// so the client has none of it): the request fails as the others.
 		ln.p.log.Warn("upstream closed in the middle of a reply", "upstream", ln.addr)
 	}
 	ln.fail(ln.p.lostUpstream(ln.addr, err), true)
+}
+
+// redialable reports whether the engine's close of s's link leaves s
+// usable: yes for a client routed by slot (Config.Route slots, and the
+// facade's plain endpoint), which holds one connection per shard as a
+// cluster client does, unless the link carried state that a new
+// connection cannot restore: subscriptions or a MONITOR feed, a
+// replication stream, a transaction or WATCH bound to it, client-side
+// caching (CLIENT TRACKING on: the invalidations of keys read through it
+// would be lost), or the engine's own protocol error. A client with one
+// engine (route none, pinned, a facade virtual node) is closed, as a
+// direct client, or a cluster node's own client, is by the same close:
+// its engine connection idles only when it does.
+func (ln *link) redialable(s *client) bool {
+	if s.fixed() || ln.subs.any() || ln.monitor || ln.raw || ln.engineProtoErr ||
+		s.tx.on || s.tx.shard >= 0 && s.tx.shard == ln.idx {
+		return false
+	}
+	st := s.state[stTracking]
+	return len(st) == 0 || !bytes.Contains(bytes.ToLower(st), []byte("\r\non\r\n"))
 }
 
 // dialFailed runs on the loop when the shard could not be reached.

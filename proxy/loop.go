@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,10 @@ type loop struct {
 		n    int
 		id   command.ID
 	}
+
+	// authWait: the shared clients paused until an auth check that started
+	// after they connected has passed (auth.go).
+	authWait []*client
 }
 
 // lastNameLen is the longest command name lookup remembers.
@@ -308,11 +313,7 @@ func (l *loop) writeDeferred() {
 // Config.UpstreamConns) to shard for the given protocol, opening it if
 // needed.
 func (l *loop) sharedLink(shard int, resp3 bool, k int) *link {
-	n := l.p.cfg.UpstreamConns
-	i := shard*2*n + k
-	if resp3 {
-		i += n
-	}
+	i := l.sharedIndex(shard, resp3, k)
 	for i >= len(l.shared) {
 		l.shared = append(l.shared, nil)
 	}
@@ -330,6 +331,39 @@ func (l *loop) sharedLink(shard int, resp3 bool, k int) *link {
 	l.shared[i] = ln
 	go l.p.dialLink(ln, l.el)
 	return ln
+}
+
+// sharedIndex is where in l.shared the shared link of shard, protocol and
+// connection k (client.slot) is.
+func (l *loop) sharedIndex(shard int, resp3 bool, k int) int {
+	n := l.p.cfg.UpstreamConns
+	i := shard*2*n + k
+	if resp3 {
+		i += n
+	}
+	return i
+}
+
+// closeRiders closes, once answered, the clients with one engine (route
+// none) that ride the shared link ln, which the engine closed (CLIENT
+// KILL, its idle timeout, a restart): each would have been on a connection
+// of its own that the same close reached (a shared link is idle only when
+// all of them are). Clients routed by slot are left to re-dial, as their
+// private connections are (link.redialable).
+func (l *loop) closeRiders(ln *link) {
+	i := slices.Index(l.shared, ln)
+	if i < 0 {
+		return
+	}
+	for c := range l.clients {
+		s, _ := c.Context().(*client)
+		if s == nil || s.gone() || !s.has(cfShared) || !s.fixed() || s.p.route != routeNone ||
+			l.sharedIndex(s.home, s.has(cfResp3), s.slot) != i {
+			continue
+		}
+		s.closing(csAfterReplies)
+		s.markDirty()
+	}
 }
 
 // dropShared forgets a failed shared link.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -76,6 +77,16 @@ type Proxy struct {
 	authNudge    chan struct{}
 	authStop     context.CancelFunc
 	authDone     chan struct{}
+
+	// authNow asks for a check at once (a new shared client waits for it);
+	// authStarted numbers the checks started, authPassed is the number of
+	// the latest one completed, authWaiters counts the clients paused for
+	// one (auth.go).
+	authNow     chan struct{}
+	authStarted atomic.Uint64
+	authPassed  atomic.Uint64
+	authWaiters atomic.Int64
+	authConns   map[string]*respconn.Conn // by engine address (auth.go)
 
 	draining atomic.Bool
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
@@ -249,6 +260,7 @@ func (p *Proxy) Start() error {
 	if p.shared {
 		ctx, stop := context.WithCancel(context.Background())
 		p.authStop, p.authNudge, p.authDone = stop, make(chan struct{}, 1), make(chan struct{})
+		p.authNow = make(chan struct{}, 1)
 		p.setAuthRequired(p.authCheck(ctx))
 		go p.watchAuth(ctx, p.cfg.AuthCheck)
 	}

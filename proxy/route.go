@@ -189,6 +189,12 @@ func (r *router) run(ctx context.Context, seed string, every time.Duration) {
 // burst of nudges costs one call), until ctx ends. The background checks
 // (topology refresh, auth check) run on it.
 func periodic(ctx context.Context, every time.Duration, nudge <-chan struct{}, fn func()) {
+	periodicNow(ctx, every, nudge, nil, fn)
+}
+
+// periodicNow is periodic that also calls fn at once after a signal on
+// now (nil: never).
+func periodicNow(ctx context.Context, every time.Duration, nudge, now <-chan struct{}, fn func()) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -196,6 +202,7 @@ func periodic(ctx context.Context, every time.Duration, nudge <-chan struct{}, f
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-now:
 		case <-nudge:
 			select {
 			case <-ctx.Done():

@@ -39,7 +39,7 @@ func TestClientStateReplayedOnEveryShard(t *testing.T) {
 		}
 	}
 	var replay []byte
-	for st := range s.states() {
+	for _, st := range s.states() {
 		replay = append(replay, st...)
 	}
 	if want := string(noTouch) + string(redistest.Cmd("CLIENT", "SETINFO", "LIB-NAME", "b")); string(replay) != want {

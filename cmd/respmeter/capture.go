@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,13 +56,17 @@ func checkCaptureFile(path string) error {
 		return nil
 	}
 	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("--capture %s: the file exists; a capture never overwrites one (choose another name or remove it)", path)
+		return &fs.PathError{Op: "--capture", Path: path, Err: errCaptureExists}
 	}
 	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("--capture %s: no directory %s", path, filepath.Dir(path))
 	}
 	return nil
 }
+
+// errCaptureExists is checkCaptureFile's error for a file that exists (a
+// conflict on the admin API: 409).
+var errCaptureExists = fmt.Errorf("the file exists; a capture never overwrites one (choose another name or remove it): %w", fs.ErrExist)
 
 // startCapture starts cc on p.
 func startCapture(p *proxy.Proxy, cc proxy.CaptureConfig) error {
@@ -74,9 +79,13 @@ func startCapture(p *proxy.Proxy, cc proxy.CaptureConfig) error {
 // captureHandler serves the admin API of capture:
 //
 //	GET  /capture        the running or last capture's stats (JSON; 404 when none)
-//	POST /capture/start  ?file=F[&duration=D][&sample=F][&redact=values]: start one (409 when one runs)
+//	POST /capture/start  ?file=NAME[&duration=D][&sample=F][&redact=values]: start one (409 when one runs)
 //	POST /capture/stop   stop it; its final stats
-func captureHandler(p *proxy.Proxy) http.Handler {
+//
+// NAME is a plain file name created new inside dir (captureFileIn); any
+// other NAME, or an empty dir, gets 400 and writes nothing. The stack
+// wraps this handler in metrics.MutationGuard: the POSTs need the token.
+func captureHandler(p *proxy.Proxy, dir string) http.Handler {
 	mux := http.NewServeMux()
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -110,18 +119,22 @@ func captureHandler(p *proxy.Proxy) http.Handler {
 				return
 			}
 		}
-		if f.capture == "" {
-			fail(w, http.StatusBadRequest, errors.New("file: required"))
+		if f.capture, err = captureFileIn(dir, f.capture); err != nil {
+			fail(w, http.StatusBadRequest, err)
 			return
 		}
 		cc, err := captureConfig(&f)
+		if errors.Is(err, fs.ErrExist) {
+			fail(w, http.StatusConflict, err)
+			return
+		}
 		if err != nil {
 			fail(w, http.StatusBadRequest, err)
 			return
 		}
 		if err := p.StartCapture(cc); err != nil {
 			code := http.StatusInternalServerError
-			if errors.Is(err, capture.ErrRunning) {
+			if errors.Is(err, capture.ErrRunning) || errors.Is(err, fs.ErrExist) {
 				code = http.StatusConflict
 			}
 			fail(w, code, err)
@@ -142,6 +155,23 @@ func captureHandler(p *proxy.Proxy) http.Handler {
 		}
 	})
 	return mux
+}
+
+// captureFileIn returns the path of the capture file name inside dir, the
+// --capture-dir: name must be a plain file name (no path separator, not
+// "." or ".."), so that the file is created in dir itself and nowhere
+// else; capture.Start creates it with O_EXCL, which follows no symlink
+// (an existing file or symlink of that name fails with fs.ErrExist).
+func captureFileIn(dir, name string) (string, error) {
+	switch {
+	case dir == "":
+		return "", errors.New("captures through the admin API are off: start respmeter with --capture-dir")
+	case name == "":
+		return "", errors.New("file: required, a file name inside --capture-dir")
+	case name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsRune(name, 0):
+		return "", fmt.Errorf("file %q: want a plain file name inside --capture-dir, no path", name)
+	}
+	return filepath.Join(dir, name), nil
 }
 
 // newCaptureCmd is "respmeter capture": info (and import).

@@ -13,6 +13,30 @@ import (
 	"github.com/respmeter/respmeter/internal/redistest"
 )
 
+// sideBySide runs redis-benchmark (bench) with args through each of addrs
+// at the same time, so that a busy machine slows each alike, and fails b
+// if one fails.
+func sideBySide(b *testing.B, bench string, addrs []string, args ...string) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(addrs))
+	for i, addr := range addrs {
+		_, port, _ := net.SplitHostPort(addr)
+		wg.Go(func() {
+			out, err := exec.Command(bench, append([]string{"-h", "127.0.0.1", "-p", port}, args...)...).CombinedOutput()
+			if err != nil {
+				errs[i] = fmt.Errorf("redis-benchmark through %s: %v\n%s", addr, err, out)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCaptureCPU reports what `respmeter proxy --capture FILE` costs
 // in the proxy's own CPU per command, through real sockets (issue 18: "≤
 // 1.15× the CPU µs/op without capture"): two proxies in front of one
@@ -44,24 +68,8 @@ func BenchmarkCaptureCPU(b *testing.B) {
 			var offTicks, onTicks, ops int64
 			for range b.N {
 				off0, on0 := procTicks(b, off.cmd.Process.Pid), procTicks(b, on.cmd.Process.Pid)
-				var wg sync.WaitGroup
-				errs := make([]error, 2)
-				for i, addr := range []string{offAddr, onAddr} {
-					_, port, _ := net.SplitHostPort(addr)
-					wg.Go(func() {
-						out, err := exec.Command(bench, "-h", "127.0.0.1", "-p", port, "-c", "50", "-n", strconv.Itoa(n),
-							"-P", strconv.Itoa(pipe), "-d", "100", "-t", "set,get", "-q").CombinedOutput()
-						if err != nil {
-							errs[i] = fmt.Errorf("redis-benchmark through %s: %v\n%s", addr, err, out)
-						}
-					})
-				}
-				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
+				sideBySide(b, bench, []string{offAddr, onAddr}, "-c", "50", "-n", strconv.Itoa(n),
+					"-P", strconv.Itoa(pipe), "-d", "100", "-t", "set,get", "-q")
 				offTicks += procTicks(b, off.cmd.Process.Pid) - off0
 				onTicks += procTicks(b, on.cmd.Process.Pid) - on0
 				ops += 2 * int64(n) // -t set,get: n of each

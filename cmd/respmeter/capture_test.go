@@ -35,10 +35,11 @@ import (
 // capStack starts the proxy in-process in front of upstream with shared
 // upstream connections (routed sessions: what capture hooks into) and the
 // admin server on a free port.
-func capStack(t testing.TB, upstream string) *stack {
+func capStack(t testing.TB, upstream, captureDir string) *stack {
 	t.Helper()
 	return testStack(t, upstream, func(cfg *configs.Config) {
 		cfg.Admin = "127.0.0.1:0"
+		cfg.CaptureDir = captureDir
 		cfg.UpstreamMode = configs.UpstreamShared
 		cfg.ProbeInterval = 0
 		cfg.EnginePoll = 0
@@ -173,12 +174,13 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := capStack(t, src.Addr())
-	path := filepath.Join(t.TempDir(), "app.respcap")
-	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}}); code != http.StatusOK || !s.Running {
+	capDir := t.TempDir()
+	st := capStack(t, src.Addr(), capDir)
+	path := filepath.Join(capDir, "app.respcap")
+	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {"app.respcap"}}); code != http.StatusOK || !s.Running {
 		t.Fatalf("start: %d %+v", code, s)
 	}
-	if code, _ := adminPost(t, st, "/capture/start", url.Values{"file": {path + ".2"}}); code != http.StatusConflict {
+	if code, _ := adminPost(t, st, "/capture/start", url.Values{"file": {"app.respcap.2"}}); code != http.StatusConflict {
 		t.Errorf("second start: %d, want 409", code)
 	}
 	publishes, seed0 := appWorkload(t, st.proxy.Addr())
@@ -275,13 +277,15 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 // capture file; with --capture-redact values no value does either.
 func TestCaptureSecrets(t *testing.T) {
 	src := redistest.Start(t)
-	st := capStack(t, src.Addr())
+	capDir := t.TempDir()
+	st := capStack(t, src.Addr(), capDir)
 	secrets := []string{"s3cret-auth", "s3cret-hello", "s3cret-acl", "s3cret-config"}
 	values := []string{"value-one-xyz", "field-val-abc"}
 	for _, redact := range []string{"", "values"} {
 		t.Run("redact="+redact, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "c.respcap")
-			if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}, "redact": {redact}}); code != http.StatusOK {
+			name := "c-" + redact + ".respcap"
+			path := filepath.Join(capDir, name)
+			if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {name}, "redact": {redact}}); code != http.StatusOK {
 				t.Fatalf("start: %d %+v", code, s)
 			}
 			c := redistest.Dial(t, st.proxy.Addr())

@@ -32,8 +32,9 @@ func BenchmarkPartitionedReplay(b *testing.B) {
 	bench := redistest.SkipIfUnavailable(b)
 	bench = filepath.Join(filepath.Dir(bench), "redis-benchmark")
 	src := redistest.Start(b)
-	st := capStack(b, src.Addr())
-	capPath := filepath.Join(b.TempDir(), "max.respcap")
+	capDir := b.TempDir()
+	st := capStack(b, src.Addr(), capDir)
+	capPath := filepath.Join(capDir, "max.respcap")
 	postAdmin := func(path string, q url.Values) {
 		resp, err := http.Post("http://"+st.adminAddr+path+"?"+q.Encode(), "", nil)
 		if err != nil || resp.StatusCode != http.StatusOK {
@@ -41,7 +42,7 @@ func BenchmarkPartitionedReplay(b *testing.B) {
 		}
 		_ = resp.Body.Close()
 	}
-	postAdmin("/capture/start", url.Values{"file": {capPath}})
+	postAdmin("/capture/start", url.Values{"file": {filepath.Base(capPath)}})
 	host, port, _ := strings.Cut(st.proxy.Addr(), ":")
 	if out, err := exec.Command(bench, "-h", host, "-p", port, "-t", "set,get", "-n", "40000", "-c", "16", "-r", "10000", "-q").CombinedOutput(); err != nil {
 		b.Fatalf("redis-benchmark: %v\n%s", err, out)

@@ -38,9 +38,10 @@ func distWorkload(t *testing.T) string {
 	src := redistest.Start(t)
 	src.DoT(t, "SET", "seed:0", "zero")
 	src.DoT(t, "SET", "seed:1", "text")
-	st := capStack(t, src.Addr())
-	path := filepath.Join(t.TempDir(), "dist.respcap")
-	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}}); code != http.StatusOK || !s.Running {
+	capDir := t.TempDir()
+	st := capStack(t, src.Addr(), capDir)
+	path := filepath.Join(capDir, "dist.respcap")
+	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {filepath.Base(path)}}); code != http.StatusOK || !s.Running {
 		t.Fatalf("capture start: %d %+v", code, s)
 	}
 	ctx := context.Background()

@@ -136,9 +136,10 @@ func TestLivePageHeat(t *testing.T) {
 // add up to the 800 GETs.
 func TestHeatFromCapture(t *testing.T) {
 	srv := redistest.Start(t)
-	st := capStack(t, srv.Addr())
-	path := filepath.Join(t.TempDir(), "heat.respcap")
-	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}}); code != http.StatusOK || !s.Running {
+	capDir := t.TempDir()
+	st := capStack(t, srv.Addr(), capDir)
+	path := filepath.Join(capDir, "heat.respcap")
+	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {filepath.Base(path)}}); code != http.StatusOK || !s.Running {
 		t.Fatalf("start: %d %+v", code, s)
 	}
 	c := goRedis(st.proxy.Addr(), 3)

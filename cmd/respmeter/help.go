@@ -32,11 +32,12 @@ var proxyFlagGroup = map[string]string{
 	"check":  "config",
 	"help":   "config",
 
-	"listen":     "listen",
-	"admin":      "listen",
-	"loops":      "listen",
-	"log-level":  "listen",
-	"log-format": "listen",
+	"listen":           "listen",
+	"admin":            "listen",
+	"admin-token-file": "listen",
+	"loops":            "listen",
+	"log-level":        "listen",
+	"log-format":       "listen",
 
 	"upstream":          "upstream",
 	"upstream-user":     "upstream",
@@ -75,6 +76,7 @@ var proxyFlagGroup = map[string]string{
 	"drain-timeout":       "limits",
 
 	"capture":          "capture",
+	"capture-dir":      "capture",
 	"capture-duration": "capture",
 	"capture-sample":   "capture",
 	"capture-redact":   "capture",

@@ -80,6 +80,13 @@ func start(t testing.TB, env []string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startExe(t, exe, env, args...)
+}
+
+// startExe is start with the program exe: the test binary, or a respmeter
+// built from another revision (which ignores runMainEnv).
+func startExe(t testing.TB, exe string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(exe, args...)
 	p.cmd.Env = childEnv(env)

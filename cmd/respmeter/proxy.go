@@ -40,6 +40,9 @@ type proxyFlags struct {
 	upstream string
 	admin    string
 
+	adminTokenFile string
+	captureDir     string
+
 	route           string
 	shards          []string
 	cluster         string
@@ -144,6 +147,8 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.StringVar(&f.upstreamMode, "upstream-mode", d.UpstreamMode, "`mode`: private or shared")
 	fs.IntVar(&f.upstreamConns, "upstream-conns", d.UpstreamConns, "shared connections per loop, engine and protocol")
 	fs.StringVar(&f.admin, "admin", d.Admin, "`host:port` of the admin HTTP, or \"off\"")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", d.AdminTokenFile, "`file` with the bearer token changes on the admin API need")
+	fs.StringVar(&f.captureDir, "capture-dir", d.CaptureDir, "`directory` for captures started on the admin API")
 	fs.IntVar(&f.loops, "loops", d.Loops, "event loops; 0 means one per CPU")
 	fs.BoolVar(&f.measure, "measure", d.Measure, "false: only forward, the cost baseline")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "wait for replies in flight on SIGINT/SIGTERM")

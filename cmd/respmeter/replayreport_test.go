@@ -27,9 +27,10 @@ import (
 func captureTwo(t *testing.T, drive func(ctx context.Context, a, b *redis.Client)) string {
 	t.Helper()
 	src := redistest.Start(t)
-	st := capStack(t, src.Addr())
-	path := filepath.Join(t.TempDir(), "w.respcap")
-	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {path}}); code != http.StatusOK || !s.Running {
+	capDir := t.TempDir()
+	st := capStack(t, src.Addr(), capDir)
+	path := filepath.Join(capDir, "w.respcap")
+	if code, s := adminPost(t, st, "/capture/start", url.Values{"file": {filepath.Base(path)}}); code != http.StatusOK || !s.Running {
 		t.Fatalf("capture start: %d %+v", code, s)
 	}
 	a, b := goRedis(st.proxy.Addr(), 2), goRedis(st.proxy.Addr(), 2)

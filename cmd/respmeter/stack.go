@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -166,6 +167,10 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		}
 	}
 	var adminLn net.Listener
+	guard, err := newAdminGuard(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Admin != configs.AdminOff {
 		ln, err := net.Listen("tcp", cfg.Admin)
 		if err != nil {
@@ -195,7 +200,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		alog.Info("admin server off: no /metrics, /stats or /slowlog")
 		return st, nil
 	}
-	st.startAdmin(adminLn, reg, alog)
+	st.startAdmin(adminLn, reg, guard, alog)
 	return st, nil
 }
 
@@ -341,13 +346,14 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 }
 
 // startAdmin serves the admin endpoints on ln: /stats, /slowlog, /capture,
-// /metrics (reg), the live page at / and Go's profiler.
-func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, alog *slog.Logger) {
+// /metrics (reg), the live page at / and Go's profiler, their mutations
+// behind guard.
+func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, guard adminGuard, alog *slog.Logger) {
 	st.adminAddr = ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/stats", st.set.StatsHandlerWindowed(st.window, st.analyzer.statsExtraWindow))
 	mux.Handle("/slowlog", st.slowlog.Handler())
-	capture := captureHandler(st.proxy)
+	capture := captureHandler(st.proxy, st.cfg.CaptureDir)
 	mux.Handle("/capture", capture)
 	mux.Handle("/capture/", capture)
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
@@ -359,7 +365,7 @@ func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, alog *slo
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	st.admin = &http.Server{
-		Handler:           mux,
+		Handler:           guard.wrap(mux),
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ErrorLog:          slog.NewLogLogger(alog.Handler(), slog.LevelWarn),
 	}
@@ -372,6 +378,68 @@ func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, alog *slo
 	if host, _, _ := net.SplitHostPort(st.cfg.Admin); !configs.IsLoopback(host) {
 		alog.Warn("admin address is not loopback: /metrics, /stats and /slowlog are reachable from other hosts, without authentication",
 			"addr", st.cfg.Admin)
+	}
+	guard.announce(alog)
+}
+
+// adminGuard is how the admin server treats requests that change
+// something (metrics.MutationGuard): token required, open (loopback
+// without a token) or refused, with the reason said at start.
+type adminGuard struct {
+	token  string
+	open   bool
+	reason string
+}
+
+// newAdminGuard reads cfg.AdminTokenFile (its first line, space trimmed;
+// an empty token is an error) and decides: a token when given; with none,
+// mutations open on a loopback admin address and refused on any other;
+// "off" refuses them everywhere. It checks that cfg.CaptureDir, when set,
+// is a directory.
+func newAdminGuard(cfg configs.Config) (adminGuard, error) {
+	if cfg.CaptureDir != "" {
+		fi, err := os.Stat(cfg.CaptureDir)
+		if err != nil {
+			return adminGuard{}, fmt.Errorf("capture_dir: %w", err)
+		}
+		if !fi.IsDir() {
+			return adminGuard{}, fmt.Errorf("capture_dir %s: not a directory", cfg.CaptureDir)
+		}
+	}
+	host, _, _ := net.SplitHostPort(cfg.Admin)
+	switch cfg.AdminTokenFile {
+	case configs.AdminOff:
+		return adminGuard{reason: "admin_token_file is off: capture start/stop and slow log reset are refused"}, nil
+	case "":
+		if configs.IsLoopback(host) {
+			return adminGuard{open: true}, nil
+		}
+		return adminGuard{reason: "the admin address is not loopback and no admin_token_file is set: capture start/stop and slow log reset are refused"}, nil
+	}
+	b, err := os.ReadFile(cfg.AdminTokenFile)
+	if err != nil {
+		return adminGuard{}, fmt.Errorf("admin_token_file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	tok := strings.TrimSpace(line)
+	if tok == "" {
+		return adminGuard{}, fmt.Errorf("admin_token_file %s: empty token", cfg.AdminTokenFile)
+	}
+	return adminGuard{token: tok}, nil
+}
+
+// wrap guards h's mutations.
+func (g adminGuard) wrap(h http.Handler) http.Handler {
+	return metrics.MutationGuard(h, g.token, g.open, g.reason)
+}
+
+// announce logs how mutations are treated (never the token).
+func (g adminGuard) announce(log *slog.Logger) {
+	switch {
+	case g.token != "":
+		log.Info("admin mutations need the bearer token of admin_token_file")
+	case !g.open:
+		log.Warn("admin mutations refused: " + g.reason)
 	}
 }
 

@@ -1,0 +1,92 @@
+package proxy_test
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
+)
+
+// authChecks returns how many auth checks the engine has answered: its
+// calls of ACL GETUSER (INFO commandstats), which each check sends once.
+func authChecks(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`cmdstat_acl\|getuser:calls=(\d+)`).FindStringSubmatch(srv.DoT(t, "INFO", "commandstats").(string))
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// TestSharedNoAuthWindow: in shared mode a new client is served on the
+// shared connections only after an auth check that started after it
+// connected has passed. The periodic check is set to an hour, so only the
+// checks new clients ask for run. A burst of 100 clients that connected
+// together costs at most 2 checks (each check is one ACL GETUSER default
+// on respmeter's kept check connection, counted by the engine) and at
+// least one. Then CONFIG SET requirepass, sent to the
+// engine directly, is met by a new client's GET 50 ms later: -NOAUTH, as
+// a fresh engine connection gets. It was served from the still logged-in
+// shared connection until the next periodic check.
+func TestSharedNoAuthWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.DoT(t, "SET", "auth:w", "v")
+	p, _ := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) {
+		c.UpstreamMode = proxy.UpstreamShared
+		c.Loops = 1
+		c.AuthCheck = time.Hour
+	})
+	admin := redistest.Dial(t, srv.Addr()) // logged in before the password
+	defer admin.Close()
+	warm := redistest.Dial(t, p.Addr())
+	defer warm.Close()
+	warm.Roundtrip(t, redistest.Cmd("GET", "auth:w"), []byte("$1\r\nv\r\n"))
+
+	const burst = 100
+	conns := make([]*redistest.Conn, burst)
+	for i := range conns {
+		conns[i] = redistest.Dial(t, p.Addr())
+		defer conns[i].Close()
+	}
+	before := authChecks(t, srv)
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Write(redistest.Cmd("GET", "auth:w")); err != nil {
+				errs <- err
+				return
+			}
+			if b, err := c.ReadFrame(10 * time.Second); err != nil || string(b) != "$1\r\nv\r\n" {
+				errs <- fmt.Errorf("burst GET: %q %v", b, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if checks := authChecks(t, srv) - before; checks < 1 || checks > 2 {
+		t.Errorf("a burst of %d new clients cost %d auth checks, want 1 or 2", burst, checks)
+	}
+
+	admin.Roundtrip(t, redistest.Cmd("CONFIG", "SET", "requirepass", "pw"), []byte("+OK\r\n"))
+	defer admin.Roundtrip(t, redistest.Cmd("CONFIG", "SET", "requirepass", ""), []byte("+OK\r\n"))
+	time.Sleep(50 * time.Millisecond)
+	got, _ := redistest.Exchange(t, p.Addr(), [][]byte{redistest.Cmd("GET", "auth:w")},
+		redistest.ExchangeOptions{Frames: 1, Timeout: 5 * time.Second})
+	if !bytes.HasPrefix(got, []byte("-NOAUTH")) {
+		t.Errorf("a new client without AUTH, 50 ms after requirepass: %q, want -NOAUTH", got)
+	}
+}
