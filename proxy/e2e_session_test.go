@@ -96,7 +96,7 @@ func TestSessionEngineClosesClient(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range sessionModes {
 		t.Run(m.name, func(t *testing.T) {
-			redial := strings.HasPrefix(m.name, "slots")
+			redial := strings.HasPrefix(m.name, "slots") || routedMode()
 			p, set := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
 			c := redistest.Dial(t, p.Addr())
 			defer c.Close()
