@@ -18,7 +18,9 @@
 # Load, per mode, for SOAK_SECONDS, each in bounded rounds (a round has a start, an end and a
 # verdict, written to OUT/MODE/rounds.tsv):
 #   check    respmeter check --conns CHECK_CONNS --depth 8 --duration CHECK_ROUND (its own keys and
-#            pub/sub round trips); a round passes with exit 0, 0 mismatches, 0 connection errors
+#            pub/sub round trips; --no-pubsub in the cluster modes, where PUBLISH counts only the
+#            subscribers of the node it ran on); a round passes with exit 0, 0 mismatches, 0
+#            connection errors
 #   memtier  memtier_benchmark -c 2 -t 1 --rate-limiting MT_RATE --test-time MT_ROUND (cluster
 #            mode against the facade), --reconnect-on-error; a round passes with exit 0
 #   pubsub   redis-cli SUBSCRIBE and 20 PUBLISHes of numbered messages 0.2 s apart; a round passes
@@ -43,8 +45,8 @@
 #   - after each fault, respmeter_requests_in_flight falls to at most the load's concurrency
 #     (INFLIGHT_LOAD_MAX) within 10 s, and to 0 once the load has stopped at the end
 #   - goroutines (go_goroutines) and open fds (/proc/PID/fd) at most baseline + GOROUTINE_SLACK /
-#     FD_SLACK during the run, and at most baseline + 10 at the end (no growth); the baseline is
-#     the first scrape under load
+#     FD_SLACK during the run, and at most baseline + 10 at the end, the load stopped (no growth);
+#     the baseline is a scrape of respmeter idle before the load starts
 #   - respmeter's RSS (VmRSS) at most RSS_MAX_MIB
 #   - at least one fault of each kind the mode has was injected
 #
@@ -170,7 +172,11 @@ round() {
 
 check_round() {
   local o rc=0
-  o=$(timeout $((CHECK_ROUND + 40)) "$RESPMETER" check --target "127.0.0.1:$CHECK_PORT" \
+  local nopubsub=()
+  # In a cluster PUBLISH answers the subscribers of the node it ran on, not the cluster's (the
+  # message reaches the others over the bus): the pub/sub pair checks delivery there instead.
+  [ -n "$CLUSTERED" ] && nopubsub=(--no-pubsub)
+  o=$(timeout $((CHECK_ROUND + 40)) "$RESPMETER" check --target "127.0.0.1:$CHECK_PORT" "${nopubsub[@]}" \
     --conns "$CHECK_CONNS" --depth 8 --commands 1000000000 --duration "${CHECK_ROUND}s" --timeout 8s 2>&1) || rc=$?
   printf '%s\n' "$o" >>"$MD/logs/check.log"
   # commands N, mismatches M, error replies E, connection errors C, duration D (X cmds/s)
@@ -194,9 +200,10 @@ memtier_round() {
 
 pubsub_round() {
   local f="$MD/logs/sub.out" i got replies=""
-  timeout 12 "$REDIS_CLI" -h 127.0.0.1 -p "$PS_PORT" ${CLUSTER_FLAG} SUBSCRIBE "soak:$MODE:ch" >"$f" 2>&1 &
+  timeout 120 "$REDIS_CLI" -h 127.0.0.1 -p "$PS_PORT" ${CLUSTER_FLAG} SUBSCRIBE "soak:$MODE:ch" >"$f" 2>&1 &
   local sub=$!
-  sleep 1
+  # until the subscription is confirmed (its count, 1, after the channel's name), at most 10 s
+  for i in $(seq 50); do grep -qx 1 "$f" && break; sleep 0.2; done
   for i in $(seq 1 20); do
     replies+="$(timeout 3 "$REDIS_CLI" -h 127.0.0.1 -p "$PS_PORT" ${CLUSTER_FLAG} PUBLISH "soak:$MODE:ch" "m-$PS_SEQ-$i" 2>&1 | tr -d '\n'),"
     sleep 0.2
@@ -400,6 +407,8 @@ run_mode() {
   : >"$MD/rounds.tsv"
   : >"$MD/faults.tsv"
   : >"$MD/metrics.tsv"
+  sleep 1
+  scrape >"$MD/base.tsv" # the baseline: respmeter idle, before any load
   END=$(($(date +%s) + SOAK_SECONDS))
   log "$MODE: engines ${ENGINES[*]}, respmeter :$PROXY_PORT (admin :$ADMIN_PORT), for $SOAK_SECONDS s"
   load check check_round 1 & LOADS+=($!)
@@ -424,7 +433,7 @@ run_mode() {
 verdict() {
   local fails=() line
   local base_g base_fd max_g max_fd max_rss fin_g fin_fd fin_rss fin_fl
-  read -r _ base_g base_fd _ _ < <(awk -F'\t' '$2 != "" {print; exit}' "$MD/metrics.tsv")
+  IFS=$'\t' read -r _ base_g base_fd _ _ <"$MD/base.tsv"
   read -r max_g max_fd max_rss < <(awk -F'\t' '{if ($2 > g) g = $2; if ($3 > f) f = $3; if ($4 > r) r = $4} END {print g + 0, f + 0, r + 0}' "$MD/metrics.tsv")
   IFS=$'\t' read -r _ fin_g fin_fd fin_rss fin_fl <"$MD/final.tsv"
   local faults kinds
