@@ -51,7 +51,9 @@
 #     FD_SLACK during the run, and at most baseline + 10 at the end, the load stopped (no growth);
 #     the baseline is a scrape of respmeter idle before the load starts
 #   - respmeter's RSS (VmRSS) at most RSS_MAX_MIB
-#   - at least one fault of each kind the mode has was injected
+#   - at least one fault of each kind the mode has was injected (SOAK_SECONDS must leave room:
+#     the CI variant, 300 s with FAULT_EVERY=20, injects 7-10 per mode; 60 s is too short for the
+#     cluster modes)
 #
 # Usage: bench/soak.sh                 the modes one after another, SOAK_SECONDS each
 #        SOAK_CI=1 bench/soak.sh       CI: all modes at once, SOAK_SECONDS=300 unless set
@@ -347,13 +349,16 @@ scheduler() {
   done
 }
 
+# scraper starts a scrape every second (each bounded by curl's 2 s; on a busy machine one takes
+# longer than a second, so they overlap rather than slow the cadence down).
 scraper() {
   local i
   for ((i = 0; i < SOAK_SECONDS + 120; i++)); do
     [ "$(date +%s)" -lt "$((END + 15))" ] || break
-    scrape >>"$MD/metrics.tsv"
+    scrape >>"$MD/metrics.tsv" &
     sleep 1
   done
+  wait
 }
 
 run_mode() {
@@ -497,6 +502,7 @@ verdict() {
   echo "goroutines=base $base_g max $max_g end $fin_g"
   echo "fds=base $base_fd max $max_fd end $fin_fd"
   echo "rss_max_mib=$((max_rss / 1024)) in_flight_end=$fin_fl"
+  echo "scrapes=$(wc -l <"$MD/metrics.tsv") answered=$(awk -F'\t' '$2 != ""' "$MD/metrics.tsv" | wc -l)"
   if [ ${#fails[@]} -eq 0 ]; then echo "verdict=PASS"; else
     echo "verdict=FAIL"
     printf 'FAILED: %s\n' "${fails[@]}"
