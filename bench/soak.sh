@@ -99,6 +99,7 @@ REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli || true)}
 REDIS_BENCH=${REDIS_BENCH:-$(command -v redis-benchmark || true)}
 MEMTIER=${MEMTIER:-$("$ROOT/.ci/build-memtier.sh" 2>/dev/null | tail -1 || true)}
 
+ulimit -c 0 # a client that aborts on an injected fault (memtier does) leaves no core file in the tree
 STARTED=() # every pid this (sub)shell started, stopped on exit
 . "$HERE/lib.sh" # log, die, cleanup, start_bg, wait_ping
 
