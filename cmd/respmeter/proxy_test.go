@@ -720,3 +720,38 @@ func TestProxySecondSignal(t *testing.T) {
 		t.Errorf("stderr lacks the second-signal warning or reports an unclean stop:\n%s", s)
 	}
 }
+
+// TestRequestsInFlightGauge: /metrics' respmeter_requests_in_flight is 1
+// while a DEBUG SLEEP 2 sent through the proxy is on the engine, and back to
+// 0 once its reply has been written.
+func TestRequestsInFlightGauge(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	_, addr, admin := startProxy(t, srv.Addr())
+	gauge := regexp.MustCompile(`(?m)^respmeter_requests_in_flight (\S+)$`)
+	inFlight := func() string {
+		m := gauge.FindStringSubmatch(httpGet(t, "http://"+admin+"/metrics"))
+		if m == nil {
+			t.Fatal("/metrics has no respmeter_requests_in_flight")
+		}
+		return m[1]
+	}
+	if got := inFlight(); got != "0" {
+		t.Fatalf("in flight before any request: %s, want 0", got)
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, ReadTimeout: 10 * time.Second})
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if got := inFlight(); got != "1" {
+			return fmt.Errorf("in flight during DEBUG SLEEP 2: %s, want 1", got)
+		}
+		return nil
+	})
+	if err := <-done; err != nil {
+		t.Fatalf("DEBUG SLEEP through the proxy: %v", err)
+	}
+	if got := inFlight(); got != "0" {
+		t.Errorf("in flight after the reply: %s, want 0", got)
+	}
+}

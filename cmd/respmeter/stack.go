@@ -314,12 +314,18 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 	if err != nil {
 		return err
 	}
-	if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "respmeter_capture_dropped_total",
-		Help: "Capture records dropped because the capture writer fell behind (the clients are never slowed down).",
-	}, func() float64 { return float64(p.CaptureDropped()) })); err != nil {
+	if err := errors.Join(
+		reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "respmeter_capture_dropped_total",
+			Help: "Capture records dropped because the capture writer fell behind (the clients are never slowed down).",
+		}, func() float64 { return float64(p.CaptureDropped()) })),
+		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "respmeter_requests_in_flight",
+			Help: "Requests read from clients and not yet answered, at the scrape (0 when every client has its replies).",
+		}, func() float64 { return float64(p.InFlight()) })),
+	); err != nil {
 		_ = p.Stop(context.Background())
-		return fmt.Errorf("register capture metrics: %w", err)
+		return fmt.Errorf("register proxy metrics: %w", err)
 	}
 	st.proxy = p
 	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
