@@ -259,6 +259,41 @@ func TestOutcomes(t *testing.T) {
 				}
 			},
 		},
+		{
+			// The same DEBUG SLEEP 0.002 loop sent through the proxy by
+			// another client: 600 GETs wait behind DEBUG's residual work
+			// (0.8 ms over 1 - u, capped by their round trip: 2.448 ms),
+			// the 400 DEBUGs behind the GETs' next to nothing; one mean
+			// wait for both would give the GETs 40 % of theirs.
+			name:  "engine-busy, proxied",
+			loads: []load{{1, 600, 2600 * us, 2500 * us, 0}, {4, 400, 2200 * us, 2100 * us, 0}},
+			means: map[string]time.Duration{"get": 2 * us, "debug": 2 * ms}, area: 1.55,
+			in: Input{WitnessOK: true, ProbeBase: 50 * us, Witness: engstats.Witness{Interval: time.Second, Commands: 1000, MainCPU: 30 * ms,
+				HasMainCPU: true, Exec: 801*ms + 200*us,
+				Work: work(map[string]int64{"get": 600, "debug": 400}, map[string]time.Duration{"get": 1200 * us, "debug": 800 * ms})}},
+			bound: "engine-busy",
+			check: func(t *testing.T, iv split.Interval, v split.Verdict) {
+				if len(v.Classes) != 2 {
+					t.Fatalf("classes %+v", v.Classes)
+				}
+				for _, c := range v.Classes {
+					switch c.Name {
+					case "get":
+						near(t, "GET wait (ms)", millis(c.Wait), 2.448, 0.002)
+						near(t, "GET exec (ms)", millis(c.Exec), 0.002, 0.0001)
+					case "debug":
+						if c.Wait > 50*us {
+							t.Errorf("DEBUG wait %v, want at most its round trip less execution and floor (50µs)", c.Wait)
+						}
+					}
+				}
+				near(t, "others' residual, GET-weighted (ms)", millis(iv.OthersResidual), 0.6*0.8, 0.001)
+				near(t, "wait (ms)", millis(v.EngineWait), (600*2.448+400*millis(v.Classes[1].Wait))/1000, 0.002)
+				if v.Culprit != "debug" || math.Abs(v.CulpritBusy-0.8) > 0.001 || v.CulpritMean != 2*ms {
+					t.Errorf("culprit %q %v %v: %s", v.Culprit, v.CulpritBusy, v.CulpritMean, v)
+				}
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			set, observe := testSet()
