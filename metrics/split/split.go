@@ -391,11 +391,20 @@ func (iv Interval) Verdict() Verdict {
 		// execution figures every command counts alike.
 		share := 0.0
 		if n := float64(iv.Commands); n > 0 {
-			exec, cpu := iv.ExecTime.Seconds(), iv.CPUTime.Seconds()
+			exec, cpu, e := iv.ExecTime.Seconds(), iv.CPUTime.Seconds(), engine
+			// commandstats' execution is wall-clock: a command preempted
+			// while it ran holds the run-queue wait too, which for a
+			// starved thread can make one INFO outweigh thousands of GETs.
+			// The executions are taken on the CPU alone, in the share of
+			// the thread's runnable time it spent on one.
+			if rq := iv.RunQueueTime.Seconds(); iv.HostKnown && cpu > 0 {
+				f := cpu / (cpu + rq)
+				exec, e = exec*f, e*f
+			}
 			io := max(cpu-exec, 0) / n
 			share = 1 / n
-			if occupied := exec + n*io; occupied > 0 && engine > 0 {
-				share = (engine + io) / occupied
+			if occupied := exec + n*io; occupied > 0 && e > 0 {
+				share = (e + io) / occupied
 			}
 		}
 		// The requests ahead are the proxy's own (inFlight counts them),
@@ -429,10 +438,7 @@ func (iv Interval) Verdict() Verdict {
 			runq0 = runq
 		}
 		a.ModelWait = seconds(q + others + runq)
-		room := max(upstream-engine-iv.RTTFloor.Seconds(), 0)
-		if total := q + others + runq; total > room {
-			q, others, runq = q*room/total, others*room/total, runq*room/total
-		}
+		q, others, runq = capWait(q, others, runq, upstream-engine, iv.RTTFloor.Seconds())
 		wait = q + others + runq
 		if len(iv.Classes) > 0 {
 			a.Classes = iv.classWaits(&engine, &wait, &runq, &others, &a.ModelWait, q, runq0, preempt)
@@ -480,6 +486,24 @@ func (iv Interval) Verdict() Verdict {
 	return v
 }
 
+// capWait caps the engine wait's parts, per request in seconds, by the
+// room the upstream time leaves beside the execution (room): the
+// run-queue wait runq, measured (schedstat), by the room itself; the
+// modelled queue q and wait behind other commands others by what is left
+// after it and the network's floor, shared in proportion. The floor is
+// not taken from the run-queue wait, since it holds it when the engine is
+// starved: the upstream sockets' TCP RTT when the ACK of a request rides
+// on its reply, and the probe's baseline when it was taken while the
+// engine waited for its CPU.
+func capWait(q, others, runq, room, floor float64) (float64, float64, float64) {
+	runq = min(runq, max(room, 0))
+	left := max(room-runq-floor, 0)
+	if total := q + others; total > left {
+		q, others = q*left/total, others*left/total
+	}
+	return q, others, runq
+}
+
 // classWaits works the engine's execution and wait out per class
 // (Interval.Classes) from the interval-wide queue wait q and run-queue wait
 // runq per request (before the cap) and the run-queue share preempt of
@@ -501,12 +525,8 @@ func (iv Interval) classWaits(engine, wait, runq, others *float64, model *time.D
 		e := min(c.Exec.Seconds(), up)
 		e -= min(runq0, e*preempt)
 		o := OthersWait(c.Residual, iv.Utilization).Seconds()
-		cq, co, cr := q, o, runq0
-		mSum += (cq + co + cr) * cn
-		room := max(up-e-iv.RTTFloor.Seconds(), 0)
-		if total := cq + co + cr; total > room {
-			cq, co, cr = cq*room/total, co*room/total, cr*room/total
-		}
+		mSum += (q + o + runq0) * cn
+		cq, co, cr := capWait(q, o, runq0, up-e, iv.RTTFloor.Seconds())
 		w := cq + co + cr
 		out = append(out, ClassWait{Name: c.Name, Requests: c.Requests, Upstream: seconds(up), Exec: seconds(max(e, 0)),
 			Wait: seconds(w), Others: seconds(co)})
