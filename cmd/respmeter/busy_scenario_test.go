@@ -79,19 +79,31 @@ func scenarioEngineBusy(t testing.TB, culprit string, blockerArgs ...any) {
 // GET class's, with the loop less without it, same run); respmeter must
 // book that difference to the GETs' engine execution and wait within
 // ±15 %, name the engine in at least 80 % of the intervals with the loop
-// and DEBUG as the command that kept it busy.
+// and DEBUG as the command that kept it busy; the same with a 2 ms
+// busy-loop Lua script (EVAL) instead of DEBUG SLEEP.
 func TestScenarioEngineBusyProxied(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	redistest.Retry(t, 3, scenarioEngineBusyProxied)
+	for _, tc := range []struct {
+		name    string
+		culprit string
+		args    []any
+	}{
+		{"DEBUG SLEEP", "debug", []any{"DEBUG", "SLEEP", "0.002"}},
+		{"Lua", "eval", []any{"EVAL", scSpin, "0", "2000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			redistest.Retry(t, 3, func(t testing.TB) { scenarioEngineBusyProxied(t, tc.culprit, tc.args...) })
+		})
+	}
 }
 
-func scenarioEngineBusyProxied(t testing.TB) {
+func scenarioEngineBusyProxied(t testing.TB, culprit string, blockerArgs ...any) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	srv.Do("SET", "sc:k", "v")
 	st := scStack(t, srv.Addr(), scInterval)
 	load := scStartThink(t, st.proxy.Addr(), 2, 500*time.Microsecond, "GET", "sc:k")
 	before := scVerdicts(t, st, load)
-	blocker := scStart(t, st.proxy.Addr(), 1, "DEBUG", "SLEEP", "0.002")
+	blocker := scStart(t, st.proxy.Addr(), 1, blockerArgs...)
 	recs := append(scVerdicts(t, st, load), scVerdicts(t, st, load)...)
 	blocker.stop()
 	load.stop()
@@ -99,12 +111,12 @@ func scenarioEngineBusyProxied(t testing.TB) {
 		t.Fatalf("%d errors of the blocking loop, first: %v", len(blocker.errs), blocker.errs[0])
 	}
 	gb, g := scClass(t, before, "get"), scClass(t, recs, "get")
-	d := scClass(t, recs, "debug")
+	d := scClass(t, recs, culprit)
 	truth := g.Upstream - gb.Upstream
 	booked := (g.Exec + g.Wait) - (gb.Exec + gb.Wait)
 	t.Logf("GET without the loop: %d requests, upstream %v, exec %v, wait %v", gb.Requests, gb.Upstream, gb.Exec, gb.Wait)
 	t.Logf("GET with the loop: %d requests, upstream %v, exec %v, wait %v (behind other commands %v)", g.Requests, g.Upstream, g.Exec, g.Wait, g.Others)
-	t.Logf("DEBUG: %d requests, upstream %v, exec %v, wait %v", d.Requests, d.Upstream, d.Exec, d.Wait)
+	t.Logf("%s: %d requests, upstream %v, exec %v, wait %v", strings.ToUpper(culprit), d.Requests, d.Upstream, d.Exec, d.Wait)
 	t.Logf("the loop adds %v to the GETs' upstream; respmeter books %v more to their engine part (%+.1f%%)",
 		truth, booked, 100*float64(booked-truth)/float64(truth))
 	if truth < time.Millisecond/2 {
@@ -113,7 +125,7 @@ func scenarioEngineBusyProxied(t testing.TB) {
 	if dev := float64(booked-truth) / float64(truth); dev < -0.15 || dev > 0.15 {
 		t.Errorf("booked to the GETs' engine part %v, the loop added %v (%+.1f%%), want within 15%%", booked, truth, 100*dev)
 	}
-	scEngineNamed(t, recs, "debug")
+	scEngineNamed(t, recs, culprit)
 }
 
 // scClass returns the request-weighted means of command label name's
