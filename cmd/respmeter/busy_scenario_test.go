@@ -14,6 +14,19 @@ import (
 	"github.com/respmeter/respmeter/metrics/verdict"
 )
 
+// scBlockers are the other client's 2 ms commands of the engine-busy
+// scenarios: the command label the verdict must name and the command.
+var scBlockers = []struct {
+	name    string
+	culprit string
+	args    []any
+}{
+	{"DEBUG SLEEP", "debug", []any{"DEBUG", "SLEEP", "0.002"}},
+	// 2 ms of Lua CPU work (scSpin): the engine's thread on a CPU, not
+	// asleep.
+	{"Lua", "eval", []any{"EVAL", scSpin, "0", "2000"}},
+}
+
 // TestScenarioEngineBusy: two clients of GET through respmeter, pausing
 // 500 µs between requests, then another client looping DEBUG SLEEP 0.002,
 // or a 2 ms busy-loop Lua script, on the engine directly (the classic
@@ -25,16 +38,7 @@ import (
 // with the loop, and name DEBUG (EVAL) as the command that kept it busy.
 func TestScenarioEngineBusy(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	for _, tc := range []struct {
-		name    string
-		culprit string
-		args    []any
-	}{
-		{"DEBUG SLEEP", "debug", []any{"DEBUG", "SLEEP", "0.002"}},
-		// 2 ms of Lua CPU work (scSpin): the engine's thread on a CPU,
-		// not asleep.
-		{"Lua", "eval", []any{"EVAL", scSpin, "0", "2000"}},
-	} {
+	for _, tc := range scBlockers {
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Retry(t, 3, func(t testing.TB) { scenarioEngineBusy(t, tc.culprit, tc.args...) })
 		})
@@ -83,14 +87,7 @@ func scenarioEngineBusy(t testing.TB, culprit string, blockerArgs ...any) {
 // busy-loop Lua script (EVAL) instead of DEBUG SLEEP.
 func TestScenarioEngineBusyProxied(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	for _, tc := range []struct {
-		name    string
-		culprit string
-		args    []any
-	}{
-		{"DEBUG SLEEP", "debug", []any{"DEBUG", "SLEEP", "0.002"}},
-		{"Lua", "eval", []any{"EVAL", scSpin, "0", "2000"}},
-	} {
+	for _, tc := range scBlockers {
 		t.Run(tc.name, func(t *testing.T) {
 			redistest.Retry(t, 3, func(t testing.TB) { scenarioEngineBusyProxied(t, tc.culprit, tc.args...) })
 		})

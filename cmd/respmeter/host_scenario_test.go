@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,17 +28,7 @@ func TestScenarioHostStarved(t *testing.T) {
 
 func scenarioHostStarved(t testing.TB) {
 	srv := scKeyServer(t)
-	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
-		"--loops", "1", "--hdr-interval", "1s", "--probe-interval", "20ms")
-	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
-	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
-	pid := p.cmd.Process.Pid
-	proc := fmt.Sprintf("/proc/%d", pid)
-	if _, _, err := engstats.TasksSchedstat(proc); err != nil {
-		t.Skipf("no schedstat for respmeter: %v", err)
-	}
-	core := scPin(t, pid)
-	scAvoid(t, core)
+	addr, admin, proc, core := scPinnedProxy(t, srv)
 	scBurn(t, core)
 	load := scStart(t, addr, 1, "GET", "sc:k")
 	defer load.stop()
@@ -154,35 +140,12 @@ func TestScenarioProxySaturated(t *testing.T) {
 
 func scenarioProxySaturated(t testing.TB, bin string) {
 	srv := scKeyServer(t)
-	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
-		"--loops", "1", "--hdr-interval", "1s", "--probe-interval", "20ms")
-	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
-	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
-	pid := p.cmd.Process.Pid
-	proc := fmt.Sprintf("/proc/%d", pid)
-	if _, _, err := engstats.TasksSchedstat(proc); err != nil {
-		t.Skipf("no schedstat for respmeter: %v", err)
-	}
-	core := scPin(t, pid)
-	scAvoid(t, core)
+	addr, admin, proc, core := scPinnedProxy(t, srv)
 	scPinAway(t, scEnginePID(t, srv), core)
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const intervals = 5
 	secs := int((scWarmUp+(intervals+3)*time.Second)/time.Second) + 1
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
-	defer cancel()
-	// memtier inherits the test's affinity (every core but respmeter's).
-	cmd := exec.CommandContext(ctx, bin, "-s", host, "-p", port, "--protocol", "redis", "-t", "2", "-c", "20",
-		"--pipeline", "4", "--ratio", "1:1", "--test-time", strconv.Itoa(secs), "--key-maximum", "10000", "--hide-histogram")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = cmd.Wait() }()
+	// memtier keeps off respmeter's core, as the test does (scAvoid).
+	scMemtier(t, bin, addr, secs, "-t", "2", "-c", "20", "--pipeline", "4", "--ratio", "1:1")
 	time.Sleep(scWarmUp)
 	vs, rq, cpu, hosts := scHostIntervals(t, admin, proc, intervals)
 	t.Logf("respmeter's threads over the intervals: %v on a CPU, %v waiting for one (test's schedstat reads)", cpu, rq)
@@ -233,4 +196,24 @@ func scPinAway(t testing.TB, pid, core int) {
 			t.Skipf("keep thread %d of %d off core %d: %v", tid, pid, core, err)
 		}
 	}
+}
+
+// scPinnedProxy starts respmeter as a process of its own with one loop in
+// front of srv, a verdict every second, pins it to one core and keeps this
+// test process off that core; it returns respmeter's listening and admin
+// (http://) addresses, its /proc directory and the core.
+func scPinnedProxy(t testing.TB, srv *redistest.Server) (addr, admin, proc string, core int) {
+	t.Helper()
+	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
+		"--loops", "1", "--hdr-interval", "1s", "--probe-interval", "20ms")
+	addr = p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	admin = "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
+	pid := p.cmd.Process.Pid
+	proc = fmt.Sprintf("/proc/%d", pid)
+	if _, _, err := engstats.TasksSchedstat(proc); err != nil {
+		t.Skipf("no schedstat for respmeter: %v", err)
+	}
+	core = scPin(t, pid)
+	scAvoid(t, core)
+	return addr, admin, proc, core
 }

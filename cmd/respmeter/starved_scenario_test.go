@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,22 +65,8 @@ func scenarioEngineStarvedCheap(t testing.TB, bin string) {
 	scBurn(t, core)
 	scBurn(t, core)
 	st := scStack(t, srv.Addr(), scInterval)
-	host, port, err := net.SplitHostPort(st.proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
 	secs := int((scWarmUp + time.Duration(scIntervals+3)*scInterval) / time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-s", host, "-p", port, "--protocol", "redis", "-t", "1", "-c", "1",
-		"--pipeline", "1", "--ratio", "1:1", "--test-time", strconv.Itoa(secs), "--key-maximum", "10000", "--hide-histogram")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, out := scMemtier(t, bin, st.proxy.Addr(), secs, "-t", "1", "-c", "1", "--pipeline", "1", "--ratio", "1:1")
 	// The test's own schedstat reading as it sees each interval, a few
 	// milliseconds after the interval's end.
 	var reads []time.Duration
