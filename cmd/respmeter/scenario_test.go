@@ -684,22 +684,8 @@ func TestScenarioMemtier200(t *testing.T) {
 func scenarioMemtier200(t testing.TB, bin string) {
 	srv := redistest.Start(t)
 	st := scStack(t, srv.Addr(), scInterval)
-	host, port, err := net.SplitHostPort(st.proxy.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
 	secs := int((scWarmUp + time.Duration(scIntervals+2)*scInterval) / time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-s", host, "-p", port, "--protocol", "redis", "-t", "4", "-c", "50",
-		"--pipeline", "1", "--test-time", strconv.Itoa(secs), "--key-maximum", "10000", "--hide-histogram")
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, out := scMemtier(t, bin, st.proxy.Addr(), secs, "-t", "4", "-c", "50", "--pipeline", "1")
 	recs := scVerdicts(t, st, &scLoad{})
 	if err := <-done; err != nil {
 		t.Fatalf("memtier: %v\n%s", err, out.String())
@@ -727,4 +713,30 @@ func scenarioMemtier200(t testing.TB, bin string) {
 		}
 	}
 	scLittle(t, st, recs, 0.15, false)
+}
+
+// scMemtier starts memtier_benchmark (bin) against addr for secs seconds,
+// keys 1-10000, with the extra arguments args (threads, connections,
+// pipeline, ratio); it returns a channel that gets its exit and its
+// output, and kills it when the test ends. memtier inherits the test
+// process's CPU affinity.
+func scMemtier(t testing.TB, bin, addr string, secs int, args ...string) (<-chan error, *strings.Builder) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-s", host, "-p", port, "--protocol", "redis",
+		"--test-time", strconv.Itoa(secs), "--key-maximum", "10000", "--hide-histogram"}, args...)...)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() { done <- cmd.Wait(); close(finished) }()
+	t.Cleanup(func() { cancel(); <-finished })
+	return done, out
 }

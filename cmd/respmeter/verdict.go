@@ -412,6 +412,8 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	if busy := a.LatestBusy(); busy != nil {
 		fmt.Fprintf(&b, "latest interval with requests %s\n", busyLine(busy))
+		v := busy.Verdict
+		fmt.Fprintf(&b, "its account per request (ms): %s\n", accountLine(v.Think, v.Network, v.Exec, v.EngineWait, v.ProxyTime, v.LoopWait))
 	}
 	views := a.Shards()
 	for _, v := range views {
@@ -472,9 +474,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 	if sum.Requests > 0 {
-		fmt.Fprintf(&b, "account per request (ms): think %.4f + path %.4f + engine %.4f + wait %.4f + proxy %.4f + loop wait %.4f = cycle %.4f\n",
-			millis(acc.Think), millis(acc.Path), millis(acc.Exec), millis(acc.Wait), millis(acc.Proxy), millis(acc.Loop),
-			millis(acc.Think+acc.Path+acc.Exec+acc.Wait+acc.Proxy+acc.Loop))
+		fmt.Fprintf(&b, "account per request (ms): %s\n", accountLine(acc.Think, acc.Path, acc.Exec, acc.Wait, acc.Proxy, acc.Loop))
 		// A poll as often as the interval misses one now and then (the
 		// two clocks drift); a slower one most of them.
 		if n, of := a.StaleIntervals(); n > 0 && 10*n > of {
@@ -525,6 +525,15 @@ func engineCols(col func(time.Duration) string, dash string, exec, wait, runq, p
 		return out + col(path)
 	}
 	return out + dash
+}
+
+// accountLine formats an account per request, the parts the verdict's
+// shares are of: "think 0.1477 + path 0.0361 + engine 0.0003 + wait
+// 0.0597 + proxy 0.0038 + loop wait 0.1209 = cycle 0.3686" (ms).
+func accountLine(think, path, exec, wait, proxy, loop time.Duration) string {
+	return fmt.Sprintf("think %.4f + path %.4f + engine %.4f + wait %.4f + proxy %.4f + loop wait %.4f = cycle %.4f",
+		millis(think), millis(path), millis(exec), millis(wait), millis(proxy), millis(loop),
+		millis(think+path+exec+wait+proxy+loop))
 }
 
 // busyLine formats the verdict of an interval with requests for the

@@ -101,12 +101,46 @@ type Interval struct {
 	Culprit        string
 	CulpritBusy    float64
 	CulpritMean    time.Duration
+	// Classes, when known, are the interval's requests per command label
+	// with the residual work of every other command each one finds, so
+	// that a GET queued behind 2 ms commands (another client's, proxied
+	// or not) waits for them and the 2 ms commands themselves wait behind
+	// next to nothing; the requests of labels not in Classes take the
+	// interval-wide OthersResidual.
+	Classes []Class
 
 	// The proxy's own threads over the interval (/proc/self/task/*/
 	// schedstat; ProxyHostKnown): ProxyCPU their time on a CPU,
 	// ProxyRunQueue their time runnable but waiting for one.
 	ProxyCPU, ProxyRunQueue time.Duration
 	ProxyHostKnown          bool
+}
+
+// Class is one command label's requests over an interval (Interval.Classes).
+type Class struct {
+	// Name is the command label, Requests its timed requests and
+	// Upstream the sum of their upstream times.
+	Name     string
+	Requests int64
+	Upstream time.Duration
+	// Exec is the engine's mean execution of the label (0: unknown).
+	Exec time.Duration
+	// Residual is the mean residual work a request of the label arriving
+	// at a random moment finds in execution from every other command:
+	// the other labels' calls, whoever sent them, and this label's calls
+	// of other clients (Σ calls × mean² / (2 × interval), as
+	// OthersResidual).
+	Residual time.Duration
+}
+
+// ClassWait is a command label's per-request means in a Verdict: its
+// engine execution (Exec) and engine wait (Wait, queue behind the
+// proxy's own requests, behind other commands (Others) and run queue),
+// after the cap by the label's own upstream time (Upstream).
+type ClassWait struct {
+	Name                         string
+	Requests                     int64
+	Upstream, Exec, Wait, Others time.Duration
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -277,6 +311,10 @@ type Verdict struct {
 	Culprit     string
 	CulpritBusy float64
 	CulpritMean time.Duration
+	// Classes are the per-label means of Interval.Classes, nil without
+	// them; their request-weighted means make up Exec and EngineWait for
+	// the requests they hold.
+	Classes []ClassWait
 	// ProxyStarved is the proxy's threads' run-queue wait over their CPU
 	// time (ProxyHostKnown): 1 means they waited for a CPU as long as
 	// they ran.
@@ -353,11 +391,20 @@ func (iv Interval) Verdict() Verdict {
 		// execution figures every command counts alike.
 		share := 0.0
 		if n := float64(iv.Commands); n > 0 {
-			exec, cpu := iv.ExecTime.Seconds(), iv.CPUTime.Seconds()
+			exec, cpu, e := iv.ExecTime.Seconds(), iv.CPUTime.Seconds(), engine
+			// commandstats' execution is wall-clock: a command preempted
+			// while it ran holds the run-queue wait too, which for a
+			// starved thread can make one INFO outweigh thousands of GETs.
+			// The executions are taken on the CPU alone, in the share of
+			// the thread's runnable time it spent on one.
+			if rq := iv.RunQueueTime.Seconds(); iv.HostKnown && cpu > 0 {
+				f := cpu / (cpu + rq)
+				exec, e = exec*f, e*f
+			}
 			io := max(cpu-exec, 0) / n
 			share = 1 / n
-			if occupied := exec + n*io; occupied > 0 && engine > 0 {
-				share = (engine + io) / occupied
+			if occupied := exec + n*io; occupied > 0 && e > 0 {
+				share = (e + io) / occupied
 			}
 		}
 		// The requests ahead are the proxy's own (inFlight counts them),
@@ -368,6 +415,7 @@ func (iv Interval) Verdict() Verdict {
 			d = max(d, seconds(iv.Demand.Seconds()*float64(iv.Commands)*share))
 		}
 		q := QueueWait(iv.Utilization, d, a.UpInFlight).Seconds()
+		var runq0, preempt float64 // before the cap; the run-queue share of execution
 		// Behind other clients' commands: their residual work, queued.
 		others = OthersWait(iv.OthersResidual, iv.Utilization).Seconds()
 		if iv.HostKnown && iv.Commands > 0 {
@@ -381,17 +429,20 @@ func (iv Interval) Verdict() Verdict {
 			// run-queue share of the thread's occupied time is taken out
 			// of execution, up to the run-queue wait.
 			if rq+cpu > 0 {
-				engine -= min(runq, engine*rq/(rq+cpu))
+				preempt = rq / (rq + cpu)
+				engine -= min(runq, engine*preempt)
 			}
+			runq0 = runq
 		} else if iv.HostKnown {
 			runq = iv.RunQueueWait.Seconds()
+			runq0 = runq
 		}
 		a.ModelWait = seconds(q + others + runq)
-		room := max(upstream-engine-iv.RTTFloor.Seconds(), 0)
-		if total := q + others + runq; total > room {
-			q, others, runq = q*room/total, others*room/total, runq*room/total
-		}
+		q, others, runq = capWait(q, others, runq, upstream-engine, iv.RTTFloor.Seconds())
 		wait = q + others + runq
+		if len(iv.Classes) > 0 {
+			a.Classes = iv.classWaits(&engine, &wait, &runq, &others, &a.ModelWait, q, runq0, preempt)
+		}
 	}
 	// The loop wait: a request read late waited in its client socket
 	// (booked as think time), a reply read late in the upstream socket
@@ -435,6 +486,69 @@ func (iv Interval) Verdict() Verdict {
 	return v
 }
 
+// capWait caps the engine wait's parts, per request in seconds, by the
+// room the upstream time leaves beside the execution (room): the
+// run-queue wait runq, measured (schedstat), by the room itself; the
+// modelled queue q and wait behind other commands others by what is left
+// after it and the network's floor, shared in proportion. The floor is
+// not taken from the run-queue wait, since it holds it when the engine is
+// starved: the upstream sockets' TCP RTT when the ACK of a request rides
+// on its reply, and the probe's baseline when it was taken while the
+// engine waited for its CPU.
+func capWait(q, others, runq, room, floor float64) (float64, float64, float64) {
+	runq = min(runq, max(room, 0))
+	left := max(room-runq-floor, 0)
+	if total := q + others; total > left {
+		q, others = q*left/total, others*left/total
+	}
+	return q, others, runq
+}
+
+// classWaits works the engine's execution and wait out per class
+// (Interval.Classes) from the interval-wide queue wait q and run-queue wait
+// runq per request (before the cap) and the run-queue share preempt of
+// execution: each class waits behind its own Residual (OthersWait), and
+// its wait is capped by its own upstream time (keeping RTTFloor), so that
+// a cheap command's long wait is not averaged with a long command's short
+// one. The interval-wide engine, wait, runq, others and model figures are
+// replaced by the request-weighted means of the classes and, for the
+// requests of no class, the interval-wide figures passed in.
+func (iv Interval) classWaits(engine, wait, runq, others *float64, model *time.Duration, q, runq0, preempt float64) []ClassWait {
+	out := make([]ClassWait, 0, len(iv.Classes))
+	var n, eSum, wSum, rSum, oSum, mSum float64
+	for _, c := range iv.Classes {
+		if c.Requests <= 0 || c.Exec <= 0 {
+			continue
+		}
+		cn := float64(c.Requests)
+		up := c.Upstream.Seconds() / cn
+		e := min(c.Exec.Seconds(), up)
+		e -= min(runq0, e*preempt)
+		o := OthersWait(c.Residual, iv.Utilization).Seconds()
+		mSum += (q + o + runq0) * cn
+		cq, co, cr := capWait(q, o, runq0, up-e, iv.RTTFloor.Seconds())
+		w := cq + co + cr
+		out = append(out, ClassWait{Name: c.Name, Requests: c.Requests, Upstream: seconds(up), Exec: seconds(max(e, 0)),
+			Wait: seconds(w), Others: seconds(co)})
+		n += cn
+		eSum += e * cn
+		wSum += w * cn
+		rSum += cr * cn
+		oSum += co * cn
+	}
+	if n == 0 {
+		return nil
+	}
+	rest := max(float64(iv.Requests)-n, 0)
+	all := n + rest
+	*engine = (eSum + rest**engine) / all
+	*wait = (wSum + rest**wait) / all
+	*runq = (rSum + rest**runq) / all
+	*others = (oSum + rest**others) / all
+	*model = seconds((mSum + rest*model.Seconds()) / all)
+	return out
+}
+
 // Account is a request cycle's parts, per request, each at least 0, and
 // what the verdict's outcome is decided on: an interval's
 // (Interval.Verdict) or the request-weighted mean of several
@@ -467,6 +581,8 @@ type Account struct {
 	// that wait per request (ProxyWait).
 	ProxyCPU, ProxyRunQueue, ProxyWait time.Duration
 	ProxyHostKnown                     bool
+	// Classes: see Verdict (an interval's only).
+	Classes []ClassWait
 }
 
 // Verdict returns the shares and the outcome of the account; Little's
@@ -494,6 +610,7 @@ func (a Account) Verdict() Verdict {
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
 	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
 	v.LoopReply = a.LoopReply
+	v.Classes = a.Classes
 	if a.Others > 0 && a.CulpritBusy >= CulpritBusy {
 		v.Culprit, v.CulpritBusy, v.CulpritMean = a.Culprit, a.CulpritBusy, a.CulpritMean
 	}

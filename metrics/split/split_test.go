@@ -1,6 +1,7 @@
 package split
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -241,15 +242,15 @@ func TestFromShard(t *testing.T) {
 
 	got := FromShard(prev, cur, "127.0.0.1:7000")
 	want := Interval{Requests: 2, Total: 13 * ms, Upstream: 10 * ms, Proxy: 3 * ms, InFlight: -1}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("shard a: %+v, want %+v", got, want)
 	}
 	got = FromShard(nil, cur, "127.0.0.1:7001")
 	want = Interval{Requests: 1, Total: 10 * ms, Upstream: 3 * ms, Proxy: 7 * ms, InFlight: -1}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("shard b since start: %+v, want %+v", got, want)
 	}
-	if got := FromShard(prev, cur, "127.0.0.1:7002"); got != (Interval{InFlight: -1}) {
+	if got := FromShard(prev, cur, "127.0.0.1:7002"); !reflect.DeepEqual(got, Interval{InFlight: -1}) {
 		t.Errorf("unknown shard: %+v, want empty", got)
 	}
 }

@@ -126,25 +126,45 @@ func Build(in Input) split.Interval {
 	return iv
 }
 
-// others fills in iv the other clients' commands: per label, the engine's
-// calls over the witness's interval less the proxy's requests of that
-// label in the verdict's (scaled to the witness's length), each taking the
-// label's mean; their busy share, their residual (Σ calls × mean² / 2T)
-// and the label whose calls leave the most of that residual.
+// others fills in iv the commands other than each of the proxy's
+// requests: per label, the engine's calls over the witness's interval,
+// of which the proxy's requests of that label in the verdict's (scaled to
+// the witness's length) are its own, each call taking the label's mean.
+// A request of label l finds in execution the residual work (Σ calls ×
+// mean² / 2T) of every other label's calls, whoever sent them (another
+// client's DEBUG through the proxy as much as one sent to the engine
+// directly), and of l's calls from other clients (iv.Classes, weighted
+// into iv.OthersResidual by the proxy's requests of each label). The
+// culprit is the label whose calls leave the most of that residual, its
+// busy share that of its calls other to the proxy's requests.
 func others(iv *split.Interval, in Input) {
 	w := in.Witness
 	if len(w.Work) == 0 || w.Interval <= 0 {
 		return
 	}
-	proxied := map[string]int64{}
+	type own struct {
+		n        int64
+		upstream time.Duration
+	}
+	proxied := map[string]own{}
+	var total int64
 	if in.Cur != nil {
 		for i := range in.Cur.Commands {
-			n := in.Cur.Commands[i].Phases[metrics.PhaseTotal].Count()
+			if i < len(in.Cur.Excluded) && in.Cur.Excluded[i] {
+				continue
+			}
+			c := &in.Cur.Commands[i]
+			n, up := c.Phases[metrics.PhaseTotal].Count(), c.Phases[metrics.PhaseUpstream].Sum
 			if in.Prev != nil && i < len(in.Prev.Commands) {
 				n -= in.Prev.Commands[i].Phases[metrics.PhaseTotal].Count()
+				up -= in.Prev.Commands[i].Phases[metrics.PhaseUpstream].Sum
 			}
 			if n > 0 {
-				proxied[lower(in.Cur.Commands[i].Name)] += n
+				o := proxied[lower(c.Name)]
+				o.n += n
+				o.upstream += up
+				proxied[lower(c.Name)] = o
+				total += n
 			}
 		}
 	}
@@ -153,31 +173,72 @@ func others(iv *split.Interval, in Input) {
 		scale = w.Interval.Seconds() / in.Length.Seconds()
 	}
 	T := w.Interval.Seconds()
-	var busy, residual, top float64
+	// Per label: its whole residual and the other clients' part of it.
+	var all float64
+	resid := make([]float64, len(w.Work))
+	foreign := make([]float64, len(w.Work))
 	for i, wk := range w.Work {
 		if wk.Calls <= 0 || wk.Time <= 0 || i >= len(in.Labels) {
 			continue
 		}
-		own := float64(proxied[in.Labels[i]]) * scale
-		frac := max(float64(wk.Calls)-own, 0) / float64(wk.Calls) // the other clients' part of the calls
-		if frac <= 0 {
+		resid[i] = wk.Square / (2 * T)
+		own := float64(proxied[in.Labels[i]].n) * scale
+		foreign[i] = resid[i] * max(float64(wk.Calls)-own, 0) / float64(wk.Calls)
+		all += resid[i]
+	}
+	// A request of label l finds every other label's residual and the
+	// foreign part of l's own.
+	var weighted float64
+	for i, name := range in.Labels {
+		o, ok := proxied[name]
+		if !ok || i >= len(w.Work) || w.Work[i].Calls <= 0 {
 			continue
 		}
-		b := wk.Time.Seconds() * frac / T
-		r := wk.Square * frac / (2 * T)
+		r := all - resid[i] + foreign[i]
+		iv.Classes = append(iv.Classes, split.Class{Name: name, Requests: o.n, Upstream: o.upstream,
+			Exec: w.Work[i].Time / time.Duration(w.Work[i].Calls), Residual: time.Duration(r * float64(time.Second))})
+		weighted += r * float64(o.n)
+	}
+	var busy, top float64
+	for i, wk := range w.Work {
+		if wk.Calls <= 0 || wk.Time <= 0 || i >= len(in.Labels) {
+			continue
+		}
+		// The part of the label's calls other to the proxy's requests:
+		// all of them when the proxy sent requests of other labels, else
+		// the other clients' calls.
+		part := foreign[i] / resid[i]
+		if n := proxied[in.Labels[i]].n; total > n {
+			part = 1
+		}
+		if part <= 0 {
+			continue
+		}
+		b := wk.Time.Seconds() * part / T
 		busy += b
-		residual += r
 		// The culprit is the label whose calls leave the most residual
 		// work: long commands, not many short ones (a script's inner
 		// calls, counted apart from the script, take next to none).
-		if r > top {
+		if r := resid[i] * part; r > top {
 			top = r
 			iv.Culprit, iv.CulpritBusy = in.Labels[i], b
 			iv.CulpritMean = wk.Time / time.Duration(wk.Calls)
 		}
 	}
 	iv.OthersBusy = min(busy, 1)
-	iv.OthersResidual = time.Duration(residual * float64(time.Second))
+	if total > 0 && len(iv.Classes) > 0 {
+		var n int64
+		for _, c := range iv.Classes {
+			n += c.Requests
+		}
+		iv.OthersResidual = time.Duration(weighted / float64(n) * float64(time.Second))
+	} else {
+		var r float64
+		for i := range foreign {
+			r += foreign[i]
+		}
+		iv.OthersResidual = time.Duration(r * float64(time.Second))
+	}
 }
 
 // requestsBetween returns the timed requests between two snapshots.
@@ -741,7 +802,8 @@ func (a *Analyzer) area() int64 {
 }
 
 // account adds the interval to the sums since start: the verdict's and,
-// per command label, its engine wait weighted by the label's requests.
+// per command label, its engine wait (its class's, Verdict.Classes, when
+// there is one) weighted by the label's requests.
 func (a *Analyzer) account(prev, cur *metrics.Snapshot, rec *Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -762,7 +824,14 @@ func (a *Analyzer) account(prev, cur *metrics.Snapshot, rec *Record) {
 			continue
 		}
 		name := cur.Commands[i].Name
-		a.wait[name] += v.EngineWait.Seconds() * float64(n)
+		wait := v.EngineWait
+		for _, c := range v.Classes {
+			if c.Name == lower(name) {
+				wait = c.Wait
+				break
+			}
+		}
+		a.wait[name] += wait.Seconds() * float64(n)
 		a.runq[name] += v.RunQueueWait.Seconds() * float64(n)
 		a.waitN[name] += n
 	}

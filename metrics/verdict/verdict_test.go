@@ -239,6 +239,42 @@ func TestOutcomes(t *testing.T) {
 			},
 		},
 		{
+			// The same with the poller's 20 INFOs preempted while they
+			// ran: commandstats (wall-clock) gives them 24.5 ms against
+			// the GETs' 1 ms, the thread 25.5 ms on a CPU and 574 ms in
+			// the run queue. Shared out by wall-clock execution the GETs
+			// would get 4 % of the run queue (22 µs each); taken on the
+			// CPU (4.25 % of the runnable time), the INFOs' execution is
+			// 1 ms and the GETs get 94 % of it, 540 µs each.
+			name:  "engine-starved, an INFO preempted",
+			loads: []load{{1, 1000, 1000 * us, 900 * us, 0}},
+			means: map[string]time.Duration{"get": 1 * us}, area: 1,
+			in: Input{WitnessOK: true, Witness: engstats.Witness{Interval: time.Second, Commands: 1020, MainCPU: 25500 * us, HasMainCPU: true,
+				HostMainCPU: 25500 * us, RunQueue: 574 * ms, HasHost: true, Exec: 25500 * us,
+				Work: work(map[string]int64{"get": 1000, "other": 20}, map[string]time.Duration{"get": ms, "other": 24500 * us})}},
+			bound: "engine-starved",
+			check: func(t *testing.T, _ split.Interval, v split.Verdict) {
+				near(t, "run queue (µs)", float64(v.RunQueueWait)/1e3, 540, 1)
+			},
+		},
+		{
+			// One connection of cheap GETs, the engine starved since
+			// before the probe's baseline was taken: the baseline (6 ms)
+			// holds the run-queue wait, more than the 2.5 ms upstream.
+			// The measured run-queue wait (2 ms a command) is bounded by
+			// the upstream time only; the floor bounds what is modelled.
+			name:  "engine-starved, the floor holding it",
+			loads: []load{{1, 250, 2600 * us, 2500 * us, 0}},
+			means: map[string]time.Duration{"get": 3 * us}, area: 0.65,
+			in: Input{WitnessOK: true, ProbeBase: 6 * ms, Witness: engstats.Witness{Interval: time.Second, Commands: 300, MainCPU: 15 * ms, HasMainCPU: true,
+				HostMainCPU: 15 * ms, RunQueue: 600 * ms, HasHost: true, Exec: 900 * us,
+				Work: work(map[string]int64{"get": 250, "other": 50}, map[string]time.Duration{"get": 750 * us, "other": 150 * us})}},
+			bound: "engine-starved",
+			check: func(t *testing.T, _ split.Interval, v split.Verdict) {
+				near(t, "run queue (ms)", millis(v.RunQueueWait), 2, 0.05)
+			},
+		},
+		{
 			// 300 GETs a second through the proxy while another client
 			// loops DEBUG SLEEP 0.002 on the engine directly, 80 % of the
 			// time: the GETs' 2.5 ms upstream is the wait behind it.
@@ -256,6 +292,41 @@ func TestOutcomes(t *testing.T) {
 				if v.Culprit != "debug" || math.Abs(v.CulpritBusy-0.8) > 0.001 || v.CulpritMean != 2*ms ||
 					!strings.Contains(v.String(), "80% with DEBUG (2ms each) from other clients") || !strings.Contains(v.Next(), "DEBUG") {
 					t.Errorf("culprit %q %v %v: %s; next: %s", v.Culprit, v.CulpritBusy, v.CulpritMean, v, v.Next())
+				}
+			},
+		},
+		{
+			// The same DEBUG SLEEP 0.002 loop sent through the proxy by
+			// another client: 600 GETs wait behind DEBUG's residual work
+			// (0.8 ms over 1 - u, capped by their round trip: 2.448 ms),
+			// the 400 DEBUGs behind the GETs' next to nothing; one mean
+			// wait for both would give the GETs 40 % of theirs.
+			name:  "engine-busy, proxied",
+			loads: []load{{1, 600, 2600 * us, 2500 * us, 0}, {4, 400, 2200 * us, 2100 * us, 0}},
+			means: map[string]time.Duration{"get": 2 * us, "debug": 2 * ms}, area: 1.55,
+			in: Input{WitnessOK: true, ProbeBase: 50 * us, Witness: engstats.Witness{Interval: time.Second, Commands: 1000, MainCPU: 30 * ms,
+				HasMainCPU: true, Exec: 801*ms + 200*us,
+				Work: work(map[string]int64{"get": 600, "debug": 400}, map[string]time.Duration{"get": 1200 * us, "debug": 800 * ms})}},
+			bound: "engine-busy",
+			check: func(t *testing.T, iv split.Interval, v split.Verdict) {
+				if len(v.Classes) != 2 {
+					t.Fatalf("classes %+v", v.Classes)
+				}
+				for _, c := range v.Classes {
+					switch c.Name {
+					case "get":
+						near(t, "GET wait (ms)", millis(c.Wait), 2.448, 0.002)
+						near(t, "GET exec (ms)", millis(c.Exec), 0.002, 0.0001)
+					case "debug":
+						if c.Wait > 50*us {
+							t.Errorf("DEBUG wait %v, want at most its round trip less execution and floor (50µs)", c.Wait)
+						}
+					}
+				}
+				near(t, "others' residual, GET-weighted (ms)", millis(iv.OthersResidual), 0.6*0.8, 0.001)
+				near(t, "wait (ms)", millis(v.EngineWait), (600*2.448+400*millis(v.Classes[1].Wait))/1000, 0.002)
+				if v.Culprit != "debug" || math.Abs(v.CulpritBusy-0.8) > 0.001 || v.CulpritMean != 2*ms {
+					t.Errorf("culprit %q %v %v: %s", v.Culprit, v.CulpritBusy, v.CulpritMean, v)
 				}
 			},
 		},
