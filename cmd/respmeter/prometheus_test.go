@@ -47,7 +47,9 @@ const (
 //     non-empty result;
 //   - every panel query of configs/grafana/respmeter.json ($__rate_interval
 //     = 30s, every variable = all) answers a non-empty vector of finite,
-//     non-negative numbers (NaN only where a series had no traffic);
+//     non-negative numbers (NaN only where a series had no traffic), and
+//     the "where the upstream time goes" row reads 0, not NaN, once the
+//     load has stopped for a whole window;
 //   - the engine rate panel, one series per engine named by engine (its
 //     run_id), equals each engine's own INFO commandstats rate within 5 %,
 //     over the 30 s windows the scrape and poll intervals allow (rates),
@@ -314,6 +316,19 @@ func TestPrometheusDashboard(t *testing.T) {
 		t.Errorf("p99 of debug through P3: panel %.6fs, /stats %.6fs (ratio %.3f); want within 15 %%", v[0].value, truth, r)
 	} else {
 		t.Logf("p99 of debug through P3: panel %.6fs, /stats %.6fs (ratio %.3f)", v[0].value, truth, r)
+	}
+
+	// Idle: once a whole window has passed without requests, every part of
+	// the account reads 0, not NaN (a gap in the stacked chart).
+	cancel()
+	wg.Wait()
+	idle := time.Now().Add(promWindow + promScrapeEvery + promEdgeAfter)
+	time.Sleep(time.Until(idle) + promEdgeAfter)
+	for i, expr := range account.exprs {
+		v, err := prom.query(substitute(expr, map[string]string{"instance": ".*"}), idle)
+		if err != nil || len(v) != 1 || math.IsNaN(v[0].value) || v[0].value != 0 {
+			t.Errorf("idle account panel query %d %s: %v, %v; want one 0", i, expr, v, err)
+		}
 	}
 }
 
