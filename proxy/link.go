@@ -151,7 +151,7 @@ var stateRefusals = [][]byte{[]byte("WRONGPASS"), []byte("NOPERM"), []byte("NOAU
 func (ln *link) replayed(r linkRef, t byte, head []byte, now int64) {
 	s := ln.owner
 	k := int(r.replay) - 1
-	if t == '-' && k <= stReadMode && !s.stateFailed[k] &&
+	if t == resp.TypeError && k <= stReadMode && !s.stateFailed[k] &&
 		slices.ContainsFunc(stateRefusals, func(code []byte) bool { return bytes.HasPrefix(head, code) }) {
 		ln.p.log.Debug("replayed connection state refused; closing the client", "upstream", ln.addr, "reply", string(head[:min(len(head), 16)]))
 		s.closing(csNow)
@@ -173,7 +173,7 @@ func stateReply(e *request, t byte) {
 		return
 	}
 	if k := stateSlot(e.cmd, nil); k >= 0 {
-		e.s.stateFailed[k] = t == '-'
+		e.s.stateFailed[k] = resp.IsErrorType(t)
 	}
 }
 
