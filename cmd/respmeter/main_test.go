@@ -424,7 +424,7 @@ func TestPrecedence(t *testing.T) {
 		{"explicit default flag wins", []string{"RESPMETER_LOOPS=3"}, []string{"--loops", "0"}, []string{"loops: 0\n"}},
 		{"new keys defaults", nil, nil, []string{
 			"client_output_limit: 64MiB\n", "client_query_limit: 1GiB\n", "max_clients: 10000\n",
-			"probe_interval: 100ms\n", "engine_poll: 5s\n", "slowlog_threshold: 10ms\n", "slowlog_len: 128\n",
+			"probe_interval: 100ms\n", "engine_poll: 1s\n", "slowlog_threshold: 10ms\n", "slowlog_len: 128\n",
 			"hdr_log: \"\"\n", "hdr_interval: 1s\n",
 		}},
 		{"new keys from the file", nil, []string{"--config", file2}, []string{
