@@ -691,6 +691,9 @@ func (ln *link) closed(err error) {
 	}
 	if s := ln.owner; s != nil && !s.gone() && ln.c != nil {
 		if ln.redialable(s) {
+			if m := ln.p.cfg.Metrics; m != nil && ln.q.len() > 0 && !ln.p.closing.Load() {
+				m.UpstreamLost() // (fail counts it when lost)
+			}
 			// One of the several connections the proxy holds for the
 			// client (slots, pinned, facade) was closed by the engine
 			// (its idle timeout, CLIENT KILL, ACL DELUSER, a restart):
