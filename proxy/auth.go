@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"time"
 
@@ -39,6 +41,10 @@ func (p *Proxy) authCheck(ctx context.Context) bool {
 	return false
 }
 
+// errAuthUnreachable: the engine did not answer the check's command (a
+// frozen or dead engine), so a new connection would not answer either.
+var errAuthUnreachable = errors.New("engine not answering the auth check")
+
 // noauthReply starts the engine's answer to a command on a connection that
 // must authenticate first (-NOAUTH Authentication required.).
 var noauthReply = []byte("-NOAUTH")
@@ -48,8 +54,23 @@ var noauthReply = []byte("-NOAUTH")
 // one round trip on a kept connection) where it can tell, else by a PING
 // on a new connection, answered -NOAUTH.
 func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
-	if refused, ok := p.defaultUserRefuses(ctx, addr); ok {
+	if time.Now().Before(p.authSilent[addr]) {
+		return false // it did not answer a check a moment ago (authSilentFor)
+	}
+	refused, ok, err := p.defaultUserRefuses(ctx, addr)
+	if ok {
 		return refused
+	}
+	if errors.Is(err, errAuthUnreachable) {
+		// No answer within the timeout: waiting once more for a PING on a
+		// new connection, or at each of the next checks, would hold the
+		// new clients waiting for them (a frozen master until its
+		// failover) for nothing.
+		if p.authSilent == nil {
+			p.authSilent = make(map[string]time.Time)
+		}
+		p.authSilent[addr] = time.Now().Add(authSilentFor)
+		return false
 	}
 	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout})
 	if err != nil {
@@ -80,26 +101,33 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 // without ACL, a default user not allowed ACL GETUSER: -NOPERM): the
 // caller dials a new connection instead. Only the auth-check goroutine
 // calls it (Start's first check before it).
-func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, ok bool) {
+func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, ok bool, err error) {
 	c := p.authConns[addr]
 	if c == nil {
-		var err error
-		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout, Name: authCheckName}); err != nil {
-			return false, false
+		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: min(p.cfg.DialTimeout, 4*authAnswerTimeout), Name: authCheckName}); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return false, false, errAuthUnreachable
+			}
+			return false, false, err
 		}
 		if p.authConns == nil {
 			p.authConns = make(map[string]*respconn.Conn)
 		}
 		p.authConns[addr] = c
 	}
-	v, err := c.Do(p.cfg.DialTimeout, "ACL", "GETUSER", "default")
+	v, err := c.Do(min(p.cfg.DialTimeout, authAnswerTimeout), "ACL", "GETUSER", "default")
 	if err == nil && v.IsError() && strings.HasPrefix(v.Str, string(noauthReply[1:])) {
-		return true, true
+		return true, true, nil
 	}
 	if err != nil || v.IsError() || !v.IsArray() {
 		c.Close()
 		delete(p.authConns, addr) // dialled again at the next check
-		return false, false
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return false, false, errAuthUnreachable
+		}
+		return false, false, err
 	}
 	for i := 0; i+1 < len(v.Elems); i += 2 {
 		if v.Elems[i].Str != "flags" {
@@ -110,10 +138,22 @@ func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, o
 			on = on || f.Str == "on"
 			nopass = nopass || f.Str == "nopass"
 		}
-		return !on || !nopass, true
+		return !on || !nopass, true, nil
 	}
-	return false, false
+	return false, false, nil
 }
+
+// authAnswerTimeout bounds the wait for an engine's answer to the auth
+// check's ACL GETUSER (one round trip, well under a millisecond on a live
+// engine), and four times it the dial of the connection kept for it: new
+// shared clients wait for the check, and an engine that does not answer
+// (frozen until its failover, say) counts as not refusing, as one that
+// cannot be reached does, rather than holding them.
+const authAnswerTimeout = 250 * time.Millisecond
+
+// authSilentFor is how long an engine that did not answer an auth check
+// is left out of the next ones (counted as not refusing).
+const authSilentFor = 5 * time.Second
 
 // authCheckName is the CLIENT SETNAME of the connection kept for the auth
 // checks, so that an operator can tell it in CLIENT LIST.

@@ -87,6 +87,7 @@ type Proxy struct {
 	authPassed  atomic.Uint64
 	authWaiters atomic.Int64
 	authConns   map[string]*respconn.Conn // by engine address (auth.go)
+	authSilent  map[string]time.Time      // engines that did not answer an auth check, left out until then (auth.go)
 
 	draining atomic.Bool
 	closing  atomic.Bool  // Stop is closing every connection (drain over)
