@@ -582,7 +582,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		valueSize  = 1 << 20
 		attempts   = 3
 		neighbours = 20
-		direct     = 5 // clients of the same engine, not through the proxy
+		direct     = 5                    // clients of the same engine, not through the proxy
 		pace       = 8 * time.Millisecond // per neighbour: 2,500 requests/s per group
 		slowPause  = 5 * time.Millisecond // between the slow reader's GETs
 		// The slow reader's GETs: 240 MiB of replies, three times the
@@ -592,8 +592,8 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 		// seconds (measured with 5,000: the engine answered nobody for
 		// 20 s while its memory grew to 700 MiB, and no eviction came).
 		slowGets = 3 * (proxy.DefaultClientOutputLimit + 16<<20) / valueSize
-		baseFor    = 1500 * time.Millisecond
-		minBase    = 1000 // baseline samples, for a p99 of 10 or more
+		baseFor  = 1500 * time.Millisecond
+		minBase  = 1000 // baseline samples, for a p99 of 10 or more
 	)
 	e, lg := srSetup(t, "big:sr", valueSize)
 	ctl, _ := srSetup(t, "", 0)
