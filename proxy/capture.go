@@ -58,25 +58,8 @@ func (p *Proxy) StartCapture(cc CaptureConfig) error {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	var keyPos func([][]byte, []int) []int
-	if r := p.resolver; r != nil {
-		keyPos = func(args [][]byte, dst []int) []int {
-			keys, err := r.Keys(args, nil)
-			if err != nil {
-				return dst
-			}
-			for _, k := range keys {
-				for i := 1; i < len(args); i++ {
-					if len(k) > 0 && len(args[i]) > 0 && &args[i][0] == &k[0] {
-						dst = append(dst, i)
-					}
-				}
-			}
-			return dst
-		}
-	}
 	c, err := capture.Start(cc.File, capture.Options{Loops: n, Base: p.now(), Sample: cc.Sample,
-		RedactValues: cc.RedactValues, KeyPos: keyPos, BufferBytes: cc.BufferBytes})
+		RedactValues: cc.RedactValues, BufferBytes: cc.BufferBytes})
 	if err != nil {
 		return err
 	}
@@ -165,7 +148,11 @@ func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now
 		}
 		s.capBuf.Conn(id, now, state)
 	}
-	if s.capBuf != nil && len(reqs) > 0 {
+	switch {
+	case s.capBuf == nil || len(reqs) == 0:
+	case c.RedactsValues():
+		s.capBuf.KeyedBatch(s.capID, now, first, reqs, s.l.capKeys)
+	default:
 		s.capBuf.Batch(s.capID, now, first, reqs, !s.capSecret)
 	}
 }

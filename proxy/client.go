@@ -692,6 +692,11 @@ func (s *client) clientData(data []byte) {
 	v := p.router.load()
 	off, routed, first := 0, 0, s.seq+1
 	s.capSecret = false
+	// A capture that redacts values keeps the keys: where they are comes
+	// from each request's classification (capture.KeyedBatch).
+	capc := p.capture.cur.Load()
+	keyed := capc != nil && capc.RedactsValues()
+	s.l.capKeys = s.l.capKeys[:0]
 	for off < len(data) && !s.stopped() {
 		if s.has(cfShared) && s.q.len() >= sharedMaxInflight {
 			// On a shared connection one client's deep pipeline would hold
@@ -735,6 +740,10 @@ func (s *client) clientData(data []byte) {
 			off = len(data)
 			break
 		}
+		if keyed && len(s.l.args) > 0 {
+			keys, _ := s.l.call.Keys() // found once for this request (routing.Call)
+			s.l.capKeys = capture.AppendKeyPos(s.l.capKeys, s.l.args, keys)
+		}
 		s.endPartial(frame)
 		routed = off
 		if s.raw != nil {
@@ -744,8 +753,8 @@ func (s *client) clientData(data []byte) {
 			break
 		}
 	}
-	if c := p.capture.cur.Load(); c != nil || s.capOf != nil {
-		s.captureBatch(c, data[:routed], first, now)
+	if capc != nil || s.capOf != nil {
+		s.captureBatch(capc, data[:routed], first, now)
 	}
 	s.flushHeld()
 	tail := data[off:]

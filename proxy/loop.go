@@ -91,6 +91,7 @@ type loop struct {
 	pos     [][]int32 // scratch: an MGET's key positions per part
 	num     []byte
 	scratch []byte
+	capKeys []byte // the key positions of a read's requests (capture.AppendKeyPos)
 	sf      *resp.ReplyFramer
 	hscan   resp.RequestScanner // splits held requests
 	// last is the command name looked up last, as the client spelt it,

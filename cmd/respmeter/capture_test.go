@@ -274,13 +274,15 @@ func TestCaptureReplayRoundTrip(t *testing.T) {
 }
 
 // TestCaptureSecrets: credentials sent through the proxy never reach the
-// capture file; with --capture-redact values no value does either.
+// capture file; with --capture-redact values no value does either, and
+// every key stays (the proxy's own classification of each request tells
+// them: MSET's every other argument, ZUNIONSTORE's by its numkeys).
 func TestCaptureSecrets(t *testing.T) {
 	src := redistest.Start(t)
 	capDir := t.TempDir()
 	st := capStack(t, src.Addr(), capDir)
 	secrets := []string{"s3cret-auth", "s3cret-hello", "s3cret-acl", "s3cret-config"}
-	values := []string{"value-one-xyz", "field-val-abc"}
+	values := []string{"value-one-xyz", "field-val-abc", "mset-val-one", "mset-val-two"}
 	for _, redact := range []string{"", "values"} {
 		t.Run("redact="+redact, func(t *testing.T) {
 			name := "c-" + redact + ".respcap"
@@ -297,6 +299,8 @@ func TestCaptureSecrets(t *testing.T) {
 				{"CONFIG", "SET", "masterauth", "s3cret-config"},
 				{"SET", "key:1", "value-one-xyz"},
 				{"HSET", "key:2", "f", "field-val-abc"},
+				{"MSET", "key:3", "mset-val-one", "key:4", "mset-val-two"},
+				{"ZUNIONSTORE", "key:5", "2", "key:6", "key:7"}, // keys found by numkeys
 				{"PING"},
 			} {
 				reqs = append(reqs, redistest.Cmd(args...))
@@ -328,7 +332,7 @@ func TestCaptureSecrets(t *testing.T) {
 					t.Errorf("value %q in the file: %v, want %v", v, in, redact == "")
 				}
 			}
-			kept := []string{"key:1", "key:2"}
+			kept := []string{"key:1", "key:2", "key:3", "key:4", "key:5", "key:6", "key:7"}
 			if redact == "" {
 				kept = append(kept, "u1", "default", "masterauth")
 			}

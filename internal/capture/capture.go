@@ -111,6 +111,10 @@ const (
 	// kindCleanBatch is a KindBatch record in a Buf that the writer need
 	// not redact (Buf.Batch's clean); never in a file.
 	kindCleanBatch byte = 'b'
+	// kindKeyedBatch is a KindBatch record in a Buf that carries where
+	// its requests' keys are (Buf.KeyedBatch); the writer drops that part.
+	// Never in a file.
+	kindKeyedBatch byte = 'k'
 )
 
 // Reply flags.

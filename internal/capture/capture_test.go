@@ -16,6 +16,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 )
 
@@ -29,12 +30,28 @@ func cmd(args ...string) []byte {
 
 func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }
 
-// keyPos1 takes argument 1 for the key (enough for GET/SET/... here).
-func keyPos1(args [][]byte, dst []int) []int {
-	if len(args) > 1 {
-		dst = append(dst, 1)
+// keysAt returns the KeyedBatch key entries of the requests of reqs
+// (whole multibulk frames) taking argument 1 of each for its key (enough
+// for GET/SET/HSET here), as the proxy gives them from its routing.Call.
+func keysAt(t testing.TB, reqs []byte) []byte {
+	t.Helper()
+	var sc resp.RequestScanner
+	var out []byte
+	for len(reqs) > 0 {
+		n, kind, err := sc.Scan(reqs)
+		if err != nil || n == 0 {
+			t.Fatalf("keysAt: %q: %v", reqs, err)
+		}
+		sc.Reset()
+		args := resp.Args(reqs[:n], kind, nil)
+		reqs = reqs[n:]
+		var keys [][]byte
+		if len(args) > 1 {
+			keys = args[1:2]
+		}
+		out = AppendKeyPos(out, args, keys)
 	}
-	return dst
+	return out
 }
 
 // writeCapture runs a capture that records what fill writes and returns
@@ -171,7 +188,7 @@ func TestCaptureSecretsRedacted(t *testing.T) {
 func TestCaptureCleanBatches(t *testing.T) {
 	mixed := cat(cmd("GET", "k1"), cmd("AUTH", "pw-mixed"), cmd("GET", "k2"))
 	for _, values := range []bool{false, true} {
-		path := writeCapture(t, Options{RedactValues: values, KeyPos: keyPos1}, func(c *Capture) {
+		path := writeCapture(t, Options{RedactValues: values}, func(c *Capture) {
 			id, _ := c.NewConn()
 			b := c.Loop(0)
 			b.Batch(id, 1, 1, cmd("SET", "k0", "clean-value"), true)
@@ -209,9 +226,9 @@ func TestCaptureRedactValues(t *testing.T) {
 		cmd("SELECT", "3"),
 		cmd("CLIENT", "SETNAME", "myname"),
 	)
-	path := writeCapture(t, Options{RedactValues: true, KeyPos: keyPos1}, func(c *Capture) {
+	path := writeCapture(t, Options{RedactValues: true}, func(c *Capture) {
 		id, _ := c.NewConn()
-		c.Loop(0).Batch(id, 1, 1, batch, false)
+		c.Loop(0).KeyedBatch(id, 1, 1, batch, keysAt(t, batch))
 	})
 	raw := decompressed(t, path)
 	for _, v := range []string{"secretvalue", "field-name-x", "value-two", "myname", "100"} {
@@ -230,6 +247,67 @@ func TestCaptureRedactValues(t *testing.T) {
 	}
 	if w.Flags&FlagValuesRedacted == 0 {
 		t.Error("header does not say values are redacted")
+	}
+}
+
+// TestCaptureKeyedBatchKeys: value redaction keeps exactly the arguments
+// KeyedBatch names as keys: many keys (an MSET of 200, whose count takes
+// two varint bytes), keys given out of argument order, a key that aliases
+// no argument (left out: redacted), and an entry whose argument count is
+// not its request's (no key kept for that request, and the next request
+// still reads its own entry).
+func TestCaptureKeyedBatchKeys(t *testing.T) {
+	var mset [][]byte
+	mset = append(mset, []byte("MSET"))
+	for i := range 200 {
+		mset = append(mset, fmt.Appendf(nil, "mk:%03d", i), fmt.Appendf(nil, "mv-%03d", i))
+	}
+	msetFrame := respconn.AppendCommand(nil, mset...)
+	var keys [][]byte
+	for i := 1; i < len(mset); i += 2 {
+		keys = append(keys, mset[i])
+	}
+	copyArgs := [][]byte{[]byte("COPY"), []byte("src-key"), []byte("dst-key"), []byte("REPLACE")}
+	copyFrame := respconn.AppendCommand(nil, copyArgs...)
+	getArgs := [][]byte{[]byte("GET"), []byte("lost-key")}
+	getFrame := respconn.AppendCommand(nil, getArgs...)
+	setArgs := [][]byte{[]byte("SET"), []byte("kept-key"), []byte("set-value")}
+	setFrame := respconn.AppendCommand(nil, setArgs...)
+
+	var info []byte
+	info = AppendKeyPos(info, mset, keys)
+	info = AppendKeyPos(info, copyArgs, [][]byte{copyArgs[2], copyArgs[1]}) // out of order
+	wrong := [][]byte{getArgs[0], getArgs[1], []byte("x")}
+	info = AppendKeyPos(info, wrong, wrong[1:2]) // 3 arguments for GET's 2
+	info = AppendKeyPos(info, setArgs, [][]byte{setArgs[1], []byte("elsewhere")})
+	batch := cat(msetFrame, copyFrame, getFrame, setFrame)
+	path := writeCapture(t, Options{RedactValues: true}, func(c *Capture) {
+		id, _ := c.NewConn()
+		c.Loop(0).KeyedBatch(id, 1, 1, batch, info)
+	})
+	raw := decompressed(t, path)
+	for _, k := range []string{"mk:000", "mk:127", "mk:128", "mk:199", "src-key", "dst-key", "kept-key", "REPLACE"} {
+		if !bytes.Contains(raw, []byte(k)) {
+			t.Errorf("key %q redacted", k)
+		}
+	}
+	for _, v := range []string{"mv-000", "mv-199", "lost-key", "set-value"} {
+		if bytes.Contains(raw, []byte(v)) {
+			t.Errorf("value %q in the file", v)
+		}
+	}
+	w, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, b := range w.Conns[0].Batches {
+		for _, c := range b.Cmds {
+			got = append(got, c.Name)
+		}
+	}
+	if want := "[mset copy get set]"; fmt.Sprint(got) != want {
+		t.Errorf("commands %v, want %v", got, want)
 	}
 }
 

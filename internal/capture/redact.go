@@ -21,26 +21,28 @@ const Redacted = "<redacted>"
 // "#hash", "!hash"). User names stay.
 //
 // With values, every other argument that is not the command name, its
-// subcommand (CLIENT, CONFIG, OBJECT, ...), a key (keyPos), an argument of
+// subcommand (CLIENT, CONFIG, OBJECT, ...), a key (where Buf.KeyedBatch
+// says the keys are), an argument of
 // HELLO, SELECT or SWAPDB (connection setup) or an option keyword (EX, NX, WITHSCORES, ... see keywords) is replaced by filler of
 // its length: digits by '1' (so that numbers stay numbers: EX 10 stays a
 // valid TTL), any other byte by 'x'.
 type redactor struct {
 	values bool
-	keyPos func(args [][]byte, dst []int) []int
 
-	scan resp.RequestScanner
-	args [][]byte
-	keys []int
-	tmp  []byte
+	scan    resp.RequestScanner
+	args    [][]byte
+	keyInfo []byte // a keyed batch's key positions not yet read (AppendKeyPos)
+	keys    []int  // the current request's key positions
+	tmp     []byte
 }
 
-// record appends the record of kind (KindConn or KindBatch) with body,
-// its requests redacted, to out.
+// record appends the record of kind (KindConn, KindBatch or
+// kindKeyedBatch) with body, its requests redacted, to out (a keyed batch
+// as a KindBatch, without its key positions).
 func (r *redactor) record(out []byte, kind byte, body []byte) []byte {
 	// conn, t (and first for a batch) stay; the requests follow.
 	hdr := 2
-	if kind == KindBatch {
+	if kind != KindConn {
 		hdr = 3
 	}
 	off := 0
@@ -49,7 +51,17 @@ func (r *redactor) record(out []byte, kind byte, body []byte) []byte {
 		off += m
 	}
 	r.tmp = append(r.tmp[:0], body[:off]...)
-	r.tmp = r.requests(r.tmp, body[off:])
+	reqs := body[off:]
+	r.keyInfo = nil
+	if kind == kindKeyedBatch {
+		l, m := binary.Uvarint(reqs)
+		if m <= 0 || l > uint64(len(reqs)-m) {
+			return out // not written by KeyedBatch: keep nothing of it
+		}
+		r.keyInfo, reqs = reqs[m:m+int(l)], reqs[m+int(l):]
+		kind = KindBatch
+	}
+	r.tmp = r.requests(r.tmp, reqs)
 	out = append(out, kind)
 	out = binary.AppendUvarint(out, uint64(len(r.tmp)))
 	return append(out, r.tmp...)
@@ -79,6 +91,9 @@ func (r *redactor) requests(dst, reqs []byte) []byte {
 			continue
 		}
 		r.args = resp.Args(frame, kind, r.args[:0])
+		if len(r.args) > 0 {
+			r.nextKeys()
+		}
 		if len(r.args) == 0 || !r.redactArgs() {
 			dst = append(dst, frame...)
 			continue
@@ -168,10 +183,6 @@ func (r *redactor) redactArgs() bool {
 	if len(a) > 1 && containers[string(bytes.ToLower(name))] {
 		first = 2
 	}
-	r.keys = r.keys[:0]
-	if r.keyPos != nil {
-		r.keys = r.keyPos(a, r.keys)
-	}
 	for i := first; i < len(a); i++ {
 		if len(a[i]) == len(redacted) && &a[i][0] == &redacted[0] || isKey(r.keys, i) || keywords[string(bytes.ToUpper(a[i]))] {
 			continue
@@ -188,6 +199,42 @@ func (r *redactor) redactArgs() bool {
 		changed = true
 	}
 	return changed
+}
+
+// nextKeys reads the current request's entry of r.keyInfo (AppendKeyPos)
+// into r.keys: none without one, or when its argument count is not the
+// request's (then every argument but the name and keywords is redacted).
+func (r *redactor) nextKeys() {
+	r.keys = r.keys[:0]
+	if len(r.keyInfo) == 0 {
+		return
+	}
+	in := r.keyInfo
+	argc, m := binary.Uvarint(in)
+	if m <= 0 {
+		r.keyInfo = nil
+		return
+	}
+	in = in[m:]
+	n, m := binary.Uvarint(in)
+	if m <= 0 {
+		r.keyInfo = nil
+		return
+	}
+	in = in[m:]
+	for ; n > 0; n-- {
+		pos, m := binary.Uvarint(in)
+		if m <= 0 {
+			r.keyInfo, r.keys = nil, r.keys[:0]
+			return
+		}
+		in = in[m:]
+		r.keys = append(r.keys, int(pos))
+	}
+	r.keyInfo = in
+	if argc != uint64(len(r.args)) {
+		r.keys = r.keys[:0]
+	}
 }
 
 func isKey(keys []int, i int) bool {

@@ -27,10 +27,6 @@ type Options struct {
 	// option keywords or sizes) by filler of the same length (see
 	// RedactValues).
 	RedactValues bool
-	// KeyPos returns the positions of the keys in args (the command name
-	// at 0), appended to dst; with RedactValues it tells keys from values.
-	// Nil: no argument is taken for a key.
-	KeyPos func(args [][]byte, dst []int) []int
 	// BufferBytes bounds each loop's buffer of records not yet written; a
 	// record that does not fit is dropped and counted. 0 means 4 MiB.
 	BufferBytes int
@@ -124,7 +120,7 @@ func Start(path string, o Options) (*Capture, error) {
 	}
 	c := &Capture{opt: o, path: path, f: f, enc: enc, bufs: make([]Buf, o.Loops),
 		stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{}),
-		redact: redactor{values: o.RedactValues, keyPos: o.KeyPos}}
+		redact: redactor{values: o.RedactValues}}
 	c.cut = ^uint64(0)
 	if o.Sample < 1 {
 		c.cut = uint64(o.Sample * (1 << 63) * 2)
@@ -273,6 +269,78 @@ func (b *Buf) Batch(conn uint64, now int64, first uint64, reqs []byte, clean boo
 		kind = kindCleanBatch
 	}
 	b.end(kind, at, room)
+}
+
+// KeyedBatch is Batch for a capture with Options.RedactValues (RedactsValues):
+// keys tells, for each request of reqs that has arguments, in order, where
+// its keys are (AppendKeyPos), so that value redaction keeps them. The
+// caller found the keys when it routed the requests; the writer does not
+// look the commands up again. A plain Batch under RedactValues keeps no
+// argument as a key.
+func (b *Buf) KeyedBatch(conn uint64, now int64, first uint64, reqs, keys []byte) {
+	room := 4*binary.MaxVarintLen64 + len(keys) + len(reqs)
+	at := b.head(room, conn, b.t(now), first)
+	if at < 0 {
+		return
+	}
+	b.b = binary.AppendUvarint(b.b, uint64(len(keys)))
+	b.b = append(b.b, keys...)
+	b.b = append(b.b, reqs...)
+	b.end(kindKeyedBatch, at, room)
+}
+
+// RedactsValues reports whether the capture redacts values
+// (Options.RedactValues): its batches then want KeyedBatch.
+func (c *Capture) RedactsValues() bool { return c.opt.RedactValues }
+
+// AppendKeyPos appends to dst the entry of one request for KeyedBatch:
+// its number of arguments (the command name included), the number of
+// keys found, and each key's position in args (the name at 0). keys are
+// the request's keys as aliases of its arguments (routing.Call.Keys); a
+// key that aliases none of them (or an empty one) is left out, and its
+// argument is then redacted as a value. The writer ignores an entry whose
+// argument count is not its request's, and keeps no key for it.
+func AppendKeyPos(dst []byte, args, keys [][]byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(args)))
+	at := len(dst)
+	dst = append(dst, 0) // the count, set below (at most 127 in this byte)
+	n, i := 0, 1
+	for _, k := range keys {
+		if len(k) == 0 {
+			continue
+		}
+		// Keys come in argument order (key specs walk forward); a key
+		// behind i is looked for from the start.
+		j := findArg(args, k, i)
+		if j < 0 {
+			j = findArg(args, k, 1)
+		}
+		if j < 0 {
+			continue
+		}
+		dst = binary.AppendUvarint(dst, uint64(j))
+		n++
+		i = j + 1
+	}
+	if n < 0x80 {
+		dst[at] = byte(n)
+		return dst
+	}
+	// More than 127 keys: the count takes more bytes; rebuild the entry.
+	pos := append([]byte(nil), dst[at+1:]...)
+	dst = binary.AppendUvarint(dst[:at], uint64(n))
+	return append(dst, pos...)
+}
+
+// findArg returns the index from from on of the argument that k aliases,
+// or -1.
+func findArg(args [][]byte, k []byte, from int) int {
+	for j := from; j < len(args); j++ {
+		if len(args[j]) > 0 && &args[j][0] == &k[0] {
+			return j
+		}
+	}
+	return -1
 }
 
 // Reply records the reply to request seq of conn, ready at now: reply is
