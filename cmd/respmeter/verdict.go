@@ -85,17 +85,21 @@ type verdictJSON struct {
 	// The engine thread's witnesses and the split of upstream, per request
 	// (split.Verdict): WaitKnown is false without them (then path holds
 	// the wait); HostKnown when the run-queue wait was read from /proc.
-	WaitKnown           bool    `json:"wait_known"`
-	HostKnown           bool    `json:"host_known"`
-	Utilization         float64 `json:"engine_utilization"`
-	DemandSeconds       float64 `json:"engine_demand_seconds"`
-	EngineWaitSeconds   float64 `json:"engine_wait_seconds"`
-	RunQueueWaitSeconds float64 `json:"run_queue_wait_seconds"`
-	ModelWaitSeconds    float64 `json:"model_wait_seconds"`
-	NetworkSeconds      float64 `json:"network_seconds"`
-	RTTFloorSeconds     float64 `json:"rtt_floor_seconds"`
-	ProbeKnown          bool    `json:"probe_known"`
-	ProbeWaitSeconds    float64 `json:"probe_wait_seconds"`
+	WaitKnown   bool    `json:"wait_known"`
+	HostKnown   bool    `json:"host_known"`
+	Utilization float64 `json:"engine_utilization"`
+	// EventLoopBusy is the share of the poll interval the engine's event
+	// loop says it was busy (INFO stats eventloop_duration_sum; Redis >=
+	// 7.2, Valkey >= 8), null where the engine does not say.
+	EventLoopBusy       *float64 `json:"engine_event_loop_busy"`
+	DemandSeconds       float64  `json:"engine_demand_seconds"`
+	EngineWaitSeconds   float64  `json:"engine_wait_seconds"`
+	RunQueueWaitSeconds float64  `json:"run_queue_wait_seconds"`
+	ModelWaitSeconds    float64  `json:"model_wait_seconds"`
+	NetworkSeconds      float64  `json:"network_seconds"`
+	RTTFloorSeconds     float64  `json:"rtt_floor_seconds"`
+	ProbeKnown          bool     `json:"probe_known"`
+	ProbeWaitSeconds    float64  `json:"probe_wait_seconds"`
 	// The proxy's loop wait per request (split.Verdict.LoopWait, part of
 	// the proxy share; LoopWaitKnown false when not measured) and the mean
 	// wait of a task handed to a loop (split.Interval.LoopWait).
@@ -159,7 +163,13 @@ func (a *analyzer) verdictDoc(window time.Duration) *verdictJSON {
 // newVerdictJSON returns rec as /stats shows a verdict.
 func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 	v := rec.Verdict
+	var eventLoop *float64
+	if rec.Interval.EventLoopKnown {
+		x := rec.Interval.EventLoopBusy
+		eventLoop = &x
+	}
 	return &verdictJSON{
+		EventLoopBusy:   eventLoop,
 		End:             rec.End,
 		IntervalSeconds: rec.Interval.Length.Seconds(),
 		Requests:        rec.Interval.Requests,

@@ -58,6 +58,13 @@ type Interval struct {
 	Commands                        int64
 	ExecTime, CPUTime, RunQueueTime time.Duration
 	HostKnown                       bool
+	// EventLoopBusy is the share of the poll interval the engine's event
+	// loop says it was busy (INFO stats eventloop_duration_sum, Redis >=
+	// 7.2 and Valkey >= 8; EventLoopKnown): a witness of the thread's busy
+	// time by the engine's own clock, which Utilization takes when it is
+	// the largest and which bounds OthersBusy and CulpritBusy.
+	EventLoopBusy  float64
+	EventLoopKnown bool
 	// RunQueueWait, when HostKnown and Commands is 0, is the run-queue
 	// wait per request as worked out already (a since-start verdict made
 	// of intervals' verdicts).

@@ -104,6 +104,7 @@ func Build(in Input) split.Interval {
 		if w.HasHost {
 			iv.RunQueueTime, iv.HostKnown = w.RunQueue, true
 		}
+		iv.EventLoopBusy, iv.EventLoopKnown = w.EventLoopShare()
 		others(&iv, in)
 	}
 	iv.LoopWait, iv.LoopWaitKnown = in.LoopWait, in.LoopWaitKnown
@@ -227,6 +228,11 @@ func others(iv *split.Interval, in Input) {
 		}
 	}
 	iv.OthersBusy = min(busy, 1)
+	// Other clients' commands keep the thread no busier than its event
+	// loop says it was, where the engine says.
+	if share, ok := w.EventLoopShare(); ok {
+		iv.OthersBusy, iv.CulpritBusy = min(iv.OthersBusy, share), min(iv.CulpritBusy, share)
+	}
 	if total > 0 && len(iv.Classes) > 0 {
 		var n int64
 		for _, c := range iv.Classes {
