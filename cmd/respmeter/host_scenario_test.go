@@ -121,19 +121,20 @@ type scHost struct{ cpu, rq time.Duration }
 // under 0.4 times the CPU (HostStarved less a margin: respmeter alone on
 // its core; on a host so busy that respmeter waits for its own core,
 // host-starved is right), and needs at least 3 in 5 of them. respmeter
-// must read proxy-saturated, not host-starved, in at least 80 % of them.
+// must read proxy-saturated, not host-starved, in at least 80 % of them;
+// and host-starved in at least 80 % of the intervals (when 3 or more) in
+// which that wait was 0.6 times the CPU or more.
 //
 // On a 2-core machine shared with other work (load average 15-32) the
 // respmeter process waited 0.4-1.5 times its CPU for its core in most
-// intervals in 3 of 4 runs (the test then fails as the host is too busy);
-// in the fourth it had its core in 4 of 5 intervals (0.03-0.27), all four
-// proxy-saturated, and the fifth (0.58) read host-starved. The test runs
-// only when RESPMETER_QUIET_HOST=1 says the host is otherwise idle.
+// intervals in 3 of 4 runs (the test then skips, with the figures: the
+// host's other work left no proxy alone on its core to judge); in the
+// fourth it had its core in 4 of 5 intervals (0.03-0.27), all four
+// proxy-saturated, and the fifth (0.58) read host-starved. At load
+// average 13 respmeter waited 2.97-6.34 times its CPU in every interval
+// of two runs: host-starved in 5 of 5 and 4 of 5 (the other path-bound).
 func TestScenarioProxySaturated(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	if os.Getenv("RESPMETER_QUIET_HOST") != "1" {
-		t.Skip("needs an otherwise idle host: set RESPMETER_QUIET_HOST=1")
-	}
 	bin := redistest.Memtier(t)
 	redistest.Retry(t, 3, func(t testing.TB) { scenarioProxySaturated(t, bin) })
 }
@@ -149,29 +150,45 @@ func scenarioProxySaturated(t testing.TB, bin string) {
 	time.Sleep(scWarmUp)
 	vs, rq, cpu, hosts := scHostIntervals(t, admin, proc, intervals)
 	t.Logf("respmeter's threads over the intervals: %v on a CPU, %v waiting for one (test's schedstat reads)", cpu, rq)
-	if cpu < 400*time.Millisecond*intervals {
-		t.Fatalf("respmeter ran only %v over %d intervals: not a proxy-bound load", cpu, intervals)
-	}
 	// The intervals in which, by the test's reads, respmeter's threads
 	// waited for their core less than HostStarved times their CPU (with a
 	// margin for the few milliseconds between the verdict's reads and the
 	// test's) must read proxy-saturated.
-	alone, saturated := 0, 0
+	// Those in which it waited HostStarved times its CPU or more (with the
+	// same margin the other way), as when the host's other work takes its
+	// core, must read host-starved.
+	alone, saturated, starved, readStarved := 0, 0, 0, 0
 	for i, v := range vs {
 		h := hosts[i]
 		ratio := h.rq.Seconds() / h.cpu.Seconds()
 		t.Logf("interval %d: %s; by the test's reads %.2fx the CPU waiting", i, v.Bound, ratio)
-		if ratio >= split.HostStarved-0.1 {
-			continue
-		}
-		alone++
-		if v.Bound == "proxy-saturated" {
-			saturated++
+		switch {
+		case ratio >= split.HostStarved+0.1:
+			starved++
+			if v.Bound == "host-starved" {
+				readStarved++
+			}
+		case ratio < split.HostStarved-0.1:
+			alone++
+			if v.Bound == "proxy-saturated" {
+				saturated++
+			}
 		}
 	}
+	if starved >= 3 && 5*readStarved < 4*starved {
+		t.Errorf("host-starved in %d of the %d intervals in which respmeter waited for its core %.1f-fold or more its CPU, want at least 80%%",
+			readStarved, starved, split.HostStarved+0.1)
+		return
+	}
 	if 5*alone < 3*len(vs) {
-		t.Fatalf("respmeter waited for its core %.1f-fold or more its CPU in %d of %d intervals: the host is too busy for a proxy alone on its core",
-			split.HostStarved-0.1, len(vs)-alone, len(vs))
+		if starved >= 3 {
+			t.Logf("host-starved in %d of the %d intervals in which respmeter waited for its core", readStarved, starved)
+		}
+		t.Skipf("respmeter waited for its core %.1f-fold or more its CPU in %d of %d intervals by the test's reads: "+
+			"the host's other work left no proxy alone on its core to judge proxy-saturated in this run", split.HostStarved-0.1, len(vs)-alone, len(vs))
+	}
+	if cpu < 400*time.Millisecond*intervals {
+		t.Fatalf("respmeter ran only %v over %d intervals: not a proxy-bound load", cpu, intervals)
 	}
 	if 5*saturated < 4*alone {
 		t.Errorf("proxy-saturated in %d of the %d intervals in which respmeter had its core, want at least 80%%", saturated, alone)

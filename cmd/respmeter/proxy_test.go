@@ -550,7 +550,7 @@ func TestProxyObservability(t *testing.T) {
 		`(?m)^next: \S`,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\)$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4} +-$`,
-		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ wait \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop wait \d+\.\d{4} = cycle \d+\.\d{4}$`,
+		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ queue \d+\.\d{4} \+ other_clients \d+\.\d{4} \+ run_queue \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop_wait_request \d+\.\d{4} \+ loop_wait_reply \d+\.\d{4} = cycle \d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
 		`(?m)^think: mean \d+\.\d{3} ms over [1-9]\d* gaps`,

@@ -31,18 +31,19 @@ import (
 // thread's waits, and the thread's run-queue time is no longer the
 // requests' sum of it).
 //
-// It needs a second core kept free for the clients and respmeter: on a
-// 2-core machine shared with other work (load average 15-32) memtier made
-// 3-2,300 requests a second, respmeter's loop wait was 34-95 % of the
-// cycle and the verdict said proxy-saturated or path-bound, rightly, as
-// the engine's run-queue wait was then a small part of the clients'
-// round trip; the test runs only when RESPMETER_QUIET_HOST=1 says the
-// host is otherwise idle.
+// The outcome is judged against the test's own reads interval by
+// interval: engine-starved is required in at least 80 % of the intervals
+// in which the engine's run-queue wait per command (schedstat over INFO
+// stats, as above) is half the cycle of memtier's one connection or more,
+// so that it is the largest part whatever the rest. With the second core
+// free, that is every interval. On a 2-core machine shared with other
+// work (load average 13-32) memtier made 3-2,300 requests a second,
+// respmeter's loop wait was 34-95 % of the cycle and the engine's
+// run-queue wait 12-13 ms of a 27-71 ms cycle, and the verdict said
+// proxy-saturated or path-bound, rightly; a run with fewer than two
+// intervals to judge skips, saying so with its figures.
 func TestScenarioEngineStarvedCheap(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
-	if os.Getenv("RESPMETER_QUIET_HOST") != "1" {
-		t.Skip("needs an otherwise idle host: set RESPMETER_QUIET_HOST=1")
-	}
 	bin := redistest.Memtier(t)
 	redistest.Retry(t, 3, func(t testing.TB) { scenarioEngineStarvedCheap(t, bin) })
 }
@@ -122,7 +123,39 @@ func scenarioEngineStarvedCheap(t testing.TB, bin string) {
 	if dev := float64(per-truthPer) / float64(truthPer); dev < -0.20 || dev > 0.20 {
 		t.Errorf("run-queue wait %v per request by the verdicts, %v per command by schedstat (%+.1f%%), want within 20%%", per, truthPer, 100*dev)
 	}
-	if 5*starved < 4*len(recs) {
-		t.Errorf("engine-starved in %d of %d intervals, want at least 80%%", starved, len(recs))
+	// The outcome, judged against the test's own reads interval by
+	// interval: where the engine's run-queue wait per command (schedstat
+	// over the commands it ran, as the test read them) is at least half
+	// the cycle of memtier's one connection (the interval over its
+	// requests), it is the largest part and the verdict must say
+	// engine-starved. On a host whose other work also starves respmeter
+	// and memtier the cycle grows and fewer intervals qualify; with fewer
+	// than two the run cannot judge the outcome and says so.
+	judged, right := 0, 0
+	for i := 1; i < len(recs) && i < len(reads); i++ {
+		r := recs[i]
+		n := processed[i] - processed[i-1]
+		if r.Interval.Requests <= 0 || n <= 0 {
+			continue
+		}
+		wait := (reads[i] - reads[i-1]) / time.Duration(n)
+		cycle := r.Interval.Length / time.Duration(r.Interval.Requests)
+		t.Logf("interval %d: the engine's run-queue wait %v per command by the test's reads, the cycle %v (%.0f%%): %s",
+			i, wait, cycle, 100*float64(wait)/float64(cycle), r.Verdict.Bound)
+		if 2*wait < cycle {
+			continue
+		}
+		judged++
+		if r.Verdict.Bound == "engine-starved" {
+			right++
+		}
+	}
+	t.Logf("engine-starved in %d of %d intervals; %d of the %d in which the test's reads put half the cycle or more in the engine's run-queue wait",
+		starved, len(recs), right, judged)
+	if judged < 2 {
+		t.Skipf("the engine's run-queue wait was half the cycle in only %d of intervals 1-%d (the host's other work starved the clients and respmeter too): the outcome cannot be judged in this run", judged, len(recs)-1)
+	}
+	if 5*right < 4*judged {
+		t.Errorf("engine-starved in %d of the %d intervals in which the engine's run-queue wait was half the cycle or more, want at least 80%%", right, judged)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
+	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/metrics/verdict"
 )
 
@@ -84,17 +85,21 @@ type verdictJSON struct {
 	// The engine thread's witnesses and the split of upstream, per request
 	// (split.Verdict): WaitKnown is false without them (then path holds
 	// the wait); HostKnown when the run-queue wait was read from /proc.
-	WaitKnown           bool    `json:"wait_known"`
-	HostKnown           bool    `json:"host_known"`
-	Utilization         float64 `json:"engine_utilization"`
-	DemandSeconds       float64 `json:"engine_demand_seconds"`
-	EngineWaitSeconds   float64 `json:"engine_wait_seconds"`
-	RunQueueWaitSeconds float64 `json:"run_queue_wait_seconds"`
-	ModelWaitSeconds    float64 `json:"model_wait_seconds"`
-	NetworkSeconds      float64 `json:"network_seconds"`
-	RTTFloorSeconds     float64 `json:"rtt_floor_seconds"`
-	ProbeKnown          bool    `json:"probe_known"`
-	ProbeWaitSeconds    float64 `json:"probe_wait_seconds"`
+	WaitKnown   bool    `json:"wait_known"`
+	HostKnown   bool    `json:"host_known"`
+	Utilization float64 `json:"engine_utilization"`
+	// EventLoopBusy is the share of the poll interval the engine's event
+	// loop says it was busy (INFO stats eventloop_duration_sum; Redis >=
+	// 7.2, Valkey >= 8), null where the engine does not say.
+	EventLoopBusy       *float64 `json:"engine_event_loop_busy"`
+	DemandSeconds       float64  `json:"engine_demand_seconds"`
+	EngineWaitSeconds   float64  `json:"engine_wait_seconds"`
+	RunQueueWaitSeconds float64  `json:"run_queue_wait_seconds"`
+	ModelWaitSeconds    float64  `json:"model_wait_seconds"`
+	NetworkSeconds      float64  `json:"network_seconds"`
+	RTTFloorSeconds     float64  `json:"rtt_floor_seconds"`
+	ProbeKnown          bool     `json:"probe_known"`
+	ProbeWaitSeconds    float64  `json:"probe_wait_seconds"`
 	// The proxy's loop wait per request (split.Verdict.LoopWait, part of
 	// the proxy share; LoopWaitKnown false when not measured) and the mean
 	// wait of a task handed to a loop (split.Interval.LoopWait).
@@ -114,6 +119,11 @@ type verdictJSON struct {
 	Culprit            string  `json:"culprit"`
 	CulpritBusy        float64 `json:"culprit_busy"`
 	CulpritMeanSeconds float64 `json:"culprit_mean_seconds"`
+	// Parts is the account per request in seconds by part
+	// (split.PartNames; they add up to cycle_seconds), as
+	// respmeter_verdict_seconds_total, the table and the live page name
+	// them.
+	Parts map[string]float64 `json:"parts"`
 	// Next is one line of what to do next about the outcome.
 	Next   string `json:"next"`
 	String string `json:"string"`
@@ -153,7 +163,13 @@ func (a *analyzer) verdictDoc(window time.Duration) *verdictJSON {
 // newVerdictJSON returns rec as /stats shows a verdict.
 func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 	v := rec.Verdict
+	var eventLoop *float64
+	if rec.Interval.EventLoopKnown {
+		x := rec.Interval.EventLoopBusy
+		eventLoop = &x
+	}
 	return &verdictJSON{
+		EventLoopBusy:   eventLoop,
 		End:             rec.End,
 		IntervalSeconds: rec.Interval.Length.Seconds(),
 		Requests:        rec.Interval.Requests,
@@ -190,8 +206,47 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Culprit:              v.Culprit,
 		CulpritBusy:          v.CulpritBusy,
 		CulpritMeanSeconds:   v.CulpritMean.Seconds(),
+		Parts:                partsJSON(v.Parts()),
 		Next:                 v.Next(),
 		String:               v.String(),
+	}
+}
+
+// partsJSON returns an account's parts (split.Account.Parts) in seconds
+// by name.
+func partsJSON(parts [len(split.PartNames)]split.Part) map[string]float64 {
+	m := make(map[string]float64, len(parts))
+	for _, p := range parts {
+		m[p.Name] = p.Time.Seconds()
+	}
+	return m
+}
+
+// accountJSON is /stats "account": the verdict since start, the sum of
+// every interval (verdict.Analyzer.SinceStart), the same account as the
+// exit's table and "account per request" line, the live page's "since
+// start" row and respmeter_verdict_seconds_total over
+// respmeter_verdict_requests_total.
+type accountJSON struct {
+	Requests     int64   `json:"requests"`
+	CycleSeconds float64 `json:"cycle_seconds"`
+	// Parts: the account per request in seconds by part (split.PartNames).
+	Parts  map[string]float64 `json:"parts"`
+	Shares sharesJSON         `json:"shares"`
+	Bound  string             `json:"bound"`
+	Next   string             `json:"next"`
+	String string             `json:"string"`
+}
+
+// accountDoc returns /stats "account".
+func (a *analyzer) accountDoc() *accountJSON {
+	sum := a.SinceStartSum()
+	v := sum.Verdict()
+	return &accountJSON{
+		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
+		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
+			Proxy: v.Proxy, LoopWait: v.Loop},
+		Bound: v.Bound, Next: v.Next(), String: v.String(),
 	}
 }
 
@@ -373,7 +428,8 @@ func (a *analyzer) shardDocs() []shardEngineJSON {
 // statsExtra returns the keys the proxy adds to metrics' /stats document:
 // "engine", "probe" and "verdict", each null when off or not yet known
 // (under routing "engine" and "probe" are null: each shard has its own),
-// and "shard_engines" (shardDocs), null without routing.
+// "account" (accountDoc: the verdict since start) and "shard_engines"
+// (shardDocs), null without routing.
 func (a *analyzer) statsExtra() map[string]any { return a.statsExtraWindow(0) }
 
 // statsExtraWindow is statsExtra for /stats?window=D (0: no window); the
@@ -383,6 +439,7 @@ func (a *analyzer) statsExtraWindow(window time.Duration) map[string]any {
 		"engine":        a.engineDoc(a.Engine()),
 		"probe":         a.probeDoc(a.Engine()),
 		"verdict":       a.verdictDoc(window),
+		"account":       a.accountDoc(),
 		"shard_engines": a.shardDocs(),
 	}
 }
@@ -412,8 +469,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	if busy := a.LatestBusy(); busy != nil {
 		fmt.Fprintf(&b, "latest interval with requests %s\n", busyLine(busy))
-		v := busy.Verdict
-		fmt.Fprintf(&b, "its account per request (ms): %s\n", accountLine(v.Think, v.Network, v.Exec, v.EngineWait, v.ProxyTime, v.LoopWait))
+		fmt.Fprintf(&b, "its account per request (ms): %s\n", accountLine(busy.Verdict.Parts()))
 	}
 	views := a.Shards()
 	for _, v := range views {
@@ -434,7 +490,8 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); wait = engine wait (its command thread busy with\n")
 	fmt.Fprintf(&b, "others, and waiting for a CPU: run queue); path = upstream - engine - wait (network, kernel); loop wait =\n")
 	fmt.Fprintf(&b, "a request or reply waiting unread for a busy proxy loop. Totals: the verdict's account, the sum of its\n")
-	fmt.Fprintf(&b, "intervals (its path less the loop wait of replies, the run-queue wait taken out of execution).\n")
+	fmt.Fprintf(&b, "intervals (its path less the loop wait of replies, the run-queue wait taken out of execution); its wait is\n")
+	fmt.Fprintf(&b, "queue + other_clients + run_queue and its loop wait loop_wait_request + loop_wait_reply of the account line.\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
 	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
@@ -474,7 +531,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 	if sum.Requests > 0 {
-		fmt.Fprintf(&b, "account per request (ms): %s\n", accountLine(acc.Think, acc.Path, acc.Exec, acc.Wait, acc.Proxy, acc.Loop))
+		fmt.Fprintf(&b, "account per request (ms): %s\n", accountLine(acc.Parts()))
 		// A poll as often as the interval misses one now and then (the
 		// two clocks drift); a slower one most of them.
 		if n, of := a.StaleIntervals(); n > 0 && 10*n > of {
@@ -528,12 +585,22 @@ func engineCols(col func(time.Duration) string, dash string, exec, wait, runq, p
 }
 
 // accountLine formats an account per request, the parts the verdict's
-// shares are of: "think 0.1477 + path 0.0361 + engine 0.0003 + wait
-// 0.0597 + proxy 0.0038 + loop wait 0.1209 = cycle 0.3686" (ms).
-func accountLine(think, path, exec, wait, proxy, loop time.Duration) string {
-	return fmt.Sprintf("think %.4f + path %.4f + engine %.4f + wait %.4f + proxy %.4f + loop wait %.4f = cycle %.4f",
-		millis(think), millis(path), millis(exec), millis(wait), millis(proxy), millis(loop),
-		millis(think+path+exec+wait+proxy+loop))
+// shares are of (split.Account.Parts, under their names), in ms: "think
+// 0.1477 + path 0.0361 + engine 0.0003 + queue 0.0000 + other_clients
+// 0.0000 + run_queue 0.0597 + proxy 0.0038 + loop_wait_request 0.1002 +
+// loop_wait_reply 0.0207 = cycle 0.3686".
+func accountLine(parts [len(split.PartNames)]split.Part) string {
+	var b strings.Builder
+	var cycle time.Duration
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(" + ")
+		}
+		fmt.Fprintf(&b, "%s %.4f", p.Name, millis(p.Time))
+		cycle += p.Time
+	}
+	fmt.Fprintf(&b, " = cycle %.4f", millis(cycle))
+	return b.String()
 }
 
 // busyLine formats the verdict of an interval with requests for the

@@ -30,6 +30,12 @@ import (
 //     of commands only, no I/O (so DEBUG SLEEP counts, CPU-less).
 //   - IOThreads: INFO stats io_threads_active was 1 at the end of the
 //     interval: socket I/O is partly off the main thread.
+//   - EventLoop: INFO stats eventloop_duration_sum delta (Redis >= 7.2,
+//     Valkey >= 8; microseconds): the engine's own wall-clock of its event
+//     loop's cycles, from waking with work to going back to wait for it:
+//     the thread's busy time as the engine measures it, command execution,
+//     socket I/O, its periodic tasks and a CPU-less DEBUG SLEEP all held.
+//     HasEventLoop.
 //   - Host witnesses, only when the engine runs on this host (Poller.Host):
 //     HostMainCPU and RunQueue from /proc/PID/task/PID/schedstat (the main
 //     thread's time on a CPU and time runnable but waiting for one, in ns;
@@ -45,6 +51,8 @@ type Witness struct {
 	MainCPU, ProcCPU, Exec   time.Duration
 	HasMainCPU, HasProcCPU   bool
 	IOThreads                bool
+	EventLoop                time.Duration
+	HasEventLoop             bool
 	HostMainCPU, RunQueue    time.Duration
 	RunQueueAll, HostProcCPU time.Duration
 	HasHost                  bool
@@ -92,11 +100,13 @@ func (w *Witness) add(d Witness) {
 	w.MainCPU += d.MainCPU
 	w.ProcCPU += d.ProcCPU
 	w.Exec += d.Exec
+	w.EventLoop += d.EventLoop
 	w.HostMainCPU += d.HostMainCPU
 	w.RunQueue += d.RunQueue
 	w.RunQueueAll += d.RunQueueAll
 	w.HostProcCPU += d.HostProcCPU
 	w.HasMainCPU, w.HasProcCPU, w.HasHost, w.IOThreads = d.HasMainCPU, d.HasProcCPU, d.HasHost, d.IOThreads
+	w.HasEventLoop = d.HasEventLoop
 	w.Work = addWork(w.Work, d.Work, 1)
 }
 
@@ -105,31 +115,49 @@ func (w *Witness) add(d Witness) {
 // A source is known only if it was in both.
 func (w Witness) Since(prev Witness) Witness {
 	return Witness{
-		Interval:    w.Interval - prev.Interval,
-		Commands:    w.Commands - prev.Commands,
-		MainCPU:     w.MainCPU - prev.MainCPU,
-		ProcCPU:     w.ProcCPU - prev.ProcCPU,
-		Exec:        w.Exec - prev.Exec,
-		HostMainCPU: w.HostMainCPU - prev.HostMainCPU,
-		RunQueue:    w.RunQueue - prev.RunQueue,
-		RunQueueAll: w.RunQueueAll - prev.RunQueueAll,
-		HostProcCPU: w.HostProcCPU - prev.HostProcCPU,
-		HasMainCPU:  w.HasMainCPU && prev.HasMainCPU,
-		HasProcCPU:  w.HasProcCPU && prev.HasProcCPU,
-		HasHost:     w.HasHost && prev.HasHost,
-		IOThreads:   w.IOThreads,
-		Work:        addWork(addWork(nil, w.Work, 1), prev.Work, -1),
+		Interval:     w.Interval - prev.Interval,
+		Commands:     w.Commands - prev.Commands,
+		MainCPU:      w.MainCPU - prev.MainCPU,
+		ProcCPU:      w.ProcCPU - prev.ProcCPU,
+		Exec:         w.Exec - prev.Exec,
+		EventLoop:    w.EventLoop - prev.EventLoop,
+		HostMainCPU:  w.HostMainCPU - prev.HostMainCPU,
+		RunQueue:     w.RunQueue - prev.RunQueue,
+		RunQueueAll:  w.RunQueueAll - prev.RunQueueAll,
+		HostProcCPU:  w.HostProcCPU - prev.HostProcCPU,
+		HasMainCPU:   w.HasMainCPU && prev.HasMainCPU,
+		HasProcCPU:   w.HasProcCPU && prev.HasProcCPU,
+		HasHost:      w.HasHost && prev.HasHost,
+		HasEventLoop: w.HasEventLoop && prev.HasEventLoop,
+		IOThreads:    w.IOThreads,
+		Work:         addWork(addWork(nil, w.Work, 1), prev.Work, -1),
 	}
 }
 
 // Busy returns how long the command thread was occupied in the interval:
-// the larger of its CPU time plus its run-queue wait (a runnable thread
-// serves nobody else while it waits for a CPU) and the commands' wall-clock
-// execution (which holds CPU-less waits such as DEBUG SLEEP); CPU is the
-// main thread's (host schedstat, else INFO main thread, else the whole
+// the largest of its CPU time plus its run-queue wait (a runnable thread
+// serves nobody else while it waits for a CPU), the commands' wall-clock
+// execution (which holds CPU-less waits such as DEBUG SLEEP) and, where
+// the engine publishes it, its event loop's own busy time (EventLoop:
+// execution and socket I/O by the engine's clock); CPU is the main
+// thread's (host schedstat, else INFO main thread, else the whole
 // process). 0 when the interval is unknown.
 func (w Witness) Busy() time.Duration {
-	return max(w.ThreadCPU()+w.RunQueue, w.Exec)
+	b := max(w.ThreadCPU()+w.RunQueue, w.Exec)
+	if w.HasEventLoop {
+		b = max(b, w.EventLoop)
+	}
+	return b
+}
+
+// EventLoopShare returns EventLoop / Interval, the share of the interval
+// the engine's event loop says it was busy (capped at 1); ok is false
+// when the engine publishes no event-loop figures or Interval is 0.
+func (w Witness) EventLoopShare() (share float64, ok bool) {
+	if !w.HasEventLoop || w.Interval <= 0 {
+		return 0, false
+	}
+	return min(float64(w.EventLoop)/float64(w.Interval), 1), true
 }
 
 // ThreadCPU returns the command thread's CPU time in the interval: the
@@ -172,6 +200,8 @@ type witnessSample struct {
 	hasMainCPU, hasProc bool
 	hasCommands         bool
 	ioThreads           bool
+	eventLoop           time.Duration
+	hasEventLoop        bool
 	host                hostSample
 	hasHost             bool
 }
@@ -231,6 +261,9 @@ func parseWitness(cpuText, statsText string) witnessSample {
 		s.commands, s.hasCommands = n, true
 	}
 	s.ioThreads = st["io_threads_active"] == "1"
+	if us, err := strconv.ParseInt(st["eventloop_duration_sum"], 10, 64); err == nil && us >= 0 {
+		s.eventLoop, s.hasEventLoop = time.Duration(us)*time.Microsecond, true
+	}
 	return s
 }
 
@@ -368,6 +401,9 @@ func (cur witnessSample) delta(prev witnessSample) Witness {
 		w.ProcCPU, w.HasProcCPU = cur.procCPU-prev.procCPU, true
 	}
 	w.IOThreads = cur.ioThreads
+	if cur.hasEventLoop && prev.hasEventLoop && cur.eventLoop >= prev.eventLoop {
+		w.EventLoop, w.HasEventLoop = cur.eventLoop-prev.eventLoop, true
+	}
 	if cur.hasHost && prev.hasHost && cur.host.mainCPU >= prev.host.mainCPU && cur.host.runQueue >= prev.host.runQueue {
 		w.HasHost = true
 		w.HostMainCPU = cur.host.mainCPU - prev.host.mainCPU

@@ -59,6 +59,32 @@ func TestParseWitness(t *testing.T) {
 		d.Interval != w.Interval || !d.HasHost || !d.HasMainCPU {
 		t.Errorf("Since: %+v", d)
 	}
+	// Redis 7.2+ and Valkey 8+: the event loop's own busy time, which
+	// holds execution and socket I/O by the engine's clock; it sets Busy
+	// when it is the largest witness.
+	ev := parseWitness(cpu, stats+"eventloop_cycles:222\r\neventloop_duration_sum:546644\r\neventloop_duration_cmd_sum:528646\r\n")
+	if !ev.hasEventLoop || ev.eventLoop != 546644*time.Microsecond || s.hasEventLoop {
+		t.Errorf("event loop: %+v", ev)
+	}
+	evPrev, evCur := prev, cur
+	evPrev.eventLoop, evPrev.hasEventLoop = 100*time.Millisecond, true
+	evCur.eventLoop, evCur.hasEventLoop = 2100*time.Millisecond, true
+	we := evCur.delta(evPrev)
+	we.Exec = 1900 * time.Millisecond
+	if sh, ok := we.EventLoopShare(); !ok || sh != 1 || we.Busy() != 2*time.Second || we.Utilization() != 1 {
+		t.Errorf("event loop 2s of 2s: share %v %v, busy %v", sh, ok, we.Busy())
+	}
+	evCur.eventLoop = 700 * time.Millisecond // less than the execution: Exec stays the busy time
+	if we = evCur.delta(evPrev); we.EventLoop != 600*time.Millisecond || we.Busy() != 600*time.Millisecond {
+		t.Errorf("event loop 600ms: %+v busy %v", we, we.Busy())
+	}
+	we.Exec = 900 * time.Millisecond
+	if we.Busy() != 900*time.Millisecond {
+		t.Errorf("exec above the event loop: busy %v", we.Busy())
+	}
+	if _, ok := w.EventLoopShare(); ok {
+		t.Errorf("Redis 7.0: an event-loop share from %+v", w)
+	}
 	// A counter going backwards (restart) leaves the source unknown.
 	cur.host.runQueue = 0
 	cur.commands = 5

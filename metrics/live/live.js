@@ -4,14 +4,10 @@
 
 const phases = ["total", "upstream", "proxy", "service", "queue"];
 const pcts = ["p50", "p99", "p99.9"];
-// The verdict's shares as the bar shows them; engine_wait holds run_queue
-// and proxy holds loop_wait, so the bar's "engine wait" is the part that is
-// not run queue and its "proxy" the part that is not loop wait.
-const shareParts = [
-  ["client", "client"], ["path", "path"], ["engine", "engine"],
-  ["engine_wait", "engine wait (queue)"], ["run_queue", "run queue"], ["proxy", "proxy"],
-  ["loop_wait", "loop wait"],
-];
+// The account's parts (split.PartNames), as /stats "parts", the exit's
+// "account per request" line and respmeter_verdict_seconds_total name them.
+const partNames = ["think", "path", "engine", "queue", "other_clients", "run_queue", "proxy",
+  "loop_wait_request", "loop_wait_reply"];
 
 const $ = (id) => document.getElementById(id);
 
@@ -89,26 +85,22 @@ function renderVerdict(doc) {
     $("verdict-when").textContent = "";
     return;
   }
-  const s = v.shares;
-  const parts = {
-    client: s.client, path: s.path, engine: s.engine,
-    engine_wait: Math.max(s.engine_wait - s.run_queue, 0), run_queue: s.run_queue,
-    proxy: Math.max(s.proxy - (s.loop_wait || 0), 0), loop_wait: s.loop_wait || 0,
-  };
+  // The bar: each part of the latest interval's account over its cycle.
+  const parts = v.parts || {};
   const segs = [];
   const legend = [];
-  for (const [key, label] of shareParts) {
-    const pct = 100 * (parts[key] || 0);
+  for (const key of partNames) {
+    const pct = v.cycle_seconds > 0 ? 100 * (parts[key] || 0) / v.cycle_seconds : 0;
     const d = document.createElement("div");
     d.className = key;
     d.style.width = pct.toFixed(2) + "%";
-    d.title = label + " " + pct.toFixed(1) + "%";
-    if (pct >= 6) d.textContent = label + " " + pct.toFixed(0) + "%";
+    d.title = key + " " + pct.toFixed(1) + "%";
+    if (pct >= 6) d.textContent = key + " " + pct.toFixed(0) + "%";
     segs.push(d);
     const l = document.createElement("span");
     l.className = key;
     l.dataset.share = key;
-    l.textContent = label + " " + pct.toFixed(1) + "%";
+    l.textContent = key + " " + pct.toFixed(1) + "%";
     legend.push(l);
   }
   bar.replaceChildren(...segs);
@@ -120,15 +112,28 @@ function renderVerdict(doc) {
     : "(latest " + v.interval_seconds.toFixed(2) + " s interval, " + v.requests + " requests: " + v.bound +
       (v.requests === 0 && age !== null ? "; last requests " + age.toFixed(1) + " s ago" : "") + ")";
 
-  $("split-engine").textContent = v.engine_known ? ms(v.engine_exec_seconds) : "n/a";
-  $("split-wait").textContent = v.wait_known ? ms(v.engine_wait_seconds) : "n/a";
-  $("split-runq").textContent = v.host_known ? ms(v.run_queue_wait_seconds) : "n/a";
-  $("split-path").textContent = ms(v.network_seconds);
-  $("split-proxy").textContent = ms(v.proxy_seconds);
-  $("split-loop").textContent = v.loop_wait_known ? ms(v.loop_wait_seconds) : "n/a";
   $("split-probe").textContent = doc.probe && doc.probe.count > 0 ? ms(doc.probe.p50) : "n/a";
   $("split-util").textContent = v.wait_known ? (100 * v.engine_utilization).toFixed(0) + " %" : "n/a";
   $("split-little").textContent = v.little ? v.l.toFixed(2) + " vs " + v.lambda_w.toFixed(2) : "n/a";
+}
+
+// accountRow fills the account table's row of that name: each part of the
+// account a (/stats "verdict" or "account"; null: dashes) in ms, 4 decimals
+// as the exit's table prints them.
+function accountRow(row, a) {
+  const tr = document.querySelector('#account tr[data-row="' + row + '"]');
+  const cells = [tr.cells[0]];
+  for (const key of partNames) {
+    const td = cell(a && a.parts ? (1000 * a.parts[key]).toFixed(4) : "–");
+    td.dataset.part = key;
+    cells.push(td);
+  }
+  const cyc = cell(a && a.parts ? (1000 * a.cycle_seconds).toFixed(4) : "–");
+  cyc.dataset.part = "cycle";
+  const req = cell(a ? String(a.requests) : "–");
+  req.dataset.part = "requests";
+  cells.push(cyc, req);
+  tr.replaceChildren(...cells);
 }
 
 function render(doc) {
@@ -139,6 +144,8 @@ function render(doc) {
   renderCommands(doc);
   renderShards(doc);
   renderVerdict(doc);
+  accountRow("latest", doc.verdict && doc.verdict.requests > 0 ? doc.verdict : null);
+  accountRow("since-start", doc.account);
 }
 
 // Key and slot heat (/keys, /slots): shown only when the proxy has heat

@@ -58,6 +58,13 @@ type Interval struct {
 	Commands                        int64
 	ExecTime, CPUTime, RunQueueTime time.Duration
 	HostKnown                       bool
+	// EventLoopBusy is the share of the poll interval the engine's event
+	// loop says it was busy (INFO stats eventloop_duration_sum, Redis >=
+	// 7.2 and Valkey >= 8; EventLoopKnown): a witness of the thread's busy
+	// time by the engine's own clock, which Utilization takes when it is
+	// the largest and which bounds OthersBusy and CulpritBusy.
+	EventLoopBusy  float64
+	EventLoopKnown bool
 	// RunQueueWait, when HostKnown and Commands is 0, is the run-queue
 	// wait per request as worked out already (a since-start verdict made
 	// of intervals' verdicts).
@@ -583,6 +590,44 @@ type Account struct {
 	ProxyHostKnown                     bool
 	// Classes: see Verdict (an interval's only).
 	Classes []ClassWait
+}
+
+// Part is one part of an Account, per request, under the name every view
+// of the account gives it: the /stats "account" parts, the part label of
+// respmeter_verdict_seconds_total, the live page's account row and the
+// exit's "account per request" line.
+type Part struct {
+	Name string
+	Time time.Duration
+}
+
+// PartNames are the names of Account.Parts, in order.
+var PartNames = [...]string{"think", "path", "engine", "queue", "other_clients", "run_queue", "proxy",
+	"loop_wait_request", "loop_wait_reply"}
+
+// Parts returns the account's parts, which add up to its cycle: think,
+// path (the network), engine (execution), queue (waiting for the engine's
+// command thread behind the proxy's own requests), other_clients (behind
+// other clients' commands), run_queue (the engine's thread waiting for a
+// CPU), proxy (processing), loop_wait_request and loop_wait_reply (a
+// request or a reply waiting unread for a busy or starved proxy loop).
+// Wait is queue + other_clients + run_queue, Loop the two loop waits, and
+// upstream = path + engine + Wait + loop_wait_reply. Every view of the
+// account takes its figures from here.
+func (a Account) Parts() [len(PartNames)]Part {
+	t := [len(PartNames)]time.Duration{a.Think, a.Path, a.Exec, max(a.Wait-a.RunQueue-a.Others, 0), a.Others, a.RunQueue,
+		a.Proxy, max(a.Loop-a.LoopReply, 0), a.LoopReply}
+	var out [len(PartNames)]Part
+	for i, name := range PartNames {
+		out[i] = Part{Name: name, Time: t[i]}
+	}
+	return out
+}
+
+// Parts returns the verdict's account per request (Account.Parts).
+func (v Verdict) Parts() [len(PartNames)]Part {
+	return Account{Think: v.Think, Path: v.Network, Exec: v.Exec, Wait: v.EngineWait, RunQueue: v.RunQueueWait,
+		Others: v.OthersWait, Proxy: v.ProxyTime, Loop: v.LoopWait, LoopReply: v.LoopReply}.Parts()
 }
 
 // Verdict returns the shares and the outcome of the account; Little's

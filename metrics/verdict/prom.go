@@ -9,12 +9,9 @@ import "github.com/prometheus/client_golang/prometheus"
 //
 //   - respmeter_verdict_requests_total: the requests the intervals held;
 //   - respmeter_verdict_seconds_total{part}: the parts summed over those
-//     requests, in seconds: think, path (the network), engine (execution),
-//     queue (waiting for the engine's command thread behind the proxy's own
-//     requests), other_clients (behind other clients' commands),
-//     run_queue (the engine's thread waiting for a CPU), proxy
-//     (processing), loop_wait_request and loop_wait_reply (a request or a
-//     reply waiting unread for a busy or starved proxy loop).
+//     requests, in seconds (split.Account.Parts: think, path, engine,
+//     queue, other_clients, run_queue, proxy, loop_wait_request,
+//     loop_wait_reply; Sum.Totals).
 //
 // upstream = path + engine + queue + other_clients + run_queue +
 // loop_wait_reply; the cycle is all of them together. Intervals without
@@ -45,17 +42,13 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.a.mu.Lock()
-	s := c.a.sum
+	n, tot := c.a.sum.Requests, c.a.sum.Totals()
 	c.a.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(s.Requests))
-	for _, p := range []struct {
-		part string
-		v    float64
-	}{
-		{"think", s.think}, {"path", s.path}, {"engine", s.exec},
-		{"queue", max(s.wait-s.runq-s.others, 0)}, {"other_clients", s.others}, {"run_queue", s.runq},
-		{"proxy", s.proxy}, {"loop_wait_request", max(s.loop-s.loopReply, 0)}, {"loop_wait_reply", s.loopReply},
-	} {
-		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, p.v, p.part)
+	ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(n))
+	// The parts of the one account (split.Account.Parts) summed over the
+	// requests: each over the requests is the figure /stats, the table and
+	// the live page show, and each only grows.
+	for _, p := range tot {
+		ch <- prometheus.MustNewConstMetric(c.seconds, prometheus.CounterValue, p.Time.Seconds(), p.Name)
 	}
 }

@@ -14,6 +14,7 @@ package verdict
 import (
 	"context"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -103,6 +104,7 @@ func Build(in Input) split.Interval {
 		if w.HasHost {
 			iv.RunQueueTime, iv.HostKnown = w.RunQueue, true
 		}
+		iv.EventLoopBusy, iv.EventLoopKnown = w.EventLoopShare()
 		others(&iv, in)
 	}
 	iv.LoopWait, iv.LoopWaitKnown = in.LoopWait, in.LoopWaitKnown
@@ -226,6 +228,11 @@ func others(iv *split.Interval, in Input) {
 		}
 	}
 	iv.OthersBusy = min(busy, 1)
+	// Other clients' commands keep the thread no busier than its event
+	// loop says it was, where the engine says.
+	if share, ok := w.EventLoopShare(); ok {
+		iv.OthersBusy, iv.CulpritBusy = min(iv.OthersBusy, share), min(iv.CulpritBusy, share)
+	}
 	if total > 0 && len(iv.Classes) > 0 {
 		var n int64
 		for _, c := range iv.Classes {
@@ -309,10 +316,10 @@ func EngineMean(prev, cur *metrics.Snapshot, meanOf func(cmd string, n int64) (t
 type Sum struct {
 	// Requests is the sum of the intervals' requests, engineN of those in
 	// intervals with the engine's execution known; the other fields are
-	// seconds·requests.
+	// seconds·requests: parts the account's (split.PartNames).
 	Requests, engineN                                           int64
-	think, path, exec, wait, runq, others, proxy, loop, model   float64
-	loopReply                                                   float64
+	parts                                                       [len(split.PartNames)]float64
+	model                                                       float64
 	util, upInFlight, proxyWait                                 float64
 	proxyCPU, proxyRunQ                                         time.Duration
 	engineKnown, waitKnown, loopKnown, proxyHost, engineUnknown bool
@@ -344,15 +351,9 @@ func (s *Sum) Add(rec *Record) {
 	s.Requests += n
 	s.total += rec.Interval.Total
 	s.upstream += rec.Interval.Upstream
-	s.think += v.Think.Seconds() * r
-	s.path += v.Network.Seconds() * r
-	s.exec += v.Exec.Seconds() * r
-	s.wait += v.EngineWait.Seconds() * r
-	s.runq += v.RunQueueWait.Seconds() * r
-	s.others += v.OthersWait.Seconds() * r
-	s.proxy += v.ProxyTime.Seconds() * r
-	s.loop += v.LoopWait.Seconds() * r
-	s.loopReply += v.LoopReply.Seconds() * r
+	for i, p := range v.Parts() {
+		s.parts[i] += p.Time.Seconds() * r
+	}
 	s.model += v.ModelWait.Seconds() * r
 	s.util += v.Utilization * r
 	if rec.Interval.Length > 0 {
@@ -391,9 +392,12 @@ func (s *Sum) Account() split.Account {
 	}
 	r := float64(s.Requests)
 	d := func(x float64) time.Duration { return time.Duration(x / r * float64(time.Second)) }
-	a.Think, a.Path, a.Exec, a.Wait = d(s.think), d(s.path), d(s.exec), d(s.wait)
-	a.RunQueue, a.Others, a.Proxy, a.Loop, a.ModelWait = d(s.runq), d(s.others), d(s.proxy), d(s.loop), d(s.model)
-	a.LoopReply = d(s.loopReply)
+	// split.PartNames: think, path, engine, queue, other_clients,
+	// run_queue, proxy, loop_wait_request, loop_wait_reply.
+	p := &s.parts
+	a.Think, a.Path, a.Exec, a.Wait = d(p[0]), d(p[1]), d(p[2]), d(p[3]+p[4]+p[5])
+	a.Others, a.RunQueue, a.Proxy, a.Loop, a.LoopReply = d(p[4]), d(p[5]), d(p[6]), d(p[7]+p[8]), d(p[8])
+	a.ModelWait = d(s.model)
 	a.Utilization, a.UpInFlight = s.util/r, s.upInFlight/r
 	a.EngineKnown, a.WaitKnown, a.LoopWaitKnown = s.engineKnown, s.waitKnown, s.loopKnown
 	a.ProxyHostKnown, a.ProxyCPU, a.ProxyRunQueue, a.ProxyWait = s.proxyHost, s.proxyCPU, s.proxyRunQ, d(s.proxyWait)
@@ -406,6 +410,19 @@ func (s *Sum) Account() split.Account {
 		}
 	}
 	return a
+}
+
+// Totals returns the parts of the added intervals (split.PartNames)
+// summed over their requests, in seconds·requests: the sums of each
+// interval's Verdict.Parts times its requests, so that each over Requests
+// is Account().Parts()'s (within a nanosecond) and each only grows as
+// intervals are added (respmeter_verdict_seconds_total).
+func (s *Sum) Totals() [len(split.PartNames)]split.Part {
+	var out [len(split.PartNames)]split.Part
+	for i, name := range split.PartNames {
+		out[i] = split.Part{Name: name, Time: time.Duration(math.Round(s.parts[i] * float64(time.Second)))}
+	}
+	return out
 }
 
 // Verdict returns the verdict of the sum: the Account's, with Little's

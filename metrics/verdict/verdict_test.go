@@ -530,4 +530,13 @@ func TestCollector(t *testing.T) {
 	if parts["loop_wait_reply"] <= 0 || parts["loop_wait_request"] <= 0 {
 		t.Errorf("loop wait parts %v", parts)
 	}
+	// Each counter over the requests is the account's part per request
+	// that /stats, the table and the live page show (split.Account.Parts).
+	sum := a.SinceStartSum()
+	for _, p := range sum.Account().Parts() {
+		near(t, p.Name+" per request (s)", parts[p.Name]/requests, p.Time.Seconds(), 1e-9)
+	}
+	if len(parts) != len(split.PartNames) {
+		t.Errorf("parts %v, want %v", parts, split.PartNames)
+	}
 }
