@@ -96,6 +96,7 @@ type Slots struct {
 func (s *Set) slotTable() (t [NumSlots]slotCounts) {
 	for _, l := range s.loops {
 		l.mu.Lock()
+		l.applyBatch()
 		for i := range l.slots {
 			c := &l.slots[i]
 			if c.requests == 0 {
