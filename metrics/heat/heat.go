@@ -177,8 +177,9 @@ func (a *keyID) same(b *keyID) bool {
 	return a.hash == b.hash && a.n == b.n && a.long == b.long && a.bytes == b.bytes
 }
 
-// Bytes past n are kept zero (Begin, identify), so that same and the
-// merge's map compare whole arrays.
+// Bytes past n are zero in the summaries' keys (End, identify), so that
+// same and the merge's map compare whole arrays; a Pending's are left as
+// they are, as only the sampled requests need them cleared.
 
 // Pending is what heat keeps of one request between Begin and End: a copy
 // of (the start of) its first key, its slot and its sizes. The proxy keeps
@@ -208,7 +209,6 @@ func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int
 	id.slot = routing.Slot(k)
 	id.long = len(k) > MaxKeyBytes
 	id.n = uint8(copy(id.bytes[:], k))
-	clear(id.bytes[id.n:])
 	if id.long {
 		id.hash = xxhash.Sum64(k) // the whole key: the copy is cut
 	} else {
@@ -304,6 +304,7 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	}
 	id := &l.scratch
 	*id = p.id
+	clear(id.bytes[id.n:])
 	l.cfg.Names.identify(id)
 	for rk, x := range w {
 		if x > 0 {
