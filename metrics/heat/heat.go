@@ -151,8 +151,8 @@ type Loop struct {
 	// (applyBatch).
 	batch  [batchLen]slotDelta
 	nbatch int
-	sum   [numRankings]*summary
-	rnd   uint64 // xorshift64 state for sampling
+	sum    [numRankings]*summary
+	rnd    uint64 // xorshift64 state for sampling
 	// scratch is the keyID of the request being ended (End builds it here
 	// rather than on the stack, where its address would make it escape).
 	scratch keyID
