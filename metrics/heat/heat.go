@@ -199,18 +199,24 @@ type Pending struct {
 // slot (routing.Slot) whether or not the proxy routes. Begin copies what
 // it keeps: args may be reused after it returns. It does not allocate.
 func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) {
-	p.reqBytes, p.repBytes, p.elems = int64(reqBytes), 0, -1
 	k, ok := slowlog.SafeFirstKey(cmd, args, keyPos)
+	l.BeginKey(p, k, ok, reqBytes)
+}
+
+// BeginKey is Begin for a caller that has the request's key from
+// slowlog.SafeFirstKey already: key and ok are what it returned.
+func (l *Loop) BeginKey(p *Pending, key []byte, ok bool, reqBytes int) {
+	p.reqBytes, p.repBytes, p.elems = int64(reqBytes), 0, -1
 	p.has = ok
 	if !ok {
 		return
 	}
 	id := &p.id
-	id.slot = routing.Slot(k)
-	id.long = len(k) > MaxKeyBytes
-	id.n = uint8(copy(id.bytes[:], k))
+	id.slot = routing.Slot(key)
+	id.long = len(key) > MaxKeyBytes
+	id.n = uint8(copy(id.bytes[:], key))
 	if id.long {
-		id.hash = xxhash.Sum64(k) // the whole key: the copy is cut
+		id.hash = xxhash.Sum64(key) // the whole key: the copy is cut
 	} else {
 		id.hash = 0 // End hashes the copy, and only when it samples
 	}
