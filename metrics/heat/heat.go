@@ -21,11 +21,13 @@
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
-// Sample; the bytes ranking takes it with probability bytes/(Sample KiB)
-// and the engine ranking with probability engine/(Sample x 10 µs), each
-// at weight threshold, or always, at its own value, when it reaches the
-// threshold, so one 1 MiB reply or one slow command is never missed. The
-// estimates are unbiased. A request at or over Config.SlowThreshold (the
+// Sample; the bytes ranking takes it with probability bytes/z and the
+// engine ranking with probability engine/z, each at weight z, or always,
+// at its own value, when it reaches z, so a reply or a command far larger
+// than the loop's mean is never missed. For bytes and engine time z is
+// Sample times the loop's mean per request so far (retune), so each
+// ranking samples at most one request in Sample on average. The estimates
+// are unbiased. A request at or over Config.SlowThreshold (the
 // slow log's) always enters every ranking at its own value. Slot counters
 // count every request exactly.
 package heat
@@ -104,6 +106,8 @@ func NewSet(loops int, cfg Config) *Set {
 	s := &Set{cfg: cfg, loops: make([]*Loop, loops), start: cfg.Now(), seed: randSeed()}
 	for i := range s.loops {
 		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1}
+		l.z = cfg.thresholds()
+		l.zMax = l.z
 		for r := range l.sum {
 			l.sum[r] = newSummary(cfg.Capacity)
 		}
@@ -151,8 +155,13 @@ type Loop struct {
 	// (applyBatch).
 	batch  [batchLen]slotDelta
 	nbatch int
-	sum    [numRankings]*summary
-	rnd    uint64 // xorshift64 state for sampling
+	// z are the rankings' sampling thresholds (retune), zMax the largest
+	// each has had, for the error bound; seen, seenBytes and seenEngine
+	// sum the requests applied from the batch, which retune averages.
+	z, zMax                     [numRankings]int64
+	seen, seenBytes, seenEngine int64
+	sum                         [numRankings]*summary
+	rnd                         uint64 // xorshift64 state for sampling
 	// scratch is the keyID of the request being ended (End builds it here
 	// rather than on the stack, where its address would make it escape).
 	scratch keyID
@@ -284,6 +293,7 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	b := p.reqBytes + p.repBytes
 	d := &l.batch[l.nbatch]
 	d.slot, d.bytes, d.engineNs, d.shard = p.id.slot, b, int64(engine), int32(max(shard, -1))+1
+	z := l.z // this request's thresholds follow only the requests before it
 	if l.nbatch++; l.nbatch == batchLen {
 		l.applyBatch()
 	}
@@ -300,7 +310,6 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
 		w = [numRankings]int64{1, b, eng} // slow: counted as it is
 	} else {
-		z := l.cfg.thresholds()
 		w[ByRequests] = sampled(1, z[ByRequests], u)
 		w[ByBytes] = sampled(b, z[ByBytes], u)
 		w[ByEngine] = sampled(eng, z[ByEngine], u)
@@ -337,12 +346,42 @@ func (l *Loop) applyBatch() {
 		if d.shard != 0 {
 			sc.shard = d.shard
 		}
+		l.seenBytes += d.bytes
+		l.seenEngine += d.engineNs
 	}
+	l.seen += int64(l.nbatch)
 	l.nbatch = 0
+	l.retune()
 }
 
-// thresholds returns each ranking's sampling threshold z: Sample requests,
-// Sample KiB, Sample x 10 µs of engine time.
+// retune sets the bytes and engine-time rankings' thresholds to Sample
+// times the loop's mean bytes and engine time per request so far, so
+// that each ranking samples at most one request in Sample on average
+// (a request of value v enters with probability min(v/z, 1), whose mean
+// is at most the mean v over z) whatever the workload's sizes and engine
+// times. A threshold follows only requests already recorded, never the
+// one it decides about, so each weight's expectation is still its value
+// (see sampled) and the sums stay unbiased.
+func (l *Loop) retune() {
+	if l.seen == 0 {
+		return
+	}
+	n := int64(l.cfg.Sample)
+	for r, sum := range [numRankings]int64{ByBytes: l.seenBytes, ByEngine: l.seenEngine} {
+		if r == ByRequests {
+			continue
+		}
+		// Sample x mean, at least Sample (a mean under one byte or one
+		// nanosecond), at most 2^62 (no overflow).
+		mean := max(sum/l.seen, 1)
+		l.z[r] = min(mean, (1<<62)/n) * n
+		l.zMax[r] = max(l.zMax[r], l.z[r])
+	}
+}
+
+// thresholds returns each ranking's sampling threshold z until a loop
+// has requests to average (retune): Sample requests, Sample KiB, Sample x
+// 10 µs of engine time.
 func (c *Config) thresholds() [numRankings]int64 {
 	n := int64(c.Sample)
 	return [numRankings]int64{n, n << 10, n * int64(10*time.Microsecond)}

@@ -59,3 +59,47 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplingFollowsTheMean: with every command taking 500 µs of engine
+// time (a busy engine, a pipeline) and 2 KiB of bytes, the bytes and
+// engine-time rankings still sample about one request in Sample, their
+// thresholds being Sample times the loop's means, and the estimates of
+// all three rankings hold the true totals within their errors.
+func TestSamplingFollowsTheMean(t *testing.T) {
+	const n, sample = 64_000, 64
+	h := NewSet(1, Config{Sample: sample})
+	l := h.Loop(0)
+	args := [][]byte{[]byte("get"), []byte("hot")}
+	reply := make([]byte, 2048-20)
+	engine := 500 * time.Microsecond
+	for range n {
+		var p Pending
+		l.Begin(&p, "get", args, 1, 20)
+		p.ReplySize(int64(len(reply)))
+		l.End(&p, 1, 0, time.Millisecond, engine)
+	}
+	k := h.Keys(1, nil)
+	for _, c := range []struct {
+		name  string
+		keys  []Key
+		truth float64
+	}{
+		{"requests", k.ByRequests, n},
+		{"bytes", k.ByBytes, n * 2048},
+		{"engine", k.ByEngineTime, n * engine.Seconds()},
+	} {
+		if len(c.keys) != 1 {
+			t.Fatalf("%s: %d keys", c.name, len(c.keys))
+		}
+		got := c.keys[0]
+		// One in 64 of 64,000: 1,000 samples, a standard deviation of
+		// about 31; twice that is far out of reach of chance.
+		if got.Samples > 2*n/sample {
+			t.Errorf("%s: %d of %d requests sampled, want about %d", c.name, got.Samples, n, n/sample)
+		}
+		if d := got.Estimate - c.truth; d > got.Error || -d > got.Error {
+			t.Errorf("%s: estimate %.6g ± %.3g, true %.6g", c.name, got.Estimate, got.Error, c.truth)
+		}
+		t.Logf("%s: %d samples, estimate %.6g ± %.3g, true %.6g", c.name, got.Samples, got.Estimate, got.Error, c.truth)
+	}
+}
