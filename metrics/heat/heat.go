@@ -23,10 +23,10 @@
 // request enters the requests ranking with probability 1/Sample and weight
 // Sample; the bytes ranking takes it with probability bytes/z and the
 // engine ranking with probability engine/z, each at weight z, or always,
-// at its own value, when it reaches z, so a reply or a command far larger
-// than the loop's mean is never missed. For bytes and engine time z is
+// at its own value, when it reaches z. For bytes and engine time z is
 // Sample times the loop's mean per request so far (retune), so each
-// ranking samples at most one request in Sample on average. The estimates
+// ranking samples about one request in Sample; the bytes threshold is at
+// most Sample KiB, so a big key's reply is never missed. The estimates
 // are unbiased. A request at or over Config.SlowThreshold (the
 // slow log's) always enters every ranking at its own value. Slot counters
 // count every request exactly.
@@ -356,25 +356,26 @@ func (l *Loop) applyBatch() {
 
 // retune sets the bytes and engine-time rankings' thresholds to Sample
 // times the loop's mean bytes and engine time per request so far, so
-// that each ranking samples at most one request in Sample on average
-// (a request of value v enters with probability min(v/z, 1), whose mean
-// is at most the mean v over z) whatever the workload's sizes and engine
-// times. A threshold follows only requests already recorded, never the
-// one it decides about, so each weight's expectation is still its value
-// (see sampled) and the sums stay unbiased.
+// that each ranking samples about one request in Sample (a request of
+// value v enters with probability min(v/z, 1), whose mean is at most the
+// mean v over z) whatever the workload's sizes and engine times. The
+// bytes threshold stays at most Sample KiB, so that a reply of that size
+// (a big key's) is always counted at its own size, however big the mean;
+// a command whose engine time reaches the slow log's threshold is always
+// counted anyway. A threshold follows only requests already recorded,
+// never the one it decides about, so each weight's expectation is still
+// its value (see sampled) and the sums stay unbiased.
 func (l *Loop) retune() {
 	if l.seen == 0 {
 		return
 	}
 	n := int64(l.cfg.Sample)
-	for r, sum := range [numRankings]int64{ByBytes: l.seenBytes, ByEngine: l.seenEngine} {
-		if r == ByRequests {
-			continue
-		}
-		// Sample x mean, at least Sample (a mean under one byte or one
-		// nanosecond), at most 2^62 (no overflow).
-		mean := max(sum/l.seen, 1)
-		l.z[r] = min(mean, (1<<62)/n) * n
+	// Sample x mean, the mean at least one byte or nanosecond, with no
+	// overflow.
+	z := func(sum int64) int64 { return min(max(sum/l.seen, 1), (1<<62)/n) * n }
+	l.z[ByBytes] = min(z(l.seenBytes), l.cfg.thresholds()[ByBytes])
+	l.z[ByEngine] = z(l.seenEngine)
+	for r := range l.z {
 		l.zMax[r] = max(l.zMax[r], l.z[r])
 	}
 }

@@ -61,7 +61,7 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 }
 
 // TestSamplingFollowsTheMean: with every command taking 500 µs of engine
-// time (a busy engine, a pipeline) and 2 KiB of bytes, the bytes and
+// time (a busy engine, a pipeline) and 512 bytes, the bytes and
 // engine-time rankings still sample about one request in Sample, their
 // thresholds being Sample times the loop's means, and the estimates of
 // all three rankings hold the true totals within their errors.
@@ -70,7 +70,7 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	h := NewSet(1, Config{Sample: sample})
 	l := h.Loop(0)
 	args := [][]byte{[]byte("get"), []byte("hot")}
-	reply := make([]byte, 2048-20)
+	reply := make([]byte, 512-20)
 	engine := 500 * time.Microsecond
 	for range n {
 		var p Pending
@@ -85,7 +85,7 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 		truth float64
 	}{
 		{"requests", k.ByRequests, n},
-		{"bytes", k.ByBytes, n * 2048},
+		{"bytes", k.ByBytes, n * 512},
 		{"engine", k.ByEngineTime, n * engine.Seconds()},
 	} {
 		if len(c.keys) != 1 {
@@ -101,5 +101,27 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 			t.Errorf("%s: estimate %.6g ± %.3g, true %.6g", c.name, got.Estimate, got.Error, c.truth)
 		}
 		t.Logf("%s: %d samples, estimate %.6g ± %.3g, true %.6g", c.name, got.Samples, got.Estimate, got.Error, c.truth)
+	}
+	// A reply of Sample KiB is always counted, at its size, whatever the
+	// mean: after a run of 1 MiB replies (a mean far over it) one more
+	// request of 64 KiB still enters the bytes ranking.
+	big := [][]byte{[]byte("get"), []byte("big")}
+	for range 1000 {
+		var p Pending
+		l.Begin(&p, "get", big, 1, 20)
+		p.ReplySize(1 << 20)
+		l.End(&p, 1, 0, time.Millisecond, engine)
+	}
+	last := [][]byte{[]byte("get"), []byte("last")}
+	var p Pending
+	l.Begin(&p, "get", last, 1, 0)
+	p.ReplySize(sample << 10)
+	l.End(&p, 1, 0, time.Millisecond, engine)
+	found := false
+	for _, key := range h.Keys(1024, nil).ByBytes {
+		found = found || key.Key == "last" && key.Samples == 1 && key.Estimate >= sample<<10
+	}
+	if !found {
+		t.Errorf("a reply of %d KiB after 1 MiB ones was not counted at its size", sample)
 	}
 }
