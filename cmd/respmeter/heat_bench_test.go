@@ -37,19 +37,7 @@ func BenchmarkHeatCPU(b *testing.B) {
 	var sent int64
 	for _, pipe := range []int{1, 16} {
 		b.Run("p"+strconv.Itoa(pipe), func(b *testing.B) {
-			// 1-2 s of proxy CPU per side and iteration on a quiet
-			// machine: 10 ms ticks resolve the ratio to about 1 %.
-			n := 50_000 * min(pipe, 8)
-			var offTicks, onTicks, ops int64
-			for range b.N {
-				off0, on0 := procTicks(b, off.cmd.Process.Pid), procTicks(b, on.cmd.Process.Pid)
-				sideBySide(b, bench, []string{offAddr, onAddr}, "-c", "50", "-n", strconv.Itoa(n),
-					"-P", strconv.Itoa(pipe), "-d", "100", "-r", "100000", "-t", "set,get", "-q")
-				offTicks += procTicks(b, off.cmd.Process.Pid) - off0
-				onTicks += procTicks(b, on.cmd.Process.Pid) - on0
-				ops += 2 * int64(n) // -t set,get: n of each
-			}
-			b.StopTimer()
+			offTicks, onTicks, ops := onOffTicks(b, bench, off, on, offAddr, onAddr, pipe, "-r", "100000")
 			sent += ops
 			var doc heat.Slots
 			getJSON(b, "http://"+onAdmin+"/slots", &doc)
@@ -60,10 +48,7 @@ func BenchmarkHeatCPU(b *testing.B) {
 			if counted < sent {
 				b.Fatalf("the slots count %d requests, %d were sent", counted, sent)
 			}
-			// A tick is 10 ms (USER_HZ 100): µs/op = ticks * 1e4 / ops.
-			b.ReportMetric(float64(offTicks)*1e4/float64(ops), "off-µs/op")
-			b.ReportMetric(float64(onTicks)*1e4/float64(ops), "on-µs/op")
-			b.ReportMetric(float64(onTicks)/float64(offTicks), "on/off")
+			reportOnOff(b, offTicks, onTicks, ops)
 		})
 	}
 }
