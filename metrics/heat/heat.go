@@ -13,9 +13,10 @@
 // Concurrency and cost follow package metrics: each event loop owns one
 // Loop and is its only writer; Begin, Reply and End do not allocate. A
 // scrape (Set.Keys, Set.Slots) locks each Loop briefly to sum its slot
-// table or copy its summaries, then merges the copies outside the lock. Memory is bounded by
-// the slot table and the summaries' capacity whatever the number of
-// distinct keys: per loop, 16,384 x 32 bytes (512 KiB) of slot counters
+// table (adding its batch first) or copy its summaries, then merges the
+// copies outside the lock. Memory is bounded by the slot table and the
+// summaries' capacity whatever the number of distinct keys: per loop,
+// 16,384 x 32 bytes (512 KiB) of slot counters and their batch (3 KiB),
 // plus 3 x Capacity entries of about 0.5 KiB (1.5 MiB at the default
 // 1,024). There is no package-level state.
 //
