@@ -867,16 +867,20 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
 		e.block = blockWait(id, args)
 	}
-	if s.p.cfg.SlowLog != nil {
-		if k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos()); ok {
-			e.key.Set(k)
+	if h := s.l.m.Heat(); s.p.cfg.SlowLog != nil || h != nil {
+		// The slow log and heat keep the same key, by the same rules.
+		k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos())
+		if s.p.cfg.SlowLog != nil {
+			if ok {
+				e.key.Set(k)
+			}
+			if name, ok := setNameArg(id, args); ok {
+				e.setName = string(name)
+			}
 		}
-		if name, ok := setNameArg(id, args); ok {
-			e.setName = string(name)
+		if h != nil {
+			h.BeginKey(&e.heat, k, ok, len(frame))
 		}
-	}
-	if h := s.l.m.Heat(); h != nil {
-		h.Begin(&e.heat, c.Name(), args, c.KeyPos(), len(frame))
 	}
 	if s.tx.on {
 		e.flags |= eInTx

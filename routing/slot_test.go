@@ -54,6 +54,25 @@ func TestCRC16CheckValue(t *testing.T) {
 	}
 }
 
+// TestCRC16Lengths compares crc16 with the bit-by-bit reference on random
+// keys of every length from 0 to 80 bytes: whole 8-byte blocks, tails of
+// each length, and both together.
+func TestCRC16Lengths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 81 {
+		for range 50 {
+			key := make([]byte, n)
+			for i := range key {
+				key[i] = byte(rng.Uint32())
+			}
+			key = bytes.ReplaceAll(key, []byte("{"), []byte("("))
+			if got, want := crc16(key)&(NumSlots-1), refSlot(key); got != want {
+				t.Fatalf("crc16(%q) & 16383 = %d, reference = %d", key, got, want)
+			}
+		}
+	}
+}
+
 // slotCases are the CLUSTER KEYSLOT examples of the Redis docs and the
 // placeholder keys of docs/cases.md; the oracle test checks
 // them against the engine too.

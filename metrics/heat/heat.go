@@ -13,19 +13,22 @@
 // Concurrency and cost follow package metrics: each event loop owns one
 // Loop and is its only writer; Begin, Reply and End do not allocate. A
 // scrape (Set.Keys, Set.Slots) locks each Loop briefly to sum its slot
-// table or copy its summaries, then merges the copies outside the lock. Memory is bounded by
-// the slot table and the summaries' capacity whatever the number of
-// distinct keys: per loop, 16,384 x 32 bytes (512 KiB) of slot counters
+// table (adding its batch first) or copy its summaries, then merges the
+// copies outside the lock. Memory is bounded by the slot table and the
+// summaries' capacity whatever the number of distinct keys: per loop,
+// 16,384 x 32 bytes (512 KiB) of slot counters and their batch (3 KiB),
 // plus 3 x Capacity entries of about 0.5 KiB (1.5 MiB at the default
 // 1,024). There is no package-level state.
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
-// Sample; the bytes ranking takes it with probability bytes/(Sample KiB)
-// and the engine ranking with probability engine/(Sample x 10 µs), each
-// at weight threshold, or always, at its own value, when it reaches the
-// threshold, so one 1 MiB reply or one slow command is never missed. The
-// estimates are unbiased. A request at or over Config.SlowThreshold (the
+// Sample; the bytes ranking takes it with probability bytes/z and the
+// engine ranking with probability engine/z, each at weight z, or always,
+// at its own value, when it reaches z. For bytes and engine time z is
+// Sample times the loop's mean per request so far (retune), so each
+// ranking samples about one request in Sample; the bytes threshold is at
+// most Sample KiB, so a big key's reply is never missed. The estimates
+// are unbiased. A request at or over Config.SlowThreshold (the
 // slow log's) always enters every ranking at its own value. Slot counters
 // count every request exactly.
 package heat
@@ -104,6 +107,8 @@ func NewSet(loops int, cfg Config) *Set {
 	s := &Set{cfg: cfg, loops: make([]*Loop, loops), start: cfg.Now(), seed: randSeed()}
 	for i := range s.loops {
 		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1}
+		l.z = cfg.thresholds()
+		l.zMax = l.z
 		for r := range l.sum {
 			l.sum[r] = newSummary(cfg.Capacity)
 		}
@@ -126,6 +131,19 @@ type slotCounts struct {
 	shard    int32 // shard index (metrics.Set.Shard) of its last request + 1; 0 none
 }
 
+// slotDelta is one request's addition to its slot's counters, held in the
+// loop's batch until the batch is full or a scrape applies it.
+type slotDelta struct {
+	bytes    int64
+	engineNs int64
+	shard    int32 // as slotCounts.shard; 0 leaves the slot's as it is
+	slot     uint16
+}
+
+// batchLen is the number of requests a loop's batch holds: 128 x 24 bytes
+// (3 KiB), which stays in the L1 cache.
+const batchLen = 128
+
 // Loop is one event loop's heat. Only its loop records (Begin, Reply,
 // End); Snapshot reads it under its lock.
 type Loop struct {
@@ -134,8 +152,17 @@ type Loop struct {
 	mu    sync.Locker
 	cfg   *Config
 	slots [NumSlots]slotCounts
-	sum   [numRankings]*summary
-	rnd   uint64 // xorshift64 state for sampling
+	// batch holds the slot counters' latest additions, batch[:nbatch]
+	// (applyBatch).
+	batch  [batchLen]slotDelta
+	nbatch int
+	// z are the rankings' sampling thresholds (retune), zMax the largest
+	// each has had, for the error bound; seen, seenBytes and seenEngine
+	// sum the requests applied from the batch, which retune averages.
+	z, zMax                     [numRankings]int64
+	seen, seenBytes, seenEngine int64
+	sum                         [numRankings]*summary
+	rnd                         uint64 // xorshift64 state for sampling
 	// scratch is the keyID of the request being ended (End builds it here
 	// rather than on the stack, where its address would make it escape).
 	scratch keyID
@@ -160,8 +187,9 @@ func (a *keyID) same(b *keyID) bool {
 	return a.hash == b.hash && a.n == b.n && a.long == b.long && a.bytes == b.bytes
 }
 
-// Bytes past n are kept zero (Begin, identify), so that same and the
-// merge's map compare whole arrays.
+// Bytes past n are zero in the summaries' keys (End, identify), so that
+// same and the merge's map compare whole arrays; a Pending's are left as
+// they are, as only the sampled requests need them cleared.
 
 // Pending is what heat keeps of one request between Begin and End: a copy
 // of (the start of) its first key, its slot and its sizes. The proxy keeps
@@ -181,19 +209,24 @@ type Pending struct {
 // slot (routing.Slot) whether or not the proxy routes. Begin copies what
 // it keeps: args may be reused after it returns. It does not allocate.
 func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) {
-	p.reqBytes, p.repBytes, p.elems = int64(reqBytes), 0, -1
 	k, ok := slowlog.SafeFirstKey(cmd, args, keyPos)
+	l.BeginKey(p, k, ok, reqBytes)
+}
+
+// BeginKey is Begin for a caller that has the request's key from
+// slowlog.SafeFirstKey already: key and ok are what it returned.
+func (l *Loop) BeginKey(p *Pending, key []byte, ok bool, reqBytes int) {
+	p.reqBytes, p.repBytes, p.elems = int64(reqBytes), 0, -1
 	p.has = ok
 	if !ok {
 		return
 	}
 	id := &p.id
-	id.slot = routing.Slot(k)
-	id.long = len(k) > MaxKeyBytes
-	id.n = uint8(copy(id.bytes[:], k))
-	clear(id.bytes[id.n:])
+	id.slot = routing.Slot(key)
+	id.long = len(key) > MaxKeyBytes
+	id.n = uint8(copy(id.bytes[:], key))
 	if id.long {
-		id.hash = xxhash.Sum64(k) // the whole key: the copy is cut
+		id.hash = xxhash.Sum64(key) // the whole key: the copy is cut
 	} else {
 		id.hash = 0 // End hashes the copy, and only when it samples
 	}
@@ -259,12 +292,11 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	}
 	engine = max(engine, 0)
 	b := p.reqBytes + p.repBytes
-	sc := &l.slots[p.id.slot]
-	sc.requests++
-	sc.bytes += b
-	sc.engineNs += int64(engine)
-	if shard >= 0 {
-		sc.shard = int32(shard) + 1
+	d := &l.batch[l.nbatch]
+	d.slot, d.bytes, d.engineNs, d.shard = p.id.slot, b, int64(engine), int32(max(shard, -1))+1
+	z := l.z // this request's thresholds follow only the requests before it
+	if l.nbatch++; l.nbatch == batchLen {
+		l.applyBatch()
 	}
 	// xorshift64 (Marsaglia 2003): one draw per request, independent of
 	// the workload's order; its top 53 bits are a uniform u in [0, 1).
@@ -279,7 +311,6 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
 		w = [numRankings]int64{1, b, eng} // slow: counted as it is
 	} else {
-		z := l.cfg.thresholds()
 		w[ByRequests] = sampled(1, z[ByRequests], u)
 		w[ByBytes] = sampled(b, z[ByBytes], u)
 		w[ByEngine] = sampled(eng, z[ByEngine], u)
@@ -289,6 +320,7 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	}
 	id := &l.scratch
 	*id = p.id
+	clear(id.bytes[id.n:])
 	l.cfg.Names.identify(id)
 	for rk, x := range w {
 		if x > 0 {
@@ -298,8 +330,60 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 	}
 }
 
-// thresholds returns each ranking's sampling threshold z: Sample requests,
-// Sample KiB, Sample x 10 µs of engine time.
+// applyBatch adds the batch to the slot counters and empties it; the
+// caller holds mu. The slot table (512 KiB) does not stay in the CPU's
+// caches between requests, so a request's slot counter is most often a
+// cache miss: one at a time, amid each request's own dependent work, the
+// misses cost a request about as much as its slot's CRC16. Here the
+// additions are independent of each other, so the CPU has many of the
+// misses in flight at once and a request's share is a few nanoseconds.
+func (l *Loop) applyBatch() {
+	for i := range l.batch[:l.nbatch] {
+		d := &l.batch[i]
+		sc := &l.slots[d.slot]
+		sc.requests++
+		sc.bytes += d.bytes
+		sc.engineNs += d.engineNs
+		if d.shard != 0 {
+			sc.shard = d.shard
+		}
+		l.seenBytes += d.bytes
+		l.seenEngine += d.engineNs
+	}
+	l.seen += int64(l.nbatch)
+	l.nbatch = 0
+	l.retune()
+}
+
+// retune sets the bytes and engine-time rankings' thresholds to Sample
+// times the loop's mean bytes and engine time per request so far, so
+// that each ranking samples about one request in Sample (a request of
+// value v enters with probability min(v/z, 1), whose mean is at most the
+// mean v over z) whatever the workload's sizes and engine times. The
+// bytes threshold stays at most Sample KiB, so that a reply of that size
+// (a big key's) is always counted at its own size, however big the mean;
+// a command whose engine time reaches the slow log's threshold is always
+// counted anyway. A threshold follows only requests already recorded,
+// never the one it decides about, so each weight's expectation is still
+// its value (see sampled) and the sums stay unbiased.
+func (l *Loop) retune() {
+	if l.seen == 0 {
+		return
+	}
+	n := int64(l.cfg.Sample)
+	// Sample x mean, the mean at least one byte or nanosecond, with no
+	// overflow.
+	z := func(sum int64) int64 { return min(max(sum/l.seen, 1), (1<<62)/n) * n }
+	l.z[ByBytes] = min(z(l.seenBytes), l.cfg.thresholds()[ByBytes])
+	l.z[ByEngine] = z(l.seenEngine)
+	for r := range l.z {
+		l.zMax[r] = max(l.zMax[r], l.z[r])
+	}
+}
+
+// thresholds returns each ranking's sampling threshold z until a loop
+// has requests to average (retune): Sample requests, Sample KiB, Sample x
+// 10 µs of engine time.
 func (c *Config) thresholds() [numRankings]int64 {
 	n := int64(c.Sample)
 	return [numRankings]int64{n, n << 10, n * int64(10*time.Microsecond)}

@@ -73,9 +73,9 @@ type Collector struct {
 func (s *Set) NewCollector(top int, shardNames func() []string) *Collector {
 	return &Collector{
 		s: s, top: top, shardNames: shardNames,
-		req: prometheus.NewDesc("respmeter_heat_key_requests", "Estimated requests to a top key since start (sampled Space-Saving; /keys gives the error).", []string{"key"}, nil),
-		byt: prometheus.NewDesc("respmeter_heat_key_bytes", "Estimated request plus reply bytes of a top key since start.", []string{"key"}, nil),
-		eng: prometheus.NewDesc("respmeter_heat_key_engine_seconds", "Estimated engine (service) time of a top key since start, in seconds.", []string{"key"}, nil),
+		req: prometheus.NewDesc("respmeter_heat_key_requests", "Estimated requests to a top key since start: an unbiased estimate from 1 request in --heat-sample, kept in a Space-Saving summary (/keys gives the error).", []string{"key"}, nil),
+		byt: prometheus.NewDesc("respmeter_heat_key_bytes", "Estimated request plus reply bytes of a top key since start: an unbiased estimate by threshold sampling (/keys gives the error).", []string{"key"}, nil),
+		eng: prometheus.NewDesc("respmeter_heat_key_engine_seconds", "Estimated engine (service) time of a top key since start, in seconds: an unbiased estimate by threshold sampling (/keys gives the error).", []string{"key"}, nil),
 		imb: prometheus.NewDesc("respmeter_heat_shard_imbalance", "Max over mean of the shards' exact per-slot sums (1 is balanced).", []string{"by"}, nil),
 	}
 }

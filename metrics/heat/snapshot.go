@@ -96,6 +96,7 @@ type Slots struct {
 func (s *Set) slotTable() (t [NumSlots]slotCounts) {
 	for _, l := range s.loops {
 		l.mu.Lock()
+		l.applyBatch()
 		for i := range l.slots {
 			c := &l.slots[i]
 			if c.requests == 0 {
@@ -192,10 +193,12 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 	scratch := newSummary(s.cfg.Capacity)
 	for r := range numRankings {
 		var mins []int64
+		var z int64 // the largest sampling threshold of any loop
 		all := map[keyID]*merged{}
 		for li, l := range s.loops {
 			l.mu.Lock()
 			l.sum[r].copyTo(scratch)
+			z = max(z, l.zMax[r])
 			l.mu.Unlock()
 			m := scratch.min()
 			mins = append(mins, m)
@@ -237,7 +240,7 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 		})
 		keys := make([]Key, 0, min(n, len(list)))
 		for _, g := range list[:min(n, len(list))] {
-			keys = append(keys, s.key(r, g, secs, shardNames))
+			keys = append(keys, s.key(r, z, g, secs, shardNames))
 		}
 		switch r {
 		case ByRequests:
@@ -251,17 +254,19 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 	return out
 }
 
-// key builds ranking r's Key of g.
-func (s *Set) key(r int, g *merged, secs float64, shardNames []string) Key {
+// key builds ranking r's Key of g; z is the ranking's largest sampling
+// threshold.
+func (s *Set) key(r int, z int64, g *merged, secs float64, shardNames []string) Key {
 	st := &g.e.st
 	name, cut := s.cfg.Names.show(&g.e.id, s.seed)
 	count := float64(g.e.count + g.missing)
 	// Space-Saving: the count overestimates by at most err (+ missing).
 	ssErr := float64(g.e.err + g.missing)
 	// Sampling (threshold sampling, see sampled): the variance of a
-	// key's estimate is at most z x its total; three standard deviations.
+	// key's estimate is at most z x its total, z the largest threshold
+	// its requests met; three standard deviations.
 	var smpErr float64
-	if z := s.cfg.thresholds()[r]; z > 1 {
+	if z > 1 {
 		smpErr = 3 * math.Sqrt(float64(z)*count)
 	}
 	unit := 1.0

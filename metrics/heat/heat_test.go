@@ -1,0 +1,127 @@
+package heat
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/routing"
+)
+
+// TestSlotsCountEveryRequest records requests in batches of every size
+// around the loop's batch (none full, one full, full and some) and checks
+// after each that Slots holds every one of them exactly: requests, bytes,
+// engine time and shard per slot, whatever is still waiting in the batch.
+func TestSlotsCountEveryRequest(t *testing.T) {
+	h := NewSet(2, Config{})
+	args := [][]byte{[]byte("get"), nil}
+	type want struct {
+		requests, bytes int64
+		engine          time.Duration
+		shard           string
+	}
+	truth := map[int]*want{}
+	names := []string{"a", "b", "c"}
+	i := 0
+	for _, n := range []int{1, batchLen - 2, 1, batchLen, 3 * batchLen, 7} {
+		for range n {
+			l := h.Loop(i % 2)
+			key := []byte("k:" + strconv.Itoa(i*7919))
+			args[1] = key
+			var p Pending
+			l.Begin(&p, "get", args, 1, 20+i%5)
+			p.Reply([]byte("$3\r\nabc\r\n"))
+			slot := int(routing.Slot(key))
+			shard := slot % 3 // a slot's shard, as a cluster's is
+			engine := time.Duration(1000 + i)
+			l.End(&p, 1, shard, 2*engine, engine)
+			w := truth[slot]
+			if w == nil {
+				w = &want{}
+				truth[slot] = w
+			}
+			w.requests++
+			w.bytes += int64(20+i%5) + 9
+			w.engine += engine
+			w.shard = names[shard]
+			i++
+		}
+		got := h.Slots(names)
+		if len(got.Slots) != len(truth) {
+			t.Fatalf("after %d requests: %d slots, want %d", i, len(got.Slots), len(truth))
+		}
+		for _, s := range got.Slots {
+			w := truth[s.Slot]
+			if w == nil || s.Requests != w.requests || s.Bytes != w.bytes ||
+				s.EngineSeconds != w.engine.Seconds() || s.Shard != w.shard {
+				t.Fatalf("after %d requests: slot %d = %+v, want %+v", i, s.Slot, s, w)
+			}
+		}
+	}
+}
+
+// TestSamplingFollowsTheMean: with every command taking 500 µs of engine
+// time (a busy engine, a pipeline) and 512 bytes, the bytes and
+// engine-time rankings still sample about one request in Sample, their
+// thresholds being Sample times the loop's means, and the estimates of
+// all three rankings hold the true totals within their errors.
+func TestSamplingFollowsTheMean(t *testing.T) {
+	const n, sample = 64_000, 64
+	h := NewSet(1, Config{Sample: sample})
+	l := h.Loop(0)
+	args := [][]byte{[]byte("get"), []byte("hot")}
+	reply := make([]byte, 512-20)
+	engine := 500 * time.Microsecond
+	for range n {
+		var p Pending
+		l.Begin(&p, "get", args, 1, 20)
+		p.ReplySize(int64(len(reply)))
+		l.End(&p, 1, 0, time.Millisecond, engine)
+	}
+	k := h.Keys(1, nil)
+	for _, c := range []struct {
+		name  string
+		keys  []Key
+		truth float64
+	}{
+		{"requests", k.ByRequests, n},
+		{"bytes", k.ByBytes, n * 512},
+		{"engine", k.ByEngineTime, n * engine.Seconds()},
+	} {
+		if len(c.keys) != 1 {
+			t.Fatalf("%s: %d keys", c.name, len(c.keys))
+		}
+		got := c.keys[0]
+		// One in 64 of 64,000: 1,000 samples, a standard deviation of
+		// about 31; twice that is far out of reach of chance.
+		if got.Samples > 2*n/sample {
+			t.Errorf("%s: %d of %d requests sampled, want about %d", c.name, got.Samples, n, n/sample)
+		}
+		if d := got.Estimate - c.truth; d > got.Error || -d > got.Error {
+			t.Errorf("%s: estimate %.6g ± %.3g, true %.6g", c.name, got.Estimate, got.Error, c.truth)
+		}
+		t.Logf("%s: %d samples, estimate %.6g ± %.3g, true %.6g", c.name, got.Samples, got.Estimate, got.Error, c.truth)
+	}
+	// A reply of Sample KiB is always counted, at its size, whatever the
+	// mean: after a run of 1 MiB replies (a mean far over it) one more
+	// request of 64 KiB still enters the bytes ranking.
+	big := [][]byte{[]byte("get"), []byte("big")}
+	for range 1000 {
+		var p Pending
+		l.Begin(&p, "get", big, 1, 20)
+		p.ReplySize(1 << 20)
+		l.End(&p, 1, 0, time.Millisecond, engine)
+	}
+	last := [][]byte{[]byte("get"), []byte("last")}
+	var p Pending
+	l.Begin(&p, "get", last, 1, 0)
+	p.ReplySize(sample << 10)
+	l.End(&p, 1, 0, time.Millisecond, engine)
+	found := false
+	for _, key := range h.Keys(1024, nil).ByBytes {
+		found = found || key.Key == "last" && key.Samples == 1 && key.Estimate >= sample<<10
+	}
+	if !found {
+		t.Errorf("a reply of %d KiB after 1 MiB ones was not counted at its size", sample)
+	}
+}
