@@ -328,6 +328,11 @@ type Config struct {
 	// and on SIGUSR1 (the /stats document since start, the verdict since
 	// start and the run's settings); "" (the default) writes none.
 	Summary string `yaml:"summary"`
+	// Inject is a fault injection rule file (YAML; docs/injection.md):
+	// delays, error replies and timeouts applied to the requests in each
+	// rule's scope, the delays reported as their own phase, injected. ""
+	// (the default) injects nothing.
+	Inject string `yaml:"inject"`
 }
 
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
