@@ -304,7 +304,8 @@ type Config struct {
 	HDRInterval Duration `yaml:"hdr_interval"`
 	// MetricsPhases lists the phases (MetricsPhaseNames) whose per-command
 	// and per-shard duration histograms /metrics exports: each (command,
-	// phase) costs 28 series. Default: all five; at least one.
+	// phase) costs 28 series (injected only for commands a fault injection
+	// rule delayed). Default: all six; at least one.
 	MetricsPhases []string `yaml:"metrics_phases"`
 	// MetricsCommands caps the command labels /metrics exports: the first
 	// MetricsCommands commands seen keep their own label, later ones are
@@ -338,7 +339,7 @@ type Config struct {
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
 // order of the phase label of respmeter_command_duration_seconds.
 func MetricsPhaseNames() []string {
-	return []string{"total", "upstream", "proxy", "service", "queue"}
+	return []string{"total", "upstream", "proxy", "service", "queue", "injected"}
 }
 
 // Default returns the configuration used when nothing overrides it.
