@@ -20,8 +20,8 @@ import (
 // timer comes) until spinWindow before the earliest timer, spins for the
 // rest, and runs the timer's function, which hands the request back to
 // its event loop (EventLoop.Execute). That hand-over takes the loop a
-// while to notice; lead, a running mean of it, is taken off the due
-// times so that the request is sent when due on average. The goroutine
+// while to notice; lead, a running median of it, is taken off the due
+// times so that the median request is sent when due. The goroutine
 // starts with the first delay and spins only within spinWindow of a due
 // timer: with no delay pending it costs nothing.
 type injClock struct {
@@ -30,7 +30,7 @@ type injClock struct {
 	started bool
 	efd     int
 	now     func() int64
-	lead    atomic.Int64 // ns: mean hand-over time of a fired timer
+	lead    atomic.Int64 // ns: median hand-over time of a fired timer (handedOver)
 	stop    atomic.Bool
 }
 
@@ -83,12 +83,19 @@ func (k *injClock) add(due int64, fn func()) {
 }
 
 // handedOver records how late (ns past due) a fired timer's request was
-// taken up by its loop: the lead follows the hand-over time, a mean over
-// the last ~16.
+// taken up by its loop. The lead moves 2 µs towards the hand-over time per
+// timer, up if this one was late, down if early: it settles on the
+// median hand-over time (half the requests a little early, half a little
+// late), and one slow hand-over (the first, a loop busy with a burst)
+// moves it by 2 µs only.
 func (k *injClock) handedOver(late int64) {
-	// The timer fired lead before due: the hand-over took late + lead,
-	// and the mean moves by a sixteenth of the difference, late.
-	k.lead.Store(min(max(k.lead.Load()+late/16, 0), maxLead))
+	const step = 2_000 // ns
+	switch l := k.lead.Load(); {
+	case late > 0:
+		k.lead.Store(min(l+step, maxLead))
+	case late < 0:
+		k.lead.Store(max(l-step, 0))
+	}
 }
 
 func (k *injClock) close() {
