@@ -118,7 +118,11 @@ type Config struct {
 	// Inject, when not nil, is a fault injection rule file (LoadInjection;
 	// see inject.go and docs/injection.md): delays, error replies and
 	// timeouts applied to the requests in each rule's scope. Nil costs
-	// one branch per request.
+	// one branch per request. Delays are timed by a thread of their own
+	// (injclock.go), which keeps its P while it waits in ppoll: give the
+	// process a P more than Loops (GOMAXPROCS), as respmeter proxy does,
+	// or a loop woken while every P is held waits for the runtime to take
+	// one back (up to 10 ms).
 	Inject *Injection
 	// TCPInfoInterval is how often each event loop samples the kernel's RTT
 	// estimate (TCP_INFO tcpi_rtt) of one client socket and its upstream

@@ -56,6 +56,7 @@ func phaseP50(t testing.TB, set *metrics.Set, name string, ph metrics.Phase) tim
 // 2 ms ± 5 %, and none of the 2 ms shows up as upstream (engine + path)
 // or proxy time.
 func TestInjectDelayTruth(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
 	srv := redistest.Start(t)
 	srv.DoT(t, "SET", "k", "v")
 	ctx := context.Background()
@@ -325,4 +326,65 @@ func TestInjectRuleFileErrors(t *testing.T) {
 	if err != nil || len(in.Counts()) != 1 {
 		t.Errorf("the simplest file: %v", err)
 	}
+}
+
+// TestInjectKeepsOrder: a delayed request is not overtaken by the
+// requests its client sent after it (a pipeline: GET of the delayed key,
+// then SET of it, then GET), each later request is timed from its own
+// read (the pipeline is answered about one delay late, not three), and
+// another client is served while the delay runs.
+func TestInjectKeepsOrder(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
+	srv := redistest.Start(t)
+	p, set, _ := injectSetup(t, srv, "rules:\n- name: slow-a\n  commands: [get]\n  keys: a\n  delay: 50ms\n")
+	srv.DoT(t, "SET", "a", "old")
+	ctx := context.Background()
+	c := injectClient(t, p.Addr(), 5*time.Second)
+	other := injectClient(t, p.Addr(), 5*time.Second)
+	if err := other.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var pingMax time.Duration
+	go func() {
+		defer close(done)
+		for range 10 {
+			t0 := time.Now()
+			_ = other.Get(ctx, "b").Err()
+			pingMax = max(pingMax, time.Since(t0))
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	t0 := time.Now()
+	cmds, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Get(ctx, "a")
+		pl.Set(ctx, "a", "new", 0)
+		pl.Get(ctx, "a")
+		pl.Get(ctx, "a")
+		return nil
+	})
+	took := time.Since(t0)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{cmds[0].(*redis.StringCmd).Val(), cmds[2].(*redis.StringCmd).Val(), cmds[3].(*redis.StringCmd).Val()}
+	if !slices.Equal(got, []string{"old", "new", "new"}) {
+		t.Errorf("pipeline GET, SET, GET, GET through a delayed GET: %q, want old, new, new", got)
+	}
+	if took < 50*time.Millisecond || took > 140*time.Millisecond {
+		t.Errorf("pipeline with three delayed GETs took %v, want about one delay (50ms), the delays overlapping", took)
+	}
+	if pingMax > 40*time.Millisecond {
+		t.Errorf("another client's GET took up to %v while a delay ran", pingMax)
+	}
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if inj := proxytest.Command(t, set, "get").Phases[metrics.PhaseInjected]; inj.Count() != 3 {
+			return fmt.Errorf("injected GETs timed: %d, want 3", inj.Count())
+		}
+		if inj := proxytest.Command(t, set, "set").Phases[metrics.PhaseInjected]; inj.Count() != 1 {
+			return fmt.Errorf("SET held behind the delayed GET: %d injected timings, want 1", inj.Count())
+		}
+		return nil
+	})
 }

@@ -313,6 +313,11 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 			return fmt.Errorf("--inject: %w", err)
 		}
 		pcfg.Inject = in
+		if n := st.loops + 1; runtime.GOMAXPROCS(0) < n {
+			// The delays' clock thread holds a P while it waits
+			// (proxy.Config.Inject): one more than the event loops'.
+			runtime.GOMAXPROCS(n)
+		}
 		if err := registerInject(reg, in); err != nil {
 			return err
 		}
