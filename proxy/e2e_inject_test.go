@@ -388,3 +388,21 @@ func TestInjectKeepsOrder(t *testing.T) {
 		return nil
 	})
 }
+
+// TestInjectErrorInTransaction: an injected error on a command queued
+// inside MULTI makes EXEC fail with EXECABORT, as a queuing error of the
+// engine's does, and nothing of the transaction runs.
+func TestInjectErrorInTransaction(t *testing.T) {
+	srv := redistest.Start(t)
+	p, _, _ := injectSetup(t, srv, "rules:\n- name: hot\n  keys: \"hot:*\"\n  error: \"TRYAGAIN injected\"\n")
+	c := redistest.Dial(t, p.Addr())
+	defer c.Close()
+	c.Roundtrip(t, respCmd("MULTI"), []byte("+OK\r\n"))
+	c.Roundtrip(t, respCmd("SET", "{t}cold", "1"), []byte("+QUEUED\r\n"))
+	c.Roundtrip(t, respCmd("SET", "hot:{t}", "1"), []byte("-TRYAGAIN injected\r\n"))
+	c.Roundtrip(t, respCmd("EXEC"), []byte("-EXECABORT Transaction discarded because of previous errors.\r\n"))
+	if v := srv.DoT(t, "EXISTS", "{t}cold", "hot:{t}"); v != int64(0) {
+		t.Errorf("after EXECABORT, %v of the transaction's keys exist", v)
+	}
+	c.Roundtrip(t, respCmd("SET", "{t}cold", "2"), []byte("+OK\r\n"))
+}

@@ -518,6 +518,11 @@ func (s *client) inject(in *Injection, c *routing.Call, now int64) (pause, answe
 	case effError:
 		e := s.newEntry(c.ID, now)
 		e.tIn = at
+		if s.tx.on {
+			// Refused while queued: EXEC then fails (EXECABORT), as
+			// after a queuing error of the engine's.
+			s.tx.aborted = true
+		}
 		s.local(e, ru.reply)
 		return false, true, at, inj
 	case effTimeout:
