@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -405,4 +406,57 @@ func TestInjectErrorInTransaction(t *testing.T) {
 		t.Errorf("after EXECABORT, %v of the transaction's keys exist", v)
 	}
 	c.Roundtrip(t, respCmd("SET", "{t}cold", "2"), []byte("+OK\r\n"))
+}
+
+// TestInjectLognormal: a lognormal delay (median 1 ms, sigma 0.5) on GET,
+// 20,000 GETs from 50 clients: respmeter's injected phase gives back the
+// distribution's p50 (1 ms) and p99 (e^(2.326 × 0.5) ms = 3.20 ms) within
+// 5 %, and the rule counted every GET.
+func TestInjectLognormal(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
+	srv := redistest.Start(t)
+	p, set, in := injectSetup(t, srv, "seed: 3\nrules:\n- name: tail\n  commands: [GET]\n  delay: {dist: lognormal, median: 1ms, sigma: 0.5}\n")
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, PoolSize: 50, DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	const clients, each = 50, 400
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := c.Get(ctx, "k").Err(); err != nil && !errors.Is(err, redis.Nil) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var inj metrics.Durations
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if inj = proxytest.Command(t, set, "get").Phases[metrics.PhaseInjected]; inj.Count() != clients*each {
+			return fmt.Errorf("injected GETs timed: %d, want %d", inj.Count(), clients*each)
+		}
+		return nil
+	})
+	for _, tc := range []struct {
+		pct  float64
+		want time.Duration
+	}{{50, time.Millisecond}, {99, time.Duration(float64(time.Millisecond) * math.Exp(2.326*0.5))}} {
+		got := inj.Percentile(tc.pct)
+		t.Logf("injected p%v = %v, want %v", tc.pct, got, tc.want)
+		if d := got - tc.want; d < -tc.want/20 || d > tc.want/20 {
+			t.Errorf("injected p%v = %v, want %v ± 5 %%", tc.pct, got, tc.want)
+		}
+	}
+	if got := in.Hits(0); got != clients*each {
+		t.Errorf("rule counted %d, want %d", got, clients*each)
+	}
 }
