@@ -23,7 +23,7 @@ import (
 // while to notice; lead, a running median of it, is taken off the due
 // times so that the median request is sent when due. The goroutine
 // starts with the first delay and spins only within spinWindow of a due
-// timer: with no delay pending it costs nothing.
+// timer: with no delay pending it sleeps until one is added.
 type injClock struct {
 	mu      sync.Mutex
 	timers  injTimers
@@ -75,11 +75,11 @@ func (k *injClock) add(due int64, fn func()) {
 	}
 	sooner := len(k.timers) == 0 || due < k.timers[0].due
 	heap.Push(&k.timers, injTimer{due: due, fn: fn})
-	k.mu.Unlock()
 	if sooner && k.efd >= 0 {
 		one := [8]byte{1}
 		_, _ = unix.Write(k.efd, one[:])
 	}
+	k.mu.Unlock()
 }
 
 // handedOver records how late (ns past due) a fired timer's request was
@@ -119,16 +119,21 @@ func (k *injClock) run() {
 	var buf [8]byte
 	for !k.stop.Load() {
 		k.mu.Lock()
-		wait := int64(1_000_000) // 1 ms: a look at stop
-		if len(k.timers) > 0 {
+		idle := len(k.timers) == 0
+		wait := int64(1_000_000) // without an eventfd: a look every 1 ms
+		if !idle {
 			wait = k.timers[0].due - k.lead.Load() - k.now()
 		}
 		k.mu.Unlock()
 		if wait > spinWindow {
 			ts := unix.NsecToTimespec(min(wait-spinWindow, 1_000_000))
+			tp := &ts
+			if idle {
+				tp = nil // until add or close writes the eventfd
+			}
 			var err error
 			if efd >= 0 {
-				_, err = unix.Ppoll(fds, &ts, nil)
+				_, err = unix.Ppoll(fds, tp, nil)
 				_, _ = unix.Read(efd, buf[:])
 			} else {
 				err = unix.Nanosleep(&ts, nil)
