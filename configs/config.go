@@ -304,7 +304,8 @@ type Config struct {
 	HDRInterval Duration `yaml:"hdr_interval"`
 	// MetricsPhases lists the phases (MetricsPhaseNames) whose per-command
 	// and per-shard duration histograms /metrics exports: each (command,
-	// phase) costs 28 series. Default: all five; at least one.
+	// phase) costs 28 series (injected only for commands a fault injection
+	// rule delayed). Default: all six; at least one.
 	MetricsPhases []string `yaml:"metrics_phases"`
 	// MetricsCommands caps the command labels /metrics exports: the first
 	// MetricsCommands commands seen keep their own label, later ones are
@@ -328,12 +329,17 @@ type Config struct {
 	// and on SIGUSR1 (the /stats document since start, the verdict since
 	// start and the run's settings); "" (the default) writes none.
 	Summary string `yaml:"summary"`
+	// Inject is a fault injection rule file (YAML; docs/injection.md):
+	// delays, error replies and timeouts applied to the requests in each
+	// rule's scope, the delays reported as their own phase, injected. ""
+	// (the default) injects nothing.
+	Inject string `yaml:"inject"`
 }
 
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
 // order of the phase label of respmeter_command_duration_seconds.
 func MetricsPhaseNames() []string {
-	return []string{"total", "upstream", "proxy", "service", "queue"}
+	return []string{"total", "upstream", "proxy", "service", "queue", "injected"}
 }
 
 // Default returns the configuration used when nothing overrides it.

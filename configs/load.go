@@ -65,6 +65,7 @@ var fields = []field{
 	{"heat_metrics_keys", func(c *Config) any { return &c.HeatMetricsKeys }},
 	{"key_names", func(c *Config) any { return &c.KeyNames }},
 	{"summary", func(c *Config) any { return &c.Summary }},
+	{"inject", func(c *Config) any { return &c.Inject }},
 }
 
 // lookupField returns the field for key, or false.

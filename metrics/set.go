@@ -59,12 +59,17 @@ const (
 	// PhaseQueue is upstream - service, clamped at 0: the time the command
 	// waited upstream behind earlier commands of its own pipeline.
 	PhaseQueue
+	// PhaseInjected is the delay a fault injection rule added before the
+	// request was sent (respmeter proxy --inject), recorded only for
+	// requests a rule touched; it is part of total and of no other phase
+	// (proxy = total - upstream - injected).
+	PhaseInjected
 	// NumPhases is the number of phases; it is not a phase.
 	NumPhases
 )
 
 // String returns the phase's label value: "total", "upstream", "proxy",
-// "service" or "queue".
+// "service", "queue" or "injected".
 func (p Phase) String() string {
 	switch p {
 	case PhaseTotal:
@@ -77,6 +82,8 @@ func (p Phase) String() string {
 		return "service"
 	case PhaseQueue:
 		return "queue"
+	case PhaseInjected:
+		return "injected"
 	}
 	return fmt.Sprintf("Phase(%d)", uint8(p))
 }
@@ -430,18 +437,35 @@ func (l *Loop) ObserveLocked(cmd int, total, upstream, service time.Duration, is
 	if isErr {
 		c.errors++
 	}
-	observePhases(&c.phases, total, upstream, service)
+	observePhases(&c.phases, total, upstream, service, 0)
+}
+
+// ObserveInjectedLocked records one timed command that a fault injection
+// rule delayed by injected (or that waited behind such a command): as
+// ObserveLocked, with injected its own phase (PhaseInjected) and proxy =
+// total - upstream - injected. The caller must hold the lock.
+func (l *Loop) ObserveInjectedLocked(cmd int, total, upstream, service, injected time.Duration, isErr bool) {
+	c := l.cmd(cmd)
+	c.count++
+	if isErr {
+		c.errors++
+	}
+	observePhases(&c.phases, total, upstream, service, injected)
 }
 
 // observePhases records one timed command into phases by ObserveLocked's
 // rules: negative durations count as 0, proxy = total - upstream and queue =
-// upstream - service (both clamped at 0), service clamped into [0, upstream].
-func observePhases(phases *[NumPhases]timing, total, upstream, service time.Duration) {
+// upstream - service (both clamped at 0), service clamped into [0, upstream];
+// injected > 0 is recorded as PhaseInjected and taken out of proxy.
+func observePhases(phases *[NumPhases]timing, total, upstream, service, injected time.Duration) {
 	total = max(total, 0)
 	upstream = max(upstream, 0)
 	phases[PhaseTotal].observe(total)
 	phases[PhaseUpstream].observe(upstream)
-	phases[PhaseProxy].observe(max(total-upstream, 0))
+	if injected > 0 {
+		phases[PhaseInjected].observe(injected)
+	}
+	phases[PhaseProxy].observe(max(total-upstream-max(injected, 0), 0))
 	service = min(max(service, 0), upstream)
 	phases[PhaseService].observe(service)
 	phases[PhaseQueue].observe(upstream - service)

@@ -74,7 +74,8 @@ func TestPhaseString(t *testing.T) {
 		{metrics.PhaseProxy, "proxy"},
 		{metrics.PhaseService, "service"},
 		{metrics.PhaseQueue, "queue"},
-		{metrics.NumPhases, "Phase(5)"},
+		{metrics.PhaseInjected, "injected"},
+		{metrics.NumPhases, "Phase(6)"},
 	} {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("Phase(%d).String() = %q, want %q", uint8(tc.p), got, tc.want)
@@ -192,6 +193,9 @@ func TestObserveAndMerge(t *testing.T) {
 					t.Errorf("%s: (count, errors, timed) = %v, want %v", c.Name, got, want)
 				}
 				for p, d := range c.Phases {
+					if metrics.Phase(p) == metrics.PhaseInjected {
+						continue // only for injected commands: TestObserveInjected
+					}
 					if d.Count() != want.timed {
 						t.Errorf("%s %s: count %d, want %d", c.Name, metrics.Phase(p), d.Count(), want.timed)
 					}
@@ -509,5 +513,37 @@ func TestSumsMatchSnapshot(t *testing.T) {
 	}
 	if sums.Think.Count() != 100 || sums.Think.Sum != snap.Think.Sum {
 		t.Errorf("think: %d %v vs %v", sums.Think.Count(), sums.Think.Sum, snap.Think.Sum)
+	}
+}
+
+// TestObserveInjected: a command a fault injection rule delayed has its
+// injected phase, taken out of proxy (proxy = total - upstream -
+// injected); one it did not touch has none.
+func TestObserveInjected(t *testing.T) {
+	s := metrics.NewSet(1, testNames)
+	l := s.Loop(0)
+	l.Lock()
+	l.ObserveInjectedLocked(cmdGet, 2300*us, 200*us, 150*us, 2000*us, false)
+	l.ObserveLocked(cmdSet, 300*us, 200*us, 150*us, false)
+	l.Unlock()
+	sn := s.Snapshot()
+	get, set := sn.Commands[cmdGet], sn.Commands[cmdSet]
+	for _, tc := range []struct {
+		what string
+		d    metrics.Durations
+		want time.Duration
+	}{
+		{"get total", get.Phases[metrics.PhaseTotal], 2300 * us},
+		{"get upstream", get.Phases[metrics.PhaseUpstream], 200 * us},
+		{"get injected", get.Phases[metrics.PhaseInjected], 2000 * us},
+		{"get proxy", get.Phases[metrics.PhaseProxy], 100 * us},
+		{"set proxy", set.Phases[metrics.PhaseProxy], 100 * us},
+	} {
+		if tc.d.Count() != 1 || tc.d.Sum != tc.want {
+			t.Errorf("%s: count %d sum %v, want 1, %v", tc.what, tc.d.Count(), tc.d.Sum, tc.want)
+		}
+	}
+	if n := set.Phases[metrics.PhaseInjected].Count(); n != 0 {
+		t.Errorf("set injected: %d observations, want none", n)
 	}
 }

@@ -176,7 +176,7 @@ func (l *Loop) ShardObserveLocked(shard int, total, upstream, service time.Durat
 	if isErr {
 		sh.errors++
 	}
-	observePhases(&sh.phases, total, upstream, service)
+	observePhases(&sh.phases, total, upstream, service, 0)
 }
 
 // ShardCountLocked counts a command sent to shard, and an error if isErr,

@@ -295,7 +295,7 @@ func BenchmarkWindowMemory(b *testing.B) {
 		without = build(false)
 		with = build(true)
 	}
-	series := float64((command.NumIDs() + memShards) * int(metrics.NumPhases))
+	series := float64((command.NumIDs() + memShards) * timedPhases)
 	extra := float64(with) - float64(without)
 	b.ReportMetric(float64(without)/(1<<20), "set-MiB")
 	b.ReportMetric(extra/(1<<20), "window-MiB")

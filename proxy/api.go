@@ -115,6 +115,15 @@ type Config struct {
 	// least its threshold, with its phases, command name, first key (never
 	// a value or a credential) and client identity.
 	SlowLog *slowlog.Log
+	// Inject, when not nil, is a fault injection rule file (LoadInjection;
+	// see inject.go and docs/injection.md): delays, error replies and
+	// timeouts applied to the requests in each rule's scope. Nil costs
+	// one branch per request. Delays are timed by a thread of their own
+	// (injclock.go), which keeps its P while it waits in ppoll: give the
+	// process a P more than Loops (GOMAXPROCS), as respmeter proxy does,
+	// or a loop woken while every P is held waits for the runtime to take
+	// one back (up to 10 ms).
+	Inject *Injection
 	// TCPInfoInterval is how often each event loop samples the kernel's RTT
 	// estimate (TCP_INFO tcpi_rtt) of one client socket and its upstream
 	// socket. 0 means 1 s; negative disables sampling.

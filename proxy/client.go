@@ -102,6 +102,7 @@ type request struct {
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
 	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
 	blocks             bool           // the command may block (routing.Call.Blocks)
+	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
 }
 
 // failed reports whether e's reply, once ready, is an error reply (a
@@ -338,6 +339,13 @@ type client struct {
 	// capSecret: a request of the current read may carry a credential
 	// (mayHoldSecret, or inline); the capture's writer redacts its batch.
 	capSecret bool
+	// Fault injection (inject.go): injFrom is the read of the request a
+	// delay holds (0: none), injDue when it is due, injPass that the next
+	// request routed is that one (not matched again), injGen numbers the
+	// delays (a timer of an earlier one is ignored).
+	injFrom, injDue int64
+	injGen          uint64
+	injPass         bool
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -402,6 +410,8 @@ const (
 	pauseWindow                   // the shared window is full: go on once half is answered
 	pausePrivate                  // then use private upstream connections
 	pauseAuth                     // a new shared client: until an auth check started after it connected has passed (auth.go)
+	pauseInject                   // a delay rule holds a request: until its timer (inject.go)
+	pauseHung                     // a timeout rule holds a request: for ever (inject.go)
 )
 
 // needsPause says whether a request must wait for the requests in flight
@@ -538,7 +548,7 @@ func (s *client) resume() {
 		return
 	}
 	kind, reason := s.paused, s.pauseReason
-	if kind != pauseWait && kind != pauseWindow && kind != pauseAuth {
+	if kind != pauseWait && kind != pauseWindow && kind != pauseAuth && kind != pauseInject {
 		if m := s.p.cfg.Metrics; m != nil {
 			m.Handoff(reason)
 		}
@@ -757,6 +767,9 @@ func (s *client) clientData(data []byte) {
 		s.captureBatch(capc, data[:routed], first, now)
 	}
 	s.flushHeld()
+	if s.injFrom != 0 {
+		s.injectEnd()
+	}
 	tail := data[off:]
 	if len(tail) > 0 {
 		s.forwardPartial(tail)
@@ -861,7 +874,16 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		s.paused, s.pauseReason = kind, reason
 		return true
 	}
+	tIn, inj := now, int64(0)
+	if in := s.p.inject; in != nil {
+		// Fault injection (inject.go); without rules, this branch only.
+		var pause, answered bool
+		if pause, answered, tIn, inj = s.inject(in, c, now); pause || answered {
+			return pause
+		}
+	}
 	e := s.newEntry(id, now)
+	e.tIn, e.inj = tIn, inj
 	e.argc = int32(len(args))
 	e.blocks = c.Blocks
 	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
@@ -1339,7 +1361,11 @@ func (s *client) flush() {
 				continue
 			}
 			total := time.Duration(tOut - e.tIn)
-			m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
+			if e.inj == 0 {
+				m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
+			} else {
+				m.ObserveInjectedLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), time.Duration(e.inj), isErr)
+			}
 			if h := m.Heat(); h != nil && len(e.ps) > 0 {
 				h.EndLocked(&e.heat, int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
 			}
@@ -1348,7 +1374,7 @@ func (s *client) flush() {
 				switch {
 				case p.mshard < 0 || p.tReply == 0:
 				case s.p.shape.perShard():
-					m.ShardObserveLocked(p.mshard, total, time.Duration(p.tReply-p.tSent),
+					m.ShardObserveLocked(p.mshard, total-time.Duration(e.inj), time.Duration(p.tReply-p.tSent),
 						time.Duration(p.tReply-p.svcFrom), isErr)
 				default:
 					m.ShardCountLocked(p.mshard, isErr)
@@ -1413,7 +1439,7 @@ func (s *client) closeIfDone() {
 
 // maybeResume queues s for resume once its requests in flight are answered.
 func (s *client) maybeResume() {
-	if s.paused == 0 || s.gone() || s.has(cfResumeQueued) {
+	if s.paused == 0 || s.paused >= pauseInject || s.gone() || s.has(cfResumeQueued) {
 		return
 	}
 	// A pause waits for every reply; the shared window only for half.
@@ -1464,7 +1490,7 @@ func (s *client) clientClosed(c gnet.Conn, err error) {
 	// A client that half-closed after sending requests still gets their
 	// replies, as from Redis, up to a request
 	// that may block (Redis frees a blocked client on EOF).
-	if !s.gone() && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && !s.blockedAtHead() && !s.p.draining.Load() {
+	if !s.gone() && errors.Is(err, io.EOF) && (s.q.len() > 0 || s.paused != 0) && s.paused != pauseHung && !s.blockedAtHead() && !s.p.draining.Load() {
 		if fd, derr := unix.Dup(c.Fd()); derr == nil {
 			s.linger = newLinger(s.p, fd, s.p.cfg.ClientOutputLimit)
 			el := c.EventLoop()

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,9 @@ type loop struct {
 	// each), before anything is subtracted and at the end of the read.
 	inN, inAt int64
 	args      [][]byte // scratch for request arguments
+	// injRand draws fault injection's probabilities and delays (inject.go);
+	// nil until a rule file is in use.
+	injRand *rand.Rand
 	// nextRTT is when (p.now) this loop next samples TCP_INFO.
 	nextRTT int64
 	// ups holds the loop's open upstream connections, so that Stop can

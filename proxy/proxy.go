@@ -61,6 +61,8 @@ type Proxy struct {
 	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
 	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
 	shared bool
+	inject *Injection // Config.Inject (inject.go); nil: no rules
+	clock  injClock   // fires injected delays (injclock.go)
 
 	// stallAfter is how long a shared connection may go without a reply
 	// byte for its oldest request before it is taken out of use (loop.checkStalls);
@@ -225,6 +227,8 @@ func New(cfg Config) (*Proxy, error) {
 		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen)
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
+	p.inject = cfg.Inject
+	p.clock.now = p.now
 	p.stallAfter = stallAfter
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
 	if topo == nil && cfg.Route == RouteNone {
@@ -520,6 +524,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	p.lingers.Wait()
+	p.clock.close()
 	if p.router.stop != nil {
 		p.router.stop()
 		<-p.router.done

@@ -22,6 +22,7 @@ var proxyGroups = []struct{ key, title string }{
 	{"exports", "Exports (docs/metrics.md)"},
 	{"limits", "Limits"},
 	{"capture", "Capture (docs/capture-replay.md)"},
+	{"inject", "Fault injection (docs/injection.md)"},
 }
 
 // proxyFlagGroup names the --help group of every "respmeter proxy" flag:
@@ -80,6 +81,8 @@ var proxyFlagGroup = map[string]string{
 	"capture-duration": "capture",
 	"capture-sample":   "capture",
 	"capture-redact":   "capture",
+
+	"inject": "inject",
 }
 
 // groupedUsage writes cmd's usage with its flags in the groups of groups

@@ -71,6 +71,7 @@ type proxyFlags struct {
 	slowlogLen        int
 	hdrLog            string
 	summary           string
+	inject            string
 	hdrInterval       time.Duration
 	metricsPhases     []string
 	metricsCommands   int
@@ -175,6 +176,7 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.IntVar(&f.heatMetricsKeys, "heat-metrics-keys", d.HeatMetricsKeys, "top keys per ranking as /metrics labels; 0: none")
 	fs.StringVar(&f.keyNames, "key-names", d.KeyNames, "keys shown `as`: plain, pattern or hash")
 	fs.StringVar(&f.summary, "summary", d.Summary, "`file`: JSON summary of the run, at exit and on SIGUSR1")
+	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, timeouts)")
 	fs.StringVar(&f.capture, "capture", "", "`file` to capture client commands to (0600)")
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")
 	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")

@@ -307,6 +307,21 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 	if cfg.Routed() {
 		pcfg.Upstream = "" // not used: the shards are
 	}
+	if cfg.Inject != "" {
+		in, err := proxy.LoadInjection(cfg.Inject)
+		if err != nil {
+			return fmt.Errorf("--inject: %w", err)
+		}
+		pcfg.Inject = in
+		if n := st.loops + 1; runtime.GOMAXPROCS(0) < n {
+			// The delays' clock thread holds a P while it waits
+			// (proxy.Config.Inject): one more than the event loops'.
+			runtime.GOMAXPROCS(n)
+		}
+		if err := registerInject(reg, in); err != nil {
+			return err
+		}
+	}
 	p, err := proxy.New(pcfg)
 	if err == nil {
 		err = p.Start()
@@ -575,4 +590,18 @@ func (st *stack) writeTables(w io.Writer) error {
 		return err
 	}
 	return st.analyzer.writeVerdict(w)
+}
+
+// registerInject registers respmeter_inject_total{rule,effect}: the
+// requests each fault injection rule touched.
+func registerInject(reg prometheus.Registerer, in *proxy.Injection) error {
+	var errs []error
+	for i, c := range in.Counts() {
+		errs = append(errs, reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "respmeter_inject_total",
+			Help:        "Requests a fault injection rule (--inject) touched: delayed, answered with its error, or held (timeout).",
+			ConstLabels: prometheus.Labels{"rule": c.Rule, "effect": c.Effect},
+		}, func() float64 { return float64(in.Hits(i)) })))
+	}
+	return errors.Join(errs...)
 }

@@ -1,0 +1,558 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"gopkg.in/yaml.v3"
+
+	"github.com/respmeter/respmeter/routing"
+)
+
+// Fault injection: a rule file (Config.Inject, `respmeter proxy --inject
+// FILE`) names rules; each request is matched against them, in file order,
+// before it is routed, and the first rule whose scope it is in applies its
+// effect:
+//
+//   - delay: the request is held for a duration (fixed, or drawn from a
+//     uniform, normal, lognormal or Pareto distribution) and then routed
+//     as any other. The client is paused meanwhile (pauseInject), as for
+//     a pause of needsPause: its later requests wait behind it, so none
+//     overtakes it, and a timer re-enters the event loop when it is due;
+//     the loop serves other clients in between. The time the rule asked
+//     for is the request's injected phase; the timer's lateness past it
+//     is proxy time (respmeter's own). A request read in the same batch
+//     as a delayed one and held behind it counts its wait as injected too.
+//   - error: the request is answered with the rule's error reply and never
+//     forwarded (a rule can only answer with an error: a command the
+//     engine did not see never gets a success reply).
+//   - timeout: the request is held and never answered, nor is anything
+//     the client sends after it, until the client closes its connection.
+//
+// With no rule file Proxy.inject is nil, and the client pays one branch
+// per request (client.route).
+
+// Injection is a parsed rule file. Load one with LoadInjection or
+// ParseInjection; it is read-only once the proxy starts, but for its
+// counters (Counts).
+type Injection struct {
+	rules []*injRule
+	seed  uint64
+}
+
+// injEffect is what a rule does to a request it matches.
+type injEffect uint8
+
+const (
+	effDelay injEffect = iota + 1
+	effError
+	effTimeout
+)
+
+func (e injEffect) String() string {
+	switch e {
+	case effDelay:
+		return "delay"
+	case effError:
+		return "error"
+	case effTimeout:
+		return "timeout"
+	}
+	return "none"
+}
+
+type injRule struct {
+	name   string
+	line   int
+	effect injEffect
+	// scope: cmds and cats (ACL categories, "@read") match the command's
+	// name (lower case; a subcommand also matches by its parent's name);
+	// keys, a Redis glob, the first key; prob, a probability in (0, 1].
+	cmds  []string
+	cats  []string
+	keys  []byte
+	prob  float64
+	delay dist
+	reply []byte // effError: the error reply, "-...\r\n"
+	hits  atomic.Uint64
+}
+
+// InjectCount is the number of requests one rule touched.
+type InjectCount struct {
+	Rule, Effect string
+	Count        uint64
+}
+
+// Counts returns, per rule in file order, the requests it touched.
+func (in *Injection) Counts() []InjectCount {
+	out := make([]InjectCount, len(in.rules))
+	for i, r := range in.rules {
+		out[i] = InjectCount{Rule: r.name, Effect: r.effect.String(), Count: r.hits.Load()}
+	}
+	return out
+}
+
+// Hits returns the requests rule i (file order, as Counts) touched.
+func (in *Injection) Hits(i int) uint64 { return in.rules[i].hits.Load() }
+
+// dist is a delay distribution; durations in nanoseconds.
+type dist struct {
+	kind string // fixed, uniform, normal, lognormal, pareto
+	// fixed: a; uniform: [a, b); normal: mean a, standard deviation b;
+	// lognormal: median a, sigma s (of the logarithm); pareto: scale
+	// (minimum) a, shape s.
+	a, b float64
+	s    float64
+}
+
+// sample draws one delay (ns, at least 0).
+func (d *dist) sample(r *rand.Rand) int64 {
+	var v float64
+	switch d.kind {
+	case "fixed":
+		v = d.a
+	case "uniform":
+		v = d.a + r.Float64()*(d.b-d.a)
+	case "normal":
+		v = d.a + r.NormFloat64()*d.b
+	case "lognormal":
+		v = d.a * math.Exp(d.s*r.NormFloat64())
+	case "pareto":
+		// Inverse transform: xm / U^(1/alpha), U in (0, 1].
+		v = d.a / math.Pow(1-r.Float64(), 1/d.s)
+	}
+	return int64(max(min(v, float64(time.Hour)), 0))
+}
+
+// LoadInjection reads and parses the rule file at path (ParseInjection).
+func LoadInjection(path string) (*Injection, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseInjection(path, b)
+}
+
+// ParseInjection parses a rule file (YAML); name prefixes error messages,
+// which give the line ("rules.yaml:4: ..."). Every key is checked: an
+// unknown key, a value of the wrong type, a rule with no effect or two, is
+// an error, and nothing of the file is used.
+//
+//	seed: 1                    # optional: seeds probability and distributions
+//	rules:
+//	- name: slow-get           # required, unique
+//	  commands: [GET, "@write"] # command names or ACL categories
+//	  keys: "user:*"           # Redis glob on the first key
+//	  probability: 0.1         # per request, (0, 1]
+//	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}
+//	  error: "LOADING ..."     # or: timeout: true
+func ParseInjection(name string, data []byte) (*Injection, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	fail := func(n *yaml.Node, format string, a ...any) error {
+		return fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, a...))
+	}
+	in := &Injection{seed: 1}
+	if len(doc.Content) == 0 {
+		return in, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fail(root, "a rule file is a mapping with rules:")
+	}
+	names := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "seed":
+			s, err := strconv.ParseUint(v.Value, 10, 64)
+			if v.Kind != yaml.ScalarNode || err != nil {
+				return nil, fail(v, "seed: want an unsigned integer, got %q", v.Value)
+			}
+			in.seed = s
+		case "rules":
+			if v.Kind != yaml.SequenceNode {
+				return nil, fail(v, "rules: want a list of rules")
+			}
+			for _, rn := range v.Content {
+				r, err := parseRule(rn, fail)
+				if err != nil {
+					return nil, err
+				}
+				if names[r.name] {
+					return nil, fail(rn, "rule %q: name used twice", r.name)
+				}
+				names[r.name] = true
+				in.rules = append(in.rules, r)
+			}
+		default:
+			return nil, fail(k, "unknown key %q (want seed, rules)", k.Value)
+		}
+	}
+	return in, nil
+}
+
+type failFunc func(n *yaml.Node, format string, a ...any) error
+
+func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, fail(n, "a rule is a mapping (name:, a scope, an effect)")
+	}
+	r := &injRule{line: n.Line, prob: 1}
+	effects := 0
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		var err error
+		switch k.Value {
+		case "name":
+			if v.Kind != yaml.ScalarNode || v.Value == "" {
+				return nil, fail(v, "name: want a non-empty string")
+			}
+			r.name = v.Value
+		case "commands":
+			var list []string
+			if err = v.Decode(&list); err != nil || len(list) == 0 {
+				return nil, fail(v, "commands: want a list of command names or @categories")
+			}
+			for _, c := range list {
+				c = strings.ToLower(c)
+				if strings.HasPrefix(c, "@") {
+					r.cats = append(r.cats, c)
+				} else {
+					r.cmds = append(r.cmds, c)
+				}
+			}
+		case "keys":
+			if v.Kind != yaml.ScalarNode || v.Value == "" {
+				return nil, fail(v, "keys: want a glob pattern")
+			}
+			r.keys = []byte(v.Value)
+		case "probability":
+			p, perr := strconv.ParseFloat(v.Value, 64)
+			if v.Kind != yaml.ScalarNode || perr != nil || !(p > 0 && p <= 1) {
+				return nil, fail(v, "probability: want a number in (0, 1], got %q", v.Value)
+			}
+			r.prob = p
+		case "delay":
+			effects++
+			r.effect = effDelay
+			r.delay, err = parseDist(v, fail)
+		case "error":
+			effects++
+			r.effect = effError
+			msg := strings.TrimPrefix(v.Value, "-")
+			if v.Kind != yaml.ScalarNode || msg == "" || strings.ContainsAny(msg, "\r\n") {
+				return nil, fail(v, "error: want one line of error text, such as \"LOADING Redis is loading the dataset in memory\"")
+			}
+			r.reply = []byte("-" + msg + "\r\n")
+		case "timeout":
+			effects++
+			r.effect = effTimeout
+			var on bool
+			if err = v.Decode(&on); err != nil || !on {
+				return nil, fail(v, "timeout: want true")
+			}
+		default:
+			return nil, fail(k, "unknown key %q (want name, commands, keys, probability, delay, error, timeout)", k.Value)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case r.name == "":
+		return nil, fail(n, "rule without a name")
+	case effects == 0:
+		return nil, fail(n, "rule %q: no effect (delay, error or timeout)", r.name)
+	case effects > 1:
+		return nil, fail(n, "rule %q: more than one effect (delay, error, timeout)", r.name)
+	}
+	return r, nil
+}
+
+// parseDist reads a delay: a duration ("2ms": fixed) or a mapping with
+// dist: and its parameters.
+func parseDist(n *yaml.Node, fail failFunc) (dist, error) {
+	dur := func(v *yaml.Node, key string) (float64, error) {
+		d, err := time.ParseDuration(v.Value)
+		if v.Kind != yaml.ScalarNode || err != nil || d < 0 {
+			return 0, fail(v, "%s: want a duration such as 2ms, got %q", key, v.Value)
+		}
+		return float64(d), nil
+	}
+	num := func(v *yaml.Node, key string) (float64, error) {
+		f, err := strconv.ParseFloat(v.Value, 64)
+		if v.Kind != yaml.ScalarNode || err != nil || !(f > 0) || math.IsInf(f, 0) {
+			return 0, fail(v, "%s: want a positive number, got %q", key, v.Value)
+		}
+		return f, nil
+	}
+	if n.Kind == yaml.ScalarNode {
+		a, err := dur(n, "delay")
+		return dist{kind: "fixed", a: a}, err
+	}
+	if n.Kind != yaml.MappingNode {
+		return dist{}, fail(n, "delay: want a duration or a mapping with dist:")
+	}
+	vals := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		vals[n.Content[i].Value] = n.Content[i+1]
+	}
+	params := map[string][]string{
+		"fixed":     {"value"},
+		"uniform":   {"min", "max"},
+		"normal":    {"mean", "stddev"},
+		"lognormal": {"median", "sigma"},
+		"pareto":    {"min", "alpha"},
+	}
+	kn, ok := vals["dist"]
+	if !ok {
+		return dist{}, fail(n, "delay: dist: missing (fixed, uniform, normal, lognormal, pareto)")
+	}
+	want, ok := params[kn.Value]
+	if !ok {
+		return dist{}, fail(kn, "dist: unknown distribution %q (fixed, uniform, normal, lognormal, pareto)", kn.Value)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Value != "dist" && !contains(want, k.Value) {
+			return dist{}, fail(k, "delay: unknown key %q for dist %s (want %s)", k.Value, kn.Value, strings.Join(want, ", "))
+		}
+	}
+	for _, k := range want {
+		if vals[k] == nil {
+			return dist{}, fail(n, "delay: dist %s needs %s", kn.Value, strings.Join(want, ", "))
+		}
+	}
+	d := dist{kind: kn.Value}
+	var err error
+	switch d.kind {
+	case "fixed":
+		d.a, err = dur(vals["value"], "value")
+	case "uniform":
+		if d.a, err = dur(vals["min"], "min"); err == nil {
+			d.b, err = dur(vals["max"], "max")
+		}
+		if err == nil && d.b < d.a {
+			err = fail(vals["max"], "max: less than min")
+		}
+	case "normal":
+		if d.a, err = dur(vals["mean"], "mean"); err == nil {
+			d.b, err = dur(vals["stddev"], "stddev")
+		}
+	case "lognormal":
+		if d.a, err = dur(vals["median"], "median"); err == nil {
+			d.s, err = num(vals["sigma"], "sigma")
+		}
+	case "pareto":
+		if d.a, err = dur(vals["min"], "min"); err == nil {
+			d.s, err = num(vals["alpha"], "alpha")
+		}
+	}
+	return d, err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// match returns the first rule whose scope holds the request (c), or nil.
+// A probability is drawn only for a request otherwise in scope.
+func (in *Injection) match(c *routing.Call, r *rand.Rand) *injRule {
+	name := c.Name()
+	parent, _, _ := strings.Cut(name, "|")
+	for _, ru := range in.rules {
+		if (len(ru.cmds) > 0 || len(ru.cats) > 0) && !ru.inCommands(c, name, parent) {
+			continue
+		}
+		if ru.keys != nil {
+			k, ok := c.FirstKey()
+			if !ok || !globMatch(ru.keys, k) {
+				continue
+			}
+		}
+		if ru.prob < 1 && r.Float64() >= ru.prob {
+			continue
+		}
+		return ru
+	}
+	return nil
+}
+
+func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
+	for _, x := range ru.cmds {
+		if x == name || x == parent {
+			return true
+		}
+	}
+	if len(ru.cats) > 0 && c.Info != nil {
+		for _, cat := range c.Info.ACLCategories {
+			for _, x := range ru.cats {
+				if strings.EqualFold(x, cat) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// globMatch reports whether s matches pattern by Redis's glob rules
+// (stringmatchlen in util.c, as KEYS and SCAN MATCH use): * any run, ? one
+// byte, [abc], [^abc], [a-z] a class, \ escapes the next byte.
+func globMatch(pat, s []byte) bool {
+	for len(pat) > 0 {
+		switch pat[0] {
+		case '*':
+			for len(pat) > 1 && pat[1] == '*' {
+				pat = pat[1:]
+			}
+			if len(pat) == 1 {
+				return true
+			}
+			for i := 0; i <= len(s); i++ {
+				if globMatch(pat[1:], s[i:]) {
+					return true
+				}
+			}
+			return false
+		case '?':
+			if len(s) == 0 {
+				return false
+			}
+			s = s[1:]
+			pat = pat[1:]
+		case '[':
+			if len(s) == 0 {
+				return false
+			}
+			pat = pat[1:]
+			not := len(pat) > 0 && pat[0] == '^'
+			if not {
+				pat = pat[1:]
+			}
+			hit := false
+			for len(pat) > 0 && pat[0] != ']' {
+				switch {
+				case pat[0] == '\\' && len(pat) >= 2:
+					hit = hit || pat[1] == s[0]
+					pat = pat[2:]
+				case len(pat) >= 3 && pat[1] == '-':
+					lo, hi := pat[0], pat[2]
+					if lo > hi {
+						lo, hi = hi, lo
+					}
+					hit = hit || s[0] >= lo && s[0] <= hi
+					pat = pat[3:]
+				default:
+					hit = hit || pat[0] == s[0]
+					pat = pat[1:]
+				}
+			}
+			if len(pat) > 0 {
+				pat = pat[1:] // ']'
+			}
+			if hit == not {
+				return false
+			}
+			s = s[1:]
+		case '\\':
+			if len(pat) >= 2 {
+				pat = pat[1:]
+			}
+			fallthrough
+		default:
+			if len(s) == 0 || pat[0] != s[0] {
+				return false
+			}
+			s = s[1:]
+			pat = pat[1:]
+		}
+	}
+	return len(s) == 0
+}
+
+// inject applies the rules to request c of s, read at now, before it is
+// routed (client.route), and reports what route does next: pause (the
+// request and the input after it wait: a delay or a timeout), or answered
+// (e was queued and answered with an injected error). Otherwise route
+// goes on with the request; at is then the time it counts from (its own
+// read, or that of a delayed request it was held behind) and inj its
+// injected time so far.
+func (s *client) inject(in *Injection, c *routing.Call, now int64) (pause, answered bool, at, inj int64) {
+	at = now
+	if s.injFrom != 0 && s.has(cfResuming) {
+		// Held behind a delayed request (read with it): timed from that
+		// read; the wait up to the delay's due time is injected.
+		at = s.injFrom
+		inj = min(now, s.injDue) - at
+	}
+	if s.injPass {
+		// The delayed request itself, now due: not matched again.
+		s.injPass = false
+		return false, false, at, inj
+	}
+	if s.l.injRand == nil {
+		s.l.injRand = rand.New(rand.NewPCG(in.seed, uint64(s.l.idx)))
+	}
+	ru := in.match(c, s.l.injRand)
+	if ru == nil {
+		return false, false, at, inj
+	}
+	ru.hits.Add(1)
+	switch ru.effect {
+	case effError:
+		e := s.newEntry(c.ID, now)
+		e.tIn = at
+		if s.tx.on {
+			// Refused while queued: EXEC then fails (EXECABORT), as
+			// after a queuing error of the engine's.
+			s.tx.aborted = true
+		}
+		s.local(e, ru.reply)
+		return false, true, at, inj
+	case effTimeout:
+		s.paused = pauseHung
+		return true, false, at, inj
+	}
+	due := at + ru.delay.sample(s.l.injRand)
+	if due <= now {
+		return false, false, at, now - at
+	}
+	s.paused, s.injFrom, s.injDue, s.injPass = pauseInject, at, due, true
+	s.injGen++
+	gen, el, clock := s.injGen, s.conn.EventLoop(), &s.p.clock
+	clock.add(due, func() {
+		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			clock.handedOver(s.p.now() - due)
+			if !s.gone() && s.paused == pauseInject && s.injGen == gen {
+				s.resume()
+			}
+			return nil
+		})) // an error: the loop is stopping
+	})
+	return true, false, at, inj
+}
+
+// injectEnd runs at the end of a batch of input: once no delay holds the
+// client, the input it held is all processed and nothing more is timed
+// from its read.
+func (s *client) injectEnd() {
+	if s.paused == 0 {
+		s.injFrom, s.injDue = 0, 0
+	}
+}
