@@ -24,9 +24,11 @@ import (
 // third leave in the middle of a blocked BLPOP (the client's context runs
 // out). Every command answers right, and afterwards nothing is left: the
 // proxy's client gauge and in-flight count are 0, its engine connections
-// back to what they were, the engine's connected_clients too, and no
-// goroutine or descriptor of the process is new (measured with the proxy
-// still running, then again after it stops). The rate reached is logged,
+// back to what they were, the engine's connected_clients too, no
+// goroutine of the process is new and no more descriptors are open (with
+// the proxy still running: a shared engine connection may have been
+// replaced meanwhile), and after the proxy stops no goroutine or
+// descriptor is new. The rate reached is logged,
 // not asserted (the offered load is paced at 1,000 a second; a busy
 // machine reaches less): the test checks that nothing leaks, not speed.
 func TestConnectionChurnRate(t *testing.T) {
@@ -145,7 +147,7 @@ func TestConnectionChurnRate(t *testing.T) {
 		t.Errorf("the proxy accepted %d connections, want %d", got, n)
 	}
 	waitQuiet(ups, engine)
-	redistest.CheckNoLeaks(t, before)
+	redistest.CheckNoGrowth(t, before)
 }
 
 // isTimeout reports whether err is a network timeout (go-redis reports a
