@@ -31,19 +31,9 @@ func engineDo(t *testing.T, addr string, args ...any) any {
 }
 
 // clientsOn returns the lines of CLIENT LIST of the engine at addr that
-// contain all of want (such as "name=x").
+// contain all of want (clientLines).
 func clientsOn(t *testing.T, addr string, want ...string) []string {
-	var out []string
-	for _, line := range strings.Split(engineDo(t, addr, "CLIENT", "LIST").(string), "\n") {
-		ok := line != ""
-		for _, w := range want {
-			ok = ok && strings.Contains(line+" ", " "+w+" ")
-		}
-		if ok {
-			out = append(out, line)
-		}
-	}
-	return out
+	return clientLines(engineDo(t, addr, "CLIENT", "LIST").(string), want...)
 }
 
 // namedOn returns the index of the engine among addrs that has a

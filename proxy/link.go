@@ -694,13 +694,14 @@ func (ln *link) closed(err error) {
 			if m := ln.p.cfg.Metrics; m != nil && ln.q.len() > 0 && !ln.p.closing.Load() {
 				m.UpstreamLost() // (fail counts it when lost)
 			}
-			// One of the several connections the proxy holds for the
-			// client (slots, pinned, facade) was closed by the engine
-			// (its idle timeout, CLIENT KILL, ACL DELUSER, a restart):
-			// as a cluster client does, the requests in flight on it
-			// fail, and the next request for the shard dials again and
-			// replays the client's state (replayState), which closes
-			// the client if the engine now refuses it.
+			// A connection the proxy holds for the client as a cluster
+			// client holds one per node (slots, pinned, a facade node;
+			// shape.redials) was closed by the engine (its idle timeout,
+			// CLIENT KILL, ACL DELUSER, a restart): as a cluster client
+			// does, the requests in flight on it fail, and the next
+			// request for the shard dials again and replays the
+			// client's state (replayState), which closes the client if
+			// the engine now refuses it.
 			ln.fail(ln.p.lostUpstream(ln.addr, err), false)
 			return
 		}
