@@ -52,7 +52,8 @@ func namedOn(t *testing.T, addrs []string, name string) int {
 // to one engine over one connection. A go-redis client (RESP3, logged in
 // as alice, db 3, named; one pooled connection) idles until its engine has
 // closed respmeter's connection for it (checked on the engine), then
-// sends again: it keeps its own connection (go-redis dialled once), reads
+// sends again (once respmeter has seen the close: a request sent before
+// would race it, as on a direct connection): it keeps its own connection (go-redis dialled once), reads
 // the key it wrote, and is served by a new engine connection (another
 // CLIENT ID) that carries its user, db, name and protocol. Where a new
 // connection cannot stand for the closed one, the client is closed as a
@@ -75,7 +76,10 @@ func TestSessionIdleCloseOneNode(t *testing.T) {
 	ctx := context.Background()
 	for _, route := range []string{proxy.RoutePinned, proxy.RouteFacade} {
 		t.Run(route, func(t *testing.T) {
-			p, _ := startRouted(t, route, addrs, func(c *proxy.Config) {
+			// (Private connections, in every shape: the count of them
+			// tells when respmeter has seen the engine's closes.)
+			p, set := startRouted(t, route, addrs, func(c *proxy.Config) {
+				c.UpstreamMode = proxy.UpstreamPrivate
 				if route == proxy.RouteFacade {
 					c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 				}
@@ -161,6 +165,15 @@ func TestSessionIdleCloseOneNode(t *testing.T) {
 			if namedOn(t, addrs, "blocked-"+route) != home {
 				t.Fatalf("the blocked client's connection was closed by the engine")
 			}
+			// Once respmeter has seen them all (a request sent before
+			// would race the close, as on a direct connection: it would
+			// be lost with it), only the blocked client's is left.
+			redistest.Eventually(t, 15*time.Second, func() error {
+				if n := set.Counters().UpstreamConns; n != 1 {
+					return fmt.Errorf("%d engine connections open, want the blocked client's alone", n)
+				}
+				return nil
+			})
 
 			if got, err := rdb.Get(ctx, key).Result(); err != nil || got != "v" {
 				t.Fatalf("GET after the idle close: %q %v, want v", got, err)
