@@ -213,10 +213,10 @@ func TestUpstreamKilledMidPipeline(t *testing.T) {
 	// a direct client of the killed engine is, also when it rode a shared
 	// upstream connection; routed by slot it stays, as a cluster client
 	// keeps its connection, and its next command dials again (checked
-	// below; docs/sessions-housekeeping.md).
-	if routedMode() {
+	// below; docs/sessions-housekeeping.md); so does a pinned client.
+	if routedMode() || pinnedMode() {
 		if b := other.Quiet(300 * time.Millisecond); len(b) > 0 || other.Closed() {
-			t.Errorf("idle client (routed by slot) got %q closed=%v", b, other.Closed())
+			t.Errorf("idle client (routed by slot or pinned) got %q closed=%v", b, other.Closed())
 		}
 	} else if b, closed := other.ReadToClose(3 * time.Second); !closed {
 		t.Errorf("idle client connection still open after the upstream died (got %q)", b)
@@ -230,7 +230,7 @@ func TestUpstreamKilledMidPipeline(t *testing.T) {
 	n.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
 	n.Roundtrip(t, respCmd("SET", "kill:k", "again"), []byte("+OK\r\n"))
 	n.Roundtrip(t, respCmd("GET", "kill:k"), []byte("$5\r\nagain\r\n"))
-	if routedMode() {
+	if routedMode() || pinnedMode() {
 		other.Roundtrip(t, respCmd("PING"), []byte("+PONG\r\n"))
 	}
 	_ = n.Close()

@@ -114,6 +114,11 @@ func sharedMode() bool { return os.Getenv("RESPMETER_TEST_UPSTREAM_MODE") == "sh
 // shard.
 func routedMode() bool { return os.Getenv("RESPMETER_TEST_ROUTE") == "slots" }
 
+// pinnedMode reports whether the suite runs under --route pinned
+// (RESPMETER_TEST_ROUTE=pinned, see proxytest; not for a test that asks
+// for shared connections).
+func pinnedMode() bool { return os.Getenv("RESPMETER_TEST_ROUTE") == "pinned" }
+
 // skipIfRouted skips a test of behaviour that --route slots changes by
 // design when the suite runs routed; why says how (and where docs/ states
 // it).

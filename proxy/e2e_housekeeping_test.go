@@ -27,11 +27,17 @@ func keyOn(t *testing.T, topo *routing.Topology, prefix string, shard int) strin
 // engineClients returns the lines of srv's CLIENT LIST that contain all of
 // want (such as "name=x" and "user=y").
 func engineClients(srv *redistest.Server, want ...string) []string {
+	return clientLines(srv.Do("CLIENT", "LIST").(string), want...)
+}
+
+// clientLines returns the lines of a CLIENT LIST reply that contain all of
+// want (such as "name=x"; the last field too).
+func clientLines(list string, want ...string) []string {
 	var out []string
-	for _, line := range strings.Split(srv.Do("CLIENT", "LIST").(string), "\n") {
+	for _, line := range strings.Split(list, "\n") {
 		ok := line != ""
 		for _, w := range want {
-			ok = ok && strings.Contains(line, " "+w+" ")
+			ok = ok && strings.Contains(line+" ", " "+w+" ")
 		}
 		if ok {
 			out = append(out, line)

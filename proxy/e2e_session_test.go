@@ -86,8 +86,8 @@ func TestSessionStateSentOnce(t *testing.T) {
 // TestSessionEngineClosesClient: when the engine closes the connection it
 // serves a client on (CLIENT KILL, ACL DELUSER) with nothing in flight, a
 // client with one engine is closed, as its own connection would be; a
-// client routed by slot keeps its connection, as a cluster client keeps
-// its other node connections, and its next request is served on a new
+// client routed by slot or pinned keeps its connection, as a cluster
+// client keeps or re-dials its node connections, and its next request is served on a new
 // engine connection with its state replayed (SELECT 9), or, when the
 // engine refuses the replayed AUTH of a deleted user, closes it with no
 // reply. It is never served as someone else: a client logged in as a
@@ -96,7 +96,7 @@ func TestSessionEngineClosesClient(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, m := range sessionModes {
 		t.Run(m.name, func(t *testing.T) {
-			redial := strings.HasPrefix(m.name, "slots") || routedMode()
+			redial := strings.HasPrefix(m.name, "slots") || routedMode() || pinnedMode() && m.name == "private"
 			p, set := proxytest.StartProxy(t, srv.Addr(), m.mod(srv.Addr()))
 			c := redistest.Dial(t, p.Addr())
 			defer c.Close()

@@ -159,6 +159,11 @@ func (facadeShape) single(s *client) bool { return s.vnode != nil }
 func (facadeShape) perShard() bool        { return true }
 func (facadeShape) reorders() bool        { return true }
 
+// redials: for a client of the plain endpoint as slotShape; for a client
+// of a virtual node as pinnedShape (a cluster client's connection to one
+// node).
+func (facadeShape) redials(s *client, busy bool) bool { return s.vnode == nil || !busy }
+
 func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
 	id := c.ID
 	n := s.vnode

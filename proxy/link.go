@@ -694,13 +694,14 @@ func (ln *link) closed(err error) {
 			if m := ln.p.cfg.Metrics; m != nil && ln.q.len() > 0 && !ln.p.closing.Load() {
 				m.UpstreamLost() // (fail counts it when lost)
 			}
-			// One of the several connections the proxy holds for the
-			// client (slots, pinned, facade) was closed by the engine
-			// (its idle timeout, CLIENT KILL, ACL DELUSER, a restart):
-			// as a cluster client does, the requests in flight on it
-			// fail, and the next request for the shard dials again and
-			// replays the client's state (replayState), which closes
-			// the client if the engine now refuses it.
+			// A connection the proxy holds for the client as a cluster
+			// client holds one per node (slots, pinned, a facade node;
+			// shape.redials) was closed by the engine (its idle timeout,
+			// CLIENT KILL, ACL DELUSER, a restart): as a cluster client
+			// does, the requests in flight on it fail, and the next
+			// request for the shard dials again and replays the
+			// client's state (replayState), which closes the client if
+			// the engine now refuses it.
 			ln.fail(ln.p.lostUpstream(ln.addr, err), false)
 			return
 		}
@@ -724,23 +725,33 @@ func (ln *link) closed(err error) {
 }
 
 // redialable reports whether the engine's close of s's link leaves s
-// usable: yes for a client routed by slot (Config.Route slots, and the
-// facade's plain endpoint), which holds one connection per shard as a
-// cluster client does, unless the link carried state that a new
-// connection cannot restore: subscriptions or a MONITOR feed, a
-// replication stream, a transaction or WATCH bound to it, client-side
-// caching (CLIENT TRACKING on: the invalidations of keys read through it
-// would be lost), or the engine's own protocol error. A client with one
-// engine (route none, pinned, a facade virtual node) is closed, as a
-// direct client, or a cluster node's own client, is by the same close:
-// its engine connection idles only when it does.
+// usable, as the shape decides (shape.redials: a client routed by slot,
+// --route pinned, a facade virtual node; not route none), unless the link
+// carried state that a new connection cannot restore: subscriptions or a
+// MONITOR feed, a replication stream, a transaction or WATCH bound to it,
+// client-side caching (CLIENT TRACKING on: the invalidations of keys read
+// through it would be lost), the start of an incomplete request
+// (client.forwardPartial), or the engine's own protocol error.
 func (ln *link) redialable(s *client) bool {
-	if s.fixed() || ln.subs.any() || ln.monitor || ln.raw || ln.engineProtoErr ||
+	if ln.subs.any() || ln.monitor || ln.raw || ln.engineProtoErr || ln.pre > 0 ||
 		s.tx.on || s.tx.shard >= 0 && s.tx.shard == ln.idx {
 		return false
 	}
-	st := s.state[stTracking]
-	return len(st) == 0 || !bytes.Contains(bytes.ToLower(st), []byte("\r\non\r\n"))
+	if st := s.state[stTracking]; len(st) > 0 && bytes.Contains(bytes.ToLower(st), []byte("\r\non\r\n")) {
+		return false
+	}
+	return s.p.shape.redials(s, ln.busy())
+}
+
+// busy reports whether requests of a client that is still open wait on
+// the link.
+func (ln *link) busy() bool {
+	for i := range ln.q.len() {
+		if r := ln.q.at(i); r.e != nil && r.e.s.cs < csNow {
+			return true
+		}
+	}
+	return false
 }
 
 // dialFailed runs on the loop when the shard could not be reached.

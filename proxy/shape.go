@@ -36,6 +36,14 @@ type shape interface {
 	// reorders reports whether replies of several shards wait for each
 	// other (the metrics' reorder wait).
 	reorders() bool
+	// redials reports whether s stays open when the engine closes one of
+	// its private connections (its idle timeout, CLIENT KILL, a restart)
+	// carrying nothing a new connection cannot restore (link.redialable):
+	// its next request for that shard then dials again and replays its
+	// state, as a cluster client re-dials a node. busy: requests of s were
+	// in flight on the connection (they fail either way). No: s is closed
+	// once answered, as a direct client is by the same close.
+	redials(s *client, busy bool) bool
 }
 
 // fixedShape: one engine (Config.Route none): every request goes to the
@@ -63,13 +71,28 @@ func (fixedShape) single(*client) bool { return true }
 func (fixedShape) perShard() bool      { return false }
 func (fixedShape) reorders() bool      { return false }
 
+// redials: no. The client's one engine connection stands for its own, and
+// idles only when the client does: the engine's close reaches the client
+// as it would directly (docs/sessions-housekeeping.md).
+func (fixedShape) redials(*client, bool) bool { return false }
+
 func (fixedShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
-	if s.keepState(e, c, args, frame, false) {
+	// CLIENT TRACKING is kept where the connection may be dialled again:
+	// its "on" forbids that (link.redialable).
+	if s.keepState(e, c, args, frame, s.p.shape.redials(s, false)) {
 		return
 	}
 	switch c.ID {
 	case command.Multi:
 		s.tx.on = true
+	case command.Watch:
+		// A WATCH binds the connection as MULTI does: a new one would run
+		// the EXEC unwatched (link.redialable).
+		s.tx.shard = s.home
+	case command.Unwatch:
+		if !s.tx.on {
+			s.tx.shard = -1
+		}
 	case command.Exec, command.Discard, command.Reset:
 		frame = s.endTx(e, c.ID, frame)
 	}
@@ -110,6 +133,12 @@ func (pinnedShape) single(*client) bool { return true }
 func (pinnedShape) perShard() bool      { return true }
 func (pinnedShape) reorders() bool      { return false }
 
+// redials: when nothing was in flight. A pinned client stands for a
+// cluster client bound to one node, which dials the node again when it
+// finds its connection closed; one whose requests were lost with the
+// connection is closed once answered, as its own connection would be.
+func (pinnedShape) redials(_ *client, busy bool) bool { return !busy }
+
 func (slotShape) start(*client) {}
 func (slotShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool {
 	return false
@@ -117,6 +146,11 @@ func (slotShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool 
 func (slotShape) single(*client) bool { return false }
 func (slotShape) perShard() bool      { return true }
 func (slotShape) reorders() bool      { return true }
+
+// redials: yes. The client holds a connection per shard, as a cluster
+// client does: a close of one, even with requests in flight (they fail),
+// leaves the others and the client.
+func (slotShape) redials(*client, bool) bool { return true }
 
 func (slotShape) dispatch(s *client, v *topoView, e *request, c *routing.Call, args [][]byte, frame []byte) {
 	id := c.ID

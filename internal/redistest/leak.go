@@ -149,6 +149,29 @@ func CheckNoLeaks(t testing.TB, before Counts) {
 	}
 }
 
+// CheckNoGrowth is CheckNoLeaks for a process still serving: it polls for
+// up to 5 s until every goroutine alive now existed in before (idle pool
+// workers excepted) and no more descriptors are open than in before (a
+// long-lived connection may have been replaced by another meanwhile), and
+// fails t otherwise.
+func CheckNoGrowth(t testing.TB, before Counts) {
+	t.Helper()
+	deadline := time.Now().Add(leakWait)
+	for {
+		gs := newGoroutines(before.stacks)
+		now := fdTargets()
+		if len(gs) == 0 && len(now) <= len(before.FDs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("redistest: growth: %d new goroutines, descriptors %d -> %d (new: %v)\n%s",
+				len(gs), len(before.FDs), len(now), diffFDs(before.FDs, now), strings.Join(gs, "\n\n"))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // VerifyNoLeaks snapshots now and registers a cleanup that runs
 // CheckNoLeaks. Call it first in a test, before starting servers or
 // proxies, so that its cleanup runs after theirs (cleanups run last-in
