@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/respmeter/respmeter/internal/resp"
@@ -65,4 +66,34 @@ func probeDialect(cfg Config, log *slog.Logger) resp.Dialect {
 			"quote_joins", d.QuoteJoins, "strict_crlf", d.StrictCRLF)
 	}
 	return d
+}
+
+// engineShardIDs reports whether a cluster of the engine whose command
+// table respmeter reads (tableEngine) gives each shard an "id" in CLUSTER
+// SHARDS: Valkey 9.0 on, by INFO server's valkey_version (a standalone
+// engine behind the facade has no CLUSTER SHARDS to ask). An engine that
+// does not answer gives false, Redis's shape.
+func engineShardIDs(cfg Config) bool {
+	addr, timeout := tableEngine(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	login := cfg.login()
+	login.Timeout = timeout
+	c, err := respconn.Dial(ctx, addr, login)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	v, err := c.Do(timeout, "INFO", "server")
+	if err != nil || v.IsError() {
+		return false
+	}
+	for _, line := range strings.Split(v.Str, "\r\n") {
+		if ver, ok := strings.CutPrefix(line, "valkey_version:"); ok {
+			major, _, _ := strings.Cut(ver, ".")
+			n, err := strconv.Atoi(major)
+			return err == nil && n >= 9
+		}
+	}
+	return false
 }

@@ -249,6 +249,9 @@ func (p *Proxy) Start() error {
 		p.cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals(p.resolver)...)
 	}
 	p.dialect = probeDialect(p.cfg, p.log)
+	if p.facade != nil {
+		p.facade.shardIDs = engineShardIDs(p.cfg)
+	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
 		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout, p.cfg.login())
