@@ -24,6 +24,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,6 +106,9 @@ type biRead struct {
 	want   int           // stop once this many bytes arrived (0: no such stop)
 	quiet  time.Duration // else stop after this long without a byte
 	linger time.Duration // after want bytes, keep reading this long for extras
+	// oneOf: also stop once the bytes read are one of these (and linger),
+	// for a case whose engine may answer one of several ways.
+	oneOf []string
 	// timeout bounds the write and, from its end, the read; 0 means 3 s.
 	timeout time.Duration
 }
@@ -140,14 +144,14 @@ func biExchange(t *testing.T, addr string, in []byte, bytewise bool, r biRead) (
 	errMore := errors.New("more to read")
 	_ = redistest.Await(timeout, 0, func() error {
 		have := len(c.Buffered())
-		if r.want > 0 && have >= r.want {
+		if r.want > 0 && have >= r.want || slices.Contains(r.oneOf, string(c.Buffered())) {
 			if r.linger > 0 {
 				_, _ = c.ReadWhile(func([]byte) bool { return false }, r.linger)
 			}
 			return nil
 		}
 		step := r.quiet
-		if r.want > 0 || step <= 0 {
+		if r.want > 0 || len(r.oneOf) > 0 || step <= 0 {
 			step = time.Until(deadline)
 		}
 		_, err := c.ReadWhile(func(b []byte) bool { return len(b) > have }, step)
@@ -211,7 +215,14 @@ func (b *biEnv) check(t *testing.T, tc biCase) {
 	r := biRead{want: len(tc.want), linger: 50 * time.Millisecond}
 	switch {
 	case tc.other != nil:
-		r = biRead{quiet: 200 * time.Millisecond} // to the close or a pause
+		// To the close, or until one of the answers that leave the
+		// connection open came.
+		r = biRead{linger: 50 * time.Millisecond}
+		for _, a := range []*biCase{&tc, tc.other} {
+			if !a.closed {
+				r.oneOf = append(r.oneOf, a.want)
+			}
+		}
 	case tc.closed:
 		r = biRead{} // read to the close
 	case tc.want == "":

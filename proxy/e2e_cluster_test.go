@@ -386,6 +386,9 @@ func TestClusterR01RedirectEndpointForms(t *testing.T) {
 			const slot = 244
 			from := cl.Owner(slot)
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("SET", "key:a", "val"), "+OK\r\n"}})
+			if r := set.Snapshot().Routing; r.TopologySlotMoved+r.TopologyReassigned+r.TopologyMasters != 0 {
+				t.Errorf("topology events before any change: %+v", r)
+			}
 			// Move the (one-key) slot behind the proxy's back.
 			to := (from + 1) % 3
 			cl.BeginMove(slot, to)
@@ -396,8 +399,8 @@ func TestClusterR01RedirectEndpointForms(t *testing.T) {
 				t.Fatalf("the engine directly: %v, want %s", err, moved)
 			}
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("GET", "key:a"), "$3\r\nval\r\n"}})
-			if r := set.Snapshot().Routing; r.RedirectsMoved != 1 {
-				t.Errorf("want one MOVED followed, got %+v", r)
+			if r := set.Snapshot().Routing; r.RedirectsMoved != 1 || r.TopologySlotMoved != 1 {
+				t.Errorf("want one MOVED followed, counted as one slot_moved topology event, got %+v", r)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/check"
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
@@ -120,6 +121,20 @@ func TestClusterMigrateSlotsWrites(t *testing.T) {
 		if mismatches > 0 || len(want) < 1000 {
 			t.Fatalf("%s: %d of %d keys differ from their last acknowledged write", m, mismatches, len(want))
 		}
+		// The migration is counted as a change of the shard map: slots
+		// that a MOVED or the refresh after it gave their new owner, no
+		// master joined or gone.
+		var r metrics.RoutingCounters
+		redistest.Eventually(t, 5*time.Second, func() error {
+			if r = set.Snapshot().Routing; r.TopologySlotMoved+r.TopologyReassigned == 0 {
+				return fmt.Errorf("%s: no topology event counted for the migration: %+v", m, r)
+			}
+			return nil
+		})
+		if r.TopologyMasters != 0 {
+			t.Errorf("%s: %d masters_changed events, want 0: the migration moved slots between the same masters", m, r.TopologyMasters)
+		}
+		t.Logf("%s: topology events: slot_moved %d, slots_reassigned %d", m, r.TopologySlotMoved, r.TopologyReassigned)
 	}
 }
 
