@@ -7,8 +7,10 @@ package proxy_test
 // against Valkey 9.1 through RESPMETER_TEST_ENGINE.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -209,4 +211,22 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 	if res.Mismatches == 0 {
 		t.Fatalf("%d db-0 writes landed in db 3 and the checker reported no mismatch", misplaced)
 	}
+	// Where and when: the checker's mismatches by hash slot lie in the
+	// moved range, and none was seen before the migration began (500 ms
+	// into the run; 100 ms allowed for the run's own start).
+	if len(res.Slots) == 0 {
+		t.Fatalf("%d mismatches and no hash slot named for them", res.Mismatches)
+	}
+	var n int64
+	for _, sm := range res.Slots {
+		n += sm.Mismatches
+		if int(sm.Slot) < first || int(sm.Slot) > last || sm.First < 400*time.Millisecond {
+			t.Errorf("slot %d: %d mismatches from %v to %v: outside the moved slots %d-%d or before the migration",
+				sm.Slot, sm.Mismatches, sm.First, sm.Last, first, last)
+		}
+	}
+	t.Logf("check: %d mismatches in %d hash slots, %d to %d, from %v to %v of the run",
+		n, len(res.Slots), res.Slots[0].Slot, res.Slots[len(res.Slots)-1].Slot,
+		slices.MinFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.First, b.First) }).First,
+		slices.MaxFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.Last, b.Last) }).Last)
 }
