@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
@@ -35,19 +36,11 @@ const (
 // means the engine refuses what it tests. An engine that does not answer
 // leaves that rule at redis-server's, with a debug line to log.
 func probeDialect(cfg Config, log *slog.Logger) resp.Dialect {
-	addr, timeout := tableEngine(cfg)
+	addr, _ := tableEngine(cfg)
 	refuses := func(req string) (bool, bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		login := cfg.login()
-		login.Timeout = timeout
-		c, err := respconn.Dial(ctx, addr, login)
-		if err != nil {
-			log.Debug("engine's parsing rules not probed; redis-server's are used", "engine", addr, "err", err)
-			return false, false
-		}
-		defer c.Close()
-		v, err := c.DoRaw(timeout, []byte(req))
+		v, err := askTableEngine(cfg, func(c *respconn.Conn, timeout time.Duration) (respconn.Value, error) {
+			return c.DoRaw(timeout, []byte(req))
+		})
 		if err != nil {
 			log.Debug("engine's parsing rules not probed; redis-server's are used", "engine", addr, "err", err)
 			return false, false
@@ -74,17 +67,9 @@ func probeDialect(cfg Config, log *slog.Logger) resp.Dialect {
 // engine behind the facade has no CLUSTER SHARDS to ask). An engine that
 // does not answer gives false, Redis's shape.
 func engineShardIDs(cfg Config) bool {
-	addr, timeout := tableEngine(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	login := cfg.login()
-	login.Timeout = timeout
-	c, err := respconn.Dial(ctx, addr, login)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	v, err := c.Do(timeout, "INFO", "server")
+	v, err := askTableEngine(cfg, func(c *respconn.Conn, timeout time.Duration) (respconn.Value, error) {
+		return c.Do(timeout, "INFO", "server")
+	})
 	if err != nil || v.IsError() {
 		return false
 	}
@@ -96,4 +81,21 @@ func engineShardIDs(cfg Config) bool {
 		}
 	}
 	return false
+}
+
+// askTableEngine runs ask on a new connection to the engine of
+// tableEngine, authenticated as cfg says, within its timeout, and closes
+// it.
+func askTableEngine(cfg Config, ask func(*respconn.Conn, time.Duration) (respconn.Value, error)) (respconn.Value, error) {
+	addr, timeout := tableEngine(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	login := cfg.login()
+	login.Timeout = timeout
+	c, err := respconn.Dial(ctx, addr, login)
+	if err != nil {
+		return respconn.Value{}, err
+	}
+	defer c.Close()
+	return ask(c, timeout)
 }
