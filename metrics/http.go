@@ -262,6 +262,7 @@ type routingJSON struct {
 	RedirectPenalty  durationsJSON    `json:"redirect_penalty"`
 	ReorderWait      durationsJSON    `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`
+	TopologyEvents   map[string]int64 `json:"topology_events"`
 }
 
 type commandJSON struct {
@@ -340,7 +341,11 @@ func newStatsJSON(sn *Snapshot) statsJSON {
 			RedirectPenalty:  newDurationsJSON(sn.RedirectPenalty),
 			ReorderWait:      newDurationsJSON(sn.ReorderWait),
 			Handoffs:         make(map[string]int64, numHandoffReasons),
+			TopologyEvents:   make(map[string]int64, numTopologyKinds),
 		},
+	}
+	for k, v := range sn.Routing.topologyEvents() {
+		doc.Routing.TopologyEvents[TopologyKind(k).String()] = v
 	}
 	for r, v := range sn.Routing.handoffs() {
 		doc.Routing.Handoffs[handoffReason(r).String()] = v

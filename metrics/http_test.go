@@ -57,6 +57,7 @@ type routingDoc struct {
 	RedirectPenalty  durationsDoc     `json:"redirect_penalty"`
 	ReorderWait      durationsDoc     `json:"reorder_wait"`
 	Handoffs         map[string]int64 `json:"handoffs"`
+	TopologyEvents   map[string]int64 `json:"topology_events"`
 }
 
 type commandDoc struct {

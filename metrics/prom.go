@@ -138,6 +138,7 @@ type collector struct {
 
 	shardDuration, shardCommands, shardErrors, batch                               *prometheus.Desc
 	redirects, redirectPenalty, pinnedMisroutes, crossSlot, handoffs, sharedStalls *prometheus.Desc
+	topologyEvents                                                                 *prometheus.Desc
 	reorderWait                                                                    *prometheus.Desc
 
 	// The cardinality budget (Export). Collect runs under the Set's merge
@@ -216,6 +217,9 @@ func newCollector(s *Set, ex Export) *collector {
 				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
 		pinnedMisroutes: d("pinned_misroutes_total",
 			"Commands sent, in pinned routing, to a shard that does not own their key's hash slot."),
+		topologyEvents: d("topology_events_total",
+			"Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), "+
+				"slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone).", "kind"),
 		crossSlot: d("crossslot_replies_total",
 			"Commands the proxy answered with -CROSSSLOT itself, without sending them upstream."),
 		handoffs: d("handoffs_total",
@@ -245,7 +249,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.dialErrors, c.lost, c.protocolErrors,
 		c.clientRead, c.clientWritten, c.upstreamRead, c.upstreamWritten,
 		c.shardDuration, c.shardCommands, c.shardErrors, c.batch,
-		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs, c.reorderWait, c.sharedStalls,
+		c.redirects, c.redirectPenalty, c.pinnedMisroutes, c.crossSlot, c.handoffs, c.reorderWait, c.sharedStalls, c.topologyEvents,
 	} {
 		ch <- d
 	}
@@ -310,6 +314,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.redirects, prometheus.CounterValue, float64(sn.Routing.TryAgainRetries), "tryagain")
 		for r, v := range sn.Routing.handoffs() {
 			ch <- prometheus.MustNewConstMetric(c.handoffs, prometheus.CounterValue, float64(v), handoffReason(r).String())
+		}
+		for k, v := range sn.Routing.topologyEvents() {
+			ch <- prometheus.MustNewConstMetric(c.topologyEvents, prometheus.CounterValue, float64(v), TopologyKind(k).String())
 		}
 		return nil
 	})

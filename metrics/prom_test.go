@@ -170,6 +170,7 @@ func TestOnlyObservedSeries(t *testing.T) {
 		{"respmeter_client_evictions_total", 3}, // every reason, even at 0
 		{"respmeter_redirects_total", 3},        // moved, ask and tryagain, even at 0
 		{"respmeter_handoffs_total", 6},         // every reason, even at 0
+		{"respmeter_topology_events_total", 3},  // every kind, even at 0
 		{"respmeter_redirect_penalty_seconds", 1},
 		{"respmeter_reorder_wait_seconds", 1},
 		// No shard registered: no shard series at all.
@@ -186,8 +187,8 @@ func TestOnlyObservedSeries(t *testing.T) {
 	}
 	// 11 counters and gauges, 3 evictions; routing: 3 redirects, the
 	// penalty histogram, misroutes, crossslot, 6 handoffs, the reorder
-	// wait histogram and shared stalls.
-	const want = 5 + 2 + 2 + 1 + 11 + 3 + 3 + 1 + 1 + 1 + 6 + 1 + 1
+	// wait histogram, shared stalls and 3 topology event kinds.
+	const want = 5 + 2 + 2 + 1 + 11 + 3 + 3 + 1 + 1 + 1 + 6 + 1 + 1 + 3
 	if n := testutil.CollectAndCount(collectorOf(t, s)); n != want {
 		t.Errorf("CollectAndCount = %d, want %d", n, want)
 	}

@@ -233,6 +233,45 @@ type routingCounters struct {
 	crossSlot       atomic.Int64
 	sharedStalls    atomic.Int64
 	handoffs        [numHandoffReasons]atomic.Int64 // by handoffReason
+	topology        [numTopologyKinds]atomic.Int64  // by TopologyKind
+}
+
+// TopologyKind is a kind of change to a cluster's shard map that the proxy
+// saw (Set.TopologyEvent); its String is the value of the kind label.
+type TopologyKind int
+
+// The kinds of topology change.
+const (
+	// TopologySlotMoved: a -MOVED reply named a new owner for its slot
+	// (Redis Cluster specification, "Redirection and resharding"; a
+	// CLUSTER MIGRATESLOTS cut-over or a resharding seen by a request).
+	TopologySlotMoved TopologyKind = iota
+	// TopologySlotsReassigned: a refresh of the map (CLUSTER SHARDS or
+	// SLOTS) found slots owned by another master than before.
+	TopologySlotsReassigned
+	// TopologyMastersChanged: a refresh found a master that joined or
+	// left the map (a failover, a node added or removed).
+	TopologyMastersChanged
+	numTopologyKinds
+)
+
+func (k TopologyKind) String() string {
+	switch k {
+	case TopologySlotMoved:
+		return "slot_moved"
+	case TopologySlotsReassigned:
+		return "slots_reassigned"
+	case TopologyMastersChanged:
+		return "masters_changed"
+	}
+	return "other"
+}
+
+// TopologyEvent counts one change of the cluster's shard map of kind k.
+func (s *Set) TopologyEvent(k TopologyKind) {
+	if k >= 0 && k < numTopologyKinds {
+		s.routing.topology[k].Add(1)
+	}
 }
 
 // Redirect counts one followed redirect: an -ASK reply if ask, else -MOVED.
@@ -322,6 +361,9 @@ func (c *routingCounters) load() RoutingCounters {
 		HandoffsTransaction: c.handoffs[handoffTransaction].Load(),
 		HandoffsState:       c.handoffs[handoffState].Load(),
 		HandoffsOther:       c.handoffs[handoffOther].Load(),
+		TopologySlotMoved:   c.topology[TopologySlotMoved].Load(),
+		TopologyReassigned:  c.topology[TopologySlotsReassigned].Load(),
+		TopologyMasters:     c.topology[TopologyMastersChanged].Load(),
 	}
 }
 
@@ -340,6 +382,15 @@ type RoutingCounters struct {
 	HandoffsTransaction int64
 	HandoffsState       int64
 	HandoffsOther       int64
+	// Changes of the cluster's shard map (Set.TopologyEvent), by kind.
+	TopologySlotMoved  int64
+	TopologyReassigned int64
+	TopologyMasters    int64
+}
+
+// topologyEvents returns the topology counters in TopologyKind order.
+func (c RoutingCounters) topologyEvents() []int64 {
+	return []int64{c.TopologySlotMoved, c.TopologyReassigned, c.TopologyMasters}
 }
 
 // handoffs returns the handoff counters in handoffReason order.

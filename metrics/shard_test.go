@@ -334,6 +334,9 @@ func shardSet() *metrics.Set {
 	for _, r := range []string{"pubsub", "pubsub", "monitor", "blocking", "transaction", "state", "state", "junk", ""} {
 		s.Handoff(r)
 	}
+	for _, k := range []metrics.TopologyKind{metrics.TopologySlotMoved, metrics.TopologySlotMoved, metrics.TopologySlotsReassigned, metrics.TopologyMastersChanged + 1, -1} {
+		s.TopologyEvent(k) // the last two are out of range: not counted
+	}
 	return s
 }
 
@@ -379,10 +382,16 @@ respmeter_handoffs_total{reason="other"} 2
 respmeter_handoffs_total{reason="pubsub"} 2
 respmeter_handoffs_total{reason="state"} 2
 respmeter_handoffs_total{reason="transaction"} 1
+# HELP respmeter_topology_events_total Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone).
+# TYPE respmeter_topology_events_total counter
+respmeter_topology_events_total{kind="masters_changed"} 0
+respmeter_topology_events_total{kind="slot_moved"} 2
+respmeter_topology_events_total{kind="slots_reassigned"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(counters),
 		"respmeter_shard_commands_total", "respmeter_shard_command_errors_total", "respmeter_redirects_total",
-		"respmeter_pinned_misroutes_total", "respmeter_crossslot_replies_total", "respmeter_handoffs_total"); err != nil {
+		"respmeter_pinned_misroutes_total", "respmeter_crossslot_replies_total", "respmeter_handoffs_total",
+		"respmeter_topology_events_total"); err != nil {
 		t.Error(err)
 	}
 
@@ -490,6 +499,10 @@ func TestShardStatsJSON(t *testing.T) {
 		{"handoffs pubsub", float64(doc.Routing.Handoffs["pubsub"]), 2},
 		{"handoffs other", float64(doc.Routing.Handoffs["other"]), 2},
 		{"handoffs reasons", float64(len(doc.Routing.Handoffs)), 6},
+		{"topology slot_moved", float64(doc.Routing.TopologyEvents["slot_moved"]), 2},
+		{"topology slots_reassigned", float64(doc.Routing.TopologyEvents["slots_reassigned"]), 1},
+		{"topology masters_changed", float64(doc.Routing.TopologyEvents["masters_changed"]), 0},
+		{"topology kinds", float64(len(doc.Routing.TopologyEvents)), 3},
 	} {
 		if math.Abs(tc.got-tc.want) > 1e-12 {
 			t.Errorf("%s = %g, want %g", tc.name, tc.got, tc.want)

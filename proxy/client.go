@@ -350,6 +350,7 @@ type client struct {
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	s := &client{p: p, l: l, conn: c, subShard: -1}
+	s.scan.Dialect = p.dialect
 	s.downs = p.router.downs.Load()
 	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
 		s.home = h

@@ -368,14 +368,17 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 }
 
 // TestClusterR01RedirectEndpointForms: MOVED with an empty host (endpoint
-// type unknown-endpoint) and with a hostname are followed.
+// type unknown-endpoint), with a hostname and with an IPv6 address (which
+// Redis writes bare: "MOVED 244 ::1:7001") are followed.
 func TestClusterR01RedirectEndpointForms(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		extra []string
+		host  string // the MOVED's host, as the engine writes it
 	}{
-		{"empty-host", []string{"--cluster-preferred-endpoint-type", "unknown-endpoint"}},
-		{"hostname", []string{"--cluster-announce-hostname", "localhost", "--cluster-preferred-endpoint-type", "hostname"}},
+		{"empty-host", []string{"--cluster-preferred-endpoint-type", "unknown-endpoint"}, ""},
+		{"hostname", []string{"--cluster-announce-hostname", "localhost", "--cluster-preferred-endpoint-type", "hostname"}, "localhost"},
+		{"ipv6", []string{"--bind", "127.0.0.1", "::1", "--cluster-announce-ip", "::1"}, "::1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := redistest.StartClusterWith(t, 3, tc.extra...)
@@ -383,14 +386,21 @@ func TestClusterR01RedirectEndpointForms(t *testing.T) {
 			const slot = 244
 			from := cl.Owner(slot)
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("SET", "key:a", "val"), "+OK\r\n"}})
+			if r := set.Snapshot().Routing; r.TopologySlotMoved+r.TopologyReassigned+r.TopologyMasters != 0 {
+				t.Errorf("topology events before any change: %+v", r)
+			}
 			// Move the (one-key) slot behind the proxy's back.
 			to := (from + 1) % 3
 			cl.BeginMove(slot, to)
 			cl.Nodes[from].Do("MIGRATE", "127.0.0.1", strconv.Itoa(cl.Nodes[to].Port()), "key:a", "0", "5000")
 			cl.FinishMove(slot, to)
+			moved := fmt.Sprintf("MOVED %d %s:%d", slot, tc.host, cl.Nodes[to].Port())
+			if err := cl.Nodes[from].Client().Get(context.Background(), "key:a").Err(); err == nil || err.Error() != moved {
+				t.Fatalf("the engine directly: %v, want %s", err, moved)
+			}
 			roundtrips(t, p.Addr(), [][2]string{{cmdStr("GET", "key:a"), "$3\r\nval\r\n"}})
-			if r := set.Snapshot().Routing; r.RedirectsMoved != 1 {
-				t.Errorf("want one MOVED followed, got %+v", r)
+			if r := set.Snapshot().Routing; r.RedirectsMoved != 1 || r.TopologySlotMoved != 1 {
+				t.Errorf("want one MOVED followed, counted as one slot_moved topology event, got %+v", r)
 			}
 		})
 	}

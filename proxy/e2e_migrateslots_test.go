@@ -7,8 +7,10 @@ package proxy_test
 // against Valkey 9.1 through RESPMETER_TEST_ENGINE.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/check"
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
@@ -120,6 +123,20 @@ func TestClusterMigrateSlotsWrites(t *testing.T) {
 		if mismatches > 0 || len(want) < 1000 {
 			t.Fatalf("%s: %d of %d keys differ from their last acknowledged write", m, mismatches, len(want))
 		}
+		// The migration is counted as a change of the shard map: slots
+		// that a MOVED or the refresh after it gave their new owner, no
+		// master joined or gone.
+		var r metrics.RoutingCounters
+		redistest.Eventually(t, 5*time.Second, func() error {
+			if r = set.Snapshot().Routing; r.TopologySlotMoved+r.TopologyReassigned == 0 {
+				return fmt.Errorf("%s: no topology event counted for the migration: %+v", m, r)
+			}
+			return nil
+		})
+		if r.TopologyMasters != 0 {
+			t.Errorf("%s: %d masters_changed events, want 0: the migration moved slots between the same masters", m, r.TopologyMasters)
+		}
+		t.Logf("%s: topology events: slot_moved %d, slots_reassigned %d", m, r.TopologySlotMoved, r.TopologyReassigned)
 	}
 }
 
@@ -194,4 +211,22 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 	if res.Mismatches == 0 {
 		t.Fatalf("%d db-0 writes landed in db 3 and the checker reported no mismatch", misplaced)
 	}
+	// Where and when: the checker's mismatches by hash slot lie in the
+	// moved range, and none was seen before the migration began (500 ms
+	// into the run; 100 ms allowed for the run's own start).
+	if len(res.Slots) == 0 {
+		t.Fatalf("%d mismatches and no hash slot named for them", res.Mismatches)
+	}
+	var n int64
+	for _, sm := range res.Slots {
+		n += sm.Mismatches
+		if int(sm.Slot) < first || int(sm.Slot) > last || sm.First < 400*time.Millisecond {
+			t.Errorf("slot %d: %d mismatches from %v to %v: outside the moved slots %d-%d or before the migration",
+				sm.Slot, sm.Mismatches, sm.First, sm.Last, first, last)
+		}
+	}
+	t.Logf("check: %d mismatches in %d hash slots, %d to %d, from %v to %v of the run",
+		n, len(res.Slots), res.Slots[0].Slot, res.Slots[len(res.Slots)-1].Slot,
+		slices.MinFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.First, b.First) }).First,
+		slices.MaxFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.Last, b.Last) }).Last)
 }

@@ -34,6 +34,9 @@ const RouteFacade = "facade"
 type facade struct {
 	nodes  []facadeNode
 	picked bool // pickPorts chose a port for a "host:0" address
+	// shardIDs: CLUSTER SHARDS gives each shard an "id", as the engine's
+	// own cluster does (set by Start: engineShardIDs).
+	shardIDs bool
 	// afterPick, when set (tests), runs after pickPorts with the picked
 	// addresses: it stands for another process taking one of them.
 	afterPick func(listen string, nodes []string)
@@ -49,6 +52,9 @@ type facadeNode struct {
 	host string // addr's host; "" when it is a wildcard (0.0.0.0, ::): then the client's own view
 	port string
 	id   string // 40 hex digits, as a Redis Cluster node id: SHA-1 of addr
+	// shard is the id of the node's shard (CLUSTER SHARDS "id" under
+	// facade.shardIDs): 40 hex digits, another SHA-1 of addr.
+	shard string
 }
 
 func newFacade(listen []string) *facade {
@@ -70,7 +76,8 @@ func (f *facade) boot(eng gnet.Engine) {
 			host = ""
 		}
 		sum := sha1.Sum([]byte("respmeter facade " + n.addr))
-		n.host, n.port, n.id = host, port, hex.EncodeToString(sum[:])
+		shard := sha1.Sum([]byte("respmeter facade shard " + n.addr))
+		n.host, n.port, n.id, n.shard = host, port, hex.EncodeToString(sum[:]), hex.EncodeToString(shard[:])
 	}
 }
 
@@ -508,7 +515,9 @@ func (s *client) clusterSlots(v *topoView, resp3 bool) []byte {
 
 // clusterShards is the CLUSTER SHARDS reply (Redis 7.0): per shard a map
 // {slots: [start, end, ...], nodes: [{id, port, ip, endpoint, role,
-// replication-offset, health}]}; RESP2 gives the maps as flat arrays.
+// replication-offset, health}]}, and the shard's id after nodes where the
+// engine's cluster gives one (facade.shardIDs: Valkey 9); RESP2 gives the
+// maps as flat arrays.
 func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 	nodes := s.servingNodes(v)
 	mapHead := func(b []byte, n int) []byte {
@@ -521,7 +530,11 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 	b := []byte("*" + strconv.Itoa(len(nodes)) + "\r\n")
 	for _, n := range nodes {
 		ranges := s.nodeRanges(v, n)
-		b = mapHead(b, 2)
+		if s.p.facade.shardIDs {
+			b = mapHead(b, 3)
+		} else {
+			b = mapHead(b, 2)
+		}
 		b = str(b, "slots")
 		b = append(b, "*"+strconv.Itoa(2*len(ranges))+"\r\n"...)
 		for _, r := range ranges {
@@ -547,6 +560,10 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 		b = appendInt(b, 0)
 		b = str(b, "health")
 		b = str(b, "online")
+		if s.p.facade.shardIDs {
+			b = str(b, "id")
+			b = str(b, n.shard)
+		}
 	}
 	return b
 }

@@ -141,6 +141,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 		l = &loop{p: p, el: el, idx: len(p.loops), args: make([][]byte, 0, 16), sf: resp.NewReplyFramer(), mg: newMerger(), num: make([]byte, 0, 24),
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		l.inflight.SetClock(p.base)
+		l.hscan.Dialect = p.dialect
 		if el != nil && (p.shared || p.route == routeSlots) { // deferShared, deferClient
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
@@ -71,6 +72,7 @@ type Proxy struct {
 
 	router     *router
 	resolver   *routing.Resolver // the effective command table (set by Start; see Config.Commands)
+	dialect    resp.Dialect      // the engine's request-parsing rules (set by Start: probeDialect)
 	sharedNext atomic.Uint64
 
 	// authRequired: some engine refuses connections without a password,
@@ -250,6 +252,10 @@ func (p *Proxy) Start() error {
 	if p.cfg.Metrics != nil {
 		p.cfg.Metrics.ExcludeFromTotals(ExcludedFromTotals(p.resolver)...)
 	}
+	p.dialect = probeDialect(p.cfg, p.log)
+	if p.facade != nil {
+		p.facade.shardIDs = engineShardIDs(p.cfg)
+	}
 	if p.cfg.Cluster != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*p.cfg.DialTimeout)
 		t, err := routing.FetchCluster(ctx, p.cfg.Cluster, p.cfg.DialTimeout, p.cfg.login())
@@ -359,17 +365,7 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	addr := cfg.Upstream
-	if cfg.Route != "" && cfg.Route != RouteNone {
-		addr = cfg.Cluster
-		if addr == "" && len(cfg.Shards) > 0 {
-			addr = cfg.Shards[0]
-		}
-	}
-	timeout := 2 * cfg.DialTimeout
-	if timeout <= 0 {
-		timeout = 4 * time.Second
-	}
+	addr, timeout := tableEngine(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	infos, err := command.FetchInfo(ctx, addr, timeout, cfg.login())
@@ -392,6 +388,25 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 			"commands", len(names), "labelled", r.NumIDs()-command.NumIDs())
 	}
 	return r
+}
+
+// tableEngine returns the engine whose command table and parsing rules
+// respmeter reads (FetchCommands, probeDialect): cfg.Upstream, or under
+// RouteSlots and RoutePinned the cluster seed or the first shard; and the
+// bound on each exchange with it, twice cfg.DialTimeout (4 s when 0).
+func tableEngine(cfg Config) (addr string, timeout time.Duration) {
+	addr = cfg.Upstream
+	if cfg.Route != "" && cfg.Route != RouteNone {
+		addr = cfg.Cluster
+		if addr == "" && len(cfg.Shards) > 0 {
+			addr = cfg.Shards[0]
+		}
+	}
+	timeout = 2 * cfg.DialTimeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	return addr, timeout
 }
 
 // otherTables reads the command table of every shard of cfg.Shards after

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -161,6 +162,9 @@ func (r *router) moved(slot uint16, addr string) {
 		}
 		if r.view.CompareAndSwap(old, newTopoView(old.t.WithSlot(slot, addr))) {
 			r.p.log.Info("slot moved", "slot", slot, "to", addr)
+			if m := r.p.cfg.Metrics; m != nil {
+				m.TopologyEvent(metrics.TopologySlotMoved)
+			}
 			break
 		}
 	}
@@ -227,15 +231,50 @@ func (r *router) refresh(ctx context.Context, seed string) {
 		}
 		for {
 			cur := r.view.Load()
-			if r.view.CompareAndSwap(cur, newTopoView(t.Rebase(cur.t))) {
+			next := newTopoView(t.Rebase(cur.t))
+			if r.view.CompareAndSwap(cur, next) {
 				if f := r.p.facade; f != nil {
 					f.warnUnnoded(r.p)
 				}
+				r.countChanges(cur, next)
 				return
 			}
 		}
 	}
 	r.p.log.Warn("cluster topology refresh failed", "err", lastErr)
+}
+
+// countChanges counts what a refresh changed in the map, from old to next
+// (Set.TopologyEvent): slots with another owner, by address (a MOVED
+// already applied is not counted again), and masters that joined or left.
+func (r *router) countChanges(old, next *topoView) {
+	m := r.p.cfg.Metrics
+	if m == nil {
+		return
+	}
+	owner := func(v *topoView, slot uint16) string {
+		if i := v.t.Shard(slot); i >= 0 {
+			return v.t.Addrs[i]
+		}
+		return ""
+	}
+	for slot := 0; slot < routing.NumSlots; slot++ {
+		if owner(old, uint16(slot)) != owner(next, uint16(slot)) {
+			m.TopologyEvent(metrics.TopologySlotsReassigned)
+			break
+		}
+	}
+	masters := func(v *topoView) []string {
+		var out []string
+		for _, i := range v.live {
+			out = append(out, v.t.Addrs[i])
+		}
+		slices.Sort(out)
+		return out
+	}
+	if !slices.Equal(masters(old), masters(next)) {
+		m.TopologyEvent(metrics.TopologyMastersChanged)
+	}
 }
 
 // ShardAddrs returns the engines the proxy routes to, in shard order: the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -148,6 +150,7 @@ func runCheck(cmd *cobra.Command, stdout io.Writer, o checkOptions) error {
 	if res.FirstMismatch != "" {
 		fmt.Fprintf(stdout, "first mismatch: %s\n", res.FirstMismatch)
 	}
+	printSlotMismatches(stdout, res.Slots)
 	if res.FirstConnError != "" {
 		fmt.Fprintf(stdout, "first connection error: %s\n", res.FirstConnError)
 	}
@@ -162,4 +165,24 @@ func runCheck(cmd *cobra.Command, stdout io.Writer, o checkOptions) error {
 		return failure(errors.Join(errs...))
 	}
 	return nil
+}
+
+// printSlotMismatches writes where (hash slots) and when (seconds from the
+// start of the run) the mismatches of keyed requests were seen: the slot
+// range they span, then the 10 slots with the most.
+func printSlotMismatches(w io.Writer, slots []check.SlotMismatches) {
+	if len(slots) == 0 {
+		return
+	}
+	var first, last time.Duration = slots[0].First, slots[0].Last
+	for _, sm := range slots {
+		first, last = min(first, sm.First), max(last, sm.Last)
+	}
+	fmt.Fprintf(w, "mismatches in %d hash slots, %d to %d, seen from %.3f s to %.3f s of the run\n",
+		len(slots), slots[0].Slot, slots[len(slots)-1].Slot, first.Seconds(), last.Seconds())
+	top := slices.Clone(slots)
+	slices.SortStableFunc(top, func(a, b check.SlotMismatches) int { return cmp.Compare(b.Mismatches, a.Mismatches) })
+	for _, sm := range top[:min(len(top), 10)] {
+		fmt.Fprintf(w, "  slot %d: %d mismatches, %.3f s to %.3f s\n", sm.Slot, sm.Mismatches, sm.First.Seconds(), sm.Last.Seconds())
+	}
 }

@@ -6,7 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/respmeter/respmeter/internal/check"
 	"github.com/respmeter/respmeter/internal/redistest"
 )
 
@@ -101,5 +103,29 @@ func TestCheckCommandUsage(t *testing.T) {
 				t.Errorf("stdout not empty:\n%s", stdout)
 			}
 		})
+	}
+}
+
+// TestPrintSlotMismatches: the slot range and window of all mismatches,
+// then the slots with the most, most first (ties in slot order).
+func TestPrintSlotMismatches(t *testing.T) {
+	ms := time.Millisecond
+	var b strings.Builder
+	printSlotMismatches(&b, []check.SlotMismatches{
+		{Slot: 3, Mismatches: 2, First: 500 * ms, Last: 900 * ms},
+		{Slot: 177, Mismatches: 7, First: 1200 * ms, Last: 2500 * ms},
+		{Slot: 4999, Mismatches: 2, First: 700 * ms, Last: 1100 * ms},
+	})
+	want := "mismatches in 3 hash slots, 3 to 4999, seen from 0.500 s to 2.500 s of the run\n" +
+		"  slot 177: 7 mismatches, 1.200 s to 2.500 s\n" +
+		"  slot 3: 2 mismatches, 0.500 s to 0.900 s\n" +
+		"  slot 4999: 2 mismatches, 0.700 s to 1.100 s\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	printSlotMismatches(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("no mismatches printed %q", b.String())
 	}
 }

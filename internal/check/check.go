@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -205,6 +206,22 @@ type Result struct {
 	FirstMismatch string
 	// FirstConnError describes the first connection error, "" if none.
 	FirstConnError string
+	// Slots holds the mismatches of keyed requests by the hash slot of
+	// their key (Redis Cluster specification, "Key distribution model"),
+	// in slot order, with when they were seen: where in the keyspace and
+	// when a target lost or misplaced writes (a slot migration, for one).
+	// Mismatches of a subscriber's messages and of requests of several
+	// keys (a DEL of the keys read) are not in it.
+	Slots []SlotMismatches
+}
+
+// SlotMismatches is the mismatches of one hash slot.
+type SlotMismatches struct {
+	Slot       uint16
+	Mismatches int64
+	// First and Last are when the first and the last of them were seen
+	// (their reply read), from the start of the run.
+	First, Last time.Duration
 }
 
 // recorder collects the first mismatch and connection error across the
@@ -264,6 +281,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var wg sync.WaitGroup
 	for _, w := range workers {
+		w.start = start
 		wg.Go(func() { w.run(ctx, stopAt) })
 	}
 	wg.Wait()
@@ -279,6 +297,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		reached = reached || w.connected
 	}
 	res.FirstMismatch, res.FirstConnError = rec.firstMismatch, rec.firstConnError
+	res.Slots = slotMismatches(workers)
 	if !reached {
 		return res, fmt.Errorf("%w: %s: %s", ErrUnreachable, o.Target, res.FirstConnError)
 	}
@@ -290,4 +309,27 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		errs = append(errs, fmt.Errorf("check: clean-up: %w", err))
 	}
 	return res, errors.Join(errs...)
+}
+
+// slotMismatches joins the workers' mismatches by hash slot, in slot order.
+func slotMismatches(workers []*worker) []SlotMismatches {
+	by := map[uint16]*SlotMismatches{}
+	for _, w := range workers {
+		for slot, sm := range w.slots {
+			t := by[slot]
+			if t == nil {
+				c := *sm
+				by[slot] = &c
+				continue
+			}
+			t.Mismatches += sm.Mismatches
+			t.First, t.Last = min(t.First, sm.First), max(t.Last, sm.Last)
+		}
+	}
+	out := make([]SlotMismatches, 0, len(by))
+	for _, sm := range by {
+		out = append(out, *sm)
+	}
+	slices.SortFunc(out, func(a, b SlotMismatches) int { return int(a.Slot) - int(b.Slot) })
+	return out
 }

@@ -261,6 +261,26 @@ func TestRunFewCommands(t *testing.T) {
 	}
 }
 
+// checkSlots checks res.Slots against the rest of res: slots in order,
+// each with mismatches seen within the run, adding up to no more than
+// res.Mismatches (the subscriber's are not in it) and to some of them.
+func checkSlots(t *testing.T, res Result) {
+	t.Helper()
+	var sum int64
+	for i, sm := range res.Slots {
+		if i > 0 && sm.Slot <= res.Slots[i-1].Slot {
+			t.Errorf("Slots out of order: %+v", res.Slots)
+		}
+		if sm.Mismatches <= 0 || sm.First < 0 || sm.First > sm.Last || sm.Last > res.Duration {
+			t.Errorf("slot %d: %+v, run of %v", sm.Slot, sm, res.Duration)
+		}
+		sum += sm.Mismatches
+	}
+	if sum > res.Mismatches || (res.Mismatches > 0 && sum == 0) {
+		t.Errorf("Slots add up to %d mismatches of %d", sum, res.Mismatches)
+	}
+}
+
 func TestRunBrokenTarget(t *testing.T) {
 	s := redistest.Start(t)
 	for _, tc := range []struct {
@@ -294,6 +314,7 @@ func TestRunBrokenTarget(t *testing.T) {
 			if tc.name == "swap" && res.ConnErrors != 0 {
 				t.Errorf("swapped replies gave connection errors: %s", res.FirstConnError)
 			}
+			checkSlots(t, res)
 		})
 	}
 }

@@ -132,6 +132,25 @@ func sameFieldMap(want, got []byte) bool {
 // showCommand renders a request encoded by this package (an array of bulk
 // strings) as its arguments separated by spaces, each quoted when it is not
 // plain text, each cut to maxArgShown bytes and the whole to maxShown.
+// requestKey returns the key of one of the checker's requests: the
+// argument after the command name, or EVAL's first key (its numkeys
+// non-zero); false for a request without one (PUBLISH names a channel)
+// or with several (a DEL of several keys, which may lie in several slots).
+func requestKey(req []byte) ([]byte, bool) {
+	args, ok := flatBulks(req)
+	if !ok || len(args) < 2 || bytes.EqualFold(args[0], []byte("PUBLISH")) ||
+		(bytes.EqualFold(args[0], []byte("DEL")) && len(args) > 2) {
+		return nil, false
+	}
+	if bytes.EqualFold(args[0], []byte("EVAL")) || bytes.EqualFold(args[0], []byte("EVALSHA")) {
+		if len(args) < 4 || string(args[2]) == "0" {
+			return nil, false
+		}
+		return args[3], true
+	}
+	return args[1], true
+}
+
 func showCommand(req []byte) string {
 	args, ok := flatBulks(req)
 	if !ok {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/resp"
+	"github.com/respmeter/respmeter/routing"
 )
 
 // Shape of the generated load.
@@ -161,6 +162,10 @@ type worker struct {
 	mismatches   int64
 	errorReplies int64
 	connErrors   int64
+	// slots: the mismatches by the hash slot of their request's key, and
+	// when they were seen; start is the run's start.
+	slots map[uint16]*SlotMismatches
+	start time.Time
 }
 
 // newWorker returns the worker of connection id, which is to send quota
@@ -756,6 +761,19 @@ func (w *worker) readReplies() error {
 // mismatch counts a mismatch on request e and offers its description.
 func (w *worker) mismatch(e *expect, where string, want, got []byte) {
 	w.mismatches++
+	if key, ok := requestKey(w.out[e.reqStart:e.reqEnd]); ok && where == "" {
+		slot, at := routing.Slot(key), time.Since(w.start)
+		sm := w.slots[slot]
+		if sm == nil {
+			if w.slots == nil {
+				w.slots = map[uint16]*SlotMismatches{}
+			}
+			sm = &SlotMismatches{Slot: slot, First: at}
+			w.slots[slot] = sm
+		}
+		sm.Mismatches++
+		sm.Last = at
+	}
 	w.rec.mismatch(func() string {
 		return fmt.Sprintf("conn %d, request %d (%s): %sexpected %s, got %s",
 			w.id, e.seq, showCommand(w.out[e.reqStart:e.reqEnd]), where, show(want), show(got))

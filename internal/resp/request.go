@@ -55,7 +55,31 @@ const (
 	ErrTooBigInline        ProtocolError = "too big inline request"
 	ErrTooBigMbulkCount    ProtocolError = "too big mbulk count string"
 	ErrTooBigBulkCount     ProtocolError = "too big bulk count string"
+	// ErrInvalidCRLF is Valkey's error for a header line whose CR is not
+	// followed by LF, or a bulk payload not followed by CR LF, under
+	// Dialect.StrictCRLF.
+	ErrInvalidCRLF ProtocolError = "invalid CRLF in request"
 )
+
+// Dialect holds the request-parsing rules in which engines differ, each as
+// the engine itself answers it (respmeter probes the engine for them: see
+// proxy's Start). The zero value is redis-server's rules (7.0 to 8.0, and
+// Valkey 8.1.1).
+type Dialect struct {
+	// QuoteJoins: in an inline request a closing quote ends only the quoted
+	// section, and the argument goes on up to the next blank (Valkey 9.1:
+	// `"a"b` is the argument ab, `"x"'y'` is xy, `x"a"b` is xab).
+	// Otherwise (sdssplitargs) a closing quote must be followed by white
+	// space or the end of the line, or the request is refused as
+	// "unbalanced quotes in request".
+	QuoteJoins bool
+	// StrictCRLF: the byte after the CR that ends a multibulk or bulk
+	// length header must be LF, and the two bytes after a bulk payload CR
+	// LF; anything else is ErrInvalidCRLF and the connection is closed
+	// (Valkey 9.1.2). Otherwise, as in redis-server, those bytes are
+	// skipped unchecked.
+	StrictCRLF bool
+}
 
 // RequestScanner finds the end of the next request in a client's byte
 // stream and validates it as redis-server 7.0 does (processInlineBuffer and
@@ -69,6 +93,9 @@ const (
 type RequestScanner struct {
 	// MaxBulkLen is proto-max-bulk-len; 0 means DefaultMaxBulkLen.
 	MaxBulkLen int64
+	// Dialect is the engine's parsing rules where engines differ; the
+	// zero value is redis-server's.
+	Dialect Dialect
 
 	pos     int   // bytes of the current frame already validated
 	nargs   int64 // multibulk count; 0 while the header is unread
@@ -91,7 +118,7 @@ func (s *RequestScanner) Reset() {
 	if cap(spans) > maxKeptSpans {
 		spans = nil
 	}
-	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, spans: spans}
+	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, Dialect: s.Dialect, spans: spans}
 }
 
 // ArgsOf splits frame, the multibulk frame Scan returned last (n bytes,
@@ -136,6 +163,9 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 			s.pos = r
 			return 0, 0, nil
 		}
+		if s.Dialect.StrictCRLF && buf[r+1] != '\n' {
+			return 0, 0, ErrInvalidCRLF
+		}
 		ll, ok := parseInt(buf[1:r])
 		if !ok || ll > maxMultibulk {
 			return 0, 0, ErrInvalidMultibulkLen
@@ -177,6 +207,9 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 				// UTF-8 encode bytes >= 0x80).
 				return 0, 0, ProtocolError("expected '$', got '" + string([]byte{c}) + "'")
 			}
+			if s.Dialect.StrictCRLF && buf[r+1] != '\n' {
+				return 0, 0, ErrInvalidCRLF
+			}
 			ll, ok := parseInt(buf[s.pos+1 : r])
 			if !ok || ll < 0 || ll > maxBulk {
 				return 0, 0, ErrInvalidBulkLen
@@ -188,6 +221,9 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 		if s.bulklen > int64(len(buf)-s.pos)-2 {
 			return 0, 0, nil
 		}
+		if end := s.pos + int(s.bulklen); s.Dialect.StrictCRLF && (buf[end] != '\r' || buf[end+1] != '\n') {
+			return 0, 0, ErrInvalidCRLF
+		}
 		s.spans = append(s.spans, s.pos, s.pos+int(s.bulklen))
 		s.pos += int(s.bulklen) + 2
 		s.argi++
@@ -196,7 +232,7 @@ func (s *RequestScanner) Scan(buf []byte) (n int, kind Kind, err error) {
 	n = s.pos
 	// A reset that keeps the spans for ArgsOf (the next frame's header
 	// clears them).
-	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, spans: s.spans}
+	*s = RequestScanner{MaxBulkLen: s.MaxBulkLen, Dialect: s.Dialect, spans: s.spans}
 	return n, KindMultibulk, nil
 }
 
@@ -215,7 +251,7 @@ func (s *RequestScanner) scanInline(buf []byte) (int, Kind, error) {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
-	if !splitArgsOK(line) {
+	if !splitArgsOK(line, s.Dialect.QuoteJoins) {
 		return 0, 0, errUnbalancedQuotes
 	}
 	for _, c := range buf[:n] {
@@ -284,9 +320,11 @@ func strchrLong(b []byte, c byte) (i, seen int) {
 
 // splitArgsOK reports whether redis-server's sdssplitargs accepts an inline
 // line (without its line ending): quotes must be closed, and a closing quote
-// must be followed by white space or the end of the line. The line holds no
-// NUL (see strchr), so the end of the slice stands for C's terminator.
-func splitArgsOK(line []byte) bool {
+// must be followed by white space or the end of the line, unless joins
+// (Dialect.QuoteJoins), where it only ends the quoted section. The line
+// holds no NUL (see strchr), so the end of the slice stands for C's
+// terminator.
+func splitArgsOK(line []byte, joins bool) bool {
 	at := func(k int) byte {
 		if k < len(line) {
 			return line[k]
@@ -311,6 +349,8 @@ func splitArgsOK(line []byte) bool {
 					i += 3
 				case c == '\\' && at(i+1) != 0:
 					i++
+				case c == '"' && joins:
+					inq = false
 				case c == '"':
 					if n := at(i + 1); n != 0 && !isSpace(n) {
 						return false
@@ -323,6 +363,8 @@ func splitArgsOK(line []byte) bool {
 				switch {
 				case c == '\\' && at(i+1) == '\'':
 					i++
+				case c == '\'' && joins:
+					insq = false
 				case c == '\'':
 					if n := at(i + 1); n != 0 && !isSpace(n) {
 						return false

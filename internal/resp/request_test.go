@@ -91,9 +91,17 @@ func equalRecs(a, b []scanRec) bool {
 // every point, and requires the same results as want.
 func checkScanChunkings(t *testing.T, maxBulk int64, data []byte, want []scanRec, wantRest int) {
 	t.Helper()
+	checkScanChunkingsOf(t, RequestScanner{MaxBulkLen: maxBulk}, data, want, wantRest)
+}
+
+// checkScanChunkingsOf is checkScanChunkings with a copy of proto as each
+// fresh scanner (its MaxBulkLen and Dialect).
+func checkScanChunkingsOf(t *testing.T, proto RequestScanner, data []byte, want []scanRec, wantRest int) {
+	t.Helper()
 	check := func(how string, cuts []int) {
 		t.Helper()
-		got, rest := scanCuts(t, &RequestScanner{MaxBulkLen: maxBulk}, data, cuts)
+		s := proto
+		got, rest := scanCuts(t, &s, data, cuts)
 		if !equalRecs(got, want) || rest != wantRest {
 			t.Fatalf("%s: got %v rest %d, want %v rest %d", how, got, rest, want, wantRest)
 		}
@@ -299,6 +307,57 @@ func TestRequestScannerErrors(t *testing.T) {
 	}
 }
 
+// TestRequestScannerDialect: the inputs on which Valkey 9.1.2 and
+// redis-server differ, with each engine's answer (sent to redis-server
+// 7.0.15, Valkey 8.1.1 and Valkey 9.1.2 directly; the proxy's
+// TestBadInput checks them against the engine it runs on). Valkey 9.1.2 is
+// both QuoteJoins and StrictCRLF; Valkey 8.1.1 neither. Each input is
+// scanned whole, byte by byte and split at every point.
+func TestRequestScannerDialect(t *testing.T) {
+	valkey9 := Dialect{QuoteJoins: true, StrictCRLF: true}
+	frame := func(in string, k Kind) []scanRec { return []scanRec{{len(in), k, nil}} }
+	fail := func(err error) []scanRec { return []scanRec{{0, 0, err}} }
+	for _, tc := range []struct {
+		name, in       string
+		redis, valkey9 []scanRec // nil: both wait for more bytes
+	}{
+		{"closing quote then more of the argument", "SET \"a\"b c\r\n", fail(errUnbalancedQuotes), frame("SET \"a\"b c\r\n", KindInline)},
+		{"closing single quote then more", "SET 'a'b c\r\n", fail(errUnbalancedQuotes), frame("SET 'a'b c\r\n", KindInline)},
+		{"double then single quoted section", "ECHO \"x\"'y'\r\n", fail(errUnbalancedQuotes), frame("ECHO \"x\"'y'\r\n", KindInline)},
+		{"quoted section inside a word", "ECHO x\"a\"b\r\n", fail(errUnbalancedQuotes), frame("ECHO x\"a\"b\r\n", KindInline)},
+		{"escaped quote then more", "ECHO \"a\\\"b\"c\r\n", fail(errUnbalancedQuotes), frame("ECHO \"a\\\"b\"c\r\n", KindInline)},
+		{"closing quote then vertical tab", "ECHO \"a\"\vb\r\n", frame("ECHO \"a\"\vb\r\n", KindInline), frame("ECHO \"a\"\vb\r\n", KindInline)},
+		{"joined quote left open", "ECHO \"a\"b\"c\r\n", fail(errUnbalancedQuotes), fail(errUnbalancedQuotes)},
+		{"quote opened after a closing one", "ECHO \"a\"'\r\n", fail(errUnbalancedQuotes), fail(errUnbalancedQuotes)},
+		{"closing quote then space", "ECHO \"a b\" c\r\n", frame("ECHO \"a b\" c\r\n", KindInline), frame("ECHO \"a b\" c\r\n", KindInline)},
+		{"payload followed by xx", "*1\r\n$4\r\nPINGxx", frame("*1\r\n$4\r\nPINGxx", KindMultibulk), fail(ErrInvalidCRLF)},
+		{"payload followed by LF CR", "*1\r\n$4\r\nPING\n\r", frame("*1\r\n$4\r\nPING\n\r", KindMultibulk), fail(ErrInvalidCRLF)},
+		{"payload followed by one byte waits", "*1\r\n$4\r\nPINGx", nil, nil},
+		{"multibulk header CR then x", "*1\rx$4\r\nPING\r\n", frame("*1\rx$4\r\nPING\r\n", KindMultibulk), fail(ErrInvalidCRLF)},
+		{"bulk header CR then x", "*1\r\n$4\rxPING\r\n", frame("*1\r\n$4\rxPING\r\n", KindMultibulk), fail(ErrInvalidCRLF)},
+		{"bad count, CR then z", "*x\rz", fail(ErrInvalidMultibulkLen), fail(ErrInvalidCRLF)},
+		{"bad count, CR LF", "*x\r\n", fail(ErrInvalidMultibulkLen), fail(ErrInvalidMultibulkLen)},
+		{"bad bulk length, CR then z", "*1\r\n$x\rz", fail(ErrInvalidBulkLen), fail(ErrInvalidCRLF)},
+		{"no dollar, CR then z", "*1\r\nx\rz", fail(ProtocolError("expected '$', got 'x'")), fail(ProtocolError("expected '$', got 'x'"))},
+		{"empty request, CR then x", "*0\rx", frame("*0\rx", KindEmpty), fail(ErrInvalidCRLF)},
+	} {
+		rest := func(recs []scanRec) int { // a frame takes the whole input
+			if len(recs) > 0 && recs[0].Err == nil {
+				return len(tc.in)
+			}
+			return 0
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("redis", func(t *testing.T) {
+				checkScanChunkingsOf(t, RequestScanner{}, []byte(tc.in), tc.redis, rest(tc.redis))
+			})
+			t.Run("valkey9", func(t *testing.T) {
+				checkScanChunkingsOf(t, RequestScanner{Dialect: valkey9}, []byte(tc.in), tc.valkey9, rest(tc.valkey9))
+			})
+		})
+	}
+}
+
 func TestProtocolErrorText(t *testing.T) {
 	for err, want := range map[ProtocolError]string{
 		ErrInvalidMultibulkLen: "-ERR Protocol error: invalid multibulk length\r\n",
@@ -307,6 +366,7 @@ func TestProtocolErrorText(t *testing.T) {
 		ErrTooBigMbulkCount:    "-ERR Protocol error: too big mbulk count string\r\n",
 		ErrTooBigBulkCount:     "-ERR Protocol error: too big bulk count string\r\n",
 		errUnbalancedQuotes:    "-ERR Protocol error: unbalanced quotes in request\r\n",
+		ErrInvalidCRLF:         "-ERR Protocol error: invalid CRLF in request\r\n",
 	} {
 		if got := string(err.Reply()); got != want {
 			t.Errorf("Reply() = %q, want %q", got, want)

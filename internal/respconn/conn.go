@@ -91,6 +91,16 @@ func (c *Conn) Do(timeout time.Duration, args ...string) (Value, error) {
 // Pipeline sends cmds in one write and reads their replies in order, all
 // within timeout (0: no bound). Error replies are Values, as for Do.
 func (c *Conn) Pipeline(timeout time.Duration, cmds ...[]string) ([]Value, error) {
+	c.wbuf = c.wbuf[:0]
+	for _, args := range cmds {
+		c.wbuf = AppendCommand(c.wbuf, args...)
+	}
+	return c.roundtrip(timeout, c.wbuf, len(cmds))
+}
+
+// roundtrip writes req and reads n replies, all within timeout (0: no
+// bound).
+func (c *Conn) roundtrip(timeout time.Duration, req []byte, n int) ([]Value, error) {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -98,14 +108,10 @@ func (c *Conn) Pipeline(timeout time.Duration, cmds ...[]string) ([]Value, error
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
-	c.wbuf = c.wbuf[:0]
-	for _, args := range cmds {
-		c.wbuf = AppendCommand(c.wbuf, args...)
-	}
-	if _, err := c.nc.Write(c.wbuf); err != nil {
+	if _, err := c.nc.Write(req); err != nil {
 		return nil, err
 	}
-	out := make([]Value, len(cmds))
+	out := make([]Value, n)
 	for i := range out {
 		v, err := Read(c.r)
 		if err != nil {
@@ -114,6 +120,18 @@ func (c *Conn) Pipeline(timeout time.Duration, cmds ...[]string) ([]Value, error
 		out[i] = v
 	}
 	return out, nil
+}
+
+// DoRaw sends req as it stands (bytes a client could send, well formed or
+// not: an inline request, a frame that bends the protocol) and reads one
+// reply, within timeout (0: no bound); for asking an engine how it parses
+// a request. Errors are as for Do.
+func (c *Conn) DoRaw(timeout time.Duration, req []byte) (Value, error) {
+	vs, err := c.roundtrip(timeout, req, 1)
+	if err != nil {
+		return Value{}, err
+	}
+	return vs[0], nil
 }
 
 // Close closes the connection and disarms the close-on-ctx hook.
