@@ -22,6 +22,7 @@ import (
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 )
@@ -111,10 +112,12 @@ func tlsWorkload(ctx context.Context, c *redis.Client) []any {
 
 // TestTLSBothSides: go-redis and redis-cli over TLS through respmeter to a
 // TLS engine get the same replies as directly, every command counted once,
-// and both sides' handshakes timed.
+// the slow log names the TLS client's address, and both sides'
+// handshakes are timed.
 func TestTLSBothSides(t *testing.T) {
 	t.Parallel()
-	e := tlsSetup(t, tlsconf.AuthClientsNo, nil)
+	sl := slowlog.New(128, 0) // keeps every command
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.SlowLog = sl })
 	ctx := context.Background()
 
 	e.srv.DoT(t, "FLUSHALL")
@@ -127,6 +130,16 @@ func TestTLSBothSides(t *testing.T) {
 	for name, want := range map[string]int64{"set": 2, "get": 2, "incr": 17, "rpush": 1, "lrange": 1, "hset": 1, "hgetall": 1} {
 		if got := e2eWaitCount(t, e.set, name, int(want)).Count; got != want {
 			t.Errorf("%s counted %d times through TLS, want %d", name, got, want)
+		}
+	}
+
+	// The slow log names the TLS client's own address, not the bridge's.
+	if len(sl.Entries()) == 0 {
+		t.Error("nothing in the slow log")
+	}
+	for _, en := range sl.Entries() {
+		if host, port, err := net.SplitHostPort(en.Client); err != nil || host != "127.0.0.1" || port == "0" {
+			t.Fatalf("slow log entry of %s has client %v; want the TLS client's 127.0.0.1:port", en.Command, en.Client)
 		}
 	}
 

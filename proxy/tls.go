@@ -130,7 +130,8 @@ func (p *Proxy) serveTLS(nc net.Conn) {
 		p.log.Warn("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	ch, err := p.eng.Register(gnet.NewNetConnContext(context.Background(), loopEnd))
+	ctx = gnet.NewContext(context.Background(), tlsPeer{nc.RemoteAddr()})
+	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, loopEnd))
 	if err == nil {
 		err = (<-ch).Err
 	}
@@ -139,6 +140,11 @@ func (p *Proxy) serveTLS(nc net.Conn) {
 		p.log.Debug("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
 	}
 }
+
+// tlsPeer is the context of a TLS client's bridged connection until its
+// OnOpen: the address of the TLS connection's peer, which the client
+// reports as its own (the bridge's socket pair has none).
+type tlsPeer struct{ addr net.Addr }
 
 // dialUpstream connects to the engine at addr: over TLS when
 // cfg.UpstreamTLS is set, returning the loop's end of the bridge to the
