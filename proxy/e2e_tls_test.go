@@ -31,12 +31,14 @@ import (
 // it, connecting to the engine over TLS with a client certificate (the
 // engine's tls-auth-clients is yes by default).
 type tlsEnv struct {
-	ca   *redistest.CA
-	srv  *redistest.Server
-	p    *proxy.Proxy
-	set  *metrics.Set
-	tm   *metrics.TLS
-	addr string // the proxy's TLS listener
+	ca  *redistest.CA
+	srv *redistest.Server
+	p   *proxy.Proxy
+	set *metrics.Set
+	tm  *metrics.TLS
+	// upstream is the proxy's configuration towards the engine.
+	upstream *tls.Config
+	addr     string // the proxy's TLS listener
 }
 
 // tlsSetup starts the engine and the proxy; authClients is the proxy's
@@ -55,6 +57,7 @@ func tlsSetup(t *testing.T, authClients string, mod func(*tlsEnv, *proxy.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.upstream = upstream
 	e.p, e.set = proxytest.StartProxy(t, e.srv.Addr(), func(c *proxy.Config) {
 		c.TLSListen, c.TLS, c.UpstreamTLS, c.TLSMetrics = "127.0.0.1:0", server, upstream, e.tm
 		if mod != nil {
@@ -261,11 +264,77 @@ func TestTLSBadInput(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	t.Run("truncated", func(t *testing.T) {
+		hello := clientHello(t)
+		c := redistest.Dial(t, e.addr)
+		if err := c.Write(hello[:len(hello)/2]); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		if err := redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+			if n := e.tm.HandshakeErrors(metrics.TLSSideClient, "eof"); n != 1 {
+				return fmt.Errorf("%d cut handshakes counted, want 1", n)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
 	if err := good.Ping(ctx).Err(); err != nil {
 		t.Errorf("TLS client after the bad ones: %v", err)
 	}
 }
 
+// clientHello returns the first bytes a TLS client sends: its ClientHello
+// record.
+func clientHello(t *testing.T) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() { _ = tls.Client(b, &tls.Config{ServerName: "localhost"}).Handshake(); _ = b.Close() }()
+	buf := make([]byte, 16<<10)
+	n, err := a.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// TestTLSClientOnPlaintextPort: a TLS client's ClientHello on --listen is
+// answered as the engine answers it on its plaintext port.
+func TestTLSClientOnPlaintextPort(t *testing.T) {
+	t.Parallel()
+	e := e2eSetup(t)
+	e.same(t, [][]byte{clientHello(t)}, redistest.ExchangeOptions{Timeout: time.Second})
+	e.healthy(t)
+}
+
+// TestTLSExpiredCertificate: an expired client certificate (under
+// tls-auth-clients yes) is refused and counted as expired; the proxy
+// serves on. (A client refusing the proxy's own expired certificate is
+// counted by the alert it sends: Go's says "bad certificate", OpenSSL's
+// TLS 1.3 alert reaches Go as a record it cannot decrypt, "other".)
+func TestTLSExpiredCertificate(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsYes, nil)
+	old := e.ca.Issue("expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	ctx := context.Background()
+
+	if err := e.client(t, e.ca.ClientConfig(old)).Ping(ctx).Err(); err == nil {
+		t.Error("a client with an expired certificate was served")
+	}
+	if err := redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+		if n := e.tm.HandshakeErrors(metrics.TLSSideClient, "expired"); n == 0 {
+			return errors.New("no expired failure counted")
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if got, err := e.client(t, e.ca.ClientConfig(e.ca.IssueValid("app"))).Ping(ctx).Result(); got != "PONG" || err != nil {
+		t.Errorf("a valid client after the expired ones: %q, %v", got, err)
+	}
+}
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

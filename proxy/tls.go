@@ -196,9 +196,10 @@ func (p *Proxy) handshakeFailed(side, peer string, err error) {
 // bytes are not a TLS record: a plaintext client on a TLS port, or a
 // plaintext engine), "timeout", "eof" (closed or cut during the
 // handshake), "unknown_ca", "expired", "bad_certificate" (any other
-// certificate verification failure, or the peer's alert saying so),
-// "no_certificate" (a client without a certificate under
-// tls-auth-clients yes), "protocol_version" and "other".
+// certificate verification failure), "no_certificate" (a client without a
+// certificate under tls-auth-clients yes), "protocol_version" and
+// "other". A failure the peer saw is known by its alert (RFC 8446 6.2),
+// which crypto/tls reports as "remote error: tls: <description>".
 func HandshakeReason(err error) string {
 	var (
 		rh      tls.RecordHeaderError
@@ -207,9 +208,7 @@ func HandshakeReason(err error) string {
 		invalid x509.CertificateInvalidError
 		hostErr x509.HostnameError
 		verify  *tls.CertificateVerificationError
-		alert   tls.AlertError
 	)
-	msg := err.Error()
 	switch {
 	case errors.As(err, &rh):
 		return "plaintext"
@@ -224,18 +223,25 @@ func HandshakeReason(err error) string {
 		return "expired"
 	case errors.As(err, &hostErr), errors.As(err, &invalid), errors.As(err, &verify):
 		return "bad_certificate"
-	case strings.Contains(msg, "client didn't provide a certificate"),
-		errors.As(err, &alert) && alert == 116: // certificate_required (RFC 8446)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "client didn't provide a certificate") {
 		return "no_certificate"
-	case errors.As(err, &alert) && alert == 48: // unknown_ca
-		return "unknown_ca"
-	case errors.As(err, &alert) && alert == 45: // certificate_expired
-		return "expired"
-	case errors.As(err, &alert) && (alert == 42 || alert == 43 || alert == 44 || alert == 46): // bad, unsupported, revoked, unknown certificate
-		return "bad_certificate"
-	case errors.As(err, &alert) && alert == 70, // protocol_version
-		strings.Contains(msg, "protocol version"), strings.Contains(msg, "unsupported versions"):
+	}
+	if strings.Contains(msg, "unsupported versions") || strings.Contains(msg, "protocol version") {
 		return "protocol_version"
+	}
+	if _, alert, ok := strings.Cut(msg, "remote error: tls: "); ok {
+		switch alert {
+		case "unknown certificate authority":
+			return "unknown_ca"
+		case "expired certificate":
+			return "expired"
+		case "certificate required":
+			return "no_certificate"
+		case "bad certificate", "unsupported certificate", "revoked certificate", "unknown certificate":
+			return "bad_certificate"
+		}
 	}
 	return "other"
 }
