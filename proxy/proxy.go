@@ -99,6 +99,10 @@ type Proxy struct {
 	capture captureState
 
 	tls *tlsServer // the client-facing TLS listener, nil without one (tls.go)
+	// loopsUp is closed by the first OnTick, once gnet has registered
+	// every event loop; only with a TLS listener (tls.go).
+	loopsUp     chan struct{}
+	loopsUpOnce sync.Once
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
@@ -287,8 +291,10 @@ func (p *Proxy) Start() error {
 	}
 	if p.cfg.TLSListen != "" {
 		// TLS clients are handed to a loop from their own goroutines
-		// (Engine.Register): the round-robin balancer is not safe for that.
-		opts = append(opts, gnet.WithLoadBalancing(gnet.LeastConnections))
+		// (Engine.Register): the round-robin balancer is not safe for that,
+		// and the loops must be registered first (OnTick, tls.go).
+		opts = append(opts, gnet.WithLoadBalancing(gnet.LeastConnections), gnet.WithTicker(true))
+		p.loopsUp = make(chan struct{})
 	}
 	var listen string
 	var nodes []string

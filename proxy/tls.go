@@ -47,8 +47,23 @@ func (p *Proxy) handshakeTimeout() time.Duration {
 	return DefaultTLSHandshakeTimeout
 }
 
-// startTLS listens on cfg.TLSListen, once the engine has booted.
+// OnTick is called by gnet's ticker, which starts once every event loop
+// is registered (gnet v2.9.7 calls OnBoot before that): its first call
+// lets startTLS hand TLS clients to the loops (Engine.Register). It then
+// sleeps; the ticker runs only with a TLS listener.
+func (p *Proxy) OnTick() (time.Duration, gnet.Action) {
+	p.loopsUpOnce.Do(func() { close(p.loopsUp) })
+	return time.Hour, gnet.None
+}
+
+// startTLS listens on cfg.TLSListen, once the engine has booted and its
+// event loops are registered.
 func (p *Proxy) startTLS() error {
+	select {
+	case <-p.loopsUp:
+	case <-time.After(10 * time.Second):
+		return errors.New("gnet's event loops did not start")
+	}
 	ln, err := net.Listen("tcp", p.cfg.TLSListen)
 	if err != nil {
 		return err
