@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +383,30 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 	}
 	if n := e.tm.HandshakeErrors(metrics.TLSSideUpstream, "unknown_ca"); n == 0 {
 		t.Error("no upstream unknown_ca failure counted")
+	}
+}
+
+// TestTLSRedisBenchmark: redis-benchmark --tls (50 clients, pipelines of
+// 16) through the TLS listener to the TLS engine: no error, and every SET
+// and GET counted exactly once, as the engine's own commandstats count
+// them.
+func TestTLSRedisBenchmark(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, nil)
+	const n = 20000
+	out := e2eRedisBenchmark(t, "--tls", "--cacert", e.ca.CertFile, "-p", e2ePort(t, e.addr),
+		"-t", "get,set", "-P", "16", "-n", strconv.Itoa(n), "-c", "50", "-q")
+	t.Logf("redis-benchmark --tls through the proxy:\n%s", out)
+	if m := e2eBenchLineRe.FindAllStringSubmatch(out, -1); len(m) != 2 || strings.Contains(strings.ToLower(out), "error") {
+		t.Errorf("want a SET and a GET result line and no error, got %q", out)
+	}
+	info, _ := e.srv.DoT(t, "INFO", "commandstats").(string)
+	for _, name := range []string{"get", "set"} {
+		if got := e2eWaitCount(t, e.set, name, n).Count; got != n {
+			t.Errorf("%s counted %d times, want exactly %d", name, got, n)
+		}
+		if want := fmt.Sprintf("cmdstat_%s:calls=%d,", name, n); !strings.Contains(info, want) {
+			t.Errorf("the engine's commandstats have no %q:\n%s", want, info)
+		}
 	}
 }
