@@ -410,3 +410,28 @@ func TestTLSRedisBenchmark(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSStopDuringHandshake: a client that never sends its handshake does
+// not hold the proxy's Stop for the handshake timeout.
+func TestTLSStopDuringHandshake(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.TLSHandshakeTimeout = time.Minute })
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Accepted and waiting for its ClientHello: a served client proves
+	// the accept loop has taken the silent one before it.
+	if err := e.client(t, e.ca.ClientConfig()).Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	proxytest.Stop(t, e.p)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Stop took %v with a silent TLS client (handshake timeout 1m)", d)
+	}
+	if n := e.tm.HandshakeErrors(metrics.TLSSideClient, "shutdown"); n != 1 {
+		t.Errorf("%d handshakes counted as cut by the stop, want 1", n)
+	}
+}

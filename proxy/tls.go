@@ -38,6 +38,9 @@ type tlsServer struct {
 	ln   net.Listener
 	addr string
 	wg   sync.WaitGroup // the accept loop and the handshakes in progress
+	// ctx ends the handshakes in progress when Stop closes the listener.
+	ctx  context.Context
+	stop context.CancelFunc
 }
 
 func (p *Proxy) handshakeTimeout() time.Duration {
@@ -69,6 +72,7 @@ func (p *Proxy) startTLS() error {
 		return err
 	}
 	s := &tlsServer{ln: ln, addr: ln.Addr().String()}
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	p.tls = s
 	s.wg.Add(1)
 	go func() {
@@ -87,13 +91,14 @@ func (p *Proxy) TLSAddr() string {
 	return p.tls.addr
 }
 
-// stopTLS closes the TLS listener and waits for the handshakes in
-// progress (each bounded by the handshake timeout).
+// stopTLS closes the TLS listener, ends the handshakes in progress and
+// waits for their goroutines.
 func (p *Proxy) stopTLS() {
 	if p.tls == nil {
 		return
 	}
 	_ = p.tls.ln.Close()
+	p.tls.stop()
 	p.tls.wg.Wait()
 }
 
@@ -117,17 +122,17 @@ func (p *Proxy) acceptTLS(s *tlsServer) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			p.serveTLS(nc)
+			p.serveTLS(s.ctx, nc)
 		}()
 	}
 }
 
 // serveTLS does the server handshake of nc and hands the decrypted stream
 // to an event loop as a client connection.
-func (p *Proxy) serveTLS(nc net.Conn) {
+func (p *Proxy) serveTLS(stop context.Context, nc net.Conn) {
 	tc := tls.Server(nc, p.cfg.TLS)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), p.handshakeTimeout())
+	ctx, cancel := context.WithTimeout(stop, p.handshakeTimeout())
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -212,8 +217,8 @@ func (p *Proxy) handshakeFailed(side, peer string, err error) {
 // plaintext engine), "timeout", "eof" (closed or cut during the
 // handshake), "unknown_ca", "expired", "bad_certificate" (any other
 // certificate verification failure), "no_certificate" (a client without a
-// certificate under tls-auth-clients yes), "protocol_version" and
-// "other". A failure the peer saw is known by its alert (RFC 8446 6.2),
+// certificate under tls-auth-clients yes), "protocol_version",
+// "shutdown" (cut by Stop) and "other". A failure the peer saw is known by its alert (RFC 8446 6.2),
 // which crypto/tls reports as "remote error: tls: <description>".
 func HandshakeReason(err error) string {
 	var (
@@ -227,6 +232,8 @@ func HandshakeReason(err error) string {
 	switch {
 	case errors.As(err, &rh):
 		return "plaintext"
+	case errors.Is(err, context.Canceled):
+		return "shutdown"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
