@@ -44,7 +44,7 @@ type tlsEnv struct {
 
 // tlsSetup starts the engine and the proxy; authClients is the proxy's
 // tls-auth-clients; mod, if not nil, changes the proxy's Config last.
-func tlsSetup(t *testing.T, authClients string, mod func(*tlsEnv, *proxy.Config)) *tlsEnv {
+func tlsSetup(t testing.TB, authClients string, mod func(*tlsEnv, *proxy.Config)) *tlsEnv {
 	t.Helper()
 	e := &tlsEnv{ca: redistest.NewCA(t), tm: metrics.NewTLS()}
 	e.srv = redistest.StartTLS(t, e.ca)
@@ -71,7 +71,7 @@ func tlsSetup(t *testing.T, authClients string, mod func(*tlsEnv, *proxy.Config)
 
 // client returns a go-redis client (RESP3) of the proxy's TLS listener
 // with cfg.
-func (e *tlsEnv) client(t *testing.T, cfg *tls.Config) *redis.Client {
+func (e *tlsEnv) client(t testing.TB, cfg *tls.Config) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: e.addr, TLSConfig: cfg, DisableIdentity: true, MaxRetries: -1,
 		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
@@ -288,7 +288,7 @@ func TestTLSBadInput(t *testing.T) {
 
 // clientHello returns the first bytes a TLS client sends: its ClientHello
 // record.
-func clientHello(t *testing.T) []byte {
+func clientHello(t testing.TB) []byte {
 	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
