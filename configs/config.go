@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -334,6 +335,48 @@ type Config struct {
 	// rule's scope, the delays reported as their own phase, injected. ""
 	// (the default) injects nothing.
 	Inject string `yaml:"inject"`
+
+	// TLSListen is the client-facing TLS address, host:port, beside
+	// Listen (as Redis's tls-port beside port); port 0 picks one. ""
+	// (the default) serves no TLS. It needs TLSCertFile and TLSKeyFile.
+	TLSListen string `yaml:"tls_listen"`
+	// TLSCertFile and TLSKeyFile are the PEM certificate (chain) and
+	// private key TLSListen presents. The key's content is never logged,
+	// exported nor printed.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// TLSCACertFile holds the PEM CA certificates client certificates are
+	// verified against (Redis's tls-ca-cert-file).
+	TLSCACertFile string `yaml:"tls_ca_cert_file"`
+	// TLSAuthClients is Redis's tls-auth-clients: "yes" (the default, as
+	// Redis's) refuses a client without a certificate signed by
+	// TLSCACertFile, "optional" verifies one a client sends, "no" asks
+	// for none. "yes" and "optional" need TLSCACertFile.
+	TLSAuthClients string `yaml:"tls_auth_clients"`
+	// TLSHandshakeTimeout bounds each TLS handshake, either side: a
+	// client that connects and sends nothing is closed after it. Default
+	// 10s.
+	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout"`
+	// UpstreamTLS makes every connection to the engines speak TLS (the
+	// clients' engine connections and respmeter's side connections), the
+	// engine's certificate verified against UpstreamTLSCACertFile (or the
+	// system's roots) and UpstreamTLSServerName (or the host dialed).
+	// Never a fallback to plaintext. Default false.
+	UpstreamTLS bool `yaml:"upstream_tls"`
+	// UpstreamTLSCACertFile holds the PEM CA certificates the engines'
+	// certificates are verified against; "" uses the system's roots.
+	UpstreamTLSCACertFile string `yaml:"upstream_tls_ca_cert_file"`
+	// UpstreamTLSCertFile and UpstreamTLSKeyFile are the client
+	// certificate and key respmeter presents to the engines (for an
+	// engine with tls-auth-clients yes); both or neither.
+	UpstreamTLSCertFile string `yaml:"upstream_tls_cert_file"`
+	UpstreamTLSKeyFile  string `yaml:"upstream_tls_key_file"`
+	// UpstreamTLSServerName is the name the engines' certificates are
+	// verified for; "" uses the host of each address dialed.
+	UpstreamTLSServerName string `yaml:"upstream_tls_server_name"`
+	// UpstreamTLSInsecureSkipVerify accepts any engine certificate, with
+	// a warning logged at start: for tests only. Default false.
+	UpstreamTLSInsecureSkipVerify bool `yaml:"upstream_tls_insecure_skip_verify"`
 }
 
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
@@ -373,6 +416,9 @@ func Default() Config {
 		HeatMetricsKeys:   20,
 		KeyNames:          "plain",
 		Summary:           "",
+
+		TLSAuthClients:      "yes",
+		TLSHandshakeTimeout: Duration(10 * time.Second),
 
 		TopologyRefresh: Duration(30 * time.Second),
 		UpstreamConns:   1,
@@ -482,6 +528,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	add(checkHostPort("listen", c.Listen, 0, "host:port"))
+	for _, e := range c.checkTLS() {
+		add(e)
+	}
 	add(checkHostPort("upstream", c.Upstream, 1, "host:port"))
 	add(checkEnum("route", c.Route, routes))
 	add(checkPeriod("topology_refresh", c.TopologyRefresh, MinTopologyRefresh, false))
@@ -800,4 +849,50 @@ func IsLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkTLS checks the TLS keys: a TLS listener needs its certificate and
+// key, a client certificate policy other than "no" needs the CA, upstream
+// TLS files only with upstream_tls. The files are read by the proxy at
+// start (internal/tlsconf), which reports what is wrong in them.
+func (c *Config) checkTLS() []*FieldError {
+	var errs []*FieldError
+	add := func(e *FieldError) {
+		if e != nil {
+			errs = append(errs, e)
+		}
+	}
+	add(checkEnum("tls_auth_clients", c.TLSAuthClients, []string{"no", "optional", "yes"}))
+	if c.TLSHandshakeTimeout <= 0 {
+		add(invalid("tls_handshake_timeout", "must be > 0, got %s", c.TLSHandshakeTimeout))
+	}
+	if c.TLSListen != "" {
+		add(checkHostPort("tls_listen", c.TLSListen, 0, "host:port"))
+		if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+			add(invalid("tls_listen", "needs tls_cert_file and tls_key_file").reads("tls_cert_file", "tls_key_file"))
+		}
+		if (c.TLSAuthClients == "yes" || c.TLSAuthClients == "optional") && c.TLSCACertFile == "" {
+			add(invalid("tls_auth_clients", "%s needs tls_ca_cert_file (or tls_auth_clients no)", c.TLSAuthClients).reads("tls_ca_cert_file"))
+		}
+		if sameAddr(c.Listen, c.TLSListen) && !hasPortZero(c.TLSListen) {
+			add(invalid("tls_listen", "must differ from listen %s", c.Listen).reads("listen"))
+		}
+	}
+	if !c.UpstreamTLS {
+		for key, v := range map[string]bool{
+			"upstream_tls_ca_cert_file":         c.UpstreamTLSCACertFile != "",
+			"upstream_tls_cert_file":            c.UpstreamTLSCertFile != "",
+			"upstream_tls_key_file":             c.UpstreamTLSKeyFile != "",
+			"upstream_tls_server_name":          c.UpstreamTLSServerName != "",
+			"upstream_tls_insecure_skip_verify": c.UpstreamTLSInsecureSkipVerify,
+		} {
+			if v {
+				add(invalid(key, "only with upstream_tls true").reads("upstream_tls"))
+			}
+		}
+	} else if (c.UpstreamTLSCertFile == "") != (c.UpstreamTLSKeyFile == "") {
+		add(invalid("upstream_tls_cert_file", "give upstream_tls_cert_file and upstream_tls_key_file together").reads("upstream_tls_key_file"))
+	}
+	slices.SortFunc(errs, func(a, b *FieldError) int { return strings.Compare(a.Key, b.Key) })
+	return errs
 }

@@ -66,6 +66,18 @@ var fields = []field{
 	{"key_names", func(c *Config) any { return &c.KeyNames }},
 	{"summary", func(c *Config) any { return &c.Summary }},
 	{"inject", func(c *Config) any { return &c.Inject }},
+	{"tls_listen", func(c *Config) any { return &c.TLSListen }},
+	{"tls_cert_file", func(c *Config) any { return &c.TLSCertFile }},
+	{"tls_key_file", func(c *Config) any { return &c.TLSKeyFile }},
+	{"tls_ca_cert_file", func(c *Config) any { return &c.TLSCACertFile }},
+	{"tls_auth_clients", func(c *Config) any { return &c.TLSAuthClients }},
+	{"tls_handshake_timeout", func(c *Config) any { return &c.TLSHandshakeTimeout }},
+	{"upstream_tls", func(c *Config) any { return &c.UpstreamTLS }},
+	{"upstream_tls_ca_cert_file", func(c *Config) any { return &c.UpstreamTLSCACertFile }},
+	{"upstream_tls_cert_file", func(c *Config) any { return &c.UpstreamTLSCertFile }},
+	{"upstream_tls_key_file", func(c *Config) any { return &c.UpstreamTLSKeyFile }},
+	{"upstream_tls_server_name", func(c *Config) any { return &c.UpstreamTLSServerName }},
+	{"upstream_tls_insecure_skip_verify", func(c *Config) any { return &c.UpstreamTLSInsecureSkipVerify }},
 }
 
 // lookupField returns the field for key, or false.

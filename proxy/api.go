@@ -12,6 +12,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 
@@ -139,6 +140,22 @@ type Config struct {
 	Commands *routing.Resolver
 	// Logger receives the proxy's own log lines; nil discards them.
 	Logger *slog.Logger
+
+	// TLSListen is the client-facing TLS address, host:port (port 0 picks
+	// one; Proxy.TLSAddr tells which), served with TLS (internal/tlsconf.
+	// Server builds it): as Redis's tls-port beside port. "" serves no TLS.
+	TLSListen string
+	TLS       *tls.Config
+	// UpstreamTLS, when set, makes every connection to the engines speak
+	// TLS with it, side connections included (internal/tlsconf.Client);
+	// nil speaks plaintext.
+	UpstreamTLS *tls.Config
+	// TLSHandshakeTimeout bounds each TLS handshake, either side; 0 means
+	// DefaultTLSHandshakeTimeout.
+	TLSHandshakeTimeout time.Duration
+	// TLSMetrics receives the handshake times and failures; nil records
+	// nothing.
+	TLSMetrics *metrics.TLS
 }
 
 // Defaults, as in redis-server 7.0 (client-output-buffer-limit for normal
@@ -152,5 +169,5 @@ const (
 // login is the credentials of respmeter's side connections (UpstreamUser,
 // UpstreamPassword) as respconn.Dial takes them.
 func (c Config) login() respconn.Options {
-	return respconn.Options{User: c.UpstreamUser, Password: c.UpstreamPassword}
+	return respconn.Options{User: c.UpstreamUser, Password: c.UpstreamPassword, TLS: c.UpstreamTLS}
 }

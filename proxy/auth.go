@@ -72,7 +72,7 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 		p.authSilent[addr] = time.Now().Add(authSilentFor)
 		return false
 	}
-	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout})
+	c, err := respconn.Dial(ctx, addr, respconn.Options{Timeout: p.cfg.DialTimeout, TLS: p.cfg.UpstreamTLS})
 	if err != nil {
 		return false
 	}
@@ -104,7 +104,7 @@ func (p *Proxy) refusesAnonymous(ctx context.Context, addr string) bool {
 func (p *Proxy) defaultUserRefuses(ctx context.Context, addr string) (refused, ok bool, err error) {
 	c := p.authConns[addr]
 	if c == nil {
-		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: min(p.cfg.DialTimeout, 4*authAnswerTimeout), Name: authCheckName}); err != nil {
+		if c, err = respconn.Dial(ctx, addr, respconn.Options{Timeout: min(p.cfg.DialTimeout, 4*authAnswerTimeout), Name: authCheckName, TLS: p.cfg.UpstreamTLS}); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				return false, false, errAuthUnreachable

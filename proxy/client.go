@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"slices"
 	"time"
 	"unsafe"
@@ -236,6 +237,9 @@ type client struct {
 	p    *Proxy
 	l    *loop
 	conn gnet.Conn
+	// peer is the client's address: its socket's peer, or for a client
+	// of the TLS listener the TLS connection's (tls.go).
+	peer net.Addr
 
 	scan    resp.RequestScanner
 	partial []byte
@@ -349,7 +353,10 @@ type client struct {
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
-	s := &client{p: p, l: l, conn: c, subShard: -1}
+	s := &client{p: p, l: l, conn: c, peer: c.RemoteAddr(), subShard: -1}
+	if tp, ok := c.Context().(tlsPeer); ok {
+		s.peer = tp.addr
+	}
 	s.scan.Dialect = p.dialect
 	s.downs = p.router.downs.Load()
 	if h := p.router.pickHome(p.router.load(), -1); h >= 0 {
@@ -729,7 +736,7 @@ func (s *client) clientData(data []byte) {
 			if m := p.cfg.Metrics; m != nil {
 				m.ProtocolError()
 			}
-			p.log.Debug("client protocol error", "client", s.conn.RemoteAddr().String(), "err", pe.Error())
+			p.log.Debug("client protocol error", "client", s.peer.String(), "err", pe.Error())
 			break
 		}
 		if n == 0 {
@@ -1289,7 +1296,7 @@ func (s *client) dropLink(ln *link) {
 
 // slow adds a command to the slow log.
 func (s *client) slow(sl *slowlog.Log, e *request, tOut int64) {
-	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.conn.RemoteAddr(), &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.peer, &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
@@ -1471,7 +1478,7 @@ func (s *client) evict(reason string) {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.ClientEvicted(reason)
 	}
-	s.p.log.Warn("client evicted", "reason", reason, "client", s.conn.RemoteAddr().String())
+	s.p.log.Warn("client evicted", "reason", reason, "client", s.peer.String())
 	if s.linger != nil {
 		s.linger.close()
 		s.linger = nil

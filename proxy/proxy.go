@@ -101,6 +101,12 @@ type Proxy struct {
 	// capture is the running capture, nil when none (capture.go): the
 	// loops load it once per client read.
 	capture captureState
+
+	tls *tlsServer // the client-facing TLS listener, nil without one (tls.go)
+	// loopsUp is closed by the first OnTick, once gnet has registered
+	// every event loop; only with a TLS listener (tls.go).
+	loopsUp     chan struct{}
+	loopsUpOnce sync.Once
 }
 
 var _ gnet.EventHandler = (*Proxy)(nil)
@@ -110,6 +116,14 @@ func New(cfg Config) (*Proxy, error) {
 	var errs []error
 	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
+	}
+	if cfg.TLSListen != "" {
+		if _, _, err := net.SplitHostPort(cfg.TLSListen); err != nil {
+			errs = append(errs, fmt.Errorf("TLS listen %q: %v", cfg.TLSListen, err))
+		}
+		if cfg.TLS == nil {
+			errs = append(errs, errors.New("TLS listen needs a TLS configuration"))
+		}
 	}
 	var topo *routing.Topology
 	switch cfg.Route {
@@ -285,6 +299,13 @@ func (p *Proxy) Start() error {
 	if p.cfg.Loops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(p.cfg.Loops))
 	}
+	if p.cfg.TLSListen != "" {
+		// TLS clients are handed to a loop from their own goroutines
+		// (Engine.Register): the round-robin balancer is not safe for that,
+		// and the loops must be registered first (OnTick, tls.go).
+		opts = append(opts, gnet.WithLoadBalancing(gnet.LeastConnections), gnet.WithTicker(true))
+		p.loopsUp = make(chan struct{})
+	}
 	var listen string
 	var nodes []string
 	if p.facade != nil {
@@ -310,6 +331,12 @@ func (p *Proxy) Start() error {
 			addr = busyAddr(p.facade.listeners(p.cfg.Listen), addr)
 		}
 		return fmt.Errorf("proxy: listen %s: %w", addr, err)
+	}
+	if p.cfg.TLSListen != "" {
+		if err := p.startTLS(); err != nil {
+			_ = p.Stop(context.Background())
+			return fmt.Errorf("proxy: TLS listen %s: %w", p.cfg.TLSListen, err)
+		}
 	}
 	return nil
 }
@@ -501,6 +528,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	}
 	start := time.Now()
 	p.draining.Store(true)
+	p.stopTLS()
 	if !p.waitIdle(ctx, p.cfg.DrainTimeout) && ctx.Err() == nil {
 		p.log.Warn("drain timeout; closing with requests pending", "pending", p.InFlight())
 	}
@@ -665,7 +693,7 @@ func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func
 			return nil
 		}))
 	}
-	conn, err := p.dialer.Dial("tcp", addr)
+	conn, err := p.dialUpstream(addr)
 	if err != nil {
 		fail(err)
 		return

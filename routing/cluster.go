@@ -91,7 +91,7 @@ func fetchCluster(ctx context.Context, seed string, timeout time.Duration, login
 		}
 		return err
 	}
-	c, err := respconn.Dial(ctx, seed, respconn.Options{User: login.User, Password: login.Password})
+	c, err := respconn.Dial(ctx, seed, respconn.Options{User: login.User, Password: login.Password, TLS: login.TLS})
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -84,6 +84,19 @@ type proxyFlags struct {
 	captureDuration time.Duration
 	captureSample   float64
 	captureRedact   string
+
+	tlsListen           string
+	tlsCertFile         string
+	tlsKeyFile          string
+	tlsCACertFile       string
+	tlsAuthClients      string
+	tlsHandshakeTimeout time.Duration
+	upstreamTLS         bool
+	upTLSCACertFile     string
+	upTLSCertFile       string
+	upTLSKeyFile        string
+	upTLSServerName     string
+	upTLSInsecure       bool
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -157,6 +170,18 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail requests on a silent engine after this; 0: off")
 	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines")
 	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of them; prefer RESPMETER_UPSTREAM_PASSWORD")
+	fs.StringVar(&f.tlsListen, "tls-listen", d.TLSListen, "`host:port` for TLS clients, beside --listen; port 0 picks one")
+	fs.StringVar(&f.tlsCertFile, "tls-cert-file", d.TLSCertFile, "PEM certificate `file` of --tls-listen")
+	fs.StringVar(&f.tlsKeyFile, "tls-key-file", d.TLSKeyFile, "PEM private key `file` of --tls-listen")
+	fs.StringVar(&f.tlsCACertFile, "tls-ca-cert-file", d.TLSCACertFile, "PEM CA `file` client certificates are verified against")
+	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "`policy` for client certificates: no, optional or yes (as Redis)")
+	fs.DurationVar(&f.tlsHandshakeTimeout, "tls-handshake-timeout", time.Duration(d.TLSHandshakeTimeout), "bound of each TLS handshake, either side")
+	fs.BoolVar(&f.upstreamTLS, "upstream-tls", d.UpstreamTLS, "TLS to the engines, certificates verified")
+	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "PEM CA `file` of the engines' certificates; default the system's")
+	fs.StringVar(&f.upTLSCertFile, "upstream-tls-cert-file", d.UpstreamTLSCertFile, "PEM client certificate `file` for the engines")
+	fs.StringVar(&f.upTLSKeyFile, "upstream-tls-key-file", d.UpstreamTLSKeyFile, "PEM private key `file` of it")
+	fs.StringVar(&f.upTLSServerName, "upstream-tls-server-name", d.UpstreamTLSServerName, "`name` the engines' certificates must have; default the host dialed")
+	fs.BoolVar(&f.upTLSInsecure, "upstream-tls-insecure-skip-verify", d.UpstreamTLSInsecureSkipVerify, "accept any engine certificate (tests only; warned)")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "`level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "`format` on stderr: text or json")
 	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit

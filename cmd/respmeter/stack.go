@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -78,6 +79,8 @@ type stack struct {
 	bg       sync.WaitGroup
 	// stopHDRLog ends the HdrHistogram log; nil when --hdr-log is "".
 	stopHDRLog func() error
+	// tls is the proxy's TLS configuration and handshake metrics.
+	tls tlsSides
 }
 
 // newLogger returns a slog logger writing level-and-above lines to w as
@@ -107,10 +110,15 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	}
 	// The engine's command table first: it labels the metrics (the
 	// commands only the engine knows get labels of their own).
+	ts, err := newTLSSides(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	cmds := proxy.FetchCommands(proxy.Config{
 		Upstream: cfg.Upstream, Route: cfg.Route, Shards: cfg.Shards, Cluster: cfg.Cluster,
 		DialTimeout:  time.Duration(cfg.DialTimeout),
 		UpstreamUser: cfg.UpstreamUser, UpstreamPassword: cfg.UpstreamPassword,
+		UpstreamTLS: ts.upstream,
 	}, log.With("component", "proxy"))
 	names := cmds.Labels()
 	st := &stack{
@@ -119,6 +127,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		set:      metrics.NewSet(loops, names),
 		slowlog:  slowlog.New(cfg.SlowlogLen, time.Duration(cfg.SlowlogThreshold)),
 		adminErr: make(chan error, 1),
+		tls:      ts,
 	}
 	if cfg.Heat {
 		h, err := newHeat(cfg, loops, names)
@@ -219,6 +228,9 @@ func (st *stack) registry() (*prometheus.Registry, error) {
 	if err := st.set.RegisterExport(reg, ex); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	if err := st.tls.metrics.Register(reg); err != nil {
+		return nil, fmt.Errorf("register TLS metrics: %w", err)
+	}
 	if h := st.set.Heat(); h != nil {
 		if err := reg.Register(h.NewCollector(st.cfg.HeatMetricsKeys, st.set.ShardNames)); err != nil {
 			return nil, fmt.Errorf("register heat metrics: %w", err)
@@ -242,14 +254,14 @@ func (st *stack) newAnalyzer(bgCtx context.Context, reg prometheus.Registerer, n
 	}
 	var an *analyzer
 	if !cfg.Routed() {
-		v, err := newEngineView(cfg, cfg.Upstream, names, reg, log)
+		v, err := newEngineView(cfg, st.tls.upstream, cfg.Upstream, names, reg, log)
 		if err != nil {
 			return nil, err
 		}
 		vcfg.Engine = v
 	} else {
 		vcfg.NewView = func(addr string) (*verdict.View, error) {
-			v, err := newEngineView(cfg, addr, names, reg, log)
+			v, err := newEngineView(cfg, st.tls.upstream, addr, names, reg, log)
 			if err != nil {
 				return nil, err
 			}
@@ -303,6 +315,12 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 		Metrics:           st.set,
 		Commands:          cmds,
 		Logger:            log,
+
+		TLSListen:           cfg.TLSListen,
+		TLS:                 st.tls.server,
+		UpstreamTLS:         st.tls.upstream,
+		TLSHandshakeTimeout: time.Duration(cfg.TLSHandshakeTimeout),
+		TLSMetrics:          st.tls.metrics,
 	}
 	if cfg.Routed() {
 		pcfg.Upstream = "" // not used: the shards are
@@ -354,6 +372,12 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 	}
 	if a := p.FacadeAddrs(); len(a) > 0 {
 		attrs = append(attrs, "facade", strings.Join(a, ","))
+	}
+	if a := p.TLSAddr(); a != "" {
+		attrs = append(attrs, "tls_addr", a, "tls_auth_clients", cfg.TLSAuthClients)
+	}
+	if cfg.UpstreamTLS {
+		attrs = append(attrs, "upstream_tls", true)
 	}
 	if cfg.Route == configs.RoutePinned {
 		attrs = append(attrs, "pin_by", cmp.Or(cfg.PinBy, configs.PinConnection))
@@ -480,12 +504,13 @@ func engineRegisterer(reg prometheus.Registerer, addr string) prometheus.Registe
 // metrics registered on reg under shard = addr (engineRegisterer), names
 // being the command labels. Nothing runs until start. Registering fails
 // only for an addr whose metrics are registered already.
-func newEngineView(cfg configs.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
+func newEngineView(cfg configs.Config, upTLS *tls.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
 	v := &verdict.View{Addr: addr}
 	engReg := engineRegisterer(reg, addr)
 	if cfg.ProbeInterval > 0 {
 		v.Probe = engstats.NewProbe(addr, time.Duration(cfg.ProbeInterval), log)
 		v.Probe.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		v.Probe.SetTLS(upTLS)
 		if err := v.Probe.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register probe metrics of %s: %w", addr, err)
 		}
@@ -493,6 +518,7 @@ func newEngineView(cfg configs.Config, addr string, names []string, reg promethe
 	if cfg.EnginePoll > 0 {
 		v.Poller = engstats.NewPoller(addr, time.Duration(cfg.EnginePoll), names, log)
 		v.Poller.SetLogin(cfg.UpstreamUser, cfg.UpstreamPassword)
+		v.Poller.SetTLS(upTLS)
 		if err := v.Poller.Register(engReg); err != nil {
 			return nil, fmt.Errorf("register engine metrics of %s: %w", addr, err)
 		}

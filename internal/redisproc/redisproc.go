@@ -13,6 +13,7 @@ package redisproc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -77,6 +78,11 @@ type Options struct {
 	// StartTimeout bounds each start attempt's wait for the first answer
 	// to PING. Default DefaultStartTimeout (10 s).
 	StartTimeout time.Duration
+	// TLS, when set, serves TLS only: Port becomes the engine's --tls-port
+	// (with --port 0), Args must give its --tls-cert-file, --tls-key-file
+	// and --tls-ca-cert-file, and the readiness PING speaks TLS with this
+	// client configuration.
+	TLS *tls.Config
 }
 
 // Proc is one engine process bound to 127.0.0.1. The port stays the same
@@ -164,6 +170,9 @@ func (p *Proc) launch(ctx context.Context) error {
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--dir", p.opts.Dir, "--daemonize", "no",
 	}
+	if p.opts.TLS != nil {
+		argv = append(argv, "--port", "0", "--tls-port", strconv.Itoa(port))
+	}
 	argv = append(argv, p.opts.Args...)
 	cmd := exec.Command(p.bin, argv...)
 	cmd.Dir = p.opts.Dir
@@ -185,7 +194,7 @@ func (p *Proc) launch(ctx context.Context) error {
 	deadline := time.NewTimer(p.opts.StartTimeout)
 	defer deadline.Stop()
 	for {
-		if ping(addr, pingTimeout) == nil {
+		if ping(addr, pingTimeout, p.opts.TLS) == nil {
 			return nil
 		}
 		select {
@@ -216,8 +225,8 @@ func (p *Proc) forget(cmd *exec.Cmd) {
 
 // ping sends PING and accepts +PONG or -NOAUTH (the engine is up but wants
 // a password).
-func ping(addr string, timeout time.Duration) error {
-	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout})
+func ping(addr string, timeout time.Duration, tc *tls.Config) error {
+	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout, TLS: tc})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -53,7 +54,8 @@ const EngineEnv = "RESPMETER_TEST_ENGINE"
 type Server struct {
 	t        testing.TB
 	proc     *redisproc.Proc
-	password string // from --requirepass, used by Client and Do
+	password string      // from --requirepass, used by Client and Do
+	tls      *tls.Config // StartTLS's client configuration, used by Client and Do
 
 	mu     sync.Mutex
 	client *redis.Client
@@ -199,6 +201,7 @@ func (s *Server) Client() *redis.Client {
 			DialTimeout:     2 * time.Second,
 			ReadTimeout:     5 * time.Second,
 			WriteTimeout:    5 * time.Second,
+			TLSConfig:       s.tls,
 		})
 	}
 	return s.client

@@ -3,6 +3,7 @@ package respconn
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -23,6 +24,11 @@ type Options struct {
 	// empty: Redis 6 ACL and requirepass). They appear in no log and no
 	// error. User without Password sends nothing.
 	User, Password string
+	// TLS, when set, runs a TLS handshake over the new connection (within
+	// Timeout and ctx) before anything is sent: the engine's certificate is
+	// verified as TLS says (ServerName, RootCAs, InsecureSkipVerify). nil
+	// speaks plaintext.
+	TLS *tls.Config
 }
 
 // Conn is one blocking RESP connection. Do, Pipeline and Close may be called
@@ -45,7 +51,14 @@ type Conn struct {
 // real command.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	d := net.Dialer{Timeout: opts.Timeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	var nc net.Conn
+	var err error
+	if opts.TLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: opts.TLS}
+		nc, err = td.DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

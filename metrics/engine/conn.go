@@ -39,7 +39,7 @@ type conn = respconn.Conn
 // authenticate it first (AUTH). It is used by one goroutine only (the Run
 // goroutine of its Probe or Poller).
 func dial(ctx context.Context, addr, name string, login respconn.Options) (*conn, error) {
-	return respconn.Dial(ctx, addr, respconn.Options{Timeout: dialTimeout, Name: name, User: login.User, Password: login.Password})
+	return respconn.Dial(ctx, addr, respconn.Options{Timeout: dialTimeout, Name: name, User: login.User, Password: login.Password, TLS: login.TLS})
 }
 
 // sleepCtx waits d or until ctx is done and reports whether ctx is still

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -151,6 +152,11 @@ func NewPoller(addr string, every time.Duration, names []string, logger *slog.Lo
 func (p *Poller) SetLogin(user, password string) {
 	p.login = respconn.Options{User: user, Password: password}
 }
+
+// SetTLS makes the poller's connection speak TLS with c (the engine's
+// certificate verified as c says); nil speaks plaintext. Call it after
+// SetLogin and before Run.
+func (p *Poller) SetTLS(c *tls.Config) { p.login.TLS = c }
 
 // label returns the index of the label an engine command name counts under.
 func (p *Poller) label(engineName string) int {

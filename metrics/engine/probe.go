@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -78,6 +79,11 @@ func NewProbe(addr string, interval time.Duration, logger *slog.Logger) *Probe {
 func (p *Probe) SetLogin(user, password string) {
 	p.login = respconn.Options{User: user, Password: password}
 }
+
+// SetTLS makes the probe's connection speak TLS with c (the engine's
+// certificate verified as c says); nil speaks plaintext. Call it after
+// SetLogin and before Run.
+func (p *Probe) SetTLS(c *tls.Config) { p.login.TLS = c }
 
 // Run probes until ctx is done, then closes its connection and returns. It
 // connects (naming the connection respmeter-probe), sends PING at once and

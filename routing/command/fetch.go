@@ -81,7 +81,7 @@ func fetchInfo(ctx context.Context, addr string, timeout time.Duration, login re
 		}
 		return err
 	}
-	c, err := respconn.Dial(ctx, addr, respconn.Options{User: login.User, Password: login.Password})
+	c, err := respconn.Dial(ctx, addr, respconn.Options{User: login.User, Password: login.Password, TLS: login.TLS})
 	if err != nil {
 		return nil, fail(err)
 	}

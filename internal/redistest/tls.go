@@ -1,0 +1,157 @@
+package redistest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/respmeter/respmeter/internal/redisproc"
+)
+
+// CA is a certificate authority made for one test: its certificate and the
+// certificates it issues are written under a t.TempDir, never committed.
+type CA struct {
+	t    testing.TB
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	// CertFile is the CA certificate (PEM), for --tls-ca-cert-file.
+	CertFile string
+	// Pool holds the CA certificate, for a tls.Config's RootCAs or
+	// ClientCAs.
+	Pool   *x509.CertPool
+	serial int64
+}
+
+// NewCA makes a CA valid from an hour ago for a day (ECDSA P-256).
+func NewCA(t testing.TB) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("redistest: CA key: %v", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "respmeter test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatalf("redistest: CA certificate: %v", err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &CA{t: t, dir: t.TempDir(), cert: cert, key: key, Pool: x509.NewCertPool(), serial: 1}
+	ca.Pool.AddCert(cert)
+	ca.CertFile = filepath.Join(ca.dir, "ca.crt")
+	writePEM(t, ca.CertFile, "CERTIFICATE", der)
+	return ca
+}
+
+// Cert is a certificate issued by a CA and its key, as files and as a
+// tls.Certificate.
+type Cert struct {
+	CertFile, KeyFile string
+	TLS               tls.Certificate
+}
+
+// Issue issues a certificate for name (its CommonName) usable by servers
+// and clients, valid for 127.0.0.1, ::1 and localhost, from notBefore to
+// notAfter.
+func (ca *CA) Issue(name string, notBefore, notAfter time.Time) Cert {
+	t := ca.t
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("redistest: key: %v", err)
+	}
+	ca.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(ca.serial),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatalf("redistest: certificate: %v", err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatalf("redistest: key: %v", err)
+	}
+	c := Cert{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
+	writePEM(t, c.CertFile, "CERTIFICATE", der)
+	writePEM(t, c.KeyFile, "PRIVATE KEY", kder)
+	if c.TLS, err = tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
+// IssueValid issues a certificate for name valid from an hour ago for a
+// day.
+func (ca *CA) IssueValid(name string) Cert {
+	ca.t.Helper()
+	return ca.Issue(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// ClientConfig returns a TLS 1.2+ client configuration trusting ca, with
+// cert as the client certificate when given.
+func (ca *CA) ClientConfig(cert ...Cert) *tls.Config {
+	c := &tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12}
+	for _, x := range cert {
+		c.Certificates = append(c.Certificates, x.TLS)
+	}
+	return c
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+}
+
+// StartTLS starts the engine (as Start does) serving TLS only: --port 0
+// and --tls-port, its certificate issued by ca, clients' certificates
+// verified against ca as --tls-auth-clients says (args may set it; the
+// engine's default is yes). Addr is then the TLS port, and Client and Do
+// speak TLS with the certificate "engine-client" of ca. It skips t when the
+// engine was built without TLS.
+func StartTLS(t testing.TB, ca *CA, args ...string) *Server {
+	t.Helper()
+	bin := SkipIfUnavailable(t)
+	srvCert := ca.IssueValid("engine")
+	clientCert := ca.IssueValid("engine-client")
+	s := &Server{t: t, tls: ca.ClientConfig(clientCert)}
+	argv := append([]string{
+		"--tls-cert-file", srvCert.CertFile, "--tls-key-file", srvCert.KeyFile,
+		"--tls-ca-cert-file", ca.CertFile,
+	}, args...)
+	p, err := redisproc.Start(context.Background(), redisproc.Options{Bin: bin, Dir: t.TempDir(), Args: argv, TLS: s.tls})
+	if err != nil {
+		t.Fatalf("redistest: TLS engine: %v", err)
+	}
+	s.proc = p
+	t.Cleanup(s.cleanup)
+	return s
+}

@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TLS sides, the side label of the TLS metrics: the client-facing listener
+// and the connections to the engines.
+const (
+	TLSSideClient   = "client"
+	TLSSideUpstream = "upstream"
+)
+
+// TLS counts and times the TLS handshakes of both sides:
+//
+//	respmeter_tls_handshake_duration_seconds{side}   histogram, seconds
+//	respmeter_tls_handshakes_total{side,version,cipher}  completed handshakes
+//	respmeter_tls_handshake_errors_total{side,reason}    failed handshakes
+//
+// The rate of respmeter_tls_handshakes_total is the handshakes per second.
+// Its methods may be called from any goroutine; a nil *TLS records
+// nothing.
+type TLS struct {
+	duration *prometheus.HistogramVec
+	done     *prometheus.CounterVec
+	failed   *prometheus.CounterVec
+}
+
+// NewTLS returns the TLS handshake metrics, unregistered.
+func NewTLS() *TLS {
+	bounds := classicBoundsMicros()
+	secs := make([]float64, len(bounds))
+	for i, b := range bounds {
+		secs[i] = float64(b) / 1e6
+	}
+	return &TLS{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                        "respmeter_tls_handshake_duration_seconds",
+			Help:                        "Time of completed TLS handshakes, from the first byte read or written to the handshake's end, by side (client: respmeter's TLS listener; upstream: respmeter to the engines).",
+			Buckets:                     secs,
+			NativeHistogramBucketFactor: math.Pow(2, 1.0/(1<<nativeSchema)),
+		}, []string{"side"}),
+		done: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "respmeter_tls_handshakes_total",
+			Help: "Completed TLS handshakes by side, negotiated version and cipher suite.",
+		}, []string{"side", "version", "cipher"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "respmeter_tls_handshake_errors_total",
+			Help: "Failed TLS handshakes by side and reason (plaintext, timeout, unknown_ca, expired, bad_certificate, no_certificate, protocol_version, eof, shutdown, other).",
+		}, []string{"side", "reason"}),
+	}
+}
+
+// Register registers the TLS metrics with reg.
+func (t *TLS) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{t.duration, t.done, t.failed} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Handshake records a completed handshake of side that took d and
+// negotiated version and cipher (crypto/tls's VersionName and
+// CipherSuiteName).
+func (t *TLS) Handshake(side string, d time.Duration, version, cipher string) {
+	if t == nil {
+		return
+	}
+	t.duration.WithLabelValues(side).Observe(d.Seconds())
+	t.done.WithLabelValues(side, version, cipher).Inc()
+}
+
+// HandshakeFailed counts a failed handshake of side, for reason.
+func (t *TLS) HandshakeFailed(side, reason string) {
+	if t == nil {
+		return
+	}
+	t.failed.WithLabelValues(side, reason).Inc()
+}
+
+// HandshakeErrors returns the failed handshakes of side counted for reason.
+func (t *TLS) HandshakeErrors(side, reason string) uint64 {
+	if t == nil {
+		return 0
+	}
+	return uint64(counterValue(t.failed.WithLabelValues(side, reason)))
+}
+
+// Handshakes returns the completed handshakes of side, all versions and
+// ciphers together.
+func (t *TLS) Handshakes(side string) uint64 {
+	if t == nil {
+		return 0
+	}
+	ch := make(chan prometheus.Metric, 64)
+	go func() { t.done.Collect(ch); close(ch) }()
+	var n float64
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) == nil {
+			for _, l := range d.GetLabel() {
+				if l.GetName() == "side" && l.GetValue() == side {
+					n += d.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return uint64(n)
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var d dto.Metric
+	if c.Write(&d) != nil {
+		return 0
+	}
+	return d.GetCounter().GetValue()
+}

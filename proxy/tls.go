@@ -1,0 +1,321 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/respmeter/respmeter/metrics"
+)
+
+// TLS on both sides feeds the one client core and the one upstream link
+// (docs/tls.md, "Design"). crypto/tls runs on goroutines, off the event
+// loops: a TLS connection is accepted (or dialed) and its handshake done
+// there, bounded by TLSHandshakeTimeout, then it is bridged to a gnet
+// connection through a Unix socket pair: one end is enrolled on an event
+// loop (gnet EventLoop.Enroll, Engine.Register) and served exactly as a
+// plaintext TCP connection, the other end is copied to and from the
+// tls.Conn by two goroutines, which decrypt and encrypt. A handshake
+// that never finishes therefore holds a goroutine until its timeout, never
+// a loop.
+
+// DefaultTLSHandshakeTimeout bounds a TLS handshake when
+// Config.TLSHandshakeTimeout is 0.
+const DefaultTLSHandshakeTimeout = 10 * time.Second
+
+// tlsServer is the client-facing TLS listener (Config.TLSListen).
+type tlsServer struct {
+	ln   net.Listener
+	addr string
+	wg   sync.WaitGroup // the accept loop and the handshakes in progress
+	// ctx ends the handshakes in progress when Stop closes the listener.
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (p *Proxy) handshakeTimeout() time.Duration {
+	if p.cfg.TLSHandshakeTimeout > 0 {
+		return p.cfg.TLSHandshakeTimeout
+	}
+	return DefaultTLSHandshakeTimeout
+}
+
+// OnTick is called by gnet's ticker, which starts once every event loop
+// is registered (gnet v2.9.7 calls OnBoot before that): its first call
+// lets startTLS hand TLS clients to the loops (Engine.Register). It then
+// sleeps; the ticker runs only with a TLS listener.
+func (p *Proxy) OnTick() (time.Duration, gnet.Action) {
+	p.loopsUpOnce.Do(func() { close(p.loopsUp) })
+	return time.Hour, gnet.None
+}
+
+// startTLS listens on cfg.TLSListen, once the engine has booted and its
+// event loops are registered.
+func (p *Proxy) startTLS() error {
+	select {
+	case <-p.loopsUp:
+	case <-time.After(10 * time.Second):
+		return errors.New("gnet's event loops did not start")
+	}
+	ln, err := net.Listen("tcp", p.cfg.TLSListen)
+	if err != nil {
+		return err
+	}
+	s := &tlsServer{ln: ln, addr: ln.Addr().String()}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	p.tls = s
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		p.acceptTLS(s)
+	}()
+	return nil
+}
+
+// TLSAddr returns the address the TLS listener is bound to (the port
+// picked for a "host:0" TLSListen), "" when there is none.
+func (p *Proxy) TLSAddr() string {
+	if p.tls == nil {
+		return ""
+	}
+	return p.tls.addr
+}
+
+// stopTLS closes the TLS listener, ends the handshakes in progress and
+// waits for their goroutines.
+func (p *Proxy) stopTLS() {
+	if p.tls == nil {
+		return
+	}
+	_ = p.tls.ln.Close()
+	p.tls.stop()
+	p.tls.wg.Wait()
+}
+
+// acceptTLS accepts until the listener is closed, each connection's
+// handshake on its own goroutine.
+func (p *Proxy) acceptTLS(s *tlsServer) {
+	var delay time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and the like: back off as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			p.log.Warn("TLS accept", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			p.serveTLS(s.ctx, nc)
+		}()
+	}
+}
+
+// serveTLS does the server handshake of nc and hands the decrypted stream
+// to an event loop as a client connection.
+func (p *Proxy) serveTLS(stop context.Context, nc net.Conn) {
+	tc := tls.Server(nc, p.cfg.TLS)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(stop, p.handshakeTimeout())
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		p.handshakeFailed(metrics.TLSSideClient, nc.RemoteAddr().String(), err)
+		_ = nc.Close()
+		return
+	}
+	p.handshakeDone(metrics.TLSSideClient, start, tc)
+	if p.draining.Load() {
+		_ = tc.Close()
+		return
+	}
+	loopEnd, err := p.bridge(tc)
+	if err != nil {
+		p.log.Warn("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
+		return
+	}
+	ctx = gnet.NewContext(context.Background(), tlsPeer{nc.RemoteAddr()})
+	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, loopEnd))
+	if err == nil {
+		err = (<-ch).Err
+	}
+	_ = loopEnd.Close() // gnet serves its own duplicate of the descriptor
+	if err != nil {
+		p.log.Debug("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
+	}
+}
+
+// tlsPeer is the context of a TLS client's bridged connection until its
+// OnOpen: the address of the TLS connection's peer, which the client
+// reports as its own (the bridge's socket pair has none).
+type tlsPeer struct{ addr net.Addr }
+
+// dialUpstream connects to the engine at addr: over TLS when
+// cfg.UpstreamTLS is set, returning the loop's end of the bridge to the
+// verified TLS connection; never falling back to plaintext.
+func (p *Proxy) dialUpstream(addr string) (net.Conn, error) {
+	nc, err := p.dialer.Dial("tcp", addr)
+	if err != nil || p.cfg.UpstreamTLS == nil {
+		return nc, err
+	}
+	cfg := p.cfg.UpstreamTLS
+	if cfg.ServerName == "" {
+		// As tls.Dial does: the engine's certificate is checked against
+		// the host it was dialed by.
+		host, _, _ := net.SplitHostPort(addr)
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(nc, cfg)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), p.handshakeTimeout())
+	err = tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		p.handshakeFailed(metrics.TLSSideUpstream, addr, err)
+		_ = nc.Close()
+		return nil, err
+	}
+	p.handshakeDone(metrics.TLSSideUpstream, start, tc)
+	return p.bridge(tc)
+}
+
+func (p *Proxy) handshakeDone(side string, start time.Time, tc *tls.Conn) {
+	st := tc.ConnectionState()
+	p.cfg.TLSMetrics.Handshake(side, time.Since(start), tls.VersionName(st.Version), tls.CipherSuiteName(st.CipherSuite))
+}
+
+func (p *Proxy) handshakeFailed(side, peer string, err error) {
+	reason := HandshakeReason(err)
+	p.cfg.TLSMetrics.HandshakeFailed(side, reason)
+	if side == metrics.TLSSideClient {
+		p.log.Info("TLS handshake failed", "side", side, "client", peer, "reason", reason, "err", err)
+	} else {
+		p.log.Warn("TLS handshake failed", "side", side, "upstream", peer, "reason", reason, "err", err)
+	}
+}
+
+// HandshakeReason classifies a failed TLS handshake for the reason label
+// of respmeter_tls_handshake_errors_total: "plaintext" (the peer's first
+// bytes are not a TLS record: a plaintext client on a TLS port, or a
+// plaintext engine), "timeout", "eof" (closed or cut during the
+// handshake), "unknown_ca", "expired", "bad_certificate" (any other
+// certificate verification failure), "no_certificate" (a client without a
+// certificate under tls-auth-clients yes), "protocol_version",
+// "shutdown" (cut by Stop) and "other". A failure the peer saw is known by its alert (RFC 8446 6.2),
+// which crypto/tls reports as "remote error: tls: <description>".
+func HandshakeReason(err error) string {
+	var (
+		rh      tls.RecordHeaderError
+		ne      net.Error
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		hostErr x509.HostnameError
+		verify  *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &rh):
+		return "plaintext"
+	case errors.Is(err, context.Canceled):
+		return "shutdown"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		return "eof"
+	case errors.As(err, &unknown):
+		return "unknown_ca"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "expired"
+	case errors.As(err, &hostErr), errors.As(err, &invalid), errors.As(err, &verify):
+		return "bad_certificate"
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "client didn't provide a certificate") {
+		return "no_certificate"
+	}
+	if strings.Contains(msg, "unsupported versions") || strings.Contains(msg, "protocol version") {
+		return "protocol_version"
+	}
+	if _, alert, ok := strings.Cut(msg, "remote error: tls: "); ok {
+		switch alert {
+		case "unknown certificate authority":
+			return "unknown_ca"
+		case "expired certificate":
+			return "expired"
+		case "certificate required":
+			return "no_certificate"
+		case "bad certificate", "unsupported certificate", "revoked certificate", "unknown certificate":
+			return "bad_certificate"
+		}
+	}
+	return "other"
+}
+
+// bridge returns the event loop's end of a Unix socket pair whose other
+// end two goroutines copy to and from tc: the decrypted stream of tc, as
+// a plain connection gnet can enroll. Either side closing ends both: the
+// peer's end of stream is passed on as a half close, so replies still
+// queued on the loop are written first.
+func (p *Proxy) bridge(tc *tls.Conn) (*net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		_ = tc.Close()
+		return nil, err
+	}
+	loopEnd, err1 := fileConn(fds[0])
+	pumpEnd, err2 := fileConn(fds[1])
+	if err := errors.Join(err1, err2); err != nil {
+		for _, c := range []net.Conn{loopEnd, pumpEnd} {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+		_ = tc.Close()
+		return nil, err
+	}
+	var done sync.WaitGroup
+	done.Add(2)
+	go func() { // peer -> loop: decrypt
+		defer done.Done()
+		_, _ = io.Copy(pumpEnd, tc)
+		_ = pumpEnd.CloseWrite()
+	}()
+	go func() { // loop -> peer: encrypt
+		defer done.Done()
+		_, _ = io.Copy(tc, pumpEnd)
+		_ = tc.Close()
+	}()
+	go func() {
+		done.Wait()
+		_ = pumpEnd.Close()
+	}()
+	return loopEnd, nil
+}
+
+// fileConn makes a *net.UnixConn of descriptor fd (closing fd).
+func fileConn(fd int) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), "tls-bridge")
+	c, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UnixConn), nil
+}
