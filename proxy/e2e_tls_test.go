@@ -336,10 +336,6 @@ func TestTLSExpiredCertificate(t *testing.T) {
 		t.Errorf("a valid client after the expired ones: %q, %v", got, err)
 	}
 }
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
 
 // TestTLSUpstreamWrongCA: an engine whose certificate the proxy cannot
 // verify is never used, in plaintext or otherwise: the client gets a
