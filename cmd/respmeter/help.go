@@ -22,8 +22,7 @@ var proxyGroups = []struct{ key, title string }{
 	{"measuring", "Measuring (docs/measuring.md)"},
 	{"exports", "Exports (docs/metrics.md)"},
 	{"limits", "Limits"},
-	{"capture", "Capture (docs/capture-replay.md)"},
-	{"inject", "Fault injection (docs/injection.md)"},
+	{"capture", "Capture and fault injection (docs/capture-replay.md, docs/injection.md)"},
 }
 
 // proxyFlagGroup names the --help group of every "respmeter proxy" flag:
@@ -96,7 +95,7 @@ var proxyFlagGroup = map[string]string{
 	"capture-sample":   "capture",
 	"capture-redact":   "capture",
 
-	"inject": "inject",
+	"inject": "capture",
 }
 
 // groupedUsage writes cmd's usage with its flags in the groups of groups

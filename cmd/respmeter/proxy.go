@@ -135,7 +135,6 @@ is RESPMETER_DRAIN_TIMEOUT; lists comma-separated; RESPMETER_CONFIG names the fi
 (the key with - for _: --drain-timeout). Sizes: bytes, or 64MiB, 1GiB (powers of 1024), or MB,
 GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
-  respmeter proxy --config my.yaml --check
   respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000
   respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 \
@@ -167,20 +166,20 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.BoolVar(&f.measure, "measure", d.Measure, "false: only forward, the cost baseline")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", time.Duration(d.DrainTimeout), "wait for replies in flight on SIGINT/SIGTERM")
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", time.Duration(d.DialTimeout), "one connection attempt to an engine")
-	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail requests on a silent engine after this; 0: off")
+	fs.DurationVar(&f.upTimeout, "upstream-timeout", time.Duration(d.UpstreamTimeout), "fail requests after this engine silence; 0: off")
 	fs.StringVar(&f.upstreamUser, "upstream-user", d.UpstreamUser, "`user` of respmeter's own side connections to the engines")
 	fs.StringVar(&f.upstreamPass, "upstream-password", d.UpstreamPassword, "`password` of them; prefer RESPMETER_UPSTREAM_PASSWORD")
-	fs.StringVar(&f.tlsListen, "tls-listen", d.TLSListen, "`host:port` for TLS clients, beside --listen; port 0 picks one")
+	fs.StringVar(&f.tlsListen, "tls-listen", d.TLSListen, "`host:port` for TLS clients, beside --listen; port 0: any")
 	fs.StringVar(&f.tlsCertFile, "tls-cert-file", d.TLSCertFile, "PEM certificate `file` of --tls-listen")
 	fs.StringVar(&f.tlsKeyFile, "tls-key-file", d.TLSKeyFile, "PEM private key `file` of --tls-listen")
 	fs.StringVar(&f.tlsCACertFile, "tls-ca-cert-file", d.TLSCACertFile, "PEM CA `file` client certificates are verified against")
-	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "`policy` for client certificates: no, optional or yes (as Redis)")
+	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "client certs `policy`: no, optional, yes")
 	fs.DurationVar(&f.tlsHandshakeTimeout, "tls-handshake-timeout", time.Duration(d.TLSHandshakeTimeout), "bound of each TLS handshake, either side")
 	fs.BoolVar(&f.upstreamTLS, "upstream-tls", d.UpstreamTLS, "TLS to the engines, certificates verified")
-	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "PEM CA `file` of the engines' certificates; default the system's")
+	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "engines' PEM CA `file`; default: the system's roots")
 	fs.StringVar(&f.upTLSCertFile, "upstream-tls-cert-file", d.UpstreamTLSCertFile, "PEM client certificate `file` for the engines")
 	fs.StringVar(&f.upTLSKeyFile, "upstream-tls-key-file", d.UpstreamTLSKeyFile, "PEM private key `file` of it")
-	fs.StringVar(&f.upTLSServerName, "upstream-tls-server-name", d.UpstreamTLSServerName, "`name` the engines' certificates must have; default the host dialed")
+	fs.StringVar(&f.upTLSServerName, "upstream-tls-server-name", d.UpstreamTLSServerName, "engines' certificate `name`; default: the host dialed")
 	fs.BoolVar(&f.upTLSInsecure, "upstream-tls-insecure-skip-verify", d.UpstreamTLSInsecureSkipVerify, "accept any engine certificate (tests only; warned)")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "`level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "`format` on stderr: text or json")
@@ -201,11 +200,11 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.IntVar(&f.heatMetricsKeys, "heat-metrics-keys", d.HeatMetricsKeys, "top keys per ranking as /metrics labels; 0: none")
 	fs.StringVar(&f.keyNames, "key-names", d.KeyNames, "keys shown `as`: plain, pattern or hash")
 	fs.StringVar(&f.summary, "summary", d.Summary, "`file`: JSON summary of the run, at exit and on SIGUSR1")
-	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, timeouts)")
 	fs.StringVar(&f.capture, "capture", "", "`file` to capture client commands to (0600)")
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")
 	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
 	fs.StringVar(&f.captureRedact, "capture-redact", "", "`what`: \"values\" replaces request values by filler")
+	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, timeouts)")
 	return cmd
 }
 
