@@ -392,6 +392,16 @@ func TestProxyObservability(t *testing.T) {
 	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
 	admin := "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
 
+	// The engine poll counts what ran since its first poll: the DEBUG
+	// SLEEP below must come after that one, or the poll never sees it.
+	redistest.Eventually(t, 10*time.Second, func() error {
+		var st statsDoc
+		getJSON(t, admin+"/stats", &st)
+		if st.Engine == nil || st.Engine.Polls < 1 {
+			return errors.New("no engine poll yet")
+		}
+		return nil
+	})
 	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true, PoolSize: 1})
 	defer c.Close()
