@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# .ci/fuzz.sh: fuzz every fuzz target in the tree, each for FUZZTIME (30s by
+# .ci/fuzz.sh: fuzz every fuzz target in the tree, each for FUZZTIME (20s by
 # default). The list comes from the code (`go test -list`), so a new Fuzz
 # function runs without editing CI. A crasher is written to
 # testdata/fuzz/<Target>/ and fails the run; keep it there as a regression
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FUZZTIME=${FUZZTIME:-30s}
+FUZZTIME=${FUZZTIME:-20s}
 FUZZMINTIME=${FUZZMINTIME:-5s}
 list_only=no
 if [ "${1:-}" = "-n" ]; then list_only=yes; fi
