@@ -95,10 +95,15 @@ func TestInjectDelayTruth(t *testing.T) {
 		rise := median(getOn) - median(getOff)
 		t.Logf("client-seen GET p50: %v with the rule, %v without: +%v; SET p50 %v / %v",
 			median(getOn), median(getOff), rise, median(setOn), median(setOff))
-		if rise < delay*9/10 || rise > delay*11/10 {
+		// Under -race the detector's work on the loop (the delay's pick-up,
+		// the engine connection woken after it) adds to the rise: the
+		// client-seen and per-phase comparisons are made without it
+		// (.ci/test runs this test again so).
+		timing := !raceEnabled()
+		if timing && (rise < delay*9/10 || rise > delay*11/10) {
 			t.Errorf("client-seen GET rose by %v, want 2ms ± 10%%", rise)
 		}
-		if d := median(setOn) - median(setOff); d > delay/4 {
+		if d := median(setOn) - median(setOff); timing && d > delay/4 {
 			t.Errorf("SET (no rule) rose by %v", d)
 		}
 		for _, set := range []*metrics.Set{onSet, offSet} {
@@ -122,7 +127,7 @@ func TestInjectDelayTruth(t *testing.T) {
 		for _, ph := range []metrics.Phase{metrics.PhaseUpstream, metrics.PhaseProxy} {
 			a, b := phaseP50(t, onSet, "get", ph), phaseP50(t, offSet, "get", ph)
 			t.Logf("GET %v p50: %v with the rule, %v without", ph, a, b)
-			if a-b > delay/4 {
+			if timing && a-b > delay/4 {
 				t.Errorf("GET %v p50 is %v with the rule, %v without: the delay leaked into it", ph, a, b)
 			}
 		}
