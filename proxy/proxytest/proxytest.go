@@ -167,10 +167,21 @@ type tbWriter struct {
 func (w *tbWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.closed {
+	switch {
+	case w.closed:
+	case isF(w.t):
+		// A proxy started for a whole fuzz test (on its *testing.F) logs
+		// while the fuzz target runs, where F.Log panics.
+		_, _ = os.Stderr.Write(b)
+	default:
 		w.t.Log(string(b))
 	}
 	return len(b), nil
+}
+
+func isF(t testing.TB) bool {
+	_, ok := t.(*testing.F)
+	return ok
 }
 
 func (w *tbWriter) done() {
