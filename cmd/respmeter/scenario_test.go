@@ -33,6 +33,7 @@ import (
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/redistest"
+	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/metrics/verdict"
 )
@@ -418,7 +419,10 @@ const scStarvedInterval = 3 * time.Second
 // must say engine-starved in every interval with the burner, its run-queue
 // wait between half of and all of the round trip the burner added (the
 // engine's neighbours on a loaded machine add run-queue wait of their
-// own, before and with the burner).
+// own, before and with the burner). Judged, like
+// TestScenarioSaturatedDefaults, only in the intervals in which this
+// process's threads waited for a CPU less than half as long as they ran;
+// with fewer than two it skips, saying so with its figures.
 func TestScenarioEngineStarved(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	redistest.Retry(t, 3, scenarioEngineStarved)
@@ -444,17 +448,60 @@ func scenarioEngineStarved(t testing.TB) {
 	load.mu.Lock()
 	load.sum, load.n = 0, 0
 	load.mu.Unlock()
-	recs := scVerdicts(t, st, load)
+	// This process's threads (respmeter's and the client's, all on the
+	// cores the engine is not pinned to) on a CPU and waiting for one,
+	// read by the test as it sees each interval.
+	var cpus, waits []time.Duration
+	self := func(*verdict.Record) {
+		cpu, rq, err := engstats.TasksSchedstat("/proc/self")
+		if err != nil {
+			t.Fatalf("schedstat: %v", err)
+		}
+		cpus, waits = append(cpus, cpu), append(waits, rq)
+	}
+	self(nil)
+	recs := scVerdictsEach(t, st, load, self)
 	load.stop()
 	sb := scMean(before)
 	t.Logf("before the burner: %s; client %v", sb, baseline)
-	scBounds(t, recs, "engine-starved")
 	s := scMean(recs)
 	client, n := load.mean()
 	added := client - baseline
 	t.Logf("respmeter: %s; client: mean round trip %v over %d, %v more than before the burner", s, client, n, added)
 	if added < 2*time.Millisecond {
 		t.Fatalf("the burner added only %v to the client's round trip: no starvation to find", added)
+	}
+	// The truth holds where the host gave respmeter and the client their
+	// CPU: where this process's threads waited for one at least half as
+	// long as they ran (split.HostStarved), respmeter's loops waited too
+	// and the verdict rightly books that wait to the proxy (in a CI run
+	// beside other test binaries on the one core left to this process:
+	// loop wait 48 % of the cycle against the engine's run queue 33 %,
+	// proxy-saturated). Scenario intervals are scStarvedInterval long, so
+	// the read a few milliseconds late hardly moves the ratio.
+	judged := 0
+	for i, r := range recs {
+		cpu, rq := cpus[i+1]-cpus[i], waits[i+1]-waits[i]
+		t.Logf("interval %d: %d requests, the test process's threads %v on a CPU, %v waiting for one (%.2fx); %s",
+			i, r.Interval.Requests, cpu, rq, rq.Seconds()/cpu.Seconds(), r.Verdict)
+		if rq.Seconds() >= split.HostStarved*cpu.Seconds() {
+			continue
+		}
+		judged++
+		if r.Verdict.Bound != "engine-starved" {
+			t.Errorf("interval %d: verdict %q, want %q (%s)", i, r.Verdict.Bound, "engine-starved", r.Verdict)
+		}
+	}
+	if judged < 2 {
+		t.Skipf("in only %d of %d intervals did this process's threads wait for a CPU less than half as long as they ran "+
+			"(the host's other work starved respmeter and the client): the verdict cannot be judged in this run", judged, len(recs))
+	}
+	// The amount, over all the intervals: the client's added round trip
+	// holds the proxy's own waits in the intervals not judged, so it is
+	// the bound only when every interval was.
+	if judged < len(recs) {
+		t.Logf("run-queue wait %v per request against the %v the burner added: not judged (%d of %d intervals judged)", s.runq, added, judged, len(recs))
+		return
 	}
 	if s.runq < added/2 || s.runq > client {
 		t.Errorf("run-queue wait %v per request; the burner added %v to the client's %v", s.runq, added, client)
