@@ -74,6 +74,7 @@ func scenarioEngineBusy(t testing.TB, culprit string, blockerArgs ...any) {
 	sb, s := scMean(before), scMean(recs)
 	truth := s.upstream - sb.upstream
 	booked := (s.exec + s.wait) - (sb.exec + sb.wait)
+	scFloors(t, st, recs)
 	t.Logf("without the loop: %s", sb)
 	t.Logf("with the loop: %s", s)
 	t.Logf("the loop adds %v to the GETs' upstream; respmeter books %v more to the engine (%+.1f%%)",
@@ -238,6 +239,7 @@ func scenarioEngineBusyProxied(t testing.TB, culprit string, blockerArgs ...any)
 	d := scClass(t, recs, culprit)
 	truth := g.Upstream - gb.Upstream
 	booked := (g.Exec + g.Wait) - (gb.Exec + gb.Wait)
+	scFloors(t, st, recs)
 	t.Logf("GET without the loop: %d requests, upstream %v, exec %v, wait %v", gb.Requests, gb.Upstream, gb.Exec, gb.Wait)
 	t.Logf("GET with the loop: %d requests, upstream %v, exec %v, wait %v (behind other commands %v)", g.Requests, g.Upstream, g.Exec, g.Wait, g.Others)
 	t.Logf("%s: %d requests, upstream %v, exec %v, wait %v", strings.ToUpper(culprit), d.Requests, d.Upstream, d.Exec, d.Wait)
@@ -250,6 +252,18 @@ func scenarioEngineBusyProxied(t testing.TB, culprit string, blockerArgs ...any)
 		t.Errorf("booked to the GETs' engine part %v, the loop added %v (%+.1f%%), want within ±15 %%", booked, truth, 100*dev)
 	}
 	scEngineNamed(t, recs, culprit)
+}
+
+// scFloors logs the probe's unloaded baseline and the network floor of
+// recs' intervals (split.Interval.RTTFloor).
+func scFloors(t testing.TB, st *stack, recs []*verdict.Record) {
+	t.Helper()
+	floors := make([]string, len(recs))
+	for i, r := range recs {
+		floors[i] = r.Interval.RTTFloor.String()
+	}
+	t.Logf("the probe's unloaded baseline %v; the network floor with the loop %s",
+		st.analyzer.ProbeBase(st.analyzer.Engine()), strings.Join(floors, " "))
 }
 
 // scClass returns the request-weighted means of command label name's
