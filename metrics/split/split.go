@@ -70,8 +70,11 @@ type Interval struct {
 	// of intervals' verdicts).
 	RunQueueWait time.Duration
 	// RTTFloor is the least time the network takes per request: the
-	// smaller of the upstream sockets' mean TCP_INFO RTT over the interval
-	// and the probe's unloaded baseline; 0 when unknown.
+	// smallest of the upstream sockets' mean TCP_INFO RTT over the
+	// interval, the probe's unloaded baseline and the proxied requests'
+	// own unloaded path (metrics/verdict's path base: their upstream less
+	// the engine's execution and run-queue wait in an interval with the
+	// engine's thread mostly idle); 0 when unknown.
 	RTTFloor time.Duration
 	// ProbeWait is the probe PING's median round trip over the interval
 	// minus its unloaded baseline: the wait a request arriving at a random

@@ -145,6 +145,7 @@ func (a *Analyzer) shardVerdicts(now time.Time, in Input, all split.Interval) (m
 		iv.LoopWait, iv.LoopWaitKnown = all.LoopWait, all.LoopWaitKnown
 		iv.LoopPathCap, iv.LoopPathCapped = room, capped
 		rec := &Record{End: now, Interval: iv, Verdict: iv.Verdict()}
+		a.learnPath(v, rec)
 		a.mu.Lock()
 		v.last = rec
 		if iv.Requests > 0 {

@@ -70,6 +70,9 @@ type Input struct {
 	// and ProbeCount its median round trip and PINGs over the interval.
 	ProbeBase, ProbeP50 time.Duration
 	ProbeCount          int64
+	// PathBase is the proxied requests' unloaded path (PathOf; 0: none
+	// yet): with ProbeBase, it lowers the interval's RTTFloor to it.
+	PathBase time.Duration
 }
 
 // MinProbeWindow is the fewest PINGs whose median may set the probe's
@@ -114,6 +117,9 @@ func Build(in Input) split.Interval {
 			iv.ProbeWait, iv.ProbeKnown = max(in.ProbeP50-in.ProbeBase, 0), true
 		}
 		iv.RTTFloor = in.ProbeBase
+		if in.PathBase > 0 {
+			iv.RTTFloor = min(iv.RTTFloor, in.PathBase)
+		}
 		if in.Cur != nil {
 			var prevN int64
 			var prevSum time.Duration
@@ -520,6 +526,9 @@ type View struct {
 	// trip of an interval without requests (to this engine) and with at
 	// least MinProbeWindow PINGs; 0 before.
 	probeBase time.Duration
+	// pathBase is the proxied requests' unloaded path: the lowest PathOf
+	// of an interval of this engine's; 0 before.
+	pathBase time.Duration
 	// last and busy are a shard's verdicts (routed only): of the latest
 	// interval and of the latest with requests to it; sum adds up its
 	// intervals.
@@ -709,6 +718,9 @@ func (a *Analyzer) step(st *state, now time.Time, poll bool) {
 		}
 	}
 	rec := &Record{End: now, Interval: iv, Verdict: iv.Verdict()}
+	if v := a.cfg.Engine; v != nil {
+		a.learnPath(v, rec)
+	}
 	a.account(st.prev, cur, rec)
 	a.log.Debug("verdict", "interval", iv.Length, "requests", iv.Requests, "in_flight", iv.InFlight,
 		"engine_mean", iv.EngineMean, "verdict", rec.Verdict.String())
@@ -776,6 +788,44 @@ func (a *Analyzer) engineInput(v *View, in *Input, requests int64, byCalls bool)
 		v.probeBase = p50
 	}
 	in.ProbeBase, in.ProbeP50, in.ProbeCount = v.probeBase, p50, count
+	in.PathBase = v.pathBase
+}
+
+// MinPathRequests is the fewest requests an interval needs for PathOf.
+const MinPathRequests = 10
+
+// PathOf returns the mean path of an interval's requests that no model
+// holds: their upstream time less the engine's execution and the
+// run-queue wait, both measured (commandstats, schedstat), per request;
+// ok only for an unloaded engine: an interval with at least
+// MinPathRequests requests, the engine's execution known and its thread's
+// witnesses saying it was less than half busy. The lowest of an engine's
+// intervals (View.pathBase) is the network floor of its later intervals
+// (split.Interval.RTTFloor) where the probe's and the kernel's are higher:
+// the probe's baseline is the median of a few PINGs a second, which on a
+// busy host wake a process each, and the kernel's RTT holds the engine's
+// time whenever a delayed ACK rides on its reply. It is that floor which
+// bounds, from below, the path of a request waiting out another client's
+// long command, and so what is left of its round trip to book as the wait.
+func PathOf(iv split.Interval, v split.Verdict) (time.Duration, bool) {
+	if iv.Requests < MinPathRequests || !v.EngineKnown || !iv.BusyKnown || iv.Utilization >= 0.5 {
+		return 0, false
+	}
+	p := iv.Upstream/time.Duration(iv.Requests) - v.Exec - v.RunQueueWait
+	return p, p > 0
+}
+
+// learnPath lowers v's path base to rec's PathOf.
+func (a *Analyzer) learnPath(v *View, rec *Record) {
+	p, ok := PathOf(rec.Interval, rec.Verdict)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	if v.pathBase == 0 || p < v.pathBase {
+		v.pathBase = p
+	}
+	a.mu.Unlock()
 }
 
 // workMean returns an Input.EngineMean from the per-label work of w

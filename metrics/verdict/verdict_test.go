@@ -296,6 +296,28 @@ func TestOutcomes(t *testing.T) {
 			},
 		},
 		{
+			// As engine-busy, with the probe's baseline taken on a busy
+			// host (400 µs: a few PINGs a second, each waking the engine
+			// and respmeter) and the GETs' own unloaded path 60 µs
+			// (PathBase, from an earlier interval): the floor is the
+			// lower, and the GETs' round trip beyond it and their
+			// execution is the wait, not path.
+			name:  "engine-busy, the floor from the requests' own path",
+			loads: []load{{1, 300, 2600 * us, 2500 * us, 0}},
+			means: map[string]time.Duration{"get": 2 * us}, area: 0.78,
+			in: Input{WitnessOK: true, ProbeBase: 400 * us, PathBase: 60 * us, Witness: engstats.Witness{Interval: time.Second, Commands: 700,
+				MainCPU: 30 * ms, HasMainCPU: true, Exec: 800*ms + 600*us,
+				Work: work(map[string]int64{"get": 300, "debug": 400}, map[string]time.Duration{"get": 600 * us, "debug": 800 * ms})}},
+			bound: "engine-busy",
+			check: func(t *testing.T, iv split.Interval, v split.Verdict) {
+				if iv.RTTFloor != 60*us {
+					t.Errorf("floor %v, want the path base 60µs", iv.RTTFloor)
+				}
+				near(t, "wait (ms)", millis(v.EngineWait), 2.438, 0.002)
+				near(t, "path (ms)", millis(v.Network), 0.060, 0.001)
+			},
+		},
+		{
 			// The same DEBUG SLEEP 0.002 loop sent through the proxy by
 			// another client: 600 GETs wait behind DEBUG's residual work
 			// (0.8 ms over 1 - u, capped by their round trip: 2.448 ms),
@@ -361,6 +383,37 @@ func TestOutcomes(t *testing.T) {
 			}
 			if tc.check != nil {
 				tc.check(t, iv, v)
+			}
+		})
+	}
+}
+
+// TestPathOf: an interval's path no model holds (upstream less execution
+// and run-queue wait, per request) counts only from an unloaded engine.
+func TestPathOf(t *testing.T) {
+	base := split.Interval{Requests: 100, Upstream: 100 * 150 * us, BusyKnown: true, Utilization: 0.25}
+	v := split.Verdict{EngineKnown: true, Exec: 5 * us, RunQueueWait: 70 * us}
+	for _, tc := range []struct {
+		name string
+		mod  func(*split.Interval, *split.Verdict)
+		want time.Duration
+		ok   bool
+	}{
+		{"unloaded", func(*split.Interval, *split.Verdict) {}, 75 * us, true},
+		{"engine half busy", func(iv *split.Interval, _ *split.Verdict) { iv.Utilization = 0.5 }, 0, false},
+		{"no thread witnesses", func(iv *split.Interval, _ *split.Verdict) { iv.BusyKnown = false }, 0, false},
+		{"no execution figures", func(_ *split.Interval, v *split.Verdict) { v.EngineKnown = false }, 0, false},
+		{"too few requests", func(iv *split.Interval, _ *split.Verdict) {
+			iv.Requests, iv.Upstream = MinPathRequests-1, time.Duration(MinPathRequests-1)*150*us
+		}, 0, false},
+		{"the run queue fills the round trip", func(_ *split.Interval, v *split.Verdict) { v.RunQueueWait = 145 * us }, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			iv, vv := base, v
+			tc.mod(&iv, &vv)
+			got, ok := PathOf(iv, vv)
+			if ok != tc.ok || ok && got != tc.want {
+				t.Errorf("PathOf = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
 		})
 	}
