@@ -172,6 +172,42 @@ func TestTLSBothSides(t *testing.T) {
 	}
 }
 
+// TestTLSOnly: with no plaintext listener (Listen "", as Redis's port 0
+// beside tls-port) a go-redis client over TLS gets the same replies as
+// directly, every command counted once, and the proxy reports no
+// plaintext address. New refuses a proxy with no listener at all, and a
+// facade without its plaintext endpoint.
+func TestTLSOnly(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.Listen = "" })
+	if a := e.p.Addr(); a != "" {
+		t.Errorf("Addr() = %q with no plaintext listener, want \"\"", a)
+	}
+	ctx := context.Background()
+	e.srv.DoT(t, "FLUSHALL")
+	direct := tlsWorkload(ctx, e.srv.Client())
+	e.srv.DoT(t, "FLUSHALL")
+	via := tlsWorkload(ctx, e.client(t, e.ca.ClientConfig()))
+	if !reflect.DeepEqual(direct, via) {
+		t.Errorf("replies differ\n direct %v\n proxy  %v", direct, via)
+	}
+	for name, want := range map[string]int64{"set": 2, "get": 2, "incr": 17, "rpush": 1, "hgetall": 1} {
+		if got := e2eWaitCount(t, e.set, name, int(want)).Count; got != want {
+			t.Errorf("%s counted %d times through the TLS-only proxy, want %d", name, got, want)
+		}
+	}
+
+	for want, cfg := range map[string]proxy.Config{
+		"no listener": {Upstream: e.srv.Addr()},
+		"RouteFacade needs Listen": {TLSListen: "127.0.0.1:0", TLS: &tls.Config{}, Route: proxy.RouteFacade,
+			Shards: []string{e.srv.Addr()}, FacadeListen: []string{"127.0.0.1:0"}},
+	} {
+		if _, err := proxy.New(cfg); !errors.Is(err, proxy.ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("New = %v, want an ErrConfig saying %q", err, want)
+		}
+	}
+}
+
 // TestTLSAuthClientsYes: under tls-auth-clients yes a client without a
 // certificate is refused (counted as no_certificate) and one with a
 // certificate of the CA is served.

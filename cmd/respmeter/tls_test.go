@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,4 +102,90 @@ func TestProxyTLSInsecureWarned(t *testing.T) {
 	if got, err := c.Ping(context.Background()).Result(); got != "PONG" || err != nil {
 		t.Errorf("PING through an unverified TLS upstream: %q, %v", got, err)
 	}
+}
+
+// TestProxyTLSOnly runs "respmeter proxy" with listen off (from the
+// environment, RESPMETER_LISTEN=off) and a TLS listener: a go-redis client
+// over TLS is served, and the process listens on no TCP socket but the TLS
+// one, so nothing is on the plaintext default 127.0.0.1:6380.
+func TestProxyTLSOnly(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	p := start(t, []string{"RESPMETER_LISTEN=off"}, "proxy", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", pc.CertFile, "--tls-key-file", pc.KeyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", uc.CertFile, "--upstream-tls-key-file", uc.KeyFile)
+	m := p.waitFor(t, p.stderr, `msg="proxy listening".* addr=(\S+) .* tls_addr=(\S+)`)
+	if m[1] != "off" {
+		t.Errorf("proxy listening addr=%s, want off", m[1])
+	}
+	c := redis.NewClient(&redis.Options{Addr: m[2], TLSConfig: ca.ClientConfig(), DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "tlsonly:k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the TLS-only proxy: %v", err)
+	}
+	if got, err := c.Get(ctx, "tlsonly:k").Result(); got != "v" || err != nil {
+		t.Fatalf("GET through the TLS-only proxy: %q, %v", got, err)
+	}
+	if got := tcpListeners(t, p.cmd.Process.Pid); !slices.Equal(got, []string{m[2]}) {
+		t.Errorf("the proxy listens on TCP %v, want only its TLS listener %s", got, m[2])
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}
+
+// tcpListeners returns the addresses of the listening TCP sockets
+// (IPv4 and IPv6) process pid holds: its descriptors' socket inodes
+// matched against /proc/<pid>/net/tcp{,6} rows in state 0A (LISTEN).
+func tcpListeners(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				continue
+			}
+			out = append(out, procNetAddr(t, f[1]))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// procNetAddr decodes a /proc/net/tcp address, "0100007F:18EB": the IP
+// in host byte order (little-endian here) by 32-bit words, the port in
+// hex.
+func procNetAddr(t *testing.T, s string) string {
+	t.Helper()
+	hexIP, hexPort, _ := strings.Cut(s, ":")
+	b, err := hex.DecodeString(hexIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+4 <= len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(net.IP(b).String(), strconv.FormatUint(port, 10))
 }
