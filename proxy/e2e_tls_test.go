@@ -8,10 +8,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -466,4 +470,53 @@ func TestTLSStopDuringHandshake(t *testing.T) {
 	if n := e.tm.HandshakeErrors(metrics.TLSSideClient, "shutdown"); n != 1 {
 		t.Errorf("%d handshakes counted as cut by the stop, want 1", n)
 	}
+}
+
+// TestTLSMemtier: memtier_benchmark --tls (OpenSSL, a client of its own)
+// through the proxy's TLS listener: the SETs and GETs memtier reports it
+// sent are what the engine ran (INFO commandstats) and what respmeter
+// counted, with no error.
+func TestTLSMemtier(t *testing.T) {
+	t.Parallel()
+	bin := redistest.Memtier(t)
+	e := tlsSetup(t, tlsconf.AuthClientsNo, nil)
+	host, port, _ := net.SplitHostPort(e.addr)
+	jsonOut := filepath.Join(t.TempDir(), "memtier.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--tls", "--cacert", e.ca.CertFile, "-s", host, "-p", port, "--protocol", "redis",
+		"-t", "2", "-c", "4", "--pipeline", "8", "--ratio", "1:1", "-n", "1000", "-d", "32",
+		"--key-prefix", "mtls:", "--key-maximum", "1000", "--hide-histogram", "--json-out-file", jsonOut).CombinedOutput()
+	if err != nil {
+		t.Fatalf("memtier --tls through the proxy: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		All map[string]struct {
+			Count int64 `json:"Count"`
+		} `json:"ALL STATS"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("memtier's JSON: %v\n%s", err, b)
+	}
+	sent := map[string]int64{"set": res.All["Sets"].Count, "get": res.All["Gets"].Count}
+	if sent["set"]+sent["get"] != 2*4*1000 {
+		t.Fatalf("memtier reports %d SETs and %d GETs, want %d commands in all\n%s", sent["set"], sent["get"], 2*4*1000, b)
+	}
+	if strings.Contains(strings.ToLower(string(out)), "error") {
+		t.Errorf("memtier printed an error:\n%s", out)
+	}
+	ran := commandstats(t, e.srv)
+	for name, n := range sent {
+		if ran[name] != n {
+			t.Errorf("memtier sent %d %s, the engine ran %d", n, name, ran[name])
+		}
+		if got := e2eWaitCount(t, e.set, name, int(n)).Count; got != n {
+			t.Errorf("respmeter counted %d %s, memtier sent %d", got, name, n)
+		}
+	}
+	t.Logf("memtier --tls through respmeter: %d SETs, %d GETs; the engine ran %d and %d", sent["set"], sent["get"], ran["set"], ran["get"])
 }
