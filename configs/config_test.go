@@ -305,6 +305,21 @@ func TestEnvVar(t *testing.T) {
 	}
 }
 
+// checkValidateErr fails t unless err is nil (wantErr "") or contains
+// wantErr.
+func checkValidateErr(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("err = %v, want it to contain %q", err, wantErr)
+	}
+}
+
 // TestValidateListenOff: listen "off" serves TLS clients only, so it needs
 // tls_listen, and the facade (whose virtual nodes serve plaintext beside
 // listen) cannot have it.
@@ -323,19 +338,8 @@ func TestValidateListenOff(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := Load(path)
-			if err == nil {
-				err = c.Validate()
-			}
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-			}
+			_, err := Load(path) // Load validates
+			checkValidateErr(t, err, tc.wantErr)
 		})
 	}
 }
@@ -360,16 +364,7 @@ func TestValidateAddresses(t *testing.T) {
 		t.Run(tc.listen+"|"+tc.upstream+"|"+tc.admin, func(t *testing.T) {
 			c := Default()
 			c.Listen, c.Upstream, c.Admin = tc.listen, tc.upstream, tc.admin
-			err := c.Validate()
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-			}
+			checkValidateErr(t, c.Validate(), tc.wantErr)
 		})
 	}
 }

@@ -42,18 +42,7 @@ func TestProxyTLS(t *testing.T) {
 	tlsAddr := m[1]
 	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
 
-	c := redis.NewClient(&redis.Options{Addr: tlsAddr, TLSConfig: ca.ClientConfig(), DisableIdentity: true})
-	defer c.Close()
-	ctx := context.Background()
-	if err := c.Set(ctx, "tls:k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET through TLS: %v", err)
-	}
-	if got, err := c.Get(ctx, "tls:k").Result(); got != "v" || err != nil {
-		t.Fatalf("GET through TLS: %q, %v", got, err)
-	}
-	if got := srv.Do("GET", "tls:k"); got != "v" {
-		t.Errorf("the engine holds %v, want v", got)
-	}
+	setGetTLS(t, tlsAddr, ca, srv)
 	for _, side := range []string{"client", "upstream"} {
 		want := regexp.MustCompile(`(?m)^respmeter_tls_handshakes_total\{cipher="[A-Z0-9_]+",side="` + side + `",version="TLS 1.3"\} [1-9]`)
 		redistest.Eventually(t, 5*time.Second, func() error {
@@ -93,6 +82,24 @@ func TestProxyTLS(t *testing.T) {
 	}
 }
 
+// setGetTLS sets a key with a go-redis client over TLS (trusting ca) at
+// addr, reads it back, and finds it in the engine srv.
+func setGetTLS(t *testing.T, addr string, ca *redistest.CA, srv *redistest.Server) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: ca.ClientConfig(), DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "tls:k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through TLS: %v", err)
+	}
+	if got, err := c.Get(ctx, "tls:k").Result(); got != "v" || err != nil {
+		t.Fatalf("GET through TLS: %q, %v", got, err)
+	}
+	if got := srv.Do("GET", "tls:k"); got != "v" {
+		t.Errorf("the engine holds %v, want v", got)
+	}
+}
+
 // TestProxyTLSInsecureWarned: --upstream-tls-insecure-skip-verify is
 // warned about at start, and reaches an engine whose CA respmeter does
 // not know (a plaintext client on --listen).
@@ -122,15 +129,7 @@ func TestProxyTLSOnly(t *testing.T) {
 	if m[1] != "off" {
 		t.Errorf("proxy listening addr=%s, want off", m[1])
 	}
-	c := redis.NewClient(&redis.Options{Addr: m[2], TLSConfig: ca.ClientConfig(), DisableIdentity: true})
-	defer c.Close()
-	ctx := context.Background()
-	if err := c.Set(ctx, "tlsonly:k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET through the TLS-only proxy: %v", err)
-	}
-	if got, err := c.Get(ctx, "tlsonly:k").Result(); got != "v" || err != nil {
-		t.Fatalf("GET through the TLS-only proxy: %q, %v", got, err)
-	}
+	setGetTLS(t, m[2], ca, srv)
 	if got := tcpListeners(t, p.cmd.Process.Pid); !slices.Equal(got, []string{m[2]}) {
 		t.Errorf("the proxy listens on TCP %v, want only its TLS listener %s", got, m[2])
 	}
