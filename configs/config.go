@@ -34,6 +34,10 @@ var (
 // AdminOff is the Config.Admin value that disables the admin HTTP server.
 const AdminOff = "off"
 
+// ListenOff is the Config.Listen value that serves no plaintext clients, only
+// TLSListen's (as Redis's port 0 beside tls-port).
+const ListenOff = "off"
+
 // MaxLoops is the largest accepted Config.Loops; more event loops than this
 // only cost memory (each loop carries its own histograms).
 const MaxLoops = 1024
@@ -153,7 +157,9 @@ func parseDuration(s string) (Duration, error) {
 type Config struct {
 	// Listen is the client-facing address, host:port. Default
 	// "127.0.0.1:6380". Port 0 picks a free port; an empty host listens on
-	// every interface.
+	// every interface. "off" (ListenOff) serves clients on TLSListen only,
+	// as Redis's port 0 beside tls-port; it needs TLSListen and is not
+	// for Route "facade".
 	Listen string `yaml:"listen"`
 	// Upstream is the Redis-compatible engine's address, host:port, port
 	// 1-65535. Default "127.0.0.1:6379". Used only with Route "none", and
@@ -527,7 +533,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, e)
 		}
 	}
-	add(checkHostPort("listen", c.Listen, 0, "host:port"))
+	switch {
+	case c.Listen != ListenOff:
+		add(checkHostPort("listen", c.Listen, 0, "host:port or \"off\""))
+	case c.TLSListen == "":
+		add(invalid("listen", "off needs tls_listen: with both listeners off no client could connect").reads("tls_listen"))
+	case c.Route == RouteFacade:
+		add(invalid("listen", "off is not for route facade: its virtual nodes serve plaintext, beside listen").reads("route"))
+	}
 	for _, e := range c.checkTLS() {
 		add(e)
 	}

@@ -305,6 +305,45 @@ func TestEnvVar(t *testing.T) {
 	}
 }
 
+// checkValidateErr fails t unless err is nil (wantErr "") or contains
+// wantErr.
+func checkValidateErr(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatalf("Validate: %v", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("err = %v, want it to contain %q", err, wantErr)
+	}
+}
+
+// TestValidateListenOff: listen "off" serves TLS clients only, so it needs
+// tls_listen, and the facade (whose virtual nodes serve plaintext beside
+// listen) cannot have it.
+func TestValidateListenOff(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+	}{
+		{"TLS only", "listen: \"off\"\ntls_listen: 127.0.0.1:6390\ntls_cert_file: c.pem\ntls_key_file: k.pem\ntls_auth_clients: \"no\"\n", ""},
+		{"no listener", "listen: \"off\"\n", `key "listen": off needs tls_listen: with both listeners off no client could connect`},
+		{"facade", "listen: \"off\"\ntls_listen: 127.0.0.1:6390\ntls_cert_file: c.pem\ntls_key_file: k.pem\ntls_auth_clients: \"no\"\n" +
+			"route: facade\nshards: [127.0.0.1:7000]\nfacade_listen: [127.0.0.1:7100]\n", `key "listen": off is not for route facade`},
+		{"other word", "listen: none\n", `key "listen": must be host:port or "off", got "none"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path) // Load validates
+			checkValidateErr(t, err, tc.wantErr)
+		})
+	}
+}
+
 func TestValidateAddresses(t *testing.T) {
 	for _, tc := range []struct {
 		listen, upstream, admin string
@@ -325,16 +364,7 @@ func TestValidateAddresses(t *testing.T) {
 		t.Run(tc.listen+"|"+tc.upstream+"|"+tc.admin, func(t *testing.T) {
 			c := Default()
 			c.Listen, c.Upstream, c.Admin = tc.listen, tc.upstream, tc.admin
-			err := c.Validate()
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
-			}
+			checkValidateErr(t, c.Validate(), tc.wantErr)
 		})
 	}
 }

@@ -22,11 +22,13 @@ import (
 	"github.com/respmeter/respmeter/routing"
 )
 
-// Config configures a Proxy. The zero value is not usable: Listen and
-// Upstream are required.
+// Config configures a Proxy. The zero value is not usable: Listen (or
+// TLSListen) and Upstream are required.
 type Config struct {
 	// Listen is the client-facing address, host:port. Port 0 picks a free
-	// port; Addr reports the one chosen.
+	// port; Addr reports the one chosen. "" serves no plaintext clients
+	// (as Redis's port 0 beside tls-port): only with TLSListen, and not
+	// with RouteFacade.
 	Listen string
 	// Upstream is the engine's address, host:port (Route "" or RouteNone).
 	Upstream string

@@ -8,10 +8,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -114,16 +118,11 @@ func tlsWorkload(ctx context.Context, c *redis.Client) []any {
 	return out
 }
 
-// TestTLSBothSides: go-redis and redis-cli over TLS through respmeter to a
-// TLS engine get the same replies as directly, every command counted once,
-// the slow log names the TLS client's address, and both sides'
-// handshakes are timed.
-func TestTLSBothSides(t *testing.T) {
-	t.Parallel()
-	sl := slowlog.New(128, 0) // keeps every command
-	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.SlowLog = sl })
+// checkTLSWorkload runs tlsWorkload directly against e's engine and through
+// e's TLS listener: the same replies, each command counted once.
+func checkTLSWorkload(t *testing.T, e *tlsEnv) {
+	t.Helper()
 	ctx := context.Background()
-
 	e.srv.DoT(t, "FLUSHALL")
 	direct := tlsWorkload(ctx, e.srv.Client())
 	e.srv.DoT(t, "FLUSHALL")
@@ -136,6 +135,17 @@ func TestTLSBothSides(t *testing.T) {
 			t.Errorf("%s counted %d times through TLS, want %d", name, got, want)
 		}
 	}
+}
+
+// TestTLSBothSides: go-redis and redis-cli over TLS through respmeter to a
+// TLS engine get the same replies as directly, every command counted once,
+// the slow log names the TLS client's address, and both sides'
+// handshakes are timed.
+func TestTLSBothSides(t *testing.T) {
+	t.Parallel()
+	sl := slowlog.New(128, 0) // keeps every command
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.SlowLog = sl })
+	checkTLSWorkload(t, e)
 
 	// The slow log names the TLS client's own address, not the bridge's.
 	if len(sl.Entries()) == 0 {
@@ -169,6 +179,30 @@ func TestTLSBothSides(t *testing.T) {
 	}
 	if n := e.tm.Handshakes(metrics.TLSSideUpstream); n < 1 {
 		t.Errorf("upstream handshakes counted %d, want at least 1", n)
+	}
+}
+
+// TestTLSOnly: with no plaintext listener (Listen "", as Redis's port 0
+// beside tls-port) a go-redis client over TLS gets the same replies as
+// directly, every command counted once, and the proxy reports no
+// plaintext address. New refuses a proxy with no listener at all, and a
+// facade without its plaintext endpoint.
+func TestTLSOnly(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.Listen = "" })
+	if a := e.p.Addr(); a != "" {
+		t.Errorf("Addr() = %q with no plaintext listener, want \"\"", a)
+	}
+	checkTLSWorkload(t, e)
+
+	for want, cfg := range map[string]proxy.Config{
+		"no listener": {Upstream: e.srv.Addr()},
+		"RouteFacade needs Listen": {TLSListen: "127.0.0.1:0", TLS: &tls.Config{}, Route: proxy.RouteFacade,
+			Shards: []string{e.srv.Addr()}, FacadeListen: []string{"127.0.0.1:0"}},
+	} {
+		if _, err := proxy.New(cfg); !errors.Is(err, proxy.ErrConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("New = %v, want an ErrConfig saying %q", err, want)
+		}
 	}
 }
 
@@ -430,4 +464,53 @@ func TestTLSStopDuringHandshake(t *testing.T) {
 	if n := e.tm.HandshakeErrors(metrics.TLSSideClient, "shutdown"); n != 1 {
 		t.Errorf("%d handshakes counted as cut by the stop, want 1", n)
 	}
+}
+
+// TestTLSMemtier: memtier_benchmark --tls (OpenSSL, a client of its own)
+// through the proxy's TLS listener: the SETs and GETs memtier reports it
+// sent are what the engine ran (INFO commandstats) and what respmeter
+// counted, with no error.
+func TestTLSMemtier(t *testing.T) {
+	t.Parallel()
+	bin := redistest.Memtier(t)
+	e := tlsSetup(t, tlsconf.AuthClientsNo, nil)
+	host, port, _ := net.SplitHostPort(e.addr)
+	jsonOut := filepath.Join(t.TempDir(), "memtier.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--tls", "--cacert", e.ca.CertFile, "-s", host, "-p", port, "--protocol", "redis",
+		"-t", "2", "-c", "4", "--pipeline", "8", "--ratio", "1:1", "-n", "1000", "-d", "32",
+		"--key-prefix", "mtls:", "--key-maximum", "1000", "--hide-histogram", "--json-out-file", jsonOut).CombinedOutput()
+	if err != nil {
+		t.Fatalf("memtier --tls through the proxy: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		All map[string]struct {
+			Count int64 `json:"Count"`
+		} `json:"ALL STATS"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("memtier's JSON: %v\n%s", err, b)
+	}
+	sent := map[string]int64{"set": res.All["Sets"].Count, "get": res.All["Gets"].Count}
+	if sent["set"]+sent["get"] != 2*4*1000 {
+		t.Fatalf("memtier reports %d SETs and %d GETs, want %d commands in all\n%s", sent["set"], sent["get"], 2*4*1000, b)
+	}
+	if strings.Contains(strings.ToLower(string(out)), "error") {
+		t.Errorf("memtier printed an error:\n%s", out)
+	}
+	ran := commandstats(t, e.srv)
+	for name, n := range sent {
+		if ran[name] != n {
+			t.Errorf("memtier sent %d %s, the engine ran %d", n, name, ran[name])
+		}
+		if got := e2eWaitCount(t, e.set, name, int(n)).Count; got != n {
+			t.Errorf("respmeter counted %d %s, memtier sent %d", got, name, n)
+		}
+	}
+	t.Logf("memtier --tls through respmeter: %d SETs, %d GETs; the engine ran %d and %d", sent["set"], sent["get"], ran["set"], ran["get"])
 }

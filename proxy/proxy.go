@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -103,6 +105,9 @@ type Proxy struct {
 	capture captureState
 
 	tls *tlsServer // the client-facing TLS listener, nil without one (tls.go)
+	// offDir holds gnet's placeholder listener when cfg.Listen is ""
+	// (run); removed by Stop.
+	offDir string
 	// loopsUp is closed by the first OnTick, once gnet has registered
 	// every event loop; only with a TLS listener (tls.go).
 	loopsUp     chan struct{}
@@ -114,8 +119,15 @@ var _ gnet.EventHandler = (*Proxy)(nil)
 // New checks cfg and returns a Proxy ready to Start.
 func New(cfg Config) (*Proxy, error) {
 	var errs []error
-	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
-		errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
+	switch {
+	case cfg.Listen == "" && cfg.TLSListen == "":
+		errs = append(errs, errors.New("no listener: give Listen, TLSListen or both"))
+	case cfg.Listen == "" && cfg.Route == RouteFacade:
+		errs = append(errs, errors.New("RouteFacade needs Listen: its virtual nodes serve plaintext"))
+	case cfg.Listen != "":
+		if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
+		}
 	}
 	if cfg.TLSListen != "" {
 		if _, _, err := net.SplitHostPort(cfg.TLSListen); err != nil {
@@ -322,6 +334,7 @@ func (p *Proxy) Start() error {
 	}
 	if err != nil {
 		p.runDone <- err
+		p.removeOffDir()
 		if p.authStop != nil {
 			p.authStop()
 			<-p.authDone
@@ -350,12 +363,25 @@ func (p *Proxy) run(opts []gnet.Option) error {
 			return err
 		}
 	}
+	addr := "tcp://" + p.cfg.Listen
+	if p.cfg.Listen == "" {
+		// gnet v2.9.7 runs no engine without a listener (Engine.Validate
+		// refuses one), so with no plaintext listener it listens on a
+		// Unix socket in a directory of its own (0700: this user only),
+		// and OnOpen closes whatever connects there.
+		dir, err := os.MkdirTemp("", "respmeter-tls-only-")
+		if err != nil {
+			return err
+		}
+		p.offDir = dir
+		addr = "unix://" + filepath.Join(dir, "closed.sock")
+	}
 	go func() {
 		if p.facade != nil {
 			p.runDone <- gnet.Rotate(p, p.facade.listeners(p.cfg.Listen), opts...)
 			return
 		}
-		p.runDone <- gnet.Run(p, "tcp://"+p.cfg.Listen, opts...)
+		p.runDone <- gnet.Run(p, addr, opts...)
 	}()
 	select {
 	case <-p.booted:
@@ -479,8 +505,17 @@ func (p *Proxy) unknownSubcommand(sub []byte) {
 	}
 }
 
+// removeOffDir removes the placeholder listener's directory (run), if any.
+func (p *Proxy) removeOffDir() {
+	if p.offDir != "" {
+		_ = os.RemoveAll(p.offDir)
+		p.offDir = ""
+	}
+}
+
 // Addr returns the address the proxy listens on, with the port it chose
-// when cfg.Listen had port 0. Empty before Start.
+// when cfg.Listen had port 0. Empty before Start and without a plaintext
+// listener (cfg.Listen "").
 func (p *Proxy) Addr() string {
 	select {
 	case <-p.booted:
@@ -567,6 +602,7 @@ func (p *Proxy) Stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	p.lingers.Wait()
+	p.removeOffDir()
 	p.clock.close()
 	if p.router.stop != nil {
 		p.router.stop()
@@ -638,7 +674,9 @@ func (p *Proxy) sumLoops(f func(*loop) int64) int64 {
 // OnBoot records the engine and the bound address.
 func (p *Proxy) OnBoot(eng gnet.Engine) gnet.Action {
 	p.eng = eng
-	p.addr = listenerAddr(eng, p.cfg.Listen)
+	if p.cfg.Listen != "" {
+		p.addr = listenerAddr(eng, p.cfg.Listen)
+	}
 	if p.facade != nil {
 		p.facade.boot(eng)
 		p.facade.warnUnnoded(p)
@@ -660,6 +698,9 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	if p.draining.Load() {
 		return nil, gnet.Close
+	}
+	if _, tls := c.Context().(tlsPeer); !tls && p.cfg.Listen == "" {
+		return nil, gnet.Close // accepted on the placeholder of run: no plaintext clients
 	}
 	if n := p.clients.Add(1); p.cfg.MaxClients > 0 && n > int64(p.cfg.MaxClients) {
 		p.clients.Add(-1)

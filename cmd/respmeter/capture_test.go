@@ -902,8 +902,11 @@ func TestReplayDelayedTarget(t *testing.T) {
 // password fails the replay with the engine's refusal. No password appears
 // on stdout, stderr or in the --json report. --progress writes the progress
 // line to stderr, which is no terminal here, and without it nothing.
-func TestReplayAuth(t *testing.T) {
-	const pw, userPW, wrong = "replay-s3cret", "user-s3cret", "wrong-s3cret"
+// setGetCapture writes a capture of one connection sending 50 batches,
+// 100 µs apart, of SET a:<i%10> v and GET of it, with their replies, and
+// returns its path.
+func setGetCapture(t *testing.T) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "w.respcap")
 	c, err := capture.Start(path, capture.Options{})
 	if err != nil {
@@ -920,6 +923,12 @@ func TestReplayAuth(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestReplayAuth(t *testing.T) {
+	const pw, userPW, wrong = "replay-s3cret", "user-s3cret", "wrong-s3cret"
+	path := setGetCapture(t)
 	srv := redistest.Start(t, "--requirepass", pw)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: pw, DisableIdentity: true, PoolSize: 1})
 	defer admin.Close()

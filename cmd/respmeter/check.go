@@ -29,6 +29,7 @@ type checkOptions struct {
 	noPubSub  bool
 	keyPrefix string
 	timeout   time.Duration
+	tls       clientTLSFlags
 }
 
 // newCheckCmd returns the "respmeter check" command, writing its summary
@@ -61,6 +62,9 @@ All keys start with --key-prefix (default rmcheck:<random>:) and are deleted at
 the end. The requests are a function of --seed (printed when not given), so a
 failing run can be repeated.
 
+--tls connects over TLS, with redis-cli's --cacert, --cert, --key, --sni and
+--insecure (docs/tls.md).
+
 Prints one summary line:
   commands N, mismatches M, error replies E, connection errors C, duration D (X cmds/s)
 and the first mismatch and the first connection error, if any.
@@ -69,12 +73,13 @@ Exit codes: 0 every reply matched, 1 mismatches, connection errors, an
 unreachable target or an interrupted run, 2 usage error.`,
 		Example: `  respmeter check --target 127.0.0.1:6380
   respmeter check --target 127.0.0.1:6380 --conns 50 --commands 100000 --depth 16 --seed 42
-  respmeter check --target proxy.internal:6379 --no-pubsub --duration 1m`,
+  respmeter check --target proxy.internal:6379 --no-pubsub --duration 1m
+  respmeter check --target 127.0.0.1:6390 --tls --cacert ca.crt`,
 		Args:          noArgs,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runCheck(cmd, stdout, o)
+			return runCheck(cmd, stdout, stderr, o)
 		},
 	}
 	cmd.SetOut(stdout)
@@ -90,12 +95,13 @@ unreachable target or an interrupted run, 2 usage error.`,
 	fl.DurationVar(&o.duration, "duration", 0, "stop starting batches after this long, even before --commands (0: no limit)")
 	fl.BoolVar(&o.noPubSub, "no-pubsub", false, "leave out the PUBLISH/SUBSCRIBE round trips (for targets without pub/sub)")
 	fl.StringVar(&o.keyPrefix, "key-prefix", "", "prefix of every key and channel used (default rmcheck:<random>:)")
-	fl.DurationVar(&o.timeout, "timeout", check.DefaultTimeout, "bound on each connection attempt and on the wait for a batch's replies")
+	fl.DurationVar(&o.timeout, "timeout", check.DefaultTimeout, "bound on each connection attempt (TLS handshake included) and on the wait for a batch's replies")
+	o.tls.register(fl)
 	return cmd
 }
 
 // runCheck is the body of "respmeter check".
-func runCheck(cmd *cobra.Command, stdout io.Writer, o checkOptions) error {
+func runCheck(cmd *cobra.Command, stdout, stderr io.Writer, o checkOptions) error {
 	if o.target == "" {
 		return usageError(cmd, errors.New("--target HOST:PORT is required"))
 	}
@@ -114,6 +120,10 @@ func runCheck(cmd *cobra.Command, stdout io.Writer, o checkOptions) error {
 	case o.timeout <= 0:
 		return usageError(cmd, fmt.Errorf("--timeout must be positive, got %v", o.timeout))
 	}
+	tlsCfg, err := o.tls.config(cmd, stderr)
+	if err != nil {
+		return err
+	}
 	if !cmd.Flags().Changed("seed") {
 		o.seed = rand.Int64()
 	}
@@ -127,13 +137,18 @@ func runCheck(cmd *cobra.Command, stdout io.Writer, o checkOptions) error {
 		KeyPrefix: o.keyPrefix,
 		PubSub:    !o.noPubSub,
 		Timeout:   o.timeout,
+		TLS:       tlsCfg,
 	}
 	pubsub := "on"
 	if o.noPubSub {
 		pubsub = "off"
 	}
-	fmt.Fprintf(stdout, "checking %s: %d connections, %d commands, pipeline depth 1..%d, seed %d, pub/sub %s\n",
-		o.target, min(int64(o.conns), o.commands), o.commands, o.depth, o.seed, pubsub)
+	over := ""
+	if tlsCfg != nil {
+		over = " over TLS"
+	}
+	fmt.Fprintf(stdout, "checking %s%s: %d connections, %d commands, pipeline depth 1..%d, seed %d, pub/sub %s\n",
+		o.target, over, min(int64(o.conns), o.commands), o.commands, o.depth, o.seed, pubsub)
 
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -37,6 +37,7 @@ type replayFlags struct {
 	progress    bool
 	failOn      []string
 	part        partitionFlags
+	tls         clientTLSFlags
 }
 
 // authEnv is the environment variable replay reads the target's password
@@ -74,6 +75,8 @@ replayer, not the target, was the bottleneck.
 list shows flags) and --user USER authenticate every replay connection
 and the command-table read with AUTH first, since the captured AUTH is
 redacted; a refused AUTH fails the replay. Neither is ever printed.
+--tls connects over TLS, with redis-cli's --cacert, --cert, --key, --sni
+and --insecure (docs/tls.md).
 
 A progress line (batches sent of the total, elapsed time, late batches)
 is kept up to date on stderr when it is a terminal, or written once a
@@ -113,6 +116,7 @@ command answered with a new error, such as NOAUTH without --auth), 4 a
 	fs.StringVar(&f.auth, "auth", "", "`password` to AUTH with on the target; prefer $"+authEnv+", the process list shows flags")
 	fs.BoolVar(&f.progress, "progress", false, "write a progress line to stderr once a second even when it is not a terminal")
 	fs.StringSliceVar(&f.failOn, "fail-on", nil, "exit 4 when any of these happened: mismatches, new-errors, late (more than 1% of batches late); comma-separated")
+	f.tls.register(fs)
 	f.part.register(fs)
 	return cmd
 }
@@ -127,7 +131,11 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	if err := checkFailOn(f.failOn); err != nil {
 		return usageError(cmd, err)
 	}
-	o := replay.Options{Target: f.target, Duration: f.duration, User: f.user, Password: f.auth}
+	tlsCfg, err := f.tls.config(cmd, stderr)
+	if err != nil {
+		return err
+	}
+	o := replay.Options{Target: f.target, Duration: f.duration, User: f.user, Password: f.auth, TLS: tlsCfg}
 	if f.speed != "max" {
 		v, err := strconv.ParseFloat(f.speed, 64)
 		if err != nil || v <= 0 {
@@ -154,7 +162,7 @@ func runReplay(cmd *cobra.Command, stdout, stderr io.Writer, files []string, f r
 	// The target's command table says which replies may differ run to
 	// run (tips); the built-in one when it cannot be read.
 	ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second, respconn.Options{User: f.user, Password: f.auth})
+	infos, infoErr := command.FetchInfo(ctx, f.target, 5*time.Second, respconn.Options{User: f.user, Password: f.auth, TLS: tlsCfg})
 	cancel()
 	r := routing.NewResolver(infos)
 	o.Compare = func(name string) replay.Compare {

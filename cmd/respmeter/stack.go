@@ -325,6 +325,9 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 	if cfg.Routed() {
 		pcfg.Upstream = "" // not used: the shards are
 	}
+	if cfg.Listen == configs.ListenOff {
+		pcfg.Listen = "" // TLS clients only
+	}
 	if cfg.Inject != "" {
 		in, err := proxy.LoadInjection(cfg.Inject)
 		if err != nil {
@@ -361,7 +364,7 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 		return fmt.Errorf("register proxy metrics: %w", err)
 	}
 	st.proxy = p
-	attrs := []any{"component", "proxy", "addr", p.Addr(), "route", cfg.Route}
+	attrs := []any{"component", "proxy", "addr", cmp.Or(p.Addr(), configs.ListenOff), "route", cfg.Route}
 	switch {
 	case !cfg.Routed():
 		attrs = append(attrs, "upstream", cfg.Upstream)

@@ -2,7 +2,13 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/tlsconf"
@@ -40,4 +46,52 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 		}
 	}
 	return ts, nil
+}
+
+// clientTLSFlags are the TLS flags of the subcommands that connect to an
+// engine or a proxy as a client (check, replay): redis-cli's names and
+// meanings, as those commands already take redis-cli's --user, --auth and
+// $REDISCLI_AUTH.
+type clientTLSFlags struct {
+	on                bool
+	caCert, cert, key string
+	sni               string
+	insecure          bool
+}
+
+// register adds the flags to fs.
+func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
+	fs.BoolVar(&f.on, "tls", false, "connect over TLS (TLS 1.2 at least), the target's certificate verified")
+	fs.StringVar(&f.caCert, "cacert", "", "PEM CA certificate `file` to verify the target's certificate with (default: the system's roots)")
+	fs.StringVar(&f.cert, "cert", "", "PEM client certificate `file` to authenticate with (needs --key)")
+	fs.StringVar(&f.key, "key", "", "PEM private key `file` of --cert")
+	fs.StringVar(&f.sni, "sni", "", "server `name` sent and verified (default: the host of --target)")
+	fs.BoolVar(&f.insecure, "insecure", false, "accept any certificate of the target (warned; for tests)")
+}
+
+// config returns the tls.Config the flags ask for, nil without --tls
+// (internal/tlsconf builds it). A TLS flag without --tls, or --cert
+// without --key, is a usage error; a file that cannot be read is a
+// failure, named (never its content). --insecure is warned about on
+// stderr.
+func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tls.Config, error) {
+	if !f.on {
+		for _, name := range []string{"cacert", "cert", "key", "sni", "insecure"} {
+			if cmd.Flags().Changed(name) {
+				return nil, usageError(cmd, fmt.Errorf("--%s needs --tls", name))
+			}
+		}
+		return nil, nil
+	}
+	if (f.cert == "") != (f.key == "") {
+		return nil, usageError(cmd, errors.New("give --cert and --key together"))
+	}
+	c, err := tlsconf.Client(f.caCert, f.cert, f.key, f.sni, f.insecure)
+	if err != nil {
+		return nil, failure(err)
+	}
+	if f.insecure {
+		fmt.Fprintln(stderr, "respmeter: warning: --insecure: the target's certificate is not verified; anyone on the path can read and change the traffic")
+	}
+	return c, nil
 }

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,18 +42,7 @@ func TestProxyTLS(t *testing.T) {
 	tlsAddr := m[1]
 	admin := p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
 
-	c := redis.NewClient(&redis.Options{Addr: tlsAddr, TLSConfig: ca.ClientConfig(), DisableIdentity: true})
-	defer c.Close()
-	ctx := context.Background()
-	if err := c.Set(ctx, "tls:k", "v", 0).Err(); err != nil {
-		t.Fatalf("SET through TLS: %v", err)
-	}
-	if got, err := c.Get(ctx, "tls:k").Result(); got != "v" || err != nil {
-		t.Fatalf("GET through TLS: %q, %v", got, err)
-	}
-	if got := srv.Do("GET", "tls:k"); got != "v" {
-		t.Errorf("the engine holds %v, want v", got)
-	}
+	setGetTLS(t, tlsAddr, ca, srv)
 	for _, side := range []string{"client", "upstream"} {
 		want := regexp.MustCompile(`(?m)^respmeter_tls_handshakes_total\{cipher="[A-Z0-9_]+",side="` + side + `",version="TLS 1.3"\} [1-9]`)
 		redistest.Eventually(t, 5*time.Second, func() error {
@@ -85,6 +82,24 @@ func TestProxyTLS(t *testing.T) {
 	}
 }
 
+// setGetTLS sets a key with a go-redis client over TLS (trusting ca) at
+// addr, reads it back, and finds it in the engine srv.
+func setGetTLS(t *testing.T, addr string, ca *redistest.CA, srv *redistest.Server) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: ca.ClientConfig(), DisableIdentity: true})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Set(ctx, "tls:k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through TLS: %v", err)
+	}
+	if got, err := c.Get(ctx, "tls:k").Result(); got != "v" || err != nil {
+		t.Fatalf("GET through TLS: %q, %v", got, err)
+	}
+	if got := srv.Do("GET", "tls:k"); got != "v" {
+		t.Errorf("the engine holds %v, want v", got)
+	}
+}
+
 // TestProxyTLSInsecureWarned: --upstream-tls-insecure-skip-verify is
 // warned about at start, and reaches an engine whose CA respmeter does
 // not know (a plaintext client on --listen).
@@ -96,5 +111,230 @@ func TestProxyTLSInsecureWarned(t *testing.T) {
 	defer c.Close()
 	if got, err := c.Ping(context.Background()).Result(); got != "PONG" || err != nil {
 		t.Errorf("PING through an unverified TLS upstream: %q, %v", got, err)
+	}
+}
+
+// TestProxyTLSOnly runs "respmeter proxy" with listen off (from the
+// environment, RESPMETER_LISTEN=off) and a TLS listener: a go-redis client
+// over TLS is served, and the process listens on no TCP socket but the TLS
+// one, so nothing is on the plaintext default 127.0.0.1:6380.
+func TestProxyTLSOnly(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	p := start(t, []string{"RESPMETER_LISTEN=off"}, "proxy", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", pc.CertFile, "--tls-key-file", pc.KeyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", uc.CertFile, "--upstream-tls-key-file", uc.KeyFile)
+	m := p.waitFor(t, p.stderr, `msg="proxy listening".* addr=(\S+) .* tls_addr=(\S+)`)
+	if m[1] != "off" {
+		t.Errorf("proxy listening addr=%s, want off", m[1])
+	}
+	setGetTLS(t, m[2], ca, srv)
+	if got := tcpListeners(t, p.cmd.Process.Pid); !slices.Equal(got, []string{m[2]}) {
+		t.Errorf("the proxy listens on TCP %v, want only its TLS listener %s", got, m[2])
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}
+
+// tcpListeners returns the addresses of the listening TCP sockets
+// (IPv4 and IPv6) process pid holds: its descriptors' socket inodes
+// matched against /proc/<pid>/net/tcp{,6} rows in state 0A (LISTEN).
+func tcpListeners(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	var out []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				continue
+			}
+			out = append(out, procNetAddr(t, f[1]))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// procNetAddr decodes a /proc/net/tcp address, "0100007F:18EB": the IP
+// in host byte order (little-endian here) by 32-bit words, the port in
+// hex.
+func procNetAddr(t *testing.T, s string) string {
+	t.Helper()
+	hexIP, hexPort, _ := strings.Cut(s, ":")
+	b, err := hex.DecodeString(hexIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+4 <= len(b); i += 4 {
+		b[i], b[i+1], b[i+2], b[i+3] = b[i+3], b[i+2], b[i+1], b[i]
+	}
+	port, err := strconv.ParseUint(hexPort, 16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(net.IP(b).String(), strconv.FormatUint(port, 10))
+}
+
+// startTLSProxy runs "respmeter proxy" with only a TLS listener (no client
+// certificates asked) in front of the TLS engine srv of ca, connecting to
+// it over TLS with a client certificate, and returns its TLS address.
+func startTLSProxy(t *testing.T, ca *redistest.CA, srv *redistest.Server) (p *proc, tlsAddr string) {
+	t.Helper()
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	p = start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", pc.CertFile, "--tls-key-file", pc.KeyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", uc.CertFile, "--upstream-tls-key-file", uc.KeyFile)
+	return p, p.waitFor(t, p.stderr, `msg="proxy listening".* tls_addr=(\S+)`)[1]
+}
+
+// keyShown reports whether out holds a line of the private key in keyFile.
+func keyShown(t *testing.T, out, keyFile string) bool {
+	t.Helper()
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if len(line) >= 20 && strings.Contains(out, line) { // not the PEM armour
+			return true
+		}
+	}
+	return false
+}
+
+// TestCheckTLS: respmeter check --tls finds every reply in place on a
+// TLS-only engine (with a client certificate, --cert and --key) and
+// through respmeter's TLS listener; against a CA it does not know it
+// fails at once, saying why; TLS flags without --tls are usage errors;
+// the key file's content is never printed.
+func TestCheckTLS(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	_, proxyAddr := startTLSProxy(t, ca, srv)
+	cc := ca.IssueValid("check-client")
+	var outs strings.Builder
+	for name, args := range map[string][]string{
+		"engine": {"--target", srv.Addr(), "--cacert", ca.CertFile, "--cert", cc.CertFile, "--key", cc.KeyFile},
+		"proxy":  {"--target", proxyAddr, "--cacert", ca.CertFile},
+	} {
+		stdout, stderr, code := execCheck(t, append(args, "--tls", "--conns", "8", "--commands", "4000", "--depth", "16", "--seed", "7")...)
+		outs.WriteString(stdout + stderr)
+		if code != exitOK {
+			t.Errorf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", name, code, stdout, stderr)
+			continue
+		}
+		if m := checkSummaryRe.FindStringSubmatch(stdout); m == nil || m[1] != "4000" || !strings.Contains(stdout, " over TLS: ") {
+			t.Errorf("%s: no clean summary of 4000 commands over TLS in:\n%s", name, stdout)
+		}
+	}
+
+	// A CA that did not sign the engine's certificate: refused in the
+	// handshake, well before --timeout.
+	other := redistest.NewCA(t)
+	begin := time.Now()
+	stdout, stderr, code := execCheck(t, "--target", proxyAddr, "--tls", "--cacert", other.CertFile, "--conns", "4", "--commands", "100", "--timeout", "10s")
+	took := time.Since(begin)
+	outs.WriteString(stdout + stderr)
+	if code != exitFailure || !strings.Contains(stderr, "unreachable") || !strings.Contains(stderr, "certificate signed by unknown authority") {
+		t.Errorf("wrong CA: exit %d, want %d with the verification error\nstdout:\n%s\nstderr:\n%s", code, exitFailure, stdout, stderr)
+	}
+	if took > 5*time.Second {
+		t.Errorf("wrong CA: check took %v, want it to fail at the handshake", took)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cacert", ca.CertFile}, "--cacert needs --tls"},
+		{[]string{"--insecure"}, "--insecure needs --tls"},
+		{[]string{"--tls", "--cert", cc.CertFile}, "give --cert and --key together"},
+	} {
+		stdout, stderr, code := execCheck(t, append([]string{"--target", proxyAddr}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%q: exit %d, want %d with %q\nstdout:\n%s\nstderr:\n%s", tc.args, code, exitUsage, tc.want, stdout, stderr)
+		}
+	}
+	// A key file that is not a key: the error names the files only.
+	stdout, stderr, code = execCheck(t, "--target", proxyAddr, "--tls", "--cert", cc.CertFile, "--key", ca.CertFile)
+	outs.WriteString(stdout + stderr)
+	if code != exitFailure || !strings.Contains(stderr, ca.CertFile) {
+		t.Errorf("bad key file: exit %d, want %d naming it\nstderr:\n%s", code, exitFailure, stderr)
+	}
+	if keyShown(t, outs.String(), cc.KeyFile) {
+		t.Errorf("check printed the private key of %s:\n%s", cc.KeyFile, outs.String())
+	}
+}
+
+// TestReplayTLS: a capture replayed with --tls to a TLS-only engine
+// (client certificate) and through respmeter's TLS listener gives the
+// same report counts as replayed in plaintext; a wrong CA fails at once
+// with the verification error; the key is never printed.
+func TestReplayTLS(t *testing.T) {
+	path := setGetCapture(t)
+	ca := redistest.NewCA(t)
+	tlsSrv := redistest.StartTLS(t, ca)
+	_, proxyAddr := startTLSProxy(t, ca, tlsSrv)
+	plain := redistest.Start(t)
+	rc := ca.IssueValid("replay-client")
+
+	type report struct {
+		Commands, Mismatches, Batches int
+		NewErrors                     int                                        `json:"new_errors"`
+		PerCommand                    map[string]struct{ Count, Mismatches int } `json:"per_command"`
+	}
+	var outs strings.Builder
+	replayCLI := func(args ...string) (rep report, stderr string, code int) {
+		t.Helper()
+		jsonPath := filepath.Join(t.TempDir(), "r.json")
+		var out, errb bytes.Buffer
+		code = run(context.Background(), append([]string{"replay", path, "--speed", "max", "--json", jsonPath}, args...), &out, &errb)
+		outs.WriteString(out.String() + errb.String())
+		if b, err := os.ReadFile(jsonPath); err == nil {
+			outs.Write(b)
+			if err := json.Unmarshal(b, &rep); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return rep, errb.String(), code
+	}
+	want, stderr, code := replayCLI("--target", plain.Addr())
+	if code != exitOK || want.Commands != 100 || want.Mismatches != 0 || want.PerCommand["set"].Count != 50 {
+		t.Fatalf("plaintext: exit %d, report %+v\n%s", code, want, stderr)
+	}
+	for name, args := range map[string][]string{
+		"engine": {"--target", tlsSrv.Addr(), "--cacert", ca.CertFile, "--cert", rc.CertFile, "--key", rc.KeyFile},
+		"proxy":  {"--target", proxyAddr, "--cacert", ca.CertFile},
+	} {
+		got, stderr, code := replayCLI(append(args, "--tls")...)
+		if code != exitOK || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s over TLS: exit %d, report %+v, want %+v as in plaintext\n%s", name, code, got, want, stderr)
+		}
+	}
+
+	begin := time.Now()
+	_, stderr, code = replayCLI("--target", proxyAddr, "--tls", "--cacert", redistest.NewCA(t).CertFile)
+	if code != exitFailure || !strings.Contains(stderr, "certificate signed by unknown authority") || time.Since(begin) > 5*time.Second {
+		t.Errorf("wrong CA: exit %d after %v, want %d at once with the verification error\n%s", code, time.Since(begin), exitFailure, stderr)
+	}
+	if keyShown(t, outs.String(), rc.KeyFile) {
+		t.Errorf("replay printed the private key of %s", rc.KeyFile)
 	}
 }

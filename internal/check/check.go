@@ -27,6 +27,7 @@ package check
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -117,6 +118,10 @@ type Options struct {
 	// of one batch (and for a published message); missing them is a
 	// connection error. Default DefaultTimeout.
 	Timeout time.Duration
+	// TLS, when set, makes every connection speak TLS with it (the
+	// handshake within Timeout; internal/tlsconf.Client builds it); nil
+	// speaks plaintext.
+	TLS *tls.Config
 }
 
 // DefaultOptions returns the Options of a default run against target:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/resp"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -294,8 +295,7 @@ func (w *worker) close() {
 
 // dial opens one connection to the target, bounded by o.Timeout and ctx.
 func dial(ctx context.Context, o *Options) (net.Conn, error) {
-	d := net.Dialer{Timeout: o.Timeout}
-	return d.DialContext(ctx, "tcp", o.Target)
+	return respconn.DialNet(ctx, o.Target, o.Timeout, o.TLS)
 }
 
 // setup opens the connection (and the subscriber), deletes the

@@ -17,6 +17,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -59,6 +60,10 @@ type Options struct {
 	// connections: the captured credentials are redacted in the file.
 	// Neither appears in an error or the report.
 	User, Password string
+	// TLS, when set, makes every replay connection speak TLS with it (the
+	// handshake within DialTimeout; internal/tlsconf.Client builds it);
+	// nil speaks plaintext.
+	TLS *tls.Config
 	// Compare says how the reply of a command is compared with the
 	// captured one (nil: Full for all).
 	Compare func(name string) Compare
@@ -246,7 +251,7 @@ func Run(ctx context.Context, w *capture.Workload, o Options) (*Report, error) {
 	}
 	conns := make([]net.Conn, n)
 	for i := range rc {
-		c, err := net.DialTimeout("tcp", o.Target, o.DialTimeout)
+		c, err := respconn.DialNet(ctx, o.Target, o.DialTimeout, o.TLS)
 		if err != nil {
 			for _, c := range conns[:i] {
 				_ = c.Close()

@@ -50,15 +50,7 @@ type Conn struct {
 // that means the engine cannot serve (NOAUTH, LOADING) surfaces on the first
 // real command.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
-	d := net.Dialer{Timeout: opts.Timeout}
-	var nc net.Conn
-	var err error
-	if opts.TLS != nil {
-		td := tls.Dialer{NetDialer: &d, Config: opts.TLS}
-		nc, err = td.DialContext(ctx, "tcp", addr)
-	} else {
-		nc, err = d.DialContext(ctx, "tcp", addr)
-	}
+	nc, err := DialNet(ctx, addr, opts.Timeout, opts.TLS)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +80,21 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		return nil, fmt.Errorf("respconn: AUTH refused: %w", vs[0].Err())
 	}
 	return c, nil
+}
+
+// DialNet opens the transport Dial speaks RESP over, for clients that
+// frame their own bytes (respmeter check and replay): a TCP connection to
+// addr ("host:port") and, when cfg is set, a TLS handshake over it, the
+// peer's certificate verified as cfg says (its ServerName, or else the host
+// of addr). timeout (0: none) bounds the connect and the handshake
+// together, as ctx does.
+func DialNet(ctx context.Context, addr string, timeout time.Duration, cfg *tls.Config) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	if cfg == nil {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	td := tls.Dialer{NetDialer: &d, Config: cfg}
+	return td.DialContext(ctx, "tcp", addr)
 }
 
 // Do sends one command and reads its reply, within timeout (0: no bound).

@@ -101,7 +101,7 @@ func StartProxy(t testing.TB, upstream string, mod func(*proxy.Config)) (*proxy.
 			t.Errorf("proxytest: Stop: %v", err)
 		}
 	})
-	if p.Addr() == "" {
+	if p.Addr() == "" && p.TLSAddr() == "" {
 		t.Fatalf("proxytest: proxy has no address after Start")
 	}
 	return p, cfg.Metrics
