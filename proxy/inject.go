@@ -174,6 +174,12 @@ func LoadInjection(path string) (*Injection, error) {
 //	- name: slow-get           # required, unique
 //	  commands: [GET, "@write"] # command names or ACL categories
 //	  keys: "user:*"           # Redis glob on the first key
+//	  slots: [0, 5000]         # the first key's hash slot, inclusive
+//	  shards: ["10.0.0.3:6379"] # the shard the request is routed to
+//	  clients: [{addr: 10.0.0.0/8}, {addr: "127.0.0.1:*"}, {name: "w-*"}]
+//	  write: true              # or read_only: true (the command's flags)
+//	  after: 10s               # a window from the proxy's start...
+//	  for: 30s                 # ...and its length
 //	  probability: 0.1         # per request, (0, 1]
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}
 //	  error: "LOADING ..."     # or: timeout: true
