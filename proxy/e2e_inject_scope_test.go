@@ -341,3 +341,49 @@ func TestInjectWindow(t *testing.T) {
 		t.Errorf("rule counted %d, the client saw %d", got, errs)
 	}
 }
+
+// TestInjectShardPinned: under --route pinned (by first key) a client's
+// requests all go to the shard its first key picked, whatever their keys:
+// a rule on the second shard touches every GET of the client pinned there,
+// and none of the client pinned to the first shard, even those of keys
+// that hash to the second.
+func TestInjectShardPinned(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t)}
+	addrs := []string{srvs[0].Addr(), srvs[1].Addr()} // slots 0-8191 and 8192-16383
+	in, err := proxy.ParseInjection("rules.yaml", []byte(fmt.Sprintf(
+		"rules:\n- name: second\n  commands: [GET]\n  shards: [%q]\n  error: \"ERR second shard\"\n", addrs[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Shards, c.PinBy, c.Inject = proxy.RoutePinned, addrs, proxy.PinFirstKey, in
+	})
+	// A key of each shard, to pin a client by.
+	var pin [2]string
+	for i := 0; pin[0] == "" || pin[1] == ""; i++ {
+		k := fmt.Sprintf("pin:%d", i)
+		pin[min(int(routing.Slot([]byte(k))/8192), 1)] = k
+	}
+	const n = 40
+	for sh, key := range pin {
+		// A raw RESP2 client whose first request names a key (go-redis
+		// sends HELLO alone first, and is pinned round-robin).
+		c := redistest.Dial(t, p.Addr())
+		c.Roundtrip(t, redistest.Cmd("SET", key, "v"), []byte("+OK\r\n")) // pins c to shard sh
+		before := commandstats(t, srvs[sh])["get"]
+		want := []byte("$-1\r\n")
+		if sh == 1 {
+			want = []byte("-ERR second shard\r\n")
+		}
+		for i := range n {
+			c.Roundtrip(t, redistest.Cmd("GET", fmt.Sprintf("k%d", i)), want) // keys of both shards
+		}
+		_ = c.Close()
+		if got := commandstats(t, srvs[sh])["get"] - before; got != int64(n-n*sh) {
+			t.Errorf("shard %d ran %d GETs of its pinned client, want %d", sh, got, n-n*sh)
+		}
+	}
+	if got := in.Hits(0); got != n {
+		t.Errorf("rule counted %d, want %d", got, n)
+	}
+}
