@@ -387,3 +387,59 @@ func TestInjectShardPinned(t *testing.T) {
 		t.Errorf("rule counted %d, want %d", got, n)
 	}
 }
+
+// TestInjectShardFacade: go-redis ClusterClient through the facade (three
+// engines, a virtual node each): a rule on the third engine's address
+// touches exactly the GETs of keys that engine's slots hold, each sent by
+// the client to that engine's virtual node.
+func TestInjectShardFacade(t *testing.T) {
+	var in *proxy.Injection
+	srvs, p, _ := startFacade(t, 3, func(c *proxy.Config) {
+		var err error
+		in, err = proxy.ParseInjection("rules.yaml", []byte(fmt.Sprintf(
+			"rules:\n- name: third\n  commands: [GET]\n  shards: [%q]\n  error: \"ERR third shard\"\n", c.Shards[2])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Inject = in
+	})
+	c, _ := tappedCluster(t, p.FacadeAddrs()[0])
+	ctx := context.Background()
+	before := make([]int64, 3)
+	for i, s := range srvs {
+		before[i] = commandstats(t, s)["get"]
+	}
+	var want [3]int64
+	hits := 0
+	for i := range 300 {
+		k := fmt.Sprintf("f:%d", i)
+		slot := routing.Slot([]byte(k))
+		sh := 0
+		switch {
+		case slot > 10922:
+			sh = 2
+		case slot > 5460:
+			sh = 1
+		}
+		got := injected(t, "GET "+k, c.Get(ctx, k).Err(), "ERR third shard")
+		if got != (sh == 2) {
+			t.Errorf("GET %s (slot %d, shard %d): injected %v", k, slot, sh, got)
+		}
+		if got {
+			hits++
+		} else {
+			want[sh]++
+		}
+	}
+	if hits < 50 {
+		t.Fatalf("only %d of 300 keys on the third shard", hits)
+	}
+	for i, s := range srvs {
+		if n := commandstats(t, s)["get"] - before[i]; n != want[i] {
+			t.Errorf("engine %d ran %d GETs, want %d", i, n, want[i])
+		}
+	}
+	if got := in.Hits(0); got != uint64(hits) {
+		t.Errorf("rule counted %d, the client saw %d", got, hits)
+	}
+}
