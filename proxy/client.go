@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"slices"
 	"time"
 	"unsafe"
@@ -350,6 +351,13 @@ type client struct {
 	injFrom, injDue int64
 	injGen          uint64
 	injPass         bool
+	// For rules scoped by client (inClients): injPeer and injPeerIP are
+	// the client's address, set on first use (injPeerSet); injName its
+	// name, kept while a rule is scoped by name (Injection.names).
+	injPeer    []byte
+	injPeerIP  netip.Addr
+	injPeerSet bool
+	injName    []byte
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -886,7 +894,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if in := s.p.inject; in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
-		if pause, answered, tIn, inj = s.inject(in, c, now); pause || answered {
+		if pause, answered, tIn, inj = s.inject(in, v, c, now); pause || answered {
 			return pause
 		}
 	}
@@ -900,16 +908,16 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if h := s.l.m.Heat(); s.p.cfg.SlowLog != nil || h != nil {
 		// The slow log and heat keep the same key, by the same rules.
 		k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos())
-		if s.p.cfg.SlowLog != nil {
-			if ok {
-				e.key.Set(k)
-			}
-			if name, ok := setNameArg(id, args); ok {
-				e.setName = string(name)
-			}
+		if s.p.cfg.SlowLog != nil && ok {
+			e.key.Set(k)
 		}
 		if h != nil {
 			h.BeginKey(&e.heat, k, ok, len(frame))
+		}
+	}
+	if s.p.keepNames {
+		if name, ok := setNameArg(id, args); ok {
+			e.setName = string(name)
 		}
 	}
 	if s.tx.on {
@@ -1403,14 +1411,20 @@ func (s *client) flush() {
 		if s.q.len() == 0 {
 			s.lastOut = tOut
 		}
-		if sl := s.p.cfg.SlowLog; sl != nil {
-			for _, e := range done {
-				if e.setName != "" && !e.failed() {
-					s.name = e.setName
+	}
+	if s.p.keepNames {
+		// The name as each request leaves: a slow one's entry names the
+		// client as it was then.
+		sl := s.p.cfg.SlowLog
+		for _, e := range done {
+			if e.setName != "" && !e.failed() {
+				s.name = e.setName
+				if s.p.inject != nil && s.p.inject.names {
+					s.injName = append(s.injName[:0], e.setName...)
 				}
-				if e.tSent > 0 && e.tReply > 0 && time.Duration(tOut-e.tIn) >= sl.Threshold() {
-					s.slow(sl, e, tOut)
-				}
+			}
+			if sl != nil && tOut != 0 && e.tSent > 0 && e.tReply > 0 && time.Duration(tOut-e.tIn) >= sl.Threshold() {
+				s.slow(sl, e, tOut)
 			}
 		}
 	}

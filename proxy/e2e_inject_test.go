@@ -319,6 +319,17 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: a\n  delay: 1ms\n- name: a\n  delay: 1ms\n", `rules.yaml:4: rule "a": name used twice`},
 		{"rules:\n- name: a\n\tdelay: 1ms\n", "rules.yaml: line 2: found a tab character"},
 		{"rule:\n- name: a\n", `rules.yaml:1: unknown key "rule"`},
+		{"rules:\n- name: a\n  slots: [5, 2]\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
+		{"rules:\n- name: a\n  slots: [0, 16384]\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
+		{"rules:\n- name: a\n  slots: 7\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
+		{"rules:\n- name: a\n  shards: [localhost]\n  delay: 1ms\n", `rules.yaml:3: shards: "localhost" is not host:port`},
+		{"rules:\n- name: a\n  clients: [{host: x}]\n  delay: 1ms\n", `rules.yaml:3: clients: unknown key "host"`},
+		{"rules:\n- name: a\n  clients: [{addr: 10.0.0.0/33}]\n  delay: 1ms\n", `rules.yaml:3: clients: addr: "10.0.0.0/33"`},
+		{"rules:\n- name: a\n  clients: worker\n  delay: 1ms\n", "rules.yaml:3: clients: want a list"},
+		{"rules:\n- name: a\n  read_only: true\n  write: true\n  delay: 1ms\n", "rules.yaml:4: read_only and write: a rule takes one of them"},
+		{"rules:\n- name: a\n  write: false\n  delay: 1ms\n", "rules.yaml:3: write: want true"},
+		{"rules:\n- name: a\n  after: soon\n  delay: 1ms\n", `rules.yaml:3: after: want a duration such as 10s, got "soon"`},
+		{"rules:\n- name: a\n  for: 0s\n  delay: 1ms\n", `rules.yaml:3: for: want a duration`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/respmeter/respmeter/routing"
+	"github.com/respmeter/respmeter/routing/command"
 )
 
 // Fault injection: a rule file (Config.Inject, `respmeter proxy --inject
@@ -46,6 +49,10 @@ import (
 type Injection struct {
 	rules []*injRule
 	seed  uint64
+	// names: a rule is scoped by client name, so the proxy keeps each
+	// client's name (CLIENT SETNAME, HELLO SETNAME) with or without the
+	// slow log.
+	names bool
 }
 
 // injEffect is what a rule does to a request it matches.
@@ -76,13 +83,29 @@ type injRule struct {
 	// scope: cmds and cats (ACL categories, "@read") match the command's
 	// name (lower case; a subcommand also matches by its parent's name);
 	// keys, a Redis glob, the first key; prob, a probability in (0, 1].
-	cmds  []string
-	cats  []string
-	keys  []byte
-	prob  float64
-	delay dist
-	reply []byte // effError: the error reply, "-...\r\n"
-	hits  atomic.Uint64
+	cmds []string
+	cats []string
+	keys []byte
+	prob float64
+	// slots: the first key's hash slot in [slotLo, slotHi] (inSlots).
+	inSlots        bool
+	slotLo, slotHi uint16
+	// shards: the address of the shard the request goes to (injShard).
+	shards []string
+	// clients: the client's address in a prefix or matching a host:port
+	// glob, or its name matching a glob; any one of them.
+	cliNets  []netip.Prefix
+	cliAddrs [][]byte
+	cliNames [][]byte
+	// flag: the command has this flag (read_only: FlagReadonly, write:
+	// FlagWrite), or 0.
+	flag command.Flags
+	// from, until: the window, ns on the proxy's clock (from its start);
+	// until 0: no end.
+	from, until int64
+	delay       dist
+	reply       []byte // effError: the error reply, "-...\r\n"
+	hits        atomic.Uint64
 }
 
 // InjectCount is the number of requests one rule touched.
@@ -151,6 +174,12 @@ func LoadInjection(path string) (*Injection, error) {
 //	- name: slow-get           # required, unique
 //	  commands: [GET, "@write"] # command names or ACL categories
 //	  keys: "user:*"           # Redis glob on the first key
+//	  slots: [0, 5000]         # the first key's hash slot, inclusive
+//	  shards: ["10.0.0.3:6379"] # the shard the request is routed to
+//	  clients: [{addr: 10.0.0.0/8}, {addr: "127.0.0.1:*"}, {name: "w-*"}]
+//	  write: true              # or read_only: true (the command's flags)
+//	  after: 10s               # a window from the proxy's start...
+//	  for: 30s                 # ...and its length
 //	  probability: 0.1         # per request, (0, 1]
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}
 //	  error: "LOADING ..."     # or: timeout: true
@@ -193,6 +222,7 @@ func ParseInjection(name string, data []byte) (*Injection, error) {
 					return nil, fail(rn, "rule %q: name used twice", r.name)
 				}
 				names[r.name] = true
+				in.names = in.names || len(r.cliNames) > 0
 				in.rules = append(in.rules, r)
 			}
 		default:
@@ -210,6 +240,7 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 	}
 	r := &injRule{line: n.Line, prob: 1}
 	effects := 0
+	var forDur int64 // for: the window's length
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -243,6 +274,45 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 				return nil, fail(v, "probability: want a number in (0, 1], got %q", v.Value)
 			}
 			r.prob = p
+		case "slots":
+			var sl []int
+			if err = v.Decode(&sl); err != nil || len(sl) != 2 || sl[0] < 0 || sl[1] < sl[0] || sl[1] >= routing.NumSlots {
+				return nil, fail(v, "slots: want [from, to], hash slots with 0 <= from <= to <= 16383")
+			}
+			r.inSlots, r.slotLo, r.slotHi = true, uint16(sl[0]), uint16(sl[1])
+		case "shards":
+			if err = v.Decode(&r.shards); err != nil || len(r.shards) == 0 {
+				return nil, fail(v, "shards: want a list of shard addresses (host:port)")
+			}
+			for _, a := range r.shards {
+				if h, p, serr := net.SplitHostPort(a); serr != nil || h == "" || p == "" {
+					return nil, fail(v, "shards: %q is not host:port", a)
+				}
+			}
+		case "clients":
+			err = parseClients(r, v, fail)
+		case "read_only", "write":
+			var on bool
+			if err = v.Decode(&on); err != nil || !on {
+				return nil, fail(v, "%s: want true", k.Value)
+			}
+			if r.flag != 0 {
+				return nil, fail(k, "read_only and write: a rule takes one of them")
+			}
+			r.flag = command.FlagWrite
+			if k.Value == "read_only" {
+				r.flag = command.FlagReadonly
+			}
+		case "after", "for":
+			d, derr := time.ParseDuration(v.Value)
+			if v.Kind != yaml.ScalarNode || derr != nil || d < 0 || (k.Value == "for" && d == 0) {
+				return nil, fail(v, "%s: want a duration such as 10s, got %q", k.Value, v.Value)
+			}
+			if k.Value == "after" {
+				r.from = int64(d)
+			} else {
+				forDur = int64(d)
+			}
 		case "delay":
 			effects++
 			r.effect = effDelay
@@ -263,7 +333,7 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 				return nil, fail(v, "timeout: want true")
 			}
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, probability, delay, error, timeout)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, after, for, probability, delay, error, timeout)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -277,7 +347,43 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 	case effects > 1:
 		return nil, fail(n, "rule %q: more than one effect (delay, error, timeout)", r.name)
 	}
+	if forDur > 0 {
+		r.until = r.from + forDur
+	}
 	return r, nil
+}
+
+// parseClients reads clients: a list of {addr: CIDR or host:port glob} and
+// {name: glob} entries.
+func parseClients(r *injRule, n *yaml.Node, fail failFunc) error {
+	const want = `clients: want a list of {addr: 10.0.0.0/8}, {addr: "127.0.0.1:*"} or {name: "worker-*"}`
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		return fail(n, want)
+	}
+	for _, e := range n.Content {
+		if e.Kind != yaml.MappingNode || len(e.Content) != 2 {
+			return fail(e, want)
+		}
+		k, v := e.Content[0], e.Content[1]
+		if v.Kind != yaml.ScalarNode || v.Value == "" {
+			return fail(v, "clients: %s: want a non-empty string", k.Value)
+		}
+		switch k.Value {
+		case "addr":
+			if pf, err := netip.ParsePrefix(v.Value); err == nil {
+				r.cliNets = append(r.cliNets, pf.Masked())
+			} else if strings.Contains(v.Value, "/") {
+				return fail(v, "clients: addr: %q: %v", v.Value, err)
+			} else {
+				r.cliAddrs = append(r.cliAddrs, []byte(v.Value))
+			}
+		case "name":
+			r.cliNames = append(r.cliNames, []byte(v.Value))
+		default:
+			return fail(k, "clients: unknown key %q (want addr or name)", k.Value)
+		}
+	}
+	return nil
 }
 
 // parseDist reads a delay: a duration ("2ms": fixed) or a mapping with
@@ -370,20 +476,37 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// match returns the first rule whose scope holds the request (c), or nil.
-// A probability is drawn only for a request otherwise in scope.
-func (in *Injection) match(c *routing.Call, r *rand.Rand) *injRule {
+// match returns the first rule whose scope holds request c of s (routed
+// by v, read at now: ns on the proxy's clock), or nil. Each scope is
+// tested only if the rule has it, the cheap ones first; a probability is
+// drawn only for a request otherwise in scope.
+func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r *rand.Rand) *injRule {
 	name := c.Name()
 	parent, _, _ := strings.Cut(name, "|")
 	for _, ru := range in.rules {
+		if now < ru.from || (ru.until > 0 && now >= ru.until) {
+			continue
+		}
+		if ru.flag != 0 && (c.Info == nil || !c.Info.Flags.Has(ru.flag)) {
+			continue
+		}
 		if (len(ru.cmds) > 0 || len(ru.cats) > 0) && !ru.inCommands(c, name, parent) {
 			continue
 		}
-		if ru.keys != nil {
+		if ru.keys != nil || ru.inSlots {
 			k, ok := c.FirstKey()
-			if !ok || !routing.MatchGlob(ru.keys, k) {
+			if !ok || (ru.keys != nil && !routing.MatchGlob(ru.keys, k)) {
 				continue
 			}
+			if sl := routing.Slot(k); ru.inSlots && (sl < ru.slotLo || sl > ru.slotHi) {
+				continue
+			}
+		}
+		if ru.shards != nil && !ru.inShards(s, v, c) {
+			continue
+		}
+		if (ru.cliNets != nil || ru.cliAddrs != nil || ru.cliNames != nil) && !ru.inClients(s) {
+			continue
 		}
 		if ru.prob < 1 && r.Float64() >= ru.prob {
 			continue
@@ -391,6 +514,66 @@ func (in *Injection) match(c *routing.Call, r *rand.Rand) *injRule {
 		return ru
 	}
 	return nil
+}
+
+// inShards reports whether request c of s goes to one of the rule's
+// shards (injShard).
+func (ru *injRule) inShards(s *client, v *topoView, c *routing.Call) bool {
+	sh := s.injShard(v, c)
+	if sh < 0 || sh >= len(v.t.Addrs) {
+		return false
+	}
+	return contains(ru.shards, v.t.Addrs[sh])
+}
+
+// injShard returns the shard request c of s is routed to, or -1: the
+// client's own shard where it has one connection (one engine, a pinned
+// client, a client of a facade's virtual node); else the shard of its
+// transaction, or of its first key's hash slot; a keyless request, the
+// client's home shard (where one that goes to a single shard goes;
+// commands sent to every shard count as the home shard's too).
+func (s *client) injShard(v *topoView, c *routing.Call) int {
+	if s.p.shape.single(s) && s.home >= 0 {
+		return s.home
+	}
+	if s.tx.on && s.tx.shard >= 0 {
+		return s.tx.shard
+	}
+	if k, ok := c.FirstKey(); ok {
+		return v.t.Shard(routing.Slot(k))
+	}
+	return s.home
+}
+
+// inClients reports whether s is one of the rule's clients: by address
+// (a prefix, or a glob on "host:port") or by name (a glob).
+func (ru *injRule) inClients(s *client) bool {
+	if !s.injPeerSet {
+		// Once per client: its address as a netip.AddrPort and as text.
+		s.injPeerSet = true
+		if ta, ok := s.peer.(*net.TCPAddr); ok {
+			s.injPeerIP = ta.AddrPort().Addr().Unmap()
+		}
+		if s.peer != nil {
+			s.injPeer = []byte(s.peer.String())
+		}
+	}
+	for _, pf := range ru.cliNets {
+		if s.injPeerIP.IsValid() && pf.Contains(s.injPeerIP) {
+			return true
+		}
+	}
+	for _, g := range ru.cliAddrs {
+		if routing.MatchGlob(g, s.injPeer) {
+			return true
+		}
+	}
+	for _, g := range ru.cliNames {
+		if len(s.injName) > 0 && routing.MatchGlob(g, s.injName) {
+			return true
+		}
+	}
+	return false
 }
 
 func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
@@ -418,7 +601,7 @@ func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
 // goes on with the request; at is then the time it counts from (its own
 // read, or that of a delayed request it was held behind) and inj its
 // injected time so far.
-func (s *client) inject(in *Injection, c *routing.Call, now int64) (pause, answered bool, at, inj int64) {
+func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) (pause, answered bool, at, inj int64) {
 	at = now
 	if s.injFrom != 0 && s.has(cfResuming) {
 		// Held behind a delayed request (read with it): timed from that
@@ -434,7 +617,7 @@ func (s *client) inject(in *Injection, c *routing.Call, now int64) (pause, answe
 	if s.l.injRand == nil {
 		s.l.injRand = rand.New(rand.NewPCG(in.seed, uint64(s.l.idx)))
 	}
-	ru := in.match(c, s.l.injRand)
+	ru := in.match(s, v, c, now, s.l.injRand)
 	if ru == nil {
 		return false, false, at, inj
 	}

@@ -49,9 +49,11 @@ func TestInjectDistributions(t *testing.T) {
 }
 
 // BenchmarkInjectHotPath: the per-command cost of fault injection on the
-// in-memory pair (GET round trips): off (no rule file: one branch), and
-// with a rule file whose rules do not touch GET (each request is matched
-// against two rules: a command scope and a key glob).
+// in-memory pair (GET round trips of key:a, hash slot 244): off (no rule
+// file: one branch), and with a rule file whose rules do not touch GET
+// (each request is matched against every rule: a command scope, a key
+// glob, a slot range, a shard, clients by address and name, the write
+// flag and a window not yet open).
 func BenchmarkInjectHotPath(b *testing.B) {
 	miss, err := ParseInjection("rules.yaml", []byte(`rules:
 - name: slow-set
@@ -59,6 +61,21 @@ func BenchmarkInjectHotPath(b *testing.B) {
   delay: 1ms
 - name: hot
   keys: "hot:*"
+  error: "ERR injected"
+- name: other-slots
+  slots: [245, 16383]
+  error: "ERR injected"
+- name: other-shard
+  shards: ["10.0.0.1:6379"]
+  error: "ERR injected"
+- name: other-clients
+  clients: [{addr: 10.0.0.0/8}, {addr: "192.168.*"}, {name: "worker-*"}]
+  error: "ERR injected"
+- name: writes
+  write: true
+  error: "ERR injected"
+- name: later
+  after: 1h
   error: "ERR injected"
 `))
 	if err != nil {

@@ -66,6 +66,9 @@ type Proxy struct {
 	shared bool
 	inject *Injection // Config.Inject (inject.go); nil: no rules
 	clock  injClock   // fires injected delays (injclock.go)
+	// keepNames: clients' names (CLIENT SETNAME, HELLO SETNAME) are kept,
+	// for the slow log or for rules scoped by client name.
+	keepNames bool
 
 	// stallAfter is how long a shared connection may go without a reply
 	// byte for its oldest request before it is taken out of use (loop.checkStalls);
@@ -256,6 +259,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	p.inject = cfg.Inject
+	p.keepNames = cfg.SlowLog != nil || (cfg.Inject != nil && cfg.Inject.names)
 	p.clock.now = p.now
 	p.stallAfter = stallAfter
 	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
