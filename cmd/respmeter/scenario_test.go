@@ -444,19 +444,16 @@ func scenarioEngineStarved(t testing.TB) {
 	load := scStart(t, st.proxy.Addr(), 1, "EVAL", loop, "0", "20000")
 	before := scVerdicts(t, st, load)
 	baseline, _ := load.mean()
-	scBurn(t, core)
+	burner := scBurn(t, core)
 	load.mu.Lock()
 	load.sum, load.n = 0, 0
 	load.mu.Unlock()
 	// This process's threads (respmeter's and the client's, all on the
-	// cores the engine is not pinned to) on a CPU and waiting for one,
-	// read by the test as it sees each interval.
+	// cores the engine is not pinned to; the burner's left out) on a CPU
+	// and waiting for one, read by the test as it sees each interval.
 	var cpus, waits []time.Duration
 	self := func(*verdict.Record) {
-		cpu, rq, err := engstats.TasksSchedstat("/proc/self")
-		if err != nil {
-			t.Fatalf("schedstat: %v", err)
-		}
+		cpu, rq := scSelfSched(t, burner)
 		cpus, waits = append(cpus, cpu), append(waits, rq)
 	}
 	self(nil)
@@ -565,8 +562,9 @@ func scAvoid(t testing.TB, core int) {
 }
 
 // scBurn runs a CPU burner pinned to core, at the default priority, until
-// the test ends or a minute has passed.
-func scBurn(t testing.TB, core int) {
+// the test ends or a minute has passed, and returns its thread's ID (a
+// thread of this process: leave it out of this process's schedstat).
+func scBurn(t testing.TB, core int) (tid int) {
 	t.Helper()
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -576,6 +574,7 @@ func scBurn(t testing.TB, core int) {
 		runtime.LockOSThread() // never unlocked: the thread dies with its pinning
 		var one unix.CPUSet
 		one.Set(core)
+		tid = unix.Gettid()
 		ready <- unix.SchedSetaffinity(0, &one)
 		deadline := time.Now().Add(time.Minute)
 		for i := 0; ; i++ {
@@ -595,6 +594,30 @@ func scBurn(t testing.TB, core int) {
 		t.Skipf("pin the burner to core %d: %v", core, err)
 	}
 	t.Cleanup(func() { close(stop); <-done })
+	return tid
+}
+
+// scSelfSched is this process's threads' time on a CPU and waiting for one
+// (engstats.TasksSchedstat of /proc/self), less that of the threads
+// listed (the burners: they wait for the engine's core by design).
+func scSelfSched(t testing.TB, leaveOut ...int) (cpu, runQueue time.Duration) {
+	t.Helper()
+	cpu, runQueue, err := engstats.TasksSchedstat("/proc/self")
+	if err != nil {
+		t.Fatalf("schedstat: %v", err)
+	}
+	for _, tid := range leaveOut {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
+		if err != nil {
+			t.Fatalf("the burner's schedstat: %v", err)
+		}
+		var c, rq int64
+		if _, err := fmt.Sscan(string(b), &c, &rq); err != nil {
+			t.Fatalf("the burner's schedstat %q: %v", b, err)
+		}
+		cpu, runQueue = cpu-time.Duration(c), runQueue-time.Duration(rq)
+	}
+	return cpu, runQueue
 }
 
 // TestScenarioLittleThink: two clients of 1 ms of Lua work (scSpin)
