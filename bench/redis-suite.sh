@@ -87,7 +87,7 @@ REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
 REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli || true)}
 
 STARTED=() # every pid this (sub)shell started, stopped on exit
-. "$HERE/lib.sh" # log, die, cleanup, start_bg, wait_ping
+. "$HERE/lib.sh" # log, die, cleanup, stop_modes, start_bg, wait_ping
 
 [[ $SLOT_SHARDS =~ ^[1-9]$ ]] || die "SLOT_SHARDS must be 1 to 9"
 [ -n "$REDIS_SERVER" ] && [ -x "$REDIS_SERVER" ] || die "redis-server is needed (REDIS_SERVER)"
@@ -287,11 +287,6 @@ run_mode() {
 # ---------------------------------------------------------------- main
 
 MODE_PIDS=()
-stop_modes() {
-  local p
-  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-}
 trap stop_modes EXIT
 trap 'exit 130' INT TERM
 
