@@ -1,5 +1,6 @@
-# bench/lib.sh - helpers shared by bench/peers.sh and bench/cluster-shape.sh (sourced, not run).
-# Expects: OUT (with OUT/logs), REDIS_CLI, and an array STARTED of the PIDs to stop on exit.
+# bench/lib.sh - helpers shared by the bench/ scripts (sourced, not run).
+# Expects: OUT (with OUT/logs), REDIS_CLI, and an array STARTED of the PIDs to stop on exit
+# (MODE_PIDS: the mode subshells of soak.sh and redis-suite.sh, for stop_modes).
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "FATAL: $*"; exit 1; }
@@ -15,6 +16,13 @@ cleanup() {
     for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
   done
+}
+
+# stop_modes stops the subshells in MODE_PIDS (each stops the processes it started on its exit).
+stop_modes() {
+  local p
+  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
 }
 
 # start_bg NAME CMD...: run CMD in the background, log to $OUT/logs/NAME.log, set LAST_PID.

@@ -101,7 +101,7 @@ MEMTIER=${MEMTIER:-$("$ROOT/.ci/build-memtier.sh" 2>/dev/null | tail -1 || true)
 
 ulimit -c 0 # a client that aborts on an injected fault (memtier does) leaves no core file in the tree
 STARTED=() # every pid this (sub)shell started, stopped on exit
-. "$HERE/lib.sh" # log, die, cleanup, start_bg, wait_ping
+. "$HERE/lib.sh" # log, die, cleanup, stop_modes, start_bg, wait_ping
 
 for b in "$REDIS_SERVER" "$REDIS_CLI" "$REDIS_BENCH" "$MEMTIER"; do
   [ -n "$b" ] && [ -x "$b" ] || die "redis-server, redis-cli, redis-benchmark and memtier_benchmark are needed (.ci/build-memtier.sh)"
@@ -513,11 +513,6 @@ verdict() {
 # ---------------------------------------------------------------- main
 
 MODE_PIDS=()
-stop_modes() {
-  local p
-  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${MODE_PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-}
 trap stop_modes EXIT
 trap 'exit 130' INT TERM
 
