@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-
 	"testing"
 	"time"
 
