@@ -149,7 +149,7 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.SortFlags = false
 	fs.StringVar(&f.config, "config", "", "YAML configuration `file` (default $"+configEnv+")")
 	fs.BoolVar(&f.check, "check", false, "print the merged configuration and exit: 0 valid, 2 invalid")
-	fs.StringVar(&f.listen, "listen", d.Listen, "`host:port` for clients, or \"off\" (TLS only)")
+	fs.StringVar(&f.listen, "listen", d.Listen, "`host:port` for clients; \"off\": none")
 	fs.StringVar(&f.upstream, "upstream", d.Upstream, "`host:port` of the engine")
 	fs.StringVar(&f.route, "route", d.Route, "`mode`: none, slots, pinned or facade")
 	fs.StringSliceVar(&f.shards, "shards", d.Shards, "`host:port,...` of standalone engines, slots split in order")
