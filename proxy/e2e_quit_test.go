@@ -19,10 +19,7 @@ import (
 // client's QUIT: the proxy answers it there.
 func TestQuitReachesEngine(t *testing.T) {
 	t.Parallel()
-	if sharedMode() {
-		t.Skip("--upstream-mode shared: QUIT is answered by the proxy (a shared connection is not the client's)")
-	}
-	skipIfRouted(t, "a client's requests go to several shards' connections, none of which is its own: the proxy answers QUIT")
+	skipIfQuitLocal(t)
 	e := e2eSetup(t)
 	for _, tc := range []struct {
 		name string
@@ -57,10 +54,7 @@ func TestQuitReachesEngine(t *testing.T) {
 // push (Redis's own suite, unit/tracking), in every round.
 func TestQuitBreaksTrackingRedirect(t *testing.T) {
 	t.Parallel()
-	if sharedMode() {
-		t.Skip("--upstream-mode shared: QUIT is answered by the proxy (a shared connection is not the client's)")
-	}
-	skipIfRouted(t, "a client's requests go to several shards' connections, none of which is its own: the proxy answers QUIT")
+	skipIfQuitLocal(t)
 	e := e2eSetup(t)
 	const rounds = 20
 	for i := range rounds {
@@ -89,4 +83,14 @@ func TestQuitBreaksTrackingRedirect(t *testing.T) {
 		_ = redir.Close()
 	}
 	e.healthy(t)
+}
+
+// skipIfQuitLocal skips a test of a QUIT the engine answers where respmeter
+// answers it: no engine connection is the client's own.
+func skipIfQuitLocal(t *testing.T) {
+	t.Helper()
+	if sharedMode() {
+		t.Skip("--upstream-mode shared: QUIT is answered by the proxy (a shared connection is not the client's)")
+	}
+	skipIfRouted(t, "a client's requests go to several shards' connections, none of which is its own: the proxy answers QUIT")
 }
