@@ -180,16 +180,16 @@ func (l *scLoad) stop() {
 }
 
 // scVerdicts waits scWarmUp, then collects the verdicts of scIntervals
-// whole intervals while the load runs, with the clients measuring over
-// the same stretch.
-func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdict.Record {
+// whole intervals while the load runs, with the clients of l and of also
+// (an oracle's) measuring over the same stretch.
+func scVerdicts(t testing.TB, st *stack, l *scLoad, also ...*scLoad) []*verdict.Record {
 	t.Helper()
-	return scVerdictsEach(t, st, l, nil)
+	return scVerdictsEach(t, st, l, nil, also...)
 }
 
 // scVerdictsEach is scVerdicts calling each (unless nil) with every
 // interval's verdict record as it is collected.
-func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record)) []*verdict.Record {
+func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record), also ...*scLoad) []*verdict.Record {
 	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.Latest()
@@ -199,7 +199,10 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 		}
 		return nil
 	})
-	l.measure(true)
+	loads := append([]*scLoad{l}, also...)
+	for _, c := range loads {
+		c.measure(true)
+	}
 	var out []*verdict.Record
 	last := st.analyzer.Latest()
 	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.Interval(), func() error {
@@ -215,11 +218,14 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 		}
 		return nil
 	})
-	l.measure(false)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.errs) > 0 {
-		t.Fatalf("%d client errors, first: %v", len(l.errs), l.errs[0])
+	for _, c := range loads {
+		c.measure(false)
+		c.mu.Lock()
+		errs := c.errs
+		c.mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("%d client errors, first: %v", len(errs), errs[0])
+		}
 	}
 	return out
 }
@@ -352,7 +358,7 @@ func scenarioEngineSaturated(t testing.TB) {
 
 // TestScenarioPathDelay: one closed-loop client of GET through a relay
 // that delays each direction 2 ms; the engine idle. Truth: what the relay
-// adds to a client's round trip, measured in the same run by two more
+// adds to a client's round trip, measured over the same intervals by two more
 // clients, one of the relay and one of the engine directly (the
 // difference leaves out the clients' own overhead, which under -race on a
 // loaded machine is most of a millisecond). respmeter must say path-bound
@@ -374,9 +380,7 @@ func scenarioPathDelay(t testing.TB) {
 	// thousands of requests a second).
 	viaRelay := scStartThink(t, relay, 1, 4*time.Millisecond, "GET", "sc:k")
 	direct := scStartThink(t, srv.Addr(), 1, 4*time.Millisecond, "GET", "sc:k")
-	viaRelay.measure(true)
-	direct.measure(true)
-	recs := scVerdicts(t, st, load)
+	recs := scVerdicts(t, st, load, viaRelay, direct)
 	for _, l := range []*scLoad{load, viaRelay, direct} {
 		l.stop()
 	}
