@@ -180,16 +180,16 @@ func (l *scLoad) stop() {
 }
 
 // scVerdicts waits scWarmUp, then collects the verdicts of scIntervals
-// whole intervals while the load runs, with the clients measuring over
-// the same stretch.
-func scVerdicts(t testing.TB, st *stack, l *scLoad) []*verdict.Record {
+// whole intervals while the load runs, with the clients of l and of also
+// (an oracle's) measuring over the same stretch.
+func scVerdicts(t testing.TB, st *stack, l *scLoad, also ...*scLoad) []*verdict.Record {
 	t.Helper()
-	return scVerdictsEach(t, st, l, nil)
+	return scVerdictsEach(t, st, l, nil, also...)
 }
 
 // scVerdictsEach is scVerdicts calling each (unless nil) with every
 // interval's verdict record as it is collected.
-func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record)) []*verdict.Record {
+func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record), also ...*scLoad) []*verdict.Record {
 	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.Latest()
@@ -199,7 +199,10 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 		}
 		return nil
 	})
-	l.measure(true)
+	loads := append([]*scLoad{l}, also...)
+	for _, c := range loads {
+		c.measure(true)
+	}
 	var out []*verdict.Record
 	last := st.analyzer.Latest()
 	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.Interval(), func() error {
@@ -215,11 +218,14 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 		}
 		return nil
 	})
-	l.measure(false)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.errs) > 0 {
-		t.Fatalf("%d client errors, first: %v", len(l.errs), l.errs[0])
+	for _, c := range loads {
+		c.measure(false)
+		c.mu.Lock()
+		errs := c.errs
+		c.mu.Unlock()
+		if len(errs) > 0 {
+			t.Fatalf("%d client errors, first: %v", len(errs), errs[0])
+		}
 	}
 	return out
 }
@@ -298,11 +304,40 @@ func scEnginePID(t testing.TB, srv *redistest.Server) int {
 }
 
 // scSpin is a Lua script that keeps the engine's command thread on the CPU
-// until ARGV[1] microseconds have passed on the engine's own clock (TIME):
-// CPU-bound work of a known wall-clock length, whatever share of a CPU the
-// engine gets on a loaded machine.
-const scSpin = "local t0 = redis.call('TIME') local us = tonumber(ARGV[1]) local n = 0 " +
-	"repeat local t = redis.call('TIME') n = n + 1 until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= us return n"
+// for ARGV[1] microseconds and returns how many times it looped. Its clock
+// is the engine's CPU time (os.clock) where the engine's Lua has one (Redis
+// 8.0.6, Valkey 8.1.1 and 9.1.2 have it, Redis 7.0 not), else the engine's
+// own wall clock (TIME): those newer engines give a script the time it
+// started at, so a spin on TIME there never ends (measured: TIME read the
+// same before and after 2 ms of os.clock on all three). Either
+// way it is CPU-bound work of a known length: on TIME a known wall-clock
+// length whatever share of a CPU the engine gets, on os.clock a known CPU
+// time that lasts longer on a loaded machine, as any CPU-bound command does.
+const scSpin = "local us = tonumber(ARGV[1]) local n = 0 local sys = rawget(_G, 'os') " +
+	"if sys and sys.clock then local c0 = sys.clock() repeat n = n + 1 until (sys.clock() - c0) * 1000000 >= us " +
+	"else local t0 = redis.call('TIME') " +
+	"repeat local t = redis.call('TIME') n = n + 1 until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) >= us end return n"
+
+// TestSpinEnds: scSpin of 5 ms ends on the engine under test
+// (RESPMETER_TEST_ENGINE), after at least 5 ms of the client's clock and
+// well before its 5 s timeout.
+func TestSpinEnds(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Second, MaxRetries: -1, DisableIdentity: true, Protocol: 2})
+	defer c.Close()
+	const spin = 5 * time.Millisecond
+	t0 := time.Now()
+	n, err := c.Do(context.Background(), "EVAL", scSpin, "0", strconv.Itoa(int(spin/time.Microsecond))).Int64()
+	rtt := time.Since(t0)
+	if err != nil {
+		t.Fatalf("EVAL scSpin %v: %v after %v", spin, err, rtt)
+	}
+	t.Logf("%v of spin: %d loops, %v round trip", spin, n, rtt)
+	if rtt < spin || n < 1 {
+		t.Errorf("EVAL scSpin %v: %d loops, round trip %v, want at least %v", spin, n, rtt, spin)
+	}
+}
 
 // TestScenarioEngineSaturated: ten closed-loop clients of 2 ms of Lua CPU
 // work (scSpin) and no network delay. Truth: the engine executes each
@@ -352,7 +387,7 @@ func scenarioEngineSaturated(t testing.TB) {
 
 // TestScenarioPathDelay: one closed-loop client of GET through a relay
 // that delays each direction 2 ms; the engine idle. Truth: what the relay
-// adds to a client's round trip, measured in the same run by two more
+// adds to a client's round trip, measured over the same intervals by two more
 // clients, one of the relay and one of the engine directly (the
 // difference leaves out the clients' own overhead, which under -race on a
 // loaded machine is most of a millisecond). respmeter must say path-bound
@@ -374,9 +409,7 @@ func scenarioPathDelay(t testing.TB) {
 	// thousands of requests a second).
 	viaRelay := scStartThink(t, relay, 1, 4*time.Millisecond, "GET", "sc:k")
 	direct := scStartThink(t, srv.Addr(), 1, 4*time.Millisecond, "GET", "sc:k")
-	viaRelay.measure(true)
-	direct.measure(true)
-	recs := scVerdicts(t, st, load)
+	recs := scVerdicts(t, st, load, viaRelay, direct)
 	for _, l := range []*scLoad{load, viaRelay, direct} {
 		l.stop()
 	}

@@ -100,8 +100,9 @@ type labelStats struct {
 	calls, usec         int64 // commandstats deltas since the first poll
 	lastCalls, lastUsec int64 // commandstats deltas of the last poll interval
 	hist                map[int64]int64
-	histCount           int64      // sum of hist
-	lat                 latencyPct // from latencystats, the last poll only
+	histCount           int64           // sum of hist
+	lastHist            map[int64]int64 // LATENCY HISTOGRAM deltas of the last poll interval
+	lat                 latencyPct      // from latencystats, the last poll only
 	hasLat              bool
 }
 
@@ -375,6 +376,7 @@ func (p *Poller) apply(now time.Time, hist map[string]cmdHist, histOK bool, stat
 	for i := range p.cmds {
 		c := &p.cmds[i]
 		c.lastCalls, c.lastUsec, c.hasLat = 0, 0, false
+		clear(c.lastHist)
 	}
 	var sources []string
 	if histOK && len(hist) > 0 {
@@ -452,10 +454,7 @@ func (p *Poller) applyWitness(cur witnessSample, execOK bool) {
 				c := &p.cmds[i]
 				t := time.Duration(c.lastUsec) * time.Microsecond
 				w.Exec += t
-				w.Work[i] = Work{Calls: c.lastCalls, Time: t}
-				if c.lastCalls > 0 {
-					w.Work[i].Square = t.Seconds() * t.Seconds() / float64(c.lastCalls)
-				}
+				w.Work[i] = Work{Calls: c.lastCalls, Time: t, Square: square(t, c.lastCalls, c.lastHist)}
 			}
 		}
 		p.wit, p.hasWit = w, true
@@ -524,8 +523,10 @@ func (p *Poller) addHist(i int, cur, prev cmdHist) {
 		}
 		if c.hist == nil {
 			c.hist = make(map[int64]int64)
+			c.lastHist = make(map[int64]int64)
 		}
 		c.hist[b] += n
+		c.lastHist[b] += n
 		c.histCount += n
 		if j, found := slices.BinarySearch(p.bounds, b); !found {
 			p.bounds = slices.Insert(p.bounds, j, b)
