@@ -105,6 +105,7 @@ type request struct {
 	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
+	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
 }
 
 // failed reports whether e's reply, once ready, is an error reply (a
@@ -358,6 +359,9 @@ type client struct {
 	injPeerIP  netip.Addr
 	injPeerSet bool
 	injName    []byte
+	// injConn numbers the client's connection in the order the proxy
+	// accepted it, from 1 (a per-connection probability, connDraw).
+	injConn uint64
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -890,16 +894,16 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		s.paused, s.pauseReason = kind, reason
 		return true
 	}
-	tIn, inj := now, int64(0)
+	tIn, inj, hold := now, int64(0), int64(0)
 	if in := s.p.inject; in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
-		if pause, answered, tIn, inj = s.inject(in, v, c, now); pause || answered {
+		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
 			return pause
 		}
 	}
 	e := s.newEntry(id, now)
-	e.tIn, e.inj = tIn, inj
+	e.tIn, e.inj, e.hold = tIn, inj, hold
 	e.argc = int32(len(args))
 	e.blocks = c.Blocks
 	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
@@ -1588,7 +1592,7 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 	e.left--
 	e.heat.Reply(reply) // nil when streamed: link.onData adds the pieces
 	s.markDirty()
-	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 {
+	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 && e.hold == 0 {
 		// The common case: the reply is next in line; no copy beyond the
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
@@ -1621,6 +1625,9 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 // write buffer, oldest first, and onto s.done for timing.
 func (s *client) advance() {
 	for s.q.len() > 0 && s.q.front().ready {
+		if e := s.q.front(); e.hold != 0 && s.holdReply(e) {
+			break // a reply delay holds it (inject.go)
+		}
 		e := s.q.pop()
 		if e.flags&eWritten == 0 {
 			if e.flags&eSilent == 0 {

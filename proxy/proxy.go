@@ -64,8 +64,9 @@ type Proxy struct {
 	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
 	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
 	shared bool
-	inject *Injection // Config.Inject (inject.go); nil: no rules
-	clock  injClock   // fires injected delays (injclock.go)
+	inject *Injection    // Config.Inject (inject.go); nil: no rules
+	clock  injClock      // fires injected delays (injclock.go)
+	conns  atomic.Uint64 // client connections accepted (client.injConn)
 	// keepNames: clients' names (CLIENT SETNAME, HELLO SETNAME) are kept,
 	// for the slow log or for rules scoped by client name.
 	keepNames bool
@@ -719,6 +720,7 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
 	s := newClient(p, c, l)
+	s.injConn = p.conns.Add(1)
 	if p.facade != nil {
 		p.facade.attach(s, c)
 	}
