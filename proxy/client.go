@@ -895,7 +895,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		return true
 	}
 	tIn, inj, hold := now, int64(0), int64(0)
-	if in := s.p.inject; in != nil {
+	if in := s.p.inject.Load(); in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
 		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
@@ -1423,7 +1423,7 @@ func (s *client) flush() {
 		for _, e := range done {
 			if e.setName != "" && !e.failed() {
 				s.name = e.setName
-				if s.p.inject != nil && s.p.inject.names {
+				if in := s.p.inject.Load(); in != nil && in.names {
 					s.injName = append(s.injName[:0], e.setName...)
 				}
 			}

@@ -54,12 +54,15 @@ import (
 // connection's number (the order the proxy accepted it), so the same
 // connections are chosen again in a run that connects in the same order.
 //
-// With no rule file Proxy.inject is nil, and the client pays one branch
-// per request (client.route).
+// With no rules Proxy.inject holds nil, and the client pays one load and
+// one branch per request (client.route). The rules in force change at run
+// time (AddInjection, RemoveInjection: the admin API's /inject) by
+// swapping in a new Injection; a request is matched against the set it
+// loaded.
 
 // Injection is a parsed rule file. Load one with LoadInjection or
-// ParseInjection; it is read-only once the proxy starts, but for its
-// counters (Counts).
+// ParseInjection; it is read-only once in use, but for its counters
+// (Counts).
 type Injection struct {
 	rules []*injRule
 	seed  uint64
@@ -134,8 +137,9 @@ type injRule struct {
 
 // InjectCount is the number of requests one rule touched.
 type InjectCount struct {
-	Rule, Effect string
-	Count        uint64
+	Rule   string `json:"rule"`
+	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset
+	Count  uint64 `json:"count"`
 }
 
 // Counts returns, per rule in file order, the requests it touched.
@@ -781,6 +785,65 @@ func (s *client) releaseReply(e *request, due int64) {
 			x.inj += due - x.tReply
 		}
 	}
+}
+
+// Injection returns the rules in force (nil: none).
+func (p *Proxy) Injection() *Injection { return p.inject.Load() }
+
+// AddInjection puts the rules of in into force after those in force
+// already, which keep their counters; the seed stays the first set's (the
+// event loops' random sources are seeded once). A name already in force
+// is an error, and nothing changes. A rule scoped by client name needs the
+// names kept from the start (a slow log, or such a rule in Config.Inject).
+func (p *Proxy) AddInjection(in *Injection) error {
+	p.injMu.Lock()
+	defer p.injMu.Unlock()
+	cur := p.inject.Load()
+	next := &Injection{seed: in.seed}
+	if cur != nil {
+		next.seed, next.names = cur.seed, cur.names
+		next.rules = append(next.rules, cur.rules...)
+	}
+	for _, r := range in.rules {
+		for _, o := range next.rules {
+			if o.name == r.name {
+				return fmt.Errorf("rule %q: name in force already", r.name)
+			}
+		}
+		if len(r.cliNames) > 0 && !p.keepNames {
+			return fmt.Errorf("rule %q: clients: name: client names are not kept (start respmeter with the slow log or a rule scoped by name)", r.name)
+		}
+		next.names = next.names || len(r.cliNames) > 0
+		next.rules = append(next.rules, r)
+	}
+	p.inject.Store(next)
+	return nil
+}
+
+// RemoveInjection takes the rule named name out of force, or every rule
+// when name is empty; it reports whether there was one. Requests a
+// removed rule holds (a delay, a held reply, a timeout) stay held.
+func (p *Proxy) RemoveInjection(name string) bool {
+	p.injMu.Lock()
+	defer p.injMu.Unlock()
+	cur := p.inject.Load()
+	if cur == nil {
+		return false
+	}
+	next := &Injection{seed: cur.seed, names: cur.names}
+	for _, r := range cur.rules {
+		if name != "" && r.name != name {
+			next.rules = append(next.rules, r)
+		}
+	}
+	if len(next.rules) == len(cur.rules) {
+		return false
+	}
+	if len(next.rules) == 0 {
+		next = nil
+	}
+	p.inject.Store(next)
+	return true
 }
 
 // injectEnd runs at the end of a batch of input: once no delay holds the
