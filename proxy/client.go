@@ -106,6 +106,7 @@ type request struct {
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
 	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
+	rule               *injRule       // the fault injection rule that delayed it or its reply (slow log), or nil
 }
 
 // failed reports whether e's reply, once ready, is an error reply (a
@@ -362,6 +363,10 @@ type client struct {
 	// injConn numbers the client's connection in the order the proxy
 	// accepted it, from 1 (a per-connection probability, connDraw).
 	injConn uint64
+	// injRule is the rule that touched the request inject last let
+	// through (a delay or a reply delay; nil: none), and injDelayed the
+	// rule of the request a delay holds, until it passes.
+	injRule, injDelayed *injRule
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -895,15 +900,17 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		return true
 	}
 	tIn, inj, hold := now, int64(0), int64(0)
+	var rule *injRule
 	if in := s.p.inject.Load(); in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
 		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
 			return pause
 		}
+		rule = s.injRule
 	}
 	e := s.newEntry(id, now)
-	e.tIn, e.inj, e.hold = tIn, inj, hold
+	e.tIn, e.inj, e.hold, e.rule = tIn, inj, hold, rule
 	e.argc = int32(len(args))
 	e.blocks = c.Blocks
 	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
@@ -1308,7 +1315,7 @@ func (s *client) dropLink(ln *link) {
 
 // slow adds a command to the slow log.
 func (s *client) slow(sl *slowlog.Log, e *request, tOut int64) {
-	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.peer, &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.peer, &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc, e.inj, e.rule.String())
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/slowlog"
+	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 )
 
@@ -236,5 +238,61 @@ func TestInjectPerConnection(t *testing.T) {
 	}
 	if same == conns {
 		t.Error("seeds 11 and 12 chose the same connections")
+	}
+}
+
+// TestInjectSlowLog: the slow log names the rule that delayed a command
+// (before forwarding, or its reply) and gives its injected time as the
+// "injected" phase (the rule's 50 ms exactly), out of "proxy"; a command no
+// rule touched has neither.
+func TestInjectSlowLog(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
+	srv := redistest.Start(t)
+	srv.DoT(t, "MSET", "d", "1", "r", "2", "k", "3")
+	in, err := proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: slow-d\n  commands: [GET]\n  keys: d\n  delay: 50ms\n- name: slow-reply-r\n  commands: [GET]\n  keys: r\n  reply_delay: 50ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := slowlog.New(128, 0)
+	p, _ := proxytest.StartProxy(t, srv.Addr(), func(c *proxy.Config) { c.Inject, c.SlowLog = in, sl })
+	c := injectClient(t, p.Addr(), 5*time.Second)
+	ctx := context.Background()
+	for _, k := range []string{"d", "r", "k"} {
+		if err := c.Get(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byKey := map[string]slowlog.Entry{}
+	redistest.Eventually(t, 2*time.Second, func() error {
+		for _, e := range sl.Entries() {
+			if e.Command == "get" {
+				byKey[e.FirstKey] = e
+			}
+		}
+		if len(byKey) != 3 {
+			return fmt.Errorf("slow log GETs of %d keys, want 3", len(byKey))
+		}
+		return nil
+	})
+	for k, rule := range map[string]string{"d": "slow-d", "r": "slow-reply-r"} {
+		e := byKey[k]
+		if e.Rule != rule {
+			t.Errorf("GET %s: slow log rule %q, want %q", k, e.Rule, rule)
+		}
+		if inj := e.Phases["injected"]; inj < 0.0495 || inj > 0.0505 {
+			t.Errorf("GET %s: injected %v s, want the rule's 0.05", k, inj)
+		}
+		if px := e.Phases["proxy"]; px > 0.025 {
+			t.Errorf("GET %s: proxy %v s: the injected time leaked into it", k, px)
+		}
+		if tot := e.Phases["total"]; tot < 0.05 {
+			t.Errorf("GET %s: total %v s, less than its 50 ms of injected time", k, tot)
+		}
+	}
+	if e := byKey["k"]; e.Rule != "" || e.Phases["injected"] != 0 {
+		t.Errorf("GET k (no rule): rule %q, injected %v", e.Rule, e.Phases["injected"])
+	}
+	if _, ok := byKey["k"].Phases["injected"]; ok {
+		t.Errorf("GET k (no rule) has an injected phase")
 	}
 }

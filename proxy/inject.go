@@ -151,6 +151,14 @@ func (in *Injection) Counts() []InjectCount {
 	return out
 }
 
+// String returns the rule's name, or "" for nil.
+func (ru *injRule) String() string {
+	if ru == nil {
+		return ""
+	}
+	return ru.name
+}
+
 // Hits returns the requests rule i (file order, as Counts) touched.
 func (in *Injection) Hits(i int) uint64 { return in.rules[i].hits.Load() }
 
@@ -663,8 +671,10 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	if s.injPass {
 		// The delayed request itself, now due: not matched again.
 		s.injPass = false
+		s.injRule, s.injDelayed = s.injDelayed, nil
 		return false, false, at, inj, 0
 	}
+	s.injRule = nil
 	if s.l.injRand == nil {
 		s.l.injRand = rand.New(rand.NewPCG(in.seed, uint64(s.l.idx)))
 	}
@@ -691,13 +701,15 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		s.reset()
 		return true, false, at, inj, 0
 	case effReplyDelay:
+		s.injRule = ru
 		return false, false, at, inj, ru.delay.sample(s.l.injRand)
 	}
 	due := at + ru.delay.sample(s.l.injRand)
 	if due <= now {
+		s.injRule = ru
 		return false, false, at, now - at, 0
 	}
-	s.paused, s.injFrom, s.injDue, s.injPass = pauseInject, at, due, true
+	s.paused, s.injFrom, s.injDue, s.injPass, s.injDelayed = pauseInject, at, due, true, ru
 	s.injGen++
 	gen, el, clock := s.injGen, s.conn.EventLoop(), &s.p.clock
 	clock.add(due, func() {
