@@ -296,3 +296,67 @@ func TestInjectSlowLog(t *testing.T) {
 		t.Errorf("GET k (no rule) has an injected phase")
 	}
 }
+
+// TestInjectAtRunTime: a proxy started without rules takes rules added at
+// run time (AddInjection) on its next request, on a connection opened
+// before; a set with a name in force, or a client-name scope the proxy
+// keeps no names for, is refused whole; a removed rule (RemoveInjection)
+// touches nothing more, and the engine ran exactly the requests no rule
+// answered.
+func TestInjectAtRunTime(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.DoT(t, "SET", "k", "v")
+	p, _ := proxytest.StartProxy(t, srv.Addr(), nil)
+	c := injectClient(t, p.Addr(), 5*time.Second)
+	ctx := context.Background()
+	get := func() error {
+		v, err := c.Get(ctx, "k").Result()
+		if err == nil && v != "v" {
+			err = fmt.Errorf("GET k = %q", v)
+		}
+		return err
+	}
+	parse := func(rules string) *proxy.Injection {
+		in, err := proxy.ParseInjection("rules.yaml", []byte(rules))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	before := commandstats(t, srv)["get"]
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Injection() != nil {
+		t.Fatal("rules in force at start")
+	}
+	if err := p.AddInjection(parse("rules:\n- name: no-get\n  commands: [GET]\n  error: ERR refused\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(); err == nil || err.Error() != "ERR refused" {
+		t.Errorf("GET after the rule was added: %v, want ERR refused", err)
+	}
+	for _, bad := range []string{
+		"rules:\n- name: other\n  commands: [SET]\n  error: ERR x\n- name: no-get\n  error: ERR y\n",
+		"rules:\n- name: by-name\n  clients: [{name: \"w-*\"}]\n  error: ERR x\n",
+	} {
+		if err := p.AddInjection(parse(bad)); err == nil {
+			t.Errorf("AddInjection(%q) took it", bad)
+		}
+	}
+	if got := p.Injection().Counts(); len(got) != 1 || got[0].Rule != "no-get" || got[0].Count != 1 {
+		t.Errorf("rules in force after refused adds: %+v, want no-get alone, 1 touched", got)
+	}
+	if !p.RemoveInjection("no-get") || p.RemoveInjection("no-get") {
+		t.Error("RemoveInjection: want true, then false")
+	}
+	if err := get(); err != nil {
+		t.Errorf("GET after the rule was removed: %v", err)
+	}
+	if p.Injection() != nil {
+		t.Error("rules in force after the last was removed")
+	}
+	if n := commandstats(t, srv)["get"] - before; n != 2 {
+		t.Errorf("the engine ran %d GETs, want 2 (before and after the rule)", n)
+	}
+}
