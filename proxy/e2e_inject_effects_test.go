@@ -161,16 +161,7 @@ func TestInjectReset(t *testing.T) {
 	if got := in.Counts()[0]; got.Count != 2 || got.Effect != "reset" {
 		t.Errorf("rule counts %+v, want 2 resets", got)
 	}
-	// go-redis dials again; the new connection is served.
-	if v, err := victim.Get(ctx, "k").Result(); err != nil || v != "v" {
-		t.Errorf("a new connection after the reset: %q, %v", v, err)
-	}
-	redistest.Eventually(t, 2*time.Second, func() error {
-		if c := set.Counters().ClientConns; c != 2 {
-			return fmt.Errorf("%d client connections, want 2 (the reset one gone)", c)
-		}
-		return nil
-	})
+	servedAgain(t, victim, set) // go-redis dials again
 }
 
 // TestInjectPerConnection: probability 0.3 per connection. 300

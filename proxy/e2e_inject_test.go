@@ -302,12 +302,20 @@ func TestInjectTimeout(t *testing.T) {
 	}
 	// The given-up connection is closed by go-redis; the proxy serves a new
 	// one, and a key out of the rule's scope on it.
-	if v, err := hung.Get(ctx, "k").Result(); err != nil || v != "v" {
-		t.Errorf("after the timeout, a new connection: %q, %v", v, err)
+	servedAgain(t, hung, set)
+}
+
+// servedAgain checks that c, whose connection a rule ended (held, reset),
+// is served on a new one (GET k: "v"), and that the proxy then counts 2
+// client connections (c's and another's): the ended one is forgotten.
+func servedAgain(t *testing.T, c *redis.Client, set *metrics.Set) {
+	t.Helper()
+	if v, err := c.Get(context.Background(), "k").Result(); err != nil || v != "v" {
+		t.Errorf("a new connection after the rule ended the last: %q, %v", v, err)
 	}
 	redistest.Eventually(t, 2*time.Second, func() error {
-		if c := set.Counters().ClientConns; c != 2 {
-			return fmt.Errorf("%d client connections, want 2 (the held one closed)", c)
+		if n := set.Counters().ClientConns; n != 2 {
+			return fmt.Errorf("%d client connections, want 2 (the ended one forgotten)", n)
 		}
 		return nil
 	})
