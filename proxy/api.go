@@ -119,9 +119,11 @@ type Config struct {
 	// a value or a credential) and client identity.
 	SlowLog *slowlog.Log
 	// Inject, when not nil, is a fault injection rule file (LoadInjection;
-	// see inject.go and docs/injection.md): delays, error replies and
-	// timeouts applied to the requests in each rule's scope. Nil costs
-	// one branch per request. Delays are timed by a thread of their own
+	// see inject.go and docs/injection.md): delays before forwarding or
+	// before the reply, error replies, timeouts and connection resets
+	// applied to the requests in each rule's scope; AddInjection and
+	// RemoveInjection change the rules at run time. No rules cost one
+	// branch per request. Delays are timed by a thread of their own
 	// (injclock.go), which keeps its P while it waits in ppoll: give the
 	// process a P more than Loops (GOMAXPROCS), as respmeter proxy does,
 	// or a loop woken while every P is held waits for the runtime to take

@@ -105,6 +105,8 @@ type request struct {
 	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
+	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
+	rule               *injRule       // the fault injection rule that delayed it or its reply (slow log), or nil
 }
 
 // failed reports whether e's reply, once ready, is an error reply (a
@@ -358,6 +360,13 @@ type client struct {
 	injPeerIP  netip.Addr
 	injPeerSet bool
 	injName    []byte
+	// injConn numbers the client's connection in the order the proxy
+	// accepted it, from 1 (a per-connection probability, connDraw).
+	injConn uint64
+	// injRule is the rule that touched the request inject last let
+	// through (a delay or a reply delay; nil: none), and injDelayed the
+	// rule of the request a delay holds, until it passes.
+	injRule, injDelayed *injRule
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -890,16 +899,18 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		s.paused, s.pauseReason = kind, reason
 		return true
 	}
-	tIn, inj := now, int64(0)
-	if in := s.p.inject; in != nil {
+	tIn, inj, hold := now, int64(0), int64(0)
+	var rule *injRule
+	if in := s.p.inject.Load(); in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
-		if pause, answered, tIn, inj = s.inject(in, v, c, now); pause || answered {
+		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
 			return pause
 		}
+		rule = s.injRule
 	}
 	e := s.newEntry(id, now)
-	e.tIn, e.inj = tIn, inj
+	e.tIn, e.inj, e.hold, e.rule = tIn, inj, hold, rule
 	e.argc = int32(len(args))
 	e.blocks = c.Blocks
 	if s.p.cfg.UpstreamTimeout > 0 && c.Blocks {
@@ -1315,7 +1326,7 @@ func (s *client) dropLink(ln *link) {
 
 // slow adds a command to the slow log.
 func (s *client) slow(sl *slowlog.Log, e *request, tOut int64) {
-	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.peer, &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc)
+	slowRec(sl, s.p.resolver.Name(e.cmd), e.argc, s.name, s.peer, &e.key, e.tIn, e.tSent, e.tReply, tOut, e.svc, e.inj, e.rule.String())
 }
 
 // endStream ends a cut-through reply: pushes held meanwhile follow it.
@@ -1430,7 +1441,7 @@ func (s *client) flush() {
 		for _, e := range done {
 			if e.setName != "" && !e.failed() {
 				s.name = e.setName
-				if s.p.inject != nil && s.p.inject.names {
+				if in := s.p.inject.Load(); in != nil && in.names {
 					s.injName = append(s.injName[:0], e.setName...)
 				}
 			}
@@ -1599,7 +1610,7 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 	e.left--
 	e.heat.Reply(reply) // nil when streamed: link.onData adds the pieces
 	s.markDirty()
-	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 {
+	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 && e.hold == 0 {
 		// The common case: the reply is next in line; no copy beyond the
 		// write buffer.
 		s.wbuf = append(s.wbuf, reply...)
@@ -1632,6 +1643,9 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 // write buffer, oldest first, and onto s.done for timing.
 func (s *client) advance() {
 	for s.q.len() > 0 && s.q.front().ready {
+		if e := s.q.front(); e.hold != 0 && s.holdReply(e) {
+			break // a reply delay holds it (inject.go)
+		}
 		e := s.q.pop()
 		if e.flags&eWritten == 0 {
 			if e.flags&eSilent == 0 {

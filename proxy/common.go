@@ -69,7 +69,7 @@ func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
 // proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
 // (ns). It allocates nothing: under load every command may be slow.
 func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, peer net.Addr, key *slowlog.KeyBuf,
-	tIn, tSent, tReply, tOut, svc int64) {
+	tIn, tSent, tReply, tOut, svc, inj int64, rule string) {
 	r := slowlog.Rec{
 		Command:    name,
 		Args:       int(argc),
@@ -78,6 +78,8 @@ func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, peer n
 		Total:      time.Duration(tOut - tIn),
 		Upstream:   time.Duration(tReply - tSent),
 		Service:    time.Duration(svc),
+		Injected:   time.Duration(inj),
+		Rule:       rule,
 	}
 	if a, ok := peer.(*net.TCPAddr); ok {
 		ap := a.AddrPort() // an IPv4 peer comes as ::ffff:a.b.c.d

@@ -50,13 +50,22 @@ func phaseP50(t testing.TB, set *metrics.Set, name string, ph metrics.Phase) tim
 	return proxytest.Command(t, set, name).Phases[ph].Percentile(50)
 }
 
-// TestInjectDelayTruth: a 2 ms delay on GET only. Two proxies on one
-// engine, one with the rule, are timed by go-redis call by call in
-// alternating rounds of the same run: the client-seen GET p50 rises by
-// 2 ms ± 10 %, SET does not rise, respmeter's injected phase of GET reads
-// 2 ms ± 5 %, and none of the 2 ms shows up as upstream (engine + path)
-// or proxy time.
-func TestInjectDelayTruth(t *testing.T) {
+// TestInjectDelayTruth: a 2 ms delay before forwarding, on GET only
+// (delayTruth).
+func TestInjectDelayTruth(t *testing.T) { delayTruth(t, "delay") }
+
+// TestInjectReplyDelayTruth: a 2 ms delay of GET's reply, after the
+// engine's is in (delayTruth): the engine's time stays the engine's, the
+// hold is injected.
+func TestInjectReplyDelayTruth(t *testing.T) { delayTruth(t, "reply_delay") }
+
+// delayTruth: a 2 ms delay (effect: delay or reply_delay) on GET only. Two
+// proxies on one engine, one with the rule, are timed by go-redis call by
+// call in alternating rounds of the same run: the client-seen GET p50
+// rises by 2 ms ± 10 %, SET does not rise, respmeter's injected phase of
+// GET reads 2 ms ± 5 %, and none of the 2 ms shows up as upstream (engine
+// + path) or proxy time.
+func delayTruth(t *testing.T, effect string) {
 	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
 	srv := redistest.Start(t)
 	srv.DoT(t, "SET", "k", "v")
@@ -64,7 +73,7 @@ func TestInjectDelayTruth(t *testing.T) {
 	const delay = 2 * time.Millisecond
 	redistest.Retry(t, 3, func(t testing.TB) {
 		pOff, offSet := proxytest.StartProxy(t, srv.Addr(), nil)
-		in, err := proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: slow-get\n  commands: [GET]\n  delay: 2ms\n"))
+		in, err := proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: slow-get\n  commands: [GET]\n  "+effect+": 2ms\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +140,8 @@ func TestInjectDelayTruth(t *testing.T) {
 				t.Errorf("GET %v p50 is %v with the rule, %v without: the delay leaked into it", ph, a, b)
 			}
 		}
-		if got := in.Counts()[0]; got.Count != 1000 || got.Effect != "delay" || got.Rule != "slow-get" {
-			t.Errorf("rule counts %+v, want 1000 delays of slow-get", got)
+		if got := in.Counts()[0]; got.Count != 1000 || got.Effect != effect || got.Rule != "slow-get" {
+			t.Errorf("rule counts %+v, want 1000 %s of slow-get", got, effect)
 		}
 	})
 }
@@ -293,12 +302,20 @@ func TestInjectTimeout(t *testing.T) {
 	}
 	// The given-up connection is closed by go-redis; the proxy serves a new
 	// one, and a key out of the rule's scope on it.
-	if v, err := hung.Get(ctx, "k").Result(); err != nil || v != "v" {
-		t.Errorf("after the timeout, a new connection: %q, %v", v, err)
+	servedAgain(t, hung, set)
+}
+
+// servedAgain checks that c, whose connection a rule ended (held, reset),
+// is served on a new one (GET k: "v"), and that the proxy then counts 2
+// client connections (c's and another's): the ended one is forgotten.
+func servedAgain(t *testing.T, c *redis.Client, set *metrics.Set) {
+	t.Helper()
+	if v, err := c.Get(context.Background(), "k").Result(); err != nil || v != "v" {
+		t.Errorf("a new connection after the rule ended the last: %q, %v", v, err)
 	}
 	redistest.Eventually(t, 2*time.Second, func() error {
-		if c := set.Counters().ClientConns; c != 2 {
-			return fmt.Errorf("%d client connections, want 2 (the held one closed)", c)
+		if n := set.Counters().ClientConns; n != 2 {
+			return fmt.Errorf("%d client connections, want 2 (the ended one forgotten)", n)
 		}
 		return nil
 	})
@@ -330,6 +347,10 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: a\n  write: false\n  delay: 1ms\n", "rules.yaml:3: write: want true"},
 		{"rules:\n- name: a\n  after: soon\n  delay: 1ms\n", `rules.yaml:3: after: want a duration such as 10s, got "soon"`},
 		{"rules:\n- name: a\n  for: 0s\n  delay: 1ms\n", `rules.yaml:3: for: want a duration`},
+		{"rules:\n- name: a\n  reply_delay: fast\n", `rules.yaml:3: delay: want a duration such as 2ms, got "fast"`},
+		{"rules:\n- name: a\n  reply_delay: 1ms\n  delay: 1ms\n", `rules.yaml:2: rule "a": more than one effect`},
+		{"rules:\n- name: a\n  reset: false\n", "rules.yaml:3: reset: want true"},
+		{"rules:\n- name: a\n  probability: 0.5\n  per: client\n  reset: true\n", `rules.yaml:4: per: want request or connection, got "client"`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

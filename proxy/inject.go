@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 
 	"github.com/respmeter/respmeter/routing"
@@ -39,13 +41,28 @@ import (
 //     engine did not see never gets a success reply).
 //   - timeout: the request is held and never answered, nor is anything
 //     the client sends after it, until the client closes its connection.
+//   - reply_delay: the request is forwarded at once; its reply, once the
+//     engine's is in, is held for the drawn duration (holdReply) before
+//     it goes to the client. The engine's time stays the engine's; the
+//     hold is the request's injected phase, as is the wait of the
+//     replies ready behind it (they keep their order).
+//   - reset: the client's connection is closed with a TCP RST (SO_LINGER
+//     0, as Toxiproxy's reset_peer), the request not forwarded.
 //
-// With no rule file Proxy.inject is nil, and the client pays one branch
-// per request (client.route).
+// A probability is drawn per request, or (per: connection) once per
+// connection: a pure function of the seed, the rule's name and the
+// connection's number (the order the proxy accepted it), so the same
+// connections are chosen again in a run that connects in the same order.
+//
+// With no rules Proxy.inject holds nil, and the client pays one load and
+// one branch per request (client.route). The rules in force change at run
+// time (AddInjection, RemoveInjection: the admin API's /inject) by
+// swapping in a new Injection; a request is matched against the set it
+// loaded.
 
 // Injection is a parsed rule file. Load one with LoadInjection or
-// ParseInjection; it is read-only once the proxy starts, but for its
-// counters (Counts).
+// ParseInjection; it is read-only once in use, but for its counters
+// (Counts).
 type Injection struct {
 	rules []*injRule
 	seed  uint64
@@ -62,6 +79,8 @@ const (
 	effDelay injEffect = iota + 1
 	effError
 	effTimeout
+	effReplyDelay
+	effReset
 )
 
 func (e injEffect) String() string {
@@ -72,6 +91,10 @@ func (e injEffect) String() string {
 		return "error"
 	case effTimeout:
 		return "timeout"
+	case effReplyDelay:
+		return "reply_delay"
+	case effReset:
+		return "reset"
 	}
 	return "none"
 }
@@ -87,6 +110,10 @@ type injRule struct {
 	cats []string
 	keys []byte
 	prob float64
+	// perConn: prob is drawn once per connection (connDraw, salted with
+	// salt, a hash of the rule's name), not per request.
+	perConn bool
+	salt    uint64
 	// slots: the first key's hash slot in [slotLo, slotHi] (inSlots).
 	inSlots        bool
 	slotLo, slotHi uint16
@@ -103,15 +130,16 @@ type injRule struct {
 	// from, until: the window, ns on the proxy's clock (from its start);
 	// until 0: no end.
 	from, until int64
-	delay       dist
+	delay       dist   // effDelay, effReplyDelay
 	reply       []byte // effError: the error reply, "-...\r\n"
 	hits        atomic.Uint64
 }
 
 // InjectCount is the number of requests one rule touched.
 type InjectCount struct {
-	Rule, Effect string
-	Count        uint64
+	Rule   string `json:"rule"`
+	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset
+	Count  uint64 `json:"count"`
 }
 
 // Counts returns, per rule in file order, the requests it touched.
@@ -121,6 +149,14 @@ func (in *Injection) Counts() []InjectCount {
 		out[i] = InjectCount{Rule: r.name, Effect: r.effect.String(), Count: r.hits.Load()}
 	}
 	return out
+}
+
+// String returns the rule's name, or "" for nil.
+func (ru *injRule) String() string {
+	if ru == nil {
+		return ""
+	}
+	return ru.name
 }
 
 // Hits returns the requests rule i (file order, as Counts) touched.
@@ -180,9 +216,10 @@ func LoadInjection(path string) (*Injection, error) {
 //	  write: true              # or read_only: true (the command's flags)
 //	  after: 10s               # a window from the proxy's start...
 //	  for: 30s                 # ...and its length
-//	  probability: 0.1         # per request, (0, 1]
+//	  probability: 0.1         # (0, 1], drawn per request...
+//	  per: connection          # ...or once per connection
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}
-//	  error: "LOADING ..."     # or: timeout: true
+//	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true
 func ParseInjection(name string, data []byte) (*Injection, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -325,15 +362,27 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 				return nil, fail(v, "error: want one line of error text, such as \"LOADING Redis is loading the dataset in memory\"")
 			}
 			r.reply = []byte("-" + msg + "\r\n")
-		case "timeout":
+		case "reply_delay":
+			effects++
+			r.effect = effReplyDelay
+			r.delay, err = parseDist(v, fail)
+		case "timeout", "reset":
 			effects++
 			r.effect = effTimeout
+			if k.Value == "reset" {
+				r.effect = effReset
+			}
 			var on bool
 			if err = v.Decode(&on); err != nil || !on {
-				return nil, fail(v, "timeout: want true")
+				return nil, fail(v, "%s: want true", k.Value)
 			}
+		case "per":
+			if v.Kind != yaml.ScalarNode || v.Value != "request" && v.Value != "connection" {
+				return nil, fail(v, "per: want request or connection, got %q", v.Value)
+			}
+			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, after, for, probability, delay, error, timeout)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, after, for, probability, per, delay, reply_delay, error, timeout, reset)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -343,10 +392,13 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 	case r.name == "":
 		return nil, fail(n, "rule without a name")
 	case effects == 0:
-		return nil, fail(n, "rule %q: no effect (delay, error or timeout)", r.name)
+		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout or reset)", r.name)
 	case effects > 1:
-		return nil, fail(n, "rule %q: more than one effect (delay, error, timeout)", r.name)
+		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset)", r.name)
 	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(r.name))
+	r.salt = h.Sum64()
 	if forDur > 0 {
 		r.until = r.from + forDur
 	}
@@ -508,8 +560,14 @@ func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r
 		if (ru.cliNets != nil || ru.cliAddrs != nil || ru.cliNames != nil) && !ru.inClients(s) {
 			continue
 		}
-		if ru.prob < 1 && r.Float64() >= ru.prob {
-			continue
+		if ru.prob < 1 {
+			if ru.perConn {
+				if connDraw(in.seed^ru.salt, s.injConn) >= ru.prob {
+					continue
+				}
+			} else if r.Float64() >= ru.prob {
+				continue
+			}
 		}
 		return ru
 	}
@@ -596,12 +654,13 @@ func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
 
 // inject applies the rules to request c of s, read at now, before it is
 // routed (client.route), and reports what route does next: pause (the
-// request and the input after it wait: a delay or a timeout), or answered
-// (e was queued and answered with an injected error). Otherwise route
-// goes on with the request; at is then the time it counts from (its own
-// read, or that of a delayed request it was held behind) and inj its
-// injected time so far.
-func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) (pause, answered bool, at, inj int64) {
+// request and the input after it wait: a delay or a timeout; or the
+// client was reset), or answered (e was queued and answered with an
+// injected error). Otherwise route goes on with the request; at is then
+// the time it counts from (its own read, or that of a delayed request it
+// was held behind), inj its injected time so far, and hold how long its
+// reply is to be held (ns; a reply delay, holdReply).
+func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) (pause, answered bool, at, inj, hold int64) {
 	at = now
 	if s.injFrom != 0 && s.has(cfResuming) {
 		// Held behind a delayed request (read with it): timed from that
@@ -612,14 +671,16 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	if s.injPass {
 		// The delayed request itself, now due: not matched again.
 		s.injPass = false
-		return false, false, at, inj
+		s.injRule, s.injDelayed = s.injDelayed, nil
+		return false, false, at, inj, 0
 	}
+	s.injRule = nil
 	if s.l.injRand == nil {
 		s.l.injRand = rand.New(rand.NewPCG(in.seed, uint64(s.l.idx)))
 	}
 	ru := in.match(s, v, c, now, s.l.injRand)
 	if ru == nil {
-		return false, false, at, inj
+		return false, false, at, inj, 0
 	}
 	ru.hits.Add(1)
 	switch ru.effect {
@@ -632,16 +693,23 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 			s.tx.aborted = true
 		}
 		s.local(e, ru.reply)
-		return false, true, at, inj
+		return false, true, at, inj, 0
 	case effTimeout:
 		s.paused = pauseHung
-		return true, false, at, inj
+		return true, false, at, inj, 0
+	case effReset:
+		s.reset()
+		return true, false, at, inj, 0
+	case effReplyDelay:
+		s.injRule = ru
+		return false, false, at, inj, ru.delay.sample(s.l.injRand)
 	}
 	due := at + ru.delay.sample(s.l.injRand)
 	if due <= now {
-		return false, false, at, now - at
+		s.injRule = ru
+		return false, false, at, now - at, 0
 	}
-	s.paused, s.injFrom, s.injDue, s.injPass = pauseInject, at, due, true
+	s.paused, s.injFrom, s.injDue, s.injPass, s.injDelayed = pauseInject, at, due, true, ru
 	s.injGen++
 	gen, el, clock := s.injGen, s.conn.EventLoop(), &s.p.clock
 	clock.add(due, func() {
@@ -653,7 +721,141 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 			return nil
 		})) // an error: the loop is stopping
 	})
-	return true, false, at, inj
+	return true, false, at, inj, 0
+}
+
+// connDraw returns the per-connection draw in [0, 1) of connection conn
+// for a rule salted with salt (the seed and the rule's name): SplitMix64's
+// finaliser (Steele, Lea, Flood 2014) of the two, the top 53 bits.
+func connDraw(salt, conn uint64) float64 {
+	x := salt + conn*0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+// reset closes the client's connection with a TCP RST: SO_LINGER 0 makes
+// close(2) drop what is unsent and reset the connection (reset rule). Its
+// requests in flight are forgotten as for a client that left.
+func (s *client) reset() {
+	s.paused = pauseHung
+	if s.linger != nil {
+		s.linger.close()
+		s.linger = nil
+	} else {
+		_ = unix.SetsockoptLinger(s.conn.Fd(), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1})
+		s.l.closeNow(s.conn)
+	}
+	s.shutdown()
+}
+
+// holdReply reports whether e, ready at the head of its client's queue,
+// is held by a reply delay (e.hold ns from when its reply came in,
+// e.tReply). The first time it arms a timer on the delays' clock
+// (injclock.go) that releases e and flushes the client when due; advance
+// stops at e meanwhile, so the replies behind it keep their order.
+func (s *client) holdReply(e *request) bool {
+	if e.holdDue != 0 {
+		return true // armed: its timer releases it
+	}
+	due := e.tReply + e.hold
+	if e.tReply == 0 || due <= s.p.now() {
+		s.releaseReply(e, max(due, e.tReply))
+		return false
+	}
+	e.holdDue = due
+	seq, el, clock := e.seq, s.conn.EventLoop(), &s.p.clock
+	clock.add(due, func() {
+		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			clock.handedOver(s.p.now() - due)
+			if !s.gone() && s.q.len() > 0 && s.q.front() == e && e.seq == seq && e.holdDue == due {
+				s.releaseReply(e, due)
+				s.markDirty()
+				s.l.flushAll()
+			}
+			return nil
+		})) // an error: the loop is stopping
+	})
+	return true
+}
+
+// releaseReply ends e's reply delay, due at due: the hold is injected
+// time, and so is the wait of each reply ready behind it that came in
+// before due (up to the next held one). Lateness past due is proxy time.
+func (s *client) releaseReply(e *request, due int64) {
+	if e.tReply > 0 {
+		e.inj += due - e.tReply
+	}
+	e.hold, e.holdDue = 0, 0
+	for i := 1; i < s.q.len(); i++ {
+		x := s.q.at(i)
+		if !x.ready || x.hold != 0 {
+			break
+		}
+		if x.tReply > 0 && x.tReply < due {
+			x.inj += due - x.tReply
+		}
+	}
+}
+
+// Injection returns the rules in force (nil: none).
+func (p *Proxy) Injection() *Injection { return p.inject.Load() }
+
+// AddInjection puts the rules of in into force after those in force
+// already, which keep their counters; the seed stays the first set's (the
+// event loops' random sources are seeded once). A name already in force
+// is an error, and nothing changes. A rule scoped by client name needs the
+// names kept from the start (a slow log, or such a rule in Config.Inject).
+func (p *Proxy) AddInjection(in *Injection) error {
+	p.injMu.Lock()
+	defer p.injMu.Unlock()
+	cur := p.inject.Load()
+	next := &Injection{seed: in.seed}
+	if cur != nil {
+		next.seed, next.names = cur.seed, cur.names
+		next.rules = append(next.rules, cur.rules...)
+	}
+	for _, r := range in.rules {
+		for _, o := range next.rules {
+			if o.name == r.name {
+				return fmt.Errorf("rule %q: name in force already", r.name)
+			}
+		}
+		if len(r.cliNames) > 0 && !p.keepNames {
+			return fmt.Errorf("rule %q: clients: name: client names are not kept (start respmeter with the slow log or a rule scoped by name)", r.name)
+		}
+		next.names = next.names || len(r.cliNames) > 0
+		next.rules = append(next.rules, r)
+	}
+	p.inject.Store(next)
+	return nil
+}
+
+// RemoveInjection takes the rule named name out of force, or every rule
+// when name is empty; it reports whether there was one. Requests a
+// removed rule holds (a delay, a held reply, a timeout) stay held.
+func (p *Proxy) RemoveInjection(name string) bool {
+	p.injMu.Lock()
+	defer p.injMu.Unlock()
+	cur := p.inject.Load()
+	if cur == nil {
+		return false
+	}
+	next := &Injection{seed: cur.seed, names: cur.names}
+	for _, r := range cur.rules {
+		if name != "" && r.name != name {
+			next.rules = append(next.rules, r)
+		}
+	}
+	if len(next.rules) == len(cur.rules) {
+		return false
+	}
+	if len(next.rules) == 0 {
+		next = nil
+	}
+	p.inject.Store(next)
+	return true
 }
 
 // injectEnd runs at the end of a batch of input: once no delay holds the

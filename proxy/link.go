@@ -411,7 +411,7 @@ func (ln *link) streamable(t byte) *client {
 	}
 	r := ln.q.front()
 	e := r.e
-	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 ||
+	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 || e.hold != 0 ||
 		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset ||
 		e.cmd == command.InfoCmd && e.s.vnode != nil { // rewritten whole (facadeInfo)
 		return nil

@@ -64,8 +64,10 @@ type Proxy struct {
 	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
 	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
 	shared bool
-	inject *Injection // Config.Inject (inject.go); nil: no rules
-	clock  injClock   // fires injected delays (injclock.go)
+	inject atomic.Pointer[Injection] // the rules in force (inject.go); nil: none
+	injMu  sync.Mutex                // serialises changes of inject (AddInjection)
+	clock  injClock                  // fires injected delays (injclock.go)
+	conns  atomic.Uint64             // client connections accepted (client.injConn)
 	// keepNames: clients' names (CLIENT SETNAME, HELLO SETNAME) are kept,
 	// for the slow log or for rules scoped by client name.
 	keepNames bool
@@ -258,7 +260,9 @@ func New(cfg Config) (*Proxy, error) {
 		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen)
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
-	p.inject = cfg.Inject
+	if cfg.Inject != nil {
+		p.inject.Store(cfg.Inject)
+	}
 	p.keepNames = cfg.SlowLog != nil || (cfg.Inject != nil && cfg.Inject.names)
 	p.clock.now = p.now
 	p.stallAfter = stallAfter
@@ -719,6 +723,7 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	l := p.loopFor(c.EventLoop())
 	l.clients[c] = struct{}{}
 	s := newClient(p, c, l)
+	s.injConn = p.conns.Add(1)
 	if p.facade != nil {
 		p.facade.attach(s, c)
 	}

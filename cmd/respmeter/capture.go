@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -87,14 +86,7 @@ func startCapture(p *proxy.Proxy, cc proxy.CaptureConfig) error {
 // wraps this handler in metrics.MutationGuard: the POSTs need the token.
 func captureHandler(p *proxy.Proxy, dir string) http.Handler {
 	mux := http.NewServeMux()
-	writeJSON := func(w http.ResponseWriter, code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(v)
-	}
-	fail := func(w http.ResponseWriter, code int, err error) {
-		writeJSON(w, code, map[string]string{"error": err.Error()})
-	}
+	fail := writeJSONError
 	mux.HandleFunc("GET /capture", func(w http.ResponseWriter, _ *http.Request) {
 		st, ok := p.CaptureStats()
 		if !ok {

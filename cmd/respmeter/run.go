@@ -136,7 +136,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error.`,
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(a.proxyCmd(), a.demoCmd(), a.demoLoadCmd(), newReportCmd(a.stdout, a.stderr), newCheckCmd(a.stdout, a.stderr),
-		newCaptureCmd(a.stdout), newHeatCmd(a.stdout), newReplayCmd(a.stdout, a.stderr, a.lookupEnv), a.versionCmd())
+		newCaptureCmd(a.stdout), newInjectCmd(a.stdout), newHeatCmd(a.stdout), newReplayCmd(a.stdout, a.stderr, a.lookupEnv), a.versionCmd())
 	return root
 }
 

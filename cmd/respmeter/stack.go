@@ -339,9 +339,6 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 			// (proxy.Config.Inject): one more than the event loops'.
 			runtime.GOMAXPROCS(n)
 		}
-		if err := registerInject(reg, in); err != nil {
-			return err
-		}
 	}
 	p, err := proxy.New(pcfg)
 	if err == nil {
@@ -359,6 +356,7 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 			Name: "respmeter_requests_in_flight",
 			Help: "Requests read from clients and not yet answered, at the scrape (0 when every client has its replies).",
 		}, func() float64 { return float64(p.InFlight()) })),
+		reg.Register(injectCollector{p}),
 	); err != nil {
 		_ = p.Stop(context.Background())
 		return fmt.Errorf("register proxy metrics: %w", err)
@@ -404,6 +402,9 @@ func (st *stack) startAdmin(ln net.Listener, reg *prometheus.Registry, guard adm
 	capture := captureHandler(st.proxy, st.cfg.CaptureDir)
 	mux.Handle("/capture", capture)
 	mux.Handle("/capture/", capture)
+	inject := injectHandler(st.proxy)
+	mux.Handle("/inject", inject)
+	mux.Handle("/inject/", inject)
 	mux.Handle("/", metrics.NewAdminMux(st.set, reg)) // /metrics
 	// Go's profiler, as caddy's admin endpoint serves it: the admin address
 	// is loopback unless told otherwise (and warned about then).
@@ -621,16 +622,23 @@ func (st *stack) writeTables(w io.Writer) error {
 	return st.analyzer.writeVerdict(w)
 }
 
-// registerInject registers respmeter_inject_total{rule,effect}: the
-// requests each fault injection rule touched.
-func registerInject(reg prometheus.Registerer, in *proxy.Injection) error {
-	var errs []error
-	for i, c := range in.Counts() {
-		errs = append(errs, reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "respmeter_inject_total",
-			Help:        "Requests a fault injection rule (--inject) touched: delayed, answered with its error, or held (timeout).",
-			ConstLabels: prometheus.Labels{"rule": c.Rule, "effect": c.Effect},
-		}, func() float64 { return float64(in.Hits(i)) })))
+// injectCollector exports respmeter_inject_total{rule,effect}: the
+// requests each fault injection rule in force touched (--inject, or added
+// on /inject), read at the scrape.
+type injectCollector struct{ p *proxy.Proxy }
+
+var injectDesc = prometheus.NewDesc("respmeter_inject_total",
+	"Requests a fault injection rule in force (--inject, /inject) touched: delayed, answered with its error, held, reset.",
+	[]string{"rule", "effect"}, nil)
+
+func (c injectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- injectDesc }
+
+func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
+	in := c.p.Injection()
+	if in == nil {
+		return
 	}
-	return errors.Join(errs...)
+	for _, r := range in.Counts() {
+		ch <- prometheus.MustNewConstMetric(injectDesc, prometheus.CounterValue, float64(r.Count), r.Rule, r.Effect)
+	}
 }

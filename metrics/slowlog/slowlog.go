@@ -99,6 +99,10 @@ type Entry struct {
 	// duration in seconds. Add copies the map; maps read from Entries are
 	// the caller's own.
 	Phases map[string]float64 `json:"phases_seconds"`
+	// Rule names the fault injection rule that touched the command (a
+	// delay of the request or of its reply), if any; its injected time is
+	// the "injected" phase, left out of "proxy".
+	Rule string `json:"rule,omitempty"`
 }
 
 // Rec is a slow command as the proxy records it (Log.Record): fixed-size,
@@ -124,6 +128,11 @@ type Rec struct {
 	// reply arriving, and the engine's share of Upstream (see the proxy's
 	// timing model). Service is capped at Upstream.
 	Total, Upstream, Service time.Duration
+	// Injected is the command's injected time (ns; fault injection), part
+	// of Total and of no other phase; Rule the rule's name, an immutable
+	// string, or "".
+	Injected time.Duration
+	Rule     string
 }
 
 // item is one slot of the ring: a Rec or, from Add, an Entry.
@@ -261,6 +270,7 @@ func (it *item) toEntry() Entry {
 		Command:    r.Command,
 		Args:       r.Args,
 		ClientName: r.ClientName,
+		Rule:       r.Rule,
 	}
 	if r.Client.IsValid() {
 		e.Client = r.Client.String()
@@ -270,9 +280,12 @@ func (it *item) toEntry() Entry {
 	e.Phases = map[string]float64{
 		"total":    r.Total.Seconds(),
 		"upstream": r.Upstream.Seconds(),
-		"proxy":    max(r.Total-r.Upstream, 0).Seconds(),
+		"proxy":    max(r.Total-r.Upstream-r.Injected, 0).Seconds(),
 		"service":  service.Seconds(),
 		"queue":    max(r.Upstream-service, 0).Seconds(),
+	}
+	if r.Injected > 0 {
+		e.Phases["injected"] = r.Injected.Seconds()
 	}
 	return e
 }
