@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -336,5 +338,109 @@ func TestReplayTLS(t *testing.T) {
 	}
 	if keyShown(t, outs.String(), rc.KeyFile) {
 		t.Errorf("replay printed the private key of %s", rc.KeyFile)
+	}
+}
+
+// TestProxyTLSReload rotates the TLS listener's certificate of a running
+// "respmeter proxy": on SIGHUP, then by replacing the files alone (read
+// again within tlsconf.WatchInterval). A client connected before keeps
+// being served, each new client gets the certificate installed last (told
+// by its serial), and a certificate with another certificate's key is
+// refused: the one in use stays, and the log says why, naming the files
+// and never showing a key.
+func TestProxyTLSReload(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "respmeter.crt"), filepath.Join(dir, "respmeter.key")
+	install := func(cert, key string) {
+		t.Helper()
+		for src, dst := range map[string]string{cert: certFile, key: keyFile} {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(dst+".new", dst); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first, second, third := ca.IssueValid("first"), ca.IssueValid("second"), ca.IssueValid("third")
+	install(first.CertFile, first.KeyFile)
+	uc := ca.IssueValid("respmeter-upstream")
+	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", uc.CertFile, "--upstream-tls-key-file", uc.KeyFile)
+	addr := p.waitFor(t, p.stderr, `msg="proxy listening".* tls_addr=(\S+)`)[1]
+
+	type conn struct {
+		serial string
+		ping   func() string
+	}
+	dial := func() conn {
+		t.Helper()
+		c, err := tls.Dial("tcp", addr, ca.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		r := bufio.NewReader(c)
+		return conn{c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), func() string {
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(redistest.Cmd("PING")); err != nil {
+				return err.Error()
+			}
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return err.Error()
+			}
+			return line
+		}}
+	}
+	serialOf := func(c redistest.Cert) string { return c.TLS.Leaf.SerialNumber.Text(16) }
+
+	before := dial()
+	if before.serial != serialOf(first) || before.ping() != "+PONG\r\n" {
+		t.Fatalf("before any rotation: serial %s, want %s", before.serial, serialOf(first))
+	}
+
+	install(second.CertFile, second.KeyFile)
+	p.signal(t, syscall.SIGHUP)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(second))
+	if got := dial().serial; got != serialOf(second) {
+		t.Errorf("after SIGHUP a new client got serial %s, want %s", got, serialOf(second))
+	}
+	if got := before.ping(); got != "+PONG\r\n" {
+		t.Errorf("PING on the connection made before the rotation: %q", got)
+	}
+
+	install(third.CertFile, third.KeyFile) // no signal: the files alone
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(third))
+	if got := dial().serial; got != serialOf(third) {
+		t.Errorf("after the files changed a new client got serial %s, want %s", got, serialOf(third))
+	}
+
+	install(first.CertFile, second.KeyFile) // a certificate with another's key
+	m := p.waitFor(t, p.stderr, `level=WARN msg="TLS certificates not reloaded: the ones in use are kept" component=tls side=client err="([^"]*)"`)
+	if !strings.Contains(m[1], keyFile) || !strings.Contains(m[1], "private key does not match public key") {
+		t.Errorf("the failed reload's reason %q does not name %s and the mismatch", m[1], keyFile)
+	}
+	if got := dial().serial; got != serialOf(third) {
+		t.Errorf("after a failed reload a new client got serial %s, want the kept %s", got, serialOf(third))
+	}
+	if got := before.ping(); got != "+PONG\r\n" {
+		t.Errorf("PING on the connection made before every rotation: %q", got)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	for _, c := range []redistest.Cert{first, second, third, uc} {
+		if keyShown(t, p.stderr.String(), c.KeyFile) {
+			t.Errorf("the log shows the private key of %s", c.KeyFile)
+		}
 	}
 }
