@@ -444,3 +444,72 @@ func TestProxyTLSReload(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoTLS runs "respmeter demo --tls": the load connects to
+// respmeter's TLS listener and respmeter to redis-server over TLS (Debian's
+// is built with it), every command is answered (0 errors, the table's
+// rows), each side's handshakes are shown (at least one per load
+// connection on the client side), and the throwaway certificates' directory
+// is gone at exit, no key printed. With no redis-server (the embedded
+// miniredis) the engine side says it is plaintext.
+func TestDemoTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		upstream string
+	}{
+		{"redis-server", nil, `(?m)^tls upstream \(respmeter -> engine\): [1-9]\d* handshakes, mean \d+\.\d{3} ms, TLS 1\.[23] TLS_\w+ x\d+; no failed handshakes$`},
+		{"miniredis", []string{"PATH="}, `(?m)^tls upstream \(respmeter -> engine\): plaintext, the engine serves no TLS$`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.env == nil {
+				if testing.Short() {
+					t.Skip("demo with redis-server skipped with -short")
+				}
+				redistest.Tool(t, "redis-server")
+			}
+			const conns = 4
+			p := start(t, tc.env, "demo", "--tls", "--duration", "700ms", "--conns", strconv.Itoa(conns))
+			code := p.wait(t)
+			stdout, stderr := p.stdout.String(), p.stderr.String()
+			if code != exitOK {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			checkDemoOutput(t, stdout, p.cmd.Process.Pid)
+			if tc.env == nil && !strings.Contains(stdout, "engine: redis-server 7.0.15 (/usr/bin/redis-server), TLS only (--port 0 --tls-port)\n") {
+				t.Errorf("the engine line does not say TLS only:\n%s", stdout)
+			}
+			m := regexp.MustCompile(`(?m)^proxy TLS listener: 127\.0\.0\.1:\d+ \(throwaway certificates in (\S+), removed at exit\)$`).FindStringSubmatch(stdout)
+			if m == nil {
+				t.Fatalf("no TLS listener line:\n%s", stdout)
+			}
+			if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+				t.Errorf("the certificates' directory %s is still there after exit (%v)", m[1], err)
+			}
+			client := regexp.MustCompile(`(?m)^tls client \(load -> respmeter\): (\d+) handshakes, mean \d+\.\d{3} ms, TLS 1\.[23] TLS_\w+ x\d+; no failed handshakes$`).FindStringSubmatch(stdout)
+			if client == nil {
+				t.Fatalf("no client-side TLS line:\n%s", stdout)
+			}
+			if n, _ := strconv.Atoi(client[1]); n < conns {
+				t.Errorf("%d client handshakes for %d load connections", n, conns)
+			}
+			if !regexp.MustCompile(tc.upstream).MatchString(stdout) {
+				t.Errorf("no upstream TLS line matching %s:\n%s", tc.upstream, stdout)
+			}
+			for _, want := range []string{" 0 errors\n", tableHeader} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout does not contain %q:\n%s", want, stdout)
+				}
+			}
+			for _, cmd := range []string{"get", "set", "incr", "hset", "hgetall", "lpush", "lrange"} {
+				if !regexp.MustCompile(`(?m)^` + cmd + ` +[1-9]\d* `).MatchString(stdout) {
+					t.Errorf("table has no %s row:\n%s", cmd, stdout)
+				}
+			}
+			if strings.Contains(stdout+stderr, "PRIVATE KEY") {
+				t.Error("the demo printed a private key")
+			}
+		})
+	}
+}
