@@ -16,24 +16,6 @@ import (
 	"github.com/respmeter/respmeter/proxy"
 )
 
-// installCert copies c's certificate and key over certFile and keyFile,
-// each replaced whole (written beside, then renamed), as a rotation does.
-func installCert(t *testing.T, c redistest.Cert, certFile, keyFile string) {
-	t.Helper()
-	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(dst+".new", dst); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // tlsConn is a raw TLS client connection of the proxy: the serial of the
 // certificate the proxy presented, and PING on it.
 type tlsConn struct {
@@ -81,8 +63,8 @@ func TestTLSReload(t *testing.T) {
 	var first redistest.Cert
 	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
 		first = e.ca.IssueValid("first")
-		installCert(t, first, certFile, keyFile)
-		installCert(t, e.ca.IssueValid("upstream-first"), upCert, upKey)
+		first.CopyTo(t, certFile, keyFile)
+		e.ca.IssueValid("upstream-first").CopyTo(t, upCert, upKey)
 		var err error
 		if server, err = tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, c.Logger); err != nil {
 			t.Fatal(err)
@@ -103,7 +85,7 @@ func TestTLSReload(t *testing.T) {
 	}
 
 	second := e.ca.IssueValid("second")
-	installCert(t, second, certFile, keyFile)
+	second.CopyTo(t, certFile, keyFile)
 	if err := server.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +128,7 @@ func TestTLSReload(t *testing.T) {
 	killProxyLinks() // the control: with a valid certificate the proxy dials again and is served
 	redistest.Eventually(t, 10*time.Second, served)
 
-	installCert(t, e.ca.Issue("upstream-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)), upCert, upKey)
+	e.ca.Issue("upstream-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)).CopyTo(t, upCert, upKey)
 	if err := upstream.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +139,7 @@ func TestTLSReload(t *testing.T) {
 		}
 	}
 
-	installCert(t, e.ca.IssueValid("upstream-renewed"), upCert, upKey)
+	e.ca.IssueValid("upstream-renewed").CopyTo(t, upCert, upKey)
 	if err := upstream.Reload(); err != nil {
 		t.Fatal(err)
 	}

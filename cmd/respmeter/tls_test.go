@@ -353,23 +353,8 @@ func TestProxyTLSReload(t *testing.T) {
 	srv := redistest.StartTLS(t, ca)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "respmeter.crt"), filepath.Join(dir, "respmeter.key")
-	install := func(cert, key string) {
-		t.Helper()
-		for src, dst := range map[string]string{cert: certFile, key: keyFile} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(dst+".new", dst); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	first, second, third := ca.IssueValid("first"), ca.IssueValid("second"), ca.IssueValid("third")
-	install(first.CertFile, first.KeyFile)
+	first.CopyTo(t, certFile, keyFile)
 	uc := ca.IssueValid("respmeter-upstream")
 	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
 		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
@@ -407,7 +392,7 @@ func TestProxyTLSReload(t *testing.T) {
 		t.Fatalf("before any rotation: serial %s, want %s", before.serial, serialOf(first))
 	}
 
-	install(second.CertFile, second.KeyFile)
+	second.CopyTo(t, certFile, keyFile)
 	p.signal(t, syscall.SIGHUP)
 	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(second))
 	if got := dial().serial; got != serialOf(second) {
@@ -417,13 +402,13 @@ func TestProxyTLSReload(t *testing.T) {
 		t.Errorf("PING on the connection made before the rotation: %q", got)
 	}
 
-	install(third.CertFile, third.KeyFile) // no signal: the files alone
+	third.CopyTo(t, certFile, keyFile) // no signal: the files alone
 	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(third))
 	if got := dial().serial; got != serialOf(third) {
 		t.Errorf("after the files changed a new client got serial %s, want %s", got, serialOf(third))
 	}
 
-	install(first.CertFile, second.KeyFile) // a certificate with another's key
+	redistest.Cert{CertFile: first.CertFile, KeyFile: second.KeyFile}.CopyTo(t, certFile, keyFile) // a certificate with another's key
 	m := p.waitFor(t, p.stderr, `level=WARN msg="TLS certificates not reloaded: the ones in use are kept" component=tls side=client err="([^"]*)"`)
 	if !strings.Contains(m[1], keyFile) || !strings.Contains(m[1], "private key does not match public key") {
 		t.Errorf("the failed reload's reason %q does not name %s and the mismatch", m[1], keyFile)

@@ -68,6 +68,25 @@ func (ca *CA) Issue(name string, notBefore, notAfter time.Time) Cert {
 	return c
 }
 
+// CopyTo writes c's certificate and key over certFile and keyFile, each
+// replaced whole (written beside, then renamed), as a certificate rotation
+// does.
+func (c Cert) CopyTo(t testing.TB, certFile, keyFile string) {
+	t.Helper()
+	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if err := os.Rename(dst+".new", dst); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
+}
+
 // IssueValid issues a certificate for name valid from an hour ago for a
 // day.
 func (ca *CA) IssueValid(name string) Cert {

@@ -41,23 +41,21 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-// install copies c's certificate and key over certFile and keyFile, each
-// replaced whole (written beside, then renamed), as a rotation does.
-func install(t *testing.T, c redistest.Cert, certFile, keyFile string) {
-	t.Helper()
-	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmp := dst + ".new"
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, dst); err != nil {
-			t.Fatal(err)
-		}
+// serverSetup makes a CA and two certificates of it, installs the first
+// at certFile and keyFile and returns a client-facing Reloader of them
+// logging to logs.
+func serverSetup(t *testing.T) (ca *redistest.CA, certFile, keyFile string, first, second redistest.Cert, r *tlsconf.Reloader, logs *logBuf) {
+	ca = redistest.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	first, second = ca.IssueValid("first"), ca.IssueValid("second")
+	first.CopyTo(t, certFile, keyFile)
+	logs = new(logBuf)
+	r, err := tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return ca, certFile, keyFile, first, second, r, logs
 }
 
 func serial(c redistest.Cert) *big.Int { return c.TLS.Leaf.SerialNumber }
@@ -119,16 +117,7 @@ func echo(c net.Conn, r *bufio.Reader, line string) error {
 // certificate (told by its serial), and a broken file keeps the pair in
 // use, logged with the file's name and never the key.
 func TestServerReload(t *testing.T) {
-	ca := redistest.NewCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	first, second := ca.IssueValid("first"), ca.IssueValid("second")
-	install(t, first, certFile, keyFile)
-	var logs logBuf
-	r, err := tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, certFile, keyFile, first, second, r, logs := serverSetup(t)
 	addr, _ := echoServer(t, r.Config())
 	dial := func() (*tls.Conn, *bufio.Reader) {
 		t.Helper()
@@ -149,7 +138,7 @@ func TestServerReload(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	install(t, second, certFile, keyFile)
+	second.CopyTo(t, certFile, keyFile)
 	if err := r.Reload(); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
@@ -167,7 +156,7 @@ func TestServerReload(t *testing.T) {
 	// A key that does not match the certificate (a rotation half done),
 	// then a key file that is not PEM: each keeps the pair in use.
 	keyText := strings.Split(mustRead(t, second.KeyFile), "\n")[1]
-	install(t, redistest.Cert{CertFile: first.CertFile, KeyFile: second.KeyFile}, certFile, keyFile)
+	redistest.Cert{CertFile: first.CertFile, KeyFile: second.KeyFile}.CopyTo(t, certFile, keyFile)
 	if err := r.Reload(); err == nil {
 		t.Error("Reload took a certificate with another certificate's key")
 	}
@@ -248,7 +237,7 @@ func TestClientReloadCertificate(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
 	first, second := ca.IssueValid("first"), ca.IssueValid("second")
-	install(t, first, certFile, keyFile)
+	first.CopyTo(t, certFile, keyFile)
 	r, err := tlsconf.NewClientReloader(ca.CertFile, certFile, keyFile, "", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +263,7 @@ func TestClientReloadCertificate(t *testing.T) {
 	if got := connect(); got != serial(first).String() {
 		t.Errorf("client certificate %s, want %v", got, serial(first))
 	}
-	install(t, second, certFile, keyFile)
+	second.CopyTo(t, certFile, keyFile)
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -295,23 +284,14 @@ func TestClientReloadCertificate(t *testing.T) {
 // TestWatch: a change of the files' content is picked up without a call
 // to Reload; a broken file is reported once, however long it stays.
 func TestWatch(t *testing.T) {
-	ca := redistest.NewCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	first, second := ca.IssueValid("first"), ca.IssueValid("second")
-	install(t, first, certFile, keyFile)
-	var logs logBuf
-	r, err := tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, certFile, keyFile, _, second, r, logs := serverSetup(t)
 	const every = 20 * time.Millisecond
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { defer close(done); r.Watch(ctx, every) }()
 	defer func() { cancel(); <-done }()
 
-	install(t, second, certFile, keyFile)
+	second.CopyTo(t, certFile, keyFile)
 	redistest.Eventually(t, 5*time.Second, func() error {
 		if got := r.Leaf().SerialNumber; got.Cmp(serial(second)) != 0 {
 			return fmt.Errorf("serial %v, want %v", got, serial(second))
