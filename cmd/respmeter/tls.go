@@ -46,7 +46,10 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 		if err != nil {
 			return ts, err
 		}
-		ts.upstream, ts.reloaders = r.Config(), append(ts.reloaders, r)
+		ts.upstream = r.Config()
+		if cfg.UpstreamTLSCertFile != "" { // else nothing to reload
+			ts.reloaders = append(ts.reloaders, r)
+		}
 		if cfg.UpstreamTLSInsecureSkipVerify {
 			log.Warn("upstream TLS certificates are not verified (upstream_tls_insecure_skip_verify): anyone on the path can read and change the traffic",
 				"component", "proxy")
