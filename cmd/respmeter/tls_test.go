@@ -347,7 +347,9 @@ func TestReplayTLS(t *testing.T) {
 // being served, each new client gets the certificate installed last (told
 // by its serial), and a certificate with another certificate's key is
 // refused: the one in use stays, and the log says why, naming the files
-// and never showing a key.
+// and never showing a key. The client certificate towards the engine
+// reloads too: an expired one is refused by the engine, a renewed one
+// served.
 func TestProxyTLSReload(t *testing.T) {
 	ca := redistest.NewCA(t)
 	srv := redistest.StartTLS(t, ca)
@@ -356,9 +358,11 @@ func TestProxyTLSReload(t *testing.T) {
 	first, second, third := ca.IssueValid("first"), ca.IssueValid("second"), ca.IssueValid("third")
 	first.CopyTo(t, certFile, keyFile)
 	uc := ca.IssueValid("respmeter-upstream")
+	upCert, upKey := filepath.Join(dir, "upstream.crt"), filepath.Join(dir, "upstream.key")
+	uc.CopyTo(t, upCert, upKey)
 	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
 		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
-		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", uc.CertFile, "--upstream-tls-key-file", uc.KeyFile)
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", upCert, "--upstream-tls-key-file", upKey)
 	addr := p.waitFor(t, p.stderr, `msg="proxy listening".* tls_addr=(\S+)`)[1]
 
 	type conn struct {
@@ -419,11 +423,36 @@ func TestProxyTLSReload(t *testing.T) {
 	if got := before.ping(); got != "+PONG\r\n" {
 		t.Errorf("PING on the connection made before every rotation: %q", got)
 	}
+
+	// The client certificate towards the engine (which verifies it):
+	// replaced on SIGHUP by an expired one, the engine refuses the proxy's
+	// new connections (its connections killed, so that it dials again);
+	// replaced by a valid one (the files alone), they are served again.
+	expired := ca.Issue("upstream-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	expired.CopyTo(t, upCert, upKey)
+	p.signal(t, syscall.SIGHUP)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream .*serial=`+serialOf(expired))
+	srv.DoT(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	for i := range 3 {
+		if got := dial().ping(); got == "+PONG\r\n" {
+			t.Errorf("client %d served with the proxy's client certificate expired", i)
+		}
+	}
+	renewed := ca.IssueValid("upstream-renewed")
+	renewed.CopyTo(t, upCert, upKey)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream .*serial=`+serialOf(renewed))
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if got := dial().ping(); got != "+PONG\r\n" {
+			return fmt.Errorf("PING with the renewed client certificate: %q", got)
+		}
+		return nil
+	})
+
 	p.signal(t, syscall.SIGTERM)
 	if code := p.wait(t); code != exitOK {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
 	}
-	for _, c := range []redistest.Cert{first, second, third, uc} {
+	for _, c := range []redistest.Cert{first, second, third, uc, expired, renewed} {
 		if keyShown(t, p.stderr.String(), c.KeyFile) {
 			t.Errorf("the log shows the private key of %s", c.KeyFile)
 		}
