@@ -14,11 +14,10 @@ import (
 	"time"
 )
 
-// WatchInterval is how often Reloader.Watch reads the certificate files
-// for a change, as Valkey's tls-auto-reload-interval does: reading a few
-// small files every 5 seconds costs nothing measurable, and picks up a
-// rotation (cert-manager, a Kubernetes Secret's symlink swap, a plain
-// copy) within that time.
+// WatchInterval is how often respmeter proxy reads the certificate files
+// for a change (Reloader.Watch): reading a few small files every 5 seconds
+// costs nothing measurable, and picks up a rotation (cert-manager, a
+// Kubernetes Secret's symlink swap, a plain copy) within that time.
 const WatchInterval = 5 * time.Second
 
 // Reloader keeps one side's TLS configuration up with its certificate
