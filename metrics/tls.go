@@ -94,24 +94,58 @@ func (t *TLS) HandshakeErrors(side, reason string) uint64 {
 
 // Handshakes returns the completed handshakes of side, all versions and
 // ciphers together.
-func (t *TLS) Handshakes(side string) uint64 {
+func (t *TLS) Handshakes(side string) uint64 { return t.Side(side).Handshakes }
+
+// TLSSide is what one side's handshakes came to since start.
+type TLSSide struct {
+	// Handshakes is the number completed; Mean their mean time.
+	Handshakes uint64
+	Mean       time.Duration
+	// Negotiated counts the completed handshakes by "version cipher"
+	// ("TLS 1.3 TLS_AES_128_GCM_SHA256"); Errors the failed ones by
+	// reason.
+	Negotiated map[string]uint64
+	Errors     map[string]uint64
+}
+
+// Side returns the handshake figures of side.
+func (t *TLS) Side(side string) TLSSide {
+	s := TLSSide{Negotiated: map[string]uint64{}, Errors: map[string]uint64{}}
 	if t == nil {
-		return 0
+		return s
 	}
-	ch := make(chan prometheus.Metric, 64)
-	go func() { t.done.Collect(ch); close(ch) }()
-	var n float64
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil {
+	var sum float64
+	for _, c := range []prometheus.Collector{t.duration, t.done, t.failed} {
+		ch := make(chan prometheus.Metric, 64)
+		go func() { c.Collect(ch); close(ch) }()
+		for m := range ch {
+			var d dto.Metric
+			if m.Write(&d) != nil {
+				continue
+			}
+			labels := map[string]string{}
 			for _, l := range d.GetLabel() {
-				if l.GetName() == "side" && l.GetValue() == side {
-					n += d.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["side"] != side {
+				continue
+			}
+			switch {
+			case d.GetHistogram() != nil:
+				sum += d.GetHistogram().GetSampleSum()
+			case labels["reason"] != "":
+				s.Errors[labels["reason"]] += uint64(d.GetCounter().GetValue())
+			default:
+				n := uint64(d.GetCounter().GetValue())
+				s.Handshakes += n
+				s.Negotiated[labels["version"]+" "+labels["cipher"]] += n
 			}
 		}
 	}
-	return uint64(n)
+	if s.Handshakes > 0 {
+		s.Mean = time.Duration(sum / float64(s.Handshakes) * float64(time.Second))
+	}
+	return s
 }
 
 func counterValue(c prometheus.Counter) float64 {

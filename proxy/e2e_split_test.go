@@ -186,10 +186,17 @@ func spWaitTimed(t testing.TB, set *metrics.Set, id command.ID, want int64) *met
 	return sn
 }
 
+// spConn is a client connection the split tests send on: a
+// *redistest.Conn, or a TLS one (tlsFrameConn).
+type spConn interface {
+	Write(b []byte) error
+	ReadFrame(timeout time.Duration) ([]byte, error)
+}
+
 // spRoundTrips sends req n times on c, one at a time (closed loop), each
 // time reading one reply frame, pausing think (SleepPrecise) before every
 // request when think > 0.
-func spRoundTrips(t testing.TB, c *redistest.Conn, req []byte, n int, think time.Duration) (gaps, rtts []time.Duration) {
+func spRoundTrips(t testing.TB, c spConn, req []byte, n int, think time.Duration) (gaps, rtts []time.Duration) {
 	t.Helper()
 	var replied time.Time
 	for i := 0; i < n; i++ {
@@ -242,7 +249,7 @@ type spLeg struct {
 	name  string
 	relay string
 	set   *metrics.Set
-	c     *redistest.Conn
+	c     spConn
 	think time.Duration
 	up    metrics.Durations
 	eng   spEngineWork

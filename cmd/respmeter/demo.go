@@ -4,14 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +26,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/internal/tlsconf"
+	"github.com/respmeter/respmeter/metrics"
 )
 
 // Demo limits.
@@ -43,6 +49,7 @@ type demoFlags struct {
 	duration time.Duration
 	conns    int
 	serve    bool
+	tls      bool
 }
 
 // demoCmd is "respmeter demo".
@@ -64,11 +71,18 @@ check /metrics, /stats and /slowlog; print the latency table, the verdict
 per command in each of those; stop everything, or with --serve keep the
 proxy, its live page and the engine up until interrupted (Ctrl-C).
 
+With --tls the load connects to respmeter's TLS listener, and respmeter to
+redis-server over TLS when redis-server was built with it (--port 0
+--tls-port); the certificates are throwaway ones, of a CA made for the run
+in a temporary directory removed at exit. The output then shows each side's
+handshakes: how many, their mean time, the version and cipher negotiated.
+
 The output ends with three lines: the verdict in plain words, what it
 means, and the command that puts respmeter in front of your own engine.`,
 		Example: `  respmeter demo
   respmeter demo --duration 10s --conns 32
-  respmeter demo --serve`,
+  respmeter demo --serve
+  respmeter demo --tls`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.duration <= 0 || f.duration > demoMaxDuration {
@@ -85,6 +99,7 @@ means, and the command that puts respmeter in front of your own engine.`,
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long to drive load")
 	fs.IntVar(&f.conns, "conns", 8, "number of client connections")
 	fs.BoolVar(&f.serve, "serve", false, "after the load, keep the proxy, its live page and the engine up until interrupted")
+	fs.BoolVar(&f.tls, "tls", false, "TLS on both sides, with throwaway certificates; shows the handshakes")
 	return cmd
 }
 
@@ -96,7 +111,18 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	defer stopSignals()
 	log := newLogger(a.stderr, "warn", "text")
 
-	eng, err := startEngine(ctx)
+	var dt *demoTLS
+	if f.tls {
+		if dt, err = newDemoTLS(); err != nil {
+			return failure(err)
+		}
+		defer func() {
+			if rerr := os.RemoveAll(dt.dir); rerr != nil {
+				err = errors.Join(err, failure(rerr))
+			}
+		}()
+	}
+	eng, err := startEngine(ctx, dt.engineTLS())
 	if err != nil {
 		return failure(err)
 	}
@@ -115,6 +141,12 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	cfg.EnginePoll = configs.Duration(demoEnginePoll)
 	if eng.embedded {
 		cfg.EnginePoll = 0
+	}
+	if dt != nil {
+		cfg.TLSListen, cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSAuthClients = "127.0.0.1:0", dt.certFile, dt.keyFile, tlsconf.AuthClientsNo
+		if eng.tls {
+			cfg.UpstreamTLS, cfg.UpstreamTLSCACertFile = true, dt.caFile
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return failure(err)
@@ -141,12 +173,17 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 		until = "until interrupted"
 	}
 	fmt.Fprintf(a.stdout, "proxy: %s (%d event loops)\n", st.proxy.Addr(), st.loops)
+	loadAddr, caFile := st.proxy.Addr(), ""
+	if dt != nil {
+		loadAddr, caFile = st.proxy.TLSAddr(), dt.caFile
+		fmt.Fprintf(a.stdout, "proxy TLS listener: %s (throwaway certificates in %s, removed at exit)\n", loadAddr, dt.dir)
+	}
 	fmt.Fprintf(a.stdout, "live page: %s/ (%s)\n", base, until)
 	fmt.Fprintf(a.stdout, "metrics: %s/metrics, stats: %s/stats, slowlog: %s/slowlog\n", base, base, base)
 	fmt.Fprintf(a.stdout, "load: %d connections for %v: SET GET INCR HSET HGETALL LPUSH LRANGE LTRIM, pipelines of %d GETs on every other connection\n",
 		f.conns, f.duration, demoPipeline)
 
-	res, err := loadProcess(ctx, st.proxy.Addr(), f.conns, f.duration)
+	res, err := loadProcess(ctx, loadAddr, caFile, f.conns, f.duration)
 	if err != nil {
 		return failure(err)
 	}
@@ -167,6 +204,9 @@ func (a *app) runDemo(ctx context.Context, f demoFlags) (err error) {
 	}
 	fmt.Fprintf(a.stdout, "scraped: /metrics (%d respmeter_ samples), /stats (%d bytes of JSON), /slowlog (%d bytes of JSON)\n\n",
 		samples, len(statsBytes), len(slowBytes))
+	if dt != nil {
+		writeTLSSides(a.stdout, st.tls.metrics, eng.tls)
+	}
 
 	if !f.serve {
 		if err := stopStack(); err != nil {
@@ -267,14 +307,14 @@ func (r *loadResult) count(err error) {
 
 // driveLoad runs conns workers against addr for d (or until ctx ends) and
 // returns their summed results.
-func driveLoad(ctx context.Context, addr string, conns int, d time.Duration) loadResult {
+func driveLoad(ctx context.Context, addr string, tc *tls.Config, conns int, d time.Duration) loadResult {
 	lctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	results := make([]loadResult, conns)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range conns {
-		wg.Go(func() { results[i] = worker(ctx, lctx, addr, i) })
+		wg.Go(func() { results[i] = worker(ctx, lctx, addr, tc, i) })
 	}
 	wg.Wait()
 	total := loadResult{elapsed: time.Since(start)}
@@ -288,12 +328,14 @@ func driveLoad(ctx context.Context, addr string, conns int, d time.Duration) loa
 	return total
 }
 
-// worker drives one connection until lctx ends; commands run under ctx so
-// that the load deadline does not cut one off midway. Odd-numbered workers
-// also send pipelines of demoPipeline GETs.
-func worker(ctx, lctx context.Context, addr string, id int) loadResult {
+// worker drives one connection (over TLS with tc, when set) until lctx
+// ends; commands run under ctx so that the load deadline does not cut one
+// off midway. Odd-numbered workers also send pipelines of demoPipeline
+// GETs.
+func worker(ctx, lctx context.Context, addr string, tc *tls.Config, id int) loadResult {
 	c := redis.NewClient(&redis.Options{
 		Addr:             addr,
+		TLSConfig:        tc,
 		Protocol:         2,
 		DisableIdentity:  true,
 		PoolSize:         1,
@@ -384,7 +426,7 @@ func scrapeMetrics(ctx context.Context, url string) (int, error) {
 // connections against --addr for --duration and writes a demoLoadReport as
 // JSON to stdout; SIGINT/SIGTERM end the load early.
 func (a *app) demoLoadCmd() *cobra.Command {
-	var addr string
+	var addr, caFile string
 	var f demoFlags
 	cmd := &cobra.Command{
 		Use:    "demo-load --addr HOST:PORT",
@@ -394,7 +436,14 @@ func (a *app) demoLoadCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			res := driveLoad(ctx, addr, f.conns, f.duration)
+			var tc *tls.Config
+			if caFile != "" {
+				var err error
+				if tc, err = tlsconf.Client(caFile, "", "", "", false); err != nil {
+					return failure(err)
+				}
+			}
+			res := driveLoad(ctx, addr, tc, f.conns, f.duration)
 			rep := demoLoadReport{Commands: res.commands, Errors: res.errors, ElapsedSeconds: res.elapsed.Seconds()}
 			if res.firstErr != nil {
 				rep.FirstError = res.firstErr.Error()
@@ -404,6 +453,7 @@ func (a *app) demoLoadCmd() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&addr, "addr", "", "`host:port` to drive")
+	fs.StringVar(&caFile, "cacert", "", "connect over TLS, verifying --addr's certificate with this PEM CA `file`")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "how long to drive load")
 	fs.IntVar(&f.conns, "conns", 8, "number of client connections")
 	return cmd
@@ -423,15 +473,21 @@ type demoLoadReport struct {
 // loadProcess runs the demo's load against addr in a process of its own
 // (this executable, "demo-load"), so that the load generator does not
 // share the proxy's process, scheduler and garbage collector, and returns
-// its report. Cancelling ctx interrupts it (SIGINT); it still reports.
-func loadProcess(ctx context.Context, addr string, conns int, d time.Duration) (demoLoadReport, error) {
+// its report; with caFile it connects over TLS, verifying addr's
+// certificate against that CA. Cancelling ctx interrupts it (SIGINT); it
+// still reports.
+func loadProcess(ctx context.Context, addr, caFile string, conns int, d time.Duration) (demoLoadReport, error) {
 	var rep demoLoadReport
 	exe, err := os.Executable()
 	if err != nil {
 		return rep, fmt.Errorf("demo load: %w", err)
 	}
 	var out, errb bytes.Buffer
-	cmd := exec.Command(exe, "demo-load", "--addr", addr, "--conns", strconv.Itoa(conns), "--duration", d.String())
+	args := []string{"demo-load", "--addr", addr, "--conns", strconv.Itoa(conns), "--duration", d.String()}
+	if caFile != "" {
+		args = append(args, "--cacert", caFile)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		return rep, fmt.Errorf("demo load: %w", err)
@@ -452,4 +508,83 @@ func loadProcess(ctx context.Context, addr string, conns int, d time.Duration) (
 	rep.Pid = cmd.Process.Pid
 	rep.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	return rep, nil
+}
+
+// demoTLS is demo --tls's throwaway certificates: a CA made for the run
+// and the certificates it issued to respmeter's TLS listener and to the
+// engine, in dir (removed at exit).
+type demoTLS struct {
+	dir, caFile, certFile, keyFile string
+	engine                         engineTLS
+}
+
+// newDemoTLS makes the CA and the certificates, valid for a day, for
+// 127.0.0.1, ::1 and localhost.
+func newDemoTLS() (_ *demoTLS, err error) {
+	dir, err := os.MkdirTemp("", "respmeter-demo-tls-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	from, to := time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	ca, err := tlsconf.NewCA("respmeter demo CA (throwaway)", from, to)
+	if err != nil {
+		return nil, err
+	}
+	dt := &demoTLS{dir: dir, caFile: filepath.Join(dir, "ca.crt"),
+		certFile: filepath.Join(dir, "respmeter.crt"), keyFile: filepath.Join(dir, "respmeter.key")}
+	dt.engine = engineTLS{certFile: filepath.Join(dir, "engine.crt"), keyFile: filepath.Join(dir, "engine.key"), caFile: dt.caFile}
+	if err := os.WriteFile(dt.caFile, ca.CertPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := ca.IssueFiles("respmeter", from, to, dt.certFile, dt.keyFile); err != nil {
+		return nil, err
+	}
+	if err := ca.IssueFiles("redis-server", from, to, dt.engine.certFile, dt.engine.keyFile); err != nil {
+		return nil, err
+	}
+	if dt.engine.client, err = tlsconf.Client(dt.caFile, "", "", "", false); err != nil {
+		return nil, err
+	}
+	return dt, nil
+}
+
+// engineTLS is what the engine is asked to serve; nil without --tls.
+func (dt *demoTLS) engineTLS() *engineTLS {
+	if dt == nil {
+		return nil
+	}
+	return &dt.engine
+}
+
+// writeTLSSides prints each side's handshakes: how many, their mean time,
+// what was negotiated, the failures by reason.
+func writeTLSSides(w io.Writer, m *metrics.TLS, upstreamTLS bool) {
+	for _, side := range []struct{ name, desc string }{
+		{metrics.TLSSideClient, "load -> respmeter"},
+		{metrics.TLSSideUpstream, "respmeter -> engine"},
+	} {
+		if side.name == metrics.TLSSideUpstream && !upstreamTLS {
+			fmt.Fprintf(w, "tls %s (%s): plaintext, the engine serves no TLS\n", side.name, side.desc)
+			continue
+		}
+		s := m.Side(side.name)
+		fmt.Fprintf(w, "tls %s (%s): %d handshakes, mean %.3f ms", side.name, side.desc, s.Handshakes, float64(s.Mean)/float64(time.Millisecond))
+		for _, k := range slices.Sorted(maps.Keys(s.Negotiated)) {
+			fmt.Fprintf(w, ", %s x%d", k, s.Negotiated[k])
+		}
+		failed := "no failed handshakes"
+		if len(s.Errors) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(s.Errors)) {
+				parts = append(parts, fmt.Sprintf("%s x%d", k, s.Errors[k]))
+			}
+			failed = "failed: " + strings.Join(parts, ", ")
+		}
+		fmt.Fprintf(w, "; %s\n", failed)
+	}
 }

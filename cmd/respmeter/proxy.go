@@ -323,10 +323,10 @@ func (a *app) warnUnknownEnv(log *slog.Logger) {
 
 // serve runs the proxy until SIGINT, SIGTERM or ctx ends, printing the
 // latency table and the verdict to stdout on SIGUSR1 and once more after
-// the stop.
+// the stop, and reading the TLS certificate files again on SIGHUP.
 func (a *app) serve(ctx context.Context, cfg configs.Config, cc proxy.CaptureConfig, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
 	st, err := startStack(cfg, log)
@@ -355,6 +355,10 @@ wait:
 			code, reason = exitFailure, "admin server failed"
 			break wait
 		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				st.tls.reload(mlog)
+				continue
+			}
 			if sig == syscall.SIGUSR1 {
 				if err := st.writeTables(a.stdout); err != nil {
 					mlog.Warn("write table", "err", err)
@@ -381,7 +385,7 @@ wait:
 		for {
 			select {
 			case sig := <-sigs:
-				if sig != syscall.SIGUSR1 {
+				if sig != syscall.SIGUSR1 && sig != syscall.SIGHUP {
 					mlog.Warn("second signal: closing without waiting for replies", "signal", sig.String())
 					cut.Store(true)
 					cancel()

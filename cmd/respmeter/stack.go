@@ -196,6 +196,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 	p := st.proxy
 	an.SetProxy(p.InFlightArea, p.LoopLag)
 	startView(an.Engine(), bgCtx, &st.bg)
+	st.tls.watch(bgCtx, &st.bg)
 	if cfg.Routed() {
 		an.SetShardAddrs(p.ShardAddrs)
 		an.SyncShards() // the shards known at start: their probes' baselines begin now

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -16,10 +18,12 @@ import (
 )
 
 // tlsSides is the proxy's TLS: the client-facing listener's configuration
-// (nil without tls_listen), the engines' (nil without upstream_tls) and
-// the handshake metrics of both.
+// (nil without tls_listen), the engines' (nil without upstream_tls), the
+// Reloaders that keep them up with their certificate files, and the
+// handshake metrics of both.
 type tlsSides struct {
 	server, upstream *tls.Config
+	reloaders        []*tlsconf.Reloader
 	metrics          *metrics.TLS
 }
 
@@ -28,17 +32,23 @@ type tlsSides struct {
 // unverified.
 func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 	ts := tlsSides{metrics: metrics.NewTLS()}
-	var err error
+	rlog := log.With("component", "tls")
 	if cfg.TLSListen != "" {
-		if ts.server, err = tlsconf.Server(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients); err != nil {
-			return ts, err
-		}
-	}
-	if cfg.UpstreamTLS {
-		ts.upstream, err = tlsconf.Client(cfg.UpstreamTLSCACertFile, cfg.UpstreamTLSCertFile, cfg.UpstreamTLSKeyFile,
-			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify)
+		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, rlog)
 		if err != nil {
 			return ts, err
+		}
+		ts.server, ts.reloaders = r.Config(), append(ts.reloaders, r)
+	}
+	if cfg.UpstreamTLS {
+		r, err := tlsconf.NewClientReloader(cfg.UpstreamTLSCACertFile, cfg.UpstreamTLSCertFile, cfg.UpstreamTLSKeyFile,
+			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify, rlog)
+		if err != nil {
+			return ts, err
+		}
+		ts.upstream = r.Config()
+		if cfg.UpstreamTLSCertFile != "" { // else nothing to reload
+			ts.reloaders = append(ts.reloaders, r)
 		}
 		if cfg.UpstreamTLSInsecureSkipVerify {
 			log.Warn("upstream TLS certificates are not verified (upstream_tls_insecure_skip_verify): anyone on the path can read and change the traffic",
@@ -46,6 +56,29 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 		}
 	}
 	return ts, nil
+}
+
+// watch reloads each side's certificates when their files change, every
+// tlsconf.WatchInterval, until ctx ends.
+func (ts tlsSides) watch(ctx context.Context, wg *sync.WaitGroup) {
+	for _, r := range ts.reloaders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Watch(ctx, tlsconf.WatchInterval)
+		}()
+	}
+}
+
+// reload reads each side's certificate files again (SIGHUP); each
+// Reloader logs its outcome.
+func (ts tlsSides) reload(log *slog.Logger) {
+	if len(ts.reloaders) == 0 {
+		log.Info("SIGHUP: no TLS certificates to reload")
+	}
+	for _, r := range ts.reloaders {
+		_ = r.Reload()
+	}
 }
 
 // clientTLSFlags are the TLS flags of the subcommands that connect to an

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -336,5 +338,192 @@ func TestReplayTLS(t *testing.T) {
 	}
 	if keyShown(t, outs.String(), rc.KeyFile) {
 		t.Errorf("replay printed the private key of %s", rc.KeyFile)
+	}
+}
+
+// TestProxyTLSReload rotates the TLS listener's certificate of a running
+// "respmeter proxy": on SIGHUP, then by replacing the files alone (read
+// again within tlsconf.WatchInterval). A client connected before keeps
+// being served, each new client gets the certificate installed last (told
+// by its serial), and a certificate with another certificate's key is
+// refused: the one in use stays, and the log says why, naming the files
+// and never showing a key. The client certificate towards the engine
+// reloads too: an expired one is refused by the engine, a renewed one
+// served.
+func TestProxyTLSReload(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.StartTLS(t, ca)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "respmeter.crt"), filepath.Join(dir, "respmeter.key")
+	first, second, third := ca.IssueValid("first"), ca.IssueValid("second"), ca.IssueValid("third")
+	first.CopyTo(t, certFile, keyFile)
+	uc := ca.IssueValid("respmeter-upstream")
+	upCert, upKey := filepath.Join(dir, "upstream.crt"), filepath.Join(dir, "upstream.key")
+	uc.CopyTo(t, upCert, upKey)
+	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "2",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", ca.CertFile, "--upstream-tls-cert-file", upCert, "--upstream-tls-key-file", upKey)
+	addr := p.waitFor(t, p.stderr, `msg="proxy listening".* tls_addr=(\S+)`)[1]
+
+	type conn struct {
+		serial string
+		ping   func() string
+	}
+	dial := func() conn {
+		t.Helper()
+		c, err := tls.Dial("tcp", addr, ca.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		r := bufio.NewReader(c)
+		return conn{c.ConnectionState().PeerCertificates[0].SerialNumber.Text(16), func() string {
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(redistest.Cmd("PING")); err != nil {
+				return err.Error()
+			}
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return err.Error()
+			}
+			return line
+		}}
+	}
+	serialOf := func(c redistest.Cert) string { return c.TLS.Leaf.SerialNumber.Text(16) }
+
+	before := dial()
+	if before.serial != serialOf(first) || before.ping() != "+PONG\r\n" {
+		t.Fatalf("before any rotation: serial %s, want %s", before.serial, serialOf(first))
+	}
+
+	second.CopyTo(t, certFile, keyFile)
+	p.signal(t, syscall.SIGHUP)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(second))
+	if got := dial().serial; got != serialOf(second) {
+		t.Errorf("after SIGHUP a new client got serial %s, want %s", got, serialOf(second))
+	}
+	if got := before.ping(); got != "+PONG\r\n" {
+		t.Errorf("PING on the connection made before the rotation: %q", got)
+	}
+
+	third.CopyTo(t, certFile, keyFile) // no signal: the files alone
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=client .*serial=`+serialOf(third))
+	if got := dial().serial; got != serialOf(third) {
+		t.Errorf("after the files changed a new client got serial %s, want %s", got, serialOf(third))
+	}
+
+	redistest.Cert{CertFile: first.CertFile, KeyFile: second.KeyFile}.CopyTo(t, certFile, keyFile) // a certificate with another's key
+	m := p.waitFor(t, p.stderr, `level=WARN msg="TLS certificates not reloaded: the ones in use are kept" component=tls side=client err="([^"]*)"`)
+	if !strings.Contains(m[1], keyFile) || !strings.Contains(m[1], "private key does not match public key") {
+		t.Errorf("the failed reload's reason %q does not name %s and the mismatch", m[1], keyFile)
+	}
+	if got := dial().serial; got != serialOf(third) {
+		t.Errorf("after a failed reload a new client got serial %s, want the kept %s", got, serialOf(third))
+	}
+	if got := before.ping(); got != "+PONG\r\n" {
+		t.Errorf("PING on the connection made before every rotation: %q", got)
+	}
+
+	// The client certificate towards the engine (which verifies it):
+	// replaced on SIGHUP by an expired one, the engine refuses the proxy's
+	// new connections (its connections killed, so that it dials again);
+	// replaced by a valid one (the files alone), they are served again.
+	expired := ca.Issue("upstream-expired", time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour))
+	expired.CopyTo(t, upCert, upKey)
+	p.signal(t, syscall.SIGHUP)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream .*serial=`+serialOf(expired))
+	srv.DoT(t, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	for i := range 3 {
+		if got := dial().ping(); got == "+PONG\r\n" {
+			t.Errorf("client %d served with the proxy's client certificate expired", i)
+		}
+	}
+	renewed := ca.IssueValid("upstream-renewed")
+	renewed.CopyTo(t, upCert, upKey)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream .*serial=`+serialOf(renewed))
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if got := dial().ping(); got != "+PONG\r\n" {
+			return fmt.Errorf("PING with the renewed client certificate: %q", got)
+		}
+		return nil
+	})
+
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	for _, c := range []redistest.Cert{first, second, third, uc, expired, renewed} {
+		if keyShown(t, p.stderr.String(), c.KeyFile) {
+			t.Errorf("the log shows the private key of %s", c.KeyFile)
+		}
+	}
+}
+
+// TestDemoTLS runs "respmeter demo --tls": the load connects to
+// respmeter's TLS listener and respmeter to redis-server over TLS (Debian's
+// is built with it), every command is answered (0 errors, the table's
+// rows), each side's handshakes are shown (at least one per load
+// connection on the client side), and the throwaway certificates' directory
+// is gone at exit, no key printed. With no redis-server (the embedded
+// miniredis) the engine side says it is plaintext.
+func TestDemoTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		upstream string
+	}{
+		{"redis-server", nil, `(?m)^tls upstream \(respmeter -> engine\): [1-9]\d* handshakes, mean \d+\.\d{3} ms, TLS 1\.[23] TLS_\w+ x\d+; no failed handshakes$`},
+		{"miniredis", []string{"PATH="}, `(?m)^tls upstream \(respmeter -> engine\): plaintext, the engine serves no TLS$`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if tc.env == nil {
+				if testing.Short() {
+					t.Skip("demo with redis-server skipped with -short")
+				}
+				redistest.Tool(t, "redis-server")
+			}
+			const conns = 4
+			p := start(t, tc.env, "demo", "--tls", "--duration", "700ms", "--conns", strconv.Itoa(conns))
+			code := p.wait(t)
+			stdout, stderr := p.stdout.String(), p.stderr.String()
+			if code != exitOK {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			checkDemoOutput(t, stdout, p.cmd.Process.Pid)
+			if tc.env == nil && !strings.Contains(stdout, "engine: redis-server 7.0.15 (/usr/bin/redis-server), TLS only (--port 0 --tls-port)\n") {
+				t.Errorf("the engine line does not say TLS only:\n%s", stdout)
+			}
+			m := regexp.MustCompile(`(?m)^proxy TLS listener: 127\.0\.0\.1:\d+ \(throwaway certificates in (\S+), removed at exit\)$`).FindStringSubmatch(stdout)
+			if m == nil {
+				t.Fatalf("no TLS listener line:\n%s", stdout)
+			}
+			if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+				t.Errorf("the certificates' directory %s is still there after exit (%v)", m[1], err)
+			}
+			client := regexp.MustCompile(`(?m)^tls client \(load -> respmeter\): (\d+) handshakes, mean \d+\.\d{3} ms, TLS 1\.[23] TLS_\w+ x\d+; no failed handshakes$`).FindStringSubmatch(stdout)
+			if client == nil {
+				t.Fatalf("no client-side TLS line:\n%s", stdout)
+			}
+			if n, _ := strconv.Atoi(client[1]); n < conns {
+				t.Errorf("%d client handshakes for %d load connections", n, conns)
+			}
+			if !regexp.MustCompile(tc.upstream).MatchString(stdout) {
+				t.Errorf("no upstream TLS line matching %s:\n%s", tc.upstream, stdout)
+			}
+			for _, want := range []string{" 0 errors\n", tableHeader} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout does not contain %q:\n%s", want, stdout)
+				}
+			}
+			for _, cmd := range []string{"get", "set", "incr", "hset", "hgetall", "lpush", "lrange"} {
+				if !regexp.MustCompile(`(?m)^` + cmd + ` +[1-9]\d* `).MatchString(stdout) {
+					t.Errorf("table has no %s row:\n%s", cmd, stdout)
+				}
+			}
+			if strings.Contains(stdout+stderr, "PRIVATE KEY") {
+				t.Error("the demo printed a private key")
+			}
+		})
 	}
 }

@@ -2,15 +2,8 @@ package redistest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,48 +11,36 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redisproc"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
-// CA is a certificate authority made for one test: its certificate and the
-// certificates it issues are written under a t.TempDir, never committed.
+// CA is a certificate authority made for one test (tlsconf.CA): its
+// certificate and the certificates it issues are written under a
+// t.TempDir, never committed.
 type CA struct {
-	t    testing.TB
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	t   testing.TB
+	dir string
+	ca  *tlsconf.CA
 	// CertFile is the CA certificate (PEM), for --tls-ca-cert-file.
 	CertFile string
 	// Pool holds the CA certificate, for a tls.Config's RootCAs or
 	// ClientCAs.
-	Pool   *x509.CertPool
-	serial int64
+	Pool *x509.CertPool
 }
 
 // NewCA makes a CA valid from an hour ago for a day (ECDSA P-256).
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := tlsconf.NewCA("respmeter test CA", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	if err != nil {
-		t.Fatalf("redistest: CA key: %v", err)
+		t.Fatalf("redistest: %v", err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "respmeter test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("redistest: CA certificate: %v", err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &CA{t: t, dir: t.TempDir(), cert: cert, key: key, Pool: x509.NewCertPool(), serial: 1}
-	ca.Pool.AddCert(cert)
+	ca := &CA{t: t, dir: t.TempDir(), ca: c, Pool: x509.NewCertPool()}
+	ca.Pool.AddCert(c.Cert)
 	ca.CertFile = filepath.Join(ca.dir, "ca.crt")
-	writePEM(t, ca.CertFile, "CERTIFICATE", der)
+	if err := os.WriteFile(ca.CertFile, c.CertPEM, 0o600); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
 	return ca
 }
 
@@ -76,36 +57,34 @@ type Cert struct {
 func (ca *CA) Issue(name string, notBefore, notAfter time.Time) Cert {
 	t := ca.t
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("redistest: key: %v", err)
-	}
-	ca.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatalf("redistest: certificate: %v", err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatalf("redistest: key: %v", err)
-	}
 	c := Cert{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
-	writePEM(t, c.CertFile, "CERTIFICATE", der)
-	writePEM(t, c.KeyFile, "PRIVATE KEY", kder)
+	if err := ca.ca.IssueFiles(name, notBefore, notAfter, c.CertFile, c.KeyFile); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	var err error
 	if c.TLS, err = tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
 	return c
+}
+
+// CopyTo writes c's certificate and key over certFile and keyFile, each
+// replaced whole (written beside, then renamed), as a certificate rotation
+// does.
+func (c Cert) CopyTo(t testing.TB, certFile, keyFile string) {
+	t.Helper()
+	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		if err := os.Rename(dst+".new", dst); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+	}
 }
 
 // IssueValid issues a certificate for name valid from an hour ago for a
@@ -123,13 +102,6 @@ func (ca *CA) ClientConfig(cert ...Cert) *tls.Config {
 		c.Certificates = append(c.Certificates, x.TLS)
 	}
 	return c
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatalf("redistest: %v", err)
-	}
 }
 
 // StartTLS starts the engine (as Start does) serving TLS only: --port 0
