@@ -153,3 +153,42 @@ func dbState(t *testing.T, cl *redistest.Cluster, prefix string) []string {
 	}
 	return state
 }
+
+// TestFacadeSwapdb: the facade over three standalone engines answers
+// SWAPDB on a virtual node as a node of a real cluster of the same engine
+// does (refused; compared with a one-master cluster's answer), swapping no
+// shard's databases; queued in a transaction it is refused and the EXEC
+// aborts. On the plain endpoint, slot-routed, SWAPDB swaps the databases
+// of every shard (TestRouteAllShardsCommands checks --route slots).
+func TestFacadeSwapdb(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 1)
+	node := redis.NewClient(&redis.Options{Addr: cl.Nodes[0].Addr(), DisableIdentity: true})
+	t.Cleanup(func() { _ = node.Close() })
+	want := node.Do(ctx, "SWAPDB", 0, 1).Err()
+	if want == nil {
+		t.Fatalf("a cluster node of this engine ran SWAPDB")
+	}
+	srvs, p, _ := startFacade(t, 3, nil)
+	for i, s := range srvs {
+		s.DoT(t, "SET", fmt.Sprintf("swap:%d", i), "v")
+	}
+	c := redis.NewClient(&redis.Options{Addr: p.FacadeAddrs()[1], DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Do(ctx, "SWAPDB", 0, 1).Err(); err == nil || err.Error() != want.Error() {
+		t.Errorf("SWAPDB on a virtual node: %v, a cluster node: %v", err, want)
+	}
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "SWAPDB", 0, 1)
+		p.Incr(ctx, "swap:tx")
+		return nil
+	})
+	if err == nil || !strings.HasPrefix(err.Error(), "EXECABORT") {
+		t.Errorf("a transaction with SWAPDB on a virtual node: %v, want EXECABORT", err)
+	}
+	for i, s := range srvs {
+		if n := s.DoT(t, "DBSIZE"); fmt.Sprint(n) != "1" {
+			t.Errorf("shard %d: db 0 holds %v keys after SWAPDB was refused, want its 1", i, n)
+		}
+	}
+}
