@@ -90,18 +90,7 @@ func TestClusterDatabaseCommands(t *testing.T) {
 		}
 	}
 	wantState := dbState(t, cl, "direct")
-	modes := []struct {
-		name string
-		mod  func(*proxy.Config)
-	}{
-		{"private", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamPrivate }},
-		{"shared", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }},
-		{"facade", func(c *proxy.Config) {
-			c.Route = proxy.RouteFacade
-			c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
-		}},
-	}
-	for _, m := range modes {
+	for _, m := range clusterDBModes {
 		p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 			c.Route, c.Cluster = proxy.RouteSlots, cl.Nodes[1].Addr()
 			m.mod(c)
