@@ -147,6 +147,9 @@ func allShardsCases() []allShardsCase {
 			}},
 		{name: "flushall", args: []string{"FLUSHALL"}, reach: 3, setup: keysOn, check: eachShard("+OK\r\n", dbsize)},
 		{name: "flushdb", args: []string{"FLUSHDB"}, reach: 3, setup: keysOn, check: eachShard("+OK\r\n", dbsize)},
+		// No engine tips it; routed as tipsFallback says: db 0 of every
+		// shard swapped with the empty db 9.
+		{name: "swapdb", args: []string{"SWAPDB", "0", "9"}, reach: 3, setup: keysOn, check: eachShard("+OK\r\n", dbsize)},
 		{name: "function|load", args: []string{"FUNCTION", "LOAD", "REPLACE", allShardsLib}, reach: 3,
 			check: fcallEverywhere("$12\r\nallshardslib\r\n")},
 		{name: "function|delete", args: []string{"FUNCTION", "DELETE", "allshardslib"}, reach: 3, setup: loadLib, check: eachShard("+OK\r\n", libs)},
@@ -230,9 +233,9 @@ func builtinAllShards() []string {
 			add(sub)
 		}
 	}
-	// Listed by 7.0 with no tips, and routed by those of 7.2 (proxy/shape.go
-	// tipsFallback).
-	out = append(out, "config|resetstat", "config|rewrite")
+	// Listed by 7.0 with no tips, and routed by those of 7.2, or for SWAPDB
+	// as FLUSHDB (proxy/shape.go tipsFallback).
+	out = append(out, "config|resetstat", "config|rewrite", "swapdb")
 	sort.Strings(out)
 	return out
 }

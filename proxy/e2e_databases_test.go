@@ -44,6 +44,22 @@ func skipWithoutClusterDatabases(t *testing.T) {
 	})
 }
 
+// clusterDBModes are the ways through respmeter to a 3-master cluster that
+// the databases tests take, each a change to a --route slots --cluster
+// Config: private and shared upstream connections, and the facade (its
+// clients cluster clients of the virtual nodes).
+var clusterDBModes = []struct {
+	name string
+	mod  func(*proxy.Config)
+}{
+	{"private", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamPrivate }},
+	{"shared", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }},
+	{"facade", func(c *proxy.Config) {
+		c.Route = proxy.RouteFacade
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	}},
+}
+
 // TestClusterDatabases: on a 3-master cluster with 16 databases, two
 // go-redis clients, one on db 0 and one on db 3 (SELECT on connect), write
 // the same keys at once, with values naming their db, through --route slots
@@ -57,18 +73,7 @@ func TestClusterDatabases(t *testing.T) {
 	cl := redistest.StartClusterWith(t, 3, "--cluster-databases", "16")
 	const n = 300
 	ctx := context.Background()
-	modes := []struct {
-		name string
-		mod  func(*proxy.Config)
-	}{
-		{"private", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamPrivate }},
-		{"shared", func(c *proxy.Config) { c.UpstreamMode = proxy.UpstreamShared }},
-		{"facade", func(c *proxy.Config) {
-			c.Route = proxy.RouteFacade
-			c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
-		}},
-	}
-	for _, m := range modes {
+	for _, m := range clusterDBModes {
 		p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 			c.Route, c.Cluster = proxy.RouteSlots, cl.Nodes[1].Addr()
 			m.mod(c)

@@ -450,37 +450,48 @@ func TestRouteConfigResetstatAllShards(t *testing.T) {
 // 8.0 on) to a standalone replica through respmeter gets the replica's
 // "-REDIRECT host:port" for a write, unchanged, in private and in shared
 // upstream mode (CLIENT CAPA moves the client to private connections
-// there), as it would on a direct connection; a client that did not ask
-// gets the replica's READONLY error.
+// there) and in the test's shape (slots or pinned over the replica as one
+// shard), as it would on a direct connection, and the write reaches no
+// engine; a client that did not ask gets the replica's READONLY error.
+// Twice: with the primary given to the replica as 127.0.0.1, and as ::1,
+// which the replica names bare ("-REDIRECT ::1:7001", checked on the
+// replica directly).
 func TestEngineRedirectRelayed(t *testing.T) {
-	primary := redistest.Start(t)
-	if !engineKnows(t, primary, "client|capa") {
-		_, engine := primary.Version()
-		t.Skipf("%s has no CLIENT CAPA", engine)
-	}
-	replica := redistest.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(primary.Port()))
-	direct := redistest.Dial(t, replica.Addr())
-	defer direct.Close()
-	direct.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
-	direct.Send(t, respCmd("SET", "k", "v"))
-	want, err := direct.ReadFrame(5 * time.Second)
-	if err != nil || !bytes.HasPrefix(want, []byte("-REDIRECT ")) {
-		t.Fatalf("the replica itself answers %q, %v; want -REDIRECT", want, err)
-	}
-	for _, mode := range []string{proxy.UpstreamPrivate, proxy.UpstreamShared} {
-		p, _ := proxytest.StartProxy(t, replica.Addr(), func(c *proxy.Config) { c.UpstreamMode = mode })
-		plain := redistest.Dial(t, p.Addr())
-		plain.Send(t, respCmd("SET", "k", "v"))
-		if got, err := plain.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(got, []byte("-READONLY")) {
-			t.Errorf("%s: SET without CLIENT CAPA redirect: %q, %v; want -READONLY", mode, got, err)
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		primary := redistest.Start(t, "--bind", "127.0.0.1", "::1")
+		if !engineKnows(t, primary, "client|capa") {
+			_, engine := primary.Version()
+			t.Skipf("%s has no CLIENT CAPA", engine)
 		}
-		plain.Close()
-		c := redistest.Dial(t, p.Addr())
-		c.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
-		c.Send(t, respCmd("SET", "k", "v"))
-		if got, err := c.ReadFrame(5 * time.Second); err != nil || string(got) != string(want) {
-			t.Errorf("%s: SET after CLIENT CAPA redirect through respmeter: %q, %v; the replica answers %q", mode, got, err, want)
+		replica := redistest.Start(t, "--replicaof", host, fmt.Sprint(primary.Port()))
+		direct := redistest.Dial(t, replica.Addr())
+		direct.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+		direct.Send(t, respCmd("SET", "k", "v"))
+		want, err := direct.ReadFrame(5 * time.Second)
+		direct.Close()
+		if err != nil || string(want) != fmt.Sprintf("-REDIRECT %s:%d\r\n", host, primary.Port()) {
+			t.Fatalf("the replica of %s itself answers %q, %v; want -REDIRECT %s:%d", host, want, err, host, primary.Port())
 		}
-		c.Close()
+		for _, mode := range []string{proxy.UpstreamPrivate, proxy.UpstreamShared} {
+			p, _ := proxytest.StartProxy(t, replica.Addr(), func(c *proxy.Config) { c.UpstreamMode = mode })
+			plain := redistest.Dial(t, p.Addr())
+			plain.Send(t, respCmd("SET", "k", "v"))
+			if got, err := plain.ReadFrame(5 * time.Second); err != nil || !bytes.HasPrefix(got, []byte("-READONLY")) {
+				t.Errorf("%s, %s: SET without CLIENT CAPA redirect: %q, %v; want -READONLY", host, mode, got, err)
+			}
+			plain.Close()
+			c := redistest.Dial(t, p.Addr())
+			c.Roundtrip(t, respCmd("CLIENT", "CAPA", "redirect"), []byte("+OK\r\n"))
+			for range 3 {
+				c.Send(t, respCmd("SET", "k", "v"))
+				if got, err := c.ReadFrame(5 * time.Second); err != nil || string(got) != string(want) {
+					t.Errorf("%s, %s: SET after CLIENT CAPA redirect through respmeter: %q, %v; the replica answers %q", host, mode, got, err, want)
+				}
+			}
+			c.Close()
+		}
+		if n := primary.Do("EXISTS", "k"); fmt.Sprint(n) != "0" {
+			t.Errorf("%s: the primary holds k (%v): a redirected write was sent on", host, n)
+		}
 	}
 }

@@ -191,6 +191,18 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 		// A standalone engine refuses it (cluster support disabled).
 		s.local(e, okReply)
 		return
+	case command.Swapdb:
+		if !s.p.router.cluster {
+			// A cluster node refuses it (swapdbCommand), Valkey 9's with
+			// several databases too; a standalone shard would swap its own
+			// databases only. Refused when queued in a transaction, which
+			// then aborts (a cluster node fails it at EXEC).
+			if s.tx.on {
+				s.tx.aborted = true
+			}
+			s.local(e, swapdbClusterErr)
+			return
+		}
 	case command.Readonly, command.Readwrite:
 		// The facade presents masters only: READONLY changes nothing (a
 		// standalone engine would refuse it).
@@ -815,3 +827,6 @@ func (f *facade) pickPorts(listen *string) error {
 	}
 	return nil
 }
+
+// swapdbClusterErr is a cluster node's answer to SWAPDB (Redis and Valkey).
+var swapdbClusterErr = []byte("-ERR SWAPDB is not allowed in cluster mode\r\n")

@@ -373,10 +373,13 @@ var responsePolicies = map[string]uint8{
 
 // tipsFallback gives the command tips of commands that redis-server 7.0
 // lists with none, as Redis 7.2 and later list them, so that routing does
-// not depend on the engine's version.
+// not depend on the engine's version. SWAPDB, which no engine tips (a
+// cluster node refuses it), goes to every shard as FLUSHDB does: the
+// databases of the whole data set swap, not those of the home shard only.
 var tipsFallback = map[string][]string{
 	"config|resetstat": {"request_policy:all_nodes", "response_policy:all_succeeded"},
 	"config|rewrite":   {"request_policy:all_nodes", "response_policy:all_succeeded"},
+	"swapdb":           {"request_policy:all_shards", "response_policy:all_succeeded"},
 }
 
 // broadcast sends frame to every live shard.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/heat"
@@ -194,6 +195,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	p := st.proxy
+	st.slowlog.SetEngine(engineSlowlog(cfg, st.tls.upstream, cmds, p.ShardAddrs))
 	an.SetProxy(p.InFlightArea, p.LoopLag)
 	startView(an.Engine(), bgCtx, &st.bg)
 	st.tls.watch(bgCtx, &st.bg)
@@ -641,5 +643,30 @@ func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range in.Counts() {
 		ch <- prometheus.MustNewConstMetric(injectDesc, prometheus.CounterValue, float64(r.Count), r.Rule, r.Effect)
+	}
+}
+
+// engineSlowlog returns what /slowlog?engine=1 reads: the command log
+// (COMMANDLOG or SLOWLOG) of each engine addrs names, all at once, each
+// entry labelled and keyed by respmeter's command table cmds.
+func engineSlowlog(cfg configs.Config, upTLS *tls.Config, cmds *routing.Resolver, addrs func() []string) func(context.Context) []slowlog.EngineLog {
+	r := slowlog.EngineReader{
+		Login: respconn.Options{User: cfg.UpstreamUser, Password: cfg.UpstreamPassword, TLS: upTLS},
+		Count: cfg.SlowlogLen, Timeout: time.Duration(cfg.DialTimeout),
+		Label: func(args [][]byte) (string, int) {
+			var c routing.Call
+			cmds.Classify(&c, cmds.Lookup(args[0]), args)
+			return c.Name(), c.KeyPos()
+		},
+	}
+	return func(ctx context.Context) []slowlog.EngineLog {
+		as := addrs()
+		out := make([]slowlog.EngineLog, len(as))
+		var wg sync.WaitGroup
+		for i, a := range as {
+			wg.Go(func() { out[i] = r.Read(ctx, a) })
+		}
+		wg.Wait()
+		return out
 	}
 }

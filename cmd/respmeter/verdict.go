@@ -315,6 +315,8 @@ type engineJSON struct {
 	LastError           string                       `json:"last_error"`
 	Totals              engineTotalsJSON             `json:"totals"`
 	Commands            map[string]engineCommandJSON `json:"commands"`
+	// AvailabilityZone is the engine's (Valkey 9.1 on), omitted when none.
+	AvailabilityZone string `json:"availability_zone,omitempty"`
 }
 
 // engineDoc returns the stats of v's Poller for /stats, nil when it is
@@ -336,7 +338,8 @@ func (a *analyzer) engineDoc(v *verdict.View) *engineJSON {
 		Totals: engineTotalsJSON{
 			Calls: t.Calls, Seconds: t.Time.Seconds(), LastCalls: t.LastCalls, LastSeconds: t.LastTime.Seconds(),
 		},
-		Commands: make(map[string]engineCommandJSON, len(s.Commands)),
+		Commands:         make(map[string]engineCommandJSON, len(s.Commands)),
+		AvailabilityZone: p.Zone(),
 	}
 	if !s.LastPoll.IsZero() {
 		lp := s.LastPoll
@@ -626,7 +629,7 @@ func busyLine(rec *verdict.Record) string {
 func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 	width := len("Shard")
 	for _, v := range views {
-		width = max(width, len(v.Addr))
+		width = max(width, len(shardName(v)))
 	}
 	const opsWidth, colWidth = 12, 14
 	b.WriteString("\nPer shard: means since start in ms of the requests and fan-out sub-requests sent to each; engine =\n")
@@ -644,7 +647,7 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 	for _, v := range views {
 		m := a.shardMeansOf(v)
 		_, busy := a.ShardRecords(v)
-		fmt.Fprintf(b, "%-*s %*d", width, v.Addr, opsWidth, m.requests)
+		fmt.Fprintf(b, "%-*s %*d", width, shardName(v), opsWidth, m.requests)
 		b.WriteString(ms(m.upstream))
 		b.WriteString(engineCols(ms, dash, m.exec, m.wait, m.runq, m.path, m.engineOK, m.waitOK, m.engineOK))
 		if p := probeOf(v); p != nil && p.Stats().Count > 0 {
@@ -663,3 +666,12 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 
 // millis returns d in milliseconds.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// shardName is a shard's row label in the per-shard table: its address,
+// and its engine's availability zone in brackets where it has one.
+func shardName(v *verdict.View) string {
+	if p := pollerOf(v); p != nil && p.Zone() != "" {
+		return v.Addr + " (" + p.Zone() + ")"
+	}
+	return v.Addr
+}

@@ -63,6 +63,7 @@ type Poller struct {
 	health health
 	polls  int64
 	runID  string // of the engine last connected to; "" if unknown
+	zone   string // its availability_zone (INFO server, Valkey 9.1 on); "" if none
 
 	lastPoll     time.Time // when the last successful poll was sent
 	lastInterval time.Duration
@@ -204,10 +205,11 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 	}
 	if text, err := infoText(v); err == nil {
 		p.noteRunID(runID(text))
-		pid, _ := strconv.Atoi(infoValues(text)["process_id"])
+		vals := infoValues(text)
+		pid, _ := strconv.Atoi(vals["process_id"])
 		pid, err := localPID(p.procRoot, p.addr, pid)
 		p.mu.Lock()
-		p.pid = pid
+		p.pid, p.zone = pid, vals["availability_zone"]
 		p.mu.Unlock()
 		p.logger.Debug("engine process", "pid", pid, "on_this_host", err == nil)
 	}
@@ -276,6 +278,16 @@ func (p *Poller) engineLocked() string {
 		return p.addr
 	}
 	return p.runID
+}
+
+// Zone returns the engine's availability zone (INFO server's
+// availability_zone, the availability-zone setting of Valkey 9.1 and
+// later) as it was when Run last connected; "" when the engine has none
+// or Run has not connected.
+func (p *Poller) Zone() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.zone
 }
 
 // runID returns the run_id field of INFO server's text, or "".

@@ -18,6 +18,15 @@ import (
 // threshold_seconds is -1 for a disabled Log; len counts all entries held,
 // even those ?count leaves out. The query ?count=N returns at most N entries
 // (a negative N means all, as SLOWLOG GET -1 does); a malformed N gets 400.
+// With ?engine=1 the document also holds "engine": the engines' own logs
+// of costly commands, read as the request comes (see SetEngine), one
+// EngineLog per engine:
+//
+//	"engine": [{"addr": "10.0.0.2:6379", "source": "commandlog",
+//	            "entries": [{"kind": "slow", "id": 4, "time": "...", "duration_seconds": 0.012,
+//	                         "command": "keys", "first_key": "", "args": 2, "client": "10.0.0.1:41000"},
+//	                        {"kind": "large-reply", "id": 0, "bytes": 2097152, "command": "get", ...}]}]
+//
 // DELETE, and POST with ?reset=1, reset the Log and answer 204; other
 // methods get 405. The handler may serve concurrently with Add.
 func (l *Log) Handler() http.Handler {
@@ -44,10 +53,11 @@ func (l *Log) Handler() http.Handler {
 
 // logJSON is the /slowlog document.
 type logJSON struct {
-	ThresholdSeconds float64 `json:"threshold_seconds"`
-	Capacity         int     `json:"capacity"`
-	Len              int     `json:"len"`
-	Entries          []Entry `json:"entries"`
+	ThresholdSeconds float64     `json:"threshold_seconds"`
+	Capacity         int         `json:"capacity"`
+	Len              int         `json:"len"`
+	Entries          []Entry     `json:"entries"`
+	Engine           []EngineLog `json:"engine,omitempty"`
 }
 
 func (l *Log) serveGet(w http.ResponseWriter, r *http.Request) {
@@ -64,6 +74,9 @@ func (l *Log) serveGet(w http.ResponseWriter, r *http.Request) {
 	doc.Entries, doc.Len = l.entries(count) // Phases maps shared, only read here
 	if l.Enabled() {
 		doc.ThresholdSeconds = l.threshold.Seconds()
+	}
+	if r.URL.Query().Get("engine") == "1" && l.engine != nil {
+		doc.Engine = l.engine(r.Context())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

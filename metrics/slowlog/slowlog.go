@@ -37,6 +37,7 @@
 package slowlog
 
 import (
+	"context"
 	"math"
 	"net/netip"
 	"strconv"
@@ -154,6 +155,8 @@ type Log struct {
 	next   int    // index the next Add writes
 	n      int    // entries held, <= len(ring)
 	nextID int64
+
+	engine func(context.Context) []EngineLog // SetEngine's; nil: none
 }
 
 // New returns a Log keeping the capacity most recent entries (DefaultCapacity
