@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // TestQuitReachesEngine: where a client has one private engine connection
@@ -61,7 +62,7 @@ func TestQuitBreaksTrackingRedirect(t *testing.T) {
 		redir := redistest.Dial(t, e.paddr)
 		redir.Send(t, respCmd("CLIENT", "ID"))
 		idReply, err := redir.ReadFrame(5 * time.Second)
-		if err != nil || len(idReply) < 4 || idReply[0] != ':' {
+		if err != nil || len(idReply) < 4 || idReply[0] != resp.TypeInteger {
 			t.Fatalf("round %d: CLIENT ID: %q %v", i, idReply, err)
 		}
 		rid := string(idReply[1 : len(idReply)-2])

@@ -204,7 +204,7 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")
 	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
 	fs.StringVar(&f.captureRedact, "capture-redact", "", "`what`: \"values\" replaces request values by filler")
-	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, timeouts, resets)")
+	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, resets)")
 	return cmd
 }
 
