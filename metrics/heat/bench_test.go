@@ -46,13 +46,13 @@ func BenchmarkDistinctKeysRSS(b *testing.B) {
 		for i := range keys {
 			buf = strconv.AppendInt(append(buf[:0], "session:"...), int64(i), 10)
 			args[1] = buf
-			l.Begin(&p, "get", args, 1, 30)
+			k := l.Begin(&p, "get", args, 1, 30)
 			p.Reply([]byte("$5\r\nvalue\r\n"))
 			total := 200 * time.Microsecond
 			if i%100 == 0 {
 				total = 20 * time.Millisecond
 			}
-			l.End(&p, 1, 0, total, 50*time.Microsecond)
+			l.End(&p, k, 1, 0, total, 50*time.Microsecond)
 		}
 		growth := rssBytes(b) - before
 		b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
@@ -79,9 +79,9 @@ func TestBeginEndAllocs(t *testing.T) {
 	rec := func() {
 		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(i), 10)
 		args[1] = buf
-		l.Begin(&p, "get", args, 1, 20)
+		k := l.Begin(&p, "get", args, 1, 20)
 		p.Reply([]byte("*2\r\n$1\r\na\r\n$1\r\nb\r\n"))
-		l.End(&p, 1, 0, time.Millisecond, 100*time.Microsecond)
+		l.End(&p, k, 1, 0, time.Millisecond, 100*time.Microsecond)
 		i++
 	}
 	for range 1000 {
@@ -89,5 +89,34 @@ func TestBeginEndAllocs(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(1000, rec); a != 0 {
 		t.Errorf("%v allocations per request", a)
+	}
+}
+
+// BenchmarkRecord is one request's heat path (Begin, Reply, End) at the
+// default sampling, GETs of 100,000 distinct keys named as
+// redis-benchmark -r names them, taken in turn so each slot is hit as a
+// uniform workload does.
+func BenchmarkRecord(b *testing.B) {
+	for _, sample := range []int{64, 1} {
+		b.Run("sample-"+strconv.Itoa(sample), func(b *testing.B) { benchRecord(b, sample) })
+	}
+}
+
+func benchRecord(b *testing.B, sample int) {
+	h := NewSet(1, Config{Sample: sample, SlowThreshold: time.Second})
+	l := h.Loop(0)
+	const keys = 100_000
+	args := make([][][]byte, keys)
+	for i := range args {
+		args[i] = [][]byte{[]byte("get"), []byte("key:" + strconv.FormatInt(1e11+int64(i), 10)[1:])}
+	}
+	reply := []byte("$100\r\n" + strings.Repeat("x", 100) + "\r\n")
+	var p Pending
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := l.Begin(&p, "get", args[i%keys], 1, 36)
+		p.Reply(reply)
+		l.End(&p, k, 1, 0, 50*time.Microsecond, 10*time.Microsecond)
 	}
 }

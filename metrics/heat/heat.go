@@ -50,8 +50,9 @@ const NumSlots = routing.NumSlots
 
 // MaxKeyBytes is the most bytes of a key kept for display; longer keys are
 // told apart by a 64-bit hash of the whole key and shown cut, marked
-// "truncated".
-const MaxKeyBytes = 64
+// "truncated". It is the slow log's, so that a slowlog.KeyBuf holds what
+// End needs.
+const MaxKeyBytes = slowlog.MaxKeyBytes
 
 // Rankings of the top-K summaries.
 const (
@@ -188,29 +189,36 @@ func (a *keyID) same(b *keyID) bool {
 }
 
 // Bytes past n are zero in the summaries' keys (End, identify), so that
-// same and the merge's map compare whole arrays; a Pending's are left as
-// they are, as only the sampled requests need them cleared.
+// same and the merge's map compare whole arrays.
 
-// Pending is what heat keeps of one request between Begin and End: a copy
-// of (the start of) its first key, its slot and its sizes. The proxy keeps
-// one in each request; its zero value is "no key".
+// Pending is what heat keeps of one request between Begin and End: its
+// key's slot and its sizes. It holds no copy of the key: the caller keeps
+// the key's first MaxKeyBytes bytes for End (the proxy's slow log keeps
+// them anyway), and End copies them only into a sampled request's
+// identity. The proxy keeps one in each request; its zero value is "no
+// key".
 type Pending struct {
-	id       keyID
-	has      bool  // a key was found
-	reqBytes int64 // request bytes
-	repBytes int64 // reply bytes so far
-	elems    int64 // element count of a collection reply, -1 none
+	has      bool   // a key was found
+	long     bool   // the key was longer than MaxKeyBytes
+	slot     uint16 // the key's hash slot
+	hash     uint64 // a long key's hash (of the whole key, which End lacks)
+	reqBytes int64  // request bytes
+	repBytes int64  // reply bytes so far
+	elems    int64  // element count of a collection reply, -1 none
 }
 
 // Begin starts p for a request: cmd is its command's label ("get"), args
 // its arguments (args[0] the name), keyPos the index of its first key (-1
 // none; as the slow log's SafeFirstKey, whose rules decide which key may
-// be kept), reqBytes its size on the wire. The slot is the key's hash
-// slot (routing.Slot) whether or not the proxy routes. Begin copies what
-// it keeps: args may be reused after it returns. It does not allocate.
-func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) {
+// be kept), reqBytes its size on the wire. It returns the key, nil if
+// none, whose first MaxKeyBytes bytes End needs (args may be reused in
+// between: keep a copy, as slowlog.KeyBuf does). The slot is the key's
+// hash slot (routing.Slot) whether or not the proxy routes. It does not
+// allocate.
+func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) []byte {
 	k, ok := slowlog.SafeFirstKey(cmd, args, keyPos)
 	l.BeginKey(p, k, ok, reqBytes)
+	return k
 }
 
 // BeginKey is Begin for a caller that has the request's key from
@@ -221,14 +229,10 @@ func (l *Loop) BeginKey(p *Pending, key []byte, ok bool, reqBytes int) {
 	if !ok {
 		return
 	}
-	id := &p.id
-	id.slot = routing.Slot(key)
-	id.long = len(key) > MaxKeyBytes
-	id.n = uint8(copy(id.bytes[:], key))
-	if id.long {
-		id.hash = xxhash.Sum64(key) // the whole key: the copy is cut
-	} else {
-		id.hash = 0 // End hashes the copy, and only when it samples
+	p.slot = routing.Slot(key)
+	p.long = len(key) > MaxKeyBytes
+	if p.long {
+		p.hash = xxhash.Sum64(key) // the whole key: End has only its start
 	}
 }
 
@@ -274,26 +278,27 @@ func header(b []byte) int64 {
 	return -1 // the header itself was cut: unknown
 }
 
-// End records the request p describes, answered by the engine: cmd its
+// End records the request p describes, answered by the engine: key the
+// first MaxKeyBytes bytes (or more) of the key given to Begin, cmd its
 // command ID, shard the index of the shard that answered it (-1 unknown),
 // total its total time and engine its engine (service) time. Its slot's
 // counters count it always; the summaries take it when sampled or slow.
 // It does not allocate.
-func (l *Loop) End(p *Pending, cmd, shard int, total, engine time.Duration) {
+func (l *Loop) End(p *Pending, key []byte, cmd, shard int, total, engine time.Duration) {
 	l.mu.Lock()
-	l.EndLocked(p, cmd, shard, total, engine)
+	l.EndLocked(p, key, cmd, shard, total, engine)
 	l.mu.Unlock()
 }
 
 // EndLocked is End for a caller holding the lock given to ShareLock.
-func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration) {
+func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine time.Duration) {
 	if !p.has {
 		return
 	}
 	engine = max(engine, 0)
 	b := p.reqBytes + p.repBytes
 	d := &l.batch[l.nbatch]
-	d.slot, d.bytes, d.engineNs, d.shard = p.id.slot, b, int64(engine), int32(max(shard, -1))+1
+	d.slot, d.bytes, d.engineNs, d.shard = p.slot, b, int64(engine), int32(max(shard, -1))+1
 	z := l.z // this request's thresholds follow only the requests before it
 	if l.nbatch++; l.nbatch == batchLen {
 		l.applyBatch()
@@ -319,7 +324,8 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 		}
 	}
 	id := &l.scratch
-	*id = p.id
+	id.slot, id.long, id.hash = p.slot, p.long, p.hash
+	id.n = uint8(copy(id.bytes[:], key))
 	clear(id.bytes[id.n:])
 	l.cfg.Names.identify(id)
 	for rk, x := range w {

@@ -29,12 +29,12 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 			key := []byte("k:" + strconv.Itoa(i*7919))
 			args[1] = key
 			var p Pending
-			l.Begin(&p, "get", args, 1, 20+i%5)
+			k := l.Begin(&p, "get", args, 1, 20+i%5)
 			p.Reply([]byte("$3\r\nabc\r\n"))
 			slot := int(routing.Slot(key))
 			shard := slot % 3 // a slot's shard, as a cluster's is
 			engine := time.Duration(1000 + i)
-			l.End(&p, 1, shard, 2*engine, engine)
+			l.End(&p, k, 1, shard, 2*engine, engine)
 			w := truth[slot]
 			if w == nil {
 				w = &want{}
@@ -74,9 +74,9 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	engine := 500 * time.Microsecond
 	for range n {
 		var p Pending
-		l.Begin(&p, "get", args, 1, 20)
+		k := l.Begin(&p, "get", args, 1, 20)
 		p.ReplySize(int64(len(reply)))
-		l.End(&p, 1, 0, time.Millisecond, engine)
+		l.End(&p, k, 1, 0, time.Millisecond, engine)
 	}
 	k := h.Keys(1, nil)
 	for _, c := range []struct {
@@ -108,15 +108,15 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	big := [][]byte{[]byte("get"), []byte("big")}
 	for range 1000 {
 		var p Pending
-		l.Begin(&p, "get", big, 1, 20)
+		k := l.Begin(&p, "get", big, 1, 20)
 		p.ReplySize(1 << 20)
-		l.End(&p, 1, 0, time.Millisecond, engine)
+		l.End(&p, k, 1, 0, time.Millisecond, engine)
 	}
 	last := [][]byte{[]byte("get"), []byte("last")}
 	var p Pending
-	l.Begin(&p, "get", last, 1, 0)
+	lk := l.Begin(&p, "get", last, 1, 0)
 	p.ReplySize(sample << 10)
-	l.End(&p, 1, 0, time.Millisecond, engine)
+	l.End(&p, lk, 1, 0, time.Millisecond, engine)
 	found := false
 	for _, key := range h.Keys(1024, nil).ByBytes {
 		found = found || key.Key == "last" && key.Samples == 1 && key.Estimate >= sample<<10
