@@ -23,12 +23,13 @@ package heat
 // caches between sampled requests. The heap and the table are therefore
 // laid out so that their work reads only themselves: a heap item carries
 // its entry's count (a copy; add keeps the two equal) and each entry's
-// heap position is in pos, so a sift is a walk over 16 + 4 KiB; a table
-// slot carries the low 32 bits of its key's hash, its home position and a
-// tag, so a probe or a deletion reads an entry only where the tag
-// matches. Adding an unmonitored key to a full summary, the common case
-// with many distinct keys, then touches one entry, the one it replaces,
-// instead of one for each step of the sift and the probes.
+// heap position is in pos, so a sift is a walk over 16 + 4 KiB (and a
+// short one: see heapArity); a table slot carries the low 32 bits of its
+// key's hash, its home position and a tag, so a probe or a deletion reads
+// an entry only where the tag matches. Adding an unmonitored key to a
+// full summary, the common case with many distinct keys, then touches one
+// entry, the one it replaces, instead of one for each step of the sift
+// and the probes.
 
 // entry is one monitored key and its per-key statistics.
 type entry struct {
@@ -163,6 +164,12 @@ func (s *summary) remove(x int32, hash uint64) {
 	s.table[i] = tableSlot{}
 }
 
+// The heap is 4-ary: a sift moves through log4(cap) levels (5 at the
+// default 1,024) instead of log2(cap), and each level's children are 4
+// adjacent items (64 bytes, one or two cache lines): a sift's reads wait
+// on each other, level by level, so fewer levels are fewer waits.
+const heapArity = 4
+
 func (s *summary) less(a, b int) bool {
 	return s.heap[a].count < s.heap[b].count
 }
@@ -176,7 +183,7 @@ func (s *summary) swap(a, b int) {
 
 func (s *summary) up(i int) {
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / heapArity
 		if !s.less(i, p) {
 			return
 		}
@@ -188,13 +195,15 @@ func (s *summary) up(i int) {
 func (s *summary) down(i int) {
 	n := len(s.heap)
 	for {
-		l := 2*i + 1
-		if l >= n {
+		first := heapArity*i + 1
+		if first >= n {
 			return
 		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
+		c := first
+		for k := first + 1; k < min(first+heapArity, n); k++ {
+			if s.less(k, c) {
+				c = k
+			}
 		}
 		if !s.less(c, i) {
 			return

@@ -65,7 +65,7 @@ func TestSummaryBounds(t *testing.T) {
 		}
 	}
 	for i := 1; i < len(s.heap); i++ {
-		if s.less(i, (i-1)/2) {
+		if s.less(i, (i-1)/heapArity) {
 			t.Fatalf("heap order broken at %d", i)
 		}
 	}
