@@ -97,12 +97,12 @@ type request struct {
 	out                []byte         // the reply, once ready (reused)
 	scanPos, scanN     int            // aggScan: position in the live shard list, and its length
 	argc               int32          // arguments including the name (slow log)
-	key                slowlog.KeyBuf // first key, only with the slow log on
+	key                slowlog.KeyBuf // first key, only with the slow log or heat on
 	setName            string         // CLIENT SETNAME / HELLO SETNAME name, applied if it succeeds
 	isErr              bool           // the reply relayed directly (eWritten) was an error
 	seq                uint64         // the request's number in its client, from 1
 	block              int64          // a blocking command's own wait (ns; -1: forever; see blockWait)
-	heat               heat.Pending   // first key, slot and sizes for key and slot heat, only with heat on
+	heat               heat.Pending   // first key's slot and sizes for key and slot heat, only with heat on
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
 	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
@@ -917,9 +917,10 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 		e.block = blockWait(id, args)
 	}
 	if h := s.l.m.Heat(); s.p.cfg.SlowLog != nil || h != nil {
-		// The slow log and heat keep the same key, by the same rules.
+		// The slow log and heat keep the same key, by the same rules,
+		// in one copy.
 		k, ok := slowlog.SafeFirstKey(c.Name(), args, c.KeyPos())
-		if s.p.cfg.SlowLog != nil && ok {
+		if ok {
 			e.key.Set(k)
 		}
 		if h != nil {
@@ -1405,7 +1406,7 @@ func (s *client) flush() {
 				m.ObserveInjectedLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), time.Duration(e.inj), isErr)
 			}
 			if h := m.Heat(); h != nil && len(e.ps) > 0 {
-				h.EndLocked(&e.heat, int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
+				h.EndLocked(&e.heat, e.key.Bytes(), int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))
 			}
 			for i := range e.ps {
 				p := &e.ps[i]

@@ -4,18 +4,22 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/metrics/heat"
+	"github.com/respmeter/respmeter/metrics/slowlog"
 )
 
 // heatPair is pair with key and slot heat of one loop sampling one request
 // in sample attached (sample 0: heat off), and GETs of nkeys distinct
-// keys to send.
+// keys to send. The slow log is on, as respmeter proxy's is by default,
+// with a threshold no command here reaches: heat keeps the key the slow
+// log copies anyway.
 func heatPair(tb testing.TB, sample, nkeys int) (*client, *memConn, *link, [][]byte) {
 	tb.Helper()
-	s, cl, up := pair(tb, true, nil)
+	s, cl, up := pair(tb, true, slowlog.New(128, time.Second))
 	if sample > 0 {
 		s.p.cfg.Metrics.SetHeat(heat.NewSet(1, heat.Config{Sample: sample}))
 	}

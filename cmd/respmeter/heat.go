@@ -278,11 +278,11 @@ func heatOfWorkload(w *capture.Workload, names heat.Names) *heat.Set {
 						}
 					}
 				}
-				l.Begin(&p, r.Name(id), args, pos, len(cmd.Req))
+				k := l.Begin(&p, r.Name(id), args, pos, len(cmd.Req))
 				if cmd.Reply != nil {
 					p.ReplySize(cmd.Reply.Size)
 				}
-				l.End(&p, int(id), -1, time.Duration(cmd.Total), time.Duration(cmd.Upstream))
+				l.End(&p, k, int(id), -1, time.Duration(cmd.Total), time.Duration(cmd.Upstream))
 			}
 		}
 	}

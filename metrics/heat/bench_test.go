@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // rssBytes returns the process's resident set size (VmRSS of
@@ -46,13 +48,13 @@ func BenchmarkDistinctKeysRSS(b *testing.B) {
 		for i := range keys {
 			buf = strconv.AppendInt(append(buf[:0], "session:"...), int64(i), 10)
 			args[1] = buf
-			l.Begin(&p, "get", args, 1, 30)
+			k := l.Begin(&p, "get", args, 1, 30)
 			p.Reply([]byte("$5\r\nvalue\r\n"))
 			total := 200 * time.Microsecond
 			if i%100 == 0 {
 				total = 20 * time.Millisecond
 			}
-			l.End(&p, 1, 0, total, 50*time.Microsecond)
+			l.End(&p, k, 1, 0, total, 50*time.Microsecond)
 		}
 		growth := rssBytes(b) - before
 		b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MiB")
@@ -79,9 +81,9 @@ func TestBeginEndAllocs(t *testing.T) {
 	rec := func() {
 		buf = strconv.AppendInt(append(buf[:0], "k:"...), int64(i), 10)
 		args[1] = buf
-		l.Begin(&p, "get", args, 1, 20)
+		k := l.Begin(&p, "get", args, 1, 20)
 		p.Reply([]byte("*2\r\n$1\r\na\r\n$1\r\nb\r\n"))
-		l.End(&p, 1, 0, time.Millisecond, 100*time.Microsecond)
+		l.End(&p, k, 1, 0, time.Millisecond, 100*time.Microsecond)
 		i++
 	}
 	for range 1000 {
@@ -90,4 +92,57 @@ func TestBeginEndAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, rec); a != 0 {
 		t.Errorf("%v allocations per request", a)
 	}
+}
+
+// BenchmarkRecord is heat's own work for one request as the proxy does
+// it (BeginKey, Reply, EndLocked under the lock the proxy holds anyway;
+// the key is found and kept by the slow log's code, outside heat): GETs
+// of 100,000 distinct keys named as redis-benchmark -r names them, taken
+// in turn so that each slot is hit as a uniform workload does, at the
+// default sampling and with every request sampled. cpu-ns/op is the
+// benchmark thread's CPU time per request (CLOCK_THREAD_CPUTIME_ID),
+// which other processes' time slices do not inflate.
+func BenchmarkRecord(b *testing.B) {
+	for _, sample := range []int{64, 1} {
+		b.Run("sample-"+strconv.Itoa(sample), func(b *testing.B) { benchRecord(b, sample) })
+	}
+}
+
+func benchRecord(b *testing.B, sample int) {
+	h := NewSet(1, Config{Sample: sample, SlowThreshold: time.Second})
+	l := h.Loop(0)
+	const keys = 100_000
+	// One buffer, read in order, as a pipeline's requests are: the keys'
+	// own cache misses are not heat's.
+	key := make([][]byte, keys)
+	var all []byte
+	for i := range key {
+		all = append(all, "key:"+strconv.FormatInt(1e12+int64(i), 10)[1:]...)
+	}
+	for i := range key {
+		key[i] = all[16*i : 16*i+16 : 16*i+16]
+	}
+	reply := []byte("$100\r\n" + strings.Repeat("x", 100) + "\r\n")
+	var p Pending
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := threadCPU(b)
+	for i := range b.N {
+		k := key[i%keys]
+		l.BeginKey(&p, k, true, 36)
+		p.Reply(reply)
+		l.EndLocked(&p, k, 1, 0, 50*time.Microsecond, 10*time.Microsecond)
+	}
+	b.ReportMetric(float64(threadCPU(b)-t0)/float64(b.N), "cpu-ns/op")
+}
+
+// threadCPU returns the CPU time of the calling OS thread in nanoseconds.
+func threadCPU(tb testing.TB) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		tb.Fatal(err)
+	}
+	return ts.Nano()
 }

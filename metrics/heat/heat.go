@@ -16,9 +16,11 @@
 // table (adding its batch first) or copy its summaries, then merges the
 // copies outside the lock. Memory is bounded by the slot table and the
 // summaries' capacity whatever the number of distinct keys: per loop,
-// 16,384 x 32 bytes (512 KiB) of slot counters and their batch (3 KiB),
-// plus 3 x Capacity entries of about 0.5 KiB (1.5 MiB at the default
-// 1,024). There is no package-level state.
+// 16,384 x 16 bytes (256 KiB) of slot counters every request goes to,
+// their batch (2 KiB) and 16,384 x 32 bytes (512 KiB) of wide counters
+// they spill into when one would overflow, plus 3 x Capacity entries of
+// about 0.5 KiB (1.5 MiB at the default 1,024). There is no package-level
+// state.
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
@@ -34,13 +36,14 @@
 package heat
 
 import (
-	"github.com/respmeter/respmeter/internal/resp"
+	"math"
 	"math/bits"
 	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/routing"
 )
@@ -50,8 +53,9 @@ const NumSlots = routing.NumSlots
 
 // MaxKeyBytes is the most bytes of a key kept for display; longer keys are
 // told apart by a 64-bit hash of the whole key and shown cut, marked
-// "truncated".
-const MaxKeyBytes = 64
+// "truncated". It is the slow log's, so that a slowlog.KeyBuf holds what
+// End needs.
+const MaxKeyBytes = slowlog.MaxKeyBytes
 
 // Rankings of the top-K summaries.
 const (
@@ -123,7 +127,8 @@ func (s *Set) Loop(i int) *Loop { return s.loops[i] }
 // Loops returns the number of loops.
 func (s *Set) Loops() int { return len(s.loops) }
 
-// slotCounts are one slot's exact counters in one loop.
+// slotCounts are one slot's exact counters: a Set's sums (slotTable), and
+// what a loop's narrow counters spilled (Loop.wide).
 type slotCounts struct {
 	requests int64
 	bytes    int64
@@ -131,41 +136,62 @@ type slotCounts struct {
 	shard    int32 // shard index (metrics.Set.Shard) of its last request + 1; 0 none
 }
 
+// slotNarrow are one slot's latest counters in one loop, 16 bytes: half
+// the size of slotCounts, so that the table a loop adds every request to
+// (256 KiB) takes half the CPU's caches that 64-bit counters would. A
+// counter that would overflow first spills all three into the loop's
+// wide counters (spill), which Snapshot adds: 2^32 requests, 4 GiB or
+// 4.29 s of engine time in one slot since its last spill.
+type slotNarrow struct {
+	requests uint32
+	bytes    uint32
+	engineNs uint32
+	shard    int32 // as slotCounts.shard
+}
+
 // slotDelta is one request's addition to its slot's counters, held in the
-// loop's batch until the batch is full or a scrape applies it.
+// loop's batch until the batch is full or a scrape applies it. A request
+// of 4 GiB or more, or of 4.29 s of engine time or more, goes to the wide
+// counters at once (addWide).
 type slotDelta struct {
-	bytes    int64
-	engineNs int64
+	bytes    uint32
+	engineNs uint32
 	shard    int32 // as slotCounts.shard; 0 leaves the slot's as it is
 	slot     uint16
 }
 
-// batchLen is the number of requests a loop's batch holds: 128 x 24 bytes
-// (3 KiB), which stays in the L1 cache.
+// batchLen is the number of requests a loop's batch holds: 128 x 16 bytes
+// (2 KiB), which stays in the L1 cache.
 const batchLen = 128
 
 // Loop is one event loop's heat. Only its loop records (Begin, Reply,
 // End); Snapshot reads it under its lock.
 type Loop struct {
+	// The pointers come first: the garbage collector scans an object
+	// only up to its last pointer, so it never reads the slot tables.
+
 	// mu guards the loop's counters: its own mutex, or the lock its
 	// recorder already holds while it records (ShareLock).
-	mu    sync.Locker
-	cfg   *Config
-	slots [NumSlots]slotCounts
-	// batch holds the slot counters' latest additions, batch[:nbatch]
-	// (applyBatch).
-	batch  [batchLen]slotDelta
-	nbatch int
+	mu  sync.Locker
+	cfg *Config
+	sum [numRankings]*summary
 	// z are the rankings' sampling thresholds (retune), zMax the largest
 	// each has had, for the error bound; seen, seenBytes and seenEngine
 	// sum the requests applied from the batch, which retune averages.
 	z, zMax                     [numRankings]int64
 	seen, seenBytes, seenEngine int64
-	sum                         [numRankings]*summary
 	rnd                         uint64 // xorshift64 state for sampling
 	// scratch is the keyID of the request being ended (End builds it here
 	// rather than on the stack, where its address would make it escape).
 	scratch keyID
+	// batch holds the slot counters' latest additions, batch[:nbatch]
+	// (applyBatch).
+	batch  [batchLen]slotDelta
+	nbatch int
+	// narrow are the slot counters every request goes to, wide what they
+	// spilled; a slot's counters are the sum of the two.
+	narrow [NumSlots]slotNarrow
+	wide   [NumSlots]slotCounts
 }
 
 // ShareLock makes mu, a lock the loop's recorder holds whenever it calls
@@ -188,29 +214,36 @@ func (a *keyID) same(b *keyID) bool {
 }
 
 // Bytes past n are zero in the summaries' keys (End, identify), so that
-// same and the merge's map compare whole arrays; a Pending's are left as
-// they are, as only the sampled requests need them cleared.
+// same and the merge's map compare whole arrays.
 
-// Pending is what heat keeps of one request between Begin and End: a copy
-// of (the start of) its first key, its slot and its sizes. The proxy keeps
-// one in each request; its zero value is "no key".
+// Pending is what heat keeps of one request between Begin and End: its
+// key's slot and its sizes. It holds no copy of the key: the caller keeps
+// the key's first MaxKeyBytes bytes for End (the proxy's slow log keeps
+// them anyway), and End copies them only into a sampled request's
+// identity. The proxy keeps one in each request; its zero value is "no
+// key".
 type Pending struct {
-	id       keyID
-	has      bool  // a key was found
-	reqBytes int64 // request bytes
-	repBytes int64 // reply bytes so far
-	elems    int64 // element count of a collection reply, -1 none
+	has      bool   // a key was found
+	long     bool   // the key was longer than MaxKeyBytes
+	slot     uint16 // the key's hash slot
+	hash     uint64 // a long key's hash (of the whole key, which End lacks)
+	reqBytes int64  // request bytes
+	repBytes int64  // reply bytes so far
+	elems    int64  // element count of a collection reply, -1 none
 }
 
 // Begin starts p for a request: cmd is its command's label ("get"), args
 // its arguments (args[0] the name), keyPos the index of its first key (-1
 // none; as the slow log's SafeFirstKey, whose rules decide which key may
-// be kept), reqBytes its size on the wire. The slot is the key's hash
-// slot (routing.Slot) whether or not the proxy routes. Begin copies what
-// it keeps: args may be reused after it returns. It does not allocate.
-func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) {
+// be kept), reqBytes its size on the wire. It returns the key, nil if
+// none, whose first MaxKeyBytes bytes End needs (args may be reused in
+// between: keep a copy, as slowlog.KeyBuf does). The slot is the key's
+// hash slot (routing.Slot) whether or not the proxy routes. It does not
+// allocate.
+func (l *Loop) Begin(p *Pending, cmd string, args [][]byte, keyPos, reqBytes int) []byte {
 	k, ok := slowlog.SafeFirstKey(cmd, args, keyPos)
 	l.BeginKey(p, k, ok, reqBytes)
+	return k
 }
 
 // BeginKey is Begin for a caller that has the request's key from
@@ -221,14 +254,10 @@ func (l *Loop) BeginKey(p *Pending, key []byte, ok bool, reqBytes int) {
 	if !ok {
 		return
 	}
-	id := &p.id
-	id.slot = routing.Slot(key)
-	id.long = len(key) > MaxKeyBytes
-	id.n = uint8(copy(id.bytes[:], key))
-	if id.long {
-		id.hash = xxhash.Sum64(key) // the whole key: the copy is cut
-	} else {
-		id.hash = 0 // End hashes the copy, and only when it samples
+	p.slot = routing.Slot(key)
+	p.long = len(key) > MaxKeyBytes
+	if p.long {
+		p.hash = xxhash.Sum64(key) // the whole key: End has only its start
 	}
 }
 
@@ -274,29 +303,35 @@ func header(b []byte) int64 {
 	return -1 // the header itself was cut: unknown
 }
 
-// End records the request p describes, answered by the engine: cmd its
+// End records the request p describes, answered by the engine: key the
+// first MaxKeyBytes bytes (or more) of the key given to Begin, cmd its
 // command ID, shard the index of the shard that answered it (-1 unknown),
 // total its total time and engine its engine (service) time. Its slot's
 // counters count it always; the summaries take it when sampled or slow.
 // It does not allocate.
-func (l *Loop) End(p *Pending, cmd, shard int, total, engine time.Duration) {
+func (l *Loop) End(p *Pending, key []byte, cmd, shard int, total, engine time.Duration) {
 	l.mu.Lock()
-	l.EndLocked(p, cmd, shard, total, engine)
+	l.EndLocked(p, key, cmd, shard, total, engine)
 	l.mu.Unlock()
 }
 
 // EndLocked is End for a caller holding the lock given to ShareLock.
-func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration) {
+func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine time.Duration) {
 	if !p.has {
 		return
 	}
 	engine = max(engine, 0)
 	b := p.reqBytes + p.repBytes
-	d := &l.batch[l.nbatch]
-	d.slot, d.bytes, d.engineNs, d.shard = p.id.slot, b, int64(engine), int32(max(shard, -1))+1
+	shard1 := int32(max(shard, -1)) + 1
 	z := l.z // this request's thresholds follow only the requests before it
-	if l.nbatch++; l.nbatch == batchLen {
-		l.applyBatch()
+	if b > math.MaxUint32 || engine > math.MaxUint32 {
+		l.addWide(p.slot, b, int64(engine), shard1)
+	} else {
+		d := &l.batch[l.nbatch]
+		d.slot, d.bytes, d.engineNs, d.shard = p.slot, uint32(b), uint32(engine), shard1
+		if l.nbatch++; l.nbatch == batchLen {
+			l.applyBatch()
+		}
 	}
 	// xorshift64 (Marsaglia 2003): one draw per request, independent of
 	// the workload's order; its top 53 bits are a uniform u in [0, 1).
@@ -319,7 +354,8 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 		}
 	}
 	id := &l.scratch
-	*id = p.id
+	id.slot, id.long, id.hash = p.slot, p.long, p.hash
+	id.n = uint8(copy(id.bytes[:], key))
 	clear(id.bytes[id.n:])
 	l.cfg.Names.identify(id)
 	for rk, x := range w {
@@ -331,7 +367,7 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 }
 
 // applyBatch adds the batch to the slot counters and empties it; the
-// caller holds mu. The slot table (512 KiB) does not stay in the CPU's
+// caller holds mu. The slot table (256 KiB) does not stay in the CPU's
 // caches between requests, so a request's slot counter is most often a
 // cache miss: one at a time, amid each request's own dependent work, the
 // misses cost a request about as much as its slot's CRC16. Here the
@@ -340,19 +376,48 @@ func (l *Loop) EndLocked(p *Pending, cmd, shard int, total, engine time.Duration
 func (l *Loop) applyBatch() {
 	for i := range l.batch[:l.nbatch] {
 		d := &l.batch[i]
-		sc := &l.slots[d.slot]
-		sc.requests++
-		sc.bytes += d.bytes
-		sc.engineNs += d.engineNs
-		if d.shard != 0 {
-			sc.shard = d.shard
+		c := &l.narrow[d.slot]
+		b, e := uint64(c.bytes)+uint64(d.bytes), uint64(c.engineNs)+uint64(d.engineNs)
+		if (b|e) > math.MaxUint32 || c.requests == math.MaxUint32 {
+			l.spill(d.slot)
+			b, e = uint64(d.bytes), uint64(d.engineNs)
 		}
-		l.seenBytes += d.bytes
-		l.seenEngine += d.engineNs
+		c.requests++
+		c.bytes, c.engineNs = uint32(b), uint32(e)
+		if d.shard != 0 {
+			c.shard = d.shard
+		}
+		l.seenBytes += int64(d.bytes)
+		l.seenEngine += int64(d.engineNs)
 	}
 	l.seen += int64(l.nbatch)
 	l.nbatch = 0
 	l.retune()
+}
+
+// spill moves slot's narrow counters into its wide ones; the caller holds
+// mu.
+func (l *Loop) spill(slot uint16) {
+	c, w := &l.narrow[slot], &l.wide[slot]
+	w.requests += int64(c.requests)
+	w.bytes += int64(c.bytes)
+	w.engineNs += int64(c.engineNs)
+	c.requests, c.bytes, c.engineNs = 0, 0, 0
+}
+
+// addWide counts a request too big for a slotDelta in slot's wide
+// counters at once; the caller holds mu.
+func (l *Loop) addWide(slot uint16, bytes, engineNs int64, shard1 int32) {
+	w := &l.wide[slot]
+	w.requests++
+	w.bytes += bytes
+	w.engineNs += engineNs
+	if shard1 != 0 {
+		l.narrow[slot].shard = shard1
+	}
+	l.seen++
+	l.seenBytes += bytes
+	l.seenEngine += engineNs
 }
 
 // retune sets the bytes and engine-time rankings' thresholds to Sample

@@ -1,6 +1,7 @@
 package heat
 
 import (
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -29,12 +30,12 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 			key := []byte("k:" + strconv.Itoa(i*7919))
 			args[1] = key
 			var p Pending
-			l.Begin(&p, "get", args, 1, 20+i%5)
+			k := l.Begin(&p, "get", args, 1, 20+i%5)
 			p.Reply([]byte("$3\r\nabc\r\n"))
 			slot := int(routing.Slot(key))
 			shard := slot % 3 // a slot's shard, as a cluster's is
 			engine := time.Duration(1000 + i)
-			l.End(&p, 1, shard, 2*engine, engine)
+			l.End(&p, k, 1, shard, 2*engine, engine)
 			w := truth[slot]
 			if w == nil {
 				w = &want{}
@@ -74,9 +75,9 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	engine := 500 * time.Microsecond
 	for range n {
 		var p Pending
-		l.Begin(&p, "get", args, 1, 20)
+		k := l.Begin(&p, "get", args, 1, 20)
 		p.ReplySize(int64(len(reply)))
-		l.End(&p, 1, 0, time.Millisecond, engine)
+		l.End(&p, k, 1, 0, time.Millisecond, engine)
 	}
 	k := h.Keys(1, nil)
 	for _, c := range []struct {
@@ -108,15 +109,15 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	big := [][]byte{[]byte("get"), []byte("big")}
 	for range 1000 {
 		var p Pending
-		l.Begin(&p, "get", big, 1, 20)
+		k := l.Begin(&p, "get", big, 1, 20)
 		p.ReplySize(1 << 20)
-		l.End(&p, 1, 0, time.Millisecond, engine)
+		l.End(&p, k, 1, 0, time.Millisecond, engine)
 	}
 	last := [][]byte{[]byte("get"), []byte("last")}
 	var p Pending
-	l.Begin(&p, "get", last, 1, 0)
+	lk := l.Begin(&p, "get", last, 1, 0)
 	p.ReplySize(sample << 10)
-	l.End(&p, 1, 0, time.Millisecond, engine)
+	l.End(&p, lk, 1, 0, time.Millisecond, engine)
 	found := false
 	for _, key := range h.Keys(1024, nil).ByBytes {
 		found = found || key.Key == "last" && key.Samples == 1 && key.Estimate >= sample<<10
@@ -124,4 +125,53 @@ func TestSamplingFollowsTheMean(t *testing.T) {
 	if !found {
 		t.Errorf("a reply of %d KiB after 1 MiB ones was not counted at its size", sample)
 	}
+}
+
+// TestSlotsSpill: a slot's counters stay exact when its narrow 32-bit
+// counters overflow (requests of 1 GiB and 1 s, so that bytes and engine
+// time spill every few requests), when one request alone is too big for
+// them (6 GiB, 5 s), and when its request count reaches 2^32.
+func TestSlotsSpill(t *testing.T) {
+	h := NewSet(1, Config{})
+	l := h.Loop(0)
+	key := []byte("big")
+	slot := int(routing.Slot(key))
+	var requests, bytes int64
+	var engine time.Duration
+	rec := func(reply int64, eng time.Duration) {
+		var p Pending
+		k := l.Begin(&p, "get", [][]byte{[]byte("get"), key}, 1, 20)
+		p.ReplySize(reply)
+		l.End(&p, k, 1, 2, 2*eng, eng)
+		requests++
+		bytes += 20 + reply
+		engine += eng
+	}
+	check := func(when string) {
+		t.Helper()
+		got := h.Slots([]string{"a", "b", "c"})
+		if len(got.Slots) != 1 {
+			t.Fatalf("%s: %d slots, want 1", when, len(got.Slots))
+		}
+		s := got.Slots[0]
+		if s.Slot != slot || s.Requests != requests || s.Bytes != bytes || s.EngineSeconds != engine.Seconds() || s.Shard != "c" {
+			t.Fatalf("%s: %+v, want slot %d, %d requests, %d bytes, %v, shard c", when, s, slot, requests, bytes, engine)
+		}
+	}
+	for range 2 * batchLen {
+		rec(1<<30, time.Second)
+	}
+	check("after 1 GiB, 1 s requests")
+	rec(6<<30, 5*time.Second)
+	rec(10, time.Microsecond)
+	check("after a 6 GiB, 5 s request")
+	l.mu.Lock()
+	l.applyBatch()
+	requests += math.MaxUint32 - 1 - int64(l.narrow[slot].requests) // as if that many more came
+	l.narrow[slot].requests = math.MaxUint32 - 1
+	l.mu.Unlock()
+	for range 3 {
+		rec(10, time.Microsecond)
+	}
+	check("past 2^32 requests")
 }

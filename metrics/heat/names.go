@@ -50,10 +50,11 @@ func (n Names) String() string {
 	return "plain"
 }
 
-// identify completes id, a key copied by Begin, as the identity the
-// summaries count under: with NamesPattern, its pattern. A long key keeps
-// the hash Begin took of the whole key, except under NamesPattern, where
-// the pattern of its first MaxKeyBytes bytes is its identity.
+// identify completes id, the start of a key copied by End, as the
+// identity the summaries count under: with NamesPattern, its pattern. A
+// long key keeps the hash Begin took of the whole key, except under
+// NamesPattern, where the pattern of its first MaxKeyBytes bytes is its
+// identity.
 func (n Names) identify(id *keyID) {
 	if n == NamesPattern {
 		id.n = uint8(rollUp(id.bytes[:], int(id.n)))

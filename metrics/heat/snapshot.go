@@ -97,15 +97,15 @@ func (s *Set) slotTable() (t [NumSlots]slotCounts) {
 	for _, l := range s.loops {
 		l.mu.Lock()
 		l.applyBatch()
-		for i := range l.slots {
-			c := &l.slots[i]
-			if c.requests == 0 {
+		for i := range l.narrow {
+			c, w := &l.narrow[i], &l.wide[i]
+			if c.requests == 0 && w.requests == 0 {
 				continue
 			}
 			d := &t[i]
-			d.requests += c.requests
-			d.bytes += c.bytes
-			d.engineNs += c.engineNs
+			d.requests += w.requests + int64(c.requests)
+			d.bytes += w.bytes + int64(c.bytes)
+			d.engineNs += w.engineNs + int64(c.engineNs)
 			if c.shard != 0 {
 				d.shard = c.shard
 			}

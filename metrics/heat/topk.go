@@ -14,25 +14,52 @@ package heat
 // count there, so the merged count adds it as count and as error.
 //
 // The summary is allocation-free after newSummary: entries live in one
-// slice, a min-heap of entry indexes orders them by count, and an
-// open-addressing table (linear probing, backward-shift deletion) finds a
-// key's entry by its 64-bit hash.
+// slice, a min-heap orders them by count, and an open-addressing table
+// (linear probing, backward-shift deletion) finds a key's entry by its
+// 64-bit hash.
+//
+// An entry is about 0.5 KiB (its statistics' histograms), so the entries
+// of a summary (0.5 MiB at the default 1,024) do not stay in the CPU's
+// caches between sampled requests. The heap and the table are therefore
+// laid out so that their work reads only themselves: a heap item carries
+// its entry's count (a copy; add keeps the two equal) and each entry's
+// heap position is in pos, so a sift is a walk over 16 + 4 KiB (and a
+// short one: see heapArity); a table slot carries the low 32 bits of its
+// key's hash, its home position and a tag, so a probe or a deletion reads
+// an entry only where the tag matches. Adding an unmonitored key to a
+// full summary, the common case with many distinct keys, then touches one
+// entry, the one it replaces, instead of one for each step of the sift
+// and the probes.
 
 // entry is one monitored key and its per-key statistics.
 type entry struct {
 	id    keyID
 	count int64 // Space-Saving count: an upper bound of the key's weight
 	err   int64 // the count it inherited on entry: count-err is a lower bound
-	heap  int32 // position in summary.heap
 	st    keyStats
+}
+
+// heapItem is one position of the summary's min-heap: an entry's count
+// (equal to the entry's own) and its index.
+type heapItem struct {
+	count int64
+	ent   int32
+}
+
+// tableSlot is one position of the summary's hash table: an entry index
+// + 1 (0: free) and the low 32 bits of its key's hash.
+type tableSlot struct {
+	hash uint32
+	ent  int32
 }
 
 // summary is a weighted Space-Saving summary of at most cap keys.
 type summary struct {
-	ents  []entry // len <= cap
-	heap  []int32 // entry indexes, a min-heap by count
-	table []int32 // entry index + 1 by hash slot; 0 = free; len a power of 2, >= 2*cap
-	total int64   // sum of the weights added
+	ents  []entry     // len <= cap
+	heap  []heapItem  // a min-heap by count, one item per entry
+	pos   []int32     // pos[x]: entry x's position in heap; len cap
+	table []tableSlot // len a power of 2, >= 2*cap
+	total int64       // sum of the weights added
 }
 
 func newSummary(capacity int) *summary {
@@ -42,8 +69,9 @@ func newSummary(capacity int) *summary {
 	}
 	return &summary{
 		ents:  make([]entry, 0, capacity),
-		heap:  make([]int32, 0, capacity),
-		table: make([]int32, n),
+		heap:  make([]heapItem, 0, capacity),
+		pos:   make([]int32, capacity),
+		table: make([]tableSlot, n),
 	}
 }
 
@@ -53,19 +81,20 @@ func (s *summary) min() int64 {
 	if len(s.ents) < cap(s.ents) || len(s.heap) == 0 {
 		return 0
 	}
-	return s.ents[s.heap[0]].count
+	return s.heap[0].count
 }
 
 // find returns the table position of id's entry, or of the free position
 // where it would go, and whether it is there.
 func (s *summary) find(id *keyID) (int, bool) {
 	mask := len(s.table) - 1
-	for i := int(id.hash) & mask; ; i = (i + 1) & mask {
-		x := s.table[i]
-		if x == 0 {
+	h := uint32(id.hash)
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		t := s.table[i]
+		if t.ent == 0 {
 			return i, false
 		}
-		if s.ents[x-1].id.same(id) {
+		if t.hash == h && s.ents[t.ent-1].id.same(id) {
 			return i, true
 		}
 	}
@@ -77,70 +106,84 @@ func (s *summary) add(id *keyID, w int64) *entry {
 	s.total += w
 	pos, ok := s.find(id)
 	if ok {
-		x := s.table[pos] - 1
+		x := s.table[pos].ent - 1
 		e := &s.ents[x]
 		e.count += w
-		s.down(int(e.heap))
+		i := int(s.pos[x])
+		s.heap[i].count = e.count
+		s.down(i)
 		return e
 	}
 	if len(s.ents) < cap(s.ents) {
 		x := int32(len(s.ents))
 		s.ents = s.ents[:x+1]
 		e := &s.ents[x]
-		*e = entry{id: *id, count: w, heap: int32(len(s.heap))}
-		s.heap = append(s.heap, x)
-		s.table[pos] = x + 1
-		s.up(int(e.heap))
+		*e = entry{id: *id, count: w}
+		s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
+		s.pos[x] = int32(len(s.heap))
+		s.heap = append(s.heap, heapItem{count: w, ent: x})
+		s.up(len(s.heap) - 1)
 		return e
 	}
 	// Full: the key of smallest count gives its place to id.
-	x := s.heap[0]
+	x, m := s.heap[0].ent, s.heap[0].count
 	e := &s.ents[x]
-	s.remove(&e.id)
-	m := e.count
-	*e = entry{id: *id, count: m + w, err: m, heap: 0}
-	pos, _ = s.find(id) // the removal may have moved entries
-	s.table[pos] = x + 1
+	s.remove(x, e.id.hash)
+	*e = entry{id: *id, count: m + w, err: m}
+	pos, _ = s.find(id) // the removal may have moved slots
+	s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
+	s.heap[0].count = e.count
 	s.down(0)
 	return e
 }
 
-// remove takes id out of the table (not the heap), shifting back the
-// entries of its probe run so that lookups need no tombstones.
-func (s *summary) remove(id *keyID) {
-	i, ok := s.find(id)
-	if !ok {
-		return
-	}
+// remove takes entry x, whose key hashes to hash, out of the table (not
+// the heap), shifting back the slots of its probe run so that lookups
+// need no tombstones.
+func (s *summary) remove(x int32, hash uint64) {
 	mask := len(s.table) - 1
+	i := int(uint32(hash)) & mask
+	for s.table[i].ent != x+1 {
+		if s.table[i].ent == 0 {
+			return
+		}
+		i = (i + 1) & mask
+	}
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		x := s.table[j]
-		if x == 0 {
+		t := s.table[j]
+		if t.ent == 0 {
 			break
 		}
-		home := int(s.ents[x-1].id.hash) & mask
-		// Move x back to i if i lies cyclically in [home, j).
+		home := int(t.hash) & mask
+		// Move t back to i if i lies cyclically in [home, j).
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			s.table[i] = x
+			s.table[i] = t
 			i = j
 		}
 	}
-	s.table[i] = 0
+	s.table[i] = tableSlot{}
 }
 
+// The heap is 4-ary: a sift moves through log4(cap) levels (5 at the
+// default 1,024) instead of log2(cap), and each level's children are 4
+// adjacent items (64 bytes, one or two cache lines): a sift's reads wait
+// on each other, level by level, so fewer levels are fewer waits.
+const heapArity = 4
+
 func (s *summary) less(a, b int) bool {
-	return s.ents[s.heap[a]].count < s.ents[s.heap[b]].count
+	return s.heap[a].count < s.heap[b].count
 }
 
 func (s *summary) swap(a, b int) {
-	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.ents[s.heap[a]].heap = int32(a)
-	s.ents[s.heap[b]].heap = int32(b)
+	h := s.heap
+	h[a], h[b] = h[b], h[a]
+	s.pos[h[a].ent] = int32(a)
+	s.pos[h[b].ent] = int32(b)
 }
 
 func (s *summary) up(i int) {
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / heapArity
 		if !s.less(i, p) {
 			return
 		}
@@ -152,13 +195,15 @@ func (s *summary) up(i int) {
 func (s *summary) down(i int) {
 	n := len(s.heap)
 	for {
-		l := 2*i + 1
-		if l >= n {
+		first := heapArity*i + 1
+		if first >= n {
 			return
 		}
-		c := l
-		if r := l + 1; r < n && s.less(r, l) {
-			c = r
+		c := first
+		for k := first + 1; k < min(first+heapArity, n); k++ {
+			if s.less(k, c) {
+				c = k
+			}
 		}
 		if !s.less(c, i) {
 			return
@@ -173,6 +218,7 @@ func (s *summary) down(i int) {
 func (s *summary) copyTo(d *summary) {
 	d.ents = append(d.ents[:0], s.ents...)
 	d.heap = append(d.heap[:0], s.heap...)
+	copy(d.pos, s.pos)
 	copy(d.table, s.table)
 	d.total = s.total
 }

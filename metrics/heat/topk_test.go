@@ -16,7 +16,8 @@ func idOf(s string) keyID {
 // TestSummaryBounds checks Space-Saving's guarantees on a weighted Zipf
 // stream against exact counts: every monitored key's true weight lies in
 // [count-err, count], every key heavier than the smallest count is
-// monitored, and the hash table finds every entry after evictions.
+// monitored, the hash table finds every entry after evictions and holds
+// no other, and the heap's copies of the counts equal the entries'.
 func TestSummaryBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	z := rand.NewZipf(rng, 1.1, 1, 49_999)
@@ -41,12 +42,21 @@ func TestSummaryBounds(t *testing.T) {
 		if tr > e.count || tr < e.count-e.err {
 			t.Errorf("%s: true %d outside [%d, %d]", k, tr, e.count-e.err, e.count)
 		}
-		if pos, ok := s.find(&e.id); !ok || s.table[pos]-1 != int32(i) {
+		if pos, ok := s.find(&e.id); !ok || s.table[pos].ent-1 != int32(i) || s.table[pos].hash != uint32(e.id.hash) {
 			t.Errorf("%s: table lookup lost entry %d", k, i)
 		}
-		if s.heap[e.heap] != int32(i) {
-			t.Errorf("%s: heap position wrong", k)
+		if h := s.heap[s.pos[i]]; h.ent != int32(i) || h.count != e.count {
+			t.Errorf("%s: heap item %+v, want entry %d count %d", k, h, i, e.count)
 		}
+	}
+	used := 0
+	for _, ts := range s.table {
+		if ts.ent != 0 {
+			used++
+		}
+	}
+	if used != len(s.ents) {
+		t.Errorf("%d table slots in use, want %d", used, len(s.ents))
 	}
 	m := s.min()
 	for k, w := range truth {
@@ -55,7 +65,7 @@ func TestSummaryBounds(t *testing.T) {
 		}
 	}
 	for i := 1; i < len(s.heap); i++ {
-		if s.less(i, (i-1)/2) {
+		if s.less(i, (i-1)/heapArity) {
 			t.Fatalf("heap order broken at %d", i)
 		}
 	}
