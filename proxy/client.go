@@ -328,12 +328,12 @@ type client struct {
 	raw *link
 	// capOf is the capture this client was last checked against, capBuf
 	// its loop's buffer when the client is captured (nil: not sampled or
-	// no capture), capID its id there (capture.go).
+	// no capture), capID its id there (captureBatch).
 	capOf  *capture.Capture
 	capBuf *capture.Buf
 	capID  uint64
 	// capRep gathers the replies finished since the last flush, written
-	// to capBuf as one record by flush (capture.go).
+	// to capBuf as one record by flush (captureReply).
 	capRep capture.Replies
 	// vnode is the virtual node whose listener the client connected to
 	// under RouteFacade (nil: the plain endpoint, or another route), vhost
@@ -1817,3 +1817,86 @@ func (l *linger) close() { close(l.ch) }
 // lingerTimeout bounds how long a half-closed client's replies are waited
 // for.
 const lingerTimeout = 60 * time.Second
+
+// captureBatch records the requests of one read (reqs: whole frames,
+// routed, the first numbered first). c is the running capture (nil: none);
+// a session first seen by c gets an id, and a connection record with its
+// state when it is sampled.
+func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now int64) {
+	if c != s.capOf {
+		s.flushCapture() // the replies gathered belong to the capture before
+		s.capOf, s.capBuf = c, nil
+		if c == nil {
+			return
+		}
+		id, sampled := c.NewConn()
+		if !sampled {
+			return
+		}
+		s.capID, s.capBuf = id, c.Loop(s.l.idx)
+		var state []byte // once per connection and capture
+		for _, st := range s.states() {
+			state = append(state, st...)
+		}
+		s.capBuf.Conn(id, now, state)
+	}
+	switch {
+	case s.capBuf == nil || len(reqs) == 0:
+	case c.RedactsValues():
+		s.capBuf.KeyedBatch(s.capID, now, first, reqs, s.l.capKeys)
+	default:
+		s.capBuf.Batch(s.capID, now, first, reqs, !s.capSecret)
+	}
+}
+
+// mayHoldSecret reports whether requests of command id can carry a
+// credential the capture redacts (internal/capture's redactor: AUTH,
+// HELLO ... AUTH, MIGRATE ... AUTH/AUTH2, CONFIG SET requirepass, ACL
+// SETUSER); batches without one are written without a second scan.
+func mayHoldSecret(id command.ID) bool {
+	switch id {
+	case command.Auth, command.Hello, command.Migrate, command.Config, command.Acl:
+		return true
+	}
+	return false
+}
+
+// captureReply gathers the reply of e, ready at now (reply nil when
+// streamed), for flushCapture: the replies the loop finishes for this
+// client in one pass (a pipeline's) become one record.
+func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool) {
+	var up int64
+	if e.tSent > 0 {
+		up = max(e.tReply, now) - e.tSent
+	}
+	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
+	if s.capRep.Len() >= maxCaptureGroup {
+		s.flushCapture()
+	}
+}
+
+// maxCaptureGroup bounds the bytes of replies gathered before they are
+// written (about 500 replies): a long pipeline is recorded in pieces.
+const maxCaptureGroup = 16 << 10
+
+// flushCapture writes the replies gathered by captureReply as one record;
+// flush calls it at the end of every pass of the loop that finished a
+// reply of s (complete marks s dirty).
+func (s *client) flushCapture() {
+	if s.capBuf != nil {
+		s.capBuf.Replies(s.capID, &s.capRep)
+	} else {
+		s.capRep.Reset()
+	}
+}
+
+// awaitAuth pauses s (pauseAuth) until an auth check numbered s.authAfter
+// or later has completed, asking for one at once.
+func (s *client) awaitAuth() {
+	s.l.authWait = append(s.l.authWait, s)
+	s.p.authWaiters.Add(1)
+	select {
+	case s.p.authNow <- struct{}{}:
+	default: // one is asked for already
+	}
+}

@@ -110,7 +110,7 @@ type loop struct {
 	}
 
 	// authWait: the shared clients paused until an auth check that started
-	// after they connected has passed (auth.go).
+	// after they connected has passed (awaitAuth, wakeAuth).
 	authWait []*client
 }
 
@@ -799,4 +799,25 @@ func (ln *link) notAnswering(quiet time.Duration) {
 	}
 	ln.fail(upstreamError(ln.addr, "not answering", nil), lost)
 	ln.shutdown()
+}
+
+// wakeAuth resumes the loop's clients whose auth check has passed and
+// forgets those gone (runs on the loop).
+func (l *loop) wakeAuth(context.Context) error {
+	kept := l.authWait[:0]
+	for _, s := range l.authWait {
+		switch {
+		case s.gone() || s.paused != pauseAuth:
+		case s.p.authChecked(s.authAfter):
+			s.maybeResume()
+		default:
+			kept = append(kept, s)
+			continue
+		}
+		s.p.authWaiters.Add(-1)
+	}
+	clear(l.authWait[len(kept):])
+	l.authWait = kept
+	l.flushAll()
+	return nil
 }
