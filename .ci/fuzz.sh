@@ -16,22 +16,11 @@ FUZZMINTIME=${FUZZMINTIME:-5s}
 list_only=no
 if [ "${1:-}" = "-n" ]; then list_only=yes; fi
 
-# Targets whose seed inputs run with the suite but that are not fuzzed here,
-# each with its reason. FuzzTLSListener: fuzzing it stalls (608 inputs, then
-# 0 per second for minutes with the worker idle), not yet understood; its
-# seeds (a ClientHello, cut and followed by RESP, plaintext, a bad record,
-# nothing) run in every .ci/test run.
-skip='^(FuzzTLSListener)$'
-
 found=0
 # Only packages with a Fuzz function in a test file are asked for their list.
 for dir in $(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do
 	for fn in $(go test -list '^Fuzz' "$dir/" | grep '^Fuzz' || true); do
 		found=$((found + 1))
-		if [[ $fn =~ $skip ]]; then
-			printf '\n==> fuzz %s %s: not fuzzed (see skip in .ci/fuzz.sh); its seeds run with the suite\n' "${dir#./}" "$fn"
-			continue
-		fi
 		if [ "$list_only" = yes ]; then
 			echo "${dir#./} $fn"
 			continue

@@ -162,6 +162,35 @@ type Config struct {
 	TLSMetrics *metrics.TLS
 }
 
+// Routing modes (Config.Route).
+const (
+	// RouteNone forwards every client connection to Config.Upstream.
+	RouteNone = "none"
+	// RouteSlots routes every command by the hash slot of its keys (Redis
+	// Cluster specification, "Key distribution model") to the shard that
+	// owns the slot, as a cluster client does.
+	RouteSlots = "slots"
+	// RoutePinned binds each client connection to one shard and sends all
+	// of its commands there, pipelines intact: the perfectly routed ceiling.
+	RoutePinned = "pinned"
+)
+
+// Upstream connection modes (Config.UpstreamMode).
+const (
+	UpstreamPrivate = "private"
+	UpstreamShared  = "shared"
+)
+
+// Pin policies (Config.PinBy) for RoutePinned.
+const (
+	// PinConnection assigns shards to client connections round-robin at
+	// connect.
+	PinConnection = "connection"
+	// PinFirstKey assigns a client connection the shard of the first key
+	// it uses (requests before it are held).
+	PinFirstKey = "first-key"
+)
+
 // Defaults, as in redis-server 7.0 (client-output-buffer-limit for normal
 // clients is unlimited there; a proxy needs a bound, so 64 MiB).
 const (

@@ -186,17 +186,6 @@ func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 // has completed.
 func (p *Proxy) authChecked(seq uint64) bool { return p.authPassed.Load() >= seq }
 
-// awaitAuth pauses s (pauseAuth) until an auth check numbered s.authAfter
-// or later has completed, asking for one at once.
-func (s *client) awaitAuth() {
-	s.l.authWait = append(s.l.authWait, s)
-	s.p.authWaiters.Add(1)
-	select {
-	case s.p.authNow <- struct{}{}:
-	default: // one is asked for already
-	}
-}
-
 // wakeAuthWaiters has every loop with clients waiting for a check resume
 // those it served (runs on the check's goroutine).
 func (p *Proxy) wakeAuthWaiters() {
@@ -210,27 +199,6 @@ func (p *Proxy) wakeAuthWaiters() {
 			_ = l.el.Execute(context.Background(), gnet.RunnableFunc(l.wakeAuth))
 		}
 	}
-}
-
-// wakeAuth resumes the loop's clients whose auth check has passed and
-// forgets those gone (runs on the loop).
-func (l *loop) wakeAuth(context.Context) error {
-	kept := l.authWait[:0]
-	for _, s := range l.authWait {
-		switch {
-		case s.gone() || s.paused != pauseAuth:
-		case s.p.authChecked(s.authAfter):
-			s.maybeResume()
-		default:
-			kept = append(kept, s)
-			continue
-		}
-		s.p.authWaiters.Add(-1)
-	}
-	clear(l.authWait[len(kept):])
-	l.authWait = kept
-	l.flushAll()
-	return nil
 }
 
 // setAuthRequired records the result of an auth check, logging changes.

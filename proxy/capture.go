@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/capture"
-	"github.com/respmeter/respmeter/routing/command"
 )
 
 // CaptureConfig configures a capture of the clients' commands (see
@@ -124,76 +123,4 @@ func (p *Proxy) CaptureDropped() uint64 {
 		return st.dropped
 	}
 	return st.dropped + st.last.Stats().Dropped
-}
-
-// captureBatch records the requests of one read (reqs: whole frames,
-// routed, the first numbered first). c is the running capture (nil: none);
-// a session first seen by c gets an id, and a connection record with its
-// state when it is sampled.
-func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now int64) {
-	if c != s.capOf {
-		s.flushCapture() // the replies gathered belong to the capture before
-		s.capOf, s.capBuf = c, nil
-		if c == nil {
-			return
-		}
-		id, sampled := c.NewConn()
-		if !sampled {
-			return
-		}
-		s.capID, s.capBuf = id, c.Loop(s.l.idx)
-		var state []byte // once per connection and capture
-		for _, st := range s.states() {
-			state = append(state, st...)
-		}
-		s.capBuf.Conn(id, now, state)
-	}
-	switch {
-	case s.capBuf == nil || len(reqs) == 0:
-	case c.RedactsValues():
-		s.capBuf.KeyedBatch(s.capID, now, first, reqs, s.l.capKeys)
-	default:
-		s.capBuf.Batch(s.capID, now, first, reqs, !s.capSecret)
-	}
-}
-
-// mayHoldSecret reports whether requests of command id can carry a
-// credential the capture redacts (internal/capture's redactor: AUTH,
-// HELLO ... AUTH, MIGRATE ... AUTH/AUTH2, CONFIG SET requirepass, ACL
-// SETUSER); batches without one are written without a second scan.
-func mayHoldSecret(id command.ID) bool {
-	switch id {
-	case command.Auth, command.Hello, command.Migrate, command.Config, command.Acl:
-		return true
-	}
-	return false
-}
-
-// captureReply gathers the reply of e, ready at now (reply nil when
-// streamed), for flushCapture: the replies the loop finishes for this
-// client in one pass (a pipeline's) become one record.
-func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool) {
-	var up int64
-	if e.tSent > 0 {
-		up = max(e.tReply, now) - e.tSent
-	}
-	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
-	if s.capRep.Len() >= maxCaptureGroup {
-		s.flushCapture()
-	}
-}
-
-// maxCaptureGroup bounds the bytes of replies gathered before they are
-// written (about 500 replies): a long pipeline is recorded in pieces.
-const maxCaptureGroup = 16 << 10
-
-// flushCapture writes the replies gathered by captureReply as one record;
-// flush calls it at the end of every pass of the loop that finished a
-// reply of s (complete marks s dirty).
-func (s *client) flushCapture() {
-	if s.capBuf != nil {
-		s.capBuf.Replies(s.capID, &s.capRep)
-	} else {
-		s.capRep.Reset()
-	}
 }

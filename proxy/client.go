@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -329,12 +331,12 @@ type client struct {
 	raw *link
 	// capOf is the capture this client was last checked against, capBuf
 	// its loop's buffer when the client is captured (nil: not sampled or
-	// no capture), capID its id there (capture.go).
+	// no capture), capID its id there (captureBatch).
 	capOf  *capture.Capture
 	capBuf *capture.Buf
 	capID  uint64
 	// capRep gathers the replies finished since the last flush, written
-	// to capBuf as one record by flush (capture.go).
+	// to capBuf as one record by flush (captureReply).
 	capRep capture.Replies
 	// vnode is the virtual node whose listener the client connected to
 	// under RouteFacade (nil: the plain endpoint, or another route), vhost
@@ -1738,4 +1740,363 @@ func (s *client) finish(e *request) (held int) {
 	clear(rs)
 	s.l.replies = rs[:0]
 	return held
+}
+
+// ring is a FIFO queue that grows by doubling and never shrinks, so the
+// steady state allocates nothing.
+type ring[T any] struct {
+	buf  []T
+	head int
+	n    int
+}
+
+func (r *ring[T]) len() int { return r.n }
+
+func (r *ring[T]) push(v T) {
+	if r.n == len(r.buf) {
+		nb := make([]T, max(8, 2*len(r.buf)))
+		for i := 0; i < r.n; i++ {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = v
+	r.n++
+}
+
+// front returns the oldest element; r must not be empty.
+func (r *ring[T]) front() T { return r.buf[r.head] }
+
+// at returns the i-th oldest element.
+func (r *ring[T]) at(i int) T { return r.buf[(r.head+i)%len(r.buf)] }
+
+func (r *ring[T]) pop() T {
+	var zero T
+	v := r.buf[r.head]
+	r.buf[r.head] = zero // drop the reference for the GC
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	return v
+}
+
+// linger delivers the remaining replies of a client that half-closed its
+// connection. gnet closes a socket as soon as a read returns EOF, so the
+// client keeps a duplicate descriptor of it (see client.clientClosed) and
+// hands reply bytes to a goroutine that writes them through the Go runtime's
+// poller. Used only in that rare case: the fast path never sees it.
+type linger struct {
+	ch     chan []byte
+	queued int  // bytes handed to the writer (loop side only)
+	limit  int  // ClientOutputLimit; <= 0 unlimited
+	broken bool // stopped taking bytes: the client gets a prefix of its stream
+}
+
+// lingerQueue bounds the reply chunks queued for a half-closed client.
+const lingerQueue = 4096
+
+func newLinger(p *Proxy, fd int, limit int) *linger {
+	l := &linger{ch: make(chan []byte, lingerQueue), limit: limit}
+	f := os.NewFile(uintptr(fd), "client")
+	conn, err := net.FileConn(f) // dups fd again
+	_ = f.Close()
+	p.lingers.Add(1)
+	go func() {
+		defer p.lingers.Done()
+		for b := range l.ch {
+			if err != nil {
+				continue
+			}
+			_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.DrainTimeout))
+			if _, werr := conn.Write(b); werr != nil {
+				err = werr
+			}
+		}
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	return l
+}
+
+// write queues a copy of b (b aliases the loop's read buffer). When the
+// client does not read fast enough (the queue or the output limit is full)
+// it stops taking bytes for good, so the client sees a prefix of its reply
+// stream and then EOF, never a stream with a gap.
+func (l *linger) write(b []byte) {
+	if l.broken {
+		return
+	}
+	l.queued += len(b)
+	if l.limit > 0 && l.queued > l.limit {
+		l.broken = true
+		return
+	}
+	select {
+	case l.ch <- append([]byte(nil), b...):
+	default:
+		l.broken = true
+	}
+}
+
+// close flushes what was queued, then closes the connection.
+func (l *linger) close() { close(l.ch) }
+
+// lingerTimeout bounds how long a half-closed client's replies are waited
+// for.
+const lingerTimeout = 60 * time.Second
+
+// captureBatch records the requests of one read (reqs: whole frames,
+// routed, the first numbered first). c is the running capture (nil: none);
+// a session first seen by c gets an id, and a connection record with its
+// state when it is sampled.
+func (s *client) captureBatch(c *capture.Capture, reqs []byte, first uint64, now int64) {
+	if c != s.capOf {
+		s.flushCapture() // the replies gathered belong to the capture before
+		s.capOf, s.capBuf = c, nil
+		if c == nil {
+			return
+		}
+		id, sampled := c.NewConn()
+		if !sampled {
+			return
+		}
+		s.capID, s.capBuf = id, c.Loop(s.l.idx)
+		var state []byte // once per connection and capture
+		for _, st := range s.states() {
+			state = append(state, st...)
+		}
+		s.capBuf.Conn(id, now, state)
+	}
+	switch {
+	case s.capBuf == nil || len(reqs) == 0:
+	case c.RedactsValues():
+		s.capBuf.KeyedBatch(s.capID, now, first, reqs, s.l.capKeys)
+	default:
+		s.capBuf.Batch(s.capID, now, first, reqs, !s.capSecret)
+	}
+}
+
+// mayHoldSecret reports whether requests of command id can carry a
+// credential the capture redacts (internal/capture's redactor: AUTH,
+// HELLO ... AUTH, MIGRATE ... AUTH/AUTH2, CONFIG SET requirepass, ACL
+// SETUSER); batches without one are written without a second scan.
+func mayHoldSecret(id command.ID) bool {
+	switch id {
+	case command.Auth, command.Hello, command.Migrate, command.Config, command.Acl:
+		return true
+	}
+	return false
+}
+
+// captureReply gathers the reply of e, ready at now (reply nil when
+// streamed), for flushCapture: the replies the loop finishes for this
+// client in one pass (a pipeline's) become one record.
+func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool) {
+	var up int64
+	if e.tSent > 0 {
+		up = max(e.tReply, now) - e.tSent
+	}
+	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
+	if s.capRep.Len() >= maxCaptureGroup {
+		s.flushCapture()
+	}
+}
+
+// maxCaptureGroup bounds the bytes of replies gathered before they are
+// written (about 500 replies): a long pipeline is recorded in pieces.
+const maxCaptureGroup = 16 << 10
+
+// flushCapture writes the replies gathered by captureReply as one record;
+// flush calls it at the end of every pass of the loop that finished a
+// reply of s (complete marks s dirty).
+func (s *client) flushCapture() {
+	if s.capBuf != nil {
+		s.capBuf.Replies(s.capID, &s.capRep)
+	} else {
+		s.capRep.Reset()
+	}
+}
+
+// awaitAuth pauses s (pauseAuth) until an auth check numbered s.authAfter
+// or later has completed, asking for one at once.
+func (s *client) awaitAuth() {
+	s.l.authWait = append(s.l.authWait, s)
+	s.p.authWaiters.Add(1)
+	select {
+	case s.p.authNow <- struct{}{}:
+	default: // one is asked for already
+	}
+}
+
+// outputGuard applies the client output limit the way Redis's
+// client-output-buffer-limit does with a hard and a soft limit: replies
+// queued beyond the hard limit (limit + outputSlack, at most 2 x limit)
+// evict at once; beyond the limit they evict when the client has taken
+// none of its queued bytes for outputStall (it is not reading) or when
+// they stay there for 1 s. A client that reads a large reply as fast as it
+// can passes over the limit briefly (the engine writes faster than a
+// client reads, and gnet cannot pause reading the engine) but keeps taking
+// bytes. The hard limit is what bounds memory: a client that stops reading
+// while the engine streams it large replies can receive far more than
+// outputSlack during outputStall (gnet holds queued bytes in power-of-two
+// chunks: up to twice their size in memory).
+type outputGuard struct {
+	overSince time.Time // when the queued replies went over the limit
+	moved     time.Time // when the client was last seen taking queued replies
+	prev      int       // gnet's queued bytes after the last write
+}
+
+// outputStall is how long a client over the output limit may go without
+// taking any of its queued replies before it is evicted.
+const outputStall = 100 * time.Millisecond
+
+// outputSlack is how far beyond the output limit a client's queued replies
+// may go before it is evicted at once: a fixed overhead over the limit, not
+// a multiple of it (docs/cases.md F-02: memory stays under the limit plus
+// a small fixed overhead). A single reply larger than limit + outputSlack
+// evicts its client, as it would under Redis's hard limit.
+const outputSlack = 16 << 20
+
+// exceeded is called after added bytes were written to a client: queued is
+// what gnet holds for it, held what the proxy holds besides (replies
+// waiting behind slower shards). It reports whether the client must be
+// evicted. Under the limit it reads no clock.
+func (g *outputGuard) exceeded(queued, held, added, lim int) bool {
+	moved := queued < g.prev+added // the socket took queued bytes since the last write
+	g.prev = queued
+	n := queued + held
+	if n <= lim {
+		g.overSince, g.moved = time.Time{}, time.Time{}
+		return false
+	}
+	now := time.Now()
+	if moved || g.moved.IsZero() {
+		g.moved = now
+	}
+	switch {
+	case n > lim+min(lim, outputSlack), now.Sub(g.moved) > outputStall:
+		return true
+	case g.overSince.IsZero():
+		g.overSince = now
+	}
+	return now.Sub(g.overSince) > time.Second
+}
+
+// slowRec records one command, labelled name (its metric label,
+// routing.Resolver.Name), in the slow log from its stamps (ns on the
+// proxy's clock): t_in, t_sent, t_reply and t_out, and its service time
+// (ns). It allocates nothing: under load every command may be slow.
+func slowRec(sl *slowlog.Log, name string, argc int32, clientName string, peer net.Addr, key *slowlog.KeyBuf,
+	tIn, tSent, tReply, tOut, svc, inj int64, rule string) {
+	r := slowlog.Rec{
+		Command:    name,
+		Args:       int(argc),
+		ClientName: clientName,
+		Key:        *key,
+		Total:      time.Duration(tOut - tIn),
+		Upstream:   time.Duration(tReply - tSent),
+		Service:    time.Duration(svc),
+		Injected:   time.Duration(inj),
+		Rule:       rule,
+	}
+	if a, ok := peer.(*net.TCPAddr); ok {
+		ap := a.AddrPort() // an IPv4 peer comes as ::ffff:a.b.c.d
+		r.Client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	sl.Record(&r)
+}
+
+// setNameArg returns the client name a CLIENT SETNAME or HELLO ... SETNAME
+// request sets, and true. HELLO's options are parsed in order as Redis
+// does (HELLO [protover [AUTH username password] [SETNAME clientname]]),
+// so AUTH's arguments are never mistaken for a name; the last SETNAME wins.
+func setNameArg(id command.ID, args [][]byte) ([]byte, bool) {
+	switch {
+	case id == command.Client && len(args) == 3 && eqFold(args[1], "setname"):
+		return args[2], true
+	case id == command.Hello:
+		var name []byte
+		found := false
+		for i := 2; i < len(args); {
+			switch {
+			case eqFold(args[i], "auth") && i+2 < len(args):
+				i += 3
+			case eqFold(args[i], "setname") && i+1 < len(args):
+				name, found = args[i+1], true
+				i += 2
+			default:
+				i = len(args)
+			}
+		}
+		return name, found
+	}
+	return nil, false
+}
+
+// blockWait returns how long the engine may keep blocking command id with
+// arguments args waiting on purpose, in nanoseconds: its timeout argument
+// (seconds for BLPOP, BRPOP, BRPOPLPUSH, BLMOVE, BZPOPMIN, BZPOPMAX (last
+// argument), BLMPOP and BZMPOP (first); milliseconds for XREAD and
+// XREADGROUP BLOCK, WAIT (last)), -1 when it may wait forever
+// (a timeout of 0, one it cannot read, or a blocking command not listed here, such as WAITAOF, which the built-in table lacks), 0 when it does not block (XREAD
+// without BLOCK). The rules are the commands' own, from the Redis 7.0
+// command reference.
+func blockWait(id command.ID, args [][]byte) int64 {
+	if len(args) < 2 {
+		return -1
+	}
+	var arg []byte
+	unit := float64(time.Second)
+	switch id {
+	case command.Blpop, command.Brpop, command.Brpoplpush, command.Blmove, command.Bzpopmin, command.Bzpopmax:
+		arg = args[len(args)-1]
+	case command.Blmpop, command.Bzmpop:
+		arg = args[1]
+	case command.Wait:
+		arg, unit = args[len(args)-1], float64(time.Millisecond)
+	case command.Xread, command.Xreadgroup:
+		for i := 1; i+1 < len(args); i++ {
+			if eqFold(args[i], "streams") {
+				return 0
+			}
+			if eqFold(args[i], "block") {
+				arg, unit = args[i+1], float64(time.Millisecond)
+				break
+			}
+		}
+		if arg == nil {
+			return 0
+		}
+	default:
+		return -1
+	}
+	v, err := strconv.ParseFloat(string(arg), 64)
+	if err != nil || v <= 0 {
+		return -1 // 0 waits forever; a bad one is refused by the engine at once
+	}
+	return int64(v * unit)
+}
+
+// Reply modes set by CLIENT REPLY (https://redis.io/commands/client-reply).
+const (
+	replyOn uint8 = iota
+	replyOff
+	replySkipNext
+)
+
+// eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
+func eqFold(b []byte, w string) bool {
+	if len(b) != len(w) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != w[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -99,3 +99,22 @@ func askTableEngine(cfg Config, ask func(*respconn.Conn, time.Duration) (respcon
 	defer c.Close()
 	return ask(c, timeout)
 }
+
+// tableEngine returns the engine whose command table and parsing rules
+// respmeter reads (FetchCommands, probeDialect): cfg.Upstream, or under
+// RouteSlots and RoutePinned the cluster seed or the first shard; and the
+// bound on each exchange with it, twice cfg.DialTimeout (4 s when 0).
+func tableEngine(cfg Config) (addr string, timeout time.Duration) {
+	addr = cfg.Upstream
+	if cfg.Route != "" && cfg.Route != RouteNone {
+		addr = cfg.Cluster
+		if addr == "" && len(cfg.Shards) > 0 {
+			addr = cfg.Shards[0]
+		}
+	}
+	timeout = 2 * cfg.DialTimeout
+	if timeout <= 0 {
+		timeout = 4 * time.Second
+	}
+	return addr, timeout
+}

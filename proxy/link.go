@@ -59,7 +59,7 @@ type link struct {
 	progress int64
 	stalled  bool
 	// seen is when (p.now) the loop's timeout check first saw requests
-	// pending on the link since it last had none (timeout.go); 0: not yet.
+	// pending on the link since it last had none (checkUpstreams); 0: not yet.
 	seen int64
 	// pre is how many leading bytes of the owner's next request went to
 	// the engine before the request was complete (client.forwardPartial):

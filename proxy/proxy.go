@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -266,7 +267,13 @@ func New(cfg Config) (*Proxy, error) {
 	p.keepNames = cfg.SlowLog != nil || (cfg.Inject != nil && cfg.Inject.names)
 	p.clock.now = p.now
 	p.stallAfter = stallAfter
-	p.router = &router{p: p, cluster: cfg.Cluster != "", nudge: make(chan struct{}, 1), done: make(chan struct{})}
+	p.router = &router{
+		cluster: cfg.Cluster != "", log: p.log, metrics: cfg.Metrics, dialTimeout: cfg.DialTimeout, login: cfg.login(),
+		nudge: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	if p.facade != nil {
+		p.router.refreshed = func() { p.facade.warnUnnoded(p) }
+	}
 	if topo == nil && cfg.Route == RouteNone {
 		topo, _ = routing.EvenSplit([]string{cfg.Upstream}) // one shard: the upstream
 	}
@@ -451,25 +458,6 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	return r
 }
 
-// tableEngine returns the engine whose command table and parsing rules
-// respmeter reads (FetchCommands, probeDialect): cfg.Upstream, or under
-// RouteSlots and RoutePinned the cluster seed or the first shard; and the
-// bound on each exchange with it, twice cfg.DialTimeout (4 s when 0).
-func tableEngine(cfg Config) (addr string, timeout time.Duration) {
-	addr = cfg.Upstream
-	if cfg.Route != "" && cfg.Route != RouteNone {
-		addr = cfg.Cluster
-		if addr == "" && len(cfg.Shards) > 0 {
-			addr = cfg.Shards[0]
-		}
-	}
-	timeout = 2 * cfg.DialTimeout
-	if timeout <= 0 {
-		timeout = 4 * time.Second
-	}
-	return addr, timeout
-}
-
 // otherTables reads the command table of every shard of cfg.Shards after
 // the first (RouteSlots and RoutePinned) and returns, in cfg.Shards order,
 // the tables that differ from first, the first shard's (another engine or
@@ -531,6 +519,19 @@ func (p *Proxy) Addr() string {
 	default:
 		return ""
 	}
+}
+
+// ShardAddrs returns the engines the proxy routes to, in shard order: the
+// upstream without routing, the --shards under --route slots or pinned, or
+// the masters of the latest --cluster shard map (which a topology refresh
+// may change). The slice is new: the caller owns it. Safe for concurrent
+// use; nil before the proxy has a map.
+func (p *Proxy) ShardAddrs() []string {
+	v := p.router.load()
+	if v == nil {
+		return nil
+	}
+	return slices.Clone(v.t.Addrs)
 }
 
 // waitIdle waits until no request is in flight, for at most d or until ctx

@@ -40,6 +40,15 @@ import (
 // channels it named, so that routing never waits for a confirmation; the
 // connections keep the engine's counts from the confirmations.
 
+// Subscription families; a confirmation's count is per family set as in
+// redis-server 7.0 pubsub.c: channels and patterns share one count
+// (clientSubscriptionsCount), shard channels have their own.
+const (
+	famChan uint8 = iota + 1
+	famPat
+	famShard
+)
+
 // subCounts are one connection's subscription counts, as the engine's
 // latest confirmations give them: a confirmation carries the connection's
 // channels + patterns (SUBSCRIBE and PSUBSCRIBE families) or its shard

@@ -2,42 +2,15 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/respconn"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing"
-)
-
-// Routing modes (Config.Route).
-const (
-	// RouteNone forwards every client connection to Config.Upstream.
-	RouteNone = "none"
-	// RouteSlots routes every command by the hash slot of its keys (Redis
-	// Cluster specification, "Key distribution model") to the shard that
-	// owns the slot, as a cluster client does.
-	RouteSlots = "slots"
-	// RoutePinned binds each client connection to one shard and sends all
-	// of its commands there, pipelines intact: the perfectly routed ceiling.
-	RoutePinned = "pinned"
-)
-
-// Upstream connection modes (Config.UpstreamMode).
-const (
-	UpstreamPrivate = "private"
-	UpstreamShared  = "shared"
-)
-
-// Pin policies (Config.PinBy) for RoutePinned.
-const (
-	// PinConnection assigns shards to client connections round-robin at
-	// connect.
-	PinConnection = "connection"
-	// PinFirstKey assigns a client connection the shard of the first key
-	// it uses (requests before it are held).
-	PinFirstKey = "first-key"
 )
 
 // routeKind is Config.Route as the event loops compare it (no string
@@ -78,13 +51,20 @@ func newTopoView(t *routing.Topology) *topoView {
 // without locks (an atomic pointer to an immutable view); a MOVED reply or
 // a refresh replaces the view.
 type router struct {
-	p       *Proxy
 	cluster bool // the map comes from a real cluster: refresh it, follow MOVED/ASK
-	view    atomic.Pointer[topoView]
-	nudge   chan struct{}
-	pinNext atomic.Uint64
-	stop    context.CancelFunc
-	done    chan struct{}
+	log     *slog.Logger
+	metrics *metrics.Set // nil: not measuring
+	// dialTimeout and login are how a refresh connects to a node
+	// (Config.DialTimeout, Config.login).
+	dialTimeout time.Duration
+	login       respconn.Options
+	// refreshed is called after a refresh replaced the map (nil: nothing).
+	refreshed func()
+	view      atomic.Pointer[topoView]
+	nudge     chan struct{}
+	pinNext   atomic.Uint64
+	stop      context.CancelFunc
+	done      chan struct{}
 
 	// unreachable holds the shard addresses whose last dial failed: no
 	// client takes one as its home shard (keyless commands) until a dial
@@ -161,8 +141,8 @@ func (r *router) moved(slot uint16, addr string) {
 			break
 		}
 		if r.view.CompareAndSwap(old, newTopoView(old.t.WithSlot(slot, addr))) {
-			r.p.log.Info("slot moved", "slot", slot, "to", addr)
-			if m := r.p.cfg.Metrics; m != nil {
+			r.log.Info("slot moved", "slot", slot, "to", addr)
+			if m := r.metrics; m != nil {
 				m.TopologyEvent(metrics.TopologySlotMoved)
 			}
 			break
@@ -224,7 +204,7 @@ func (r *router) refresh(ctx context.Context, seed string) {
 	addrs := append([]string{seed}, old.t.Addrs...)
 	var lastErr error
 	for _, a := range addrs {
-		t, err := routing.FetchCluster(ctx, a, r.p.cfg.DialTimeout, r.p.cfg.login())
+		t, err := routing.FetchCluster(ctx, a, r.dialTimeout, r.login)
 		if err != nil {
 			lastErr = err
 			continue
@@ -233,22 +213,22 @@ func (r *router) refresh(ctx context.Context, seed string) {
 			cur := r.view.Load()
 			next := newTopoView(t.Rebase(cur.t))
 			if r.view.CompareAndSwap(cur, next) {
-				if f := r.p.facade; f != nil {
-					f.warnUnnoded(r.p)
+				if r.refreshed != nil {
+					r.refreshed()
 				}
 				r.countChanges(cur, next)
 				return
 			}
 		}
 	}
-	r.p.log.Warn("cluster topology refresh failed", "err", lastErr)
+	r.log.Warn("cluster topology refresh failed", "err", lastErr)
 }
 
 // countChanges counts what a refresh changed in the map, from old to next
 // (Set.TopologyEvent): slots with another owner, by address (a MOVED
 // already applied is not counted again), and masters that joined or left.
 func (r *router) countChanges(old, next *topoView) {
-	m := r.p.cfg.Metrics
+	m := r.metrics
 	if m == nil {
 		return
 	}
@@ -275,17 +255,4 @@ func (r *router) countChanges(old, next *topoView) {
 	if !slices.Equal(masters(old), masters(next)) {
 		m.TopologyEvent(metrics.TopologyMastersChanged)
 	}
-}
-
-// ShardAddrs returns the engines the proxy routes to, in shard order: the
-// upstream without routing, the --shards under --route slots or pinned, or
-// the masters of the latest --cluster shard map (which a topology refresh
-// may change). The slice is new: the caller owns it. Safe for concurrent
-// use; nil before the proxy has a map.
-func (p *Proxy) ShardAddrs() []string {
-	v := p.router.load()
-	if v == nil {
-		return nil
-	}
-	return slices.Clone(v.t.Addrs)
 }
