@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/respmeter/respmeter/internal/hashslot"
 	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
-	"github.com/respmeter/respmeter/routing"
 )
 
 // Shape of the generated load.
@@ -762,7 +762,7 @@ func (w *worker) readReplies() error {
 func (w *worker) mismatch(e *expect, where string, want, got []byte) {
 	w.mismatches++
 	if key, ok := requestKey(w.out[e.reqStart:e.reqEnd]); ok && where == "" {
-		slot, at := routing.Slot(key), time.Since(w.start)
+		slot, at := hashslot.Slot(key), time.Since(w.start)
 		sm := w.slots[slot]
 		if sm == nil {
 			if w.slots == nil {

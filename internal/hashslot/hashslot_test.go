@@ -1,12 +1,16 @@
-package routing
+package hashslot
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/resp"
+	"github.com/respmeter/respmeter/internal/respconn"
 )
 
 // refSlot is the Redis Cluster specification's keyHashSlot written plainly:
@@ -196,7 +200,12 @@ func randKey(rng *rand.Rand) []byte {
 // TestSlotOracle compares Slot with CLUSTER KEYSLOT of a cluster-enabled
 // redis-server for the fixed cases and a few thousand seeded random keys.
 func TestSlotOracle(t *testing.T) {
-	rc := startClusterRedis(t)
+	srv := redistest.Start(t, "--cluster-enabled", "yes")
+	rc, err := respconn.Dial(context.Background(), srv.Addr(), respconn.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
 	var keys [][]byte
 	for _, tc := range slotCases {
 		keys = append(keys, []byte(tc.key))
@@ -209,11 +218,11 @@ func TestSlotOracle(t *testing.T) {
 		keys = append(keys, randKey(rng))
 	}
 	keys = append(keys, bytes.Repeat([]byte("x{y}"), 300))
-	cmds := make([][][]byte, len(keys))
+	cmds := make([][]string, len(keys))
 	for i, k := range keys {
-		cmds[i] = [][]byte{[]byte("CLUSTER"), []byte("KEYSLOT"), k}
+		cmds[i] = []string{"CLUSTER", "KEYSLOT", string(k)}
 	}
-	replies, err := rc.pipeline(cmds)
+	replies, err := rc.Pipeline(30*time.Second, cmds...)
 	if err != nil {
 		t.Fatal(err)
 	}
