@@ -137,6 +137,14 @@ func topOf(truth map[string]int64, n int) []kc {
 // count is within the reported error of its estimate, and a true top-20 key
 // is missing only where its count is within the error of the 20th
 // reported estimate.
+//
+// With every request sampled the error is Space-Saving's bound alone, which
+// holds always. Sampled, it adds three standard deviations of the sampling:
+// a 99.7 % interval, which one key in a few hundred leaves by chance (a
+// run of 20 keys, in about one run in twenty). So there the checks may miss
+// their intervals at most twice per run (three misses of 20 to 40 checks at
+// up to 0.5 % each come by chance in about one run in a thousand or fewer),
+// and never by twice the error.
 func TestHeatZipfTop20(t *testing.T) {
 	srv := redistest.Start(t)
 	const n = 200_000
@@ -156,14 +164,32 @@ func TestHeatZipfTop20(t *testing.T) {
 			for _, w := range want {
 				inTop[w.k] = true
 			}
+			// outside checks a deviation dev against the reported error:
+			// beyond it is counted (sampled: chance, see above), beyond
+			// twice it fails.
+			var misses int
+			outside := func(dev, err float64, what string) {
+				if dev <= err {
+					return
+				}
+				if misses++; sample == 1 || dev > 2*err {
+					t.Errorf("%s", what)
+				} else {
+					t.Logf("outside the 3-sigma interval (%d of at most 2 by chance): %s", misses, what)
+				}
+			}
+			defer func() {
+				if misses > 2 {
+					t.Errorf("%d checks outside the reported error, more than 2: the error understates the sampling", misses)
+				}
+			}()
 			reported := map[string]bool{}
 			for i, k := range got {
 				reported[k.Key] = true
 				tr := float64(truth[k.Key])
 				t.Logf("#%d %s: estimate %.0f ± %.0f, true %.0f (true rank key %s %d)", i+1, k.Key, k.Estimate, k.Error, tr, want[i].k, want[i].n)
-				if math.Abs(k.Estimate-tr) > k.Error {
-					t.Errorf("%s: estimate %.0f ± %.0f, true %.0f: outside the reported error", k.Key, k.Estimate, k.Error, tr)
-				}
+				outside(math.Abs(k.Estimate-tr), k.Error,
+					fmt.Sprintf("%s: estimate %.0f ± %.0f, true %.0f: outside the reported error", k.Key, k.Estimate, k.Error, tr))
 				if k.Rate <= 0 || math.Abs(k.Rate*doc.Seconds-k.Estimate) > 1e-6*k.Estimate+1 {
 					t.Errorf("%s: rate %.1f/s over %.2fs does not give estimate %.0f", k.Key, k.Rate, doc.Seconds, k.Estimate)
 				}
@@ -176,15 +202,24 @@ func TestHeatZipfTop20(t *testing.T) {
 				if !inTop[k.Key] {
 					// Only a key whose true count is within the error of
 					// the true 20th may stand in for it.
-					if sample == 1 || float64(want[19].n)-tr > k.Error {
-						t.Errorf("%s (true %.0f) reported in the top 20; the true 20th has %d, beyond the error %.0f", k.Key, tr, want[19].n, k.Error)
+					what := fmt.Sprintf("%s (true %.0f) reported in the top 20; the true 20th has %d, beyond the error %.0f", k.Key, tr, want[19].n, k.Error)
+					if sample == 1 {
+						t.Errorf("%s", what)
+					} else {
+						outside(float64(want[19].n)-tr, k.Error, what)
 					}
 				}
 			}
 			last := got[19]
 			for _, w := range want {
-				if !reported[w.k] && (sample == 1 || float64(w.n)-last.Estimate > last.Error) {
-					t.Errorf("true top-20 key %s (%d) not reported; 20th reported %.0f ± %.0f", w.k, w.n, last.Estimate, last.Error)
+				if reported[w.k] {
+					continue
+				}
+				what := fmt.Sprintf("true top-20 key %s (%d) not reported; 20th reported %.0f ± %.0f", w.k, w.n, last.Estimate, last.Error)
+				if sample == 1 {
+					t.Errorf("%s", what)
+				} else {
+					outside(float64(w.n)-last.Estimate, last.Error, what)
 				}
 			}
 		})
