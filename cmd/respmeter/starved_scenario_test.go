@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/internal/redistest"
-	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/verdict"
 )
 
@@ -73,13 +71,7 @@ func scenarioEngineStarvedCheap(t testing.TB, bin string) {
 	var reads []time.Duration
 	var processed []int64
 	recs := scVerdictsEach(t, st, &scLoad{}, func(*verdict.Record) {
-		_, rq, err := engstats.TasksSchedstat(proc)
-		if err != nil {
-			t.Errorf("engine schedstat: %v", err)
-		}
-		info, _ := srv.Do("INFO", "stats").(string)
-		_, rest, _ := strings.Cut(info, "total_commands_processed:")
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		rq, n := scEngineRead(t, srv, pid)
 		reads, processed = append(reads, rq), append(processed, n)
 	})
 	if err := <-done; err != nil {
