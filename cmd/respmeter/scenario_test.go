@@ -464,9 +464,8 @@ const scStarvedInterval = 3 * time.Second
 // while the burner runs, so each call waits milliseconds for the CPU; the
 // client measures its round trip before and with the burner. respmeter
 // must say engine-starved in every interval with the burner, its run-queue
-// wait between half of and all of the round trip the burner added (the
-// engine's neighbours on a loaded machine add run-queue wait of their
-// own, before and with the burner). Judged, like
+// wait per request between the engine's own (schedstat, read by the test)
+// per command and all of it over the requests. Judged, like
 // TestScenarioSaturatedDefaults, only in the intervals in which this
 // process's threads waited for a CPU less than half as long as they ran;
 // with fewer than two it skips, saying so with its figures.
