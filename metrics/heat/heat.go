@@ -333,23 +333,24 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 			l.applyBatch()
 		}
 	}
-	// xorshift64 (Marsaglia 2003): one draw per request, independent of
-	// the workload's order; its top 53 bits are a uniform u in [0, 1).
+	// xorshift64 (Marsaglia 2003): one draw r per request, independent of
+	// the workload's order, shared by the three rankings. Each decision is
+	// an integer multiply and compare (sampled); a request none takes
+	// (about 63 in 64 at the default) does nothing more.
 	r := l.rnd
 	r ^= r << 13
 	r ^= r >> 7
 	r ^= r << 17
 	l.rnd = r
-	u := float64(r>>11) / (1 << 53)
 	eng := int64(engine)
 	var w [numRankings]int64
 	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
 		w = [numRankings]int64{1, b, eng} // slow: counted as it is
 	} else {
-		w[ByRequests] = sampled(1, z[ByRequests], u)
-		w[ByBytes] = sampled(b, z[ByBytes], u)
-		w[ByEngine] = sampled(eng, z[ByEngine], u)
-		if w == [numRankings]int64{} {
+		w[ByRequests] = sampled(1, z[ByRequests], r)
+		w[ByBytes] = sampled(b, z[ByBytes], r)
+		w[ByEngine] = sampled(eng, z[ByEngine], r)
+		if w[ByRequests]|w[ByBytes]|w[ByEngine] == 0 {
 			return
 		}
 	}
@@ -455,21 +456,21 @@ func (c *Config) thresholds() [numRankings]int64 {
 }
 
 // sampled returns the weight with which a request of value v enters a
-// ranking of threshold z, given a uniform u in [0, 1): threshold sampling
-// (Duffield, Lund, Thorup, "Learn more, sample less", 2005): v itself when
-// v >= z, else z with probability v/z, else 0. Its expectation is v, so
-// the sums are unbiased, and a value at or over the threshold (a big key's
-// reply, a long command) is always counted.
-func sampled(v, z int64, u float64) int64 {
-	switch {
-	case v <= 0:
+// ranking of threshold z (>= 1), given a uniform random r: threshold
+// sampling (Duffield, Lund, Thorup, "Learn more, sample less", 2005): v
+// itself when v >= z, else z with probability v/z, else 0. Its
+// expectation is v, so the sums are unbiased, and a value at or over the
+// threshold (a big key's reply, a long command) is always counted.
+//
+// With u = r / 2^64, uniform in [0, 1), the test u*z < v is exactly
+// floor(r*z / 2^64) < v (v is an integer): the high word of the 128-bit
+// product, one multiply and no division or floating point. That word is
+// below z, so a value at or over z always passes.
+func sampled(v, z int64, r uint64) int64 {
+	if hi, _ := bits.Mul64(r, uint64(z)); v <= 0 || hi >= uint64(v) {
 		return 0
-	case v >= z:
-		return v
-	case u*float64(z) < float64(v):
-		return z
 	}
-	return 0
+	return max(v, z)
 }
 
 // Bucket counts of the small histograms: powers of two.

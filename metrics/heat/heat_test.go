@@ -1,7 +1,10 @@
 package heat
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -174,4 +177,105 @@ func TestSlotsSpill(t *testing.T) {
 		rec(10, time.Microsecond)
 	}
 	check("past 2^32 requests")
+}
+
+// TestSampledProbability checks threshold sampling's decision exactly: over
+// draws r evenly spread across the 64-bit range (k * 2^64/n), a value v
+// under the threshold z is taken, at weight z, by v/z of them (to one
+// draw), and a value at or over z by all of them at its own weight, so
+// that the weights sum to n*v, unbiased; zero and negative values never.
+func TestSampledProbability(t *testing.T) {
+	const n = 1 << 16
+	step := uint64(1) << (64 - 16) // 2^64 / n
+	for _, c := range []struct{ v, z int64 }{
+		{1, 64}, {1, 1}, {7, 64}, {63, 64}, {64, 64}, {65, 64}, {1 << 20, 64 << 10},
+		{100, 640_000}, {5_000, 640_000}, {1, 1 << 62}, {0, 64}, {-5, 64},
+	} {
+		var taken, sum int64
+		for k := range uint64(n) {
+			if w := sampled(c.v, c.z, k*step+step/2); w != 0 {
+				taken++
+				sum += w
+				if want := max(c.v, c.z); w != want {
+					t.Fatalf("sampled(%d, %d) = %d, want 0 or %d", c.v, c.z, w, want)
+				}
+			}
+		}
+		want := float64(n) * min(max(float64(c.v), 0)/float64(c.z), 1)
+		if math.Abs(float64(taken)-want) > 1 {
+			t.Errorf("sampled(%d, %d): taken by %d of %d draws, want %.1f", c.v, c.z, taken, n, want)
+		}
+		if c.v >= c.z && sum != n*c.v {
+			t.Errorf("sampled(%d, %d): weights sum to %d, want %d", c.v, c.z, sum, n*c.v)
+		}
+	}
+}
+
+// TestHugeBinaryKeys records two keys of 512 MiB (the most a Redis bulk
+// string holds, proto-max-bulk-len) of binary bytes, one a byte longer
+// than the other: /keys and /slots stay valid JSON of a few KiB, and the
+// two keys stay apart (the hash of the whole key), with 2 and 1 requests.
+// Plain names show both cut to their first MaxKeyBytes bytes, escaped and
+// marked truncated; hashed names show two different hashes and none of
+// the keys' bytes. The keys carry a hash tag, so that their slot's CRC16
+// reads 3 bytes, not 512 MiB; the whole key is still read, for its hash.
+func TestHugeBinaryKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads 512 MiB keys")
+	}
+	prefix := "{bin}\x00\xff\xfe\"<>&\\\n</script>"
+	// Fresh memory from the OS, written only in its first page: the zero
+	// bytes after are read, never resident. The two keys share it.
+	buf := make([]byte, 512<<20+1)
+	copy(buf, prefix)
+	keys := [2][]byte{buf[:len(buf)-1], buf}
+	for _, names := range []Names{NamesPlain, NamesHash} {
+		t.Run(names.String(), func(t *testing.T) {
+			h := NewSet(1, Config{Sample: 1, Names: names})
+			l := h.Loop(0)
+			for i, key := range keys {
+				for range i + 1 { // 1 and 2 requests: a distinct count each
+					var p Pending
+					k := l.Begin(&p, "get", [][]byte{[]byte("get"), key}, 1, len(key)+30)
+					p.Reply([]byte("$-1\r\n"))
+					l.End(&p, k[:MaxKeyBytes], 1, 0, time.Millisecond, time.Microsecond)
+				}
+			}
+			rec := httptest.NewRecorder()
+			h.KeysHandler(func() []string { return nil }).ServeHTTP(rec, httptest.NewRequest("GET", "/keys", nil))
+			keysDoc := rec.Body.Bytes()
+			rec = httptest.NewRecorder()
+			h.SlotsHandler(func() []string { return nil }).ServeHTTP(rec, httptest.NewRequest("GET", "/slots", nil))
+			slotsDoc := rec.Body.Bytes()
+			for _, doc := range [][]byte{keysDoc, slotsDoc} {
+				if !json.Valid(doc) || len(doc) > 16<<10 {
+					t.Fatalf("%d bytes, valid JSON %v:\n%.2000s", len(doc), json.Valid(doc), doc)
+				}
+			}
+			var got Keys
+			if err := json.Unmarshal(keysDoc, &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.ByRequests) != 2 || got.ByRequests[0].Estimate != 2 || got.ByRequests[1].Estimate != 1 {
+				t.Fatalf("by requests %+v, want the two keys apart, 2 and 1 requests", got.ByRequests)
+			}
+			a, b := got.ByRequests[0], got.ByRequests[1]
+			switch names {
+			case NamesPlain:
+				q := strconv.Quote(string(buf[:MaxKeyBytes]))
+				for _, k := range []Key{a, b} {
+					if !k.Truncated || k.Key != q[1:len(q)-1] {
+						t.Errorf("key %q (truncated %v), want %s cut", k.Key, k.Truncated, q)
+					}
+				}
+			case NamesHash:
+				if a.Key == b.Key || len(a.Key) != 16 || len(b.Key) != 16 || a.Truncated || b.Truncated {
+					t.Errorf("hashed keys %q and %q (truncated %v, %v), want two 16-digit hashes", a.Key, b.Key, a.Truncated, b.Truncated)
+				}
+			}
+			if names == NamesHash && (bytes.Contains(keysDoc, []byte("bin")) || bytes.Contains(keysDoc, []byte("script"))) {
+				t.Errorf("a key's bytes shown with hashed names:\n%s", keysDoc)
+			}
+		})
+	}
 }

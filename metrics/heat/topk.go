@@ -39,6 +39,15 @@ type entry struct {
 	st    keyStats
 }
 
+// reset makes e the entry of id, of count and err, with no statistics.
+// Field by field: a composite literal assigned to *e is built on the stack
+// first and then copied, 0.5 KiB twice.
+func (e *entry) reset(id *keyID, count, err int64) {
+	e.id = *id
+	e.count, e.err = count, err
+	e.st = keyStats{}
+}
+
 // heapItem is one position of the summary's min-heap: an entry's count
 // (equal to the entry's own) and its index.
 type heapItem struct {
@@ -118,7 +127,7 @@ func (s *summary) add(id *keyID, w int64) *entry {
 		x := int32(len(s.ents))
 		s.ents = s.ents[:x+1]
 		e := &s.ents[x]
-		*e = entry{id: *id, count: w}
+		e.reset(id, w, 0)
 		s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
 		s.pos[x] = int32(len(s.heap))
 		s.heap = append(s.heap, heapItem{count: w, ent: x})
@@ -129,7 +138,7 @@ func (s *summary) add(id *keyID, w int64) *entry {
 	x, m := s.heap[0].ent, s.heap[0].count
 	e := &s.ents[x]
 	s.remove(x, e.id.hash)
-	*e = entry{id: *id, count: m + w, err: m}
+	e.reset(id, m+w, m)
 	pos, _ = s.find(id) // the removal may have moved slots
 	s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
 	s.heap[0].count = e.count
