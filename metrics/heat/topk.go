@@ -22,7 +22,8 @@ package heat
 // of a summary (0.5 MiB at the default 1,024) do not stay in the CPU's
 // caches between sampled requests. The heap and the table are therefore
 // laid out so that their work reads only themselves: a heap item carries
-// its entry's count (a copy; add keeps the two equal) and each entry's
+// its entry's count (a copy; add keeps the two equal) and the low 32 bits
+// of its key's hash (what the table's removal needs), and each entry's
 // heap position is in pos, so a sift is a walk over 16 + 4 KiB (and a
 // short one: see heapArity); a table slot carries the low 32 bits of its
 // key's hash, its home position and a tag, so a probe or a deletion reads
@@ -49,10 +50,12 @@ func (e *entry) reset(id *keyID, count, err int64) {
 }
 
 // heapItem is one position of the summary's min-heap: an entry's count
-// (equal to the entry's own) and its index.
+// (equal to the entry's own), its index and the low 32 bits of its key's
+// hash, in what would be padding (16 bytes).
 type heapItem struct {
 	count int64
 	ent   int32
+	hash  uint32
 }
 
 // tableSlot is one position of the summary's hash table: an entry index
@@ -130,28 +133,28 @@ func (s *summary) add(id *keyID, w int64) *entry {
 		e.reset(id, w, 0)
 		s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
 		s.pos[x] = int32(len(s.heap))
-		s.heap = append(s.heap, heapItem{count: w, ent: x})
+		s.heap = append(s.heap, heapItem{count: w, ent: x, hash: uint32(id.hash)})
 		s.up(len(s.heap) - 1)
 		return e
 	}
 	// Full: the key of smallest count gives its place to id.
 	x, m := s.heap[0].ent, s.heap[0].count
+	s.remove(x, s.heap[0].hash) // not e.id.hash: the entry is not read
 	e := &s.ents[x]
-	s.remove(x, e.id.hash)
 	e.reset(id, m+w, m)
 	pos, _ = s.find(id) // the removal may have moved slots
 	s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
-	s.heap[0].count = e.count
+	s.heap[0].count, s.heap[0].hash = e.count, uint32(id.hash)
 	s.down(0)
 	return e
 }
 
-// remove takes entry x, whose key hashes to hash, out of the table (not
-// the heap), shifting back the slots of its probe run so that lookups
-// need no tombstones.
-func (s *summary) remove(x int32, hash uint64) {
+// remove takes entry x, whose key's hash has the low 32 bits hash, out of
+// the table (not the heap), shifting back the slots of its probe run so
+// that lookups need no tombstones.
+func (s *summary) remove(x int32, hash uint32) {
 	mask := len(s.table) - 1
-	i := int(uint32(hash)) & mask
+	i := int(hash) & mask
 	for s.table[i].ent != x+1 {
 		if s.table[i].ent == 0 {
 			return

@@ -17,7 +17,8 @@ func idOf(s string) keyID {
 // stream against exact counts: every monitored key's true weight lies in
 // [count-err, count], every key heavier than the smallest count is
 // monitored, the hash table finds every entry after evictions and holds
-// no other, and the heap's copies of the counts equal the entries'.
+// no other, and the heap's copies of the counts and hashes equal the
+// entries'.
 func TestSummaryBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	z := rand.NewZipf(rng, 1.1, 1, 49_999)
@@ -45,8 +46,8 @@ func TestSummaryBounds(t *testing.T) {
 		if pos, ok := s.find(&e.id); !ok || s.table[pos].ent-1 != int32(i) || s.table[pos].hash != uint32(e.id.hash) {
 			t.Errorf("%s: table lookup lost entry %d", k, i)
 		}
-		if h := s.heap[s.pos[i]]; h.ent != int32(i) || h.count != e.count {
-			t.Errorf("%s: heap item %+v, want entry %d count %d", k, h, i, e.count)
+		if h := s.heap[s.pos[i]]; h.ent != int32(i) || h.count != e.count || h.hash != uint32(e.id.hash) {
+			t.Errorf("%s: heap item %+v, want entry %d count %d hash %#x", k, h, i, e.count, uint32(e.id.hash))
 		}
 	}
 	used := 0
