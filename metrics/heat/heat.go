@@ -16,7 +16,7 @@
 // table (adding its batch first) or copy its summaries, then merges the
 // copies outside the lock. Memory is bounded by the slot table and the
 // summaries' capacity whatever the number of distinct keys: per loop,
-// 16,384 x 8 bytes (128 KiB) of slot counters every request goes to,
+// 16,384 x 16 bytes (256 KiB) of slot counters every request goes to,
 // their batch (2 KiB) and 16,384 x 32 bytes (512 KiB) of wide counters
 // they spill into when one would overflow, plus 3 x Capacity entries of
 // about 0.5 KiB (1.5 MiB at the default 1,024). There is no package-level
@@ -36,6 +36,7 @@
 package heat
 
 import (
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -135,39 +136,23 @@ type slotCounts struct {
 	shard    int32 // shard index (metrics.Set.Shard) of its last request + 1; 0 none
 }
 
-// slotNarrow are one slot's latest counters in one loop, packed into 8
-// bytes (a quarter of slotCounts) so that the table a loop adds every
-// request to is 128 KiB: the line a request's slot lives on is then more
-// often still in the CPU's caches. From the low bits: requests (14 bits),
-// bytes (22), engine nanoseconds (20) and the shard index + 1 of the last
-// request (8; narrowShardWide: see the wide counters' shard). A counter
-// that would overflow first spills all three into the loop's wide
-// counters (spill), which slotTable adds: 16,383 requests, 4 MiB or 1.05
-// ms of engine time in one slot since its last spill; at 10 µs of engine
-// time a request, one request of a slot's hundred spills.
-type slotNarrow uint64
-
-const (
-	narrowReqBits, narrowBytesBits, narrowEngBits = 14, 22, 20
-	narrowBytesShift                              = narrowReqBits
-	narrowEngShift                                = narrowBytesShift + narrowBytesBits
-	narrowShardShift                              = narrowEngShift + narrowEngBits
-	narrowReqMax                                  = 1<<narrowReqBits - 1
-	narrowBytesMax                                = 1<<narrowBytesBits - 1
-	narrowEngMax                                  = 1<<narrowEngBits - 1
-	// narrowShardWide in the shard bits: the shard index + 1 is 255 or
-	// more, and kept in the wide counters' shard.
-	narrowShardWide = 1<<(64-narrowShardShift) - 1
-)
-
-func (c slotNarrow) requests() uint64 { return uint64(c) & narrowReqMax }
-func (c slotNarrow) bytes() uint64    { return uint64(c) >> narrowBytesShift & narrowBytesMax }
-func (c slotNarrow) engineNs() uint64 { return uint64(c) >> narrowEngShift & narrowEngMax }
+// slotNarrow are one slot's latest counters in one loop, 16 bytes: half
+// the size of slotCounts, so that the table a loop adds every request to
+// (256 KiB) takes half the CPU's caches that 64-bit counters would. A
+// counter that would overflow first spills all three into the loop's
+// wide counters (spill), which Snapshot adds: 2^32 requests, 4 GiB or
+// 4.29 s of engine time in one slot since its last spill.
+type slotNarrow struct {
+	requests uint32
+	bytes    uint32
+	engineNs uint32
+	shard    int32 // as slotCounts.shard
+}
 
 // slotDelta is one request's addition to its slot's counters, held in the
 // loop's batch until the batch is full or a scrape applies it. A request
-// of more than 4 MiB, or of more than 1.05 ms of engine time, goes to the
-// wide counters at once (addWide).
+// of 4 GiB or more, or of 4.29 s of engine time or more, goes to the wide
+// counters at once (addWide).
 type slotDelta struct {
 	bytes    uint32
 	engineNs uint32
@@ -339,7 +324,7 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 	b := p.reqBytes + p.repBytes
 	shard1 := int32(max(shard, -1)) + 1
 	z := l.z // this request's thresholds follow only the requests before it
-	if b > narrowBytesMax || engine > narrowEngMax {
+	if b > math.MaxUint32 || engine > math.MaxUint32 {
 		l.addWide(p.slot, b, int64(engine), shard1)
 	} else {
 		d := &l.batch[l.nbatch]
@@ -383,26 +368,26 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 }
 
 // applyBatch adds the batch to the slot counters and empties it; the
-// caller holds mu. The slot table does not stay in the CPU's caches
-// between requests, so a request's slot counter is most often a cache
-// miss: one at a time, amid each request's own dependent work, the misses
-// cost a request about as much as its slot's CRC16. Here the additions
-// are independent of each other, so the CPU has many of the misses in
-// flight at once and a request's share is a few nanoseconds.
+// caller holds mu. The slot table (256 KiB) does not stay in the CPU's
+// caches between requests, so a request's slot counter is most often a
+// cache miss: one at a time, amid each request's own dependent work, the
+// misses cost a request about as much as its slot's CRC16. Here the
+// additions are independent of each other, so the CPU has many of the
+// misses in flight at once and a request's share is a few nanoseconds.
 func (l *Loop) applyBatch() {
 	for i := range l.batch[:l.nbatch] {
 		d := &l.batch[i]
 		c := &l.narrow[d.slot]
-		b, e := c.bytes()+uint64(d.bytes), c.engineNs()+uint64(d.engineNs)
-		if b > narrowBytesMax || e > narrowEngMax || c.requests() == narrowReqMax {
+		b, e := uint64(c.bytes)+uint64(d.bytes), uint64(c.engineNs)+uint64(d.engineNs)
+		if (b|e) > math.MaxUint32 || c.requests == math.MaxUint32 {
 			l.spill(d.slot)
 			b, e = uint64(d.bytes), uint64(d.engineNs)
 		}
-		shard := uint64(*c) >> narrowShardShift
+		c.requests++
+		c.bytes, c.engineNs = uint32(b), uint32(e)
 		if d.shard != 0 {
-			shard = l.setShard(d.slot, d.shard)
+			c.shard = d.shard
 		}
-		*c = slotNarrow(c.requests() + 1 | b<<narrowBytesShift | e<<narrowEngShift | shard<<narrowShardShift)
 		l.seenBytes += int64(d.bytes)
 		l.seenEngine += int64(d.engineNs)
 	}
@@ -411,28 +396,17 @@ func (l *Loop) applyBatch() {
 	l.retune()
 }
 
-// setShard returns the narrow counters' shard bits for a request answered
-// by shard index shard1 - 1, keeping in the wide counters a shard index
-// too large for them.
-func (l *Loop) setShard(slot uint16, shard1 int32) uint64 {
-	if shard1 < narrowShardWide {
-		return uint64(shard1)
-	}
-	l.wide[slot].shard = shard1
-	return narrowShardWide
-}
-
-// spill moves slot's narrow counters into its wide ones, leaving its
-// shard; the caller holds mu.
+// spill moves slot's narrow counters into its wide ones; the caller holds
+// mu.
 func (l *Loop) spill(slot uint16) {
 	c, w := &l.narrow[slot], &l.wide[slot]
-	w.requests += int64(c.requests())
-	w.bytes += int64(c.bytes())
-	w.engineNs += int64(c.engineNs())
-	*c &= narrowShardWide << narrowShardShift
+	w.requests += int64(c.requests)
+	w.bytes += int64(c.bytes)
+	w.engineNs += int64(c.engineNs)
+	c.requests, c.bytes, c.engineNs = 0, 0, 0
 }
 
-// addWide counts a request too big for the narrow counters in slot's wide
+// addWide counts a request too big for a slotDelta in slot's wide
 // counters at once; the caller holds mu.
 func (l *Loop) addWide(slot uint16, bytes, engineNs int64, shard1 int32) {
 	w := &l.wide[slot]
@@ -440,8 +414,7 @@ func (l *Loop) addWide(slot uint16, bytes, engineNs int64, shard1 int32) {
 	w.bytes += bytes
 	w.engineNs += engineNs
 	if shard1 != 0 {
-		c := &l.narrow[slot]
-		*c = *c&^(narrowShardWide<<narrowShardShift) | slotNarrow(l.setShard(slot, shard1)<<narrowShardShift)
+		l.narrow[slot].shard = shard1
 	}
 	l.seen++
 	l.seenBytes += bytes

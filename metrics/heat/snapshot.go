@@ -98,20 +98,16 @@ func (s *Set) slotTable() (t [NumSlots]slotCounts) {
 		l.mu.Lock()
 		l.applyBatch()
 		for i := range l.narrow {
-			c, w := l.narrow[i], &l.wide[i]
-			if c.requests() == 0 && w.requests == 0 {
+			c, w := &l.narrow[i], &l.wide[i]
+			if c.requests == 0 && w.requests == 0 {
 				continue
 			}
 			d := &t[i]
-			d.requests += w.requests + int64(c.requests())
-			d.bytes += w.bytes + int64(c.bytes())
-			d.engineNs += w.engineNs + int64(c.engineNs())
-			switch shard := int32(c >> narrowShardShift); shard {
-			case 0:
-			case narrowShardWide:
-				d.shard = w.shard
-			default:
-				d.shard = shard
+			d.requests += w.requests + int64(c.requests)
+			d.bytes += w.bytes + int64(c.bytes)
+			d.engineNs += w.engineNs + int64(c.engineNs)
+			if c.shard != 0 {
+				d.shard = c.shard
 			}
 		}
 		l.mu.Unlock()
