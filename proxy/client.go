@@ -132,8 +132,8 @@ type part struct {
 	req     []byte  // the request bytes, kept to re-send on MOVED/ASK or once a held request is released
 	pos     []int32 // aggMGet: positions of this part's keys in the request
 	reply   []byte  // the part's reply (multi-part requests, or one that waits behind others)
-	tSent   int64 // when the part was last sent (to the shard that answered it)
-	tFirst  int64 // when it was first sent: before tSent when a redirect or -TRYAGAIN re-sent it
+	tSent   int64   // when the part was last sent (to the shard that answered it)
+	tFirst  int64   // when it was first sent: before tSent when a redirect or -TRYAGAIN re-sent it
 	svcFrom int64
 	tReply  int64
 	redirAt int64 // when the first redirect (or -TRYAGAIN) arrived
