@@ -38,17 +38,21 @@ func keysOwnedBy(cl *redistest.Cluster, node int, prefix string, first, last, n 
 // virtual nodes; they follow it) write keys of the moved range (node 0's
 // slots, moved to node 1) and keys the other two nodes own, timing each
 // write themselves: the oracle, per group, is the clients' slowest write
-// in the interval that holds the migration. In respmeter's per-shard
+// that ended in the interval that holds the migration. In respmeter's per-shard
 // figures of that interval (metrics.Set.Interval) node 0's upstream
 // maximum holds the pause (a write held there until its MOVED), and node
 // 1's and node 2's upstream and total maxima stay below half of it, as the
 // clients' own writes to their keys do: the write re-sent to node 1 after
-// the MOVED counts there from its own send on.
+// the MOVED counts there from its own send on. The other shards are judged
+// only in a mode where the clients' own writes to their keys stayed below
+// half the pause (a starved host or the race detector can hold them as
+// long); the test skips, saying so, when neither mode could be judged.
 func TestClusterMigrateSlotsPause(t *testing.T) {
 	skipWithoutMigrateSlots(t)
 	cl := redistest.StartClusterWith(t, 3, "--enable-debug-command", "yes")
 	ctx := context.Background()
 	const hold = 1500 * time.Millisecond
+	var unjudged []string // modes whose other shards could not be judged
 	for i, m := range []string{"slots", "facade"} {
 		first, last := 1000*i, 1000*i+999 // node 0's slots, moved to node 1
 		p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
@@ -92,10 +96,12 @@ func TestClusterMigrateSlotsPause(t *testing.T) {
 							t.Errorf("%s: SET: %v", m, err)
 							return
 						}
-						d := time.Since(t0)
+						t1 := time.Now()
+						// Counted by its end, as respmeter records a
+						// request in the interval its reply ends in.
 						mu.Lock()
-						if !from.IsZero() && t0.After(from) && (to.IsZero() || t0.Before(to)) {
-							slowest[g] = max(slowest[g], d)
+						if !from.IsZero() && t1.After(from) && (to.IsZero() || t1.Before(to)) {
+							slowest[g] = max(slowest[g], t1.Sub(t0))
 						}
 						mu.Unlock()
 					}
@@ -135,14 +141,16 @@ func TestClusterMigrateSlotsPause(t *testing.T) {
 		if slowest[0] < hold {
 			t.Fatalf("%s: the clients' slowest write of the moved range took %v, less than the %v pause held", m, slowest[0], hold)
 		}
-		for n := 1; n <= 2; n++ {
-			if slowest[n] >= hold/2 {
-				t.Fatalf("%s: a client's write to node %d's keys took %v: the machine stalled more than the pause tells apart", m, n, slowest[n])
-			}
-		}
 		if !named[0] || upstream[0] < hold-50*time.Millisecond {
 			t.Errorf("%s: node 0's upstream maximum in the migration's interval is %v: the %v pause held on it does not show (the clients' slowest write there: %v)",
 				m, upstream[0], hold, slowest[0])
+		}
+		if max(slowest[1], slowest[2]) >= hold/2 {
+			// The clients' own writes to the other nodes' keys were held
+			// as long (a starved host, the race detector): what the pause
+			// alone did cannot be told apart there in this run.
+			unjudged = append(unjudged, fmt.Sprintf("%s (the clients' slowest writes to node 1's and node 2's keys %v, %v)", m, slowest[1], slowest[2]))
+			continue
 		}
 		for n := 1; n <= 2; n++ {
 			if upstream[n] >= hold/2 || total[n] >= hold/2 {
@@ -150,5 +158,11 @@ func TestClusterMigrateSlotsPause(t *testing.T) {
 					m, n, upstream[n], total[n], slowest[n])
 			}
 		}
+	}
+	if len(unjudged) == 2 {
+		t.Skipf("the pause showed on node 0 in both modes; whether it showed nowhere else could not be judged: %v", unjudged)
+	}
+	if len(unjudged) > 0 {
+		t.Logf("not judged on the other shards: %v", unjudged)
 	}
 }

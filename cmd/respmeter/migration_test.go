@@ -73,30 +73,20 @@ func TestProxySlotMigrationEvent(t *testing.T) {
 	t.Logf("migration %s (%s): pause held from %s to %s", job["slot_ranges"], job["name"],
 		paused.Format(time.StampMilli), released.Format(time.StampMilli))
 
-	type migration struct {
-		Name      string     `json:"name"`
-		Operation string     `json:"operation"`
-		Slots     string     `json:"slots"`
-		State     string     `json:"state"`
-		Start     time.Time  `json:"start"`
-		End       *time.Time `json:"end"`
-		Seen      time.Time  `json:"seen"`
-		Ended     *time.Time `json:"ended"`
-	}
-	var got map[string][]migration // by shard
+	var got map[string][]migrationJSON // by shard
 	redistest.Eventually(t, 10*time.Second, func() error {
 		var doc struct {
 			Shards []struct {
 				Shard  string `json:"shard"`
 				Engine *struct {
-					Migrations []migration `json:"slot_migrations"`
+					Migrations []migrationJSON `json:"slot_migrations"`
 				} `json:"engine"`
 			} `json:"shard_engines"`
 		}
 		if err := json.Unmarshal([]byte(httpGet(t, admin+"/stats")), &doc); err != nil {
 			return err
 		}
-		got = map[string][]migration{}
+		got = map[string][]migrationJSON{}
 		for _, s := range doc.Shards {
 			if s.Engine != nil {
 				got[s.Shard] = s.Engine.Migrations
