@@ -132,7 +132,8 @@ type part struct {
 	req     []byte  // the request bytes, kept to re-send on MOVED/ASK or once a held request is released
 	pos     []int32 // aggMGet: positions of this part's keys in the request
 	reply   []byte  // the part's reply (multi-part requests, or one that waits behind others)
-	tSent   int64
+	tSent   int64   // when the part was last sent (to the shard that answered it)
+	tFirst  int64   // when it was first sent: before tSent when a redirect or -TRYAGAIN re-sent it
 	svcFrom int64
 	tReply  int64
 	redirAt int64 // when the first redirect (or -TRYAGAIN) arrived
@@ -664,7 +665,7 @@ func (e *request) part() *part {
 	}
 	p := &e.ps[len(e.ps)-1]
 	p.req, p.pos, p.reply = p.req[:0], p.pos[:0], p.reply[:0]
-	p.tSent, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, -1
+	p.tSent, p.tFirst, p.svcFrom, p.tReply, p.redirAt, p.hops, p.mshard = 0, 0, 0, 0, 0, 0, -1
 	p.tries, p.asked = 0, false
 	p.sub, p.expect = 0, 0
 	e.left++
@@ -1415,8 +1416,12 @@ func (s *client) flush() {
 				switch {
 				case p.mshard < 0 || p.tReply == 0:
 				case s.p.shape.perShard():
-					m.ShardObserveLocked(p.mshard, total-time.Duration(e.inj), time.Duration(p.tReply-p.tSent),
-						time.Duration(p.tReply-p.svcFrom), isErr)
+					// A part re-sent after a redirect or -TRYAGAIN counts on
+					// the shard that answered it from its last send on: the
+					// hops before went to their own shards (link.hop), so a
+					// migration's write pause on the source shows there.
+					m.ShardObserveLocked(p.mshard, total-time.Duration(e.inj)-time.Duration(p.tSent-p.tFirst),
+						time.Duration(p.tReply-p.tSent), time.Duration(p.tReply-p.svcFrom), isErr)
 				default:
 					m.ShardCountLocked(p.mshard, isErr)
 				}

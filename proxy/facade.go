@@ -527,7 +527,9 @@ func (s *client) clusterSlots(v *topoView, resp3 bool) []byte {
 
 // clusterShards is the CLUSTER SHARDS reply (Redis 7.0): per shard a map
 // {slots: [start, end, ...], nodes: [{id, port, ip, endpoint, role,
-// replication-offset, health}]}, and the shard's id after nodes where the
+// replication-offset, health}]}, the node's availability-zone after health
+// where its engine has one (Valkey 9.1: Topology.Zones, or the engine's
+// own under --shards), and the shard's id after nodes where the
 // engine's cluster gives one (facade.shardIDs: Valkey 9); RESP2 gives the
 // maps as flat arrays.
 func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
@@ -555,7 +557,15 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 		}
 		b = str(b, "nodes")
 		b = append(b, "*1\r\n"...)
-		b = mapHead(b, 7)
+		zone := ""
+		if n.i < len(v.t.Addrs) {
+			zone = v.t.Zones[v.t.Addrs[n.i]]
+		}
+		if zone != "" {
+			b = mapHead(b, 8)
+		} else {
+			b = mapHead(b, 7)
+		}
 		b = str(b, "id")
 		b = str(b, n.id)
 		b = str(b, "port")
@@ -572,6 +582,10 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 		b = appendInt(b, 0)
 		b = str(b, "health")
 		b = str(b, "online")
+		if zone != "" {
+			b = str(b, "availability-zone")
+			b = str(b, zone)
+		}
 		if s.p.facade.shardIDs {
 			b = str(b, "id")
 			b = str(b, n.shard)

@@ -218,6 +218,9 @@ func (ln *link) write(t int64) {
 		}
 		p := &r.e.ps[r.part]
 		p.tSent, p.mshard = t, ln.mshard
+		if p.tFirst == 0 {
+			p.tFirst = t
+		}
 		if r.e.tSent == 0 {
 			r.e.tSent = t
 		}
@@ -529,6 +532,7 @@ func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	if m := s.p.cfg.Metrics; m != nil {
 		m.Redirect(rd.Ask)
 	}
+	ln.hop(e, p, now)
 	p.hops++
 	if p.redirAt == 0 {
 		p.redirAt = now
@@ -543,6 +547,26 @@ func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	}
 	to.queue(e, part, p.req)
 	return true
+}
+
+// hop records, on ln's shard, part p of e answered at now with a redirect
+// or -TRYAGAIN that the proxy follows: a sub-request of its own from p's
+// last send, not an error (the client never sees the reply). A write held
+// by a CLUSTER MIGRATESLOTS cut-over and then answered MOVED spends the
+// pause here, in the source shard's figures; the shard that finally
+// answers records the part from its own send on (client.complete).
+func (ln *link) hop(e *request, p *part, now int64) {
+	m := ln.l.m
+	if m == nil || p.mshard < 0 || p.tSent == 0 {
+		return
+	}
+	m.Lock()
+	if e.s.p.shape.perShard() {
+		m.ShardObserveLocked(p.mshard, time.Duration(now-p.tSent), time.Duration(now-p.tSent), time.Duration(now-p.svcFrom), false)
+	} else {
+		m.ShardCountLocked(p.mshard, false)
+	}
+	m.Unlock()
 }
 
 // -TRYAGAIN retries (Redis Cluster specification, "Multi-keys operations":
@@ -573,6 +597,7 @@ func (ln *link) tryAgain(e *request, part int, frame []byte, now int64) bool {
 	if len(p.req) == 0 || p.tries >= maxTryAgain {
 		return false
 	}
+	ln.hop(e, p, now)
 	wait := min(tryAgainWait<<p.tries, tryAgainWaitMax)
 	p.tries++
 	if p.redirAt == 0 {

@@ -201,14 +201,16 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 // SHARDS"): an array of shards, each a RESP2 array of key/value pairs with
 // "slots" (a flat array of integers, start and end of each range) and
 // "nodes" (an array of nodes, each an array of key/value pairs: id, port,
-// tls-port, ip, endpoint, hostname, role, replication-offset, health). The
-// node shardMaster picks owns the shard's slots; a shard without a master
-// leaves its slots unassigned.
+// tls-port, ip, endpoint, hostname, role, replication-offset, health, and
+// availability-zone on Valkey 9.1 with one set). The node shardMaster
+// picks owns the shard's slots, and its zone goes to Topology.Zones; a
+// shard without a master leaves its slots unassigned.
 func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 	if v.Type != resp.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SHARDS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
+	var zones map[string]string
 	for _, shard := range v.Elems {
 		fields, err := pairs(shard)
 		if err != nil {
@@ -239,6 +241,12 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 		if err != nil {
 			return nil, err
 		}
+		if z := owner["availability-zone"]; z.IsString() && z.Str != "" {
+			if zones == nil {
+				zones = map[string]string{}
+			}
+			zones[addr] = z.Str
+		}
 		for i := 0; i < len(slotsV.Elems); i += 2 {
 			lo, hi, err := slotRange(slotsV.Elems[i], slotsV.Elems[i+1])
 			if err != nil {
@@ -247,7 +255,11 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 			claims = append(claims, claim{addr, lo, hi})
 		}
 	}
-	return buildTopology(claims)
+	t, err := buildTopology(claims)
+	if t != nil {
+		t.Zones = zones
+	}
+	return t, err
 }
 
 // parseSlots reads a CLUSTER SLOTS reply (Redis docs, "CLUSTER SLOTS"): an

@@ -59,6 +59,12 @@ type Topology struct {
 	// Read-only.
 	Addrs []string
 
+	// Zones maps a master's "host:port" to its availability zone, as the
+	// cluster's CLUSTER SHARDS gives it ("availability-zone", Valkey 9.1
+	// on; FetchCluster); nil or missing where none. Read-only; WithSlot and
+	// Rebase keep it.
+	Zones map[string]string
+
 	// slots[s] is the index in Addrs of the owner of slot s, or noShard.
 	slots [NumSlots]uint16
 }
@@ -270,7 +276,7 @@ func (t *Topology) WithSlot(slot uint16, addr string) *Topology {
 	if i >= 0 && t.slots[slot] == uint16(i) {
 		return t
 	}
-	u := &Topology{slots: t.slots}
+	u := &Topology{slots: t.slots, Zones: t.Zones}
 	if i < 0 {
 		if len(t.Addrs) >= MaxShards {
 			panic("routing: WithSlot: too many shard addresses")
@@ -319,7 +325,7 @@ func (t *Topology) Rebase(prev *Topology) *Topology {
 		}
 		remap[i] = uint16(j)
 	}
-	u := &Topology{Addrs: slices.Clip(addrs)}
+	u := &Topology{Addrs: slices.Clip(addrs), Zones: t.Zones}
 	for s, i := range t.slots {
 		if i == noShard {
 			u.slots[s] = noShard

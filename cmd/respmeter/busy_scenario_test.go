@@ -437,3 +437,119 @@ func scenarioSaturatedDefaults(t testing.TB) {
 			"(the host's other work starved respmeter and the clients): the verdict cannot be judged in this run", judged, len(recs))
 	}
 }
+
+// TestScenarioSaturatedEventLoop: on an engine that counts its event
+// loop's busy time (INFO stats eventloop_duration_sum, in microseconds:
+// Redis >= 7.2, Valkey >= 8; run it with RESPMETER_TEST_ENGINE pointing at
+// Valkey 9.1, it skips on an engine without), twenty closed-loop clients
+// of 2 ms of Lua CPU work (scSpin) through respmeter with the default
+// flags read engine-saturated, and the verdict names the event-loop
+// witness ("event loop N% by the engine's own count"). Truth, read by the
+// test at each interval's end on a connection of its own: the engine's
+// eventloop_duration_sum over the test's own clock. Over the intervals
+// after the first, respmeter's event-loop busy share must lie within ±10 %
+// of that rate. As in TestScenarioSaturatedDefaults the bound is judged
+// only where this process's threads waited for a CPU less than half as
+// long as they ran (elsewhere the host starved respmeter and the clients,
+// which the verdict reads as such); the busy share, the engine's own
+// figure, in every interval.
+func TestScenarioSaturatedEventLoop(t *testing.T) {
+	redistest.SkipIfUnavailable(t)
+	redistest.Retry(t, 3, scenarioSaturatedEventLoop)
+}
+
+func scenarioSaturatedEventLoop(t testing.TB) {
+	srv := scKeyServer(t)
+	info, _ := srv.Do("INFO", "stats").(string)
+	if !strings.Contains(info, "eventloop_duration_sum:") {
+		t.Skipf("the engine (%s) publishes no event-loop figures (Redis < 7.2): set %s to Valkey 9.1",
+			redistest.SkipIfUnavailable(t), redistest.EngineEnv)
+	}
+	// The engine's event-loop busy time so far, read by the test.
+	loopSum := func() time.Duration {
+		info, _ := srv.Do("INFO", "stats").(string)
+		m := regexp.MustCompile(`(?m)^eventloop_duration_sum:(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			t.Fatalf("INFO stats without eventloop_duration_sum")
+		}
+		us, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(us) * time.Microsecond
+	}
+	st := testStack(t, srv.Addr(), func(cfg *configs.Config) { cfg.Admin = "off" })
+	start := st.analyzer.Latest()
+	load := scStart(t, st.proxy.Addr(), 20, "EVAL", scSpin, "0", "2000")
+	var recs []*verdict.Record
+	var at []time.Time
+	var sums, cpus, waits []time.Duration
+	mark := func() {
+		cpu, rq, err := engstats.TasksSchedstat("/proc/self")
+		if err != nil {
+			t.Fatalf("schedstat: %v", err)
+		}
+		at, sums = append(at, time.Now()), append(sums, loopSum())
+		cpus, waits = append(cpus, cpu), append(waits, rq)
+	}
+	mark()
+	last := start
+	redistest.Eventually(t, 10*st.analyzer.Interval(), func() error {
+		if cur := st.analyzer.Latest(); cur != last {
+			recs = append(recs, cur)
+			last = cur
+			mark()
+		}
+		if len(recs) < 5 {
+			return fmt.Errorf("%d intervals with the load", len(recs))
+		}
+		return nil
+	})
+	load.stop()
+	if len(load.errs) > 0 {
+		t.Fatalf("%d errors of the scripts, first: %v", len(load.errs), load.errs[0])
+	}
+	var length time.Duration
+	var busy float64
+	judged := 0
+	for i, r := range recs {
+		v := r.Verdict
+		cpu, rq := cpus[i+1]-cpus[i], waits[i+1]-waits[i]
+		t.Logf("interval %d: %d requests, event loop %.1f%% (the engine's count over the test's clock %.1f%%), "+
+			"the test process's threads %v on a CPU, %v waiting for one; %s",
+			i+1, r.Interval.Requests, 100*r.Interval.EventLoopBusy,
+			100*(sums[i+1]-sums[i]).Seconds()/at[i+1].Sub(at[i]).Seconds(), cpu, rq, v)
+		if !r.Interval.EventLoopKnown {
+			t.Fatalf("interval %d: no event-loop witness from an engine that publishes one", i+1)
+		}
+		if i == 0 {
+			continue // the load started within it
+		}
+		length += r.Interval.Length
+		busy += r.Interval.EventLoopBusy * r.Interval.Length.Seconds()
+		if rq.Seconds() >= split.HostStarved*cpu.Seconds() {
+			continue
+		}
+		judged++
+		if v.Bound != "engine-saturated" {
+			t.Errorf("interval %d: %s, want engine-saturated", i+1, v.Bound)
+		}
+		if want := fmt.Sprintf("(event loop %.0f%% by the engine's own count)", 100*v.EventLoop); !v.EventLoopKnown || !strings.Contains(v.String(), want) {
+			t.Errorf("interval %d: the verdict %q does not name the event-loop witness", i+1, v)
+		}
+	}
+	busy /= length.Seconds()
+	truth := (sums[len(sums)-1] - sums[1]).Seconds() / at[len(at)-1].Sub(at[1]).Seconds()
+	t.Logf("event loop busy over intervals 2-%d: respmeter %.1f%%, the engine's own count over the test's clock %.1f%%",
+		len(recs), 100*busy, 100*truth)
+	if truth < 0.5 {
+		t.Fatalf("the engine's event loop was busy only %.0f%% of the time: no saturated engine", 100*truth)
+	}
+	if dev := busy/truth - 1; math.Abs(dev) > 0.10 {
+		t.Errorf("event loop busy %.1f%%, the engine's own count %.1f%% (%+.1f%%), want within ±10 %%", 100*busy, 100*truth, 100*dev)
+	}
+	if judged < 2 {
+		t.Skipf("in only %d of intervals 2-%d did this process's threads wait for a CPU less than half as long as they ran "+
+			"(the host's other work starved respmeter and the clients): the bound cannot be judged in this run", judged, len(recs))
+	}
+}

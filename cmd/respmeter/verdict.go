@@ -317,6 +317,40 @@ type engineJSON struct {
 	Commands            map[string]engineCommandJSON `json:"commands"`
 	// AvailabilityZone is the engine's (Valkey 9.1 on), omitted when none.
 	AvailabilityZone string `json:"availability_zone,omitempty"`
+	// SlotMigrations are the atomic slot migrations the engine reported
+	// while respmeter watched (engine.Poller.Migrations), omitted when
+	// none.
+	SlotMigrations []migrationJSON `json:"slot_migrations,omitempty"`
+}
+
+// migrationJSON is one entry of an engine's "slot_migrations": a CLUSTER
+// MIGRATESLOTS job as that engine reports it (CLUSTER GETSLOTMIGRATIONS,
+// Valkey 9.0 on). start and end are the engine's create_time and, once the
+// job ended, last_update_time (whole seconds; end null while it runs);
+// seen and ended when respmeter's poll first saw it and first found it
+// ended.
+type migrationJSON struct {
+	Name      string     `json:"name"`
+	Operation string     `json:"operation"`
+	Slots     string     `json:"slots"`
+	Source    string     `json:"source_node"`
+	Target    string     `json:"target_node"`
+	State     string     `json:"state"`
+	Start     time.Time  `json:"start"`
+	End       *time.Time `json:"end"`
+	Seen      time.Time  `json:"seen"`
+	Ended     *time.Time `json:"ended"`
+}
+
+// newMigrationJSON returns m's entry of "slot_migrations".
+func newMigrationJSON(m engstats.Migration) migrationJSON {
+	doc := migrationJSON{Name: m.Name, Operation: m.Operation, Slots: m.Slots, Source: m.Source, Target: m.Target,
+		State: m.State, Start: m.Start, Seen: m.Seen}
+	if !m.Running() {
+		end, ended := m.End, m.Ended
+		doc.End, doc.Ended = &end, &ended
+	}
+	return doc
 }
 
 // engineDoc returns the stats of v's Poller for /stats, nil when it is
@@ -344,6 +378,9 @@ func (a *analyzer) engineDoc(v *verdict.View) *engineJSON {
 	if !s.LastPoll.IsZero() {
 		lp := s.LastPoll
 		doc.LastPoll = &lp
+	}
+	for _, m := range p.Migrations() {
+		doc.SlotMigrations = append(doc.SlotMigrations, newMigrationJSON(m))
 	}
 	for _, c := range s.Commands {
 		cj := engineCommandJSON{
@@ -662,6 +699,31 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 		b.WriteString("  " + bound + "\n")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+	for _, v := range views {
+		p := pollerOf(v)
+		if p == nil {
+			continue
+		}
+		for _, m := range p.Migrations() {
+			b.WriteString(migrationLine(v.Addr, m) + "\n")
+		}
+	}
+}
+
+// migrationLine formats a slot migration a shard's engine reported for
+// the lines under the per-shard table: "slot migration on 127.0.0.1:7000:
+// EXPORT 0-999 to 5f3c…, success, 17:15:28 to 17:15:29 (the engine's
+// clock)".
+func migrationLine(addr string, m engstats.Migration) string {
+	peer := "to " + m.Target
+	if m.Operation == "IMPORT" {
+		peer = "from " + m.Source
+	}
+	when := m.Start.Format(time.TimeOnly) + ", running"
+	if !m.Running() {
+		when = m.Start.Format(time.TimeOnly) + " to " + m.End.Format(time.TimeOnly)
+	}
+	return fmt.Sprintf("slot migration on %s: %s %s %s, %s, %s (the engine's clock)", addr, m.Operation, m.Slots, peer, m.State, when)
 }
 
 // millis returns d in milliseconds.

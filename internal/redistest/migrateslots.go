@@ -26,18 +26,63 @@ type SlotMigration map[string]string
 // state, or one still running after timeout.
 func (c *Cluster) MigrateSlots(first, last, to int, timeout time.Duration) SlotMigration {
 	c.t.Helper()
-	from := c.owner[first]
+	from, want := c.startMigration(first, last, to)
+	job := c.awaitMigration(from, want, "success", timeout)
+	c.finishMigration(first, last, to)
+	return job
+}
+
+// MigrateSlotsPaused is MigrateSlots with the source's write pause held
+// for hold: the target is kept from taking the slots over (DEBUG
+// SLOTMIGRATION PREVENT-FAILOVER 1; the nodes must run with
+// --enable-debug-command yes) until the source's job reaches state
+// failover-granted, writes to the slots paused there, and for hold after
+// that; then the cut-over goes on. It returns the job as last seen and
+// when the pause was seen to begin and when it was let go.
+func (c *Cluster) MigrateSlotsPaused(first, last, to int, hold, timeout time.Duration) (job SlotMigration, paused, released time.Time) {
+	c.t.Helper()
+	target := c.Nodes[to].Client()
+	ctx := context.Background()
+	if err := target.Do(ctx, "DEBUG", "SLOTMIGRATION", "PREVENT-FAILOVER", "1").Err(); err != nil {
+		c.t.Fatalf("redistest: DEBUG SLOTMIGRATION PREVENT-FAILOVER 1 on node %d: %v", to, err)
+	}
+	from, want := c.startMigration(first, last, to)
+	c.awaitMigration(from, want, "failover-granted", timeout)
+	paused = time.Now()
+	time.Sleep(hold)
+	if err := target.Do(ctx, "DEBUG", "SLOTMIGRATION", "PREVENT-FAILOVER", "0").Err(); err != nil {
+		c.t.Fatalf("redistest: DEBUG SLOTMIGRATION PREVENT-FAILOVER 0 on node %d: %v", to, err)
+	}
+	released = time.Now()
+	job = c.awaitMigration(from, want, "success", timeout)
+	c.finishMigration(first, last, to)
+	return job, paused, released
+}
+
+// startMigration sends CLUSTER MIGRATESLOTS of first..last to Nodes[to] to
+// their owner, and returns the owner and the job's slot range as CLUSTER
+// GETSLOTMIGRATIONS writes it.
+func (c *Cluster) startMigration(first, last, to int) (from int, want string) {
+	c.t.Helper()
+	from = c.owner[first]
 	for s := first; s <= last; s++ {
 		if c.owner[s] != from {
 			c.t.Fatalf("redistest: MigrateSlots %d-%d: slot %d is node %d's, slot %d node %d's", first, last, first, from, s, c.owner[s])
 		}
 	}
 	src := c.Nodes[from].Client()
-	ctx := context.Background()
-	if err := src.Do(ctx, "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", first, last, "NODE", c.ids[to]).Err(); err != nil {
+	if err := src.Do(context.Background(), "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", first, last, "NODE", c.ids[to]).Err(); err != nil {
 		c.t.Fatalf("redistest: CLUSTER MIGRATESLOTS %d-%d to node %d on node %d: %v", first, last, to, from, err)
 	}
-	want := strconv.Itoa(first) + "-" + strconv.Itoa(last)
+	return from, strconv.Itoa(first) + "-" + strconv.Itoa(last)
+}
+
+// awaitMigration polls CLUSTER GETSLOTMIGRATIONS on Nodes[from] every 10
+// ms until its EXPORT job of the range want is in state (or, before
+// success, fails the test when the job fails, is cancelled, or is not
+// there within timeout), and returns the job as last seen.
+func (c *Cluster) awaitMigration(from int, want, state string, timeout time.Duration) SlotMigration {
+	c.t.Helper()
 	var job SlotMigration
 	err := Await(timeout, 10*time.Millisecond, func() error {
 		jobs, err := c.SlotMigrations(from)
@@ -50,25 +95,30 @@ func (c *Cluster) MigrateSlots(first, last, to int, timeout time.Duration) SlotM
 				job = j
 			}
 		}
-		switch state := job["state"]; {
+		switch st := job["state"]; {
 		case job == nil:
 			return fmt.Errorf("no EXPORT job of %s in %v", want, jobs)
-		case strings.EqualFold(state, "success"):
+		case strings.EqualFold(st, state):
 			return nil
-		case strings.EqualFold(state, "failed") || strings.EqualFold(state, "cancelled"):
-			return fmt.Errorf("job ended %s: %v", state, job)
+		case strings.EqualFold(st, "failed") || strings.EqualFold(st, "cancelled"):
+			return fmt.Errorf("job ended %s: %v", st, job)
 		default:
-			return fmt.Errorf("job still %s: %v", state, job)
+			return fmt.Errorf("job still %s: %v", st, job)
 		}
 	})
 	if err != nil {
-		c.t.Fatalf("redistest: MigrateSlots %s to node %d: %v", want, to, err)
+		c.t.Fatalf("redistest: migration of %s from node %d: waiting for state %s: %v", want, from, state, err)
 	}
+	return job
+}
+
+// finishMigration gives slots first..last to Nodes[to] in Owner and waits
+// as FinishMove does.
+func (c *Cluster) finishMigration(first, last, to int) {
 	for s := first; s <= last; s++ {
 		c.owner[s] = to
 	}
 	c.Wait()
-	return job
 }
 
 // SlotMigrations returns the CLUSTER GETSLOTMIGRATIONS entries of

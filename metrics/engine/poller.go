@@ -65,6 +65,15 @@ type Poller struct {
 	runID  string // of the engine last connected to; "" if unknown
 	zone   string // its availability_zone (INFO server, Valkey 9.1 on); "" if none
 
+	// Atomic slot migrations (migrations.go): slotJobs is whether this
+	// session's engine answers CLUSTER GETSLOTMIGRATIONS, migPolled whether
+	// a poll has read them yet, migBefore the names of the jobs that had
+	// ended by then (the engine keeps up to cluster-slot-migration-log-max-len).
+	slotJobs   bool
+	migPolled  bool
+	migrations []Migration
+	migBefore  map[string]struct{}
+
 	lastPoll     time.Time // when the last successful poll was sent
 	lastInterval time.Duration
 	sources      []string // of the last successful poll
@@ -213,6 +222,16 @@ func (p *Poller) session(ctx context.Context, c *conn) error {
 		p.mu.Unlock()
 		p.logger.Debug("engine process", "pid", pid, "on_this_host", err == nil)
 	}
+	// An engine in cluster mode with atomic slot migration (Valkey 9.0 on)
+	// lists its jobs; others answer an error (no such subcommand, or
+	// cluster support disabled), and are not asked again this session.
+	v, err = c.Do(opTimeout, "CLUSTER", "GETSLOTMIGRATIONS")
+	if err != nil {
+		return fmt.Errorf("cluster getslotmigrations: %w", err)
+	}
+	p.mu.Lock()
+	p.slotJobs = !v.IsError()
+	p.mu.Unlock()
 	tick := time.NewTicker(p.every)
 	defer tick.Stop()
 	var asked chan struct{} // a PollNow waiting for this poll
@@ -321,10 +340,23 @@ func (p *Poller) noteRunID(id string) {
 func (p *Poller) poll(c *conn) error {
 	now := time.Now()
 	// Pipelined: a single-threaded engine answers both from the same state.
-	vs, err := c.Pipeline(opTimeout, []string{"LATENCY", "HISTOGRAM"}, []string{"INFO", "commandstats"},
-		[]string{"INFO", "cpu"}, []string{"INFO", "stats"})
+	cmds := [][]string{{"LATENCY", "HISTOGRAM"}, {"INFO", "commandstats"}, {"INFO", "cpu"}, {"INFO", "stats"}}
+	p.mu.Lock()
+	slotJobs := p.slotJobs
+	p.mu.Unlock()
+	if slotJobs {
+		cmds = append(cmds, []string{"CLUSTER", "GETSLOTMIGRATIONS"})
+	}
+	vs, err := c.Pipeline(opTimeout, cmds...)
 	if err != nil {
 		return fmt.Errorf("poll: %w", err)
+	}
+	if slotJobs {
+		if jobs, err := parseMigrations(vs[4]); err == nil {
+			p.applyMigrations(now, jobs)
+		} else {
+			p.logger.Debug("cluster getslotmigrations", "err", err)
+		}
 	}
 	cpuText, _ := infoText(vs[2]) // "" when the engine refuses: no CPU witness
 	statsText, _ := infoText(vs[3])

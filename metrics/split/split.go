@@ -300,6 +300,11 @@ type Verdict struct {
 	LoopWaitKnown bool
 	// Utilization is the engine thread's busy share (Interval).
 	Utilization float64
+	// EventLoop is the engine's own busy share of the interval
+	// (Interval.EventLoopBusy: INFO stats eventloop_duration_sum) where
+	// EventLoopKnown; String names it beside the thread's busy share.
+	EventLoop      float64
+	EventLoopKnown bool
 	// ProbeWait, ProbeKnown: Interval's, for the cross-check.
 	ProbeWait  time.Duration
 	ProbeKnown bool
@@ -488,6 +493,9 @@ func (iv Interval) Verdict() Verdict {
 	}
 	v := a.Verdict()
 	v.ProbeWait, v.ProbeKnown = iv.ProbeWait, iv.ProbeKnown
+	if iv.BusyKnown {
+		v.EventLoop, v.EventLoopKnown = iv.EventLoopBusy, iv.EventLoopKnown
+	}
 	if iv.InFlight >= 0 && iv.Length > 0 {
 		v.Little = true
 		v.L = iv.InFlight
@@ -734,7 +742,10 @@ func seconds(s float64) time.Duration { return time.Duration(math.Round(s * floa
 // "cycle 412µs: client 61% | path 22% | engine 9% | proxy 8% — client-bound;
 // Little: L 3.98 vs λW 4.02", with the engine thread's witnesses
 // "cycle 20.1ms: client 0% | path 1% | engine 10% | engine wait 88% | proxy 1%
-// — engine-saturated; engine thread 99% busy; Little: L 9.98 vs λW 10.01".
+// — engine-saturated; engine thread 99% busy; Little: L 9.98 vs λW 10.01",
+// and where the engine counts its event loop's busy time (Redis >= 7.2,
+// Valkey >= 8) "engine thread 99% busy (event loop 97% by the engine's own
+// count)".
 func (v Verdict) String() string {
 	if v.Bound == "idle" {
 		return "no requests in the interval"
@@ -758,6 +769,9 @@ func (v Verdict) String() string {
 		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, prx, v.Bound)
 	if v.WaitKnown {
 		fmt.Fprintf(&b, "; engine thread %.0f%% busy", 100*v.Utilization)
+		if v.EventLoopKnown {
+			fmt.Fprintf(&b, " (event loop %.0f%% by the engine's own count)", 100*v.EventLoop)
+		}
 	}
 	if v.Culprit != "" {
 		fmt.Fprintf(&b, ", %.0f%% with %s (%v each) from other clients", 100*v.CulpritBusy, strings.ToUpper(v.Culprit),

@@ -94,6 +94,18 @@ func TestVerdict(t *testing.T) {
 			bound: "engine-saturated", wait: 17950 * time.Microsecond, path: 50 * time.Microsecond,
 		},
 		{
+			// The same on an engine that counts its event loop's busy time
+			// (INFO stats eventloop_duration_sum): the verdict names it.
+			name: "saturated, event loop counted",
+			iv: Interval{Length: time.Second, Requests: 500, Total: 500 * 20200 * time.Microsecond, Upstream: 500 * 20 * time.Millisecond,
+				Proxy: 500 * 200 * time.Microsecond, EngineMean: 2 * time.Millisecond, InFlight: 10.1,
+				Utilization: 1, Demand: 2 * time.Millisecond, BusyKnown: true, RTTFloor: 50 * time.Microsecond,
+				EventLoopBusy: 0.97, EventLoopKnown: true},
+			bound: "engine-saturated", wait: 17950 * time.Microsecond, path: 50 * time.Microsecond,
+			want: "cycle 20.2ms: client 0% | path 0% | engine 10% | engine wait 89% | proxy 1% — engine-saturated; " +
+				"engine thread 100% busy (event loop 97% by the engine's own count); Little: L 10.10 vs λW 10.10",
+		},
+		{
 			// One client through a 4 ms round-trip network: the engine idle.
 			name: "network",
 			iv: Interval{Length: time.Second, Requests: 240, Total: 240 * 4100 * time.Microsecond, Upstream: 240 * 4 * time.Millisecond,
