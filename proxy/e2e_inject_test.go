@@ -114,7 +114,7 @@ func delayTruth(t *testing.T, effect string) {
 		// the engine connection woken after it) adds to the rise: the
 		// client-seen and per-phase comparisons are made without it
 		// (.ci/test runs this test again so).
-		timing := !raceEnabled()
+		timing := !redistest.RaceEnabled()
 		if timing && (rise < delay*9/10 || rise > delay*11/10) {
 			t.Errorf("client-seen GET rose by %v, want 2ms ± 10%%", rise)
 		}

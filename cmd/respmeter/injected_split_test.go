@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,7 +72,7 @@ func TestInjectedSplit(t *testing.T) {
 		t.Logf("client-seen GET p50: %v with the rule, %v without: +%v", medianDur(getOn), medianDur(getOff), rise)
 		// Under -race the detector's work on the loop adds to the rise
 		// and to every phase: the timing comparisons are made without it.
-		timing := !raceBuild()
+		timing := !redistest.RaceEnabled()
 		if timing && (rise < delay*9/10 || rise > delay*11/10) {
 			t.Errorf("client-seen GET rose by %v, want 2ms ± 10%%", rise)
 		}
@@ -216,19 +215,4 @@ func medianDur(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
-}
-
-// raceBuild reports whether the test binary, which the tests run as
-// respmeter, was built with -race.
-func raceBuild() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
