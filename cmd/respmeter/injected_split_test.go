@@ -113,8 +113,11 @@ func TestInjectedSplit(t *testing.T) {
 		if timing && pOnP50-pOffP50 > delay/4 {
 			t.Errorf("GET proxy p50 %v with the rule, %v without: the delay leaked into it", pOnP50, pOffP50)
 		}
-		if accOn.Bound != "injected-bound" || accOn.Shares.Injected < 0.5 ||
-			!regexp.MustCompile(`\| injected \d+% — injected-bound`).MatchString(accOn.String) {
+		// Under -race respmeter's own time grows as much as the delay and
+		// the verdict may rightly read host-starved: the share is shown,
+		// the outcome is checked without the detector.
+		if !regexp.MustCompile(`\| injected \d+% — `).MatchString(accOn.String) ||
+			timing && (accOn.Bound != "injected-bound" || accOn.Shares.Injected < 0.5) {
 			t.Errorf("account with the rule: %s (%s), want injected-bound with its share in the line", accOn.String, accOn.Bound)
 		}
 		if strings.Contains(accOff.String, "injected") {
@@ -124,7 +127,7 @@ func TestInjectedSplit(t *testing.T) {
 			Verdict *verdictJSON `json:"verdict"`
 		}
 		getJSON(t, "http://"+onAdmin+"/stats", &doc)
-		if v := doc.Verdict; v == nil || v.Bound != "injected-bound" && v.Bound != "idle" || v.Requests > 0 && v.Shares.Injected < 0.5 {
+		if v := doc.Verdict; v == nil || v.Requests > 0 && (v.Shares.Injected <= 0 || timing && (v.Bound != "injected-bound" || v.Shares.Injected < 0.5)) {
 			t.Errorf("/stats verdict %+v, want injected-bound with the largest share", v)
 		}
 
@@ -157,7 +160,7 @@ func TestInjectedSplit(t *testing.T) {
 			t.Errorf("where the time went: GET injected %v ms, want 2 ± 5 %%", inj)
 		}
 		checkAccount(t, out)
-		if !strings.Contains(out, "— injected-bound") {
+		if !regexp.MustCompile(`(?m)^verdict: .*\| injected \d+% — `).MatchString(out) || timing && !strings.Contains(out, "— injected-bound") {
 			t.Errorf("exit verdict not injected-bound:\n%s", out)
 		}
 
