@@ -103,21 +103,32 @@ func TestInjectedSplit(t *testing.T) {
 				t.Errorf("%s is %v with the rule, %v without: the delay leaked into it", part, a, b)
 			}
 		}
-		t.Logf("proxy per request: %v with the rule, %v without; loop wait of requests %v / %v",
-			ms(accOn, "proxy"), ms(accOff, "proxy"), ms(accOn, "loop_wait_request"), ms(accOff, "loop_wait_request"))
-		if p, inj := ms(accOn, "proxy")+ms(accOn, "loop_wait_request")+ms(accOn, "loop_wait_reply"), ms(accOn, "injected"); timing && p >= inj {
-			t.Errorf("proxy parts %v per request, injected %v: the delay is blamed on respmeter", p, inj)
+		// respmeter's own time (processing and loop wait) of the run
+		// without the rule says whether the host gives it its CPU: on a
+		// host that starves it (the verdict then reads host-starved or
+		// proxy-saturated with or without a rule), a fired delay's
+		// request waits for its loop as every other does, and that wait
+		// is respmeter's time, not the rule's. The outcome is checked
+		// where respmeter's own time is small against the delay.
+		own := func(a *accountJSON) time.Duration {
+			return ms(a, "proxy") + ms(a, "loop_wait_request") + ms(a, "loop_wait_reply")
+		}
+		quiet := timing && own(accOff) < delay/4 && accOff.Bound != "host-starved"
+		t.Logf("respmeter's own time per request: %v with the rule (proxy %v), %v without (proxy %v); outcome checked: %v",
+			own(accOn), ms(accOn, "proxy"), own(accOff), ms(accOff, "proxy"), quiet)
+		if quiet && own(accOn) >= ms(accOn, "injected") {
+			t.Errorf("respmeter's own time %v per request, injected %v: the delay is blamed on respmeter", own(accOn), ms(accOn, "injected"))
 		}
 		pOnP50, pOffP50 := statsP50(t, onAdmin, "get", "proxy"), statsP50(t, offAdmin, "get", "proxy")
 		t.Logf("GET proxy p50: %v with the rule, %v without", pOnP50, pOffP50)
 		if timing && pOnP50-pOffP50 > delay/4 {
 			t.Errorf("GET proxy p50 %v with the rule, %v without: the delay leaked into it", pOnP50, pOffP50)
 		}
-		// Under -race respmeter's own time grows as much as the delay and
-		// the verdict may rightly read host-starved: the share is shown,
-		// the outcome is checked without the detector.
+		// Under -race, or on a host that starves respmeter, its own time
+		// may rightly outgrow the delay: the share is always shown, the
+		// outcome checked when quiet.
 		if !regexp.MustCompile(`\| injected \d+% — `).MatchString(accOn.String) ||
-			timing && (accOn.Bound != "injected-bound" || accOn.Shares.Injected < 0.5) {
+			quiet && (accOn.Bound != "injected-bound" || accOn.Shares.Injected < 0.5) {
 			t.Errorf("account with the rule: %s (%s), want injected-bound with its share in the line", accOn.String, accOn.Bound)
 		}
 		if strings.Contains(accOff.String, "injected") {
@@ -127,7 +138,7 @@ func TestInjectedSplit(t *testing.T) {
 			Verdict *verdictJSON `json:"verdict"`
 		}
 		getJSON(t, "http://"+onAdmin+"/stats", &doc)
-		if v := doc.Verdict; v == nil || v.Requests > 0 && (v.Shares.Injected <= 0 || timing && (v.Bound != "injected-bound" || v.Shares.Injected < 0.5)) {
+		if v := doc.Verdict; v == nil || v.Requests > 0 && (v.Shares.Injected <= 0 || quiet && (v.Bound != "injected-bound" || v.Shares.Injected < 0.5)) {
 			t.Errorf("/stats verdict %+v, want injected-bound with the largest share", v)
 		}
 
@@ -160,7 +171,7 @@ func TestInjectedSplit(t *testing.T) {
 			t.Errorf("where the time went: GET injected %v ms, want 2 ± 5 %%", inj)
 		}
 		checkAccount(t, out)
-		if !regexp.MustCompile(`(?m)^verdict: .*\| injected \d+% — `).MatchString(out) || timing && !strings.Contains(out, "— injected-bound") {
+		if !regexp.MustCompile(`(?m)^verdict: .*\| injected \d+% — `).MatchString(out) || quiet && !strings.Contains(out, "— injected-bound") {
 			t.Errorf("exit verdict not injected-bound:\n%s", out)
 		}
 
