@@ -11,7 +11,8 @@ import (
 // tablePcts returns the percentiles (percent, 0-100) in each phase block of
 // the table; a max column follows them.
 // tablePhases are the phases the table shows (service and queue are in
-// /stats and /metrics).
+// /stats and /metrics); injected follows them when a fault injection rule
+// delayed any command.
 var tablePhases = [...]Phase{PhaseTotal, PhaseUpstream, PhaseProxy}
 
 func tablePcts() []float64 { return []float64{50, 99, 99.9} }
@@ -29,8 +30,10 @@ func (s *Set) WriteTable(w io.Writer) error {
 // WriteTable writes a memtier_benchmark-style text table to w: one row per
 // command counted, in command ID order, then a Totals row over all commands
 // merged. Columns are the command, its Ops (commands counted, timed or not)
-// and, for each phase (total, upstream, proxy), p50, p99, p99.9 and max in
-// milliseconds with 3 decimals; "-" marks a command that was never timed. If
+// and, for each phase (total, upstream, proxy, and injected when a fault
+// injection rule delayed any command: its percentiles are over the delayed
+// commands), p50, p99, p99.9 and max in milliseconds with 3 decimals; "-"
+// marks a command that was never timed (or never delayed). If
 // think times were recorded, a line summarizing them follows. If shards are
 // registered (Set.Shard), a second, short table follows with one row per
 // shard, in index order: Ops, p50 and p99 of the total time in
@@ -50,15 +53,25 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 		}
 	}
 	blockWidth := (len(pcts) + 1) * (colWidth + 1) // columns of one phase, each with a leading space
+	totals := sn.Totals()
+	phases := tablePhases[:]
+	if totals.Phases[PhaseInjected].Count() > 0 {
+		phases = append(phases[:len(phases):len(phases)], PhaseInjected)
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Latency in milliseconds (ms), 3 decimals; Ops = commands counted, timed or not.\n")
-	fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; proxy = total - upstream.\n")
+	if len(phases) > len(tablePhases) {
+		fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; injected = the delays of\n")
+		fmt.Fprintf(&b, "fault injection rules (over the commands they delayed); proxy = total - upstream - injected.\n")
+	} else {
+		fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; proxy = total - upstream.\n")
+	}
 	fmt.Fprintf(&b, "pN = Nth percentile (HdrHistogram, 3 significant digits).\n")
 
 	head := fmt.Sprintf("%-*s %*s", nameWidth, "", opsWidth, "")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Ops")
-	for _, p := range tablePhases {
+	for _, p := range phases {
 		head += " |" + center(" "+p.String()+" (ms) ", blockWidth, '-')
 		cols += " |"
 		for _, pct := range pcts {
@@ -71,7 +84,7 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 
 	row := func(name string, c *CommandStats) {
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, name, opsWidth, c.Count)
-		for _, p := range tablePhases {
+		for _, p := range phases {
 			d := c.Phases[p]
 			b.WriteString(" |")
 			for _, v := range append(percentiles(d, pcts), d.Max()) {
@@ -90,7 +103,6 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 		}
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
-	totals := sn.Totals()
 	row("Totals", &totals)
 	b.WriteString(rule + "\n")
 

@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -146,18 +145,4 @@ func e2eSettledCount(t *testing.T, set *metrics.Set, name string) int64 {
 		return nil
 	})
 	return last
-}
-
-// raceEnabled reports whether the test binary was built with -race.
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }

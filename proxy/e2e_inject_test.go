@@ -5,21 +5,27 @@ package proxy_test
 // does not, and how it is reported.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 )
@@ -108,7 +114,7 @@ func delayTruth(t *testing.T, effect string) {
 		// the engine connection woken after it) adds to the rise: the
 		// client-seen and per-phase comparisons are made without it
 		// (.ci/test runs this test again so).
-		timing := !raceEnabled()
+		timing := !redistest.RaceEnabled()
 		if timing && (rise < delay*9/10 || rise > delay*11/10) {
 			t.Errorf("client-seen GET rose by %v, want 2ms ± 10%%", rise)
 		}
@@ -453,10 +459,31 @@ func TestInjectLognormal(t *testing.T) {
 	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
 	srv := redistest.Start(t)
 	p, set, in := injectSetup(t, srv, "seed: 3\nrules:\n- name: tail\n  commands: [GET]\n  delay: {dist: lognormal, median: 1ms, sigma: 0.5}\n")
-	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, PoolSize: 50, DisableIdentity: true})
+	const clients, each = 50, 400
+	inj := injectedGets(t, p.Addr(), set, clients, each)
+	for _, tc := range []struct {
+		pct  float64
+		want time.Duration
+	}{{50, time.Millisecond}, {99, time.Duration(float64(time.Millisecond) * math.Exp(2.326*0.5))}} {
+		got := inj.Percentile(tc.pct)
+		t.Logf("injected p%v = %v, want %v", tc.pct, got, tc.want)
+		if d := got - tc.want; d < -tc.want/20 || d > tc.want/20 {
+			t.Errorf("injected p%v = %v, want %v ± 5 %%", tc.pct, got, tc.want)
+		}
+	}
+	if got := in.Hits(0); got != clients*each {
+		t.Errorf("rule counted %d, want %d", got, clients*each)
+	}
+}
+
+// injectedGets sends each GETs from each of clients go-redis clients at
+// once through the proxy at addr and returns GET's injected phase in set
+// once every GET is timed.
+func injectedGets(t *testing.T, addr string, set *metrics.Set, clients, each int) metrics.Durations {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: clients, DisableIdentity: true})
 	defer c.Close()
 	ctx := context.Background()
-	const clients, each = 50, 400
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for range clients {
@@ -478,19 +505,51 @@ func TestInjectLognormal(t *testing.T) {
 	}
 	var inj metrics.Durations
 	redistest.Eventually(t, 2*time.Second, func() error {
-		if inj = proxytest.Command(t, set, "get").Phases[metrics.PhaseInjected]; inj.Count() != clients*each {
+		if inj = proxytest.Command(t, set, "get").Phases[metrics.PhaseInjected]; inj.Count() != int64(clients*each) {
 			return fmt.Errorf("injected GETs timed: %d, want %d", inj.Count(), clients*each)
 		}
 		return nil
 	})
-	for _, tc := range []struct {
-		pct  float64
-		want time.Duration
-	}{{50, time.Millisecond}, {99, time.Duration(float64(time.Millisecond) * math.Exp(2.326*0.5))}} {
-		got := inj.Percentile(tc.pct)
-		t.Logf("injected p%v = %v, want %v", tc.pct, got, tc.want)
-		if d := got - tc.want; d < -tc.want/20 || d > tc.want/20 {
-			t.Errorf("injected p%v = %v, want %v ± 5 %%", tc.pct, got, tc.want)
+	return inj
+}
+
+// TestInjectHDRLogReplay: a delay drawn from a recorded HdrHistogram
+// interval log ("replay this network": a path of 800 µs with a 10 % mode
+// at 4 to 5 ms, written by respmeter's log writer, metrics/hdrlog), on GET,
+// 20,000 GETs from 50 clients through a real redis-server: respmeter's
+// injected phase gives back the log's own p50 and p99 within 5 %.
+func TestInjectHDRLogReplay(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
+	srv := redistest.Start(t)
+	rec := hdrhistogram.New(1, 3_600_000_000, 3)
+	src := rand.New(rand.NewPCG(5, 5))
+	for range 100_000 {
+		us := 800 * math.Exp(0.3*src.NormFloat64())
+		if src.Float64() < 0.1 {
+			us = 4000 + 1000*src.Float64()
+		}
+		_ = rec.RecordValue(int64(math.Ceil(us)))
+	}
+	var buf bytes.Buffer
+	w, err := hdrlog.NewWriter(&buf, time.Unix(1_700_000_000, 0))
+	if err == nil {
+		err = w.WriteInterval(time.Unix(1_700_000_000, 0), time.Unix(1_700_000_060, 0), "get.upstream", rec)
+	}
+	log := filepath.Join(t.TempDir(), "path.hlog")
+	if err == nil {
+		err = os.WriteFile(log, buf.Bytes(), 0o600)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, set, in := injectSetup(t, srv, "rules:\n- name: replay\n  commands: [GET]\n  delay: {hdr_log: "+log+"}\n")
+	const clients, each = 50, 400
+	inj := injectedGets(t, p.Addr(), set, clients, each)
+	for _, pct := range []float64{50, 99} {
+		got, want := inj.Percentile(pct), time.Duration(rec.ValueAtQuantile(pct))*time.Microsecond
+		t.Logf("injected p%v = %v, the log's %v", pct, got, want)
+		if d := got - want; d < -want/20 || d > want/20 {
+			t.Errorf("injected p%v = %v, the log's %v: not within 5 %%", pct, got, want)
 		}
 	}
 	if got := in.Hits(0); got != clients*each {

@@ -234,7 +234,7 @@ func (m *srMemProbe) check(t testing.TB, limit int64) string {
 	desc := fmt.Sprintf("VmRSS %d MiB + %.1f MiB at peak (VmHWM reset: %v), Go footprint + %.1f MiB, bound + %d MiB",
 		m.rss0>>20, float64(rss)/(1<<20), m.hwmOK, float64(fp)/(1<<20), bound>>20)
 	what, got := "VmRSS", rss
-	if raceEnabled() {
+	if redistest.RaceEnabled() {
 		what, got = "Go footprint (-race: VmRSS includes the detector's shadow memory)", fp
 	}
 	if got >= bound {
@@ -660,7 +660,7 @@ func TestSlowReaderEvictedNeighboursKeepLatency(t *testing.T) {
 			t.Logf("shared upstream connections: neighbours' p99 not bounded (head-of-line blocking behind the slow reader)")
 			break
 		}
-		if raceEnabled() {
+		if redistest.RaceEnabled() {
 			// Under -race every byte copied (1 MiB per reply, into and
 			// out of gnet's buffers) also updates the detector's shadow
 			// memory on the loop: it is the detector's cost the

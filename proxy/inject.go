@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -164,12 +165,14 @@ func (in *Injection) Hits(i int) uint64 { return in.rules[i].hits.Load() }
 
 // dist is a delay distribution; durations in nanoseconds.
 type dist struct {
-	kind string // fixed, uniform, normal, lognormal, pareto
+	kind string // fixed, uniform, normal, lognormal, pareto, hdr_log
 	// fixed: a; uniform: [a, b); normal: mean a, standard deviation b;
 	// lognormal: median a, sigma s (of the logarithm); pareto: scale
 	// (minimum) a, shape s.
 	a, b float64
 	s    float64
+	// hdr_log: the recorded distribution drawn from (injhdr.go).
+	hdr *hdrDist
 }
 
 // sample draws one delay (ns, at least 0).
@@ -187,6 +190,8 @@ func (d *dist) sample(r *rand.Rand) int64 {
 	case "pareto":
 		// Inverse transform: xm / U^(1/alpha), U in (0, 1].
 		v = d.a / math.Pow(1-r.Float64(), 1/d.s)
+	case "hdr_log":
+		v = float64(d.hdr.sample(r))
 	}
 	return int64(max(min(v, float64(time.Hour)), 0))
 }
@@ -218,7 +223,7 @@ func LoadInjection(path string) (*Injection, error) {
 //	  for: 30s                 # ...and its length
 //	  probability: 0.1         # (0, 1], drawn per request...
 //	  per: connection          # ...or once per connection
-//	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}
+//	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}, or {hdr_log: path.hlog, tag: get.upstream}
 //	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true
 func ParseInjection(name string, data []byte) (*Injection, error) {
 	var doc yaml.Node
@@ -251,7 +256,7 @@ func ParseInjection(name string, data []byte) (*Injection, error) {
 				return nil, fail(v, "rules: want a list of rules")
 			}
 			for _, rn := range v.Content {
-				r, err := parseRule(rn, fail)
+				r, err := parseRule(rn, fail, filepath.Dir(name))
 				if err != nil {
 					return nil, err
 				}
@@ -271,7 +276,9 @@ func ParseInjection(name string, data []byte) (*Injection, error) {
 
 type failFunc func(n *yaml.Node, format string, a ...any) error
 
-func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
+// parseRule reads one rule; dir is the directory a relative hdr_log path
+// of its delay is read from (the rule file's).
+func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, fail(n, "a rule is a mapping (name:, a scope, an effect)")
 	}
@@ -353,7 +360,7 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 		case "delay":
 			effects++
 			r.effect = effDelay
-			r.delay, err = parseDist(v, fail)
+			r.delay, err = parseDist(v, fail, dir)
 		case "error":
 			effects++
 			r.effect = effError
@@ -365,7 +372,7 @@ func parseRule(n *yaml.Node, fail failFunc) (*injRule, error) {
 		case "reply_delay":
 			effects++
 			r.effect = effReplyDelay
-			r.delay, err = parseDist(v, fail)
+			r.delay, err = parseDist(v, fail, dir)
 		case "timeout", "reset":
 			effects++
 			r.effect = effTimeout
@@ -438,9 +445,10 @@ func parseClients(r *injRule, n *yaml.Node, fail failFunc) error {
 	return nil
 }
 
-// parseDist reads a delay: a duration ("2ms": fixed) or a mapping with
-// dist: and its parameters.
-func parseDist(n *yaml.Node, fail failFunc) (dist, error) {
+// parseDist reads a delay: a duration ("2ms": fixed), a mapping with
+// dist: and its parameters, or one with hdr_log: (parseHDRDist; a relative
+// path is read from dir).
+func parseDist(n *yaml.Node, fail failFunc, dir string) (dist, error) {
 	dur := func(v *yaml.Node, key string) (float64, error) {
 		d, err := time.ParseDuration(v.Value)
 		if v.Kind != yaml.ScalarNode || err != nil || d < 0 {
@@ -466,6 +474,9 @@ func parseDist(n *yaml.Node, fail failFunc) (dist, error) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		vals[n.Content[i].Value] = n.Content[i+1]
 	}
+	if _, ok := vals["hdr_log"]; ok {
+		return parseHDRDist(n, vals, fail, dir)
+	}
 	params := map[string][]string{
 		"fixed":     {"value"},
 		"uniform":   {"min", "max"},
@@ -475,7 +486,7 @@ func parseDist(n *yaml.Node, fail failFunc) (dist, error) {
 	}
 	kn, ok := vals["dist"]
 	if !ok {
-		return dist{}, fail(n, "delay: dist: missing (fixed, uniform, normal, lognormal, pareto)")
+		return dist{}, fail(n, "delay: dist: missing (fixed, uniform, normal, lognormal, pareto), or hdr_log: FILE")
 	}
 	want, ok := params[kn.Value]
 	if !ok {

@@ -20,9 +20,9 @@ import (
 // time went" table (writeVerdict).
 const (
 	sharesRE = `cycle \S+: client (\d+)% \| path (\d+)% \| engine (?:(\d+)%|n/a[^|]*)` +
-		`(?: \| engine wait (\d+)%(?: \(run queue \d+%\))?)? \| proxy (\d+)%(?: \(loop wait (\d+)%\))? — `
+		`(?: \| engine wait (\d+)%(?: \(run queue \d+%\))?)? \| proxy (\d+)%(?: \(loop wait (\d+)%\))?(?: \| injected (\d+)%)? — `
 	partsRE = `account per request \(ms\): think (\S+) \+ path (\S+) \+ engine (\S+) \+ queue (\S+) \+ ` +
-		`other_clients (\S+) \+ run_queue (\S+) \+ proxy (\S+) \+ loop_wait_request (\S+) \+ loop_wait_reply (\S+) = cycle (\S+)$`
+		`other_clients (\S+) \+ run_queue (\S+) \+ proxy (\S+) \+ loop_wait_request (\S+) \+ loop_wait_reply (\S+) \+ injected (\S+) = cycle (\S+)$`
 )
 
 var (
@@ -31,7 +31,7 @@ var (
 	// The latest interval with requests and its own account under it.
 	latestLineRE    = regexp.MustCompile(`(?m)^latest interval with requests \([^)]*\): ` + sharesRE)
 	latestAccountRE = regexp.MustCompile(`(?m)^its ` + partsRE)
-	totalsRE        = regexp.MustCompile(`(?m)^Totals +\d+ +\S+ +\S+ +(\S+) +(\S+) +\S+ +(\S+) +(\S+) +(\S+)$`)
+	totalsRE        = regexp.MustCompile(`(?m)^Totals +\d+ +\S+ +\S+ +(\S+) +(\S+) +\S+ +(\S+) +(\S+) +(\S+) +(\S+)$`)
 )
 
 // checkAccount checks, in the output of a run's exit (out), that the
@@ -47,12 +47,12 @@ func checkAccount(t testing.TB, out string) {
 	if v == nil || a == nil {
 		t.Fatalf("no verdict line or account:\n%s", out)
 	}
-	path, eng, wait, proxy, loop := checkShares(t, "verdict", v, a, out)
+	path, eng, wait, proxy, loop, inj := checkShares(t, "verdict", v, a, out)
 	tr := totalsRE.FindStringSubmatch(out)
 	if tr == nil {
 		t.Fatalf("no Totals row:\n%s", out)
 	}
-	for i, want := range []float64{eng, wait, path, proxy, loop} {
+	for i, want := range []float64{eng, wait, path, proxy, loop, inj} {
 		if got := parseMillis(t, tr[i+1]); math.Abs(got-want) > 0.00021 {
 			t.Errorf("Totals column %d = %s, the account's %.4f:\n%s", i, tr[i+1], want, out)
 		}
@@ -83,31 +83,31 @@ func parseMillis(t testing.TB, s string) float64 {
 // checkShares checks that the shares of a verdict line (v, sharesRE's
 // groups) are recomputed within 1 point from the account a (partsRE's
 // groups) and returns the account's parts the table's Totals row holds.
-func checkShares(t testing.TB, what string, v, a []string, out string) (path, eng, wait, proxy, loop float64) {
+func checkShares(t testing.TB, what string, v, a []string, out string) (path, eng, wait, proxy, loop, inj float64) {
 	t.Helper()
 	f := func(s string) float64 { return parseMillis(t, s) }
 	var sum float64
-	for i := 1; i <= 9; i++ {
+	for i := 1; i <= len(split.PartNames); i++ {
 		sum += f(a[i])
 	}
-	cycle := f(a[10])
+	cycle := f(a[len(split.PartNames)+1])
 	if math.Abs(sum-cycle) > 0.0006 {
 		t.Errorf("%s: account parts add up to %.4f ms, cycle %.4f", what, sum, cycle)
 	}
 	// The verdict line's groups: wait = queue + other_clients +
 	// run_queue, loop wait = loop_wait_request + loop_wait_reply.
 	think := f(a[1])
-	path, eng, wait, proxy, loop = f(a[2]), f(a[3]), f(a[4])+f(a[5])+f(a[6]), f(a[7]), f(a[8])+f(a[9])
+	path, eng, wait, proxy, loop, inj = f(a[2]), f(a[3]), f(a[4])+f(a[5])+f(a[6]), f(a[7]), f(a[8])+f(a[9]), f(a[10])
 	for _, c := range []struct {
 		name  string
 		share string
 		part  float64
 	}{
 		{"client", v[1], think}, {"path", v[2], path}, {"engine", v[3], eng}, {"engine wait", v[4], wait},
-		{"proxy", v[5], proxy + loop}, {"loop wait", v[6], loop},
+		{"proxy", v[5], proxy + loop}, {"loop wait", v[6], loop}, {"injected", v[7], inj},
 	} {
 		if c.share == "" {
-			if c.part > 0.0005 && (c.name == "engine" || c.name == "engine wait") {
+			if c.part > 0.0005 && (c.name == "engine" || c.name == "engine wait" || c.name == "injected") {
 				t.Errorf("%s: %s %.4f ms in the account but not in the line", what, c.name, c.part)
 			}
 			continue
@@ -117,7 +117,7 @@ func checkShares(t testing.TB, what string, v, a []string, out string) (path, en
 				what, c.name, got, 100*c.part/cycle, c.part, cycle, out)
 		}
 	}
-	return path, eng, wait, proxy, loop
+	return path, eng, wait, proxy, loop, inj
 }
 
 // TestDemoAccount: the demo's exit verdict adds up to the table printed
@@ -285,7 +285,7 @@ func TestAccountEverywhere(t *testing.T) {
 	tr := totalsRE.FindStringSubmatch(out)
 	pp := acc.Parts
 	for i, want := range []float64{pp["engine"], pp["queue"] + pp["other_clients"] + pp["run_queue"], pp["path"], pp["proxy"],
-		pp["loop_wait_request"] + pp["loop_wait_reply"]} {
+		pp["loop_wait_request"] + pp["loop_wait_reply"], pp["injected"]} {
 		if !same(tr[i+1], want) {
 			t.Errorf("Totals column %d: %s ms, /stats %.6f ms", i, tr[i+1], 1000*want)
 		}

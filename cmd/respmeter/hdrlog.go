@@ -25,7 +25,7 @@ const thinkTag = "think"
 // then, every interval, takes set's Interval view and writes one interval
 // line per command and phase with observations since the previous one,
 // tagged "<command>.<phase>" (get.total, get.upstream, get.proxy,
-// get.service, get.queue), plus one tagged "think" for think times, each
+// get.service, get.queue, get.injected), plus one tagged "think" for think times, each
 // holding the microsecond histogram of that interval, encoded from the
 // Set's sparse interval histogram (metrics.Set.Interval: set must have no
 // other Interval reader). A tag without new observations gets no line for

@@ -42,8 +42,9 @@ the intervals of each tag and print one row of latency percentiles per tag:
 count, p50, p90, p99, p99.9, p99.99 and max.
 
 Tags are <command>.<phase>: get.total, get.upstream, get.proxy, get.service,
-get.queue and so on for every command seen, plus think for the clients' think
-time between a reply and their next request. Untagged intervals are shown as
+get.queue and so on for every command seen (get.injected for the delays of
+fault injection rules, over the commands they delayed), plus think for the
+clients' think time between a reply and their next request. Untagged intervals are shown as
 (untagged).
 
 Units: the log's histograms hold microseconds (respmeter records whole

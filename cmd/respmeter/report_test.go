@@ -31,7 +31,7 @@ import (
 // output and exit code. Once the CLI registers the report command it goes
 // through run, as a user would; until then through a root made here that
 // reports errors as run does.
-func execReport(t *testing.T, args ...string) (stdout, stderr string, code int) {
+func execReport(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	a := &app{stdout: &out, stderr: &errb, lookupEnv: func(string) (string, bool) { return "", false }, environ: func() []string { return nil }}

@@ -54,6 +54,9 @@ type sharesJSON struct {
 	// for a busy or starved loop.
 	Proxy    float64 `json:"proxy"`
 	LoopWait float64 `json:"loop_wait"`
+	// Injected is the delays of fault injection rules (the injected
+	// phase), a share of its own.
+	Injected float64 `json:"injected"`
 }
 
 // verdictJSON is /stats "verdict": the latest interval's split.Verdict.
@@ -175,7 +178,7 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Requests:        rec.Interval.Requests,
 		CycleSeconds:    v.Cycle.Seconds(),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop},
+			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
 		ThinkSeconds:         v.Think.Seconds(),
 		ExecSeconds:          v.Exec.Seconds(),
 		ProxySeconds:         v.ProxyTime.Seconds(),
@@ -245,7 +248,7 @@ func (a *analyzer) accountDoc() *accountJSON {
 	return &accountJSON{
 		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop},
+			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
 		Bound: v.Bound, Next: v.Next(), String: v.String(),
 	}
 }
@@ -491,7 +494,9 @@ func (a *analyzer) statsExtraWindow(window time.Duration) map[string]any {
 // total, upstream, engine (the engine's own INFO commandstats; "-" when
 // unknown), engine wait and its run-queue part (the intervals' waits,
 // weighted by the command's requests in each; "-" without witnesses), path
-// (upstream - engine - wait) and proxy times since start in milliseconds;
+// (upstream - engine - wait), proxy, loop wait and injected (the delays of
+// fault injection rules, per timed command) times since start in
+// milliseconds;
 // then the Totals row as the verdict counts them (its account: the sum of
 // its intervals, loop wait and think time apart), so that the verdict's
 // shares are recomputed from it and the "account" line under it; then the
@@ -532,8 +537,9 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	fmt.Fprintf(&b, "a request or reply waiting unread for a busy proxy loop. Totals: the verdict's account, the sum of its\n")
 	fmt.Fprintf(&b, "intervals (its path less the loop wait of replies, the run-queue wait taken out of execution); its wait is\n")
 	fmt.Fprintf(&b, "queue + other_clients + run_queue and its loop wait loop_wait_request + loop_wait_reply of the account line.\n")
+	fmt.Fprintf(&b, "injected = the delays of fault injection rules (--inject), apart from every other column.\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
-	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait"} {
+	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait", "injected"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
@@ -554,7 +560,15 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 		up := c.Phases[metrics.PhaseUpstream].Mean()
 		b.WriteString(ms(c.Phases[metrics.PhaseTotal].Mean()) + ms(up))
 		b.WriteString(engineCols(ms, dash, eng, wait, runq, up-eng-wait, engKnown, waitKnown, engKnown))
-		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + dash + "\n")
+		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + dash)
+		// Per timed command, as the account's: the rule's delays over
+		// every request of the command, touched or not.
+		if inj := c.Phases[metrics.PhaseInjected]; inj.Count() > 0 {
+			b.WriteString(ms(inj.Sum / time.Duration(c.Phases[metrics.PhaseTotal].Count())))
+		} else {
+			b.WriteString(dash)
+		}
+		b.WriteString("\n")
 	}
 	if rows && sum.Requests > 0 {
 		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
@@ -567,7 +581,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 		} else {
 			b.WriteString(dash)
 		}
-		b.WriteString("\n")
+		b.WriteString(ms(acc.Injected) + "\n")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 	if sum.Requests > 0 {
@@ -628,7 +642,7 @@ func engineCols(col func(time.Duration) string, dash string, exec, wait, runq, p
 // shares are of (split.Account.Parts, under their names), in ms: "think
 // 0.1477 + path 0.0361 + engine 0.0003 + queue 0.0000 + other_clients
 // 0.0000 + run_queue 0.0597 + proxy 0.0038 + loop_wait_request 0.1002 +
-// loop_wait_reply 0.0207 = cycle 0.3686".
+// loop_wait_reply 0.0207 + injected 0.0000 = cycle 0.3686".
 func accountLine(parts [len(split.PartNames)]split.Part) string {
 	var b strings.Builder
 	var cycle time.Duration

@@ -32,6 +32,11 @@ type Interval struct {
 	Requests int64
 	// Total, Upstream and Proxy are sums of the per-request phases.
 	Total, Upstream, Proxy time.Duration
+	// Injected is the sum of the injected phase (metrics.PhaseInjected:
+	// the delays fault injection rules added, respmeter proxy --inject):
+	// part of Total, of no other phase, and its own part of the verdict,
+	// never engine, path or proxy.
+	Injected time.Duration
 	// Think is the sum of the ThinkCount think times (reply out to next
 	// request in, on connections with nothing pending).
 	Think      time.Duration
@@ -212,6 +217,7 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 		Total:      c.Phases[metrics.PhaseTotal].Sum,
 		Upstream:   c.Phases[metrics.PhaseUpstream].Sum,
 		Proxy:      c.Phases[metrics.PhaseProxy].Sum,
+		Injected:   c.Phases[metrics.PhaseInjected].Sum,
 		Think:      cur.Think.Sum,
 		ThinkCount: cur.Think.Count(),
 		InFlight:   -1,
@@ -222,6 +228,7 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 		iv.Total -= p.Phases[metrics.PhaseTotal].Sum
 		iv.Upstream -= p.Phases[metrics.PhaseUpstream].Sum
 		iv.Proxy -= p.Phases[metrics.PhaseProxy].Sum
+		iv.Injected -= p.Phases[metrics.PhaseInjected].Sum
 		iv.Think -= prev.Think.Sum
 		iv.ThinkCount -= prev.Think.Count()
 	}
@@ -278,11 +285,16 @@ type Verdict struct {
 	Cycle time.Duration
 	// Shares of the cycle, 0..1, summing to 1: Client (think), Path
 	// (the network: upstream − engine execution − engine wait), Engine
-	// (execution), Wait (engine wait, run-queue wait included), Proxy.
-	// RunQueue is the run-queue part of Wait, Loop the loop-wait part of
+	// (execution), Wait (engine wait, run-queue wait included), Proxy,
+	// Injected (below). RunQueue is the run-queue part of Wait, Loop the loop-wait part of
 	// Proxy.
 	Client, Path, Engine, Wait, Proxy float64
 	RunQueue, Loop                    float64
+	// Injected is the share of the delays fault injection rules added
+	// (Interval.Injected), and InjectedTime its mean per request: a part
+	// of its own, never counted as engine, path or proxy.
+	Injected     float64
+	InjectedTime time.Duration
 	// EngineKnown is false when the engine reported nothing: then Path
 	// holds all of upstream.
 	EngineKnown bool
@@ -315,8 +327,8 @@ type Verdict struct {
 	// Per request means of the two parts not above: Think (the client's
 	// think time less the loop wait taken from it) and ProxyTime (the
 	// proxy's processing, its loop wait not included). Cycle = Think +
-	// Network + Exec + EngineWait + ProxyTime + LoopWait, the parts each
-	// at least 0.
+	// Network + Exec + EngineWait + ProxyTime + LoopWait + InjectedTime,
+	// the parts each at least 0.
 	Think, ProxyTime time.Duration
 	// OthersWait is the part of EngineWait spent behind other clients'
 	// commands (OthersWait; after the cap), Culprit the command label of
@@ -335,7 +347,8 @@ type Verdict struct {
 	// they ran.
 	ProxyStarved   float64
 	ProxyHostKnown bool
-	// Bound names the largest part: "client-bound", "path-bound", when the
+	// Bound names the largest part: "client-bound", "path-bound",
+	// "injected-bound" (the delays of fault injection rules), when the
 	// proxy's part (its processing and loop wait) is the largest
 	// "host-starved" (the proxy's threads waited for a CPU at least
 	// HostStarved times as long as they ran: the host is short of CPU,
@@ -487,6 +500,7 @@ func (iv Interval) Verdict() Verdict {
 	a.Think, a.Path, a.Exec = seconds(max(think, 0)), seconds(max(path, 0)), seconds(max(engine, 0))
 	a.Wait, a.RunQueue, a.Others = seconds(wait), seconds(runq), seconds(others)
 	a.Proxy, a.Loop = seconds(max(iv.Proxy.Seconds()/n, 0)), seconds(loopWait)
+	a.Injected = seconds(max(iv.Injected.Seconds()/n, 0))
 	if iv.ProxyHostKnown {
 		a.ProxyHostKnown = true
 		a.ProxyCPU, a.ProxyRunQueue = iv.ProxyCPU, iv.ProxyRunQueue
@@ -580,6 +594,9 @@ type Account struct {
 	// included: the run-queue wait, and the wait behind other clients'
 	// commands), Proxy the proxy's processing and Loop its loop wait.
 	Think, Path, Exec, Wait, RunQueue, Others, Proxy, Loop time.Duration
+	// Injected is the delays fault injection rules added (the injected
+	// phase), apart from every other part.
+	Injected time.Duration
 	// LoopReply is the part of Loop a reply waited unread (taken from the
 	// upstream phase; the rest of Loop is taken from the think time), so
 	// that upstream = Path + Exec + Wait + LoopReply.
@@ -614,20 +631,21 @@ type Part struct {
 
 // PartNames are the names of Account.Parts, in order.
 var PartNames = [...]string{"think", "path", "engine", "queue", "other_clients", "run_queue", "proxy",
-	"loop_wait_request", "loop_wait_reply"}
+	"loop_wait_request", "loop_wait_reply", "injected"}
 
 // Parts returns the account's parts, which add up to its cycle: think,
 // path (the network), engine (execution), queue (waiting for the engine's
 // command thread behind the proxy's own requests), other_clients (behind
 // other clients' commands), run_queue (the engine's thread waiting for a
 // CPU), proxy (processing), loop_wait_request and loop_wait_reply (a
-// request or a reply waiting unread for a busy or starved proxy loop).
+// request or a reply waiting unread for a busy or starved proxy loop) and
+// injected (the delays of fault injection rules: the injected phase).
 // Wait is queue + other_clients + run_queue, Loop the two loop waits, and
 // upstream = path + engine + Wait + loop_wait_reply. Every view of the
 // account takes its figures from here.
 func (a Account) Parts() [len(PartNames)]Part {
 	t := [len(PartNames)]time.Duration{a.Think, a.Path, a.Exec, max(a.Wait-a.RunQueue-a.Others, 0), a.Others, a.RunQueue,
-		a.Proxy, max(a.Loop-a.LoopReply, 0), a.LoopReply}
+		a.Proxy, max(a.Loop-a.LoopReply, 0), a.LoopReply, a.Injected}
 	var out [len(PartNames)]Part
 	for i, name := range PartNames {
 		out[i] = Part{Name: name, Time: t[i]}
@@ -638,7 +656,7 @@ func (a Account) Parts() [len(PartNames)]Part {
 // Parts returns the verdict's account per request (Account.Parts).
 func (v Verdict) Parts() [len(PartNames)]Part {
 	return Account{Think: v.Think, Path: v.Network, Exec: v.Exec, Wait: v.EngineWait, RunQueue: v.RunQueueWait,
-		Others: v.OthersWait, Proxy: v.ProxyTime, Loop: v.LoopWait, LoopReply: v.LoopReply}.Parts()
+		Others: v.OthersWait, Proxy: v.ProxyTime, Loop: v.LoopWait, LoopReply: v.LoopReply, Injected: v.InjectedTime}.Parts()
 }
 
 // Verdict returns the shares and the outcome of the account; Little's
@@ -651,7 +669,7 @@ func (a Account) Verdict() Verdict {
 	v.EngineKnown, v.WaitKnown, v.LoopWaitKnown = a.EngineKnown, a.WaitKnown, a.LoopWaitKnown
 	v.Utilization = a.Utilization
 	v.ModelWait = a.ModelWait
-	parts := [5]time.Duration{a.Think, a.Path, a.Exec, a.Wait, a.Proxy + a.Loop}
+	parts := [6]time.Duration{a.Think, a.Path, a.Exec, a.Wait, a.Proxy + a.Loop, a.Injected}
 	var cycle time.Duration
 	for _, p := range parts {
 		cycle += max(p, 0)
@@ -663,6 +681,7 @@ func (a Account) Verdict() Verdict {
 	v.Cycle = cycle
 	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0].Seconds()/c, parts[1].Seconds()/c, parts[2].Seconds()/c, parts[3].Seconds()/c, parts[4].Seconds()/c
 	v.RunQueue, v.Loop = a.RunQueue.Seconds()/c, a.Loop.Seconds()/c
+	v.Injected, v.InjectedTime = max(a.Injected, 0).Seconds()/c, max(a.Injected, 0)
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
 	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
 	v.LoopReply = a.LoopReply
@@ -675,8 +694,8 @@ func (a Account) Verdict() Verdict {
 		v.ProxyStarved = a.ProxyRunQueue.Seconds() / a.ProxyCPU.Seconds()
 	}
 
-	groups := [4]time.Duration{parts[0], parts[1], a.Exec + a.Wait, parts[4]}
-	names := [4]string{"client-bound", "path-bound", "engine", "proxy-bound"}
+	groups := [5]time.Duration{parts[0], parts[1], a.Exec + a.Wait, parts[4], parts[5]}
+	names := [5]string{"client-bound", "path-bound", "engine", "proxy-bound", "injected-bound"}
 	best := 0
 	for i, p := range groups {
 		if p > groups[best] {
@@ -713,6 +732,8 @@ func (v Verdict) Next() string {
 		return "the clients' own time between replies and requests dominates: more connections or pipelining raise throughput"
 	case "path-bound":
 		return "the network between respmeter and the engine dominates: check the path (RTT, relays, TLS) or move the engine closer"
+	case "injected-bound":
+		return "the delays of respmeter's fault injection rules dominate (--inject, /inject): the rest of the account is what the setup adds without them"
 	case "proxy-bound":
 		return "respmeter's processing dominates: give it more loops (--loops) or CPU"
 	case "proxy-saturated":
@@ -764,6 +785,9 @@ func (v Verdict) String() string {
 	prx := fmt.Sprintf("%.0f%%", 100*v.Proxy)
 	if v.LoopWaitKnown {
 		prx += fmt.Sprintf(" (loop wait %.0f%%)", 100*v.Loop)
+	}
+	if v.InjectedTime > 0 {
+		prx += fmt.Sprintf(" | injected %.0f%%", 100*v.Injected)
 	}
 	fmt.Fprintf(&b, "cycle %v: client %.0f%% | path %.0f%% | engine %s | proxy %s — %s",
 		v.Cycle.Round(time.Microsecond), 100*v.Client, 100*v.Path, eng, prx, v.Bound)

@@ -134,6 +134,19 @@ func TestVerdict(t *testing.T) {
 			bound: "engine-starved", wait: 3 * time.Millisecond, runq: 3 * time.Millisecond, path: 50 * time.Microsecond,
 		},
 		{
+			// One closed-loop client of GETs through a 2 ms delay rule:
+			// 100 µs round trip to an engine of 2 µs commands, 20 µs of
+			// proxy, 2 ms injected before each is forwarded. The 2 ms are
+			// the injected part, none of it path, engine or proxy.
+			name: "injected delay",
+			iv: Interval{Length: time.Second, Requests: 470, Total: 470 * 2120 * us, Upstream: 470 * 100 * us,
+				Proxy: 470 * 20 * us, Injected: 470 * 2000 * us, EngineMean: 2 * us, InFlight: 0.996,
+				Utilization: 0.01, Demand: 4 * us, BusyKnown: true},
+			bound: "injected-bound", cycle: 2120 * us, path: 98 * us,
+			want: "cycle 2.12ms: client 0% | path 5% | engine 0% | engine wait 0% | proxy 1% | injected 94% — injected-bound; " +
+				"engine thread 1% busy; Little: L 1.00 vs λW 1.00",
+		},
+		{
 			// One client of DEBUG SLEEP 0.002: the thread ~95% busy, but no
 			// queue can form with one request in flight.
 			name: "slow command",
@@ -154,12 +167,23 @@ func TestVerdict(t *testing.T) {
 				t.Errorf("%s: wait %v runq %v path %v; want %v %v %v", v, v.EngineWait, v.RunQueueWait, v.Network, tc.wait, tc.runq, tc.path)
 			}
 			if v.Bound != "idle" {
-				if sum := v.Client + v.Path + v.Engine + v.Wait + v.Proxy; sum < 0.999 || sum > 1.001 {
+				if sum := v.Client + v.Path + v.Engine + v.Wait + v.Proxy + v.Injected; sum < 0.999 || sum > 1.001 {
 					t.Errorf("shares sum to %v", sum)
 				}
 			}
 			if tc.want != "" && v.String() != tc.want {
 				t.Errorf("String() = %q\n want %q", v.String(), tc.want)
+			}
+			var parts time.Duration
+			for _, p := range v.Parts() {
+				parts += p.Time
+			}
+			if near := parts - v.Cycle; near > time.Microsecond || near < -time.Microsecond {
+				t.Errorf("parts add up to %v, cycle %v", parts, v.Cycle)
+			}
+			if inj := v.Parts()[len(PartNames)-1]; inj.Name != "injected" || inj.Time != v.InjectedTime ||
+				v.InjectedTime != time.Duration(int64(tc.iv.Injected)/max(tc.iv.Requests, 1)) {
+				t.Errorf("injected part %v, InjectedTime %v; want %v per request", inj, v.InjectedTime, tc.iv.Injected/time.Duration(max(tc.iv.Requests, 1)))
 			}
 			if !strings.Contains(v.String(), tc.bound) && tc.bound != "idle" {
 				t.Errorf("String() lacks %q", tc.bound)
