@@ -1,0 +1,170 @@
+package proxy_test
+
+// A TLS Redis Cluster (tls-cluster yes, port 0: redistest.StartTLSCluster)
+// behind respmeter's TLS listener: --route slots --cluster with TLS to
+// the engines, and the facade with TLS virtual nodes. Clients: go-redis v9
+// (a plain client and a ClusterClient) with a tls.Config, and
+// redis-cli -c --tls; certificates made at test time.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/tlsconf"
+	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
+)
+
+// tlsTap is a go-redis dialer that speaks TLS with cfg and keeps a copy of
+// every decrypted byte its connections read.
+type tlsTap struct {
+	cfg *tls.Config
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (tp *tlsTap) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d tls.Dialer
+	d.Config = tp.cfg
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return tapConn{conn, &tp.mu, &tp.buf}, nil
+}
+
+func (tp *tlsTap) read() []byte {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return bytes.Clone(tp.buf.Bytes())
+}
+
+// tlsClusterProxy starts a 3-master TLS cluster and a proxy in front of it
+// with route, a TLS listener only (as Redis's port 0) and TLS to the
+// engines with a client certificate; mod changes the Config last.
+func tlsClusterProxy(t *testing.T, route string, mod func(*proxy.Config)) (*redistest.CA, *redistest.Cluster, *proxy.Proxy) {
+	t.Helper()
+	ca := redistest.NewCA(t)
+	cl := redistest.StartTLSCluster(t, ca, 3)
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = route, cl.Addrs()[1]
+		c.Listen, c.TLSListen, c.TLS, c.UpstreamTLS = "", "127.0.0.1:0", server, upstream
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return ca, cl, p
+}
+
+// tlsClusterWorkload sets and gets back keys of every master, with a hash
+// tag per slot group and a pipeline over many slots, and returns each
+// result as text.
+func tlsClusterWorkload(t *testing.T, c redis.Cmdable) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	rec := func(cmd redis.Cmder) { out = append(out, fmt.Sprintf("%v => %s", cmd.Args(), cmdString(cmd))) }
+	for i := range 60 {
+		rec(c.Set(ctx, fmt.Sprintf("key:%d", i), fmt.Sprintf("v%d", i), 0))
+	}
+	for i := range 60 {
+		rec(c.Get(ctx, fmt.Sprintf("key:%d", i)))
+	}
+	for i := range 10 {
+		tag := fmt.Sprintf("{user%d}", i)
+		rec(c.MSet(ctx, tag+"a", "1", tag+"b", "2"))
+		rec(c.MGet(ctx, tag+"a", tag+"b", tag+"missing"))
+	}
+	cmds, _ := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 100 {
+			p.Incr(ctx, fmt.Sprintf("ctr:%d", i%37))
+		}
+		return nil
+	})
+	for _, cmd := range cmds {
+		rec(cmd)
+	}
+	return out
+}
+
+// checkSpread fails t unless every master of cl holds some of the keys.
+func checkSpread(t *testing.T, cl *redistest.Cluster) {
+	t.Helper()
+	for i, n := range cl.Nodes {
+		if k, err := n.Client().DBSize(context.Background()).Result(); err != nil || k == 0 {
+			t.Errorf("master %d holds %d keys (%v); want some of every run's", i, k, err)
+		}
+	}
+}
+
+// tlsCliRoundtrip sets and gets back keys of every master with
+// redis-cli -c --tls at addr and fails t on a wrong reply.
+func tlsCliRoundtrip(t *testing.T, ca *redistest.CA, addr string, cl *redistest.Cluster) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	base := []string{"-c", "--tls", "--cacert", ca.CertFile, "-h", "127.0.0.1", "-p", e2ePort(t, addr)}
+	for _, k := range []string{"cli:a", "cli:b", "cli:c", "cli:d", "cli:e", "cli:f"} {
+		if got := e2eRedisCli(t, "", append(base, "SET", k, "val-"+k)...); got != "OK\n" {
+			t.Errorf("redis-cli -c --tls SET %s: %q", k, got)
+		}
+		got := e2eRedisCli(t, "", append(base, "GET", k)...)
+		if got != "val-"+k+"\n" {
+			t.Errorf("redis-cli -c --tls GET %s: %q", k, got)
+		}
+		out.WriteString(got)
+	}
+	return out.Bytes()
+}
+
+// TestTLSClusterSlots: --route slots --cluster in front of a TLS cluster,
+// clients on the TLS listener: a go-redis client with a tls.Config gets
+// what a ClusterClient gets directly from the cluster, keys land on every
+// master, redis-cli -c --tls sets and gets keys of every master, and no
+// engine port appears in what either client read.
+func TestTLSClusterSlots(t *testing.T) {
+	t.Parallel()
+	ca, cl, p := tlsClusterProxy(t, proxy.RouteSlots, nil)
+
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true,
+		TLSConfig: ca.ClientConfig(ca.IssueValid("direct"))})
+	defer direct.Close()
+	want := tlsClusterWorkload(t, direct)
+	for _, n := range cl.Nodes {
+		n.Do("FLUSHALL")
+	}
+	tap := &tlsTap{cfg: ca.ClientConfig()}
+	c := redis.NewClient(&redis.Options{Addr: p.TLSAddr(), Dialer: tap.dial, DisableIdentity: true, MaxRetries: -1,
+		ReadTimeout: 10 * time.Second})
+	defer c.Close()
+	got := tlsClusterWorkload(t, c)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Fatalf("result %d differs\n ClusterClient direct: %s\n through respmeter:    %s", i, want[i], got[i])
+			}
+		}
+		t.Fatalf("%d results through respmeter, %d directly", len(got), len(want))
+	}
+	checkSpread(t, cl)
+	noEnginePort(t, "go-redis over TLS through --route slots", tap.read(), cl.Nodes...)
+	noEnginePort(t, "redis-cli -c --tls through --route slots", tlsCliRoundtrip(t, ca, p.TLSAddr(), cl), cl.Nodes...)
+}
