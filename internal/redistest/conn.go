@@ -27,9 +27,9 @@ var ErrTimeout = errors.New("redistest: read timed out")
 type Conn struct {
 	c      net.Conn     // tcp, or a TLS connection over it (DialConnTLS)
 	tcp    *net.TCPConn // the socket
-	buf    []byte // read but not yet consumed
-	closed bool   // EOF or reset seen from the peer
-	rerr   error  // the error that ended reading, if any
+	buf    []byte       // read but not yet consumed
+	closed bool         // EOF or reset seen from the peer
+	rerr   error        // the error that ended reading, if any
 }
 
 // DialConn connects to addr (TCP_NODELAY on, Go's default).
