@@ -12,17 +12,20 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
+	"github.com/respmeter/respmeter/routing"
 )
 
 // tlsTap is a go-redis dialer that speaks TLS with cfg and keeps a copy of
@@ -167,4 +170,103 @@ func TestTLSClusterSlots(t *testing.T) {
 	checkSpread(t, cl)
 	noEnginePort(t, "go-redis over TLS through --route slots", tap.read(), cl.Nodes...)
 	noEnginePort(t, "redis-cli -c --tls through --route slots", tlsCliRoundtrip(t, ca, p.TLSAddr(), cl), cl.Nodes...)
+}
+
+// TestTLSClusterFacade: the facade with TLS virtual nodes (FacadeTLS) over
+// a TLS cluster: a go-redis ClusterClient with a tls.Config, seeded with
+// one virtual node, gets what it gets directly from the cluster, with keys
+// on every master; CLUSTER SLOTS and SHARDS name the virtual nodes' TLS
+// ports (SHARDS as "tls-port", as a node of a tls-cluster with port 0
+// does); a node answers a key of another with MOVED to that node's TLS
+// port; redis-cli -c --tls follows it; a plaintext client is refused on a
+// virtual node; no engine port appears in what the clients read.
+func TestTLSClusterFacade(t *testing.T) {
+	t.Parallel()
+	ca, cl, p := tlsClusterProxy(t, proxy.RouteFacade, func(c *proxy.Config) {
+		c.Listen, c.FacadeTLS = "127.0.0.1:0", true
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	})
+	nodes := p.FacadeAddrs()
+	ctx := context.Background()
+
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), DisableIdentity: true,
+		TLSConfig: ca.ClientConfig(ca.IssueValid("direct"))})
+	defer direct.Close()
+	want := tlsClusterWorkload(t, direct)
+	for _, n := range cl.Nodes {
+		n.Do("FLUSHALL")
+	}
+	tap := &tlsTap{cfg: ca.ClientConfig()}
+	fc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[1]}, Dialer: tap.dial, Protocol: 3,
+		DisableIdentity: true, MaxRetries: -1, MaxRedirects: 3, ReadTimeout: 10 * time.Second,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	defer fc.Close()
+	got := tlsClusterWorkload(t, fc)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		for i := range min(len(got), len(want)) {
+			if got[i] != want[i] {
+				t.Fatalf("result %d differs\n ClusterClient direct:         %s\n ClusterClient through facade: %s", i, want[i], got[i])
+			}
+		}
+		t.Fatalf("%d results through the facade, %d directly", len(got), len(want))
+	}
+	checkSpread(t, cl)
+
+	isNode := map[string]bool{}
+	for _, a := range nodes {
+		isNode[a] = true
+	}
+	slots, err := fc.ClusterSlots(ctx).Result()
+	if err != nil || len(slots) != 3 {
+		t.Fatalf("CLUSTER SLOTS through the facade: %v %v", slots, err)
+	}
+	for _, s := range slots {
+		if a := s.Nodes[0].Addr; !isNode[a] {
+			t.Errorf("CLUSTER SLOTS names %s for %d-%d, not a virtual node %v", a, s.Start, s.End, nodes)
+		}
+	}
+	shards, err := fc.ClusterShards(ctx).Result()
+	if err != nil || len(shards) != 3 {
+		t.Fatalf("CLUSTER SHARDS through the facade: %v %v", shards, err)
+	}
+	for _, s := range shards {
+		n := s.Nodes[0]
+		if a := net.JoinHostPort(n.IP, strconv.FormatInt(n.TLSPort, 10)); n.Port != 0 || !isNode[a] {
+			t.Errorf("CLUSTER SHARDS node port %d tls-port %d; want only a virtual node's TLS port %v", n.Port, n.TLSPort, nodes)
+		}
+	}
+
+	// MOVED, read on a raw TLS connection to node 0, names the owner's
+	// virtual node.
+	key := "moved:probe"
+	owner := cl.Owner(int(routing.Slot([]byte(key))))
+	if owner == 0 {
+		key = "moved:probe2"
+		owner = cl.Owner(int(routing.Slot([]byte(key))))
+	}
+	if owner != 0 {
+		c, err := redistest.DialConnTLS(nodes[0], 2*time.Second, ca.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Send(t, redistest.Cmd("GET", key))
+		f, err := c.ReadFrame(5 * time.Second)
+		wantMoved := fmt.Sprintf("-MOVED %d %s\r\n", routing.Slot([]byte(key)), nodes[owner])
+		if err != nil || string(f) != wantMoved {
+			t.Errorf("GET %s on virtual node 0: %q %v, want %q", key, f, err, wantMoved)
+		}
+	} else {
+		t.Errorf("both probe keys are on master 0")
+	}
+
+	// A plaintext client on a TLS virtual node gets no reply.
+	pc := redistest.Dial(t, nodes[2])
+	pc.Send(t, redistest.Cmd("PING"))
+	if f, err := pc.ReadFrame(time.Second); err == nil {
+		t.Errorf("plaintext PING on a TLS virtual node answered %q", f)
+	}
+
+	noEnginePort(t, "ClusterClient over TLS through the facade", tap.read(), cl.Nodes...)
+	noEnginePort(t, "redis-cli -c --tls through the facade", tlsCliRoundtrip(t, ca, nodes[0], cl), cl.Nodes...)
 }
