@@ -270,3 +270,73 @@ func TestTLSClusterFacade(t *testing.T) {
 	noEnginePort(t, "ClusterClient over TLS through the facade", tap.read(), cl.Nodes...)
 	noEnginePort(t, "redis-cli -c --tls through the facade", tlsCliRoundtrip(t, ca, nodes[0], cl), cl.Nodes...)
 }
+
+// TestTLSClusterBothPorts: a TLS cluster whose nodes also serve plaintext
+// (port beside tls-port, CLUSTER SHARDS naming both): --route slots
+// --cluster with TLS to the engines dials each master's TLS port, not its
+// plaintext one, and a go-redis client over TLS reaches every master.
+func TestTLSClusterBothPorts(t *testing.T) {
+	t.Parallel()
+	ca := redistest.NewCA(t)
+	cl := redistest.StartTLSCluster(t, ca, 3)
+	ctx := context.Background()
+	plain := map[int64]bool{}
+	for i, n := range cl.Nodes {
+		port, err := redistest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The port, and the ports the node announces: under tls-cluster
+		// yes, cluster-announce-port alone would replace the TLS port
+		// announced (Redis 7's deriveAnnouncedPorts); with
+		// cluster-announce-tls-port beside it, it is the plaintext one.
+		for _, kv := range [][2]string{{"port", strconv.Itoa(port)}, {"cluster-announce-tls-port", strconv.Itoa(n.Port())},
+			{"cluster-announce-port", strconv.Itoa(port)}} {
+			if err := n.Client().ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+				t.Skipf("node %d: CONFIG SET %s: %v", i, kv[0], err)
+			}
+		}
+		plain[int64(port)] = true
+	}
+	// Every node's plaintext port has reached the seed's CLUSTER SHARDS.
+	redistest.Eventually(t, 10*time.Second, func() error {
+		shards, err := cl.Nodes[1].Client().ClusterShards(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, s := range shards {
+			for _, n := range s.Nodes {
+				if !plain[n.Port] || n.TLSPort == 0 || plain[n.TLSPort] {
+					return fmt.Errorf("CLUSTER SHARDS node %s: port %d tls-port %d", n.ID, n.Port, n.TLSPort)
+				}
+			}
+		}
+		return nil
+	})
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteSlots, cl.Addrs()[1]
+		c.TLSListen, c.TLS, c.UpstreamTLS = "127.0.0.1:0", server, upstream
+	})
+	c := redis.NewClient(&redis.Options{Addr: p.TLSAddr(), TLSConfig: ca.ClientConfig(), DisableIdentity: true,
+		MaxRetries: -1, ReadTimeout: 10 * time.Second})
+	defer c.Close()
+	for i := range 60 {
+		k := fmt.Sprintf("both:%d", i)
+		if err := c.Set(ctx, k, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s through respmeter: %v", k, err)
+		}
+		if v, err := c.Get(ctx, k).Int(); err != nil || v != i {
+			t.Fatalf("GET %s through respmeter = %d %v, want %d", k, v, err, i)
+		}
+	}
+	checkSpread(t, cl)
+}
