@@ -363,6 +363,13 @@ type Config struct {
 	// client that connects and sends nothing is closed after it. Default
 	// 10s.
 	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout"`
+	// FacadeTLS makes Route "facade"'s virtual nodes serve TLS only, with
+	// TLSCertFile and TLSKeyFile (and TLSCACertFile and TLSAuthClients for
+	// client certificates), as the nodes of a Redis Cluster with
+	// tls-cluster yes and port 0: the ports CLUSTER SLOTS, SHARDS and
+	// NODES and MOVED name are then TLS ports. Listen stays plaintext.
+	// Only with Route "facade". Default false.
+	FacadeTLS bool `yaml:"facade_tls"`
 	// UpstreamTLS makes every connection to the engines speak TLS (the
 	// clients' engine connections and respmeter's side connections), the
 	// engine's certificate verified against UpstreamTLSCACertFile (or the
@@ -879,13 +886,22 @@ func (c *Config) checkTLS() []*FieldError {
 	if c.TLSHandshakeTimeout <= 0 {
 		add(invalid("tls_handshake_timeout", "must be > 0, got %s", c.TLSHandshakeTimeout))
 	}
+	if c.FacadeTLS {
+		if c.Route != RouteFacade {
+			add(invalid("facade_tls", "needs route facade, got route %q", c.Route).reads("route"))
+		} else if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+			add(invalid("facade_tls", "needs tls_cert_file and tls_key_file").reads("tls_cert_file", "tls_key_file"))
+		}
+	}
+	if c.TLSListen != "" || c.FacadeTLS {
+		if (c.TLSAuthClients == "yes" || c.TLSAuthClients == "optional") && c.TLSCACertFile == "" {
+			add(invalid("tls_auth_clients", "%s needs tls_ca_cert_file (or tls_auth_clients no)", c.TLSAuthClients).reads("tls_ca_cert_file"))
+		}
+	}
 	if c.TLSListen != "" {
 		add(checkHostPort("tls_listen", c.TLSListen, 0, "host:port"))
 		if c.TLSCertFile == "" || c.TLSKeyFile == "" {
 			add(invalid("tls_listen", "needs tls_cert_file and tls_key_file").reads("tls_cert_file", "tls_key_file"))
-		}
-		if (c.TLSAuthClients == "yes" || c.TLSAuthClients == "optional") && c.TLSCACertFile == "" {
-			add(invalid("tls_auth_clients", "%s needs tls_ca_cert_file (or tls_auth_clients no)", c.TLSAuthClients).reads("tls_ca_cert_file"))
 		}
 		if sameAddr(c.Listen, c.TLSListen) && !hasPortZero(c.TLSListen) {
 			add(invalid("tls_listen", "must differ from listen %s", c.Listen).reads("listen"))

@@ -72,6 +72,7 @@ var fields = []field{
 	{"tls_ca_cert_file", func(c *Config) any { return &c.TLSCACertFile }},
 	{"tls_auth_clients", func(c *Config) any { return &c.TLSAuthClients }},
 	{"tls_handshake_timeout", func(c *Config) any { return &c.TLSHandshakeTimeout }},
+	{"facade_tls", func(c *Config) any { return &c.FacadeTLS }},
 	{"upstream_tls", func(c *Config) any { return &c.UpstreamTLS }},
 	{"upstream_tls_ca_cert_file", func(c *Config) any { return &c.UpstreamTLSCACertFile }},
 	{"upstream_tls_cert_file", func(c *Config) any { return &c.UpstreamTLSCertFile }},

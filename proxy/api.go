@@ -52,6 +52,12 @@ type Config struct {
 	// addresses have their slots forwarded by every node. Only with
 	// RouteFacade, which needs at least one per shard of Shards.
 	FacadeListen []string
+	// FacadeTLS makes RouteFacade's virtual nodes serve TLS only, with
+	// TLS, as the nodes of a Redis Cluster with tls-cluster yes and port
+	// 0: the ports they name in CLUSTER SLOTS, SHARDS and NODES and in
+	// MOVED and ASK are TLS ports, which a cluster client then connects to
+	// with TLS. Listen stays a plaintext endpoint. Needs TLS.
+	FacadeTLS bool
 	// TopologyRefresh is how often the cluster's shard map is re-read.
 	// 0 means 30 s.
 	TopologyRefresh time.Duration

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -34,6 +35,10 @@ const RouteFacade = "facade"
 type facade struct {
 	nodes  []facadeNode
 	picked bool // pickPorts chose a port for a "host:0" address
+	// tls: the nodes serve TLS (Config.FacadeTLS) on listeners of their
+	// own (Proxy.tlsNodes), bound before gnet starts; gnet listens on the
+	// plain endpoint only.
+	tls bool
 	// shardIDs: CLUSTER SHARDS gives each shard an "id", as the engine's
 	// own cluster does (set by Start: engineShardIDs).
 	shardIDs bool
@@ -57,8 +62,8 @@ type facadeNode struct {
 	shard string
 }
 
-func newFacade(listen []string) *facade {
-	f := &facade{nodes: make([]facadeNode, len(listen))}
+func newFacade(listen []string, tls bool) *facade {
+	f := &facade{nodes: make([]facadeNode, len(listen)), tls: tls}
 	for i, a := range listen {
 		f.nodes[i] = facadeNode{i: i, addr: a}
 	}
@@ -70,7 +75,9 @@ func newFacade(listen []string) *facade {
 func (f *facade) boot(eng gnet.Engine) {
 	for i := range f.nodes {
 		n := &f.nodes[i]
-		n.addr = listenerAddr(eng, n.addr)
+		if !f.tls { // else bound already, by listenTLSNodes
+			n.addr = listenerAddr(eng, n.addr)
+		}
 		host, port, _ := net.SplitHostPort(n.addr)
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			host = ""
@@ -133,11 +140,19 @@ func sockaddrString(sa unix.Sockaddr) string {
 // attach makes s a client of the virtual node whose listener accepted c
 // (none: the plain endpoint). Called once, at connect.
 func (f *facade) attach(s *client, c gnet.Conn) {
-	sa, err := unix.Getsockname(c.Fd())
-	if err != nil {
-		return
+	var local string
+	if tp, ok := c.Context().(tlsPeer); ok {
+		if tp.node < 0 {
+			return // TLSListen's client: the plain endpoint's
+		}
+		local = tp.local.String()
+	} else {
+		sa, err := unix.Getsockname(c.Fd())
+		if err != nil {
+			return
+		}
+		local = sockaddrString(sa)
 	}
-	local := sockaddrString(sa)
 	host, port, _ := net.SplitHostPort(local)
 	for i := range f.nodes {
 		n := &f.nodes[i]
@@ -568,7 +583,12 @@ func (s *client) clusterShards(v *topoView, resp3 bool) []byte {
 		}
 		b = str(b, "id")
 		b = str(b, n.id)
-		b = str(b, "port")
+		if s.p.facade.tls {
+			// As a node of a cluster with tls-cluster yes and port 0.
+			b = str(b, "tls-port")
+		} else {
+			b = str(b, "port")
+		}
 		port, _ := strconv.Atoi(n.port)
 		b = appendInt(b, int64(port))
 		host := s.nodeHost(n)
@@ -746,6 +766,9 @@ func (f *facade) setAddrs(addrs []string) {
 
 func (f *facade) listeners(listen string) []string {
 	out := []string{"tcp://" + listen}
+	if f.tls {
+		return out
+	}
 	for _, n := range f.nodes {
 		out = append(out, "tcp://"+n.addr)
 	}
@@ -775,7 +798,13 @@ func checkFacade(cfg Config) []error {
 		if len(cfg.FacadeListen) > 0 {
 			errs = append(errs, fmt.Errorf("facade listen needs route %s", RouteFacade))
 		}
+		if cfg.FacadeTLS {
+			errs = append(errs, fmt.Errorf("facade TLS needs route %s", RouteFacade))
+		}
 		return errs
+	}
+	if cfg.FacadeTLS && cfg.TLS == nil {
+		errs = append(errs, errors.New("facade TLS needs a TLS configuration"))
 	}
 	for _, a := range cfg.FacadeListen {
 		if _, _, err := net.SplitHostPort(a); err != nil {
@@ -832,6 +861,9 @@ func (f *facade) pickPorts(listen *string) error {
 		return err
 	}
 	for i := range f.nodes {
+		if f.tls {
+			break // bound already (listenTLSNodes)
+		}
 		if err := pick(&f.nodes[i].addr); err != nil {
 			return err
 		}

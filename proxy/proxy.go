@@ -111,6 +111,9 @@ type Proxy struct {
 	capture captureState
 
 	tls *tlsServer // the client-facing TLS listener, nil without one (tls.go)
+	// tlsNodes are the facade's virtual nodes' TLS listeners under
+	// Config.FacadeTLS, in node order.
+	tlsNodes []*tlsServer
 	// offDir holds gnet's placeholder listener when cfg.Listen is ""
 	// (run); removed by Stop.
 	offDir string
@@ -129,7 +132,7 @@ func New(cfg Config) (*Proxy, error) {
 	case cfg.Listen == "" && cfg.TLSListen == "":
 		errs = append(errs, errors.New("no listener: give Listen, TLSListen or both"))
 	case cfg.Listen == "" && cfg.Route == RouteFacade:
-		errs = append(errs, errors.New("RouteFacade needs Listen: its virtual nodes serve plaintext"))
+		errs = append(errs, errors.New("RouteFacade needs Listen: its slot-routed endpoint serves plaintext"))
 	case cfg.Listen != "":
 		if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("listen %q: %v", cfg.Listen, err))
@@ -258,7 +261,7 @@ func New(cfg Config) (*Proxy, error) {
 	case RouteFacade:
 		// The plain endpoint routes by slot; virtual nodes' clients are
 		// fixed to their shard (client.fixed).
-		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen)
+		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen, cfg.FacadeTLS)
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	if cfg.Inject != nil {
@@ -326,7 +329,7 @@ func (p *Proxy) Start() error {
 	if p.cfg.Loops > 0 {
 		opts = append(opts, gnet.WithNumEventLoop(p.cfg.Loops))
 	}
-	if p.cfg.TLSListen != "" {
+	if p.servesTLS() {
 		// TLS clients are handed to a loop from their own goroutines
 		// (Engine.Register): the round-robin balancer is not safe for that,
 		// and the loops must be registered first (OnTick, tls.go).
@@ -335,6 +338,15 @@ func (p *Proxy) Start() error {
 	}
 	var listen string
 	var nodes []string
+	if p.facade != nil && p.facade.tls {
+		if err := p.listenTLSNodes(); err != nil {
+			if p.authStop != nil {
+				p.authStop()
+				<-p.authDone
+			}
+			return err
+		}
+	}
 	if p.facade != nil {
 		listen, nodes = p.cfg.Listen, p.facade.addrs()
 	}
@@ -349,6 +361,7 @@ func (p *Proxy) Start() error {
 	}
 	if err != nil {
 		p.runDone <- err
+		p.closeTLSNodes()
 		p.removeOffDir()
 		if p.authStop != nil {
 			p.authStop()
@@ -360,7 +373,7 @@ func (p *Proxy) Start() error {
 		}
 		return fmt.Errorf("proxy: listen %s: %w", addr, err)
 	}
-	if p.cfg.TLSListen != "" {
+	if p.servesTLS() {
 		if err := p.startTLS(); err != nil {
 			_ = p.Stop(context.Background())
 			return fmt.Errorf("proxy: TLS listen %s: %w", p.cfg.TLSListen, err)

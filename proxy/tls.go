@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -33,14 +34,28 @@ import (
 // Config.TLSHandshakeTimeout is 0.
 const DefaultTLSHandshakeTimeout = 10 * time.Second
 
-// tlsServer is the client-facing TLS listener (Config.TLSListen).
+// tlsServer is a client-facing TLS listener: Config.TLSListen's, or a
+// virtual node's under Config.FacadeTLS.
 type tlsServer struct {
 	ln   net.Listener
 	addr string
+	node int            // the facade's virtual node it serves (its index); -1 for TLSListen's
 	wg   sync.WaitGroup // the accept loop and the handshakes in progress
 	// ctx ends the handshakes in progress when Stop closes the listener.
 	ctx  context.Context
 	stop context.CancelFunc
+}
+
+func newTLSServer(ln net.Listener, node int) *tlsServer {
+	s := &tlsServer{ln: ln, addr: ln.Addr().String(), node: node}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	return s
+}
+
+// servesTLS reports whether any client listener speaks TLS: TLSListen, or
+// the facade's virtual nodes under FacadeTLS.
+func (p *Proxy) servesTLS() bool {
+	return p.cfg.TLSListen != "" || (p.facade != nil && p.facade.tls)
 }
 
 func (p *Proxy) handshakeTimeout() time.Duration {
@@ -59,26 +74,59 @@ func (p *Proxy) OnTick() (time.Duration, gnet.Action) {
 	return time.Hour, gnet.None
 }
 
-// startTLS listens on cfg.TLSListen, once the engine has booted and its
-// event loops are registered.
+// listenTLSNodes binds the facade's virtual nodes under FacadeTLS, before
+// gnet starts (which then binds the plain endpoint only): each node's
+// address becomes the one bound, the port chosen for a "host:0". The
+// nodes accept once startTLS runs.
+func (p *Proxy) listenTLSNodes() error {
+	f := p.facade
+	for i := range f.nodes {
+		ln, err := net.Listen("tcp", f.nodes[i].addr)
+		if err != nil {
+			p.closeTLSNodes()
+			return fmt.Errorf("proxy: listen %s: %w", f.nodes[i].addr, err)
+		}
+		s := newTLSServer(ln, i)
+		f.nodes[i].addr = s.addr
+		p.tlsNodes = append(p.tlsNodes, s)
+	}
+	return nil
+}
+
+// closeTLSNodes closes the virtual nodes' TLS listeners of a Start that
+// failed before they accepted.
+func (p *Proxy) closeTLSNodes() {
+	for _, s := range p.tlsNodes {
+		_ = s.ln.Close()
+	}
+	p.tlsNodes = nil
+}
+
+// startTLS listens on cfg.TLSListen (when set) and starts accepting there
+// and on the virtual nodes' TLS listeners, once the engine has booted and
+// its event loops are registered.
 func (p *Proxy) startTLS() error {
 	select {
 	case <-p.loopsUp:
 	case <-time.After(10 * time.Second):
 		return errors.New("gnet's event loops did not start")
 	}
-	ln, err := net.Listen("tcp", p.cfg.TLSListen)
-	if err != nil {
-		return err
+	servers := p.tlsNodes
+	if p.cfg.TLSListen != "" {
+		ln, err := net.Listen("tcp", p.cfg.TLSListen)
+		if err != nil {
+			return err
+		}
+		p.tls = newTLSServer(ln, -1)
+		servers = append(servers, p.tls)
 	}
-	s := &tlsServer{ln: ln, addr: ln.Addr().String()}
-	s.ctx, s.stop = context.WithCancel(context.Background())
-	p.tls = s
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		p.acceptTLS(s)
-	}()
+	for _, s := range servers {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			p.acceptTLS(s)
+		}()
+	}
 	return nil
 }
 
@@ -91,15 +139,20 @@ func (p *Proxy) TLSAddr() string {
 	return p.tls.addr
 }
 
-// stopTLS closes the TLS listener, ends the handshakes in progress and
+// stopTLS closes the TLS listeners, ends the handshakes in progress and
 // waits for their goroutines.
 func (p *Proxy) stopTLS() {
-	if p.tls == nil {
-		return
+	servers := p.tlsNodes
+	if p.tls != nil {
+		servers = append(servers, p.tls)
 	}
-	_ = p.tls.ln.Close()
-	p.tls.stop()
-	p.tls.wg.Wait()
+	for _, s := range servers {
+		_ = s.ln.Close()
+		s.stop()
+	}
+	for _, s := range servers {
+		s.wg.Wait()
+	}
 }
 
 // acceptTLS accepts until the listener is closed, each connection's
@@ -122,17 +175,17 @@ func (p *Proxy) acceptTLS(s *tlsServer) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			p.serveTLS(s.ctx, nc)
+			p.serveTLS(s, nc)
 		}()
 	}
 }
 
 // serveTLS does the server handshake of nc and hands the decrypted stream
 // to an event loop as a client connection.
-func (p *Proxy) serveTLS(stop context.Context, nc net.Conn) {
+func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 	tc := tls.Server(nc, p.cfg.TLS)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(stop, p.handshakeTimeout())
+	ctx, cancel := context.WithTimeout(s.ctx, p.handshakeTimeout())
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -150,7 +203,7 @@ func (p *Proxy) serveTLS(stop context.Context, nc net.Conn) {
 		p.log.Warn("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	ctx = gnet.NewContext(context.Background(), tlsPeer{nc.RemoteAddr()})
+	ctx = gnet.NewContext(context.Background(), tlsPeer{addr: nc.RemoteAddr(), local: nc.LocalAddr(), node: s.node})
 	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, loopEnd))
 	if err == nil {
 		err = (<-ch).Err
@@ -162,9 +215,14 @@ func (p *Proxy) serveTLS(stop context.Context, nc net.Conn) {
 }
 
 // tlsPeer is the context of a TLS client's bridged connection until its
-// OnOpen: the address of the TLS connection's peer, which the client
-// reports as its own (the bridge's socket pair has none).
-type tlsPeer struct{ addr net.Addr }
+// OnOpen: the addresses of the TLS connection (the bridge's socket pair
+// has none): its peer's, which the client reports as its own, and the
+// local one the client reached; and the facade's virtual node whose
+// listener accepted it (-1: TLSListen's).
+type tlsPeer struct {
+	addr, local net.Addr
+	node        int
+}
 
 // dialUpstream connects to the engine at addr: over TLS when
 // cfg.UpstreamTLS is set, returning the loop's end of the bridge to the

@@ -39,8 +39,8 @@ var (
 // for the slot map and returns it as a Topology of the masters. It sends
 // CLUSTER SHARDS (Redis 7.0+) and, when that is answered with an error
 // (older servers: "ERR unknown subcommand"), CLUSTER SLOTS (Redis 3.0+), on
-// one RESP2 connection it closes before returning. It does not
-// authenticate and does not speak TLS.
+// one RESP2 connection it closes before returning. It
+// authenticates and speaks TLS as login says.
 //
 // Addrs holds the masters that own at least one slot, in the order of the
 // lowest slot each owns; replicas and slot-less masters are left out, so a
@@ -53,7 +53,10 @@ var (
 // Redis 7), and when that is missing or empty too (a single node that has
 // never met a peer does not know its own IP) the host of seed, as the
 // Redis documentation of cluster-preferred-endpoint-type tells clients to
-// do. The port is "port", or "tls-port" when only that is given.
+// do. The port is "port", or "tls-port" when only that is given; with
+// login.TLS (the engines spoken to in TLS) "tls-port" when given. CLUSTER
+// SLOTS names the port of the connection's kind (Redis 7's "preferred"
+// port under tls-cluster yes), so a TLS connection reads TLS ports there.
 //
 // Slots that no master owns in the seed's view (a cluster being set up, or
 // without full coverage) are left unassigned (NoShard) without error; a
@@ -109,7 +112,7 @@ func fetchCluster(ctx context.Context, seed string, timeout time.Duration, login
 		return nil, fail(err)
 	}
 	if !v.IsError() {
-		return parseShards(v, seedHost)
+		return parseShards(v, seedHost, login.TLS != nil)
 	}
 	if isClusterDisabled(v.Str) {
 		return nil, fmt.Errorf("%w: %q", ErrClusterDisabled, v.Str)
@@ -204,8 +207,11 @@ func nodeAddr(endpoint, ip, seedHost string, port int64) (string, error) {
 // tls-port, ip, endpoint, hostname, role, replication-offset, health, and
 // availability-zone on Valkey 9.1 with one set). The node shardMaster
 // picks owns the shard's slots, and its zone goes to Topology.Zones; a
-// shard without a master leaves its slots unassigned.
-func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
+// shard without a master leaves its slots unassigned. A master's port is
+// its "port", or its "tls-port" when that is the only one; under tls (the
+// shard map read over TLS, for engine connections in TLS) its "tls-port"
+// when it has one.
+func parseShards(v respconn.Value, seedHost string, tls bool) (*Topology, error) {
 	if v.Type != resp.TypeArray || v.Null {
 		return nil, fmt.Errorf("%w: CLUSTER SHARDS reply is not an array: %v", ErrBadClusterReply, v)
 	}
@@ -230,9 +236,13 @@ func parseShards(v respconn.Value, seedHost string) (*Topology, error) {
 		if owner == nil {
 			continue // no master (yet): the slots stay unassigned
 		}
-		port := owner["port"]
+		first, second := "port", "tls-port"
+		if tls {
+			first, second = second, first
+		}
+		port := owner[first]
 		if port.Type != resp.TypeInteger || port.Int == 0 {
-			port = owner["tls-port"]
+			port = owner[second]
 		}
 		if port.Type != resp.TypeInteger {
 			return nil, fmt.Errorf("%w: master without port: %v", ErrBadClusterReply, owner)

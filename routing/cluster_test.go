@@ -520,7 +520,9 @@ func FuzzClusterReply(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, parse := range []func(respconn.Value, string) (*Topology, error){parseShards, parseSlots} {
+		shardsTLS := func(v respconn.Value, seed string) (*Topology, error) { return parseShards(v, seed, true) }
+		shardsPlain := func(v respconn.Value, seed string) (*Topology, error) { return parseShards(v, seed, false) }
+		for _, parse := range []func(respconn.Value, string) (*Topology, error){shardsPlain, shardsTLS, parseSlots} {
 			top, err := parse(v, "seed.example")
 			if err != nil {
 				if !errors.Is(err, ErrBadClusterReply) {
@@ -546,4 +548,25 @@ func FuzzClusterReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseShardsTLSPort: a master with a port and a tls-port (tls-cluster
+// yes beside a plaintext port) is reached at its port, or at its tls-port
+// when the engines are spoken to in TLS; a TLS-only master at its tls-port
+// either way.
+func TestParseShardsTLSPort(t *testing.T) {
+	shards := []any{
+		[]any{"slots", []any{0, 8191}, "nodes", []any{node(7000, "10.0.0.1", "10.0.0.1", "master", "tls-port", 7100)}},
+		[]any{"slots", []any{8192, 16383}, "nodes", []any{node(0, "10.0.0.2", "10.0.0.2", "master", "tls-port", 7101)}},
+	}
+	v, err := respconn.Read(bufio.NewReader(strings.NewReader(enc(shards))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tls, want := range map[bool][]string{false: {"10.0.0.1:7000", "10.0.0.2:7101"}, true: {"10.0.0.1:7100", "10.0.0.2:7101"}} {
+		top, err := parseShards(v, "seed.example", tls)
+		if err != nil || !reflect.DeepEqual(top.Addrs, want) {
+			t.Errorf("parseShards(tls %v) = %v, %v; want %v", tls, top, err, want)
+		}
+	}
 }

@@ -100,3 +100,39 @@ func TestProxyFacadeListenBusy(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyFacadeTLS runs "respmeter proxy --route facade --facade-tls"
+// with no --tls-listen: the virtual nodes serve TLS with --tls-cert-file,
+// redis-cli -c --tls entering at node 0 follows MOVED to the node of each
+// key's shard over TLS, and the key lands on that shard.
+func TestProxyFacadeTLS(t *testing.T) {
+	srvs := [3]*redistest.Server{redistest.Start(t), redistest.Start(t), redistest.Start(t)}
+	shards := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
+	ca := redistest.NewCA(t)
+	cert := ca.IssueValid("respmeter")
+	p := start(t, []string{"RESPMETER_FACADE_LISTEN=127.0.0.1:0,127.0.0.1:0,127.0.0.1:0"}, "proxy",
+		"--listen", "127.0.0.1:0", "--admin", "off", "--loops", "2",
+		"--route", "facade", "--shards", strings.Join(shards, ","), "--drain-timeout", "2s",
+		"--facade-tls", "--tls-cert-file", cert.CertFile, "--tls-key-file", cert.KeyFile, "--tls-auth-clients", "no")
+	m := p.waitFor(t, p.stderr, `msg="proxy listening" component=proxy addr=\S+ route=facade shards=\S+ facade=(\S+) `)
+	nodes := strings.Split(m[1], ",")
+	if len(nodes) != 3 {
+		t.Fatalf("facade=%s: want 3 virtual nodes", m[1])
+	}
+	_, port0, _ := net.SplitHostPort(nodes[0])
+	keys := keyPerShard(t)
+	for i, k := range keys {
+		if got := redisCLI(t, port0, "--tls", "--cacert", ca.CertFile, "-c", "SET", k, "v"+strconv.Itoa(i)); got != "OK\n" {
+			t.Fatalf("redis-cli -c --tls SET %s through node 0: %q", k, got)
+		}
+	}
+	for i, srv := range srvs {
+		if got := srv.Do("GET", keys[i]); got != "v"+strconv.Itoa(i) {
+			t.Errorf("shard %d (%s): GET %s = %v, want v%d", i, shards[i], keys[i], got, i)
+		}
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}

@@ -53,6 +53,7 @@ var proxyFlagGroup = map[string]string{
 	"tls-auth-clients":                  "tls",
 	"tls-handshake-timeout":             "tls",
 	"upstream-tls":                      "tls",
+	"facade-tls":                        "tls",
 	"upstream-tls-ca-cert-file":         "tls",
 	"upstream-tls-cert-file":            "tls",
 	"upstream-tls-key-file":             "tls",

@@ -546,6 +546,7 @@ func TestBadEnv(t *testing.T) {
 		{"RESPMETER_SHARDS=127.0.0.1:7000,", `respmeter: RESPMETER_SHARDS: key "shards": must be a comma-separated list of host:port such as "127.0.0.1:7000,127.0.0.1:7001", got "127.0.0.1:7000," (entry 2 is empty)`},
 		{"RESPMETER_SHARDS=127.0.0.1:7000", `respmeter: RESPMETER_SHARDS: key "shards": needs route slots, pinned or facade, got route "none"`},
 		{"RESPMETER_FACADE_LISTEN=127.0.0.1:7100", `respmeter: RESPMETER_FACADE_LISTEN: key "facade_listen": needs route facade, got route "none"`},
+		{"RESPMETER_FACADE_TLS=true", `respmeter: RESPMETER_FACADE_TLS: key "facade_tls": needs route facade, got route "none"`},
 		{"RESPMETER_CLUSTER=127.0.0.1:7000", `respmeter: RESPMETER_CLUSTER: key "cluster": needs route slots, pinned or facade, got route "none"`},
 		{"RESPMETER_PIN_BY=first-key", `respmeter: RESPMETER_PIN_BY: key "pin_by": needs route pinned, got route "none"`},
 		{"RESPMETER_TOPOLOGY_REFRESH=1ms", `respmeter: RESPMETER_TOPOLOGY_REFRESH: key "topology_refresh": must be at least 1s, got 1ms`},

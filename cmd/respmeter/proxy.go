@@ -92,6 +92,7 @@ type proxyFlags struct {
 	tlsAuthClients      string
 	tlsHandshakeTimeout time.Duration
 	upstreamTLS         bool
+	facadeTLS           bool
 	upTLSCACertFile     string
 	upTLSCertFile       string
 	upTLSKeyFile        string
@@ -175,6 +176,7 @@ GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
 	fs.StringVar(&f.tlsCACertFile, "tls-ca-cert-file", d.TLSCACertFile, "PEM CA `file` client certificates are verified against")
 	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "client certs `policy`: no, optional, yes")
 	fs.DurationVar(&f.tlsHandshakeTimeout, "tls-handshake-timeout", time.Duration(d.TLSHandshakeTimeout), "bound of each TLS handshake, either side")
+	fs.BoolVar(&f.facadeTLS, "facade-tls", d.FacadeTLS, "--route facade: virtual nodes serve TLS only")
 	fs.BoolVar(&f.upstreamTLS, "upstream-tls", d.UpstreamTLS, "TLS to the engines, certificates verified")
 	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "engines' PEM CA `file`; default: the system's roots")
 	fs.StringVar(&f.upTLSCertFile, "upstream-tls-cert-file", d.UpstreamTLSCertFile, "PEM client certificate `file` for the engines")

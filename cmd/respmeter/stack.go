@@ -320,6 +320,7 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 		Logger:            log,
 
 		TLSListen:           cfg.TLSListen,
+		FacadeTLS:           cfg.FacadeTLS,
 		TLS:                 st.tls.server,
 		UpstreamTLS:         st.tls.upstream,
 		TLSHandshakeTimeout: time.Duration(cfg.TLSHandshakeTimeout),

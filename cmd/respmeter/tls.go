@@ -18,7 +18,7 @@ import (
 )
 
 // tlsSides is the proxy's TLS: the client-facing listener's configuration
-// (nil without tls_listen), the engines' (nil without upstream_tls), the
+// (nil without tls_listen and facade_tls), the engines' (nil without upstream_tls), the
 // Reloaders that keep them up with their certificate files, and the
 // handshake metrics of both.
 type tlsSides struct {
@@ -33,7 +33,7 @@ type tlsSides struct {
 func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 	ts := tlsSides{metrics: metrics.NewTLS()}
 	rlog := log.With("component", "tls")
-	if cfg.TLSListen != "" {
+	if cfg.TLSListen != "" || cfg.FacadeTLS {
 		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, rlog)
 		if err != nil {
 			return ts, err

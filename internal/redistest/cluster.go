@@ -62,6 +62,25 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 // 15 s.
 func StartClusterWith(t testing.TB, masters int, extraConfig ...string) *Cluster {
 	t.Helper()
+	return startCluster(t, masters, func(args ...string) *Server { return Start(t, args...) }, extraConfig)
+}
+
+// StartTLSCluster starts a Redis Cluster as StartClusterWith does whose
+// nodes serve TLS only, each started by StartTLS with ca and
+// "--tls-cluster yes" (the cluster bus on TLS too, and the TLS ports the
+// ones the nodes announce in CLUSTER SLOTS, SHARDS and NODES and in
+// MOVED). Its Nodes' Client and Do speak TLS. It skips t when the engine
+// was built without TLS.
+func StartTLSCluster(t testing.TB, ca *CA, masters int, extraConfig ...string) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, func(args ...string) *Server {
+		return StartTLS(t, ca, append(args, "--tls-cluster", "yes")...)
+	}, extraConfig)
+}
+
+// startCluster is StartClusterWith with the nodes started by start.
+func startCluster(t testing.TB, masters int, start func(args ...string) *Server, extraConfig []string) *Cluster {
+	t.Helper()
 	ranges, ok := evenRanges(masters)
 	if !ok {
 		t.Fatalf("redistest: StartCluster: cannot split the slots over %d masters", masters)
@@ -78,7 +97,7 @@ func StartClusterWith(t testing.TB, masters int, extraConfig ...string) *Cluster
 			"--cluster-config-file", "nodes.conf", // relative to --dir, the node's temp dir
 			"--cluster-port", strconv.Itoa(bus),
 		}, extraConfig...)
-		s := Start(t, args...)
+		s := start(args...)
 		c.Nodes = append(c.Nodes, s)
 		c.buses = append(c.buses, bus)
 		id, err := clusterCmd(s, "CLUSTER", "MYID")
@@ -374,7 +393,11 @@ func (c *Cluster) checkSlots() error {
 // rawCommand runs one command on a fresh raw connection and returns the
 // reply frame's bytes; an error reply is an error.
 func rawCommand(s *Server, args ...string) ([]byte, error) {
-	c, err := DialConn(s.Addr(), 2*time.Second)
+	dial := DialConn
+	if s.tls != nil {
+		dial = func(addr string, timeout time.Duration) (*Conn, error) { return DialConnTLS(addr, timeout, s.tls) }
+	}
+	c, err := dial(s.Addr(), 2*time.Second)
 	if err != nil {
 		return nil, err
 	}

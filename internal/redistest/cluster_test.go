@@ -3,11 +3,15 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestEvenRanges(t *testing.T) {
@@ -201,4 +205,52 @@ func TestStartClusterEndpoints(t *testing.T) {
 		s.Do("CONFIG", "SET", "cluster-preferred-endpoint-type", "ip")
 	}
 	moved("127.0.0.1")
+}
+
+// TestStartTLSCluster: the nodes of a TLS cluster serve TLS only, agree on
+// the slot map, and announce their TLS ports; go-redis's ClusterClient
+// over TLS sets and gets keys of every master.
+func TestStartTLSCluster(t *testing.T) {
+	t.Parallel()
+	ca := NewCA(t)
+	c := StartTLSCluster(t, ca, 3)
+	if pc, err := DialConn(c.Nodes[0].Addr(), time.Second); err == nil {
+		if pc.Write(Cmd("PING")) == nil {
+			if f, err := pc.ReadFrame(time.Second); err == nil {
+				t.Errorf("a TLS node answered a plaintext PING: %q", f)
+			}
+		}
+		_ = pc.Close()
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), TLSConfig: ca.ClientConfig(ca.IssueValid("cc")), DisableIdentity: true})
+	defer cc.Close()
+	ctx := context.Background()
+	for i := range 30 {
+		k := fmt.Sprintf("k%d", i)
+		if err := cc.Set(ctx, k, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+		if v, err := cc.Get(ctx, k).Int(); err != nil || v != i {
+			t.Fatalf("GET %s = %v %v, want %d", k, v, err, i)
+		}
+	}
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]bool{}
+	for _, n := range c.Nodes {
+		ports[strconv.Itoa(n.Port())] = true
+	}
+	for _, s := range slots {
+		_, port, _ := net.SplitHostPort(s.Nodes[0].Addr)
+		if !ports[port] {
+			t.Errorf("CLUSTER SLOTS names %s, not a node's TLS port", s.Nodes[0].Addr)
+		}
+	}
+	for i := range c.Nodes {
+		if n, err := c.Nodes[i].Client().DBSize(ctx).Result(); err != nil || n == 0 {
+			t.Errorf("node %d holds %d keys (%v); want some of the 30", i, n, err)
+		}
+	}
 }

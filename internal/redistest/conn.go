@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"bytes"
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,10 +25,11 @@ var ErrTimeout = errors.New("redistest: read timed out")
 // concurrent use; the error-returning methods may be called from any
 // goroutine, the ones taking a testing.TB only from that test's goroutine.
 type Conn struct {
-	c      *net.TCPConn
-	buf    []byte // read but not yet consumed
-	closed bool   // EOF or reset seen from the peer
-	rerr   error  // the error that ended reading, if any
+	c      net.Conn     // tcp, or a TLS connection over it (DialConnTLS)
+	tcp    *net.TCPConn // the socket
+	buf    []byte       // read but not yet consumed
+	closed bool         // EOF or reset seen from the peer
+	rerr   error        // the error that ended reading, if any
 }
 
 // DialConn connects to addr (TCP_NODELAY on, Go's default).
@@ -37,7 +40,31 @@ func DialConn(addr string, timeout time.Duration) (*Conn, error) {
 	}
 	tc := c.(*net.TCPConn)
 	_ = tc.SetNoDelay(true)
-	return &Conn{c: tc}, nil
+	return &Conn{c: tc, tcp: tc}, nil
+}
+
+// DialConnTLS connects to addr as DialConn does and does a TLS handshake
+// with cfg (within timeout): the Conn then reads and writes the decrypted
+// stream.
+func DialConnTLS(addr string, timeout time.Duration, cfg *tls.Config) (*Conn, error) {
+	c, err := DialConn(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c.tcp, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.tcp.Close()
+		return nil, err
+	}
+	c.c = tc
+	return c, nil
 }
 
 // Dial is DialConn that fails t on error and closes the Conn in t.Cleanup.
@@ -52,7 +79,7 @@ func Dial(t testing.TB, addr string) *Conn {
 }
 
 // TCP returns the underlying connection.
-func (c *Conn) TCP() *net.TCPConn { return c.c }
+func (c *Conn) TCP() *net.TCPConn { return c.tcp }
 
 // LocalAddr returns the client side address, "127.0.0.1:port".
 func (c *Conn) LocalAddr() string { return c.c.LocalAddr().String() }
@@ -77,15 +104,20 @@ func (c *Conn) WriteBytewise(b []byte) error {
 
 // CloseWrite shuts down the sending side (shutdown(SHUT_WR)): the peer
 // reads EOF but may still answer.
-func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
+func (c *Conn) CloseWrite() error {
+	if tc, ok := c.c.(*tls.Conn); ok {
+		return tc.CloseWrite()
+	}
+	return c.tcp.CloseWrite()
+}
 
 // Close closes the connection with a FIN.
 func (c *Conn) Close() error { return c.c.Close() }
 
 // Reset closes the connection with an RST (SO_LINGER 0).
 func (c *Conn) Reset() error {
-	_ = c.c.SetLinger(0)
-	return c.c.Close()
+	_ = c.tcp.SetLinger(0)
+	return c.tcp.Close()
 }
 
 // Closed reports whether EOF or a reset has been seen from the peer.
