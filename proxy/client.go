@@ -943,12 +943,14 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	switch id {
 	case command.Quit:
-		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.fixed() && s.home >= 0 && !s.subs.any() {
+		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.fixed() && s.home >= 0 {
 			// The client's one private engine connection stands for its
 			// own: the engine answers QUIT and closes it, so what the
 			// engine does on that close (a tracking redirect broken, its
-			// CLIENT LIST) is done before the client reads +OK, as on a
-			// direct connection. Elsewhere the proxy answers it below.
+			// subscriptions ended, its CLIENT LIST) is done before the
+			// client reads +OK, as on a direct connection (a subscribed
+			// RESP2 connection takes QUIT too). Elsewhere the proxy
+			// answers it below.
 			e.flags |= eQuit
 			s.closing(csStopRead)
 			s.send(e, s.home, frame)

@@ -376,3 +376,42 @@ func framesBeforeReads(t *testing.T, c *redistest.Conn, keys []string, resp3 boo
 	}
 	return frames
 }
+
+// TestQuitEndsSubscriptions: a subscriber's QUIT closes its engine
+// connection before the client reads +OK (where the client has one private
+// engine connection, as TestQuitReachesEngine: under shared connections a
+// subscriber has moved to one), so a PUBLISH sent by another connection
+// after +OK counts no receiver, as directly (checked on the engine too).
+func TestQuitEndsSubscriptions(t *testing.T) {
+	t.Parallel()
+	skipIfRouted(t, "a client's requests go to several shards' connections, none of which is its own: the proxy answers QUIT")
+	e := e2eSetup(t)
+	for _, tg := range e.targets() {
+		t.Run(tg.name, func(t *testing.T) { quitEndsSubscriptions(t, e, tg.addr) })
+	}
+	e.healthy(t)
+}
+
+func quitEndsSubscriptions(t *testing.T, e *e2eEnv, addr string) {
+	pubs := []*redistest.Conn{redistest.Dial(t, e.paddr), redistest.Dial(t, e.srv.Addr())}
+	for round := range orderRounds {
+		sub := redistest.Dial(t, addr)
+		if round%2 == 1 {
+			sub.Send(t, respCmd("HELLO", "3"))
+			if f, err := sub.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
+				t.Fatalf("HELLO 3: %q %v", f, err)
+			}
+		}
+		sub.Send(t, respCmd("SUBSCRIBE", "po:quit"))
+		if f, err := sub.ReadFrame(5 * time.Second); err != nil || !bytes.HasSuffix(f, []byte(":1\r\n")) {
+			t.Fatalf("round %d: SUBSCRIBE: got %q (%v)", round, f, err)
+		}
+		sub.Roundtrip(t, respCmd("QUIT"), []byte("+OK\r\n"))
+		p := pubs[round%len(pubs)]
+		p.Send(t, respCmd("PUBLISH", "po:quit", "after"))
+		if got, err := p.ReadFrame(5 * time.Second); err != nil || string(got) != ":0\r\n" {
+			t.Fatalf("round %d: PUBLISH after the subscriber read QUIT's +OK (publisher %d): got %q (%v), want :0", round, round%len(pubs)+1, got, err)
+		}
+		_ = sub.Close()
+	}
+}
