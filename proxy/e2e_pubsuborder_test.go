@@ -173,40 +173,32 @@ func TestSubscribeReplyOrdersPublishGoRedis(t *testing.T) {
 		return m
 	}
 	for round := range orderRounds {
-		if err := ps.Subscribe(ctx, "po:gr"); err != nil {
-			t.Fatal(err)
-		}
-		if m, ok := receive(round, "SUBSCRIBE").(*redis.Subscription); !ok || m.Kind != "subscribe" || m.Count != 1 {
-			t.Fatalf("round %d: SUBSCRIBE: got %#v, want its confirmation with count 1", round, m)
-		}
-		in := fmt.Sprintf("in-%d", round)
-		if n, err := pub.Publish(ctx, "po:gr", in).Result(); err != nil || n != 1 {
-			t.Fatalf("round %d: PUBLISH after the SUBSCRIBE confirmation: %d receivers (%v), want 1", round, n, err)
-		}
-		if err := ps.Ping(ctx, "p"); err != nil {
-			t.Fatal(err)
-		}
-		if m, ok := receive(round, "the message").(*redis.Message); !ok || m.Payload != in {
-			t.Fatalf("round %d: got %#v before the PING reply, want the message %q", round, m, in)
-		}
-		if m, ok := receive(round, "PING").(*redis.Pong); !ok {
-			t.Fatalf("round %d: got %#v, want the PING reply", round, m)
-		}
-		if err := ps.Unsubscribe(ctx, "po:gr"); err != nil {
-			t.Fatal(err)
-		}
-		if m, ok := receive(round, "UNSUBSCRIBE").(*redis.Subscription); !ok || m.Kind != "unsubscribe" || m.Count != 0 {
-			t.Fatalf("round %d: UNSUBSCRIBE: got %#v, want its confirmation with count 0", round, m)
-		}
-		out := fmt.Sprintf("out-%d", round)
-		if n, err := pub.Publish(ctx, "po:gr", out).Result(); err != nil || n != 0 {
-			t.Fatalf("round %d: PUBLISH after the UNSUBSCRIBE confirmation: %d receivers (%v), want 0", round, n, err)
-		}
-		if err := ps.Ping(ctx, "p"); err != nil {
-			t.Fatal(err)
-		}
-		if m, ok := receive(round, "PING").(*redis.Pong); !ok {
-			t.Fatalf("round %d: after the UNSUBSCRIBE confirmation, got %#v before the PING reply", round, m)
+		for _, step := range []struct {
+			kind string
+			do   func(context.Context, ...string) error
+			n    int64 // the subscriber's count, and the receivers of a PUBLISH after it
+		}{{"subscribe", ps.Subscribe, 1}, {"unsubscribe", ps.Unsubscribe, 0}} {
+			if err := step.do(ctx, "po:gr"); err != nil {
+				t.Fatal(err)
+			}
+			if m, ok := receive(round, step.kind).(*redis.Subscription); !ok || m.Kind != step.kind || int64(m.Count) != step.n {
+				t.Fatalf("round %d: %s: got %#v, want its confirmation with count %d", round, step.kind, m, step.n)
+			}
+			msg := fmt.Sprintf("%s-%d", step.kind, round)
+			if n, err := pub.Publish(ctx, "po:gr", msg).Result(); err != nil || n != step.n {
+				t.Fatalf("round %d: PUBLISH after the %s confirmation: %d receivers (%v), want %d", round, step.kind, n, err, step.n)
+			}
+			if err := ps.Ping(ctx, "p"); err != nil {
+				t.Fatal(err)
+			}
+			if step.n == 1 {
+				if m, ok := receive(round, "the message").(*redis.Message); !ok || m.Payload != msg {
+					t.Fatalf("round %d: got %#v before the PING reply, want the message %q", round, m, msg)
+				}
+			}
+			if m, ok := receive(round, "PING").(*redis.Pong); !ok {
+				t.Fatalf("round %d: after the %s confirmation, got %#v where the PING reply was due", round, step.kind, m)
+			}
 		}
 	}
 	e.healthy(t)
