@@ -943,17 +943,24 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	switch id {
 	case command.Quit:
-		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.fixed() && s.home >= 0 {
+		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.home >= 0 && (s.fixed() || s.hasLinks()) {
 			// The client's one private engine connection stands for its
 			// own: the engine answers QUIT and closes it, so what the
 			// engine does on that close (a tracking redirect broken, its
 			// subscriptions ended, its CLIENT LIST) is done before the
 			// client reads +OK, as on a direct connection (a subscribed
-			// RESP2 connection takes QUIT too). Elsewhere the proxy
-			// answers it below.
+			// RESP2 connection takes QUIT too). Under --route slots its
+			// connections stand for a cluster client's, one per shard:
+			// each engine answers and closes its own, and the client gets
+			// +OK once all have (broadcastState). Elsewhere (a shared
+			// connection, or none open) the proxy answers it below.
 			e.flags |= eQuit
 			s.closing(csStopRead)
-			s.send(e, s.home, frame)
+			if s.fixed() {
+				s.send(e, s.home, frame)
+			} else {
+				s.broadcastState(e, frame)
+			}
 			return
 		}
 		s.local(e, okReply)
@@ -1266,6 +1273,12 @@ func (s *client) sendPart(e *request, ln *link, frame []byte) {
 		p.req = append(p.req, frame...)
 	}
 	ln.queue(e, len(e.ps)-1, frame)
+}
+
+// hasLinks reports whether the client has an engine connection of its own
+// open.
+func (s *client) hasLinks() bool {
+	return len(s.extra) > 0 || slices.ContainsFunc(s.links, func(ln *link) bool { return ln != nil })
 }
 
 // linkTo returns the client's connection to shard, opening it if needed.

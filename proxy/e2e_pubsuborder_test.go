@@ -370,13 +370,13 @@ func framesBeforeReads(t *testing.T, c *redistest.Conn, keys []string, resp3 boo
 }
 
 // TestQuitEndsSubscriptions: a subscriber's QUIT closes its engine
-// connection before the client reads +OK (where the client has one private
-// engine connection, as TestQuitReachesEngine: under shared connections a
-// subscriber has moved to one), so a PUBLISH sent by another connection
-// after +OK counts no receiver, as directly (checked on the engine too).
+// connections before the client reads +OK (its own in every shape: under
+// shared connections a subscriber has moved to private ones; under --route
+// slots each shard's engine answers QUIT), so a PUBLISH sent by another
+// connection after +OK counts no receiver, as directly (checked on the
+// engine too).
 func TestQuitEndsSubscriptions(t *testing.T) {
 	t.Parallel()
-	skipIfRouted(t, "a client's requests go to several shards' connections, none of which is its own: the proxy answers QUIT")
 	e := e2eSetup(t)
 	for _, tg := range e.targets() {
 		t.Run(tg.name, func(t *testing.T) { quitEndsSubscriptions(t, e, tg.addr) })
