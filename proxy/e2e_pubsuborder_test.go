@@ -92,10 +92,7 @@ func TestSubscribeReplyOrdersPublish(t *testing.T) {
 							}
 							sub = redistest.Dial(t, e.paddr)
 							if resp3 {
-								sub.Send(t, respCmd("HELLO", "3"))
-								if f, err := sub.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
-									t.Fatalf("HELLO 3: %q %v", f, err)
-								}
+								hello3(t, sub)
 							}
 							sub.Roundtrip(t, respCmd("GET", "po:k"), nilReply(resp3))
 						}
@@ -243,10 +240,7 @@ func TestSessionResetOrdersShards(t *testing.T) {
 			for i := range 12 {
 				c := redistest.Dial(t, p.Addr())
 				if resp3 {
-					c.Send(t, respCmd("HELLO", "3"))
-					if f, err := c.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
-						t.Fatalf("HELLO 3: %q %v", f, err)
-					}
+					hello3(t, c)
 				}
 				name := fmt.Sprintf("rs-%s-%d", mode, i)
 				c.Roundtrip(t, respCmd("CLIENT", "SETNAME", name), []byte("+OK\r\n"))
@@ -389,10 +383,7 @@ func quitEndsSubscriptions(t *testing.T, e *e2eEnv, addr string) {
 	for round := range orderRounds {
 		sub := redistest.Dial(t, addr)
 		if round%2 == 1 {
-			sub.Send(t, respCmd("HELLO", "3"))
-			if f, err := sub.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
-				t.Fatalf("HELLO 3: %q %v", f, err)
-			}
+			hello3(t, sub)
 		}
 		sub.Send(t, respCmd("SUBSCRIBE", "po:quit"))
 		if f, err := sub.ReadFrame(5 * time.Second); err != nil || !bytes.HasSuffix(f, []byte(":1\r\n")) {
@@ -405,5 +396,14 @@ func quitEndsSubscriptions(t *testing.T, e *e2eEnv, addr string) {
 			t.Fatalf("round %d: PUBLISH after the subscriber read QUIT's +OK (publisher %d): got %q (%v), want :0", round, round%len(pubs)+1, got, err)
 		}
 		_ = sub.Close()
+	}
+}
+
+// hello3 switches c to RESP3.
+func hello3(t *testing.T, c *redistest.Conn) {
+	t.Helper()
+	c.Send(t, respCmd("HELLO", "3"))
+	if f, err := c.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
+		t.Fatalf("HELLO 3: %q %v", f, err)
 	}
 }
