@@ -61,6 +61,7 @@ const (
 	aggConcat              // arrays concatenated (KEYS)
 	aggScan                // SCAN: the engine's cursor re-encoded with the shard
 	aggSubs                // pub/sub confirmations from several connections, renumbered (see pubsub.go)
+	aggHome                // the first part's (the home shard's) reply, once every part is answered (broadcastState)
 	// Command tips response policies of a broadcast (Redis 7 COMMAND
 	// DOCS/INFO tips; see merge.go): agg_logical_and (SCRIPT EXISTS),
 	// agg_logical_or, agg_min (WAIT, WAITAOF), agg_max, one_succeeded
@@ -943,15 +944,24 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	switch id {
 	case command.Quit:
-		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.fixed() && s.home >= 0 && !s.subs.any() {
+		if e.flags&(eSilent|eInTx) == 0 && !s.has(cfShared) && s.home >= 0 && (s.fixed() || s.hasLinks()) {
 			// The client's one private engine connection stands for its
 			// own: the engine answers QUIT and closes it, so what the
 			// engine does on that close (a tracking redirect broken, its
-			// CLIENT LIST) is done before the client reads +OK, as on a
-			// direct connection. Elsewhere the proxy answers it below.
+			// subscriptions ended, its CLIENT LIST) is done before the
+			// client reads +OK, as on a direct connection (a subscribed
+			// RESP2 connection takes QUIT too). Under --route slots its
+			// connections stand for a cluster client's, one per shard:
+			// each engine answers and closes its own, and the client gets
+			// +OK once all have (broadcastState). Elsewhere (a shared
+			// connection, or none open) the proxy answers it below.
 			e.flags |= eQuit
 			s.closing(csStopRead)
-			s.send(e, s.home, frame)
+			if s.fixed() {
+				s.send(e, s.home, frame)
+			} else {
+				s.broadcastState(e, frame)
+			}
 			return
 		}
 		s.local(e, okReply)
@@ -1109,11 +1119,7 @@ func (s *client) flushHeld() {
 func (s *client) send(e *request, shard int, frame []byte) {
 	ln := s.linkTo(shard)
 	s.release(ln)
-	p := e.part()
-	if s.p.router.cluster {
-		p.req = append(p.req, frame...)
-	}
-	ln.queue(e, len(e.ps)-1, frame)
+	s.sendPart(e, ln, frame)
 }
 
 // release sends the held requests to ln.
@@ -1126,13 +1132,9 @@ func (s *client) release(ln *link) {
 			break
 		}
 		if e := s.heldE[i]; e == nil {
-			ln.queueDrop(held[:n], false)
+			ln.queueDrop(held[:n])
 		} else {
-			p := e.part()
-			if s.p.router.cluster {
-				p.req = append(p.req, held[:n]...)
-			}
-			ln.queue(e, len(e.ps)-1, held[:n])
+			s.sendPart(e, ln, held[:n])
 		}
 		held = held[n:]
 	}
@@ -1243,19 +1245,41 @@ func (s *client) clientStateCmd(e *request, c *routing.Call, args [][]byte, fram
 }
 
 // broadcastState sends frame to the home shard (whose reply the client
-// gets) and to every other open shard connection (replies dropped).
+// gets) and to every other open shard connection, whose replies are
+// dropped but waited for: the client gets its reply once every engine of
+// its session has run the command, as from one engine. So after RESET,
+// CLIENT TRACKING off or SELECT, anything another connection does on any
+// of those engines (a PUBLISH, a write to a tracked key) finds the
+// session changed: no message or invalidation follows the reply.
 func (s *client) broadcastState(e *request, frame []byte) {
-	home := s.linkTo(s.home)
-	reset := e.cmd == command.Reset
+	s.send(e, s.home, frame) // part 0: the reply
+	home := e.ps[0].link
 	for _, ln := range s.links {
 		if ln != nil && ln != home {
-			ln.queueDrop(frame, reset)
+			s.sendPart(e, ln, frame)
 		}
 	}
 	for _, ln := range s.extra {
-		ln.queueDrop(frame, reset)
+		s.sendPart(e, ln, frame)
 	}
-	s.send(e, s.home, frame)
+	if len(e.ps) > 1 {
+		e.agg = aggHome
+	}
+}
+
+// sendPart queues one more part of e on ln.
+func (s *client) sendPart(e *request, ln *link, frame []byte) {
+	p := e.part()
+	if s.p.router.cluster {
+		p.req = append(p.req, frame...)
+	}
+	ln.queue(e, len(e.ps)-1, frame)
+}
+
+// hasLinks reports whether the client has an engine connection of its own
+// open.
+func (s *client) hasLinks() bool {
+	return len(s.extra) > 0 || slices.ContainsFunc(s.links, func(ln *link) bool { return ln != nil })
 }
 
 // linkTo returns the client's connection to shard, opening it if needed.
@@ -1687,7 +1711,7 @@ func (s *client) finish(e *request) (held int) {
 		e.out = append(e.out[:0], execAbortErr...)
 		return held
 	}
-	if e.agg == aggRelay || e.agg == aggAllOK {
+	if e.agg == aggRelay || e.agg == aggAllOK || e.agg == aggHome {
 		if e.agg == aggAllOK {
 			if i := firstError(s.l.partReplies(e)); i >= 0 {
 				e.out = append(e.out[:0], e.ps[i].reply...)

@@ -52,10 +52,12 @@ func TestQuitReachesEngine(t *testing.T) {
 // invalidations redirected to another client, which then QUITs through the
 // proxy; a write from a third client after that +OK finds the redirect
 // gone, and the tracking client gets the engine's tracking-redir-broken
-// push (Redis's own suite, unit/tracking), in every round.
+// push (Redis's own suite, unit/tracking), in every round. In every shape:
+// the redirect client's CLIENT ID gives it a connection of its own (under
+// shared connections it moves to one; under --route slots QUIT goes to each
+// shard connection the client has).
 func TestQuitBreaksTrackingRedirect(t *testing.T) {
 	t.Parallel()
-	skipIfQuitLocal(t)
 	e := e2eSetup(t)
 	const rounds = 20
 	for i := range rounds {

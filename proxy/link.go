@@ -76,9 +76,8 @@ type link struct {
 }
 
 type linkRef struct {
-	e     *request
-	part  int32
-	reset bool // a RESET whose reply is dropped (it still ends subscriptions and MONITOR)
+	e    *request
+	part int32
 	// replay is 1 + the state slot (client.states) of a replayed state
 	// command, whose reply is checked (replayed); 0 for other requests.
 	replay int8
@@ -101,10 +100,10 @@ func (ln *link) queue(e *request, part int, req []byte) {
 }
 
 // queueDrop appends req (copied) to the link's write buffer; its reply is
-// dropped (a replayed state command, the ASKING before an ASK retry, a
-// state command broadcast to the client's other connections). reset marks
-// a RESET.
-func (ln *link) queueDrop(req []byte, reset bool) { ln.queueRef(req, linkRef{reset: reset}) }
+// dropped (a held request the proxy answered already: MULTI, ASKING; the
+// ASKING before an ASK retry; the HELLO 3 of a new RESP3 shared
+// connection).
+func (ln *link) queueDrop(req []byte) { ln.queueRef(req, linkRef{}) }
 
 // queueRef appends req (copied) to the link's write buffer, answered by r,
 // a reference to no request.
@@ -468,11 +467,11 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 		ln.replayed(r, f.Type, f.Head, now)
 		return
 	}
-	if r.e != nil {
-		stateReply(r.e, f.Type)
+	if r.e != nil && r.part == 0 {
+		stateReply(r.e, f.Type) // (a state command's other parts go to the other shards: broadcastState)
 	}
 	switch {
-	case r.reset || r.e != nil && r.e.cmd == command.Reset:
+	case r.e != nil && r.e.cmd == command.Reset:
 		ln.subs, ln.monitor = subCounts{}, false
 	case r.e != nil && r.e.cmd == command.Monitor && f.Type == resp.TypeSimpleString:
 		ln.monitor = true
@@ -543,7 +542,7 @@ func (ln *link) redirect(e *request, part int, frame []byte, now int64) bool {
 	p.asked = rd.Ask
 	to := s.linkAddr(rd.Addr)
 	if rd.Ask {
-		to.queueDrop(askingReq, false)
+		to.queueDrop(askingReq)
 	}
 	to.queue(e, part, p.req)
 	return true
@@ -636,7 +635,7 @@ func (l *loop) retryPart(e *request, seq uint64, part int, addr string) {
 	}
 	to := s.linkAddr(addr)
 	if p.asked {
-		to.queueDrop(askingReq, false)
+		to.queueDrop(askingReq)
 	}
 	to.queue(e, part, p.req)
 	l.flushAll()

@@ -335,7 +335,7 @@ func (l *loop) sharedLink(shard int, resp3 bool, k int) *link {
 		ln.mshard = m.Shard(addr)
 	}
 	if resp3 {
-		ln.queueDrop(hello3Req, false)
+		ln.queueDrop(hello3Req)
 	}
 	l.shared[i] = ln
 	go l.p.dialLink(ln, l.el)
