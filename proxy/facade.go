@@ -181,6 +181,12 @@ func (facadeShape) single(s *client) bool { return s.vnode != nil }
 func (facadeShape) perShard() bool        { return true }
 func (facadeShape) reorders() bool        { return true }
 
+// spreads: yes, for the clients of the plain endpoint (slotShape's).
+// closesOnFailure: no, as slotShape; a virtual node's client stands for a
+// cluster client, which keeps its connection when one node fails.
+func (facadeShape) spreads() bool         { return true }
+func (facadeShape) closesOnFailure() bool { return false }
+
 // redials: for a client of the plain endpoint as slotShape; for a client
 // of a virtual node as pinnedShape (a cluster client's connection to one
 // node).

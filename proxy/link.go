@@ -791,8 +791,9 @@ func (ln *link) dialFailed(err error) {
 	// The requests never reached the engine: under slot routing they get
 	// the error and the client keeps its connection and its other
 	// shards; with one engine (no route, or pinned) the client is closed
-	// once answered, as a direct client whose connection failed is.
-	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.route != routeSlots)
+	// once answered, as a direct client whose connection failed is
+	// (shape.closesOnFailure).
+	ln.fail(upstreamError(ln.addr, "unreachable", err), ln.p.shape.closesOnFailure())
 }
 
 // shutdown closes the connection at once (SHUT_RDWR: a blocked command is freed at once).

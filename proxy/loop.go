@@ -145,7 +145,7 @@ func (p *Proxy) loopFor(el gnet.EventLoop) *loop {
 			ups: make(map[gnet.Conn]struct{}), clients: make(map[gnet.Conn]struct{})}
 		l.inflight.SetClock(p.base)
 		l.hscan.Dialect = p.dialect
-		if el != nil && (p.shared || p.route == routeSlots) { // deferShared, deferClient
+		if el != nil && (p.shared || p.shape.spreads()) { // deferShared, deferClient
 			l.runDeferred = gnet.RunnableFunc(func(context.Context) error {
 				l.writeDeferred()
 				return nil
@@ -353,12 +353,13 @@ func (l *loop) sharedIndex(shard int, resp3 bool, k int) int {
 	return i
 }
 
-// closeRiders closes, once answered, the clients with one engine (route
-// none) that ride the shared link ln, which the engine closed (CLIENT
-// KILL, its idle timeout, a restart): each would have been on a connection
-// of its own that the same close reached (a shared link is idle only when
-// all of them are). Clients routed by slot are left to re-dial, as their
-// private connections are (link.redialable).
+// closeRiders closes, once answered, the clients riding the shared link
+// ln, which the engine closed (CLIENT KILL, its idle timeout, a restart),
+// that their shape would close had the same close reached a connection of
+// their own with nothing in flight (shape.redials: route none's clients),
+// as a shared link is idle only when all its riders are. The others are
+// left to re-dial, as their private connections are (link.redialable);
+// riders with requests in flight on ln are closed by ln.fail either way.
 func (l *loop) closeRiders(ln *link) {
 	i := slices.Index(l.shared, ln)
 	if i < 0 {
@@ -366,7 +367,7 @@ func (l *loop) closeRiders(ln *link) {
 	}
 	for c := range l.clients {
 		s, _ := c.Context().(*client)
-		if s == nil || s.gone() || !s.has(cfShared) || !s.fixed() || s.p.route != routeNone ||
+		if s == nil || s.gone() || !s.has(cfShared) || s.p.shape.redials(s, false) ||
 			l.sharedIndex(s.home, s.has(cfResp3), s.slot) != i {
 			continue
 		}
@@ -786,14 +787,15 @@ func (l *loop) checkUpstreams() {
 }
 
 // notAnswering fails the requests pending on ln with "-ERR upstream
-// <host:port> not answering" and closes it. As when a dial fails, a client
-// under slot routing keeps its connection (its next request to the shard
-// opens a new one); with one engine the client is closed once answered,
-// as a direct client whose connection timed out would reconnect.
+// <host:port> not answering" and closes it. As when a dial fails, the
+// shape says whether their clients are closed once answered, as a direct
+// client whose connection timed out would reconnect (one engine), or keep
+// their connections, their next request to the shard opening a new one
+// (slot routing; shape.closesOnFailure).
 func (ln *link) notAnswering(quiet time.Duration) {
 	ln.p.log.Warn("upstream not answering; failing its pending requests and closing the connection",
 		"upstream", ln.addr, "pending", ln.q.len(), "silent", quiet.Round(time.Millisecond))
-	lost := ln.p.route != routeSlots
+	lost := ln.p.shape.closesOnFailure()
 	if m := ln.p.cfg.Metrics; m != nil && !lost {
 		m.UpstreamLost() // (fail counts it when lost)
 	}

@@ -58,11 +58,9 @@ type Proxy struct {
 	// mu; see unknownSubcommand).
 	unknownSubs map[string]bool
 
-	// route and shared are cfg.Route and cfg.UpstreamMode ==
-	// UpstreamShared, decoded once; route is for the upstream links (a
-	// client asks its shape).
-	route  routeKind
-	shape  shape   // by route: fixedShape, pinnedShape, slotShape or facadeShape
+	// shape is cfg.Route's (fixedShape, pinnedShape, slotShape or
+	// facadeShape); shared is cfg.UpstreamMode == UpstreamShared.
+	shape  shape
 	facade *facade // RouteFacade's virtual nodes (facade.go); nil otherwise
 	shared bool
 	inject atomic.Pointer[Injection] // the rules in force (inject.go); nil: none
@@ -255,13 +253,13 @@ func New(cfg Config) (*Proxy, error) {
 	p.shape = fixedShape{}
 	switch cfg.Route {
 	case RouteSlots:
-		p.route, p.shape = routeSlots, slotShape{}
+		p.shape = slotShape{}
 	case RoutePinned:
-		p.route, p.shape = routePinned, pinnedShape{firstKey: cfg.PinBy == PinFirstKey}
+		p.shape = pinnedShape{firstKey: cfg.PinBy == PinFirstKey}
 	case RouteFacade:
 		// The plain endpoint routes by slot; virtual nodes' clients are
 		// fixed to their shard (client.fixed).
-		p.route, p.shape, p.facade = routeSlots, facadeShape{}, newFacade(cfg.FacadeListen, cfg.FacadeTLS)
+		p.shape, p.facade = facadeShape{}, newFacade(cfg.FacadeListen, cfg.FacadeTLS)
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	if cfg.Inject != nil {

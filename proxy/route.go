@@ -13,16 +13,6 @@ import (
 	"github.com/respmeter/respmeter/routing"
 )
 
-// routeKind is Config.Route as the event loops compare it (no string
-// compares on the hot path).
-type routeKind uint8
-
-const (
-	routeNone routeKind = iota
-	routeSlots
-	routePinned
-)
-
 // topoView is one immutable topology with what the proxy derives from it.
 type topoView struct {
 	t *routing.Topology

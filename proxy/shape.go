@@ -12,7 +12,8 @@ import (
 // limits, pub/sub and MONITOR, state replay, ordering, timing. New picks
 // the shape from Config.Route: fixedShape, pinnedShape, slotShape or
 // facadeShape (facade.go). A new shape (fault injection, a mirror) is a
-// type with these methods; the client asks it and tests no route mode.
+// type with these methods; the client, its loop and its engine links ask
+// it and test no route mode.
 type shape interface {
 	// start sets up a new client (its home shard is picked already).
 	start(s *client)
@@ -44,6 +45,20 @@ type shape interface {
 	// in flight on the connection (they fail either way). No: s is closed
 	// once answered, as a direct client is by the same close.
 	redials(s *client, busy bool) bool
+	// spreads reports whether a client of the shape may send requests to
+	// several shards (single false): its replies then come in pieces, a
+	// shard's at a time, and the loops get ready to write them together
+	// once per pass (loop.deferClient). No: every client of the shape is
+	// single, and its replies are written as they come.
+	spreads() bool
+	// closesOnFailure reports whether a client is closed, once answered,
+	// when an engine connection carrying its requests fails without the
+	// engine closing it (a dial that fails, link.dialFailed; an engine
+	// that stops answering, link.notAnswering), as a direct client whose
+	// connection failed would reconnect. No: its requests there get the
+	// error and it stays open, its next request for the shard dialling
+	// again, as a cluster client's does when one node fails.
+	closesOnFailure() bool
 }
 
 // fixedShape: one engine (Config.Route none): every request goes to the
@@ -70,6 +85,11 @@ func (fixedShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool
 func (fixedShape) single(*client) bool { return true }
 func (fixedShape) perShard() bool      { return false }
 func (fixedShape) reorders() bool      { return false }
+
+// spreads: no, and closesOnFailure: yes; the client's one engine is its
+// only one.
+func (fixedShape) spreads() bool         { return false }
+func (fixedShape) closesOnFailure() bool { return true }
 
 // redials: no. The client's one engine connection stands for its own, and
 // idles only when the client does: the engine's close reaches the client
@@ -133,6 +153,11 @@ func (pinnedShape) single(*client) bool { return true }
 func (pinnedShape) perShard() bool      { return true }
 func (pinnedShape) reorders() bool      { return false }
 
+// spreads: no, and closesOnFailure: yes, as fixedShape: a pinned client
+// sends everything to its one shard.
+func (pinnedShape) spreads() bool         { return false }
+func (pinnedShape) closesOnFailure() bool { return true }
+
 // redials: when nothing was in flight. A pinned client stands for a
 // cluster client bound to one node, which dials the node again when it
 // finds its connection closed; one whose requests were lost with the
@@ -146,6 +171,11 @@ func (slotShape) bind(*client, *topoView, *request, *routing.Call, []byte) bool 
 func (slotShape) single(*client) bool { return false }
 func (slotShape) perShard() bool      { return true }
 func (slotShape) reorders() bool      { return true }
+
+// spreads: yes, and closesOnFailure: no; the client's requests go to
+// the shards that own their slots, and one shard failing leaves the others.
+func (slotShape) spreads() bool         { return true }
+func (slotShape) closesOnFailure() bool { return false }
 
 // redials: yes. The client holds a connection per shard, as a cluster
 // client does: a close of one, even with requests in flight (they fail),
