@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/routing"
 )
@@ -403,7 +404,7 @@ func quitEndsSubscriptions(t *testing.T, e *e2eEnv, addr string) {
 func hello3(t *testing.T, c *redistest.Conn) {
 	t.Helper()
 	c.Send(t, respCmd("HELLO", "3"))
-	if f, err := c.ReadFrame(5 * time.Second); err != nil || f[0] != '%' {
+	if f, err := c.ReadFrame(5 * time.Second); err != nil || len(f) == 0 || f[0] != resp.TypeMap {
 		t.Fatalf("HELLO 3: %q %v", f, err)
 	}
 }
