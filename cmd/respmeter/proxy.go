@@ -131,10 +131,9 @@ table and the verdict; SIGINT or SIGTERM stops accepting, waits up to --drain-ti
 in flight, prints the same and exits 0.
 
 Settings, lowest precedence first: defaults, the --config file (YAML; configs/passthrough.yaml
-documents every key), environment variables RESPMETER_<KEY> (the key upper-cased: drain_timeout
-is RESPMETER_DRAIN_TIMEOUT; lists comma-separated; RESPMETER_CONFIG names the file), then flags
-(the key with - for _: --drain-timeout). Sizes: bytes, or 64MiB, 1GiB (powers of 1024), or MB,
-GB (powers of 1000). Every flag in detail: docs/configuration.md.`,
+documents every key), environment variables RESPMETER_<KEY> (RESPMETER_DRAIN_TIMEOUT; lists
+comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout). Sizes: bytes,
+64MiB, 1GiB (powers of 1024), MB, GB (powers of 1000). Every flag: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
   respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000

@@ -684,7 +684,7 @@ func TestProxyLimits(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4} +-$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4} +- +-$`).MatchString(out) {
 		t.Errorf("no ping row with unknown engine and path:\n%s", out)
 	}
 }
