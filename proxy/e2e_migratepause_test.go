@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
@@ -74,16 +72,7 @@ func TestClusterMigrateSlotsPause(t *testing.T) {
 		done := make(chan struct{})
 		for g, keys := range groups {
 			for w := range 3 {
-				var c redis.Cmdable
-				if m == "facade" {
-					cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: p.FacadeAddrs(), DisableIdentity: true})
-					t.Cleanup(func() { _ = cc.Close() })
-					c = cc
-				} else {
-					pc := redis.NewClient(&redis.Options{Addr: p.Addr(), DisableIdentity: true, MaxRetries: -1})
-					t.Cleanup(func() { _ = pc.Close() })
-					c = pc
-				}
+				c := migrateWriter(t, p, m)
 				wg.Go(func() {
 					for i := 0; ; i++ {
 						select {

@@ -77,16 +77,7 @@ func TestClusterMigrateSlotsWrites(t *testing.T) {
 		var written [writers]int // per writer: writes acknowledged, each key i%len(keys) set to "w:i"
 		var wg sync.WaitGroup
 		for w := range writers {
-			var c redis.Cmdable
-			if m == "facade" {
-				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: p.FacadeAddrs(), DisableIdentity: true})
-				t.Cleanup(func() { _ = cc.Close() })
-				c = cc
-			} else {
-				pc := redis.NewClient(&redis.Options{Addr: p.Addr(), DisableIdentity: true, MaxRetries: -1})
-				t.Cleanup(func() { _ = pc.Close() })
-				c = pc
-			}
+			c := migrateWriter(t, p, m)
 			wg.Go(func() {
 				for i := 0; !stop.Load(); i++ {
 					key := keys[(i*writers+w)%len(keys)]
@@ -229,4 +220,18 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 		n, len(res.Slots), res.Slots[0].Slot, res.Slots[len(res.Slots)-1].Slot,
 		slices.MinFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.First, b.First) }).First,
 		slices.MaxFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.Last, b.Last) }).Last)
+}
+
+// migrateWriter is one writer's client through p in mode m: a go-redis
+// ClusterClient on the facade's virtual nodes ("facade"), else a plain
+// client on p's slot-routed endpoint; closed when t ends.
+func migrateWriter(t *testing.T, p *proxy.Proxy, m string) redis.Cmdable {
+	if m == "facade" {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: p.FacadeAddrs(), DisableIdentity: true})
+		t.Cleanup(func() { _ = cc.Close() })
+		return cc
+	}
+	pc := redis.NewClient(&redis.Options{Addr: p.Addr(), DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = pc.Close() })
+	return pc
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +108,21 @@ func tlsClusterWorkload(t *testing.T, c redis.Cmdable) []string {
 	return out
 }
 
+// sameResults fails t at the first of got (the workload's results through
+// respmeter, as what says) that differs from want (a ClusterClient's
+// directly on the cluster), or when they differ in number.
+func sameResults(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Fatalf("result %d differs\n ClusterClient directly: %s\n %s: %s", i, want[i], what, got[i])
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d results %s, %d directly", len(got), what, len(want))
+	}
+}
+
 // checkSpread fails t unless every master of cl holds some of the keys.
 func checkSpread(t *testing.T, cl *redistest.Cluster) {
 	t.Helper()
@@ -158,15 +172,7 @@ func TestTLSClusterSlots(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: p.TLSAddr(), Dialer: tap.dial, DisableIdentity: true, MaxRetries: -1,
 		ReadTimeout: 10 * time.Second})
 	defer c.Close()
-	got := tlsClusterWorkload(t, c)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Fatalf("result %d differs\n ClusterClient direct: %s\n through respmeter:    %s", i, want[i], got[i])
-			}
-		}
-		t.Fatalf("%d results through respmeter, %d directly", len(got), len(want))
-	}
+	sameResults(t, "through respmeter", tlsClusterWorkload(t, c), want)
 	checkSpread(t, cl)
 	noEnginePort(t, "go-redis over TLS through --route slots", tap.read(), cl.Nodes...)
 	noEnginePort(t, "redis-cli -c --tls through --route slots", tlsCliRoundtrip(t, ca, p.TLSAddr(), cl), cl.Nodes...)
@@ -201,15 +207,7 @@ func TestTLSClusterFacade(t *testing.T) {
 		DisableIdentity: true, MaxRetries: -1, MaxRedirects: 3, ReadTimeout: 10 * time.Second,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	defer fc.Close()
-	got := tlsClusterWorkload(t, fc)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		for i := range min(len(got), len(want)) {
-			if got[i] != want[i] {
-				t.Fatalf("result %d differs\n ClusterClient direct:         %s\n ClusterClient through facade: %s", i, want[i], got[i])
-			}
-		}
-		t.Fatalf("%d results through the facade, %d directly", len(got), len(want))
-	}
+	sameResults(t, "ClusterClient through the facade", tlsClusterWorkload(t, fc), want)
 	checkSpread(t, cl)
 
 	isNode := map[string]bool{}
