@@ -58,15 +58,7 @@ func tlsClusterProxy(t *testing.T, route string, mod func(*proxy.Config)) (*redi
 	t.Helper()
 	ca := redistest.NewCA(t)
 	cl := redistest.StartTLSCluster(t, ca, 3)
-	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
-	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	server, upstream := tlsClusterConfigs(t, ca)
 	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = route, cl.Addrs()[1]
 		c.Listen, c.TLSListen, c.TLS, c.UpstreamTLS = "", "127.0.0.1:0", server, upstream
@@ -75,6 +67,23 @@ func tlsClusterProxy(t *testing.T, route string, mod func(*proxy.Config)) (*redi
 		}
 	})
 	return ca, cl, p
+}
+
+// tlsClusterConfigs gives respmeter's TLS listener (its own certificate
+// from ca, client certificates not asked for) and its TLS to the engines
+// (a client certificate from ca, the engines verified against ca).
+func tlsClusterConfigs(t *testing.T, ca *redistest.CA) (server, upstream *tls.Config) {
+	t.Helper()
+	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err = tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server, upstream
 }
 
 // tlsClusterWorkload sets and gets back keys of every master, with a hash
@@ -312,15 +321,7 @@ func TestTLSClusterBothPorts(t *testing.T) {
 		}
 		return nil
 	})
-	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
-	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	server, upstream := tlsClusterConfigs(t, ca)
 	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = proxy.RouteSlots, cl.Addrs()[1]
 		c.TLSListen, c.TLS, c.UpstreamTLS = "127.0.0.1:0", server, upstream
