@@ -26,8 +26,11 @@ import (
 // the IMPORT of the same job, ended (success), its start no later than
 // the pause and its end no earlier (the engine's clock, whole seconds),
 // node 2's none; respmeter saw it while it ran and ended after the
-// pause; the log says when it was seen to begin and end; the lines
-// under the per-shard table at exit name it. Every acknowledged write is
+// pause; the log says when it was seen to begin and end; /metrics counts
+// on each shard as many slot_migration_started and _ended topology
+// events as its engine lists jobs (CLUSTER GETSLOTMIGRATIONS): one each
+// on nodes 0 and 1, none on node 2; the lines under the per-shard table
+// at exit name it. Every acknowledged write is
 // on the engines afterwards. Skips on an engine without CLUSTER
 // MIGRATESLOTS.
 func TestProxySlotMigrationEvent(t *testing.T) {
@@ -122,6 +125,31 @@ func TestProxySlotMigrationEvent(t *testing.T) {
 	}
 	if ms := got[cl.Nodes[2].Addr()]; len(ms) != 0 {
 		t.Errorf("node 2, not part of the migration, lists %+v", ms)
+	}
+	// respmeter_topology_events_total counts on each shard the jobs its
+	// engine lists (a fresh cluster: all started while respmeter watched),
+	// read through the admin listener's /metrics.
+	body := httpGet(t, admin+"/metrics")
+	for i, n := range cl.Nodes {
+		jobs, err := cl.SlotMigrations(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ended float64
+		for _, j := range jobs {
+			if j["state"] == "success" || j["state"] == "failed" || j["state"] == "cancelled" {
+				ended++
+			}
+		}
+		want := map[string]float64{"slot_migration_started": float64(len(jobs)), "slot_migration_ended": ended}
+		if i < 2 && (len(jobs) != 1 || ended != 1) || i == 2 && len(jobs) != 0 {
+			t.Errorf("node %d's engine lists %d jobs, %v ended: %v", i, len(jobs), ended, jobs)
+		}
+		for kind, w := range want {
+			if v := metricValue(t, body, fmt.Sprintf(`respmeter_topology_events_total{kind=%q,shard=%q}`, kind, n.Addr())); v != w {
+				t.Errorf("node %d: respmeter_topology_events_total{kind=%q} = %v; its engine lists %v", i, kind, v, w)
+			}
+		}
 	}
 	p.waitFor(t, p.stderr, `msg="slot migration ended" component=engine-poller upstream=`+regexp.QuoteMeta(cl.Nodes[0].Addr())+` operation=EXPORT slots=0-999 state=success`)
 	p.signal(t, syscall.SIGTERM)
