@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -192,7 +194,9 @@ func TestProxySlotMigrationEvent(t *testing.T) {
 // node 0 (EXPORT) and one on node 1 (IMPORT), success, with an end time,
 // none on node 2. Then it renders the same /stats document with the jobs
 // as a poll finds them while they run (no end yet) and checks that the
-// rows say running. Skips without a Chromium.
+// rows say running. Skips without a Chromium. A screenshot of the page
+// goes to $RESPMETER_ARTIFACTS (or the test's temporary directory) as
+// live-page-migrations.png.
 func liveMigrations(t *testing.T, admin string, cl *redistest.Cluster, job string) {
 	browser := chromiumPath(t)
 	ctx := openLivePage(t, browser, strings.TrimPrefix(admin, "http://"))
@@ -233,6 +237,14 @@ func liveMigrations(t *testing.T, admin string, cl *redistest.Cluster, job strin
 		return nil
 	})
 	t.Logf("live page migration rows: %s", got)
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	out := filepath.Join(artifactDir(t), "live-page-migrations.png")
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The same document as a poll gives it while the jobs run.
 	doc := httpGet(t, admin+"/stats")
 	running, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(d => {

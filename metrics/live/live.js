@@ -97,8 +97,8 @@ function renderMigrations(doc) {
       tr.dataset.name = m.name;
       tr.dataset.operation = m.operation;
       const other = m.operation === "EXPORT" ? "to " + m.target_node : "from " + m.source_node;
-      tr.append(cell(e.shard, "name"), cell(m.operation, "operation"), cell(m.slots, "slots"),
-        cell(other, "name node"), cell(m.state, "state"), cell(clock(m.start), "start"),
+      tr.append(cell(e.shard, "name"), cell(m.operation, "name operation"), cell(m.slots, "name slots"),
+        cell(other, "name node"), cell(m.state, "name state"), cell(clock(m.start), "start"),
         cell(m.end === null ? "running" : clock(m.end), "end"),
         cell(m.end === null
           ? ((Date.now() - Date.parse(m.seen)) / 1000).toFixed(0) + " so far"
