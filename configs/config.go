@@ -180,6 +180,15 @@ type Config struct {
 	// or "facade". Default empty. In the environment and in --shards: a
 	// comma-separated list.
 	Shards []string `yaml:"shards"`
+	// ShardZones are the availability zones of Shards, one per shard in
+	// the same order (the availability-zone a Valkey 9.1 cluster node
+	// reports): the facade's CLUSTER SHARDS gives each virtual node its
+	// shard's zone, and the per-shard tables show it beside the shard's
+	// address. Each a non-empty name of at most 128 printable characters
+	// without spaces. Only with Shards. Default empty: no zone, or the
+	// engine's own in the per-shard tables. In the environment and in
+	// --shard-zones: a comma-separated list.
+	ShardZones []string `yaml:"shard_zones"`
 	// Cluster is host:port of one node of a Redis or Valkey Cluster, whose
 	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at start,
 	// every TopologyRefresh and after a MOVED reply. Only with Route
@@ -632,6 +641,20 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validZone reports whether z is an acceptable ShardZones entry: 1 to 128
+// printable ASCII characters, no space.
+func validZone(z string) bool {
+	if z == "" || len(z) > 128 {
+		return false
+	}
+	for i := range len(z) {
+		if z[i] <= ' ' || z[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 // checkRouting checks Shards, Cluster and PinBy: each address a dialable
 // host:port that is not the listen address, no shard twice; and against
 // Route: with "none" none of them may be set; with "slots" or "pinned"
@@ -657,6 +680,15 @@ func (c *Config) checkRouting() []*FieldError {
 	if c.Cluster != "" {
 		if e := checkDialAddr("cluster", c.Cluster, c.Listen); e != nil {
 			errs = append(errs, e)
+		}
+	}
+	if len(c.ShardZones) > 0 && len(c.ShardZones) != len(c.Shards) {
+		errs = append(errs, invalid("shard_zones", "needs one zone per shard, in shard order: %d for %d shards",
+			len(c.ShardZones), len(c.Shards)).reads("shards"))
+	}
+	for i, z := range c.ShardZones {
+		if !validZone(z) {
+			errs = append(errs, entryError(invalid("shard_zones", "must be 1 to 128 printable characters without spaces, got %q", z), i))
 		}
 	}
 	switch c.Route {

@@ -31,6 +31,7 @@ var fields = []field{
 	{"upstream", func(c *Config) any { return &c.Upstream }},
 	{"route", func(c *Config) any { return &c.Route }},
 	{"shards", func(c *Config) any { return &c.Shards }},
+	{"shard_zones", func(c *Config) any { return &c.ShardZones }},
 	{"cluster", func(c *Config) any { return &c.Cluster }},
 	{"facade_listen", func(c *Config) any { return &c.FacadeListen }},
 	{"topology_refresh", func(c *Config) any { return &c.TopologyRefresh }},

@@ -19,7 +19,8 @@ var liveFiles embed.FS
 // selector, 10s by default; see StatsHandlerWindowed), rendering per
 // command the rate and p50/p99/p99.9 of each phase in milliseconds, the
 // verdict's shares as a bar, engine vs path and, when routing, per-shard
-// rows. Mount it at the root of the admin mux (NewAdminMux does), next to
+// rows and each shard engine's atomic slot migrations (running, then the
+// latest ended). Mount it at the root of the admin mux (NewAdminMux does), next to
 // /stats: the page reads it by a relative URL.
 func LiveHandler() http.Handler {
 	sub, err := fs.Sub(liveFiles, "live")

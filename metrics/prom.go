@@ -152,6 +152,26 @@ type collector struct {
 
 var _ prometheus.Collector = (*collector)(nil)
 
+// NewTopologyEventsDesc returns the description of
+// respmeter_topology_events_total with the variable label kind and the
+// constant labels given. Two collectors export it: the Set, with the
+// constant label shard empty (no shard label once Prometheus stores it),
+// the map-wide kinds (TopologyKind); and each shard's engine poller
+// (metrics/engine), with none of its own, registered under the constant
+// label shard (the engine's address), the atomic slot migration kinds
+// slot_migration_started and slot_migration_ended. Both take the
+// description from here: a registry accepts one metric from several
+// collectors only with the same help and the same constant and variable
+// label names.
+func NewTopologyEventsDesc(constLabels prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc("respmeter_topology_events_total",
+		"Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), "+
+			"slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone), "+
+			"all three with shard empty; and by shard (the engine's address) the atomic slot migrations that shard's engine "+
+			"listed as source or target (CLUSTER GETSLOTMIGRATIONS): slot_migration_started, slot_migration_ended.",
+		[]string{"kind"}, constLabels)
+}
+
 func newCollector(s *Set, ex Export) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("respmeter_"+name, help, labels, nil)
@@ -217,9 +237,7 @@ func newCollector(s *Set, ex Export) *collector {
 				"Recorded in whole microseconds (1us..1h, 3 significant digits)."),
 		pinnedMisroutes: d("pinned_misroutes_total",
 			"Commands sent, in pinned routing, to a shard that does not own their key's hash slot."),
-		topologyEvents: d("topology_events_total",
-			"Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), "+
-				"slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone).", "kind"),
+		topologyEvents: NewTopologyEventsDesc(prometheus.Labels{"shard": ""}),
 		crossSlot: d("crossslot_replies_total",
 			"Commands the proxy answered with -CROSSSLOT itself, without sending them upstream."),
 		handoffs: d("handoffs_total",

@@ -382,11 +382,11 @@ respmeter_handoffs_total{reason="other"} 2
 respmeter_handoffs_total{reason="pubsub"} 2
 respmeter_handoffs_total{reason="state"} 2
 respmeter_handoffs_total{reason="transaction"} 1
-# HELP respmeter_topology_events_total Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone).
+# HELP respmeter_topology_events_total Changes of the cluster's shard map the proxy saw, by kind: slot_moved (a MOVED reply named a new owner), slots_reassigned (a refresh found slots with another owner), masters_changed (a refresh found a master joined or gone), all three with shard empty; and by shard (the engine's address) the atomic slot migrations that shard's engine listed as source or target (CLUSTER GETSLOTMIGRATIONS): slot_migration_started, slot_migration_ended.
 # TYPE respmeter_topology_events_total counter
-respmeter_topology_events_total{kind="masters_changed"} 0
-respmeter_topology_events_total{kind="slot_moved"} 2
-respmeter_topology_events_total{kind="slots_reassigned"} 1
+respmeter_topology_events_total{kind="masters_changed",shard=""} 0
+respmeter_topology_events_total{kind="slot_moved",shard=""} 2
+respmeter_topology_events_total{kind="slots_reassigned",shard=""} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(counters),
 		"respmeter_shard_commands_total", "respmeter_shard_command_errors_total", "respmeter_redirects_total",

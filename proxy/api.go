@@ -40,6 +40,11 @@ type Config struct {
 	// slots in contiguous ranges as "redis-cli --cluster create" assigns
 	// them (3 shards: 0-5460, 5461-10922, 10923-16383).
 	Shards []string
+	// ShardZones are the availability zones of Shards, one per shard in
+	// the same order, or empty: RouteFacade's CLUSTER SHARDS gives each
+	// virtual node its shard's zone (availability-zone, as a Valkey 9.1
+	// cluster node; with Cluster the cluster's own are given instead).
+	ShardZones []string
 	// Cluster is the address of one node of a Redis/Valkey Cluster, whose
 	// shard map (CLUSTER SHARDS, or CLUSTER SLOTS) is read at Start and
 	// refreshed every TopologyRefresh and after a MOVED reply.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,23 @@ func shardZones(ctx context.Context, c *redis.Client) (map[int64]string, error) 
 	return zones, nil
 }
 
+// facadeZones checks every virtual node of p's facade, over RESP2 and
+// RESP3: its CLUSTER SHARDS gives the zones want by shard's first slot
+// (shardZones); it returns the first difference.
+func facadeZones(ctx context.Context, p *proxy.Proxy, want map[int64]string) error {
+	for _, proto := range []int{2, 3} {
+		for i, addr := range p.FacadeAddrs() {
+			c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, DisableIdentity: true})
+			got, err := shardZones(ctx, c)
+			_ = c.Close()
+			if err != nil || !maps.Equal(got, want) {
+				return fmt.Errorf("RESP%d: virtual node %d's CLUSTER SHARDS: zones by first slot %v (%v), want %v", proto, i, got, err, want)
+			}
+		}
+	}
+	return nil
+}
+
 // TestFacadeClusterShardsZones: a 3-master Valkey 9.1 cluster whose nodes
 // have availability zones of their own (availability-zone, set on each);
 // the facade's CLUSTER SHARDS gives each virtual node the zone of its
@@ -80,19 +98,7 @@ func TestFacadeClusterShardsZones(t *testing.T) {
 		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 		c.TopologyRefresh = 200 * time.Millisecond
 	})
-	compare := func(want map[int64]string) error {
-		for _, proto := range []int{2, 3} {
-			for i, addr := range p.FacadeAddrs() {
-				c := redis.NewClient(&redis.Options{Addr: addr, Protocol: proto, DisableIdentity: true})
-				got, err := shardZones(ctx, c)
-				_ = c.Close()
-				if err != nil || !maps.Equal(got, want) {
-					return fmt.Errorf("RESP%d: virtual node %d's CLUSTER SHARDS: zones by first slot %v (%v); the engine's %v", proto, i, got, err, want)
-				}
-			}
-		}
-		return nil
-	}
+	compare := func(want map[int64]string) error { return facadeZones(ctx, p, want) }
 	engineZones := func() map[int64]string {
 		t.Helper()
 		z, err := shardZones(ctx, cl.Nodes[1].Client())
@@ -134,4 +140,32 @@ func TestFacadeClusterShardsZones(t *testing.T) {
 	})
 	redistest.Eventually(t, 5*time.Second, func() error { return compare(want) })
 	t.Logf("zones by first slot: %v", want)
+}
+
+// TestFacadeShardZonesConfigured: three standalone engines behind the
+// facade (Config.Shards) with a zone given for each (Config.ShardZones):
+// every virtual node's CLUSTER SHARDS, over RESP2 and RESP3, gives each
+// shard's master the zone given for that shard, by its first slot (the
+// even split: 0, 5461, 10923). A zone list of another length than the
+// shards is refused.
+func TestFacadeShardZonesConfigured(t *testing.T) {
+	ctx := context.Background()
+	var shards []string
+	for range 3 {
+		shards = append(shards, redistest.Start(t).Addr())
+	}
+	zones := []string{"zone-a", "zone-b", "zone-c"}
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Shards, c.ShardZones = proxy.RouteFacade, shards, zones
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	})
+	want := map[int64]string{0: "zone-a", 5461: "zone-b", 10923: "zone-c"}
+	if err := facadeZones(ctx, p, want); err != nil {
+		t.Error(err)
+	}
+	_, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Route: proxy.RouteFacade, Shards: shards, ShardZones: zones[:2],
+		FacadeListen: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}})
+	if err == nil || !strings.Contains(err.Error(), "shard zones: 2 for 3 shards") {
+		t.Errorf("2 zones for 3 shards: %v, want refused", err)
+	}
 }

@@ -549,8 +549,8 @@ func (s *client) clusterSlots(v *topoView, resp3 bool) []byte {
 // clusterShards is the CLUSTER SHARDS reply (Redis 7.0): per shard a map
 // {slots: [start, end, ...], nodes: [{id, port, ip, endpoint, role,
 // replication-offset, health}]}, the node's availability-zone after health
-// where its engine has one (Valkey 9.1: Topology.Zones, or the engine's
-// own under --shards), and the shard's id after nodes where the
+// where it has one (Topology.Zones: the cluster's own, Valkey 9.1, or
+// Config.ShardZones over Shards), and the shard's id after nodes where the
 // engine's cluster gives one (facade.shardIDs: Valkey 9); RESP2 gives the
 // maps as flat arrays.
 func (s *client) clusterShards(v *topoView, resp3 bool) []byte {

@@ -165,6 +165,16 @@ func New(cfg Config) (*Proxy, error) {
 			if err != nil {
 				errs = append(errs, err)
 			}
+			switch {
+			case len(cfg.ShardZones) == 0:
+			case len(cfg.ShardZones) != len(cfg.Shards):
+				errs = append(errs, fmt.Errorf("shard zones: %d for %d shards", len(cfg.ShardZones), len(cfg.Shards)))
+			case t != nil:
+				t.Zones = make(map[string]string, len(cfg.Shards))
+				for i, a := range cfg.Shards {
+					t.Zones[a] = cfg.ShardZones[i]
+				}
+			}
 			topo = t
 		case cfg.Cluster != "":
 			if _, _, err := net.SplitHostPort(cfg.Cluster); err != nil {

@@ -62,6 +62,7 @@ var proxyFlagGroup = map[string]string{
 
 	"route":            "routing",
 	"shards":           "routing",
+	"shard-zones":      "routing",
 	"cluster":          "routing",
 	"facade-listen":    "routing",
 	"topology-refresh": "routing",

@@ -458,26 +458,35 @@ func TestPrecedence(t *testing.T) {
 			"hdr_log: /tmp/from-flag.hlog\n", "hdr_interval: 200ms\n",
 		}},
 		{"routing defaults", nil, nil, []string{
-			"upstream: 127.0.0.1:6379\nroute: none\nshards: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 30s\npin_by: \"\"\n",
+			"upstream: 127.0.0.1:6379\nroute: none\nshards: []\nshard_zones: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 30s\npin_by: \"\"\n",
 		}},
 		{"routing from the file", nil, []string{"--config", file3}, []string{
 			"sources: defaults, " + file3 + "\n",
-			"route: slots\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
+			"route: slots\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\nshard_zones: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
 		}},
 		{"routing from env over the file", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_ROUTE=pinned",
 			"RESPMETER_SHARDS=127.0.0.1:7100, 127.0.0.1:7101,127.0.0.1:7102", "RESPMETER_PIN_BY=first-key", "RESPMETER_TOPOLOGY_REFRESH=1m"}, nil, []string{
 			"sources: defaults, " + file3 + ", RESPMETER_ROUTE, RESPMETER_SHARDS, RESPMETER_TOPOLOGY_REFRESH, RESPMETER_PIN_BY\n",
-			"route: pinned\nshards:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n    - 127.0.0.1:7102\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 1m0s\npin_by: first-key\n",
+			"route: pinned\nshards:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n    - 127.0.0.1:7102\nshard_zones: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 1m0s\npin_by: first-key\n",
 		}},
 		{"routing from flags over env", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_SHARDS=127.0.0.1:7100", "RESPMETER_PIN_BY=first-key"},
 			[]string{"--route", "pinned", "--shards", "127.0.0.1:7200,127.0.0.1:7201", "--shards", "127.0.0.1:7202", "--pin-by", "connection",
 				"--topology-refresh", "2s"}, []string{
 				"RESPMETER_SHARDS, RESPMETER_PIN_BY, --route, --shards, --pin-by, --topology-refresh\n",
-				"route: pinned\nshards:\n    - 127.0.0.1:7200\n    - 127.0.0.1:7201\n    - 127.0.0.1:7202\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 2s\npin_by: connection\n",
+				"route: pinned\nshards:\n    - 127.0.0.1:7200\n    - 127.0.0.1:7201\n    - 127.0.0.1:7202\nshard_zones: []\ncluster: \"\"\nfacade_listen: []\ntopology_refresh: 2s\npin_by: connection\n",
+			}},
+		{"shard zones from env", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_SHARD_ZONES=eu-1a,eu-1b"}, nil, []string{
+			"sources: defaults, " + file3 + ", RESPMETER_SHARD_ZONES\n",
+			"shards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\nshard_zones:\n    - eu-1a\n    - eu-1b\ncluster: \"\"\n",
+		}},
+		{"shard zones from flags over env", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_SHARD_ZONES=eu-1a,eu-1b"},
+			[]string{"--shard-zones", "us-2a,us-2b"}, []string{
+				"RESPMETER_SHARD_ZONES, --shard-zones\n",
+				"shard_zones:\n    - us-2a\n    - us-2b\n",
 			}},
 		{"cluster flag with shards cleared", []string{"RESPMETER_CONFIG=" + file3, "RESPMETER_PIN_BY=first-key"},
 			[]string{"--shards=", "--cluster", "10.0.0.5:7000", "--pin-by="}, []string{
-				"route: slots\nshards: []\ncluster: 10.0.0.5:7000\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
+				"route: slots\nshards: []\nshard_zones: []\ncluster: 10.0.0.5:7000\nfacade_listen: []\ntopology_refresh: 10s\npin_by: \"\"\n",
 			}},
 		{"routed: the default upstream may be the listen address", nil,
 			[]string{"--listen", ":6379", "--route", "slots", "--shards", "10.0.0.1:6379"}, []string{
@@ -505,7 +514,7 @@ func TestPrecedence(t *testing.T) {
 		{"facade from env and flags", []string{"RESPMETER_ROUTE=facade", "RESPMETER_FACADE_LISTEN=127.0.0.1:7100,127.0.0.1:7101"},
 			[]string{"--shards", "127.0.0.1:7000,127.0.0.1:7001"}, []string{
 				"sources: defaults, RESPMETER_ROUTE, RESPMETER_FACADE_LISTEN, --shards\n",
-				"route: facade\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\ncluster: \"\"\nfacade_listen:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n",
+				"route: facade\nshards:\n    - 127.0.0.1:7000\n    - 127.0.0.1:7001\nshard_zones: []\ncluster: \"\"\nfacade_listen:\n    - 127.0.0.1:7100\n    - 127.0.0.1:7101\n",
 			}},
 		{"explicit default size flag wins", []string{"RESPMETER_CLIENT_OUTPUT_LIMIT=1MB"}, []string{"--client-output-limit", "64MiB"},
 			[]string{"client_output_limit: 64MiB\n", "sources: defaults, RESPMETER_CLIENT_OUTPUT_LIMIT, --client-output-limit\n"}},

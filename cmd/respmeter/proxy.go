@@ -47,6 +47,7 @@ type proxyFlags struct {
 	shards          []string
 	cluster         string
 	facadeListen    []string
+	shardZones      []string
 	topologyRefresh time.Duration
 	pinBy           string
 	upstreamMode    string
@@ -154,6 +155,7 @@ comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout).
 	fs.StringVar(&f.route, "route", d.Route, "`mode`: none, slots, pinned or facade")
 	fs.StringSliceVar(&f.shards, "shards", d.Shards, "`host:port,...` of standalone engines, slots split in order")
 	fs.StringVar(&f.cluster, "cluster", d.Cluster, "`host:port` of a Cluster node to read the shard map from")
+	fs.StringSliceVar(&f.shardZones, "shard-zones", d.ShardZones, "`zone,...`: the availability zone of each of --shards, in order")
 	fs.StringSliceVar(&f.facadeListen, "facade-listen", d.FacadeListen, "`host:port,...` of the virtual nodes, one per shard")
 	fs.DurationVar(&f.topologyRefresh, "topology-refresh", time.Duration(d.TopologyRefresh), "re-read of the --cluster shard map")
 	fs.StringVar(&f.pinBy, "pin-by", d.PinBy, "`policy`: connection (round-robin) or first-key")

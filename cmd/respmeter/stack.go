@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -298,6 +299,7 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 		Upstream:          cfg.Upstream,
 		Route:             cfg.Route,
 		Shards:            cfg.Shards,
+		ShardZones:        cfg.ShardZones,
 		Cluster:           cfg.Cluster,
 		FacadeListen:      cfg.FacadeListen,
 		TopologyRefresh:   time.Duration(cfg.TopologyRefresh),
@@ -514,6 +516,9 @@ func engineRegisterer(reg prometheus.Registerer, addr string) prometheus.Registe
 // only for an addr whose metrics are registered already.
 func newEngineView(cfg configs.Config, upTLS *tls.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
 	v := &verdict.View{Addr: addr}
+	if i := slices.Index(cfg.Shards, addr); i >= 0 && i < len(cfg.ShardZones) {
+		v.Zone = cfg.ShardZones[i]
+	}
 	engReg := engineRegisterer(reg, addr)
 	if cfg.ProbeInterval > 0 {
 		v.Probe = engstats.NewProbe(addr, time.Duration(cfg.ProbeInterval), log)

@@ -744,8 +744,12 @@ func migrationLine(addr string, m engstats.Migration) string {
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // shardName is a shard's row label in the per-shard table: its address,
-// and its engine's availability zone in brackets where it has one.
+// and its availability zone in brackets where it has one: the configured
+// one (shard_zones), else its engine's own.
 func shardName(v *verdict.View) string {
+	if v.Zone != "" {
+		return v.Addr + " (" + v.Zone + ")"
+	}
 	if p := pollerOf(v); p != nil && p.Zone() != "" {
 		return v.Addr + " (" + p.Zone() + ")"
 	}

@@ -83,3 +83,27 @@ func TestProxyShardZones(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyShardZonesConfigured: --shard-zones gives each of --shards a
+// zone, which the per-shard table at exit shows beside the shard's address
+// (on any engine: the zone is respmeter's setting, not the engine's).
+func TestProxyShardZonesConfigured(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--admin", "off", "--loops", "1",
+		"--route", "slots", "--shards", a.Addr()+","+b.Addr(), "--shard-zones", "eu-west-1a,eu-west-1b")
+	addr := p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
+	c := redis.NewClient(&redis.Options{Addr: addr, DisableIdentity: true})
+	for i := range 20 { // keys on both shards
+		if err := c.Set(context.Background(), fmt.Sprint("zone:", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.Close()
+	p.signal(t, syscall.SIGTERM)
+	p.wait(t)
+	for _, want := range []string{a.Addr() + " (eu-west-1a)", b.Addr() + " (eu-west-1b)"} {
+		if !strings.Contains(p.stdout.String(), want) {
+			t.Errorf("the per-shard table lacks %q:\n%s", want, p.stdout)
+		}
+	}
+}

@@ -98,23 +98,26 @@ func parseMigrations(v respconn.Value) ([]Migration, error) {
 // applyMigrations folds one poll's jobs, taken at now, into p's list. A job
 // that had ended before the Poller's first poll of migrations is not kept:
 // the list holds what happened while respmeter watched. A job's start and
-// end are logged once each.
+// end are logged and counted (MigrationCounts) once each, also after it
+// has left the list (past its 64 jobs) while the engine still lists it.
 func (p *Poller) applyMigrations(now time.Time, jobs []Migration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	first := !p.migPolled
 	p.migPolled = true
+	if p.migSkip == nil {
+		p.migSkip = make(map[string]bool)
+	}
+	listed := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
-		if _, old := p.migBefore[j.Name]; old {
+		listed[j.Name] = true
+		if p.migSkip[j.Name] {
 			continue
 		}
 		i := p.migrationLocked(j.Name, j.Operation)
 		if i < 0 {
 			if first && !j.Running() {
-				if p.migBefore == nil {
-					p.migBefore = make(map[string]struct{})
-				}
-				p.migBefore[j.Name] = struct{}{}
+				p.migSkip[j.Name] = true
 				continue
 			}
 			j.Seen = now
@@ -123,11 +126,14 @@ func (p *Poller) applyMigrations(now time.Time, jobs []Migration) {
 			}
 			p.migrations = append(p.migrations, j)
 			if len(p.migrations) > maxMigrations {
+				p.migSkip[p.migrations[0].Name] = true
 				p.migrations = p.migrations[1:]
 			}
+			p.migStarted++
 			p.logger.Info("slot migration", "operation", j.Operation, "slots", j.Slots, "state", j.State,
 				"source", j.Source, "target", j.Target, "created", j.Start)
 			if !j.Running() {
+				p.migEnded++
 				p.logMigrationEnd(j)
 			}
 			continue
@@ -137,7 +143,15 @@ func (p *Poller) applyMigrations(now time.Time, jobs []Migration) {
 		m.State, m.End = j.State, j.End
 		if wasRunning && !m.Running() {
 			m.Ended = now
+			p.migEnded++
 			p.logMigrationEnd(*m)
+		}
+	}
+	// A name the engine no longer lists cannot come back: migSkip stays
+	// within the engine's own log (cluster-slot-migration-log-max-len).
+	for name := range p.migSkip {
+		if !listed[name] {
+			delete(p.migSkip, name)
 		}
 	}
 }
@@ -167,4 +181,17 @@ func (p *Poller) Migrations() []Migration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Migration(nil), p.migrations...)
+}
+
+// MigrationCounts returns how many atomic slot migrations the engine
+// listed, as source or target, since the Poller's first poll (one that had
+// ended by then not counted): started when a poll first listed the job,
+// ended when a poll first found it ended (success, failed, cancelled); ok
+// is false while the engine has not answered CLUSTER GETSLOTMIGRATIONS
+// (other engines, or not in cluster mode). They are the Poller's
+// respmeter_topology_events_total series.
+func (p *Poller) MigrationCounts() (started, ended int64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.migStarted, p.migEnded, p.slotJobs
 }

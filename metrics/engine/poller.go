@@ -67,12 +67,16 @@ type Poller struct {
 
 	// Atomic slot migrations (migrations.go): slotJobs is whether this
 	// session's engine answers CLUSTER GETSLOTMIGRATIONS, migPolled whether
-	// a poll has read them yet, migBefore the names of the jobs that had
-	// ended by then (the engine keeps up to cluster-slot-migration-log-max-len).
-	slotJobs   bool
-	migPolled  bool
-	migrations []Migration
-	migBefore  map[string]struct{}
+	// a poll has read them yet, migSkip the names of the jobs the engine
+	// lists that are not in migrations: those that had ended by then, and
+	// those dropped past maxMigrations (the engine keeps up to
+	// cluster-slot-migration-log-max-len); migStarted and migEnded count
+	// the jobs' starts and ends (MigrationCounts).
+	slotJobs             bool
+	migPolled            bool
+	migrations           []Migration
+	migSkip              map[string]bool
+	migStarted, migEnded int64
 
 	lastPoll     time.Time // when the last successful poll was sent
 	lastInterval time.Duration
@@ -764,7 +768,11 @@ func (p *Poller) bucketPct(c *labelStats, pct float64) time.Duration {
 // and respmeter_engine_poll_errors_total; once two polls have answered,
 // respmeter_engine_main_thread_cpu_seconds_total (the command thread's CPU)
 // and, when the engine runs on this host,
-// respmeter_engine_runqueue_wait_seconds_total (see Witness).
+// respmeter_engine_runqueue_wait_seconds_total (see Witness); on an engine
+// that answers CLUSTER GETSLOTMIGRATIONS (Valkey 9.0 on, cluster mode),
+// respmeter_topology_events_total{kind} with kinds slot_migration_started
+// and slot_migration_ended (MigrationCounts), even at 0, without engine:
+// a job's source and target each count theirs.
 //
 // Every series but the poll errors (this Poller's own) also carries
 // engine: the run_id of INFO server (40 hex digits, one per engine process;
@@ -785,6 +793,7 @@ type pollerCollector struct {
 	p                               *Poller
 	duration, seconds, calls, pollE *prometheus.Desc
 	mainCPU, runQueue               *prometheus.Desc
+	topology                        *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*pollerCollector)(nil)
@@ -810,6 +819,7 @@ func newPollerCollector(p *Poller) *pollerCollector {
 		runQueue: prometheus.NewDesc("respmeter_engine_runqueue_wait_seconds_total",
 			"Time the engine's command thread was runnable but waiting for a CPU, in seconds since respmeter started "+
 				"(/proc/PID/task/PID/schedstat; only when the engine runs on this host).", []string{"engine"}, nil),
+		topology: metrics.NewTopologyEventsDesc(nil),
 	}
 }
 
@@ -821,6 +831,7 @@ func (c *pollerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.pollE
 	ch <- c.mainCPU
 	ch <- c.runQueue
+	ch <- c.topology
 }
 
 // Collect implements prometheus.Collector.
@@ -850,5 +861,9 @@ func (c *pollerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if p.witHRQ {
 		ch <- prometheus.MustNewConstMetric(c.runQueue, prometheus.CounterValue, p.witRunQ.Seconds(), engine)
+	}
+	if p.slotJobs {
+		ch <- prometheus.MustNewConstMetric(c.topology, prometheus.CounterValue, float64(p.migStarted), "slot_migration_started")
+		ch <- prometheus.MustNewConstMetric(c.topology, prometheus.CounterValue, float64(p.migEnded), "slot_migration_ended")
 	}
 }

@@ -76,6 +76,41 @@ function renderShards(doc) {
   $("shards").tBodies[0].replaceChildren(...rows);
 }
 
+// recentEnded is how many ended slot migrations the page lists per shard.
+const recentEnded = 5;
+
+// renderMigrations lists the atomic slot migrations of each shard's engine
+// (/stats "shard_engines"[].engine.slot_migrations, kept by the engine
+// poll): those still running, then the latest ended ones. A migration
+// shows on its source (EXPORT, "other node" its target) and on its target
+// (IMPORT, "other node" its source), under the same job name.
+function renderMigrations(doc) {
+  const rows = [];
+  const clock = (t) => new Date(t).toLocaleTimeString();
+  for (const e of (doc.shard_engines || []).slice().sort((a, b) => a.shard.localeCompare(b.shard))) {
+    const ms = (e.engine && e.engine.slot_migrations) || [];
+    const running = ms.filter((m) => m.end === null);
+    const ended = ms.filter((m) => m.end !== null).slice(-recentEnded).reverse();
+    for (const m of running.concat(ended)) {
+      const tr = document.createElement("tr");
+      tr.dataset.shard = e.shard;
+      tr.dataset.name = m.name;
+      tr.dataset.operation = m.operation;
+      const other = m.operation === "EXPORT" ? "to " + m.target_node : "from " + m.source_node;
+      tr.append(cell(e.shard, "name"), cell(m.operation, "name operation"), cell(m.slots, "name slots"),
+        cell(other, "name node"), cell(m.state, "name state"), cell(clock(m.start), "start"),
+        cell(m.end === null ? "running" : clock(m.end), "end"),
+        cell(m.end === null
+          ? ((Date.now() - Date.parse(m.seen)) / 1000).toFixed(0) + " so far"
+          : ((Date.parse(m.end) - Date.parse(m.start)) / 1000).toFixed(0), "seconds"));
+      if (m.end === null) tr.className = "running";
+      rows.push(tr);
+    }
+  }
+  $("migrations-section").hidden = rows.length === 0;
+  $("migrations").tBodies[0].replaceChildren(...rows);
+}
+
 function renderVerdict(doc) {
   const v = doc.verdict;
   const bar = $("verdict-bar");
@@ -143,6 +178,7 @@ function render(doc) {
     : "(since start)";
   renderCommands(doc);
   renderShards(doc);
+  renderMigrations(doc);
   renderVerdict(doc);
   accountRow("latest", doc.verdict && doc.verdict.requests > 0 ? doc.verdict : null);
   accountRow("since-start", doc.account);

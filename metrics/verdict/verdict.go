@@ -510,7 +510,10 @@ type Config struct {
 // it then computes per interval next to the overall one.
 type View struct {
 	// Addr is the engine's address, its shard label.
-	Addr   string
+	Addr string
+	// Zone is the shard's availability zone as configured (shard_zones),
+	// "" when none was given.
+	Zone   string
 	Poller *engstats.Poller // nil when --engine-poll is 0
 	Probe  *engstats.Probe  // nil when --probe-interval is 0
 
