@@ -15,7 +15,6 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/metrics/hdrlog"
-	"github.com/respmeter/respmeter/metrics/report"
 )
 
 // TestInjectDistributions: 20,000 draws of each delay distribution give
@@ -179,7 +178,7 @@ func TestInjectHDRLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lg, err := report.Load(fh)
+		lg, err := hdrlog.Load(fh)
 		fh.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -187,7 +186,7 @@ func TestInjectHDRLog(t *testing.T) {
 		if name == "replay" {
 			logs[name] = lg.Histogram("get.upstream")
 		} else {
-			logs[name] = lg.Histogram(report.Untagged)
+			logs[name] = lg.Histogram(hdrlog.Untagged)
 		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))
