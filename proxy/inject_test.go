@@ -84,7 +84,7 @@ func BenchmarkInjectHotPath(b *testing.B) {
   write: true
   error: "ERR injected"
 - name: later
-  after: 1h
+  at: 1h
   error: "ERR injected"
 `))
 	if err != nil {
@@ -215,12 +215,12 @@ func TestInjectHDRLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ delay, want string }{
-		{"{hdr_log: none.hlog}", `rules.yaml:3: hdr_log: open ` + filepath.Join(dir, "none.hlog")},
-		{"{hdr_log: not.hlog}", `rules.yaml:3: hdr_log: ` + filepath.Join(dir, "not.hlog") + `: not an HdrHistogram interval log`},
-		{"{hdr_log: run.hlog}", `rules.yaml:3: hdr_log: ` + filepath.Join(dir, "run.hlog") + ` has 2 tags ("get.total", "get.upstream"): name one with tag:`},
-		{"{hdr_log: run.hlog, tag: set.total}", `rules.yaml:3: tag: ` + filepath.Join(dir, "run.hlog") + ` has no tag "set.total"`},
-		{"{hdr_log: go.hlog, unit: s}", `rules.yaml:3: unit: want us, ns or ms, got "s"`},
-		{"{hdr_log: go.hlog, median: 1ms}", `rules.yaml:3: delay: unknown key "median" for hdr_log`},
+		{"{hdr_log: none.hlog}", `rules.yaml:3: rules[0]: hdr_log: open ` + filepath.Join(dir, "none.hlog")},
+		{"{hdr_log: not.hlog}", `rules.yaml:3: rules[0]: hdr_log: ` + filepath.Join(dir, "not.hlog") + `: not an HdrHistogram interval log`},
+		{"{hdr_log: run.hlog}", `rules.yaml:3: rules[0]: hdr_log: ` + filepath.Join(dir, "run.hlog") + ` has 2 tags ("get.total", "get.upstream"): name one with tag:`},
+		{"{hdr_log: run.hlog, tag: set.total}", `rules.yaml:3: rules[0]: tag: ` + filepath.Join(dir, "run.hlog") + ` has no tag "set.total"`},
+		{"{hdr_log: go.hlog, unit: s}", `rules.yaml:3: rules[0]: unit: want us, ns or ms, got "s"`},
+		{"{hdr_log: go.hlog, median: 1ms}", `rules.yaml:3: rules[0]: delay: unknown key "median" for hdr_log`},
 	} {
 		_, err := ParseInjection(rules, []byte("rules:\n- name: x\n  delay: "+tc.delay+"\n"))
 		if want := rules + strings.TrimPrefix(tc.want, "rules.yaml"); err == nil || !strings.HasPrefix(err.Error(), want) {
