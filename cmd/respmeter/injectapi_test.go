@@ -114,6 +114,8 @@ func TestInjectAPI(t *testing.T) {
 		for _, w := range []string{
 			`respmeter_inject_total{effect="error",rule="no-set"} 1`,
 			`respmeter_inject_total{effect="reply_delay",rule="slow-reply"} 3`,
+			`respmeter_inject_active{rule="slow-reply"} 1`,
+			`respmeter_inject_active{rule="later"} 0`,
 			`respmeter_command_duration_seconds_count{command="get",phase="injected"} 3`,
 		} {
 			if !strings.Contains(body, w) {
