@@ -55,6 +55,13 @@ import (
 // connection's number (the order the proxy accepted it), so the same
 // connections are chosen again in a run that connects in the same order.
 //
+// A rule may hold only in a window, at: and for: (timed steps of a
+// scenario), counted from when its rules are applied: Config.Inject when
+// the proxy is made (New), a set added by AddInjection when it is added.
+// Applying puts the window on the proxy's clock (injRule.place); a request
+// is in it by when it was read, and a rule outside it costs one compare
+// (injRule.inWindow).
+//
 // With no rules Proxy.inject holds nil, and the client pays one load and
 // one branch per request (client.route). The rules in force change at run
 // time (AddInjection, RemoveInjection: the admin API's /inject) by
