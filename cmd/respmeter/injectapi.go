@@ -165,7 +165,7 @@ the admin token when the proxy has one (--admin-token-file).`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
-		Short: "The rules in force and the requests each touched",
+		Short: "The rules in force: the requests each touched, whether it is active, its window",
 		Args:  noArgs,
 		RunE:  func(*cobra.Command, []string) error { return call(http.MethodGet, "/inject", nil) },
 	}, &cobra.Command{
