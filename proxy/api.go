@@ -133,7 +133,9 @@ type Config struct {
 	// see inject.go and docs/injection.md): delays before forwarding or
 	// before the reply, error replies, timeouts and connection resets
 	// applied to the requests in each rule's scope; AddInjection and
-	// RemoveInjection change the rules at run time. No rules cost one
+	// RemoveInjection change the rules at run time. Rules' windows (at:,
+	// for:) count from New, which applies them (New keeps and changes
+	// the Injection: do not give one to two proxies). No rules cost one
 	// branch per request. Delays are timed by a thread of their own
 	// (injclock.go), which keeps its P while it waits in ppoll: give the
 	// process a P more than Loops (GOMAXPROCS), as respmeter proxy does,

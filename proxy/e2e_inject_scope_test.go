@@ -285,7 +285,7 @@ func TestInjectReadWrite(t *testing.T) {
 	}
 }
 
-// TestInjectWindow: a rule with after: 1s and for: 1s answers GETs with
+// TestInjectWindow: a rule with at: 1s and for: 1s answers GETs with
 // its error only while the proxy has run between 1 and 2 s. A client sends
 // GETs for 3 s and sorts them by what its own clock proves: answered
 // before 1 s from just before the proxy's start, so read before the
@@ -298,7 +298,7 @@ func TestInjectReadWrite(t *testing.T) {
 func TestInjectWindow(t *testing.T) {
 	srv := redistest.Start(t)
 	t0 := time.Now() // at or before the proxy's clock zero
-	p, _, in := injectSetup(t, srv, "rules:\n- name: window\n  commands: [GET]\n  after: 1s\n  for: 1s\n  error: \"ERR in the window\"\n")
+	p, _, in := injectSetup(t, srv, "rules:\n- name: window\n  commands: [GET]\n  at: 1s\n  for: 1s\n  error: \"ERR in the window\"\n")
 	t1 := time.Now() // at or after it
 	c := injectClient(t, p.Addr(), 5*time.Second)
 	ctx := context.Background()

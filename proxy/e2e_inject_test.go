@@ -215,8 +215,8 @@ func TestInjectKeysAndErrors(t *testing.T) {
 		}
 	}
 	got := in.Counts()
-	if got[0] != (proxy.InjectCount{Rule: "hot-loading", Effect: "error", Count: 12}) ||
-		got[1] != (proxy.InjectCount{Rule: "tryagain", Effect: "error", Count: 6}) {
+	if got[0] != (proxy.InjectCount{Rule: "hot-loading", Effect: "error", Count: 12, Active: true}) ||
+		got[1] != (proxy.InjectCount{Rule: "tryagain", Effect: "error", Count: 6, Active: true}) {
 		t.Errorf("rule counts %+v, want hot-loading 12 and tryagain 6 errors", got)
 	}
 }
@@ -331,32 +331,37 @@ func servedAgain(t *testing.T, c *redis.Client, set *metrics.Set) {
 // line, and nothing of it is used.
 func TestInjectRuleFileErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{"rules:\n- name: a\n  delay: 2ms\n  colour: red\n", `rules.yaml:4: unknown key "colour"`},
-		{"rules:\n- name: a\n  probability: 1.5\n  delay: 2ms\n", "rules.yaml:3: probability: want a number in (0, 1]"},
-		{"rules:\n- name: a\n  delay: 2ms\n- name: b\n  delay: 2ms\n  error: ERR x\n", `rules.yaml:4: rule "b": more than one effect`},
-		{"rules:\n- name: a\n  commands: [GET]\n", `rules.yaml:2: rule "a": no effect`},
-		{"rules:\n- name: a\n  delay: {dist: lognormal, median: 1ms}\n", "rules.yaml:3: delay: dist lognormal needs median, sigma"},
-		{"rules:\n- name: a\n  delay: {dist: pareto, min: 1ms, alpha: 1.5, max: 2ms}\n", `rules.yaml:3: delay: unknown key "max" for dist pareto`},
-		{"rules:\n- name: a\n  delay: 2 ms\n", `rules.yaml:3: delay: want a duration such as 2ms, got "2 ms"`},
-		{"rules:\n- name: a\n  error: \"OK\\r\\n\"\n", "rules.yaml:3: error: want one line of error text"},
-		{"rules:\n- name: a\n  delay: 1ms\n- name: a\n  delay: 1ms\n", `rules.yaml:4: rule "a": name used twice`},
+		{"rules:\n- name: a\n  delay: 2ms\n  colour: red\n", `rules.yaml:4: rules[0]: unknown key "colour"`},
+		{"rules:\n- name: a\n  probability: 1.5\n  delay: 2ms\n", "rules.yaml:3: rules[0]: probability: want a number in (0, 1]"},
+		{"rules:\n- name: a\n  delay: 2ms\n- name: b\n  delay: 2ms\n  error: ERR x\n", `rules.yaml:4: rules[1]: rule "b": more than one effect`},
+		{"rules:\n- name: a\n  commands: [GET]\n", `rules.yaml:2: rules[0]: rule "a": no effect`},
+		{"rules:\n- name: a\n  delay: {dist: lognormal, median: 1ms}\n", "rules.yaml:3: rules[0]: delay: dist lognormal needs median, sigma"},
+		{"rules:\n- name: a\n  delay: {dist: pareto, min: 1ms, alpha: 1.5, max: 2ms}\n", `rules.yaml:3: rules[0]: delay: unknown key "max" for dist pareto`},
+		{"rules:\n- name: a\n  delay: 2 ms\n", `rules.yaml:3: rules[0]: delay: want a duration such as 2ms, got "2 ms"`},
+		{"rules:\n- name: a\n  error: \"OK\\r\\n\"\n", "rules.yaml:3: rules[0]: error: want one line of error text"},
+		{"rules:\n- name: a\n  delay: 1ms\n- name: a\n  delay: 1ms\n", `rules.yaml:4: rules[1]: rule "a": name used twice`},
 		{"rules:\n- name: a\n\tdelay: 1ms\n", "rules.yaml: line 2: found a tab character"},
 		{"rule:\n- name: a\n", `rules.yaml:1: unknown key "rule"`},
-		{"rules:\n- name: a\n  slots: [5, 2]\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
-		{"rules:\n- name: a\n  slots: [0, 16384]\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
-		{"rules:\n- name: a\n  slots: 7\n  delay: 1ms\n", "rules.yaml:3: slots: want [from, to]"},
-		{"rules:\n- name: a\n  shards: [localhost]\n  delay: 1ms\n", `rules.yaml:3: shards: "localhost" is not host:port`},
-		{"rules:\n- name: a\n  clients: [{host: x}]\n  delay: 1ms\n", `rules.yaml:3: clients: unknown key "host"`},
-		{"rules:\n- name: a\n  clients: [{addr: 10.0.0.0/33}]\n  delay: 1ms\n", `rules.yaml:3: clients: addr: "10.0.0.0/33"`},
-		{"rules:\n- name: a\n  clients: worker\n  delay: 1ms\n", "rules.yaml:3: clients: want a list"},
-		{"rules:\n- name: a\n  read_only: true\n  write: true\n  delay: 1ms\n", "rules.yaml:4: read_only and write: a rule takes one of them"},
-		{"rules:\n- name: a\n  write: false\n  delay: 1ms\n", "rules.yaml:3: write: want true"},
-		{"rules:\n- name: a\n  after: soon\n  delay: 1ms\n", `rules.yaml:3: after: want a duration such as 10s, got "soon"`},
-		{"rules:\n- name: a\n  for: 0s\n  delay: 1ms\n", `rules.yaml:3: for: want a duration`},
-		{"rules:\n- name: a\n  reply_delay: fast\n", `rules.yaml:3: delay: want a duration such as 2ms, got "fast"`},
-		{"rules:\n- name: a\n  reply_delay: 1ms\n  delay: 1ms\n", `rules.yaml:2: rule "a": more than one effect`},
-		{"rules:\n- name: a\n  reset: false\n", "rules.yaml:3: reset: want true"},
-		{"rules:\n- name: a\n  probability: 0.5\n  per: client\n  reset: true\n", `rules.yaml:4: per: want request or connection, got "client"`},
+		{"rules:\n- name: a\n  slots: [5, 2]\n  delay: 1ms\n", "rules.yaml:3: rules[0]: slots: want [from, to]"},
+		{"rules:\n- name: a\n  slots: [0, 16384]\n  delay: 1ms\n", "rules.yaml:3: rules[0]: slots: want [from, to]"},
+		{"rules:\n- name: a\n  slots: 7\n  delay: 1ms\n", "rules.yaml:3: rules[0]: slots: want [from, to]"},
+		{"rules:\n- name: a\n  shards: [localhost]\n  delay: 1ms\n", `rules.yaml:3: rules[0]: shards: "localhost" is not host:port`},
+		{"rules:\n- name: a\n  clients: [{host: x}]\n  delay: 1ms\n", `rules.yaml:3: rules[0]: clients: unknown key "host"`},
+		{"rules:\n- name: a\n  clients: [{addr: 10.0.0.0/33}]\n  delay: 1ms\n", `rules.yaml:3: rules[0]: clients: addr: "10.0.0.0/33"`},
+		{"rules:\n- name: a\n  clients: worker\n  delay: 1ms\n", "rules.yaml:3: rules[0]: clients: want a list"},
+		{"rules:\n- name: a\n  read_only: true\n  write: true\n  delay: 1ms\n", "rules.yaml:4: rules[0]: read_only and write: a rule takes one of them"},
+		{"rules:\n- name: a\n  write: false\n  delay: 1ms\n", "rules.yaml:3: rules[0]: write: want true"},
+		{"rules:\n- name: a\n  at: soon\n  delay: 1ms\n", `rules.yaml:3: rules[0]: at: want a duration such as 10s, got "soon"`},
+		{"rules:\n- name: a\n  for: 0s\n  delay: 1ms\n", `rules.yaml:3: rules[0]: for: want a duration more than 0`},
+		{"rules:\n- name: a\n  at: -1s\n  delay: 1ms\n", `rules.yaml:3: rules[0]: at: want a duration of 0 or more, got "-1s"`},
+		{"rules:\n- name: a\n  delay: 1ms\n- name: b\n  at: 1s\n  for: 10\n  delay: 1ms\n", `rules.yaml:6: rules[1]: for: want a duration such as 10s, got "10"`},
+		{"rules:\n- name: a\n  delay: 1ms\n- name: b\n  at: [1s]\n  delay: 1ms\n", `rules.yaml:5: rules[1]: at: want a duration such as 10s`},
+		{`{"rules": [{"name": "a", "delay": "1ms"}, {"name": "b", "for": "-2s", "delay": "1ms"}]}`, `rules.yaml:1: rules[1]: for: want a duration of 0 or more, got "-2s"`},
+		{"rules:\n- name: a\n  after: 1s\n  delay: 1ms\n", `rules.yaml:3: rules[0]: unknown key "after"`},
+		{"rules:\n- name: a\n  reply_delay: fast\n", `rules.yaml:3: rules[0]: delay: want a duration such as 2ms, got "fast"`},
+		{"rules:\n- name: a\n  reply_delay: 1ms\n  delay: 1ms\n", `rules.yaml:2: rules[0]: rule "a": more than one effect`},
+		{"rules:\n- name: a\n  reset: false\n", "rules.yaml:3: rules[0]: reset: want true"},
+		{"rules:\n- name: a\n  probability: 0.5\n  per: client\n  reset: true\n", `rules.yaml:4: rules[0]: per: want request or connection, got "client"`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -55,6 +55,13 @@ import (
 // connection's number (the order the proxy accepted it), so the same
 // connections are chosen again in a run that connects in the same order.
 //
+// A rule may hold only in a window, at: and for: (timed steps of a
+// scenario), counted from when its rules are applied: Config.Inject when
+// the proxy is made (New), a set added by AddInjection when it is added.
+// Applying puts the window on the proxy's clock (injRule.place); a request
+// is in it by when it was read, and a rule outside it costs one compare
+// (injRule.inWindow).
+//
 // With no rules Proxy.inject holds nil, and the client pays one load and
 // one branch per request (client.route). The rules in force change at run
 // time (AddInjection, RemoveInjection: the admin API's /inject) by
@@ -67,6 +74,9 @@ import (
 type Injection struct {
 	rules []*injRule
 	seed  uint64
+	// base is the proxy's clock zero once the rules are applied (apply):
+	// Counts reads the windows' wall-clock times and the time now from it.
+	base time.Time
 	// names: a rule is scoped by client name, so the proxy keeps each
 	// client's name (CLIENT SETNAME, HELLO SETNAME) with or without the
 	// slow log.
@@ -128,28 +138,87 @@ type injRule struct {
 	// flag: the command has this flag (read_only: FlagReadonly, write:
 	// FlagWrite), or 0.
 	flag command.Flags
-	// from, until: the window, ns on the proxy's clock (from its start);
-	// until 0: no end.
-	from, until int64
-	delay       dist   // effDelay, effReplyDelay
-	reply       []byte // effError: the error reply, "-...\r\n"
-	hits        atomic.Uint64
+	// at, dur: the window as the rule gives it (at:, for:), ns from when
+	// its rules are applied; dur 0: to the end. from, span: the window on
+	// the proxy's clock (place): a request read at now is in it when
+	// now-from, as unsigned, is below span; span is MaxInt64 for no end.
+	at, dur    int64
+	from, span int64
+	delay      dist   // effDelay, effReplyDelay
+	reply      []byte // effError: the error reply, "-...\r\n"
+	hits       atomic.Uint64
 }
 
-// InjectCount is the number of requests one rule touched.
+// InjectCount is one rule in force: what it does, the requests it
+// touched, and when it applies.
 type InjectCount struct {
 	Rule   string `json:"rule"`
 	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset
 	Count  uint64 `json:"count"`
+	// Active: the rule's window holds the time now (a rule without one
+	// always does).
+	Active bool `json:"active"`
+	// Window is the rule's at: and for:, nil when it has neither.
+	Window *InjectWindow `json:"window,omitempty"`
 }
 
-// Counts returns, per rule in file order, the requests it touched.
+// InjectWindow is the time window of a rule (at:, for:).
+type InjectWindow struct {
+	At  float64 `json:"at_seconds"`            // from when its rules were applied
+	For float64 `json:"for_seconds,omitempty"` // its length; 0: to the end
+	// Start and End are the window's bounds on the wall clock (End nil:
+	// no end); zero until the rules are applied.
+	Start time.Time  `json:"start"`
+	End   *time.Time `json:"end,omitempty"`
+}
+
+// Counts returns, per rule in file order, the requests it touched, its
+// window and whether the window holds the time now.
 func (in *Injection) Counts() []InjectCount {
+	var now int64 // not applied: as if at the proxy's clock zero
+	if !in.base.IsZero() {
+		now = int64(time.Since(in.base))
+	}
 	out := make([]InjectCount, len(in.rules))
 	for i, r := range in.rules {
-		out[i] = InjectCount{Rule: r.name, Effect: r.effect.String(), Count: r.hits.Load()}
+		out[i] = InjectCount{Rule: r.name, Effect: r.effect.String(), Count: r.hits.Load(), Active: r.inWindow(now)}
+		if r.at == 0 && r.dur == 0 {
+			continue
+		}
+		w := &InjectWindow{At: time.Duration(r.at).Seconds(), For: time.Duration(r.dur).Seconds()}
+		if !in.base.IsZero() {
+			w.Start = in.base.Add(time.Duration(r.from)).UTC()
+			if r.dur > 0 {
+				end := w.Start.Add(time.Duration(r.dur))
+				w.End = &end
+			}
+		}
+		out[i].Window = w
 	}
 	return out
+}
+
+// place puts the rule's window on the proxy's clock, counted from now,
+// when its rules are applied.
+func (ru *injRule) place(now int64) {
+	ru.from, ru.span = now+ru.at, math.MaxInt64
+	if ru.dur > 0 {
+		ru.span = ru.dur
+	}
+}
+
+// inWindow reports whether a request read at now (ns on the proxy's
+// clock) is in the rule's window, with one compare: before from, now-from
+// is negative, so as unsigned at least 1<<63, above any span.
+func (ru *injRule) inWindow(now int64) bool { return uint64(now-ru.from) < uint64(ru.span) }
+
+// apply puts the windows of in's rules on the proxy's clock (zero at base),
+// counted from now: in is applied now.
+func (in *Injection) apply(base time.Time, now int64) {
+	in.base = base
+	for _, r := range in.rules {
+		r.place(now)
+	}
 }
 
 // String returns the rule's name, or "" for nil.
@@ -219,7 +288,7 @@ func LoadInjection(path string) (*Injection, error) {
 //	  shards: ["10.0.0.3:6379"] # the shard the request is routed to
 //	  clients: [{addr: 10.0.0.0/8}, {addr: "127.0.0.1:*"}, {name: "w-*"}]
 //	  write: true              # or read_only: true (the command's flags)
-//	  after: 10s               # a window from the proxy's start...
+//	  at: 10s                  # a window from when the file is applied...
 //	  for: 30s                 # ...and its length
 //	  probability: 0.1         # (0, 1], drawn per request...
 //	  per: connection          # ...or once per connection
@@ -255,13 +324,18 @@ func ParseInjection(name string, data []byte) (*Injection, error) {
 			if v.Kind != yaml.SequenceNode {
 				return nil, fail(v, "rules: want a list of rules")
 			}
-			for _, rn := range v.Content {
-				r, err := parseRule(rn, fail, filepath.Dir(name))
+			for j, rn := range v.Content {
+				// Errors name the rule's place as a JSON path, for a
+				// body posted to /inject on one line.
+				rfail := func(n *yaml.Node, format string, a ...any) error {
+					return fail(n, "rules[%d]: %s", j, fmt.Sprintf(format, a...))
+				}
+				r, err := parseRule(rn, rfail, filepath.Dir(name))
 				if err != nil {
 					return nil, err
 				}
 				if names[r.name] {
-					return nil, fail(rn, "rule %q: name used twice", r.name)
+					return nil, rfail(rn, "rule %q: name used twice", r.name)
 				}
 				names[r.name] = true
 				in.names = in.names || len(r.cliNames) > 0
@@ -284,7 +358,6 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	}
 	r := &injRule{line: n.Line, prob: 1}
 	effects := 0
-	var forDur int64 // for: the window's length
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -347,15 +420,20 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 			if k.Value == "read_only" {
 				r.flag = command.FlagReadonly
 			}
-		case "after", "for":
+		case "at", "for":
 			d, derr := time.ParseDuration(v.Value)
-			if v.Kind != yaml.ScalarNode || derr != nil || d < 0 || (k.Value == "for" && d == 0) {
+			switch {
+			case v.Kind != yaml.ScalarNode || derr != nil:
 				return nil, fail(v, "%s: want a duration such as 10s, got %q", k.Value, v.Value)
+			case d < 0:
+				return nil, fail(v, "%s: want a duration of 0 or more, got %q", k.Value, v.Value)
+			case k.Value == "for" && d == 0:
+				return nil, fail(v, "for: want a duration more than 0 (no for: to the end), got %q", v.Value)
 			}
-			if k.Value == "after" {
-				r.from = int64(d)
+			if k.Value == "at" {
+				r.at = int64(d)
 			} else {
-				forDur = int64(d)
+				r.dur = int64(d)
 			}
 		case "delay":
 			effects++
@@ -389,7 +467,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 			}
 			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, after, for, probability, per, delay, reply_delay, error, timeout, reset)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -406,9 +484,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(r.name))
 	r.salt = h.Sum64()
-	if forDur > 0 {
-		r.until = r.from + forDur
-	}
+	r.place(0) // until applied: as if at the proxy's clock zero
 	return r, nil
 }
 
@@ -547,7 +623,7 @@ func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r
 	name := c.Name()
 	parent, _, _ := strings.Cut(name, "|")
 	for _, ru := range in.rules {
-		if now < ru.from || (ru.until > 0 && now >= ru.until) {
+		if !ru.inWindow(now) {
 			continue
 		}
 		if ru.flag != 0 && (c.Info == nil || !c.Info.Flags.Has(ru.flag)) {
@@ -822,23 +898,26 @@ func (p *Proxy) AddInjection(in *Injection) error {
 	p.injMu.Lock()
 	defer p.injMu.Unlock()
 	cur := p.inject.Load()
-	next := &Injection{seed: in.seed}
+	next := &Injection{seed: in.seed, base: p.base}
 	if cur != nil {
 		next.seed, next.names = cur.seed, cur.names
 		next.rules = append(next.rules, cur.rules...)
 	}
-	for _, r := range in.rules {
+	for i, r := range in.rules {
 		for _, o := range next.rules {
 			if o.name == r.name {
-				return fmt.Errorf("rule %q: name in force already", r.name)
+				return fmt.Errorf("rules[%d]: rule %q: name in force already", i, r.name)
 			}
 		}
 		if len(r.cliNames) > 0 && !p.keepNames {
-			return fmt.Errorf("rule %q: clients: name: client names are not kept (start respmeter with the slow log or a rule scoped by name)", r.name)
+			return fmt.Errorf("rules[%d]: rule %q: clients: name: client names are not kept (start respmeter with the slow log or a rule scoped by name)", i, r.name)
 		}
 		next.names = next.names || len(r.cliNames) > 0
-		next.rules = append(next.rules, r)
 	}
+	// All checked: the new rules' windows count from now, and they go
+	// into force together.
+	in.apply(p.base, p.now())
+	next.rules = append(next.rules, in.rules...)
 	p.inject.Store(next)
 	return nil
 }
@@ -853,7 +932,7 @@ func (p *Proxy) RemoveInjection(name string) bool {
 	if cur == nil {
 		return false
 	}
-	next := &Injection{seed: cur.seed, names: cur.names}
+	next := &Injection{seed: cur.seed, names: cur.names, base: cur.base}
 	for _, r := range cur.rules {
 		if name != "" && r.name != name {
 			next.rules = append(next.rules, r)

@@ -15,7 +15,6 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/respmeter/respmeter/metrics/hdrlog"
-	"github.com/respmeter/respmeter/metrics/report"
 )
 
 // TestInjectDistributions: 20,000 draws of each delay distribution give
@@ -85,7 +84,7 @@ func BenchmarkInjectHotPath(b *testing.B) {
   write: true
   error: "ERR injected"
 - name: later
-  after: 1h
+  at: 1h
   error: "ERR injected"
 `))
 	if err != nil {
@@ -179,7 +178,7 @@ func TestInjectHDRLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lg, err := report.Load(fh)
+		lg, err := hdrlog.Load(fh)
 		fh.Close()
 		if err != nil {
 			t.Fatal(err)
@@ -187,7 +186,7 @@ func TestInjectHDRLog(t *testing.T) {
 		if name == "replay" {
 			logs[name] = lg.Histogram("get.upstream")
 		} else {
-			logs[name] = lg.Histogram(report.Untagged)
+			logs[name] = lg.Histogram(hdrlog.Untagged)
 		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -216,12 +215,12 @@ func TestInjectHDRLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ delay, want string }{
-		{"{hdr_log: none.hlog}", `rules.yaml:3: hdr_log: open ` + filepath.Join(dir, "none.hlog")},
-		{"{hdr_log: not.hlog}", `rules.yaml:3: hdr_log: ` + filepath.Join(dir, "not.hlog") + `: not an HdrHistogram interval log`},
-		{"{hdr_log: run.hlog}", `rules.yaml:3: hdr_log: ` + filepath.Join(dir, "run.hlog") + ` has 2 tags ("get.total", "get.upstream"): name one with tag:`},
-		{"{hdr_log: run.hlog, tag: set.total}", `rules.yaml:3: tag: ` + filepath.Join(dir, "run.hlog") + ` has no tag "set.total"`},
-		{"{hdr_log: go.hlog, unit: s}", `rules.yaml:3: unit: want us, ns or ms, got "s"`},
-		{"{hdr_log: go.hlog, median: 1ms}", `rules.yaml:3: delay: unknown key "median" for hdr_log`},
+		{"{hdr_log: none.hlog}", `rules.yaml:3: rules[0]: hdr_log: open ` + filepath.Join(dir, "none.hlog")},
+		{"{hdr_log: not.hlog}", `rules.yaml:3: rules[0]: hdr_log: ` + filepath.Join(dir, "not.hlog") + `: not an HdrHistogram interval log`},
+		{"{hdr_log: run.hlog}", `rules.yaml:3: rules[0]: hdr_log: ` + filepath.Join(dir, "run.hlog") + ` has 2 tags ("get.total", "get.upstream"): name one with tag:`},
+		{"{hdr_log: run.hlog, tag: set.total}", `rules.yaml:3: rules[0]: tag: ` + filepath.Join(dir, "run.hlog") + ` has no tag "set.total"`},
+		{"{hdr_log: go.hlog, unit: s}", `rules.yaml:3: rules[0]: unit: want us, ns or ms, got "s"`},
+		{"{hdr_log: go.hlog, median: 1ms}", `rules.yaml:3: rules[0]: delay: unknown key "median" for hdr_log`},
 	} {
 		_, err := ParseInjection(rules, []byte("rules:\n- name: x\n  delay: "+tc.delay+"\n"))
 		if want := rules + strings.TrimPrefix(tc.want, "rules.yaml"); err == nil || !strings.HasPrefix(err.Error(), want) {
@@ -230,5 +229,97 @@ func TestInjectHDRLog(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("delay %s: the error quotes the file: %v", tc.delay, err)
 		}
+	}
+}
+
+// TestInjectScenarioExample: configs/inject-scenario.yaml, the example
+// scenario the docs point to, loads, and its steps have the windows and
+// effects its comment describes.
+func TestInjectScenarioExample(t *testing.T) {
+	in, err := LoadInjection("../configs/inject-scenario.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct {
+		rule, effect string
+		at, dur      time.Duration
+	}
+	want := []step{
+		{"far-zone", "delay", 10 * time.Second, 20 * time.Second},
+		{"busy-shard", "error", 30 * time.Second, 2 * time.Second},
+		{"read-tail", "delay", 32 * time.Second, 8 * time.Second},
+	}
+	var got []step
+	for _, r := range in.rules {
+		got = append(got, step{r.name, r.effect.String(), time.Duration(r.at), time.Duration(r.dur)})
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps %+v, want %+v", got, want)
+	}
+	// Applied at 0: nothing before 10 s, the far zone from 10 s to 30 s,
+	// nothing from 40 s.
+	for _, tc := range []struct {
+		at     time.Duration
+		active []bool
+	}{
+		{0, []bool{false, false, false}},
+		{10 * time.Second, []bool{true, false, false}},
+		{30*time.Second - 1, []bool{true, false, false}},
+		{31 * time.Second, []bool{false, true, false}},
+		{39 * time.Second, []bool{false, false, true}},
+		{40 * time.Second, []bool{false, false, false}},
+	} {
+		for i, r := range in.rules {
+			if a := r.inWindow(int64(tc.at)); a != tc.active[i] {
+				t.Errorf("at %v: %s active %v, want %v", tc.at, r.name, a, tc.active[i])
+			}
+		}
+	}
+}
+
+// TestInjectWindowPlace: a rule's window counts from when its rules are
+// applied (apply); a rule without at: or for: is in force from then to the
+// end; Counts gives the window on the wall clock.
+func TestInjectWindowPlace(t *testing.T) {
+	in, err := ParseInjection("rules.yaml", []byte("rules:\n- name: always\n  delay: 1ms\n- name: later\n  at: 10s\n  delay: 1ms\n- name: first\n  for: 1s\n  delay: 1ms\n- name: step\n  at: 10s\n  for: 2s\n  delay: 1ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	const applied = int64(5 * time.Second)
+	in.apply(base, applied)
+	s := int64(time.Second)
+	for _, tc := range []struct {
+		now    int64
+		active [4]bool
+	}{
+		{0, [4]bool{false, false, false, false}},     // before it was applied
+		{applied, [4]bool{true, false, true, false}}, // applied
+		{applied + s - 1, [4]bool{true, false, true, false}},
+		{applied + s, [4]bool{true, false, false, false}},  // first's second is over
+		{applied + 10*s, [4]bool{true, true, false, true}}, // step begins
+		{applied + 12*s - 1, [4]bool{true, true, false, true}},
+		{applied + 12*s, [4]bool{true, true, false, false}},
+		{math.MaxInt64, [4]bool{true, true, false, false}},
+	} {
+		for i, r := range in.rules {
+			if a := r.inWindow(tc.now); a != tc.active[i] {
+				t.Errorf("%v after the proxy's start: %s active %v, want %v", time.Duration(tc.now), r.name, a, tc.active[i])
+			}
+		}
+	}
+	cs := in.Counts()
+	if cs[0].Window != nil {
+		t.Errorf("always: window %+v, want none", cs[0].Window)
+	}
+	if w := cs[3].Window; w == nil || w.At != 10 || w.For != 2 || !w.Start.Equal(base.Add(15*time.Second)) || w.End == nil || !w.End.Equal(base.Add(17*time.Second)) {
+		t.Errorf("step: window %+v, want 10 s + 2 s from 5 s after %v", w, base)
+	}
+	if w := cs[1].Window; w == nil || w.End != nil || w.For != 0 {
+		t.Errorf("later: window %+v, want no end", w)
+	}
+	// base is long past: "first" and "step" are over.
+	if got := [4]bool{cs[0].Active, cs[1].Active, cs[2].Active, cs[3].Active}; got != [4]bool{true, true, false, false} {
+		t.Errorf("Counts now, long after base: active %v, want [true true false false]", got)
 	}
 }

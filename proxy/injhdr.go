@@ -10,7 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/respmeter/respmeter/metrics/report"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
 
 // hdrDist is a delay distribution recorded in an HdrHistogram interval
@@ -75,13 +75,13 @@ func parseHDRDist(n *yaml.Node, vals map[string]*yaml.Node, fail failFunc, dir s
 		return dist{}, fail(pn, "hdr_log: %v", err)
 	}
 	defer f.Close()
-	lg, err := report.Load(f)
+	lg, err := hdrlog.Load(f)
 	if err != nil {
 		// The loader's error may quote the file's first odd line: only
 		// its kind is said, so that a rule posted to /inject reads
 		// nothing of a file that is not a log.
 		why := "not an HdrHistogram interval log"
-		if errors.Is(err, report.ErrEmpty) {
+		if errors.Is(err, hdrlog.ErrEmpty) {
 			why = "the log has no interval"
 		}
 		return dist{}, fail(pn, "hdr_log: %s: %s", path, why)

@@ -273,6 +273,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.shared = cfg.UpstreamMode == UpstreamShared
 	if cfg.Inject != nil {
+		cfg.Inject.apply(p.base, p.now()) // windows count from here
 		p.inject.Store(cfg.Inject)
 	}
 	p.keepNames = cfg.SlowLog != nil || (cfg.Inject != nil && cfg.Inject.names)

@@ -24,7 +24,6 @@ import (
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/hdrlog"
-	"github.com/respmeter/respmeter/metrics/report"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -140,16 +139,16 @@ func snapshotHist(sn *metrics.Snapshot, tag string) *hdrhistogram.Histogram {
 // checkMerged checks that the log at path merged per tag equals sn: the
 // same tags as want, and per tag the same counts bucket for bucket, so the
 // same count, percentiles and max.
-func checkMerged(t *testing.T, path string, sn *metrics.Snapshot, want []string) *report.Log {
+func checkMerged(t *testing.T, path string, sn *metrics.Snapshot, want []string) *hdrlog.Log {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	lg, err := report.Load(f)
+	lg, err := hdrlog.Load(f)
 	if err != nil {
-		t.Fatalf("report.Load(%s): %v", path, err)
+		t.Fatalf("hdrlog.Load(%s): %v", path, err)
 	}
 	want = slices.Sorted(slices.Values(want))
 	if got := lg.Tags(); !slices.Equal(got, want) {
@@ -470,13 +469,13 @@ func TestHDRLogEndToEnd(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	sn := set.Snapshot()
-	lg, err := func() (*report.Log, error) {
+	lg, err := func() (*hdrlog.Log, error) {
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
-		return report.Load(f)
+		return hdrlog.Load(f)
 	}()
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,7 @@ func TestProxyInject(t *testing.T) {
 	if code := p.wait(t); code == 0 {
 		t.Errorf("a bad rule file: exit 0")
 	}
-	if want := bad + `:4: unknown key "colour"`; !strings.Contains(p.stderr.String(), want) {
+	if want := bad + `:4: rules[0]: unknown key "colour"`; !strings.Contains(p.stderr.String(), want) {
 		t.Errorf("stderr lacks %q:\n%s", want, p.stderr)
 	}
 }

@@ -27,12 +27,13 @@ type injectList struct {
 // injectHandler serves the fault injection rules of p at run time
 // (docs/injection.md):
 //
-//	GET    /inject        the rules in force and what each touched (JSON)
+//	GET    /inject        the rules in force, what each touched, its window
+//	                      and whether it is active now (JSON)
 //	POST   /inject        add the rules of the body, a rule file (YAML or JSON)
 //	DELETE /inject        remove every rule
 //	DELETE /inject/NAME   remove rule NAME (404 when none)
 //
-// A bad body gets 400 with the file's error ("body:3: ..."), a name in
+// A bad body gets 400 with the file's error ("body:3: rules[1]: ..."), a name in
 // force already 409; either way nothing changes. The stack wraps this
 // handler in metrics.MutationGuard: POST and DELETE need the token.
 func injectHandler(p *proxy.Proxy) http.Handler {
@@ -88,6 +89,22 @@ func writeJSONError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, map[string]string{"error": err.Error()})
 }
 
+// windowText shows a rule's window for inject list: "at 10s for 30s",
+// "at 10s" (to the end), "for 30s" (from when applied), "-" (none).
+func windowText(w *proxy.InjectWindow) string {
+	if w == nil {
+		return "-"
+	}
+	var parts []string
+	if w.At > 0 {
+		parts = append(parts, "at "+time.Duration(w.At*float64(time.Second)).String())
+	}
+	if w.For > 0 {
+		parts = append(parts, "for "+time.Duration(w.For*float64(time.Second)).String())
+	}
+	return strings.Join(parts, " ")
+}
+
 // newInjectCmd builds "respmeter inject": the admin API's /inject from the
 // command line.
 func newInjectCmd(stdout io.Writer) *cobra.Command {
@@ -136,15 +153,19 @@ the admin token when the proxy has one (--admin-token-file).`,
 			return failure(fmt.Errorf("%s %s: %w", method, path, err))
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "rule\teffect\ttouched")
+		fmt.Fprintln(tw, "rule\teffect\ttouched\tactive\twindow")
 		for _, r := range l.Rules {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", r.Rule, r.Effect, r.Count)
+			active := "no"
+			if r.Active {
+				active = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Rule, r.Effect, r.Count, active, windowText(r.Window))
 		}
 		return failure0(tw.Flush())
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
-		Short: "The rules in force and the requests each touched",
+		Short: "The rules in force: the requests each touched, whether it is active, its window",
 		Args:  noArgs,
 		RunE:  func(*cobra.Command, []string) error { return call(http.MethodGet, "/inject", nil) },
 	}, &cobra.Command{

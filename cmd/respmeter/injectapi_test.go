@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/proxy"
 )
 
 // TestInjectAPI: fault injection rules changed at run time on a proxy
@@ -19,8 +21,9 @@ import (
 // the client, through "respmeter inject" and the admin /inject. Without
 // the admin token an add or remove is refused (401) and changes nothing;
 // with it, added rules apply at once and are counted in the list and in
-// respmeter_inject_total; a bad rule file (its line named) or a name in
-// force already changes nothing; removing a rule ends its effect, and
+// respmeter_inject_total, with each rule's window and whether it is
+// active now; a bad rule file (its line and rule named, YAML or JSON) or a
+// name in force already changes nothing; removing a rule ends its effect, and
 // removing one not in force is a 404.
 func TestInjectAPI(t *testing.T) {
 	srv := redistest.Start(t)
@@ -43,6 +46,10 @@ func TestInjectAPI(t *testing.T) {
 - name: slow-reply
   commands: [GET]
   reply_delay: 2ms
+- name: later
+  at: 1h
+  for: 10m
+  error: "ERR later"
 `)
 	_, addr, admin := startProxy(t, srv.Addr(), "--admin-token-file", tokenFile)
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
@@ -61,7 +68,7 @@ func TestInjectAPI(t *testing.T) {
 		}
 		return out
 	}
-	if out := listed(); strings.TrimSpace(out) != "rule  effect  touched" {
+	if out := listed(); strings.TrimSpace(out) != "rule  effect  touched  active  window" {
 		t.Errorf("inject list with no rules:\n%s", out)
 	}
 	if _, errOut, code := inject("add", rules); code != 1 || !strings.Contains(errOut, "401 Unauthorized") {
@@ -81,15 +88,34 @@ func TestInjectAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := "rule        effect       touched\nno-set      error        1\nslow-reply  reply_delay  3\n"
+	want := "rule        effect       touched  active  window\n" +
+		"no-set      error        1        yes     -\n" +
+		"slow-reply  reply_delay  3        yes     -\n" +
+		"later       error        0        no      at 1h0m0s for 10m0s\n"
 	if out := listed(); out != want {
 		t.Errorf("inject list:\n%s\nwant:\n%s", out, want)
+	}
+	// The JSON list gives the window on the wall clock: 1 h from the add.
+	var l struct {
+		Rules []proxy.InjectCount `json:"rules"`
+	}
+	if err := json.Unmarshal([]byte(httpGet(t, "http://"+admin+"/inject")), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Rules) != 3 || l.Rules[0].Window != nil || !l.Rules[0].Active {
+		t.Fatalf("GET /inject: %+v", l.Rules)
+	}
+	if w := l.Rules[2].Window; l.Rules[2].Active || w == nil || w.At != 3600 || w.For != 600 || w.End == nil ||
+		time.Until(w.Start) < 59*time.Minute || time.Until(w.Start) > time.Hour || w.End.Sub(w.Start) != 10*time.Minute {
+		t.Errorf("GET /inject: rule later: active %v, window %+v; want inactive, 1 h from now for 10 min", l.Rules[2].Active, w)
 	}
 	redistest.Eventually(t, 2*time.Second, func() error {
 		body := httpGet(t, "http://"+admin+"/metrics")
 		for _, w := range []string{
 			`respmeter_inject_total{effect="error",rule="no-set"} 1`,
 			`respmeter_inject_total{effect="reply_delay",rule="slow-reply"} 3`,
+			`respmeter_inject_active{rule="slow-reply"} 1`,
+			`respmeter_inject_active{rule="later"} 0`,
 			`respmeter_command_duration_seconds_count{command="get",phase="injected"} 3`,
 		} {
 			if !strings.Contains(body, w) {
@@ -102,11 +128,16 @@ func TestInjectAPI(t *testing.T) {
 	// Refused whole: a bad file, and a file whose second rule's name is in
 	// force (its first rule is not added either).
 	bad := write("bad.yaml", "rules:\n- name: x\n  delay: 2ms\n  colour: red\n")
-	if _, errOut, code := withToken("add", bad); code != 1 || !strings.Contains(errOut, `400 Bad Request: body:4: unknown key "colour"`) {
+	if _, errOut, code := withToken("add", bad); code != 1 || !strings.Contains(errOut, `400 Bad Request: body:4: rules[0]: unknown key "colour"`) {
 		t.Errorf("inject add of a bad file: exit %d, %s", code, errOut)
 	}
+	// A JSON body on one line: its error names the rule by its JSON path.
+	badJSON := write("bad.json", `{"rules": [{"name": "ok", "error": "ERR x"}, {"name": "soon", "at": "1s", "for": "-1s", "delay": "1ms"}]}`)
+	if _, errOut, code := withToken("add", badJSON); code != 1 || !strings.Contains(errOut, `400 Bad Request: body:1: rules[1]: for: want a duration of 0 or more, got "-1s"`) {
+		t.Errorf("inject add of a bad JSON body: exit %d, %s", code, errOut)
+	}
 	dup := write("dup.yaml", "rules:\n- name: fresh\n  error: ERR x\n- name: no-set\n  error: ERR y\n")
-	if _, errOut, code := withToken("add", dup); code != 1 || !strings.Contains(errOut, `409 Conflict: rule "no-set": name in force already`) {
+	if _, errOut, code := withToken("add", dup); code != 1 || !strings.Contains(errOut, `409 Conflict: rules[1]: rule "no-set": name in force already`) {
 		t.Errorf("inject add of a name in force: exit %d, %s", code, errOut)
 	}
 	if out := listed(); out != want {
@@ -125,7 +156,7 @@ func TestInjectAPI(t *testing.T) {
 	if _, errOut, code := withToken("remove", "no-set"); code != 1 || !strings.Contains(errOut, "404 Not Found") {
 		t.Errorf("inject remove of a rule not in force: exit %d, %s", code, errOut)
 	}
-	if out, errOut, code := withToken("remove"); code != 0 || strings.TrimSpace(out) != "rule  effect  touched" {
+	if out, errOut, code := withToken("remove"); code != 0 || strings.TrimSpace(out) != "rule  effect  touched  active  window" {
 		t.Errorf("inject remove (all): exit %d\n%s%s", code, out, errOut)
 	}
 	for k, want := range map[string]int64{"ro:1": 1, "ro:2": 0, "ro:3": 1} {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/respmeter/respmeter/internal/replay"
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
 
@@ -80,7 +81,7 @@ type mergeInputs struct {
 	workers     []*replay.WorkerDoc
 	workerNames []string
 	summaries   []*proxySummary
-	logs        []*report.Log
+	logs        []*hdrlog.Log
 	logNames    []string
 }
 
@@ -139,7 +140,7 @@ func readMergeInputs(files []string) (*mergeInputs, error) {
 			}
 			continue
 		}
-		l, err := report.Load(bytes.NewReader(data))
+		l, err := hdrlog.Load(bytes.NewReader(data))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
@@ -195,9 +196,9 @@ func runMerge(cmd *cobra.Command, stdout io.Writer, files []string, jsonOut bool
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	var logs *report.Log
+	var logs *hdrlog.Log
 	if len(in.logs) > 0 {
-		logs = report.Merge(in.logs...)
+		logs = hdrlog.Merge(in.logs...)
 	}
 	switch {
 	case len(in.workers) > 0:
@@ -213,7 +214,7 @@ func runMerge(cmd *cobra.Command, stdout io.Writer, files []string, jsonOut bool
 			writeMergedReplay(stdout, m, slower)
 			if logs != nil {
 				fmt.Fprintf(stdout, "\nmerged HDR logs (%s):\n", strings.Join(in.logNames, ", "))
-				if err := logs.Table(stdout); err != nil {
+				if err := report.Table(stdout, logs); err != nil {
 					return failure(err)
 				}
 			}
@@ -236,9 +237,9 @@ func runMerge(cmd *cobra.Command, stdout io.Writer, files []string, jsonOut bool
 		return nil
 	default:
 		if jsonOut {
-			err = logs.WriteJSON(stdout, "merged")
+			err = report.WriteJSON(stdout, logs, "merged")
 		} else {
-			err = logs.Table(stdout)
+			err = report.Table(stdout, logs)
 		}
 		if err != nil {
 			return failure(err)
@@ -309,7 +310,7 @@ type summaryRow struct {
 
 // mergeSummaries sums the summaries' commands and takes percentiles from
 // logs (nil: none).
-func mergeSummaries(sums []*proxySummary, logs *report.Log) *summaryTable {
+func mergeSummaries(sums []*proxySummary, logs *hdrlog.Log) *summaryTable {
 	t := &summaryTable{Commands: map[string]*summaryRow{}}
 	for i, s := range sums {
 		t.Proxies = append(t.Proxies, s.name)

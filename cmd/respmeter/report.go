@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
 
@@ -178,16 +179,16 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 		var err error
 		switch {
 		case o.json:
-			err = a.WriteJSON(stdout, filepath.Base(file))
+			err = report.WriteJSON(stdout, a, filepath.Base(file))
 		case o.csv:
-			err = a.WriteCSV(stdout)
+			err = report.WriteCSV(stdout, a)
 		default:
-			err = a.Table(stdout)
+			err = report.Table(stdout, a)
 		}
 		if err != nil {
 			return failure(fmt.Errorf("writing the table: %w", err))
 		}
-		return writePlot(cmd, o, tagRe, map[string]*report.Log{filepath.Base(file): a})
+		return writePlot(cmd, o, tagRe, map[string]*hdrlog.Log{filepath.Base(file): a})
 	}
 	b, err := loadLog(o.compare, tagRe, renames)
 	if err != nil {
@@ -204,7 +205,7 @@ func runReport(cmd *cobra.Command, stdout io.Writer, file string, o reportOption
 	if err != nil {
 		return failure(fmt.Errorf("writing the comparison: %w", err))
 	}
-	return writePlot(cmd, o, tagRe, map[string]*report.Log{nameA: a, nameB: b})
+	return writePlot(cmd, o, tagRe, map[string]*hdrlog.Log{nameA: a, nameB: b})
 }
 
 // plotTagLimit is how many tags a plot shows before it keeps only the
@@ -226,7 +227,7 @@ func parseTagMap(vals []string) ([]tagRename, error) {
 			return nil, fmt.Errorf("--tag-map %q: want FROM=TO, TO a tag such as get.total", v)
 		}
 		if from == "(untagged)" {
-			from = report.Untagged
+			from = hdrlog.Untagged
 		}
 		out = append(out, tagRename{from, to})
 	}
@@ -236,14 +237,14 @@ func parseTagMap(vals []string) ([]tagRename, error) {
 // loadLog reads the interval log at path and applies renames in order.
 // Its errors name path and are usage errors (exit 2): the input is what is
 // wrong.
-func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Log, error) {
+func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*hdrlog.Log, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("report: %w", err)}
 	}
 	defer f.Close()
-	l, err := report.Load(f)
-	if errors.Is(err, report.ErrPercentileTable) {
+	l, err := hdrlog.Load(f)
+	if errors.Is(err, hdrlog.ErrPercentileTable) {
 		hgrm := strings.TrimSuffix(path, filepath.Ext(path)) + ".hgrm"
 		return nil, &exitError{code: exitUsage, err: fmt.Errorf("%s: %w; pass the interval log beside it, %s", path, err, hgrm)}
 	}
@@ -262,7 +263,7 @@ func loadLog(path string, tagRe *regexp.Regexp, renames []tagRename) (*report.Lo
 }
 
 // writePlot writes the plot of logs to path, if path is not empty.
-func writePlot(cmd *cobra.Command, o reportOptions, tagRe *regexp.Regexp, logs map[string]*report.Log) error {
+func writePlot(cmd *cobra.Command, o reportOptions, tagRe *regexp.Regexp, logs map[string]*hdrlog.Log) error {
 	path := o.plot
 	if path == "" {
 		return nil

@@ -633,14 +633,22 @@ func (st *stack) writeTables(w io.Writer) error {
 
 // injectCollector exports respmeter_inject_total{rule,effect}: the
 // requests each fault injection rule in force touched (--inject, or added
-// on /inject), read at the scrape.
+// on /inject), and respmeter_inject_active{rule}: 1 while the rule's
+// window (at:, for:) holds, else 0; both read at the scrape.
 type injectCollector struct{ p *proxy.Proxy }
 
 var injectDesc = prometheus.NewDesc("respmeter_inject_total",
 	"Requests a fault injection rule in force (--inject, /inject) touched: delayed, answered with its error, held, reset.",
 	[]string{"rule", "effect"}, nil)
 
-func (c injectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- injectDesc }
+var injectActiveDesc = prometheus.NewDesc("respmeter_inject_active",
+	"1 while a fault injection rule in force applies (its window, at: and for:, holds the time now), else 0.",
+	[]string{"rule"}, nil)
+
+func (c injectCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- injectDesc
+	ch <- injectActiveDesc
+}
 
 func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
 	in := c.p.Injection()
@@ -649,6 +657,11 @@ func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, r := range in.Counts() {
 		ch <- prometheus.MustNewConstMetric(injectDesc, prometheus.CounterValue, float64(r.Count), r.Rule, r.Effect)
+		active := 0.0
+		if r.Active {
+			active = 1
+		}
+		ch <- prometheus.MustNewConstMetric(injectActiveDesc, prometheus.GaugeValue, active, r.Rule)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package hdrlog writes respmeter's latency histograms as an HdrHistogram
-// interval log, the text format of HdrHistogram's HistogramLogWriter (see its
+// interval log (Writer) and reads such logs back (Load), the text format of HdrHistogram's HistogramLogWriter (see its
 // javadoc and the "Histogram log format" section of the HdrHistogram README).
 // Such a log is read by hdrhistogram-go's NewHistogramLogReader, by
 // HdrHistogram's HistogramLogProcessor and by HdrHistogramVisualizer, and by

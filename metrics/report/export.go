@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
 
 // Machine-readable output of `respmeter report --json` and `--csv`. The
@@ -75,11 +77,11 @@ type CompareJSON struct {
 }
 
 // JSON returns l's figures as a LogJSON named name.
-func (l *Log) JSON(name string) LogJSON {
-	doc := LogJSON{Name: name, Start: l.Start().UTC(), End: l.End().UTC(), Intervals: l.intervals,
-		Unit: "seconds", Tags: make(map[string]map[string]float64, len(l.hists))}
+func JSON(l *hdrlog.Log, name string) LogJSON {
+	doc := LogJSON{Name: name, Start: l.Start().UTC(), End: l.End().UTC(), Intervals: l.Intervals(),
+		Unit: "seconds", Tags: make(map[string]map[string]float64, len(l.Tags()))}
 	for _, tag := range l.Tags() {
-		doc.Tags[tag] = figures(l.hists[tag])
+		doc.Tags[tag] = figures(l.Histogram(tag))
 	}
 	return doc
 }
@@ -95,19 +97,19 @@ func figures(h *hdrhistogram.Histogram) map[string]float64 {
 	return m
 }
 
-// WriteJSON writes l.JSON(name) to w as indented JSON. It returns w's error.
-func (l *Log) WriteJSON(w io.Writer, name string) error {
-	return writeJSON(w, l.JSON(name))
+// WriteJSON writes JSON(l, name) to w as indented JSON. It returns w's error.
+func WriteJSON(w io.Writer, l *hdrlog.Log, name string) error {
+	return writeJSON(w, JSON(l, name))
 }
 
 // WriteCompareJSON writes the comparison of a and b (named nameA and nameB)
 // to w as an indented CompareJSON. It returns w's error.
-func WriteCompareJSON(w io.Writer, a, b *Log, nameA, nameB string) error {
-	doc := CompareJSON{A: a.JSON(nameA), B: b.JSON(nameB), Ratios: map[string]map[string]float64{}}
+func WriteCompareJSON(w io.Writer, a, b *hdrlog.Log, nameA, nameB string) error {
+	doc := CompareJSON{A: JSON(a, nameA), B: JSON(b, nameB), Ratios: map[string]map[string]float64{}}
 	for _, tag := range unionTags(a, b) {
 		m := map[string]float64{}
 		for _, s := range stats {
-			if r, ok := s.ratioNumber(a.hists[tag], b.hists[tag]); ok {
+			if r, ok := s.ratioNumber(a.Histogram(tag), b.Histogram(tag)); ok {
 				m[s.key()] = r
 			}
 		}
@@ -148,13 +150,13 @@ func csvNumber(v float64, ok bool) string {
 // p50_seconds, p90_seconds, p99_seconds, p99.9_seconds, p99.99_seconds,
 // max_seconds, then one row per tag, sorted ("" for untagged intervals),
 // an empty cell where Table prints "-". It returns w's error.
-func (l *Log) WriteCSV(w io.Writer) error {
+func WriteCSV(w io.Writer, l *hdrlog.Log) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write(csvHeader())
 	for _, tag := range l.Tags() {
 		row := []string{tag}
 		for _, s := range stats {
-			row = append(row, csvNumber(s.number(l.hists[tag])))
+			row = append(row, csvNumber(s.number(l.Histogram(tag))))
 		}
 		_ = cw.Write(row)
 	}
@@ -167,12 +169,12 @@ func (l *Log) WriteCSV(w io.Writer) error {
 // tag of either log (sorted) one row per figure (stat "count", or
 // "p50_seconds" … "max_seconds"), an empty cell where Compare prints "-".
 // It returns w's error.
-func WriteCompareCSV(w io.Writer, a, b *Log, nameA, nameB string) error {
+func WriteCompareCSV(w io.Writer, a, b *hdrlog.Log, nameA, nameB string) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"tag", "stat", nameA, nameB, "ratio"})
 	header := csvHeader()[1:]
 	for _, tag := range unionTags(a, b) {
-		ha, hb := a.hists[tag], b.hists[tag]
+		ha, hb := a.Histogram(tag), b.Histogram(tag)
 		for i, s := range stats {
 			_ = cw.Write([]string{tag, header[i], csvNumber(s.number(ha)), csvNumber(s.number(hb)), csvNumber(s.ratioNumber(ha, hb))})
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
 
@@ -28,7 +29,7 @@ func tableCells(t *testing.T, text string) map[string]map[string]string {
 		}
 		tag := f[0]
 		if tag == "(untagged)" {
-			tag = report.Untagged
+			tag = hdrlog.Untagged
 		}
 		out[tag] = map[string]string{}
 		for i, k := range figureKeys {
@@ -60,10 +61,10 @@ func asTableCell(key string, v float64) string {
 func TestJSONRoundTrip(t *testing.T) {
 	l := load(t, writeLog(t, redis))
 	var table, js bytes.Buffer
-	if err := l.Table(&table); err != nil {
+	if err := report.Table(&table, l); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.WriteJSON(&js, "redis"); err != nil {
+	if err := report.WriteJSON(&js, l, "redis"); err != nil {
 		t.Fatal(err)
 	}
 	var doc report.LogJSON
@@ -103,10 +104,10 @@ func TestJSONRoundTrip(t *testing.T) {
 func TestCSVRoundTrip(t *testing.T) {
 	l := load(t, writeLog(t, redis))
 	var table, out bytes.Buffer
-	if err := l.Table(&table); err != nil {
+	if err := report.Table(&table, l); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.WriteCSV(&out); err != nil {
+	if err := report.WriteCSV(&out, l); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := csv.NewReader(&out).ReadAll()

@@ -20,6 +20,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
 
 // Plot size; vgimg renders 96 dots per inch, so a PNG is 960×600 pixels.
@@ -70,7 +72,7 @@ type PlotOptions struct {
 // x, is drawn at the right end of the axis. The format follows path's
 // extension, .svg or .png; any other fails, as does a plot with no line.
 // Plot creates or truncates path, and removes it if it fails after that.
-func Plot(path string, logs map[string]*Log, opts PlotOptions) (err error) {
+func Plot(path string, logs map[string]*hdrlog.Log, opts PlotOptions) (err error) {
 	var render func(p *plot.Plot, w io.Writer) error
 	switch ext := strings.ToLower(filepath.Ext(path)); ext {
 	case ".png":
@@ -145,7 +147,7 @@ type series struct {
 	hasMax  bool // the last point is the 100th percentile; its X is set last
 }
 
-func newPlot(logs map[string]*Log, opts PlotOptions) (*plot.Plot, error) {
+func newPlot(logs map[string]*hdrlog.Log, opts PlotOptions) (*plot.Plot, error) {
 	names := make([]string, 0, len(logs))
 	var tags []string
 	for name, l := range logs {
@@ -161,7 +163,7 @@ func newPlot(logs map[string]*Log, opts PlotOptions) (*plot.Plot, error) {
 	for li, name := range names {
 		l := logs[name]
 		for _, tag := range l.Tags() {
-			h := l.hists[tag]
+			h := l.Histogram(tag)
 			if h.TotalCount() == 0 {
 				continue
 			}

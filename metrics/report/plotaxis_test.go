@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 	"github.com/respmeter/respmeter/metrics/report"
 )
 
@@ -35,10 +36,10 @@ func TestPlotLogAxis(t *testing.T) {
 	a := load(t, writeLog(t, redis))
 	dir := t.TempDir()
 	logPath, linPath := filepath.Join(dir, "log.svg"), filepath.Join(dir, "lin.svg")
-	if err := report.Plot(logPath, map[string]*report.Log{"redis": a}, report.PlotOptions{}); err != nil {
+	if err := report.Plot(logPath, map[string]*hdrlog.Log{"redis": a}, report.PlotOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := report.Plot(linPath, map[string]*report.Log{"redis": a}, report.PlotOptions{Linear: true}); err != nil {
+	if err := report.Plot(linPath, map[string]*hdrlog.Log{"redis": a}, report.PlotOptions{Linear: true}); err != nil {
 		t.Fatal(err)
 	}
 	logL, linL := svgLabels(t, logPath), svgLabels(t, linPath)
@@ -56,7 +57,7 @@ func TestPlotLogAxis(t *testing.T) {
 		}
 	}
 	floor := load(t, writeLog(t, []interval{{0, "get.queue", []int64{0, 1, 1, 3}}}))
-	if err := report.Plot(filepath.Join(dir, "floor.svg"), map[string]*report.Log{"c": floor}, report.PlotOptions{}); err != nil {
+	if err := report.Plot(filepath.Join(dir, "floor.svg"), map[string]*hdrlog.Log{"c": floor}, report.PlotOptions{}); err != nil {
 		t.Errorf("a log at the floor: %v", err)
 	}
 }
@@ -118,12 +119,12 @@ func TestPlotLabelsInside(t *testing.T) {
 	long := load(t, writeLog(t, []interval{{0, "get.total", seq(1, 1, 200_000)}}))
 	for _, tc := range []struct {
 		name string
-		logs map[string]*report.Log
+		logs map[string]*hdrlog.Log
 		opts report.PlotOptions
 	}{
-		{"log", map[string]*report.Log{"redis": load(t, writeLog(t, redis))}, report.PlotOptions{}},
-		{"linear", map[string]*report.Log{"redis": load(t, writeLog(t, redis))}, report.PlotOptions{Linear: true}},
-		{"long tail", map[string]*report.Log{"a": long, "b": load(t, writeLog(t, redis))}, report.PlotOptions{}},
+		{"log", map[string]*hdrlog.Log{"redis": load(t, writeLog(t, redis))}, report.PlotOptions{}},
+		{"linear", map[string]*hdrlog.Log{"redis": load(t, writeLog(t, redis))}, report.PlotOptions{Linear: true}},
+		{"long tail", map[string]*hdrlog.Log{"a": long, "b": load(t, writeLog(t, redis))}, report.PlotOptions{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "p.svg")

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/respmeter/respmeter/internal/goldenfile"
@@ -66,9 +65,9 @@ func writeLog(t *testing.T, intervals []interval) []byte {
 	return buf.Bytes()
 }
 
-func load(t *testing.T, data []byte) *report.Log {
+func load(t *testing.T, data []byte) *hdrlog.Log {
 	t.Helper()
-	l, err := report.Load(bytes.NewReader(data))
+	l, err := hdrlog.Load(bytes.NewReader(data))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -95,82 +94,9 @@ var (
 	}
 )
 
-func TestLoad(t *testing.T) {
-	l := load(t, writeLog(t, redis))
-	if got, want := strings.Join(l.Tags(), " "), "get.total get.upstream ping.total set.total"; got != want {
-		t.Errorf("Tags %q, want %q", got, want)
-	}
-	if l.Intervals() != len(redis) {
-		t.Errorf("Intervals %d, want %d", l.Intervals(), len(redis))
-	}
-	if !l.Start().Equal(t0) || !l.End().Equal(t0.Add(2*time.Second)) {
-		t.Errorf("Start..End %v..%v, want %v..%v", l.Start(), l.End(), t0, t0.Add(2*time.Second))
-	}
-	want := newHist(seq(100, 1, 2000)...) // both intervals
-	if got := l.Histogram("get.total"); !got.Equals(want) {
-		t.Errorf("get.total: count %d p50 %d max %d, want %d %d %d", got.TotalCount(),
-			got.ValueAtQuantile(50), got.Max(), want.TotalCount(), want.ValueAtQuantile(50), want.Max())
-	}
-	if l.Histogram("nope") != nil {
-		t.Error("Histogram of a missing tag is not nil")
-	}
-}
-
-// TestLoadWidens merges intervals of different layouts without dropping.
-func TestLoadWidens(t *testing.T) {
-	log := "#[BaseTime: 1700000000 (seconds since epoch)]\n"
-	var want []int64
-	for i, hi := range []int64{1000, 10_000_000, 100_000} {
-		h := hdrhistogram.New(1, hi, 2+i%2)
-		vs := []int64{hi / 2, hi}
-		for _, v := range vs {
-			_ = h.RecordValue(v)
-		}
-		want = append(want, vs...)
-		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
-		if err != nil {
-			t.Fatal(err)
-		}
-		log += "Tag=x,0.000,1.000,0.000," + string(enc) + "\n"
-	}
-	h := load(t, []byte(log)).Histogram("x")
-	if h.TotalCount() != int64(len(want)) || h.Max() < 10_000_000 || h.Min() > 500 {
-		t.Errorf("count %d min %d max %d", h.TotalCount(), h.Min(), h.Max())
-	}
-}
-
-func TestLoadErrors(t *testing.T) {
-	header := string(writeLog(t, nil))
-	for _, tc := range []struct {
-		name, in string
-		want     error
-		msg      string
-	}{
-		{"garbage", "hello, world\n", report.ErrFormat, `line 1 is not a comment, legend or`},
-		{"garbage after header", header + "Tag=a,0.0,1.0,0.1,HIST\nnot a log line\n", report.ErrFormat, "line 6 "},
-		{"binary", "\x89PNG\r\n\x1a\n\x00\x00", report.ErrFormat, `line 1 is not a comment, legend or [Tag=T,]start,length,max,histogram interval: "\x89PNG"`},
-		{"bad number", header + "Tag=a,0.0,x,0.1,HIST\n", report.ErrFormat, "line 5"},
-		{"tag without comma", "Tag=a\n", report.ErrFormat, "line 1"},
-		{"bad histogram", header + "Tag=a,0.0,1.0,0.1,bm90IGEgaGlzdG9ncmFt\n", report.ErrFormat, "interval 1"},
-		{"empty", "", report.ErrEmpty, "no intervals"},
-		{"header only", header, report.ErrEmpty, "no intervals"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			l, err := report.Load(strings.NewReader(tc.in))
-			if l != nil || !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("Load = %v, %v; want %v containing %q", l, err, tc.want, tc.msg)
-			}
-		})
-	}
-	readErr := errors.New("disk on fire")
-	if _, err := report.Load(iotest.ErrReader(readErr)); !errors.Is(err, readErr) {
-		t.Errorf("read error: %v", err)
-	}
-}
-
 func TestTable(t *testing.T) {
 	var buf bytes.Buffer
-	if err := load(t, writeLog(t, redis)).Table(&buf); err != nil {
+	if err := report.Table(&buf, load(t, writeLog(t, redis))); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "table.golden", buf.Bytes())
@@ -191,7 +117,7 @@ func TestCompare(t *testing.T) {
 
 func TestWriteError(t *testing.T) {
 	l := load(t, writeLog(t, redis))
-	if err := l.Table(errWriter{}); err == nil {
+	if err := report.Table(errWriter{}, l); err == nil {
 		t.Error("Table: no error from a failing writer")
 	}
 	if err := report.Compare(errWriter{}, l, l, "", ""); err == nil {
@@ -208,10 +134,10 @@ func TestPlot(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name string
-		logs map[string]*report.Log
+		logs map[string]*hdrlog.Log
 	}{
-		{"one", map[string]*report.Log{"redis": a}},
-		{"compare", map[string]*report.Log{"redis": a, "valkey": b}},
+		{"one", map[string]*hdrlog.Log{"redis": a}},
+		{"compare", map[string]*hdrlog.Log{"redis": a, "valkey": b}},
 	} {
 		t.Run(tc.name+"/png", func(t *testing.T) {
 			path := filepath.Join(dir, tc.name+".png")
@@ -265,14 +191,14 @@ func TestPlotErrors(t *testing.T) {
 	empty := load(t, writeLog(t, []interval{{0, "ping.total", nil}}))
 	for _, tc := range []struct {
 		name, file string
-		logs       map[string]*report.Log
+		logs       map[string]*hdrlog.Log
 		msg        string
 	}{
-		{"unknown format", "x.gif", map[string]*report.Log{"a": a}, `unknown format ".gif"`},
-		{"no extension", "x", map[string]*report.Log{"a": a}, "unknown format"},
+		{"unknown format", "x.gif", map[string]*hdrlog.Log{"a": a}, `unknown format ".gif"`},
+		{"no extension", "x", map[string]*hdrlog.Log{"a": a}, "unknown format"},
 		{"no logs", "x.png", nil, "no histogram"},
-		{"empty histograms", "x.svg", map[string]*report.Log{"a": empty}, "no histogram"},
-		{"bad dir", "nodir/x.png", map[string]*report.Log{"a": a}, "no such file"},
+		{"empty histograms", "x.svg", map[string]*hdrlog.Log{"a": empty}, "no histogram"},
+		{"bad dir", "nodir/x.png", map[string]*hdrlog.Log{"a": a}, "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, tc.file)

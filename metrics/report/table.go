@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/respmeter/respmeter/metrics/hdrlog"
 )
 
 // stat is one column of Table, one row per tag of Compare.
@@ -84,7 +86,7 @@ func (s stat) ratio(a, b *hdrhistogram.Histogram) string {
 }
 
 func tagName(tag string) string {
-	if tag == Untagged {
+	if tag == hdrlog.Untagged {
 		return "(untagged)"
 	}
 	return tag
@@ -96,14 +98,14 @@ func tagName(tag string) string {
 // the highest value equivalent to the percentile's at the histogram's
 // precision). Untagged intervals are shown as "(untagged)". It returns w's
 // error.
-func (l *Log) Table(w io.Writer) error {
+func Table(w io.Writer, l *hdrlog.Log) error {
 	header := []string{"tag"}
 	for _, s := range stats {
 		header = append(header, s.name)
 	}
 	rows := [][]string{header}
 	for _, tag := range l.Tags() {
-		h := l.hists[tag]
+		h := l.Histogram(tag)
 		row := []string{tagName(tag)}
 		for _, s := range stats {
 			row = append(row, s.format(h))
@@ -122,7 +124,7 @@ func (l *Log) Table(w io.Writer) error {
 // is slower (or, for count, did more). Values of a tag missing from a log,
 // and ratios without both values or with a zero divisor, are "-"; ratios of
 // a latency at the floor on either side are "n/a". It returns w's error.
-func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
+func Compare(w io.Writer, a, b *hdrlog.Log, nameA, nameB string) error {
 	if nameA == "" {
 		nameA = "a"
 	}
@@ -131,7 +133,7 @@ func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
 	}
 	rows := [][]string{{"tag", "stat", nameA, nameB, nameB + "/" + nameA}}
 	for _, tag := range unionTags(a, b) {
-		ha, hb := a.hists[tag], b.hists[tag]
+		ha, hb := a.Histogram(tag), b.Histogram(tag)
 		for _, s := range stats {
 			rows = append(rows, []string{tagName(tag), s.name, s.format(ha), s.format(hb), s.ratio(ha, hb)})
 		}
@@ -140,7 +142,7 @@ func Compare(w io.Writer, a, b *Log, nameA, nameB string) error {
 }
 
 // unionTags returns the tags of a and b, sorted, each once.
-func unionTags(a, b *Log) []string {
+func unionTags(a, b *hdrlog.Log) []string {
 	tags := append(a.Tags(), b.Tags()...)
 	slices.Sort(tags)
 	return slices.Compact(tags)
