@@ -136,7 +136,6 @@ documents every key), environment variables RESPMETER_<KEY> (RESPMETER_DRAIN_TIM
 comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout). Sizes: bytes,
 64MiB, 1GiB (powers of 1024), MB, GB (powers of 1000). Every flag: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
-  respmeter proxy --route slots --shards 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
   respmeter proxy --route slots --cluster 127.0.0.1:7000
   respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 \
       --facade-listen 127.0.0.1:7100,127.0.0.1:7101
