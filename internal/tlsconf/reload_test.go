@@ -296,7 +296,7 @@ func dialWith(d *tlsconf.Dialer, addr string) (*tls.Conn, error) {
 // rotated from A to B, an engine serving a certificate of B is accepted
 // and one serving a certificate of A is refused at the handshake, naming
 // the verification failure; a connection made before the rotation is not
-// touched.
+// touched, and a CA file that does not read keeps the CA in use.
 func TestClientReloadCA(t *testing.T) {
 	a, b := redistest.NewCA(t), redistest.NewCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
@@ -346,6 +346,19 @@ func TestClientReloadCA(t *testing.T) {
 	if err := echo(before, bufio.NewReader(before), "kept"); err != nil {
 		t.Errorf("the connection made before the rotation: %v", err)
 	}
+	// A CA file caught halfway through a copy keeps the CA in use.
+	if err := os.WriteFile(caFile, []byte("-----BEGIN CERT"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), caFile) {
+		t.Errorf("Reload of a broken CA file: %v, want an error naming it", err)
+	}
+	if c, err := dialWith(d, onB); err != nil {
+		t.Errorf("engine of CA B after a failed reload: %v, want B kept", err)
+	} else {
+		_ = c.Close()
+	}
+	copyFile(b.CertFile)
 	// A verified name: the IP address dialed, which is among the
 	// certificate's IP SANs; another name fails.
 	if got := d.Config(onB).ServerName; got != "127.0.0.1" {
