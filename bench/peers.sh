@@ -287,26 +287,6 @@ start_target() {
   local t=$1 port=${PORT[$1]} cfg
   case $t in
     direct | tls-direct) return 0 ;;
-    haproxy-tls)
-      cfg=$OUT/conf/haproxy-tls.cfg
-      cat >"$cfg" <<EOF
-global
-  nbthread $PROXY_THREADS
-  maxconn 4000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 120s
-  timeout server 120s
-frontend fe_redis_tls
-  bind 127.0.0.1:$port ssl crt $TLS_DIR/server.pem
-  default_backend be_redis_tls
-backend be_redis_tls
-  server r1 127.0.0.1:${PORT[tls-direct]} ssl verify required ca-file $TLS_DIR/ca.crt
-EOF
-      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/haproxy-tls-check.log" 2>&1 || die "haproxy-tls config check failed"
-      start_bg haproxy-tls "$HAPROXY" -db -f "$cfg"
-      ;;
     stunnel-tls)
       cfg=$OUT/conf/stunnel.conf
       cat >"$cfg" <<EOF
@@ -345,8 +325,13 @@ EOF
       "$NUTCRACKER" -t -c "$cfg" >"$OUT/logs/nutcracker-test.log" 2>&1 || die "nutcracker config test failed"
       start_bg twemproxy "$NUTCRACKER" -c "$cfg" -a 127.0.0.1 -s "$TWEM_STATS_PORT" -v 4 -o "$OUT/logs/nutcracker.out"
       ;;
-    haproxy)
-      cfg=$OUT/conf/haproxy.cfg
+    haproxy | haproxy-tls)
+      local bind_tls="" server_tls="" up=$REDIS_PORT
+      if [ "$t" = haproxy-tls ]; then
+        bind_tls=" ssl crt $TLS_DIR/server.pem" up=${PORT[tls-direct]}
+        server_tls=" ssl verify required ca-file $TLS_DIR/ca.crt"
+      fi
+      cfg=$OUT/conf/$t.cfg
       cat >"$cfg" <<EOF
 global
   nbthread $PROXY_THREADS
@@ -357,13 +342,13 @@ defaults
   timeout client 120s
   timeout server 120s
 frontend fe_redis
-  bind 127.0.0.1:$port
+  bind 127.0.0.1:$port$bind_tls
   default_backend be_redis
 backend be_redis
-  server r1 127.0.0.1:$REDIS_PORT
+  server r1 127.0.0.1:$up$server_tls
 EOF
-      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/haproxy-check.log" 2>&1 || die "haproxy config check failed"
-      start_bg haproxy "$HAPROXY" -db -f "$cfg"
+      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/$t-check.log" 2>&1 || die "$t config check failed"
+      start_bg "$t" "$HAPROXY" -db -f "$cfg"
       ;;
     predixy)
       cfg=$OUT/conf/predixy.conf

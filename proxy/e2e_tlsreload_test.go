@@ -163,7 +163,7 @@ func TestTLSReloadUpstreamCA(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.crt")
 	var upstream *tlsconf.Reloader
 	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
-		copyFile(t, e.ca.CertFile, caFile)
+		redistest.ReplaceFile(t, e.ca.CertFile, caFile)
 		uc := e.ca.IssueValid("respmeter-upstream")
 		var err error
 		if upstream, err = tlsconf.NewClientReloader(caFile, uc.CertFile, uc.KeyFile, "", false, c.Logger); err != nil {
@@ -217,75 +217,9 @@ func TestTLSReloadUpstreamCA(t *testing.T) {
 		t.Error("no upstream unknown_ca failure counted")
 	}
 
-	copyFile(t, b.CertFile, caFile)
+	redistest.ReplaceFile(t, b.CertFile, caFile)
 	if err := upstream.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	redistest.Eventually(t, 10*time.Second, served)
-}
-
-// copyFile writes src's content over dst, replaced whole (written beside,
-// then renamed), as a rotation does.
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err == nil {
-		err = os.WriteFile(dst+".new", b, 0o600)
-	}
-	if err == nil {
-		err = os.Rename(dst+".new", dst)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestTLSReloadFacadeNodes: a reload of the client-facing certificate
-// (tlsconf.Reloader, as on SIGHUP) reaches the facade's TLS virtual nodes
-// (--facade-tls), which serve with the same configuration as
-// --tls-listen: a connection to a node made before the rotation keeps
-// being served, and a new connection to any node gets the new
-// certificate, told by its serial number.
-func TestTLSReloadFacadeNodes(t *testing.T) {
-	t.Parallel()
-	ca := redistest.NewCA(t)
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "respmeter.crt"), filepath.Join(dir, "respmeter.key")
-	first, second := ca.IssueValid("first"), ca.IssueValid("second")
-	first.CopyTo(t, certFile, keyFile)
-	var server *tlsconf.Reloader
-	_, p, _ := startFacade(t, 2, func(c *proxy.Config) {
-		var err error
-		if server, err = tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, c.Logger); err != nil {
-			t.Fatal(err)
-		}
-		c.FacadeTLS, c.TLS = true, server.Config()
-	})
-	nodes := p.FacadeAddrs()
-	cfg := ca.ClientConfig()
-	var before []tlsConn
-	for _, n := range nodes {
-		c := dialTLSConn(t, n, cfg)
-		if got := c.serial(); got.Cmp(first.TLS.Leaf.SerialNumber) != 0 {
-			t.Fatalf("node %s: serial %v before the rotation, want %v", n, got, first.TLS.Leaf.SerialNumber)
-		}
-		before = append(before, c)
-	}
-
-	second.CopyTo(t, certFile, keyFile)
-	if err := server.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	for i, n := range nodes {
-		if got, err := before[i].ping(); got != "+PONG\r\n" || err != nil {
-			t.Errorf("node %s: PING on the connection made before the rotation: %q, %v", n, got, err)
-		}
-		after := dialTLSConn(t, n, cfg)
-		if got := after.serial(); got.Cmp(second.TLS.Leaf.SerialNumber) != 0 {
-			t.Errorf("node %s: a new connection got serial %v after the rotation, want %v", n, got, second.TLS.Leaf.SerialNumber)
-		}
-		if got, err := after.ping(); got != "+PONG\r\n" || err != nil {
-			t.Errorf("node %s: PING of a new connection after the rotation: %q, %v", n, got, err)
-		}
-	}
 }

@@ -469,20 +469,7 @@ func TestProxyTLSReloadUpstreamCA(t *testing.T) {
 	a, b := redistest.NewCA(t), redistest.NewCA(t)
 	srv := redistest.StartTLS(t, a, "--tls-auth-clients", "no")
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.crt")
-	trust := func(ca *redistest.CA) { // the CA file replaced whole, as a rotation does
-		t.Helper()
-		b, err := os.ReadFile(ca.CertFile)
-		if err == nil {
-			err = os.WriteFile(caFile+".new", b, 0o600)
-		}
-		if err == nil {
-			err = os.Rename(caFile+".new", caFile)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	trust(a)
+	redistest.ReplaceFile(t, a.CertFile, caFile)
 	pc := a.IssueValid("respmeter")
 	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "1",
 		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", pc.CertFile, "--tls-key-file", pc.KeyFile, "--tls-auth-clients", "no",
@@ -523,7 +510,7 @@ func TestProxyTLSReloadUpstreamCA(t *testing.T) {
 	if got := ping(); !strings.Contains(got, "tls: failed to verify certificate: x509: certificate signed by unknown authority") {
 		t.Errorf("PING with the engine on CA B, A trusted: %q, want the failed verification", got)
 	}
-	trust(b)
+	redistest.ReplaceFile(t, b.CertFile, caFile)
 	p.signal(t, syscall.SIGHUP)
 	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream`)
 	redistest.Eventually(t, 10*time.Second, func() error {

@@ -300,17 +300,7 @@ func dialWith(d *tlsconf.Dialer, addr string) (*tls.Conn, error) {
 func TestClientReloadCA(t *testing.T) {
 	a, b := redistest.NewCA(t), redistest.NewCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	copyFile := func(src string) {
-		t.Helper()
-		buf, err := os.ReadFile(src)
-		if err == nil {
-			err = os.WriteFile(caFile, buf, 0o600)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(a.CertFile)
+	redistest.ReplaceFile(t, a.CertFile, caFile)
 	r, err := tlsconf.NewClientReloader(caFile, "", "", "", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +320,7 @@ func TestClientReloadCA(t *testing.T) {
 		t.Errorf("engine of CA B with CA A: %v, want an unknown authority", err)
 	}
 
-	copyFile(b.CertFile)
+	redistest.ReplaceFile(t, b.CertFile, caFile)
 	if err := r.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +348,7 @@ func TestClientReloadCA(t *testing.T) {
 	} else {
 		_ = c.Close()
 	}
-	copyFile(b.CertFile)
+	redistest.ReplaceFile(t, b.CertFile, caFile)
 	// A verified name: the IP address dialed, which is among the
 	// certificate's IP SANs; another name fails.
 	if got := d.Config(onB).ServerName; got != "127.0.0.1" {
