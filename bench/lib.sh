@@ -34,11 +34,11 @@ start_bg() {
   STARTED+=("$LAST_PID")
 }
 
-wait_ping() { # name port pid
+wait_ping() { # name port pid [redis-cli flags, e.g. --tls --cacert FILE]
   local i
   for i in $(seq 100); do
     kill -0 "$3" 2>/dev/null || die "$1 (pid $3) exited during start-up; see $OUT/logs/$1.log"
-    [ "$("$REDIS_CLI" -h 127.0.0.1 -p "$2" ping 2>/dev/null)" = PONG ] && return 0
+    [ "$("$REDIS_CLI" -h 127.0.0.1 -p "$2" "${@:4}" ping 2>/dev/null)" = PONG ] && return 0
     sleep 0.1
   done
   die "$1 did not answer PING on 127.0.0.1:$2 within 10 s"

@@ -14,6 +14,15 @@
 #   respmeter-capture    client -> respmeter proxy --upstream-mode shared --capture OUT/respmeter-capture.respcap
 #                        -> redis (every command recorded; capture needs a routed session: its A/B
 #                        is against respmeter-shared)
+# TLS targets (run only when TARGETS names them; their clients speak TLS, verifying a certificate
+# for 127.0.0.1 that openssl makes in OUT/tls, and redis-server serves TLS on a tls-port too):
+#   tls-direct           client -TLS-> redis-server's tls-port
+#   respmeter-tls        client -TLS-> respmeter proxy --listen off --tls-listen --upstream-tls -TLS-> redis
+#   haproxy-tls          client -TLS-> haproxy (bind ... ssl crt, server ... ssl verify required) -TLS-> redis
+#   stunnel-tls          client -TLS-> stunnel4, one process with two services (TLS accepted,
+#                        forwarded over loopback to its TLS client service) -TLS-> redis
+#   e.g. TARGETS="tls-direct respmeter-tls haproxy-tls stunnel-tls" bench/peers.sh; the summary
+#   then adds a table of proxy CPU µs/op, respmeter-tls over each peer, paired per repetition.
 #   <any respmeter target>-b  the same with the binary RESPMETER_B: an A/B of two builds in one
 #                        interleaved run (e.g. TARGETS="respmeter respmeter-b respmeter-slots
 #                        respmeter-slots-b" RESPMETER_B=/tmp/respmeter-old); the summary then adds
@@ -67,7 +76,7 @@
 #   RB_N=100000 RTT_N=20000 RTT_TIME=3 PROXY_THREADS=$(nproc)
 #   TARGETS="direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"
 #   MEMTIER= PREDIXY= RESPMETER= (default: go build ./cmd/respmeter into OUT) RESPMETER_B=
-#   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy)
+#   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy) STUNNEL=$(command -v stunnel4)
 #   BASE_PORT=27600 (uses BASE_PORT..BASE_PORT+40)  OUT=$(mktemp -d)
 # Duration: about 34 s per target and repetition with MEMTIER, 15 s without: 7 targets x 3
 # repetitions took 566-708 s on 2 cores (about 5 minutes without memtier). Short settings
@@ -105,6 +114,7 @@ MEMTIER=${MEMTIER:-}
 PREDIXY=${PREDIXY:-}
 NUTCRACKER=${NUTCRACKER:-$(command -v nutcracker || echo /usr/sbin/nutcracker)}
 HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
+STUNNEL=${STUNNEL:-$(command -v stunnel4 || command -v stunnel || echo /usr/bin/stunnel4)}
 REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
 REDIS_CLI=${REDIS_CLI:-$(command -v redis-cli || true)}
 REDIS_BENCH=${REDIS_BENCH:-$(command -v redis-benchmark || true)}
@@ -123,7 +133,12 @@ declare -A PORT=(
   [respmeter-pinned]=$((BASE_PORT + 7))
   [respmeter-slots]=$((BASE_PORT + 8))
   [respmeter-capture]=$((BASE_PORT + 9))
+  [tls-direct]=$((BASE_PORT + 10))
+  [respmeter-tls]=$((BASE_PORT + 12))
+  [haproxy-tls]=$((BASE_PORT + 13))
+  [stunnel-tls]=$((BASE_PORT + 30))
 )
+STUNNEL_HOP=$((BASE_PORT + 31)) # stunnel-tls's loopback hop between its two services
 declare -A ADMIN=(
   [respmeter]=$((BASE_PORT + 14))
   [respmeter-shared]=$((BASE_PORT + 15))
@@ -131,6 +146,7 @@ declare -A ADMIN=(
   [respmeter-pinned]=$((BASE_PORT + 17))
   [respmeter-slots]=$((BASE_PORT + 18))
   [respmeter-capture]=$((BASE_PORT + 19))
+  [respmeter-tls]=$((BASE_PORT + 32))
 )
 # The -b targets (RESPMETER_B) take ports 20 above their A target's.
 for t in respmeter respmeter-shared respmeter-nomeasure respmeter-pinned respmeter-slots respmeter-capture; do
@@ -162,6 +178,9 @@ active=()
 for t in $TARGETS; do
   case $t in
     direct | respmeter | respmeter-shared | respmeter-nomeasure | respmeter-pinned | respmeter-slots | respmeter-capture) ;;
+    tls-direct | respmeter-tls) command -v openssl >/dev/null || SKIP[$t]="no openssl" ;;
+    haproxy-tls) [ -x "$HAPROXY" ] && command -v openssl >/dev/null || SKIP[$t]="no haproxy or openssl" ;;
+    stunnel-tls) [ -x "$STUNNEL" ] && command -v openssl >/dev/null || SKIP[$t]="no stunnel4 or openssl (apt-get install -y stunnel4)" ;;
     respmeter*-b) [ -n "$RESPMETER_B" ] && [ -x "$RESPMETER_B" ] || SKIP[$t]="RESPMETER_B unset or not executable" ;;
     twemproxy) [ -x "$NUTCRACKER" ] || SKIP[$t]="no nutcracker (apt-get install -y nutcracker)" ;;
     haproxy) [ -x "$HAPROXY" ] || SKIP[$t]="no haproxy (apt-get install -y haproxy)" ;;
@@ -175,6 +194,29 @@ for t in "${active[@]}"; do
     if ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then die "port $p for $t is in use (set BASE_PORT)"; fi
   done
 done
+
+# TLS: a CA and one certificate for 127.0.0.1 (ECDSA P-256), used by redis-server's tls-port,
+# respmeter's TLS listener, haproxy's and stunnel's; each TLS client verifies against the CA.
+TLS_ON=
+for t in "${active[@]}"; do case $t in *tls*) TLS_ON=1 ;; esac; done
+TLS_DIR=$OUT/tls
+TLS_CLI=()
+if [ -n "$TLS_ON" ]; then
+  mkdir -p "$TLS_DIR"
+  (
+    cd "$TLS_DIR"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.crt \
+      -days 2 -subj "/CN=peers.sh CA" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr \
+      -subj "/CN=127.0.0.1" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' >ext.cnf
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf \
+      -out server.crt 2>/dev/null
+    cat server.crt server.key >server.pem # haproxy's crt
+  ) || die "openssl: TLS certificates"
+  TLS_CLI=(--tls --cacert "$TLS_DIR/ca.crt")
+fi
+is_tls() { case $1 in *tls*) return 0 ;; esac; return 1; }
 
 if [ -z "${RESPMETER:-}" ]; then
   RESPMETER=$OUT/respmeter
@@ -194,6 +236,7 @@ fi
   [ -n "$MEMTIER" ] && echo "memtier_benchmark: $("$MEMTIER" --version | head -1)"
   [ -x "$NUTCRACKER" ] && echo "nutcracker: $("$NUTCRACKER" --version 2>&1 | head -1)"
   [ -x "$HAPROXY" ] && echo "haproxy: $("$HAPROXY" -v | head -1)"
+  [ -n "$TLS_ON" ] && echo "stunnel: $("$STUNNEL" -version 2>&1 | grep -m1 -i '^stunnel'); $(openssl version)"
   [ -n "$PREDIXY" ] && [ -x "$PREDIXY" ] && echo "predixy: $("$PREDIXY" --version 2>&1 | head -1)"
   echo "params: REPS=$REPS TEST_TIME=$TEST_TIME KEYS=$KEYS DATA_SIZE=$DATA_SIZE THREADS=$THREADS CLIENTS=$CLIENTS PIPELINES='$PIPELINES' RB_N=$RB_N RTT_N=$RTT_N RTT_TIME=$RTT_TIME PROXY_THREADS=$PROXY_THREADS"
   echo "targets: ${active[*]}"
@@ -218,10 +261,14 @@ ticks() { # "utime+stime stime" of a pid and its threads (and child processes), 
 }
 
 # --- redis-server and key space ------------------------------------------------------------------
+REDIS_TLS=()
+[ -n "$TLS_ON" ] && REDIS_TLS=(--tls-port "${PORT[tls-direct]}" --tls-cert-file "$TLS_DIR/server.crt"
+  --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.crt" --tls-auth-clients no)
 start_bg redis "$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
-  --daemonize no --dir "$OUT" --dbfilename dump-unused.rdb
+  --daemonize no --dir "$OUT" --dbfilename dump-unused.rdb "${REDIS_TLS[@]}"
 REDIS_PID=$LAST_PID
 PID[direct]=$REDIS_PID
+PID[tls-direct]=$REDIS_PID
 wait_ping redis "$REDIS_PORT" "$REDIS_PID"
 log "loading $KEYS keys x $DATA_SIZE B (redis-benchmark's key:NNNNNNNNNNNN and memtier's memtier-N)"
 awk -v n="$KEYS" -v ds="$DATA_SIZE" 'BEGIN {
@@ -239,7 +286,27 @@ echo "dbsize: $("$REDIS_CLI" -h 127.0.0.1 -p "$REDIS_PORT" dbsize)" >>"$OUT/env.
 start_target() {
   local t=$1 port=${PORT[$1]} cfg
   case $t in
-    direct) return 0 ;;
+    direct | tls-direct) return 0 ;;
+    stunnel-tls)
+      cfg=$OUT/conf/stunnel.conf
+      cat >"$cfg" <<EOF
+foreground = yes
+pid =
+[tls-in]
+accept = 127.0.0.1:$port
+connect = 127.0.0.1:$STUNNEL_HOP
+cert = $TLS_DIR/server.crt
+key = $TLS_DIR/server.key
+[tls-out]
+client = yes
+accept = 127.0.0.1:$STUNNEL_HOP
+connect = 127.0.0.1:${PORT[tls-direct]}
+CAfile = $TLS_DIR/ca.crt
+verifyChain = yes
+checkIP = 127.0.0.1
+EOF
+      start_bg stunnel-tls "$STUNNEL" "$cfg"
+      ;;
     twemproxy)
       cfg=$OUT/conf/nutcracker.yml
       cat >"$cfg" <<EOF
@@ -258,8 +325,13 @@ EOF
       "$NUTCRACKER" -t -c "$cfg" >"$OUT/logs/nutcracker-test.log" 2>&1 || die "nutcracker config test failed"
       start_bg twemproxy "$NUTCRACKER" -c "$cfg" -a 127.0.0.1 -s "$TWEM_STATS_PORT" -v 4 -o "$OUT/logs/nutcracker.out"
       ;;
-    haproxy)
-      cfg=$OUT/conf/haproxy.cfg
+    haproxy | haproxy-tls)
+      local bind_tls="" server_tls="" up=$REDIS_PORT
+      if [ "$t" = haproxy-tls ]; then
+        bind_tls=" ssl crt $TLS_DIR/server.pem" up=${PORT[tls-direct]}
+        server_tls=" ssl verify required ca-file $TLS_DIR/ca.crt"
+      fi
+      cfg=$OUT/conf/$t.cfg
       cat >"$cfg" <<EOF
 global
   nbthread $PROXY_THREADS
@@ -270,13 +342,13 @@ defaults
   timeout client 120s
   timeout server 120s
 frontend fe_redis
-  bind 127.0.0.1:$port
+  bind 127.0.0.1:$port$bind_tls
   default_backend be_redis
 backend be_redis
-  server r1 127.0.0.1:$REDIS_PORT
+  server r1 127.0.0.1:$up$server_tls
 EOF
-      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/haproxy-check.log" 2>&1 || die "haproxy config check failed"
-      start_bg haproxy "$HAPROXY" -db -f "$cfg"
+      "$HAPROXY" -c -f "$cfg" >"$OUT/logs/$t-check.log" 2>&1 || die "$t config check failed"
+      start_bg "$t" "$HAPROXY" -db -f "$cfg"
       ;;
     predixy)
       cfg=$OUT/conf/predixy.conf
@@ -321,14 +393,19 @@ EOF
         respmeter-pinned) extra=(--route pinned --shards "127.0.0.1:$REDIS_PORT") ;;
         respmeter-slots) extra=(--route slots --shards "127.0.0.1:$REDIS_PORT") ;;
         respmeter-capture) extra=(--upstream-mode shared --capture "$OUT/$t.respcap") ;;
+        respmeter-tls) extra=(--tls-listen "127.0.0.1:$port" --tls-cert-file "$TLS_DIR/server.crt"
+          --tls-key-file "$TLS_DIR/server.key" --tls-auth-clients no --upstream-tls
+          --upstream-tls-ca-cert-file "$TLS_DIR/ca.crt") ;;
       esac
-      echo "$bin proxy --listen 127.0.0.1:$port --upstream 127.0.0.1:$REDIS_PORT --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
-      start_bg "$t" "$bin" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$REDIS_PORT" \
+      local listen=127.0.0.1:$port upstream=127.0.0.1:$REDIS_PORT
+      if [ "$t" = respmeter-tls ]; then listen=off upstream=127.0.0.1:${PORT[tls-direct]}; fi
+      echo "$bin proxy --listen $listen --upstream $upstream --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
+      start_bg "$t" "$bin" proxy --listen "$listen" --upstream "$upstream" \
         --admin "127.0.0.1:${ADMIN[$t]}" --loops "$PROXY_THREADS" --log-level warn "${extra[@]}"
       ;;
   esac
   PID[$t]=$LAST_PID
-  wait_ping "$t" "$port" "${PID[$t]}"
+  if is_tls "$t"; then wait_ping "$t" "$port" "${PID[$t]}" "${TLS_CLI[@]}"; else wait_ping "$t" "$port" "${PID[$t]}"; fi
   log "$t pid ${PID[$t]} on 127.0.0.1:$port"
 }
 for t in "${active[@]}"; do start_target "$t"; done
@@ -340,38 +417,40 @@ echo "rep,target,tool,pipeline,ops_per_sec,avg_ms,p50_ms,p99_ms,set_p50_ms,set_p
 # cell REP TARGET TOOL PIPELINE: one benchmark run, appended to cells.csv.
 cell() {
   local rep=$1 t=$2 tool=$3 pl=$4 port=${PORT[$2]} tag="$3_$2_p$4_r$1" rcode=0
-  local pb pa psb psa rb ra cb ca bb ba t0 t1
+  local pb pa psb psa rb ra cb ca bb ba t0 t1 proxied=1 cli=() mtls=()
+  case $t in direct | tls-direct) proxied= ;; esac
+  if is_tls "$t"; then cli=("${TLS_CLI[@]}") mtls=(--tls "--cacert=$TLS_DIR/ca.crt"); fi
   pb=0 psb=0
-  [ "$t" != direct ] && read -r pb psb < <(ticks "${PID[$t]}")
+  [ -n "$proxied" ] && read -r pb psb < <(ticks "${PID[$t]}")
   read -r rb _ < <(ticks "$REDIS_PID")
   cb=$(child_ticks)
   bb=$(busy_ticks)
   t0=$(date +%s.%N)
   case $tool in
     memtier)
-      timeout $((TEST_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" --protocol=redis -t "$THREADS" -c "$CLIENTS" \
+      timeout $((TEST_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" "${mtls[@]}" --protocol=redis -t "$THREADS" -c "$CLIENTS" \
         --test-time="$TEST_TIME" --ratio=1:10 --key-pattern=R:R --key-minimum=1 --key-maximum="$KEYS" \
         -d "$DATA_SIZE" --pipeline="$pl" --distinct-client-seed --hide-histogram --print-percentiles=50,99 \
         --json-out-file="$OUT/raw/$tag.json" >"$OUT/raw/$tag.txt" 2>&1 || rcode=$?
       ;;
     memtier-rtt)
-      timeout $((RTT_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" --protocol=redis -t 1 -c 1 \
+      timeout $((RTT_TIME + 120)) "$MEMTIER" -s 127.0.0.1 -p "$port" "${mtls[@]}" --protocol=redis -t 1 -c 1 \
         --test-time="$RTT_TIME" --ratio=1:10 --key-pattern=R:R --key-minimum=1 --key-maximum="$KEYS" \
         -d "$DATA_SIZE" --pipeline=1 --hide-histogram --print-percentiles=50,99 \
         --json-out-file="$OUT/raw/$tag.json" >"$OUT/raw/$tag.txt" 2>&1 || rcode=$?
       ;;
     rb)
-      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" --threads "$THREADS" -c $((THREADS * CLIENTS)) \
+      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" "${cli[@]}" --threads "$THREADS" -c $((THREADS * CLIENTS)) \
         -t set,get -n "$RB_N" -r "$KEYS" -d "$DATA_SIZE" -P "$pl" --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
       ;;
     rb-rtt)
-      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" -c 1 -P 1 -t get -n "$RTT_N" -r "$KEYS" -d "$DATA_SIZE" \
+      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" "${cli[@]}" -c 1 -P 1 -t get -n "$RTT_N" -r "$KEYS" -d "$DATA_SIZE" \
         --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
       ;;
   esac
   t1=$(date +%s.%N)
   pa=0 psa=0
-  [ "$t" != direct ] && read -r pa psa < <(ticks "${PID[$t]}")
+  [ -n "$proxied" ] && read -r pa psa < <(ticks "${PID[$t]}")
   read -r ra _ < <(ticks "$REDIS_PID")
   ca=$(child_ticks)
   ba=$(busy_ticks)
@@ -525,7 +604,7 @@ for tool in tools:
                 lat = f"{fmt(s['sp50'], 3)}/{fmt(s['p50'], 3)} | {fmt(s['sp99'], 3)}/{fmt(s['p99'], 3)}"
             else:
                 lat = f"{fmt(s['p50'], 3)} | {fmt(s['p99'], 3)}"
-            proxy = "- | -" if t == "direct" else f"{fmt(s['proxy'], 1)} | {fmt(s['sys'], 1)}"
+            proxy = "- | -" if t in ("direct", "tls-direct") else f"{fmt(s['proxy'], 1)} | {fmt(s['sys'], 1)}"
             print(f"| {t} | {pl} | {s['ops']:.0f}{sp} | {' | '.join(r)} | {lat} | {proxy} | {fmt(s['redis'], 1)} | {s['other']:.0f} % | {s['n']}/{s['tried']} |")
 
 print("\n#### Unloaded round trip (1 connection, pipeline 1)\n")
@@ -551,6 +630,29 @@ for t in wanted:
         else:
             line += " n/a | n/a | n/a |"
     print(line + f" {s['other']:.0f} % |")
+
+# TLS on both sides: respmeter-tls's proxy CPU per operation over each TLS-terminating peer's,
+# paired per repetition (the targets are interleaved, so a pair shares the machine's load).
+tls_peers = [x for x in ("haproxy-tls", "stunnel-tls") if x in wanted]
+if "respmeter-tls" in wanted and tls_peers:
+    per_rep = {}
+    for r in rows:
+        if r["rc"] == "0" and f(r["ops"]) > 0:
+            per_rep[(r["target"], r["tool"], r["pipeline"], r["rep"])] = f(r["proxy_s"]) * 1e6 / f(r["ops"])
+    print("\n#### TLS on both sides: proxy CPU µs/op, respmeter-tls over each peer (ratio per repetition: median, min–max)\n")
+    print("| tool | P | respmeter-tls | " + " | ".join(f"{x} | respmeter-tls ÷ {x}" for x in tls_peers) + " |")
+    print("|---|---|---|" + "---|---|" * len(tls_peers))
+    for tool in tools:
+        for pl in pls:
+            a = stat("respmeter-tls", tool, pl)
+            line = f"| {tool} | {pl} | {fmt(a['proxy'], 1) if a else 'not run'} |"
+            for x in tls_peers:
+                b = stat(x, tool, pl)
+                rs = [per_rep[("respmeter-tls", tool, str(pl), k[3])] / v for k, v in per_rep.items()
+                      if k[:3] == (x, tool, str(pl)) and ("respmeter-tls", tool, str(pl), k[3]) in per_rep and v > 0]
+                rr = f"{med(rs):.2f} ({min(rs):.2f}–{max(rs):.2f}, {len(rs)} reps)" if rs else "n/a"
+                line += f" {fmt(b['proxy'], 1) if b else 'not run'} | {rr} |"
+            print(line)
 
 # issue-6 targets
 tool = "memtier" if "memtier" in tools else "rb"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/metrics/slowlog"
 	"github.com/respmeter/respmeter/routing"
@@ -164,9 +165,11 @@ type Config struct {
 	TLSListen string
 	TLS       *tls.Config
 	// UpstreamTLS, when set, makes every connection to the engines speak
-	// TLS with it, side connections included (internal/tlsconf.Client);
-	// nil speaks plaintext.
-	UpstreamTLS *tls.Config
+	// TLS with it, side connections included: each handshake with the
+	// configuration it has at that moment (a tlsconf.Reloader's Dialer
+	// follows its files; tlsconf.NewDialer of internal/tlsconf.Client's
+	// stays). nil speaks plaintext.
+	UpstreamTLS *tlsconf.Dialer
 	// TLSHandshakeTimeout bounds each TLS handshake, either side; 0 means
 	// DefaultTLSHandshakeTimeout.
 	TLSHandshakeTimeout time.Duration

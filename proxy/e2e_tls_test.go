@@ -41,8 +41,8 @@ type tlsEnv struct {
 	p   *proxy.Proxy
 	set *metrics.Set
 	tm  *metrics.TLS
-	// upstream is the proxy's configuration towards the engine.
-	upstream *tls.Config
+	// upstream is the proxy's TLS towards the engine.
+	upstream *tlsconf.Dialer
 	addr     string // the proxy's TLS listener
 }
 
@@ -62,9 +62,9 @@ func tlsSetup(t testing.TB, authClients string, mod func(*tlsEnv, *proxy.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.upstream = upstream
+	e.upstream = tlsconf.NewDialer(upstream)
 	e.p, e.set = proxytest.StartProxy(t, e.srv.Addr(), func(c *proxy.Config) {
-		c.TLSListen, c.TLS, c.UpstreamTLS, c.TLSMetrics = "127.0.0.1:0", server, upstream, e.tm
+		c.TLSListen, c.TLS, c.UpstreamTLS, c.TLSMetrics = "127.0.0.1:0", server, e.upstream, e.tm
 		if mod != nil {
 			mod(e, c)
 		}
@@ -389,7 +389,7 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.UpstreamTLS = up
+		c.UpstreamTLS = tlsconf.NewDialer(up)
 	})
 	start := time.Now()
 	c, err := tls.Dial("tcp", e.addr, e.ca.ClientConfig())

@@ -72,18 +72,18 @@ func tlsClusterProxy(t *testing.T, route string, mod func(*proxy.Config)) (*redi
 // tlsClusterConfigs gives respmeter's TLS listener (its own certificate
 // from ca, client certificates not asked for) and its TLS to the engines
 // (a client certificate from ca, the engines verified against ca).
-func tlsClusterConfigs(t *testing.T, ca *redistest.CA) (server, upstream *tls.Config) {
+func tlsClusterConfigs(t *testing.T, ca *redistest.CA) (server *tls.Config, upstream *tlsconf.Dialer) {
 	t.Helper()
 	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
 	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstream, err = tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	up, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return server, upstream
+	return server, tlsconf.NewDialer(up)
 }
 
 // tlsClusterWorkload sets and gets back keys of every master, with a hash

@@ -13,6 +13,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/internal/tlsconf"
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
 )
 
@@ -72,7 +73,7 @@ func TestTLSReload(t *testing.T) {
 		if upstream, err = tlsconf.NewClientReloader(e.ca.CertFile, upCert, upKey, "", false, c.Logger); err != nil {
 			t.Fatal(err)
 		}
-		c.TLS, c.UpstreamTLS = server.Config(), upstream.Config()
+		c.TLS, c.UpstreamTLS = server.Config(), upstream.Dialer()
 	})
 	cfg := e.ca.ClientConfig()
 
@@ -140,6 +141,83 @@ func TestTLSReload(t *testing.T) {
 	}
 
 	e.ca.IssueValid("upstream-renewed").CopyTo(t, upCert, upKey)
+	if err := upstream.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, 10*time.Second, served)
+}
+
+// TestTLSReloadUpstreamCA rotates the CA the engines are verified
+// against (--upstream-tls-ca-cert-file, tlsconf.Reloader), with Debian's
+// redis-server serving TLS and respmeter logging in as an ACL user. The
+// engine starts with a certificate of CA A, trusted; it is switched to
+// one of CA B (CONFIG SET tls-cert-file, as an engine's own rotation
+// does): respmeter's new engine connections then fail at once with an
+// error reply naming the failed verification, never the password; once
+// the CA file holds B and is read again, new connections are served, with
+// no restart. Each engine connection of the proxy is dialed again after
+// a change (CLIENT KILL), so every mode, shared links included, shows it.
+func TestTLSReloadUpstreamCA(t *testing.T) {
+	t.Parallel()
+	const user, password = "app", "up-secret-5e0c1f"
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.crt")
+	var upstream *tlsconf.Reloader
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
+		redistest.ReplaceFile(t, e.ca.CertFile, caFile)
+		uc := e.ca.IssueValid("respmeter-upstream")
+		var err error
+		if upstream, err = tlsconf.NewClientReloader(caFile, uc.CertFile, uc.KeyFile, "", false, c.Logger); err != nil {
+			t.Fatal(err)
+		}
+		e.srv.DoT(t, "ACL", "SETUSER", user, "on", ">"+password, "~*", "&*", "+@all")
+		c.UpstreamUser, c.UpstreamPassword, c.UpstreamTLS = user, password, upstream.Dialer()
+	})
+	b := redistest.NewCA(t)
+	// The test's own engine connection, made now and kept: after the
+	// engine's rotation it could verify neither way alone.
+	adm, err := redistest.DialConnTLS(e.srv.Addr(), 5*time.Second, e.ca.ClientConfig(e.ca.IssueValid("admin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	admin := func(want string, args ...string) {
+		t.Helper()
+		adm.Send(t, redistest.Cmd(args...))
+		if f, err := adm.ReadFrame(5 * time.Second); err != nil || !strings.HasPrefix(string(f), want) {
+			t.Fatalf("%v on the engine: %q, %v; want %q", args, f, err, want)
+		}
+	}
+	ping := func() (string, error) { return dialTLSConn(t, e.addr, e.ca.ClientConfig()).ping() }
+	served := func() error {
+		if got, err := ping(); got != "+PONG\r\n" {
+			return fmt.Errorf("PING through the proxy: %q, %v", got, err)
+		}
+		return nil
+	}
+	if err := served(); err != nil {
+		t.Fatalf("engine of CA A, CA A trusted: %v", err)
+	}
+
+	engB := b.IssueValid("engine-b")
+	admin("+OK", "CONFIG", "SET", "tls-cert-file", engB.CertFile, "tls-key-file", engB.KeyFile)
+	admin(":", "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+	start := time.Now()
+	got, err := ping()
+	want := "-ERR upstream " + e.srv.Addr() + " unreachable: tls: failed to verify certificate: x509: certificate signed by unknown authority"
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("PING with the engine on CA B, CA A trusted: %q, %v; want %q", got, err, want)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the error took %v", d)
+	}
+	if strings.Contains(got, password) {
+		t.Errorf("the error reply holds the password: %q", got)
+	}
+	if n := e.tm.HandshakeErrors(metrics.TLSSideUpstream, "unknown_ca"); n == 0 {
+		t.Error("no upstream unknown_ca failure counted")
+	}
+
+	redistest.ReplaceFile(t, b.CertFile, caFile)
 	if err := upstream.Reload(); err != nil {
 		t.Fatal(err)
 	}

@@ -232,22 +232,15 @@ func (p *Proxy) dialUpstream(addr string) (net.Conn, error) {
 	if err != nil || p.cfg.UpstreamTLS == nil {
 		return nc, err
 	}
-	cfg := p.cfg.UpstreamTLS
-	if cfg.ServerName == "" {
-		// As tls.Dial does: the engine's certificate is checked against
-		// the host it was dialed by.
-		host, _, _ := net.SplitHostPort(addr)
-		cfg = cfg.Clone()
-		cfg.ServerName = host
-	}
-	tc := tls.Client(nc, cfg)
+	// The one TLS dial of every engine connection (respconn.DialNet's
+	// too): the configuration in use at this moment, the engine verified
+	// for the server name configured or else the host dialed.
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), p.handshakeTimeout())
-	err = tc.HandshakeContext(ctx)
+	tc, err := p.cfg.UpstreamTLS.Handshake(ctx, nc, addr)
 	cancel()
 	if err != nil {
 		p.handshakeFailed(metrics.TLSSideUpstream, addr, err)
-		_ = nc.Close()
 		return nil, err
 	}
 	p.handshakeDone(metrics.TLSSideUpstream, start, tc)

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/respmeter/respmeter/configs"
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/metrics"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
 	"github.com/respmeter/respmeter/metrics/heat"
@@ -514,7 +514,7 @@ func engineRegisterer(reg prometheus.Registerer, addr string) prometheus.Registe
 // metrics registered on reg under shard = addr (engineRegisterer), names
 // being the command labels. Nothing runs until start. Registering fails
 // only for an addr whose metrics are registered already.
-func newEngineView(cfg configs.Config, upTLS *tls.Config, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
+func newEngineView(cfg configs.Config, upTLS *tlsconf.Dialer, addr string, names []string, reg prometheus.Registerer, log *slog.Logger) (*verdict.View, error) {
 	v := &verdict.View{Addr: addr}
 	if i := slices.Index(cfg.Shards, addr); i >= 0 && i < len(cfg.ShardZones) {
 		v.Zone = cfg.ShardZones[i]
@@ -668,7 +668,7 @@ func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
 // engineSlowlog returns what /slowlog?engine=1 reads: the command log
 // (COMMANDLOG or SLOWLOG) of each engine addrs names, all at once, each
 // entry labelled and keyed by respmeter's command table cmds.
-func engineSlowlog(cfg configs.Config, upTLS *tls.Config, cmds *routing.Resolver, addrs func() []string) func(context.Context) []slowlog.EngineLog {
+func engineSlowlog(cfg configs.Config, upTLS *tlsconf.Dialer, cmds *routing.Resolver, addrs func() []string) func(context.Context) []slowlog.EngineLog {
 	r := slowlog.EngineReader{
 		Login: respconn.Options{User: cfg.UpstreamUser, Password: cfg.UpstreamPassword, TLS: upTLS},
 		Count: cfg.SlowlogLen, Timeout: time.Duration(cfg.DialTimeout),

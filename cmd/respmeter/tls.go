@@ -18,13 +18,14 @@ import (
 )
 
 // tlsSides is the proxy's TLS: the client-facing listener's configuration
-// (nil without tls_listen and facade_tls), the engines' (nil without upstream_tls), the
-// Reloaders that keep them up with their certificate files, and the
-// handshake metrics of both.
+// (nil without tls_listen and facade_tls), the engines' Dialer (nil
+// without upstream_tls), the Reloaders that keep them up with their
+// certificate files, and the handshake metrics of both.
 type tlsSides struct {
-	server, upstream *tls.Config
-	reloaders        []*tlsconf.Reloader
-	metrics          *metrics.TLS
+	server    *tls.Config
+	upstream  *tlsconf.Dialer
+	reloaders []*tlsconf.Reloader
+	metrics   *metrics.TLS
 }
 
 // newTLSSides reads the certificate files cfg names (the errors name the
@@ -46,8 +47,8 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 		if err != nil {
 			return ts, err
 		}
-		ts.upstream = r.Config()
-		if cfg.UpstreamTLSCertFile != "" { // else nothing to reload
+		ts.upstream = r.Dialer()
+		if len(r.Files()) > 0 { // else (the system's roots, no client certificate) nothing to reload
 			ts.reloaders = append(ts.reloaders, r)
 		}
 		if cfg.UpstreamTLSInsecureSkipVerify {
@@ -102,12 +103,12 @@ func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.insecure, "insecure", false, "accept any certificate of the target (warned; for tests)")
 }
 
-// config returns the tls.Config the flags ask for, nil without --tls
+// config returns the TLS the flags ask for, nil without --tls
 // (internal/tlsconf builds it). A TLS flag without --tls, or --cert
 // without --key, is a usage error; a file that cannot be read is a
 // failure, named (never its content). --insecure is warned about on
 // stderr.
-func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tls.Config, error) {
+func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tlsconf.Dialer, error) {
 	if !f.on {
 		for _, name := range []string{"cacert", "cert", "key", "sni", "insecure"} {
 			if cmd.Flags().Changed(name) {
@@ -126,5 +127,5 @@ func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tls.Conf
 	if f.insecure {
 		fmt.Fprintln(stderr, "respmeter: warning: --insecure: the target's certificate is not verified; anyone on the path can read and change the traffic")
 	}
-	return c, nil
+	return tlsconf.NewDialer(c), nil
 }

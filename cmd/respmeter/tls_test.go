@@ -459,6 +459,72 @@ func TestProxyTLSReload(t *testing.T) {
 	}
 }
 
+// TestProxyTLSReloadUpstreamCA: "respmeter proxy" with only
+// --upstream-tls-ca-cert-file towards the engine (no client certificate)
+// reads that file again on SIGHUP. The engine, serving a certificate of CA
+// A, is switched to one of CA B (CONFIG SET tls-cert-file): the proxy's
+// new engine connections fail verification; once the file holds B and
+// SIGHUP is sent, they are served, with no restart.
+func TestProxyTLSReloadUpstreamCA(t *testing.T) {
+	a, b := redistest.NewCA(t), redistest.NewCA(t)
+	srv := redistest.StartTLS(t, a, "--tls-auth-clients", "no")
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.crt")
+	redistest.ReplaceFile(t, a.CertFile, caFile)
+	pc := a.IssueValid("respmeter")
+	p := start(t, nil, "proxy", "--listen", "off", "--upstream", srv.Addr(), "--admin", "off", "--loops", "1",
+		"--tls-listen", "127.0.0.1:0", "--tls-cert-file", pc.CertFile, "--tls-key-file", pc.KeyFile, "--tls-auth-clients", "no",
+		"--upstream-tls", "--upstream-tls-ca-cert-file", caFile)
+	addr := p.waitFor(t, p.stderr, `msg="proxy listening".* tls_addr=(\S+)`)[1]
+	ping := func() string {
+		t.Helper()
+		c, err := redistest.DialConnTLS(addr, 5*time.Second, a.ClientConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Send(t, redistest.Cmd("PING"))
+		f, err := c.ReadFrame(5 * time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		return string(f)
+	}
+	if got := ping(); got != "+PONG\r\n" {
+		t.Fatalf("PING with the engine on CA A, A trusted: %q", got)
+	}
+	adm, err := redistest.DialConnTLS(srv.Addr(), 5*time.Second, a.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	eb := b.IssueValid("engine-b")
+	for _, args := range [][]string{
+		{"CONFIG", "SET", "tls-cert-file", eb.CertFile, "tls-key-file", eb.KeyFile},
+		{"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"},
+	} {
+		adm.Send(t, redistest.Cmd(args...))
+		if f, err := adm.ReadFrame(5 * time.Second); err != nil || f[0] == '-' {
+			t.Fatalf("%v on the engine: %q, %v", args, f, err)
+		}
+	}
+	if got := ping(); !strings.Contains(got, "tls: failed to verify certificate: x509: certificate signed by unknown authority") {
+		t.Errorf("PING with the engine on CA B, A trusted: %q, want the failed verification", got)
+	}
+	redistest.ReplaceFile(t, b.CertFile, caFile)
+	p.signal(t, syscall.SIGHUP)
+	p.waitFor(t, p.stderr, `msg="TLS certificates reloaded" component=tls side=upstream`)
+	redistest.Eventually(t, 10*time.Second, func() error {
+		if got := ping(); got != "+PONG\r\n" {
+			return fmt.Errorf("PING with the engine on CA B, B trusted: %q", got)
+		}
+		return nil
+	})
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+}
+
 // TestDemoTLS runs "respmeter demo --tls": the load connects to
 // respmeter's TLS listener and respmeter to redis-server over TLS (Debian's
 // is built with it), every command is answered (0 errors, the table's

@@ -27,7 +27,6 @@ package check
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -35,6 +34,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // Defaults of Options.
@@ -119,9 +120,9 @@ type Options struct {
 	// connection error. Default DefaultTimeout.
 	Timeout time.Duration
 	// TLS, when set, makes every connection speak TLS with it (the
-	// handshake within Timeout; internal/tlsconf.Client builds it); nil
-	// speaks plaintext.
-	TLS *tls.Config
+	// handshake within Timeout; tlsconf.NewDialer of what
+	// internal/tlsconf.Client builds); nil speaks plaintext.
+	TLS *tlsconf.Dialer
 }
 
 // DefaultOptions returns the Options of a default run against target:

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // Launcher bounds.
@@ -226,7 +227,11 @@ func (p *Proc) forget(cmd *exec.Cmd) {
 // ping sends PING and accepts +PONG or -NOAUTH (the engine is up but wants
 // a password).
 func ping(addr string, timeout time.Duration, tc *tls.Config) error {
-	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout, TLS: tc})
+	var td *tlsconf.Dialer
+	if tc != nil {
+		td = tlsconf.NewDialer(tc)
+	}
+	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout, TLS: td})
 	if err != nil {
 		return err
 	}

@@ -73,17 +73,23 @@ func (ca *CA) Issue(name string, notBefore, notAfter time.Time) Cert {
 // does.
 func (c Cert) CopyTo(t testing.TB, certFile, keyFile string) {
 	t.Helper()
-	for src, dst := range map[string]string{c.CertFile: certFile, c.KeyFile: keyFile} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		if err := os.WriteFile(dst+".new", b, 0o600); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		if err := os.Rename(dst+".new", dst); err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
+	ReplaceFile(t, c.CertFile, certFile)
+	ReplaceFile(t, c.KeyFile, keyFile)
+}
+
+// ReplaceFile writes src's content over dst, replaced whole (written
+// beside, then renamed), as a certificate rotation does.
+func ReplaceFile(t testing.TB, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err == nil {
+		err = os.WriteFile(dst+".new", b, 0o600)
+	}
+	if err == nil {
+		err = os.Rename(dst+".new", dst)
+	}
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
 	}
 }
 

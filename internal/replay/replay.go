@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +31,7 @@ import (
 	"github.com/respmeter/respmeter/internal/capture"
 	"github.com/respmeter/respmeter/internal/resp"
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // Options configures Run.
@@ -61,9 +61,9 @@ type Options struct {
 	// Neither appears in an error or the report.
 	User, Password string
 	// TLS, when set, makes every replay connection speak TLS with it (the
-	// handshake within DialTimeout; internal/tlsconf.Client builds it);
-	// nil speaks plaintext.
-	TLS *tls.Config
+	// handshake within DialTimeout; tlsconf.NewDialer of what
+	// internal/tlsconf.Client builds); nil speaks plaintext.
+	TLS *tlsconf.Dialer
 	// Compare says how the reply of a command is compared with the
 	// captured one (nil: Full for all).
 	Compare func(name string) Compare

@@ -3,10 +3,11 @@ package respconn
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // Options of Dial. The zero value dials without a bound but ctx's, names
@@ -25,10 +26,11 @@ type Options struct {
 	// error. User without Password sends nothing.
 	User, Password string
 	// TLS, when set, runs a TLS handshake over the new connection (within
-	// Timeout and ctx) before anything is sent: the engine's certificate is
-	// verified as TLS says (ServerName, RootCAs, InsecureSkipVerify). nil
-	// speaks plaintext.
-	TLS *tls.Config
+	// Timeout and ctx) before anything is sent, with the configuration
+	// TLS gives for addr (tlsconf.Dialer.Config: the engine's certificate
+	// verified against the CA certificates read last, for the server name
+	// configured or else the host dialed). nil speaks plaintext.
+	TLS *tlsconf.Dialer
 }
 
 // Conn is one blocking RESP connection. Do, Pipeline and Close may be called
@@ -84,17 +86,22 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 
 // DialNet opens the transport Dial speaks RESP over, for clients that
 // frame their own bytes (respmeter check and replay): a TCP connection to
-// addr ("host:port") and, when cfg is set, a TLS handshake over it, the
-// peer's certificate verified as cfg says (its ServerName, or else the host
-// of addr). timeout (0: none) bounds the connect and the handshake
-// together, as ctx does.
-func DialNet(ctx context.Context, addr string, timeout time.Duration, cfg *tls.Config) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	if cfg == nil {
-		return d.DialContext(ctx, "tcp", addr)
+// addr ("host:port") and, when td is set, a TLS handshake over it
+// (td.Handshake: the peer's certificate verified as td's configuration in
+// use says, for its server name or else the host of addr). timeout (0:
+// none) bounds the connect and the handshake together, as ctx does.
+func DialNet(ctx context.Context, addr string, timeout time.Duration, td *tlsconf.Dialer) (net.Conn, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	td := tls.Dialer{NetDialer: &d, Config: cfg}
-	return td.DialContext(ctx, "tcp", addr)
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || td == nil {
+		return nc, err
+	}
+	return td.Handshake(ctx, nc, addr)
 }
 
 // Do sends one command and reads its reply, within timeout (0: no bound).

@@ -32,12 +32,11 @@ const WatchInterval = 5 * time.Second
 //
 // What reloads: on the client-facing side (NewServerReloader) the
 // certificate, its key and the CA certificates client certificates are
-// verified against; towards the engines (NewClientReloader) the client
-// certificate and its key. The CA certificates the engines' certificates
-// are verified against are read once, at start: crypto/tls verifies a
-// server against the RootCAs of the config it was given, and a
-// replacement verifier would lose the check of an IP address the engine
-// was dialed by.
+// verified against; towards the engines (NewClientReloader) the CA
+// certificates the engines' certificates are verified against, the
+// client certificate and its key. Each dial to an engine takes the
+// configuration read last whole (Dialer.Config), so crypto/tls verifies
+// the engine against the CA pool of that moment, for the host dialed.
 type Reloader struct {
 	side  string   // "client" or "upstream", for logs
 	files []string // what Watch reads for a change
@@ -45,7 +44,7 @@ type Reloader struct {
 	log   *slog.Logger
 
 	cur atomic.Pointer[tls.Config] // the certificates read last
-	cfg *tls.Config                // what Config returns; reads cur
+	cfg *tls.Config                // what Config returns (the server side); reads cur
 
 	mu  sync.Mutex        // one reload at a time
 	sum [sha256.Size]byte // the files' content at the last reload tried
@@ -70,37 +69,31 @@ func NewServerReloader(certFile, keyFile, caFile, authClients string, log *slog.
 }
 
 // NewClientReloader builds the engines' side as Client does and returns
-// its Reloader: the client certificate (certFile and keyFile, when given)
-// is the one read last; the CA certificates are read here, once. The first
-// read's error is returned, as Client's. log receives the reloads'
-// outcomes.
+// its Reloader, whose Dialer dials with what was read last: the CA
+// certificates the engines' certificates are verified against (caFile,
+// when given) and the client certificate (certFile and keyFile, when
+// given). The first read's error is returned, as Client's. log receives
+// the reloads' outcomes.
 func NewClientReloader(caFile, certFile, keyFile, serverName string, insecure bool, log *slog.Logger) (*Reloader, error) {
-	base, err := Client(caFile, certFile, keyFile, serverName, insecure)
-	if err != nil {
-		return nil, err
-	}
-	r := &Reloader{side: "upstream", files: nonEmpty(certFile, keyFile), log: log, cfg: base,
-		load: func() (*tls.Config, error) { return Client("", certFile, keyFile, "", false) }}
-	if certFile != "" {
-		base.Certificates = nil
-		// As crypto/tls chooses among Certificates: the certificate when
-		// the engine accepts it (its CA list, its signature schemes),
-		// else none, which the engine then refuses with its reason.
-		base.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			c := &r.cur.Load().Certificates[0]
-			if cri.SupportsCertificate(c) != nil {
-				return new(tls.Certificate), nil
-			}
-			return c, nil
-		}
-	}
+	r := &Reloader{side: "upstream", files: nonEmpty(caFile, certFile, keyFile), log: log,
+		load: func() (*tls.Config, error) { return Client(caFile, certFile, keyFile, serverName, insecure) }}
 	return r, r.first()
 }
 
-// Config returns the configuration to serve or dial with: the same value
-// on every call, reading the certificates of the last successful reload at
+// Config returns the configuration to serve with (NewServerReloader's;
+// nil for NewClientReloader's, which dials with Dialer): the same value on
+// every call, reading the certificates of the last successful reload at
 // each handshake.
 func (r *Reloader) Config() *tls.Config { return r.cfg }
+
+// Dialer returns the Dialer of NewClientReloader's side: each handshake
+// dials with the CA certificates and client certificate of the last
+// successful reload.
+func (r *Reloader) Dialer() *Dialer { return &Dialer{cur: r.cur.Load} }
+
+// Files returns the files the Reloader reads, "" left out: none when
+// there is nothing to reload.
+func (r *Reloader) Files() []string { return r.files }
 
 // first reads the files at start.
 func (r *Reloader) first() error {

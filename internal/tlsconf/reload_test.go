@@ -246,9 +246,7 @@ func TestClientReloadCertificate(t *testing.T) {
 	addr, peers := echoServer(t, &tls.Config{Certificates: []tls.Certificate{srv.TLS}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool})
 	connect := func() string {
 		t.Helper()
-		cfg := r.Config().Clone()
-		cfg.ServerName = "127.0.0.1"
-		c, err := tls.Dial("tcp", addr, cfg)
+		c, err := dialWith(r.Dialer(), addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,6 +276,90 @@ func TestClientReloadCertificate(t *testing.T) {
 	}
 	if got := connect(); got != serial(second).String() {
 		t.Errorf("client certificate %s after a failed reload, want the kept %v", got, serial(second))
+	}
+}
+
+// dialWith connects to addr and runs d's handshake, within 5 seconds.
+func dialWith(d *tlsconf.Dialer, addr string) (*tls.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nc, err := new(net.Dialer).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.Handshake(ctx, nc, addr)
+}
+
+// TestClientReloadCA: towards the engines, the CA certificates read last
+// are the ones a new connection verifies the engine against, for the IP
+// address dialed (no server name configured): after the CA file is
+// rotated from A to B, an engine serving a certificate of B is accepted
+// and one serving a certificate of A is refused at the handshake, naming
+// the verification failure; a connection made before the rotation is not
+// touched, and a CA file that does not read keeps the CA in use.
+func TestClientReloadCA(t *testing.T) {
+	a, b := redistest.NewCA(t), redistest.NewCA(t)
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	redistest.ReplaceFile(t, a.CertFile, caFile)
+	r, err := tlsconf.NewClientReloader(caFile, "", "", "", false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Dialer() // one Dialer for the test, as respmeter proxy has
+	serve := func(ca *redistest.CA) string {
+		addr, _ := echoServer(t, &tls.Config{Certificates: []tls.Certificate{ca.IssueValid("engine").TLS}})
+		return addr
+	}
+	onA, onB := serve(a), serve(b)
+	before, err := dialWith(d, onA)
+	if err != nil {
+		t.Fatalf("engine of CA A with CA A: %v", err)
+	}
+	defer before.Close()
+	if _, err := dialWith(d, onB); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Errorf("engine of CA B with CA A: %v, want an unknown authority", err)
+	}
+
+	redistest.ReplaceFile(t, b.CertFile, caFile)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := dialWith(d, onB); err != nil {
+		t.Errorf("engine of CA B after the rotation to B: %v", err)
+	} else {
+		_ = c.Close()
+	}
+	_, err = dialWith(d, onA)
+	if err == nil || !strings.Contains(err.Error(), "tls: failed to verify certificate: x509: certificate signed by unknown authority") {
+		t.Errorf("engine of CA A after the rotation to B: %v, want a failed verification", err)
+	}
+	if err := echo(before, bufio.NewReader(before), "kept"); err != nil {
+		t.Errorf("the connection made before the rotation: %v", err)
+	}
+	// A CA file caught halfway through a copy keeps the CA in use.
+	if err := os.WriteFile(caFile, []byte("-----BEGIN CERT"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Reload(); err == nil || !strings.Contains(err.Error(), caFile) {
+		t.Errorf("Reload of a broken CA file: %v, want an error naming it", err)
+	}
+	if c, err := dialWith(d, onB); err != nil {
+		t.Errorf("engine of CA B after a failed reload: %v, want B kept", err)
+	} else {
+		_ = c.Close()
+	}
+	redistest.ReplaceFile(t, b.CertFile, caFile)
+	// A verified name: the IP address dialed, which is among the
+	// certificate's IP SANs; another name fails.
+	if got := d.Config(onB).ServerName; got != "127.0.0.1" {
+		t.Errorf("server name for %s: %q, want the host dialed", onB, got)
+	}
+	named, err := tlsconf.NewClientReloader(caFile, "", "", "engine.example", false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialWith(named.Dialer(), onB); err == nil || !strings.Contains(err.Error(), "engine.example") {
+		t.Errorf("engine of CA B for a name its certificate lacks: %v, want a failure naming it", err)
 	}
 }
 

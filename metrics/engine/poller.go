@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/metrics"
 )
 
@@ -168,10 +168,11 @@ func (p *Poller) SetLogin(user, password string) {
 	p.login = respconn.Options{User: user, Password: password}
 }
 
-// SetTLS makes the poller's connection speak TLS with c (the engine's
-// certificate verified as c says); nil speaks plaintext. Call it after
-// SetLogin and before Run.
-func (p *Poller) SetTLS(c *tls.Config) { p.login.TLS = c }
+// SetTLS makes the poller's connection speak TLS with d (each dial's
+// handshake with d's configuration in use, the engine's certificate
+// verified as it says); nil speaks plaintext. Call it after SetLogin and
+// before Run.
+func (p *Poller) SetTLS(d *tlsconf.Dialer) { p.login.TLS = d }
 
 // label returns the index of the label an engine command name counts under.
 func (p *Poller) label(engineName string) int {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/respmeter/respmeter/internal/respconn"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 	"github.com/respmeter/respmeter/metrics"
 )
 
@@ -80,10 +80,11 @@ func (p *Probe) SetLogin(user, password string) {
 	p.login = respconn.Options{User: user, Password: password}
 }
 
-// SetTLS makes the probe's connection speak TLS with c (the engine's
-// certificate verified as c says); nil speaks plaintext. Call it after
-// SetLogin and before Run.
-func (p *Probe) SetTLS(c *tls.Config) { p.login.TLS = c }
+// SetTLS makes the probe's connection speak TLS with d (each dial's
+// handshake with d's configuration in use, the engine's certificate
+// verified as it says); nil speaks plaintext. Call it after SetLogin and
+// before Run.
+func (p *Probe) SetTLS(d *tlsconf.Dialer) { p.login.TLS = d }
 
 // Run probes until ctx is done, then closes its connection and returns. It
 // connects (naming the connection respmeter-probe), sends PING at once and
