@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/internal/resp"
 )
 
 // TestProxyTLS runs "respmeter proxy" with a TLS listener (its key file
@@ -503,7 +504,7 @@ func TestProxyTLSReloadUpstreamCA(t *testing.T) {
 		{"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"},
 	} {
 		adm.Send(t, redistest.Cmd(args...))
-		if f, err := adm.ReadFrame(5 * time.Second); err != nil || f[0] == '-' {
+		if f, err := adm.ReadFrame(5 * time.Second); err != nil || resp.IsErrorReply(f) {
 			t.Fatalf("%v on the engine: %q, %v", args, f, err)
 		}
 	}
