@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/capture-cpu.sh - the capture's CPU cost on the in-memory hot path (issue 18).
+# bench/capture-cpu.sh - the capture's CPU cost on the in-memory hot path.
 #
 # Runs BenchmarkCaptureHotPath (proxy/capture_test.go: a GET through a routed, shared-mode session
 # whose client and engine connections are in memory, so no system call dilutes the cost) with the

@@ -61,7 +61,7 @@
 #                     (--cluster-port): port+10000 would fall in Linux's ephemeral range
 #                     (32768-60999), where any test's or client's free port may sit
 #   OUT=$(mktemp -d)  logs, raw outputs, table.md
-# After the rows, a table of issue 20's slot-routing target (slots and facade against pinned,
+# After the rows, a table of the slot-routing target (slots and facade against pinned,
 # proxy CPU µs/op, at most 1.5x) with its floor: the path's kernel time plus pinned's user-space
 # time, over pinned's CPU.
 # A full run with the defaults took 115 s on 2 busy cores with MEMTIER (about 80 s without).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/memory.sh - how much memory respmeter holds when every command name is in use and it is
-# scraped every second (issue 16), for the build of this tree ("after") and, in the same run, a
+# scraped every second, for the build of this tree ("after") and, in the same run, a
 # build of the git revision BEFORE ("before").
 #
 # Starts SHARDS redis-servers (persistence off), then for each target (before, after) and each
@@ -80,8 +80,8 @@ run() {
   else
     args+=(--upstream "${SHARD_ADDRS[0]}")
   fi
-  # Every name exported, as before the /metrics cap existed (issue 19: --metrics-commands,
-  # default 100): the worst case this script measures.
+  # Every name exported (--metrics-commands 0; the default caps them at 100): the worst case
+  # this script measures.
   if "$OUT/respmeter-$target" proxy --help 2>&1 | grep -q -- --metrics-commands; then
     args+=(--metrics-commands 0)
   fi

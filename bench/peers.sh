@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/peers.sh - respmeter against other Redis-protocol proxies (issue 6), loopback only.
+# bench/peers.sh - respmeter against other Redis-protocol proxies, loopback only.
 #
 # Starts ONE redis-server (persistence off), loads the key space, then every target at once:
 #   direct               client -> redis-server
@@ -44,14 +44,14 @@
 # "other CPU": the CPU time of every process outside the cell (busy time from /proc/stat minus
 # client, proxy and redis-server), in % of all cores over the cell, since the machine may be
 # shared. The summary gives medians over REPS (with the ops/s spread), ratios to direct, haproxy
-# and predixy, and the issue-6 targets:
+# and predixy, and the targets respmeter is held to:
 #   respmeter (passthrough) >= 1.25x haproxy ops/s at P1 and >= 1.1x at P16, proxy CPU µs/op
 #     <= haproxy's, added round trip (p50 over direct) <= 12 µs
 #   respmeter-shared >= 1.05x predixy ops/s at P1 and P16, CPU µs/op <= predixy's
 #   respmeter CPU µs/op <= 1.1x respmeter-nomeasure's (measurement on vs --measure=false)
-#   respmeter-capture CPU µs/op <= 1.15x respmeter-shared's (issue 18: capture on vs off; the summary
+#   respmeter-capture CPU µs/op <= 1.15x respmeter-shared's (capture on vs off; the summary
 #     also gives the capture's records, drops and file size, read from its admin API at the end)
-# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark); issue 20's
+# (ops/s and CPU targets are judged on memtier when it ran, else on redis-benchmark); the slot-routing
 # CPU targets with their floor (1:1 ≤ 1.1× haproxy's CPU µs/op at P1 and ≤ 1.0× at P16, shared
 # ≤ 1.0× predixy's at P1 and P16; how much CPU per op each allows, how much of it respmeter's
 # own kernel time already takes, and how far its user-space time would have to fall); and a
@@ -654,7 +654,7 @@ if "respmeter-tls" in wanted and tls_peers:
                 line += f" {fmt(b['proxy'], 1) if b else 'not run'} | {rr} |"
             print(line)
 
-# issue-6 targets
+# the targets respmeter is held to
 tool = "memtier" if "memtier" in tools else "rb"
 print(f"\n#### Issue-6 targets (ops/s and CPU from {names[tool].split(' (')[0]}, medians)\n")
 print("| target | figure | verdict |")

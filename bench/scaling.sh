@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scaling.sh - respmeter's throughput and CPU per operation against its number of event
-# loops (issue 20), loopback only.
+# loops, loopback only.
 #
 # Starts ONE redis-server (persistence off) and, for each L in LOOPS, one respmeter proxy with
 # --loops L in front of it (the default 1:1 upstream connections; EXTRA adds flags, e.g.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/syscalls.sh - where a proxy's CPU goes per operation (issue 6): syscalls and context
+# bench/syscalls.sh - where a proxy's CPU goes per operation: syscalls and context
 # switches per operation, next to its CPU µs/op, for respmeter and the proxies it is measured
 # against, loopback only.
 #

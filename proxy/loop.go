@@ -122,7 +122,7 @@ const lastNameLen = 16
 // generators send runs of the same command (redis-benchmark a test at a
 // time, memtier a SET among ten GETs), so the loop remembers the last name
 // as it was spelt and its ID: a repeat costs a byte compare instead of a
-// case fold, a hash and a map probe (issue 20). The resolver does not
+// case fold, a hash and a map probe. The resolver does not
 // change once the proxy has started, so a remembered ID stays right.
 func (l *loop) lookup(name []byte) command.ID {
 	if len(name) == l.last.n && string(name) == string(l.last.name[:l.last.n]) {

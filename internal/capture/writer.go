@@ -139,7 +139,7 @@ func Start(path string, o Options) (*Capture, error) {
 // window (so 64 KiB blocks). Against a 1 MiB window with Huffman-coded
 // literals this takes about 0.6-0.7x the encoder's CPU per byte on records
 // of redis-benchmark and of BenchmarkCaptureHotPath (the encoder alone, both
-// inputs, side by side; BENCHMARKS.md, issue 18) for files about 1.25x as
+// inputs, side by side; BENCHMARKS.md) for files about 1.25x as
 // large. The content checksum stays: it is what tells a corrupt literal
 // from a request.
 func encoderOptions() []zstd.EOption {

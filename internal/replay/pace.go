@@ -17,7 +17,7 @@ import (
 //   - a loop yielding to other goroutines until it.
 //
 // The CPU this costs per batch is the yield loop (at most spinFor) and one
-// system call; BENCHMARKS.md (issue 18) has the figures.
+// system call; BENCHMARKS.md has the figures.
 const (
 	timerSlack = time.Millisecond
 	spinFor    = 100 * time.Microsecond

@@ -274,8 +274,7 @@ const errUnbalancedQuotes ProtocolError = "unbalanced quotes in request"
 func strchr(b []byte, c byte) (i, seen int) {
 	// Headers ("*2", "$3", "$13") end within a few bytes: a byte loop over
 	// the first shortScan bytes finds c or NUL without the two IndexByte
-	// calls below, which cost more than the loop on so short a search
-	// (issue 20: this ran twice per header line).
+	// calls below, which cost more than the loop on so short a search.
 	n := min(len(b), shortScan)
 	for j := 0; j < n; j++ {
 		switch b[j] {
