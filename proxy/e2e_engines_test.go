@@ -388,6 +388,64 @@ func TestMixedShardsOwnTables(t *testing.T) {
 	}
 }
 
+// TestMixedClusterOwnTables: TestMixedShardsOwnTables over a cluster of
+// mixed engines, as during an upgrade: a redis-server 7.0.15 master (PATH)
+// as --cluster's seed beside a master running RESPMETER_TEST_ENGINE, under
+// --route slots. HSETEX, which only the newer engine knows, is routed by
+// the newer master's own table: from two clients (homed on each master in
+// turn) each call goes straight to its key's master, no MOVED met, keys of
+// the newer master's slots written there and keys of the seed's slots
+// answered by the seed's unknown-command error. With the seed's table
+// routing all, HSETEX had no keys and went to each client's home master.
+func TestMixedClusterOwnTables(t *testing.T) {
+	bin := secondEngine(t)
+	probe := redistest.StartBinary(t, bin)
+	if !engineKnows(t, probe, "hsetex") {
+		t.Skipf("%s has no HSETEX", bin)
+	}
+	cl := redistest.StartClusterOf(t, []string{redistest.ServerBinary, bin})
+	old, newer := cl.Nodes[0], cl.Nodes[1]
+	if engineKnows(t, old, "hsetex") {
+		t.Skipf("%s knows HSETEX too", redistest.ServerBinary)
+	}
+	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteSlots, old.Addr()
+	})
+	nc := newer.Client()
+	var onNewer int
+	for n := range 2 {
+		c := redistest.Dial(t, p.Addr())
+		for i := range 40 {
+			key := fmt.Sprintf("hx:%d:%d", n, i)
+			c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
+			got, err := c.ReadFrame(5 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cl.Owner(int(routing.Slot([]byte(key)))) == 0 {
+				if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
+					t.Errorf("HSETEX %s (the seed's slot): %q, want the seed engine's unknown command error", key, got)
+				}
+				continue
+			}
+			onNewer++
+			if string(got) != ":1\r\n" {
+				t.Errorf("HSETEX %s (the newer master's slot): %q, want :1", key, got)
+			}
+			if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
+				t.Errorf("HGET %s on the newer master: %q, %v", key, v, err)
+			}
+		}
+		c.Close()
+	}
+	if onNewer == 0 || onNewer == 80 {
+		t.Fatalf("%d of 80 keys on the newer master: the keys must cover both", onNewer)
+	}
+	if m := set.Snapshot().Routing.RedirectsMoved; m != 0 {
+		t.Errorf("%d MOVED redirects met: HSETEX went to a master other than its key's", m)
+	}
+}
+
 // TestEngineClientNoTouchReplayed: CLIENT NO-TOUCH (Redis 7.2+, Valkey), a
 // connection-state setter the 7.0 table does not know, reaches every shard
 // connection of a routed client, those open when it is sent and those

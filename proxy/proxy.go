@@ -443,11 +443,12 @@ const noauthHint = "the engine wants a password: set upstream_password in the co
 // routing.MaxEngineLabels). The engine is cfg.Upstream, or under
 // RouteSlots and RoutePinned the cluster seed or the first shard. The
 // exchange is bounded by twice cfg.DialTimeout (4 s when 0). With
-// several --shards, each is read too and the tables are joined
-// (command.Union): the first shard's entries route the commands it knows,
-// and a command or subcommand only another shard's engine knows (a newer
-// engine beside an older one) is routed by that engine's own entry. The
-// shards whose table differs from the first's are named in an info line.
+// several --shards, or a --cluster of several masters, each shard's or
+// master's table is read too and the tables are joined (command.Union): the
+// first shard's (the seed's) entries route the commands it knows, and a
+// command or subcommand only another engine knows (a newer engine beside
+// an older one, during an upgrade) is routed by that engine's own entry.
+// The shards whose table differs are named in an info line.
 // When the
 // engine cannot answer (down, NOAUTH, no COMMAND) it logs a warning to log
 // (nil: discarded) and returns the built-in table (an empty Resolver).
@@ -469,7 +470,7 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	}
 	if others, differ := otherTables(cfg, infos, timeout); len(differ) > 0 {
 		infos = command.Union(append([]map[string]*command.Info{infos}, others...)...)
-		log.Info("shards whose engines report another command table than the first shard's: "+
+		log.Info("shards whose engines report another command table than the first shard's (the seed's): "+
 			"the commands only they know are routed by their own tables", "engine", addr, "shards", strings.Join(differ, ","))
 	}
 	r := routing.NewResolver(infos)
@@ -480,17 +481,30 @@ func FetchCommands(cfg Config, log *slog.Logger) *routing.Resolver {
 	return r
 }
 
-// otherTables reads the command table of every shard of cfg.Shards after
-// the first (RouteSlots and RoutePinned) and returns, in cfg.Shards order,
-// the tables that differ from first, the first shard's (another engine or
-// version, or a rename-command), and those shards' addresses. Each read is
-// bounded by timeout; a shard that does not answer is left out (its
-// connections will say why).
+// otherTables reads the command table of every shard after the first
+// (RouteSlots, RoutePinned and RouteFacade over cfg.Shards) or of every
+// master of the cluster other than the seed (cfg.Cluster: the masters of the
+// seed's CLUSTER SHARDS or SLOTS, routing.FetchCluster) and returns the
+// tables that differ from first, the first shard's or the seed's (another
+// engine or version, or a rename-command), and those engines' addresses,
+// in shard order. Each read is bounded by timeout; an engine that does not
+// answer is left out (its connections will say why), and so is a cluster
+// whose map cannot be read.
 func otherTables(cfg Config, first map[string]*command.Info, timeout time.Duration) (tables []map[string]*command.Info, differ []string) {
-	if cfg.Route == "" || cfg.Route == RouteNone || cfg.Cluster != "" || len(cfg.Shards) < 2 {
+	if cfg.Route == "" || cfg.Route == RouteNone {
 		return nil, nil
 	}
-	for _, a := range cfg.Shards[1:] {
+	addrs := cfg.Shards
+	if cfg.Cluster != "" {
+		top, err := routing.FetchCluster(context.Background(), cfg.Cluster, timeout, cfg.login())
+		if err != nil {
+			return nil, nil
+		}
+		addrs = slices.DeleteFunc(slices.Clone(top.Addrs), func(a string) bool { return a == cfg.Cluster })
+	} else if len(addrs) > 0 {
+		addrs = addrs[1:]
+	}
+	for _, a := range addrs {
 		if infos, err := command.FetchInfo(context.Background(), a, timeout, cfg.login()); err == nil && !reflect.DeepEqual(infos, first) {
 			tables = append(tables, infos)
 			differ = append(differ, a)

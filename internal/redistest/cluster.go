@@ -65,6 +65,19 @@ func StartClusterWith(t testing.TB, masters int, extraConfig ...string) *Cluster
 	return startCluster(t, masters, func(args ...string) *Server { return Start(t, args...) }, extraConfig)
 }
 
+// StartClusterOf starts a cluster as StartClusterWith does of
+// len(bins) masters, node i running the server binary bins[i] (StartBinary):
+// a cluster of mixed engines or versions, as during an upgrade.
+func StartClusterOf(t testing.TB, bins []string, extraConfig ...string) *Cluster {
+	t.Helper()
+	i := 0
+	return startCluster(t, len(bins), func(args ...string) *Server {
+		s := StartBinary(t, bins[i], args...)
+		i++
+		return s
+	}, extraConfig)
+}
+
 // StartTLSCluster starts a Redis Cluster as StartClusterWith does whose
 // nodes serve TLS only, each started by StartTLS with ca and
 // "--tls-cluster yes" (the cluster bus on TLS too, and the TLS ports the
