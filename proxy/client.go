@@ -75,14 +75,15 @@ const (
 
 // request.flags
 const (
-	eQuit      uint8 = 1 << iota // QUIT: close the client after this reply
-	eInTx                        // queued inside MULTI: redirects are relayed, not followed
-	eWritten                     // the reply went to the client's write buffer directly
-	eExecAbort                   // EXEC of an aborted transaction: answer EXECABORT
-	eSilent                      // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
-	eQuietQuit                   // QUIT whose reply is dropped: close after the next output, if any
-	eSync                        // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
-	eExecCross                   // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
+	eQuit      uint16 = 1 << iota // QUIT: close the client after this reply
+	eInTx                         // queued inside MULTI: redirects are relayed, not followed
+	eWritten                      // the reply went to the client's write buffer directly
+	eExecAbort                    // EXEC of an aborted transaction: answer EXECABORT
+	eSilent                       // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
+	eQuietQuit                    // QUIT whose reply is dropped: close after the next output, if any
+	eSync                         // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
+	eExecCross                    // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
+	eNodeIDs                      // CLUSTER GETSLOTMIGRATIONS on a virtual node: the engine's node ids become virtual ones (facadeNodeIDs)
 )
 
 // request is one request of a client.
@@ -93,7 +94,7 @@ type request struct {
 	penalty            int64 // extra time spent following redirects (ns)
 	cmd                command.ID
 	agg                uint8
-	flags              uint8
+	flags              uint16
 	ready              bool
 	left               int32          // parts not answered yet
 	ps                 []part         // reused across requests

@@ -360,27 +360,11 @@ func TestMixedShardsOwnTables(t *testing.T) {
 	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
 	c := redistest.Dial(t, p.Addr())
 	defer c.Close()
-	nc := newer.Client()
 	var onNewer int
 	for i := range 40 {
 		key := fmt.Sprintf("hx:%d", i)
-		c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
-		got, err := c.ReadFrame(5 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if topo.Addr(routing.Slot([]byte(key))) == old.Addr() {
-			if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
-				t.Errorf("HSETEX %s (old shard's slot): %q, want the old engine's unknown command error", key, got)
-			}
-			continue
-		}
-		onNewer++
-		if string(got) != ":1\r\n" {
-			t.Errorf("HSETEX %s (newer shard's slot): %q, want :1", key, got)
-		}
-		if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
-			t.Errorf("HGET %s on the newer shard: %q, %v", key, v, err)
+		if hsetexOwnTable(t, c, newer, key, topo.Addr(routing.Slot([]byte(key))) != old.Addr()) {
+			onNewer++
 		}
 	}
 	if onNewer == 0 || onNewer == 40 {
@@ -411,29 +395,13 @@ func TestMixedClusterOwnTables(t *testing.T) {
 	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = proxy.RouteSlots, old.Addr()
 	})
-	nc := newer.Client()
 	var onNewer int
 	for n := range 2 {
 		c := redistest.Dial(t, p.Addr())
 		for i := range 40 {
 			key := fmt.Sprintf("hx:%d:%d", n, i)
-			c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
-			got, err := c.ReadFrame(5 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cl.Owner(int(routing.Slot([]byte(key)))) == 0 {
-				if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
-					t.Errorf("HSETEX %s (the seed's slot): %q, want the seed engine's unknown command error", key, got)
-				}
-				continue
-			}
-			onNewer++
-			if string(got) != ":1\r\n" {
-				t.Errorf("HSETEX %s (the newer master's slot): %q, want :1", key, got)
-			}
-			if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
-				t.Errorf("HGET %s on the newer master: %q, %v", key, v, err)
+			if hsetexOwnTable(t, c, newer, key, cl.Owner(int(routing.Slot([]byte(key)))) == 1) {
+				onNewer++
 			}
 		}
 		c.Close()
@@ -444,6 +412,33 @@ func TestMixedClusterOwnTables(t *testing.T) {
 	if m := set.Snapshot().Routing.RedirectsMoved; m != 0 {
 		t.Errorf("%d MOVED redirects met: HSETEX went to a master other than its key's", m)
 	}
+}
+
+// hsetexOwnTable sends HSETEX key FIELDS 1 f v<key> on c, a connection
+// to respmeter over an older engine (no HSETEX) and a newer one, and
+// checks its reply: where onNewer (the key's slot is the newer engine's)
+// :1 and the field written on newer, read directly; else the older
+// engine's own unknown-command error. It returns onNewer.
+func hsetexOwnTable(t *testing.T, c *redistest.Conn, newer *redistest.Server, key string, onNewer bool) bool {
+	t.Helper()
+	c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
+	got, err := c.ReadFrame(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !onNewer {
+		if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
+			t.Errorf("HSETEX %s (the older engine's slot): %q, want its unknown command error", key, got)
+		}
+		return false
+	}
+	if string(got) != ":1\r\n" {
+		t.Errorf("HSETEX %s (the newer engine's slot): %q, want :1", key, got)
+	}
+	if v, err := newer.Client().HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
+		t.Errorf("HGET %s on the newer engine: %q, %v", key, v, err)
+	}
+	return true
 }
 
 // TestEngineClientNoTouchReplayed: CLIENT NO-TOUCH (Redis 7.2+, Valkey), a

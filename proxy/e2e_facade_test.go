@@ -384,6 +384,10 @@ func TestFacadeRedirects(t *testing.T) {
 	if v, err := c0.Do(ctx, "CLUSTER", "NOPE").Result(); err == nil || err.Error() != "ERR unknown subcommand 'NOPE'. Try CLUSTER HELP." {
 		t.Errorf("CLUSTER NOPE: %v %v", v, err)
 	}
+	// Over standalone shards no slot ever moves: no migration job.
+	if v, err := c0.Do(ctx, "CLUSTER", "GETSLOTMIGRATIONS").Slice(); err != nil || len(v) != 0 {
+		t.Errorf("CLUSTER GETSLOTMIGRATIONS: %v %v, want an empty array", v, err)
+	}
 	// The key was refused, not stored anywhere.
 	for _, s := range srvs {
 		if n := s.Client().Exists(ctx, key).Val(); n != 0 {

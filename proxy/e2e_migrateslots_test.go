@@ -7,6 +7,7 @@ package proxy_test
 // against Valkey 9.1 through RESPMETER_TEST_ENGINE.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -220,6 +221,88 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 		n, len(res.Slots), res.Slots[0].Slot, res.Slots[len(res.Slots)-1].Slot,
 		slices.MinFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.First, b.First) }).First,
 		slices.MaxFunc(res.Slots, func(a, b check.SlotMismatches) int { return cmp.Compare(a.Last, b.Last) }).Last)
+}
+
+// TestFacadeGetSlotMigrations: CLUSTER GETSLOTMIGRATIONS on a virtual node
+// of the facade over a Valkey 9.1 cluster lists the atomic slot migrations
+// of that node's own engine as the engine gives them, RESP2 and RESP3, but
+// with every engine node id replaced by the id of the virtual node that
+// presents that master: a client that matches a job's source_node and
+// target_node with the virtual nodes' ids (CLUSTER SLOTS, NODES, MYID)
+// finds them, and no engine id reaches it. After 100 slots moved from
+// node 0 to node 1: the source's virtual node lists the EXPORT, the
+// target's the IMPORT, the third none.
+func TestFacadeGetSlotMigrations(t *testing.T) {
+	skipWithoutMigrateSlots(t)
+	cl := redistest.StartCluster(t, 3)
+	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[2].Addr()
+		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
+	})
+	cl.MigrateSlots(0, 99, 1, 30*time.Second)
+	// The virtual node of each engine, by a slot it owns before and
+	// after the migration in the facade's CLUSTER SLOTS.
+	fc := redis.NewClient(&redis.Options{Addr: p.FacadeAddrs()[0], DisableIdentity: true})
+	t.Cleanup(func() { _ = fc.Close() })
+	ranges, err := fc.ClusterSlots(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vaddr, vid := make([]string, 3), make([]string, 3)
+	for i := range cl.Nodes {
+		slot := 5461*i + 1000
+		if cl.Owner(slot) != i {
+			t.Fatalf("slot %d is node %d's, want %d's", slot, cl.Owner(slot), i)
+		}
+		for _, r := range ranges {
+			if r.Start <= slot && slot <= r.End {
+				vaddr[i], vid[i] = r.Nodes[0].Addr, r.Nodes[0].ID
+			}
+		}
+		if vid[i] == "" || vid[i] == cl.NodeID(i) {
+			t.Fatalf("node %d: virtual node %q id %q in the facade's CLUSTER SLOTS %v", i, vaddr[i], vid[i], ranges)
+		}
+	}
+	ask := func(addr string, proto int) []byte {
+		c := redistest.Dial(t, addr)
+		defer c.Close()
+		if proto == 3 {
+			c.Send(t, respCmd("HELLO", "3"))
+			if _, err := c.ReadFrame(5 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Send(t, respCmd("CLUSTER", "GETSLOTMIGRATIONS"))
+		b, err := c.ReadFrame(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i, op := range []string{"EXPORT", "IMPORT", ""} {
+		for _, proto := range []int{2, 3} {
+			direct := ask(cl.Nodes[i].Addr(), proto)
+			want := direct
+			for k := range cl.Nodes {
+				want = bytes.ReplaceAll(want, []byte(cl.NodeID(k)), []byte(vid[k]))
+			}
+			got := ask(vaddr[i], proto)
+			if !bytes.Equal(got, want) {
+				t.Errorf("node %d, RESP%d: the virtual node answers\n%q\nwant the engine's with virtual node ids\n%q", i, proto, got, want)
+			}
+			switch {
+			case op == "" && string(direct) != "*0\r\n":
+				t.Errorf("node %d, RESP%d: the engine lists jobs: %q", i, proto, direct)
+			case op != "" && (!bytes.Contains(got, []byte(op)) || !bytes.Contains(got, []byte(vid[0])) || !bytes.Contains(got, []byte(vid[1]))):
+				t.Errorf("node %d, RESP%d: no %s job naming virtual nodes %s and %s: %q", i, proto, op, vid[0], vid[1], got)
+			}
+			for k := range cl.Nodes {
+				if bytes.Contains(got, []byte(cl.NodeID(k))) {
+					t.Errorf("node %d, RESP%d: engine node %d's id reaches the client: %q", i, proto, k, got)
+				}
+			}
+		}
+	}
 }
 
 // migrateWriter is one writer's client through p in mode m: a go-redis

@@ -435,8 +435,12 @@ func (s *client) upstreamReply(reply []byte, addr string) []byte {
 // clusterCmd answers the CLUSTER subcommands a cluster client uses, as a
 // Redis 7.0 cluster node with the virtual nodes as its masters (no
 // replicas) would: SLOTS, SHARDS, NODES, INFO, MYID, KEYSLOT,
-// COUNTKEYSINSLOT. Other subcommands get Redis's "unknown subcommand"
-// error (they manage a real cluster's bus, which the facade does not have).
+// COUNTKEYSINSLOT, and GETSLOTMIGRATIONS (Valkey 9.0 on): over a cluster
+// the node's own engine lists its atomic slot migrations, with the node
+// ids the client knows (facadeNodeIDs); over standalone shards, whose
+// slots never move, none (an empty array). Other subcommands get Redis's
+// "unknown subcommand" error (they manage a real cluster's bus, which the
+// facade does not have; CLUSTER MIGRATESLOTS among them).
 func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte) {
 	if len(args) < 2 {
 		s.local(e, []byte("-ERR wrong number of arguments for 'cluster' command\r\n"))
@@ -503,9 +507,36 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte
 			s.l.scratch = b
 			s.send(e, s.home, b)
 		}
+	case eqFold(sub, "getslotmigrations"):
+		switch {
+		case !arity(2):
+		case s.p.router.cluster:
+			e.flags |= eNodeIDs
+			s.send(e, s.home, frame)
+		default:
+			s.local(e, []byte("*0\r\n"))
+		}
 	default:
 		s.local(e, []byte(fmt.Sprintf("-ERR unknown subcommand '%s'. Try CLUSTER HELP.\r\n", safeArg(sub))))
 	}
+}
+
+// facadeNodeIDs returns an engine's CLUSTER GETSLOTMIGRATIONS reply (each
+// job's source_node and target_node: engine node ids) to a virtual node's
+// client with the id of every master in v's map (Topology.IDs) replaced by
+// the id of the virtual node that presents it (nodeOf), so that the jobs
+// name the nodes of the client's CLUSTER NODES and MYID. Both ids are 40
+// hex digits, so the frame's lengths stay valid. An engine node without a
+// virtual node (a target that owned no slot when the map was read) keeps
+// its engine id.
+// Rare command: the rewrite allocates.
+func (s *client) facadeNodeIDs(v *topoView, frame []byte) []byte {
+	for addr, id := range v.t.IDs {
+		if i := v.t.Index(addr); i >= 0 && i < len(s.p.facade.nodes) && len(s.p.facade.nodes[i].id) == len(id) {
+			frame = bytes.ReplaceAll(frame, []byte(id), []byte(s.p.facade.nodes[i].id))
+		}
+	}
+	return frame
 }
 
 // clusterSlots is the CLUSTER SLOTS reply (Redis 7.0): per slot range, in

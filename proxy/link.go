@@ -406,14 +406,15 @@ func (ln *link) onData(data []byte) {
 // its client, alone (not one part of a fan-out), and not be an error or a
 // push; and the link must not be a pub/sub or MONITOR feed, whose frames
 // are seen whole (feed), nor the reply one that changes that (MONITOR,
-// RESET) or one the facade rewrites (INFO on a virtual node).
+// RESET) or one the facade rewrites (INFO and CLUSTER GETSLOTMIGRATIONS on
+// a virtual node).
 func (ln *link) streamable(t byte) *client {
 	if resp.IsErrorType(t) || t == resp.TypePush || ln.q.len() == 0 || ln.monitor || ln.inSubMode() {
 		return nil
 	}
 	r := ln.q.front()
 	e := r.e
-	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent) != 0 || e.hold != 0 ||
+	if e == nil || e.s.gone() || e.agg != aggRelay || e.left != 1 || e.flags&(eExecAbort|eSilent|eNodeIDs) != 0 || e.hold != 0 ||
 		e.s.q.len() == 0 || e.s.q.front() != e || e.cmd == command.Monitor || e.cmd == command.Reset ||
 		e.cmd == command.InfoCmd && e.s.vnode != nil { // rewritten whole (facadeInfo)
 		return nil
@@ -502,6 +503,8 @@ func (ln *link) onReply(frame []byte, f *resp.Frame, now int64) {
 			frame = e.s.facadeRedirect(frame, ln.addr) // a relayed MOVED/ASK names a virtual node
 		case e.cmd == command.InfoCmd && !e.s.p.router.cluster:
 			frame = e.s.facadeInfo(frame) // a standalone engine's INFO says cluster_enabled:1
+		case e.flags&eNodeIDs != 0:
+			frame = e.s.facadeNodeIDs(e.s.p.router.load(), frame) // the jobs name virtual nodes
 		}
 	}
 	e.s.complete(e, int(r.part), frame, now, false)

@@ -216,7 +216,7 @@ func parseShards(v respconn.Value, seedHost string, tls bool) (*Topology, error)
 		return nil, fmt.Errorf("%w: CLUSTER SHARDS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
-	var zones map[string]string
+	var zones, ids map[string]string
 	for _, shard := range v.Elems {
 		fields, err := pairs(shard)
 		if err != nil {
@@ -257,6 +257,12 @@ func parseShards(v respconn.Value, seedHost string, tls bool) (*Topology, error)
 			}
 			zones[addr] = z.Str
 		}
+		if id := owner["id"]; id.IsString() && id.Str != "" {
+			if ids == nil {
+				ids = map[string]string{}
+			}
+			ids[addr] = id.Str
+		}
 		for i := 0; i < len(slotsV.Elems); i += 2 {
 			lo, hi, err := slotRange(slotsV.Elems[i], slotsV.Elems[i+1])
 			if err != nil {
@@ -267,7 +273,7 @@ func parseShards(v respconn.Value, seedHost string, tls bool) (*Topology, error)
 	}
 	t, err := buildTopology(claims)
 	if t != nil {
-		t.Zones = zones
+		t.Zones, t.IDs = zones, ids
 	}
 	return t, err
 }
@@ -283,6 +289,7 @@ func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
 		return nil, fmt.Errorf("%w: CLUSTER SLOTS reply is not an array: %v", ErrBadClusterReply, v)
 	}
 	var claims []claim
+	var ids map[string]string
 	for _, e := range v.Elems {
 		if e.Type != resp.TypeArray || len(e.Elems) < 3 {
 			return nil, fmt.Errorf("%w: CLUSTER SLOTS entry %v", ErrBadClusterReply, e)
@@ -307,9 +314,19 @@ func parseSlots(v respconn.Value, seedHost string) (*Topology, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(m.Elems) >= 3 && m.Elems[2].IsString() && m.Elems[2].Str != "" {
+			if ids == nil {
+				ids = map[string]string{}
+			}
+			ids[addr] = m.Elems[2].Str
+		}
 		claims = append(claims, claim{addr, lo, hi})
 	}
-	return buildTopology(claims)
+	t, err := buildTopology(claims)
+	if t != nil {
+		t.IDs = ids
+	}
+	return t, err
 }
 
 // shardMaster returns the fields of the node that serves a CLUSTER SHARDS

@@ -213,6 +213,17 @@ func TestFetchCluster(t *testing.T) {
 	}
 	// As StartCluster set it up: exactly EvenSplit of the addresses.
 	check(want, addrs)
+	// Each master's node id, from CLUSTER SHARDS and (through the relay,
+	// which refuses SHARDS) from CLUSTER SLOTS.
+	ids := map[string]string{}
+	for i, a := range addrs {
+		ids[a] = c.NodeID(i)
+	}
+	for _, seed := range []string{addrs[0], startFake(t, relay(addrs[1])).addr} {
+		if got := fetch(t, seed).IDs; !reflect.DeepEqual(got, ids) {
+			t.Errorf("from %s: IDs = %v, want %v", seed, got, ids)
+		}
+	}
 	for _, seed := range addrs {
 		wantTopology(t, "from "+seed, fetch(t, seed), want)
 	}

@@ -65,6 +65,12 @@ type Topology struct {
 	// Rebase keep it.
 	Zones map[string]string
 
+	// IDs maps a master's "host:port" to its cluster node id (40 hex
+	// digits), as the cluster's CLUSTER SHARDS ("id") or CLUSTER SLOTS
+	// (the node's third element, Redis 3.0.6 on) gives it (FetchCluster);
+	// nil or missing where none. Read-only; WithSlot and Rebase keep it.
+	IDs map[string]string
+
 	// slots[s] is the index in Addrs of the owner of slot s, or noShard.
 	slots [NumSlots]uint16
 }
@@ -276,7 +282,7 @@ func (t *Topology) WithSlot(slot uint16, addr string) *Topology {
 	if i >= 0 && t.slots[slot] == uint16(i) {
 		return t
 	}
-	u := &Topology{slots: t.slots, Zones: t.Zones}
+	u := &Topology{slots: t.slots, Zones: t.Zones, IDs: t.IDs}
 	if i < 0 {
 		if len(t.Addrs) >= MaxShards {
 			panic("routing: WithSlot: too many shard addresses")
@@ -325,7 +331,7 @@ func (t *Topology) Rebase(prev *Topology) *Topology {
 		}
 		remap[i] = uint16(j)
 	}
-	u := &Topology{Addrs: slices.Clip(addrs), Zones: t.Zones}
+	u := &Topology{Addrs: slices.Clip(addrs), Zones: t.Zones, IDs: t.IDs}
 	for s, i := range t.slots {
 		if i == noShard {
 			u.slots[s] = noShard
