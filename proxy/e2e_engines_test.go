@@ -337,11 +337,12 @@ func TestShardsWithAnotherTable(t *testing.T) {
 
 // TestMixedShardsOwnTables: under --route slots over a redis-server 7.0.15
 // shard (PATH) and a shard running RESPMETER_TEST_ENGINE, HSETEX, which
-// only the newer engine knows (Redis 8.0, Valkey 9.0), finds its key by the
-// newer engine's own table: each call goes to its key's shard, so keys of
-// the newer shard's slots are written there, and keys of the old shard's
-// slots get that engine's own unknown-command error. With the first
-// shard's table routing all, HSETEX had no keys and went to the home shard.
+// only the newer engine knows (Redis 8.0, Valkey 9.0), and MSETEX where it
+// has it (Valkey 9.1) find their keys by the newer engine's own table: each
+// call goes to its keys' shard, so keys of the newer shard's slots are
+// written there, and keys of the old shard's slots get that engine's own
+// unknown-command error. With the first shard's table routing all, they had
+// no keys and went to the home shard.
 func TestMixedShardsOwnTables(t *testing.T) {
 	bin := secondEngine(t)
 	old := redistest.StartBinary(t, redistest.ServerBinary)
@@ -357,13 +358,14 @@ func TestMixedShardsOwnTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	msetex := engineKnows(t, newer, "msetex")
 	p, _ := startRouted(t, proxy.RouteSlots, addrs, nil)
 	c := redistest.Dial(t, p.Addr())
 	defer c.Close()
 	var onNewer int
 	for i := range 40 {
 		key := fmt.Sprintf("hx:%d", i)
-		if hsetexOwnTable(t, c, newer, key, topo.Addr(routing.Slot([]byte(key))) != old.Addr()) {
+		if writeOwnTable(t, c, newer, key, msetex, topo.Addr(routing.Slot([]byte(key))) != old.Addr()) {
 			onNewer++
 		}
 	}
@@ -375,12 +377,13 @@ func TestMixedShardsOwnTables(t *testing.T) {
 // TestMixedClusterOwnTables: TestMixedShardsOwnTables over a cluster of
 // mixed engines, as during an upgrade: a redis-server 7.0.15 master (PATH)
 // as --cluster's seed beside a master running RESPMETER_TEST_ENGINE, under
-// --route slots. HSETEX, which only the newer engine knows, is routed by
-// the newer master's own table: from two clients (homed on each master in
-// turn) each call goes straight to its key's master, no MOVED met, keys of
-// the newer master's slots written there and keys of the seed's slots
+// --route slots. HSETEX, which only the newer engine knows, and MSETEX
+// where it has it (Valkey 9.1: numkeys, then key value pairs) are routed
+// by the newer master's own table: from two clients (homed on each master
+// in turn) each call goes straight to its keys' master, no MOVED met, keys
+// of the newer master's slots written there and keys of the seed's slots
 // answered by the seed's unknown-command error. With the seed's table
-// routing all, HSETEX had no keys and went to each client's home master.
+// routing all, they had no keys and went to each client's home master.
 func TestMixedClusterOwnTables(t *testing.T) {
 	bin := secondEngine(t)
 	probe := redistest.StartBinary(t, bin)
@@ -392,6 +395,7 @@ func TestMixedClusterOwnTables(t *testing.T) {
 	if engineKnows(t, old, "hsetex") {
 		t.Skipf("%s knows HSETEX too", redistest.ServerBinary)
 	}
+	msetex := engineKnows(t, newer, "msetex")
 	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = proxy.RouteSlots, old.Addr()
 	})
@@ -400,7 +404,7 @@ func TestMixedClusterOwnTables(t *testing.T) {
 		c := redistest.Dial(t, p.Addr())
 		for i := range 40 {
 			key := fmt.Sprintf("hx:%d:%d", n, i)
-			if hsetexOwnTable(t, c, newer, key, cl.Owner(int(routing.Slot([]byte(key)))) == 1) {
+			if writeOwnTable(t, c, newer, key, msetex, cl.Owner(int(routing.Slot([]byte(key)))) == 1) {
 				onNewer++
 			}
 		}
@@ -410,33 +414,46 @@ func TestMixedClusterOwnTables(t *testing.T) {
 		t.Fatalf("%d of 80 keys on the newer master: the keys must cover both", onNewer)
 	}
 	if m := set.Snapshot().Routing.RedirectsMoved; m != 0 {
-		t.Errorf("%d MOVED redirects met: HSETEX went to a master other than its key's", m)
+		t.Errorf("%d MOVED redirects met: a command went to a master other than its keys'", m)
 	}
 }
 
-// hsetexOwnTable sends HSETEX key FIELDS 1 f v<key> on c, a connection
-// to respmeter over an older engine (no HSETEX) and a newer one, and
-// checks its reply: where onNewer (the key's slot is the newer engine's)
-// :1 and the field written on newer, read directly; else the older
-// engine's own unknown-command error. It returns onNewer.
-func hsetexOwnTable(t *testing.T, c *redistest.Conn, newer *redistest.Server, key string, onNewer bool) bool {
+// writeOwnTable sends HSETEX key FIELDS 1 f v<key> on c, a connection to
+// respmeter over an older engine (no HSETEX) and a newer one, and, with
+// msetex (the newer engine has it: Valkey 9.1), MSETEX 2 {key}a v {key}b v,
+// whose keys sit at the key positions of a keynum spec; and checks the
+// replies: where onNewer (key's slot is the newer engine's) :1 each and the
+// values on newer, read directly; else the older engine's own
+// unknown-command error. It returns onNewer.
+func writeOwnTable(t *testing.T, c *redistest.Conn, newer *redistest.Server, key string, msetex, onNewer bool) bool {
 	t.Helper()
-	c.Send(t, respCmd("HSETEX", key, "FIELDS", "1", "f", "v"+key))
-	got, err := c.ReadFrame(5 * time.Second)
-	if err != nil {
-		t.Fatal(err)
+	reqs := [][]string{{"HSETEX", key, "FIELDS", "1", "f", "v" + key}}
+	if msetex {
+		reqs = append(reqs, []string{"MSETEX", "2", "{" + key + "}a", "v" + key, "{" + key + "}b", "v" + key})
+	}
+	for _, args := range reqs {
+		c.Send(t, respCmd(args...))
+		got, err := c.ReadFrame(5 * time.Second)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case !onNewer && !bytes.HasPrefix(got, []byte("-ERR unknown command")):
+			t.Errorf("%s (the older engine's slot): %q, want its unknown command error", args, got)
+		case onNewer && string(got) != ":1\r\n":
+			t.Errorf("%s (the newer engine's slot): %q, want :1", args, got)
+		}
 	}
 	if !onNewer {
-		if !bytes.HasPrefix(got, []byte("-ERR unknown command")) {
-			t.Errorf("HSETEX %s (the older engine's slot): %q, want its unknown command error", key, got)
-		}
 		return false
 	}
-	if string(got) != ":1\r\n" {
-		t.Errorf("HSETEX %s (the newer engine's slot): %q, want :1", key, got)
-	}
-	if v, err := newer.Client().HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
+	nc := newer.Client()
+	if v, err := nc.HGet(t.Context(), key, "f").Result(); err != nil || v != "v"+key {
 		t.Errorf("HGET %s on the newer engine: %q, %v", key, v, err)
+	}
+	if msetex {
+		if v, err := nc.MGet(t.Context(), "{"+key+"}a", "{"+key+"}b").Result(); err != nil || fmt.Sprint(v) != fmt.Sprintf("[v%s v%s]", key, key) {
+			t.Errorf("MGET {%s}a {%s}b on the newer engine: %v, %v", key, key, v, err)
+		}
 	}
 	return true
 }
