@@ -229,17 +229,19 @@ func TestCheckMigrateSlotsOtherDB(t *testing.T) {
 // with every engine node id replaced by the id of the virtual node that
 // presents that master: a client that matches a job's source_node and
 // target_node with the virtual nodes' ids (CLUSTER SLOTS, NODES, MYID)
-// finds them, and no engine id reaches it. After 100 slots moved from
-// node 0 to node 1: the source's virtual node lists the EXPORT, the
-// target's the IMPORT, the third none.
+// finds them, and no engine id reaches it. 100 slots move from node 0 to
+// node 1, the cut-over held for 300 ms: while the job runs, the source's
+// virtual node lists its EXPORT and the target's its IMPORT, unfinished,
+// naming the two virtual nodes (what a client waiting for the job to end
+// reads); afterwards each lists the ended job as its engine does, and the
+// third node none.
 func TestFacadeGetSlotMigrations(t *testing.T) {
 	skipWithoutMigrateSlots(t)
-	cl := redistest.StartCluster(t, 3)
+	cl := redistest.StartClusterWith(t, 3, "--enable-debug-command", "yes")
 	p, _ := proxytest.StartProxy(t, "", func(c *proxy.Config) {
 		c.Route, c.Cluster = proxy.RouteFacade, cl.Nodes[2].Addr()
 		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 	})
-	cl.MigrateSlots(0, 99, 1, 30*time.Second)
 	// The virtual node of each engine, by a slot it owns before and
 	// after the migration in the facade's CLUSTER SLOTS.
 	fc := redis.NewClient(&redis.Options{Addr: p.FacadeAddrs()[0], DisableIdentity: true})
@@ -261,6 +263,50 @@ func TestFacadeGetSlotMigrations(t *testing.T) {
 		}
 		if vid[i] == "" || vid[i] == cl.NodeID(i) {
 			t.Fatalf("node %d: virtual node %q id %q in the facade's CLUSTER SLOTS %v", i, vaddr[i], vid[i], ranges)
+		}
+	}
+	// While the job runs: the source's and the target's virtual nodes
+	// asked every 10 ms; each reply that lists the job unfinished kept.
+	var running [2][]byte
+	var asked [2]int
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range running {
+		c := redistest.Dial(t, vaddr[i])
+		wg.Go(func() {
+			defer c.Close()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				if c.Write(respCmd("CLUSTER", "GETSLOTMIGRATIONS")) != nil {
+					return
+				}
+				b, err := c.ReadFrame(5 * time.Second)
+				if err != nil {
+					return
+				}
+				asked[i]++
+				if running[i] == nil && bytes.Contains(b, []byte("0-99")) && !bytes.Contains(b, []byte("success")) {
+					running[i] = b
+				}
+			}
+		})
+	}
+	cl.MigrateSlotsPaused(0, 99, 1, 300*time.Millisecond, 30*time.Second)
+	close(stop)
+	wg.Wait()
+	for i, op := range []string{"EXPORT", "IMPORT"} {
+		switch b := running[i]; {
+		case b == nil:
+			t.Errorf("node %d: no reply of %d listed the job unfinished", i, asked[i])
+		case !bytes.Contains(b, []byte(op)) || !bytes.Contains(b, []byte(vid[0])) || !bytes.Contains(b, []byte(vid[1])) ||
+			bytes.Contains(b, []byte(cl.NodeID(0))) || bytes.Contains(b, []byte(cl.NodeID(1))):
+			t.Errorf("node %d: the running job is no %s naming virtual nodes %s and %s only: %q", i, op, vid[0], vid[1], b)
+		default:
+			t.Logf("node %d's virtual node, %d replies, the job running: %q", i, asked[i], b)
 		}
 	}
 	ask := func(addr string, proto int) []byte {
