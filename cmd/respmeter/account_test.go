@@ -32,14 +32,66 @@ var (
 	latestLineRE    = regexp.MustCompile(`(?m)^latest interval with requests \([^)]*\): ` + sharesRE)
 	latestAccountRE = regexp.MustCompile(`(?m)^its ` + partsRE)
 	totalsRE        = regexp.MustCompile(`(?m)^Totals +\d+ +\S+ +\S+ +(\S+) +(\S+) +\S+ +(\S+) +(\S+) +(\S+) +(\S+)$`)
+	// The "where the time went" table from its header to its Totals row,
+	// and a row of it: name, Timed and the nine columns.
+	tableRE = regexp.MustCompile(`(?ms)^Command +Timed .*?^Totals [^\n]*$`)
+	rowRE   = regexp.MustCompile(`^(\S+) +(\d+)((?: +\S+){9})$`)
 )
+
+// checkRows checks that each column of the "where the time went" table's
+// Totals row (the account) is the request-weighted mean of the command
+// rows above it (each the command's part of the account), within the
+// rounding of the 4 decimals printed, and that their Timed counts add up
+// to its own: a row and the Totals row give the same parts the same names
+// and values, whatever moved the time between them (the loop wait of a
+// starved host out of the path and the think time).
+func checkRows(t testing.TB, out string) {
+	t.Helper()
+	table := tableRE.FindString(out)
+	if table == "" {
+		t.Fatalf("no table with a Totals row:\n%s", out)
+	}
+	var n float64
+	var sums [9]float64
+	var totals []string
+	for line := range strings.SplitSeq(table, "\n") {
+		m := rowRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		cols := strings.Fields(m[3])
+		if m[1] == "Totals" {
+			totals = append([]string{m[2]}, cols...)
+			break
+		}
+		k := parseMillis(t, m[2])
+		n += k
+		for i, c := range cols {
+			sums[i] += k * parseMillis(t, c)
+		}
+	}
+	if totals == nil || n == 0 {
+		t.Fatalf("no command rows above the Totals row:\n%s", table)
+	}
+	if got := parseMillis(t, totals[0]); got != n {
+		t.Errorf("Totals row of %v requests, its rows %v:\n%s", got, n, table)
+	}
+	names := []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait", "injected"}
+	for i, name := range names {
+		want := parseMillis(t, totals[i+1])
+		if got := sums[i] / n; math.Abs(got-want) > 0.00011 {
+			t.Errorf("%s: the rows' request-weighted mean %.5f ms, the Totals row %s:\n%s", name, got, totals[i+1], table)
+		}
+	}
+}
 
 // checkAccount checks, in the output of a run's exit (out), that the
 // verdict line's shares are recomputed within 1 point from the account
 // printed under the table, that the table's Totals row holds the same
 // parts (engine, wait, path, proxy, loop wait; "-" where the row has
-// none), and that the latest interval's verdict line is recomputed alike
-// from its own account printed under it.
+// none) and is the request-weighted mean of the command rows above it
+// (checkRows), and that the latest interval's verdict line is recomputed
+// alike from its own account printed under it.
 func checkAccount(t testing.TB, out string) {
 	t.Helper()
 	v := verdictLineRE.FindStringSubmatch(out)
@@ -57,6 +109,7 @@ func checkAccount(t testing.TB, out string) {
 			t.Errorf("Totals column %d = %s, the account's %.4f:\n%s", i, tr[i+1], want, out)
 		}
 	}
+	checkRows(t, out)
 	t.Logf("verdict %q; account %q", v[0], a[0])
 	// The latest interval's line, recomputed from its own account.
 	lv, la := latestLineRE.FindStringSubmatch(out), latestAccountRE.FindStringSubmatch(out)
