@@ -570,15 +570,17 @@ func TestProxyObservability(t *testing.T) {
 		}
 	}
 	checkAccount(t, out) // the exit verdict adds up to the table beside it
-	// DEBUG SLEEP 0.02: the engine's own 20ms, next to the upstream's,
-	// in its execution and the run-queue wait the account takes out of
-	// it (the engine's thread waiting for a CPU while it ran).
-	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) +(\d+\.\d+) +\S+ +(\d+\.\d+) `).FindStringSubmatch(out)
+	// DEBUG SLEEP 0.02: its 20 ms upstream in its row, which is its part
+	// of the account (the engine's own 20 ms, checked in /stats above,
+	// is in the account only where a poll within its interval saw it:
+	// it ran before the load, perhaps before the engine's second poll, and
+	// then its interval books it to the path, in its row as in Totals).
+	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("no debug row with an engine time:\n%s", out)
+		t.Fatalf("no debug row:\n%s", out)
 	}
-	if up, eng := parseFloat(t, m[2]), parseFloat(t, m[3])+parseFloat(t, m[4]); eng < 19 || eng > up {
-		t.Errorf("debug: upstream %s ms, engine %s ms and run queue %s ms; want 19 <= their sum <= upstream", m[2], m[3], m[4])
+	if total, up := parseFloat(t, m[1]), parseFloat(t, m[2]); up < 19 || total < up {
+		t.Errorf("debug: total %s ms, upstream %s ms; want 19 <= upstream <= total", m[1], m[2])
 	}
 	if i, j := strings.Index(out, tableHeader), strings.Index(out, "\nverdict: "); i < 0 || j < i {
 		t.Errorf("the verdict does not follow the latency table:\n%s", out)

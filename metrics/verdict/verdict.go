@@ -776,11 +776,8 @@ func (a *Analyzer) engineInput(v *View, in *Input, requests int64, byCalls bool)
 			// The engine's means over the polls that ended within the
 			// interval, not over the last poll alone (which may be a
 			// few milliseconds long when a regular poll came just before
-			// the one the interval asked for); a label they lack (a
-			// command that ended after the interval's last poll: a
-			// 20 ms DEBUG SLEEP) takes its mean since the first poll,
-			// rather than no engine time at all.
-			in.EngineMean = workMean(w, in.Labels, byCalls, sinceStartMean(v.Poller, byCalls))
+			// the one the interval asked for).
+			in.EngineMean = workMean(w, in.Labels, byCalls)
 		}
 	}
 	if v.Probe == nil {
@@ -836,8 +833,7 @@ func (a *Analyzer) learnPath(v *View, rec *Record) {
 // workMean returns an Input.EngineMean from the per-label work of w
 // (labels index it): the label's execution over its calls, weighted by the
 // proxy's requests n, or by the engine's calls when byCalls.
-// A label without calls in w takes fallback's figures.
-func workMean(w engstats.Witness, labels []string, byCalls bool, fallback func(cmd string, n int64) (time.Duration, int64, bool)) func(cmd string, n int64) (time.Duration, int64, bool) {
+func workMean(w engstats.Witness, labels []string, byCalls bool) func(cmd string, n int64) (time.Duration, int64, bool) {
 	return func(cmd string, n int64) (time.Duration, int64, bool) {
 		l := lower(cmd)
 		for i, name := range labels {
@@ -846,37 +842,12 @@ func workMean(w engstats.Witness, labels []string, byCalls bool, fallback func(c
 			}
 			wk := w.Work[i]
 			if wk.Calls <= 0 {
-				break
+				return 0, 0, false
 			}
 			if byCalls {
 				n = wk.Calls
 			}
 			return wk.Time / time.Duration(wk.Calls), n, true
-		}
-		return fallback(cmd, n)
-	}
-}
-
-// sinceStartMean returns an Input.EngineMean from p's figures since its
-// first poll (engstats.Poller.Stats' Commands, read once, when first
-// asked): the label's execution over its calls, weighted by the proxy's
-// requests n, or by the engine's calls when byCalls.
-func sinceStartMean(p *engstats.Poller, byCalls bool) func(cmd string, n int64) (time.Duration, int64, bool) {
-	var cmds []engstats.CommandStats
-	read := false
-	return func(cmd string, n int64) (time.Duration, int64, bool) {
-		if !read {
-			cmds, read = p.Stats().Commands, true
-		}
-		l := lower(cmd)
-		for _, c := range cmds {
-			if c.Command != l || c.Calls <= 0 {
-				continue
-			}
-			if byCalls {
-				n = c.Calls
-			}
-			return c.Time / time.Duration(c.Calls), n, true
 		}
 		return 0, 0, false
 	}
