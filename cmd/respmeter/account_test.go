@@ -193,7 +193,8 @@ func TestDemoAccount(t *testing.T) {
 
 // TestAccountEverywhere: one run of "respmeter proxy" in front of a real
 // redis-server with go-redis clients, after which the account since start
-// is read from every place that shows it — /stats "account", /metrics
+// is read from every place that shows it — /stats "account" (and its
+// per-command parts against the exit table's rows), /metrics
 // (respmeter_verdict_seconds_total{part} over
 // respmeter_verdict_requests_total), the live page's "since start" row in
 // a real headless Chromium, and the exit's "account per request" line and
@@ -213,6 +214,10 @@ func TestAccountEverywhere(t *testing.T) {
 		CycleSeconds float64            `json:"cycle_seconds"`
 		Parts        map[string]float64 `json:"parts"`
 		Bound        string             `json:"bound"`
+		Commands     map[string]struct {
+			Requests int64              `json:"requests"`
+			Parts    map[string]float64 `json:"parts"`
+		} `json:"commands"`
 	}
 	type doc struct {
 		Verdict *struct {
@@ -258,6 +263,23 @@ func TestAccountEverywhere(t *testing.T) {
 		t.Errorf("/stats account parts add up to %.9f s, cycle %.9f", sum, acc.CycleSeconds)
 	}
 	t.Logf("/stats account: %d requests, %s, parts (s) %v", acc.Requests, acc.Bound, acc.Parts)
+	// Its commands' parts, weighted by their requests, add up to its own.
+	var cmdN int64
+	for _, c := range acc.Commands {
+		cmdN += c.Requests
+	}
+	if cmdN != acc.Requests {
+		t.Errorf("/stats account commands of %d requests, the account %d: %+v", cmdN, acc.Requests, acc.Commands)
+	}
+	for _, name := range split.PartNames {
+		var sum float64
+		for _, c := range acc.Commands {
+			sum += c.Parts[name] * float64(c.Requests)
+		}
+		if got := sum / float64(acc.Requests); math.Abs(got-acc.Parts[name]) > 1e-8 {
+			t.Errorf("%s: /stats account commands' mean %.9f s, the account's %.9f", name, got, acc.Parts[name])
+		}
+	}
 
 	// /metrics: the counters over the requests, to the nanosecond.
 	prom := httpGet(t, "http://"+admin+"/metrics")
@@ -333,6 +355,24 @@ func TestAccountEverywhere(t *testing.T) {
 	}
 	if !same(line[len(split.PartNames)+1], acc.CycleSeconds) {
 		t.Errorf("cycle: exit's account line %s ms, /stats %.6f ms", line[len(split.PartNames)+1], 1000*acc.CycleSeconds)
+	}
+	// Each command's row, as /stats account "commands" has it.
+	for name, c := range acc.Commands {
+		m := regexp.MustCompile(`(?m)^` + name + ` +(\d+) +\S+ +\S+ +(\S+) +(\S+) +(\S+) +(\S+) +(\S+) +(\S+) +(\S+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("no %s row in the exit's table", name)
+			continue
+		}
+		cp := c.Parts
+		if m[1] != strconv.FormatInt(c.Requests, 10) {
+			t.Errorf("%s: the exit's row of %s requests, /stats %d", name, m[1], c.Requests)
+		}
+		for i, want := range []float64{cp["engine"], cp["queue"] + cp["other_clients"] + cp["run_queue"], cp["run_queue"], cp["path"],
+			cp["proxy"], cp["loop_wait_request"] + cp["loop_wait_reply"], cp["injected"]} {
+			if !same(m[i+2], want) {
+				t.Errorf("%s: the exit's row column %d %s ms, /stats %.6f ms", name, i, m[i+2], 1000*want)
+			}
+		}
 	}
 	// The Totals row: engine, wait, path, proxy and loop wait.
 	tr := totalsRE.FindStringSubmatch(out)

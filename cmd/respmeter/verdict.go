@@ -239,18 +239,43 @@ type accountJSON struct {
 	Bound  string             `json:"bound"`
 	Next   string             `json:"next"`
 	String string             `json:"string"`
+	// Commands are the exit table's rows by command label: each
+	// command's part of the account (verdict.Rows summed since start),
+	// whose parts weighted by their requests add up to Parts.
+	Commands map[string]accountCommandJSON `json:"commands"`
+}
+
+// accountCommandJSON is one command's part of the account since start:
+// its requests, and per request in seconds its mean total and upstream
+// times and its parts (split.PartNames).
+type accountCommandJSON struct {
+	Requests        int64              `json:"requests"`
+	TotalSeconds    float64            `json:"total_seconds"`
+	UpstreamSeconds float64            `json:"upstream_seconds"`
+	Parts           map[string]float64 `json:"parts"`
 }
 
 // accountDoc returns /stats "account".
 func (a *analyzer) accountDoc() *accountJSON {
-	sum := a.SinceStartSum()
+	sum, rows := a.CommandRows()
 	v := sum.Verdict()
-	return &accountJSON{
+	doc := &accountJSON{
 		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
 			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
 		Bound: v.Bound, Next: v.Next(), String: v.String(),
+		Commands: make(map[string]accountCommandJSON, len(rows)),
 	}
+	for name, rs := range rows {
+		r, _, _, _ := rs.Mean()
+		parts := make(map[string]float64, len(r.Parts))
+		for i, p := range r.Parts {
+			parts[split.PartNames[i]] = p.Seconds()
+		}
+		doc.Commands[name] = accountCommandJSON{Requests: r.Requests, TotalSeconds: r.Total.Seconds(),
+			UpstreamSeconds: r.Upstream.Seconds(), Parts: parts}
+	}
+	return doc
 }
 
 // probeJSON is /stats "probe": the PING probe's round trips, in seconds.

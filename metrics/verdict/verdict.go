@@ -918,6 +918,19 @@ func (a *Analyzer) CommandRow(cmd string) (s RowSum, ok bool) {
 	return RowSum{}, false
 }
 
+// CommandRows returns the sums since start of every command label's rows
+// (Rows), by label, read together with the account they add up to (the
+// sum of SinceStartSum), so that no interval is in one and not the other.
+func (a *Analyzer) CommandRows() (Sum, map[string]RowSum) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rows := make(map[string]RowSum, len(a.rows))
+	for name, r := range a.rows {
+		rows[name] = *r
+	}
+	return a.sinceStartSumLocked(), rows
+}
+
 // SinceStart returns the verdict since start: the sum of every interval
 // so far (Sum), ending now.
 func (a *Analyzer) SinceStart() Record {
@@ -930,6 +943,11 @@ func (a *Analyzer) SinceStart() Record {
 func (a *Analyzer) SinceStartSum() Sum {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.sinceStartSumLocked()
+}
+
+// sinceStartSumLocked is SinceStartSum with a.mu held.
+func (a *Analyzer) sinceStartSumLocked() Sum {
 	s := a.sum
 	s.culprits = make(map[string]culprit, len(a.sum.culprits))
 	for k, c := range a.sum.culprits {
