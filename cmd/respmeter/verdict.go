@@ -570,7 +570,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
-	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, tableMillis(d)) }
 	dash := fmt.Sprintf(" %*s", colWidth, "-")
 	var rest []int // the Set's commands with no part of the account
 	rows := false
@@ -662,16 +662,19 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 // accountCols returns the engine, wait, run queue, path, proxy, loop
 // wait and injected columns of a "where the time went" row from an
 // account's parts (split.PartNames), each formatted by col: the engine's
-// only when engineOK, the waits only when waitOK too, the loop wait when
-// loopOK; dash stands for a figure never measured.
+// when engineOK, the waits when waitOK (the engine's thread's witnesses
+// without its execution figures give a wait and no execution), the loop
+// wait when loopOK; dash stands for a figure never measured.
 func accountCols(col func(time.Duration) string, dash string, p [len(split.PartNames)]time.Duration, engineOK, waitOK, loopOK bool) string {
 	exec, queue, others, runq := p[2], p[3], p[4], p[5]
-	out := dash + dash + dash
-	switch {
-	case engineOK && waitOK:
-		out = col(exec) + col(queue+others+runq) + col(runq)
-	case engineOK:
-		out = col(exec) + dash + dash
+	out := dash
+	if engineOK {
+		out = col(exec)
+	}
+	if waitOK {
+		out += col(queue+others+runq) + col(runq)
+	} else {
+		out += dash + dash
 	}
 	out += col(p[1]) + col(p[6])
 	if loopOK {
@@ -756,15 +759,16 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 	const opsWidth, colWidth = 12, 14
 	b.WriteString("\nPer shard: means since start in ms of the requests and fan-out sub-requests sent to each; engine =\n")
 	b.WriteString("that engine's own execution of the commands the clients sent, weighted by its calls; wait = its\n")
-	b.WriteString("engine wait (run queue: waiting for a CPU); path = upstream - engine - wait, over the intervals in which\n")
-	b.WriteString("the engine was polled; probe = mean PING round trip to it; bound = its latest interval with requests.\n")
+	b.WriteString("engine wait (run queue: waiting for a CPU); path = upstream - engine - wait - the replies' loop wait,\n")
+	b.WriteString("over the intervals in which the engine was polled; probe = mean PING round trip to it; bound = its latest\n")
+	b.WriteString("interval with requests.\n")
 	cols := fmt.Sprintf("%-*s %*s", width, "Shard", opsWidth, "Requests")
 	for _, h := range []string{"upstream", "engine", "wait", "run queue", "path", "probe"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	cols += "  bound"
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
-	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, tableMillis(d)) }
 	dash := fmt.Sprintf(" %*s", colWidth, "-")
 	for _, v := range views {
 		m := a.shardMeansOf(v)
@@ -813,6 +817,16 @@ func migrationLine(addr string, m engstats.Migration) string {
 
 // millis returns d in milliseconds.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// tableMillis returns d in milliseconds for a table's 4 decimals: a
+// figure that rounds to 0 from below (a part left over from rounding to
+// the nanosecond) prints as 0.0000, not -0.0000.
+func tableMillis(d time.Duration) float64 {
+	if x := millis(d); x <= -0.00005 || x > 0 {
+		return x
+	}
+	return 0
+}
 
 // shardName is a shard's row label in the per-shard table: its address,
 // and its availability zone in brackets where it has one: the configured

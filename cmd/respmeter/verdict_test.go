@@ -308,3 +308,27 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 		t.Errorf("/stats?window=300ms turned idle %vs after the last requests, want >= 0.3", *v.LastRequestsAgeSeconds)
 	}
 }
+
+// TestAccountCols: a row's engine, waits and loop wait print where they
+// were measured, each on its own: the engine thread's witnesses without
+// the engine's execution figures (the verdict's "engine n/a | engine wait
+// 60%") give the wait columns and no engine column, as the verdict line
+// beside the table counts them.
+func TestAccountCols(t *testing.T) {
+	var p [10]time.Duration // split.PartNames
+	p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9] = 5, 1, 2, 3, 4, 6, 7, 8, 9
+	col := func(d time.Duration) string { return fmt.Sprintf(" %d", d) }
+	for _, tc := range []struct {
+		engine, wait, loop bool
+		want               string
+	}{
+		{true, true, true, " 1 9 4 5 6 15 9"},
+		{false, true, true, " - 9 4 5 6 15 9"},
+		{true, false, false, " 1 - - 5 6 - 9"},
+		{false, false, false, " - - - 5 6 - 9"},
+	} {
+		if got := accountCols(col, " -", p, tc.engine, tc.wait, tc.loop); got != tc.want {
+			t.Errorf("engine %v, wait %v, loop %v: %q, want %q", tc.engine, tc.wait, tc.loop, got, tc.want)
+		}
+	}
+}

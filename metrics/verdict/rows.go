@@ -124,6 +124,41 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 		}
 		wsum += weight[i] * float64(r.Requests)
 	}
+	N := float64(n)
+	// The engine's execution of each row; the requests of no class wait
+	// the rest's wait per request, up to what their upstream time leaves
+	// beside their execution, the wait a row cannot hold shared out over
+	// the others (fill): a wait above a label's own round trip is no
+	// label's.
+	eng := make([]float64, len(rows))
+	var ids []int
+	var caps []float64
+	for i := range rows {
+		r := &rows[i]
+		if c, ok := class[lower(r.Name)]; ok {
+			r.Parts[partEngine], r.Parts[partOthers], r.Parts[partRunQueue] = c.Exec, c.Others, c.RunQueue
+			r.Parts[partQueue] = c.Wait - c.Others - c.RunQueue
+			continue
+		}
+		eng[i] = rest[0]
+		if wsum > 0 {
+			eng[i] = rest[0] * weight[i] * restN / wsum
+		}
+		r.Parts[partEngine] = seconds(eng[i])
+		ids = append(ids, i)
+		caps = append(caps, max(r.Upstream.Seconds()-eng[i], 0))
+	}
+	if wait := rest[1] + rest[2] + rest[3]; wait > 0 && len(ids) > 0 {
+		counts := make([]float64, len(ids))
+		for k, i := range ids {
+			counts[k] = float64(rows[i].Requests)
+		}
+		waits := fill(wait, caps, counts)
+		for k, i := range ids {
+			f := waits[k] / wait
+			rows[i].Parts[partQueue], rows[i].Parts[partOthers], rows[i].Parts[partRunQueue] = seconds(rest[1]*f), seconds(rest[2]*f), seconds(rest[3]*f)
+		}
+	}
 	// The path: what the label's upstream time leaves beside the
 	// engine's parts (its room) less the label's part of the replies'
 	// loop wait, which is shared out by the rooms (a reply waits unread
@@ -132,21 +167,10 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 	// label's path goes below 0 for it), corrected alike for every request
 	// by what the interval's own path was corrected (its floor at 0), so
 	// that the rows add up to it.
-	N := float64(n)
 	room := make([]float64, len(rows))
 	var roomSum float64
 	for i := range rows {
 		r := &rows[i]
-		if c, ok := class[lower(r.Name)]; ok {
-			r.Parts[partEngine], r.Parts[partOthers], r.Parts[partRunQueue] = c.Exec, c.Others, c.RunQueue
-			r.Parts[partQueue] = c.Wait - c.Others - c.RunQueue
-		} else {
-			eng := rest[0]
-			if wsum > 0 {
-				eng = rest[0] * weight[i] * restN / wsum
-			}
-			r.Parts[partEngine], r.Parts[partQueue], r.Parts[partOthers], r.Parts[partRunQueue] = seconds(eng), seconds(rest[1]), seconds(rest[2]), seconds(rest[3])
-		}
 		room[i] = (r.Upstream - r.Parts[partEngine] - r.Parts[partQueue] - r.Parts[partOthers] - r.Parts[partRunQueue]).Seconds()
 		roomSum += max(room[i], 0) * float64(r.Requests)
 	}
@@ -163,6 +187,54 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 		r.Parts[partLoopRequest], r.Parts[partLoopReply] = all[partLoopRequest].Time, seconds(lr)
 	}
 	return rows
+}
+
+// fill shares out a wait of w per request over groups of counts[i]
+// requests, each group's wait per request at most caps[i]: alike where the
+// caps allow (water-filling); Σ counts[i]·waits[i] is w·Σ counts always,
+// what the caps cannot hold shared out alike over every request.
+func fill(w float64, caps, counts []float64) []float64 {
+	waits := make([]float64, len(caps))
+	var total, n float64
+	for i := range caps {
+		total += w * counts[i]
+		n += counts[i]
+	}
+	all := n
+	open := make([]bool, len(caps))
+	for i := range open {
+		open[i] = true
+	}
+	// Each round caps the groups the level overflows and raises the
+	// level of the others by what they gave up.
+	for range caps {
+		level := total / n
+		capped := false
+		for i := range caps {
+			if open[i] && caps[i] < level {
+				waits[i], open[i] = caps[i], false
+				total -= caps[i] * counts[i]
+				n -= counts[i]
+				capped = true
+			}
+		}
+		if n <= 0 {
+			break
+		}
+		if !capped {
+			for i := range caps {
+				if open[i] {
+					waits[i] = level
+				}
+			}
+			return waits
+		}
+	}
+	// Every group capped: the rest alike over all of them.
+	for i := range waits {
+		waits[i] += total / all
+	}
+	return waits
 }
 
 // The indexes of split.PartNames.

@@ -137,3 +137,57 @@ func TestRowsClasses(t *testing.T) {
 	}
 	t.Logf("%s; rows %+v", v, rows)
 }
+
+// TestFill: a wait shared out over groups up to their caps keeps its sum
+// (requests × wait) whatever the caps.
+func TestFill(t *testing.T) {
+	for _, tc := range []struct {
+		w            float64
+		caps, counts []float64
+		want         []float64
+	}{
+		{1, []float64{5, 5}, []float64{1, 3}, []float64{1, 1}},               // the caps hold it: alike
+		{1, []float64{0.2, 5}, []float64{1, 1}, []float64{0.2, 1.8}},         // one capped, the other takes the rest
+		{2, []float64{0.5, 1, 10}, []float64{2, 2, 1}, []float64{0.5, 1, 7}}, // two capped in turn
+		{3, []float64{1, 1}, []float64{1, 1}, []float64{3, 3}},               // every group capped: the rest alike
+	} {
+		got := fill(tc.w, tc.caps, tc.counts)
+		var sum, n float64
+		for i := range got {
+			near(t, "wait", got[i], tc.want[i], 1e-12)
+			sum += got[i] * tc.counts[i]
+			n += tc.counts[i]
+		}
+		near(t, "sum", sum, tc.w*n, 1e-12)
+	}
+}
+
+// TestRowsWaitCapped: the engine's wait of the requests of no class (the
+// thread's witnesses without per-label work) is shared out alike, each
+// label's up to what its own round trip leaves beside its execution: GETs
+// of 100 µs upstream do not wait the 2 ms SETs' wait, and no row's path
+// goes below 0.
+func TestRowsWaitCapped(t *testing.T) {
+	set, observe := testSet()
+	prev := set.Sums()
+	observe(1, 1000, 150*us, 100*us, 0)   // get
+	observe(2, 1000, 2100*us, 2000*us, 0) // set
+	means := map[string]time.Duration{"get": 2 * us, "set": 3 * us}
+	in := Input{Prev: prev, Cur: set.Sums(), Length: time.Second, InFlightArea: int64(10 * float64(time.Second)), Labels: labels,
+		EngineMean: func(cmd string, n int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, n, ok },
+		WitnessOK:  true, Witness: engstats.Witness{Interval: time.Second, Commands: 2000, MainCPU: 950 * ms, HasMainCPU: true, Exec: 900 * ms}}
+	iv := Build(in)
+	v := iv.Verdict()
+	if len(v.Classes) != 0 || v.EngineWait < 200*us {
+		t.Fatalf("want a wait of no class above the GETs' round trip: %s, classes %+v", v, v.Classes)
+	}
+	rows := Rows(in.Prev, in.Cur, v, rowMean(means))
+	checkRows(t, rows, iv, v)
+	for _, r := range rows {
+		w := r.Parts[partQueue] + r.Parts[partOthers] + r.Parts[partRunQueue]
+		if r.Parts[partPath] < 0 || w > r.Upstream-r.Parts[partEngine] {
+			t.Errorf("%s: wait %v, path %v of upstream %v", r.Name, w, r.Parts[partPath], r.Upstream)
+		}
+	}
+	t.Logf("%s; rows %+v", v, rows)
+}
