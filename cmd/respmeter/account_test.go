@@ -32,14 +32,66 @@ var (
 	latestLineRE    = regexp.MustCompile(`(?m)^latest interval with requests \([^)]*\): ` + sharesRE)
 	latestAccountRE = regexp.MustCompile(`(?m)^its ` + partsRE)
 	totalsRE        = regexp.MustCompile(`(?m)^Totals +\d+ +\S+ +\S+ +(\S+) +(\S+) +\S+ +(\S+) +(\S+) +(\S+) +(\S+)$`)
+	// The "where the time went" table from its header to its Totals row,
+	// and a row of it: name, Timed and the nine columns.
+	tableRE = regexp.MustCompile(`(?ms)^Command +Timed .*?^Totals [^\n]*$`)
+	rowRE   = regexp.MustCompile(`^(\S+) +(\d+)((?: +\S+){9})$`)
 )
+
+// checkRows checks that each column of the "where the time went" table's
+// Totals row (the account) is the request-weighted mean of the command
+// rows above it (each the command's part of the account), within the
+// rounding of the 4 decimals printed, and that their Timed counts add up
+// to its own: a row and the Totals row give the same parts the same names
+// and values, whatever moved the time between them (the loop wait of a
+// starved host out of the path and the think time).
+func checkRows(t testing.TB, out string) {
+	t.Helper()
+	table := tableRE.FindString(out)
+	if table == "" {
+		t.Fatalf("no table with a Totals row:\n%s", out)
+	}
+	var n float64
+	var sums [9]float64
+	var totals []string
+	for line := range strings.SplitSeq(table, "\n") {
+		m := rowRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		cols := strings.Fields(m[3])
+		if m[1] == "Totals" {
+			totals = append([]string{m[2]}, cols...)
+			break
+		}
+		k := parseMillis(t, m[2])
+		n += k
+		for i, c := range cols {
+			sums[i] += k * parseMillis(t, c)
+		}
+	}
+	if totals == nil || n == 0 {
+		t.Fatalf("no command rows above the Totals row:\n%s", table)
+	}
+	if got := parseMillis(t, totals[0]); got != n {
+		t.Errorf("Totals row of %v requests, its rows %v:\n%s", got, n, table)
+	}
+	names := []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait", "injected"}
+	for i, name := range names {
+		want := parseMillis(t, totals[i+1])
+		if got := sums[i] / n; math.Abs(got-want) > 0.00011 {
+			t.Errorf("%s: the rows' request-weighted mean %.5f ms, the Totals row %s:\n%s", name, got, totals[i+1], table)
+		}
+	}
+}
 
 // checkAccount checks, in the output of a run's exit (out), that the
 // verdict line's shares are recomputed within 1 point from the account
 // printed under the table, that the table's Totals row holds the same
 // parts (engine, wait, path, proxy, loop wait; "-" where the row has
-// none), and that the latest interval's verdict line is recomputed alike
-// from its own account printed under it.
+// none) and is the request-weighted mean of the command rows above it
+// (checkRows), and that the latest interval's verdict line is recomputed
+// alike from its own account printed under it.
 func checkAccount(t testing.TB, out string) {
 	t.Helper()
 	v := verdictLineRE.FindStringSubmatch(out)
@@ -57,6 +109,7 @@ func checkAccount(t testing.TB, out string) {
 			t.Errorf("Totals column %d = %s, the account's %.4f:\n%s", i, tr[i+1], want, out)
 		}
 	}
+	checkRows(t, out)
 	t.Logf("verdict %q; account %q", v[0], a[0])
 	// The latest interval's line, recomputed from its own account.
 	lv, la := latestLineRE.FindStringSubmatch(out), latestAccountRE.FindStringSubmatch(out)
@@ -140,7 +193,8 @@ func TestDemoAccount(t *testing.T) {
 
 // TestAccountEverywhere: one run of "respmeter proxy" in front of a real
 // redis-server with go-redis clients, after which the account since start
-// is read from every place that shows it — /stats "account", /metrics
+// is read from every place that shows it — /stats "account" (and its
+// per-command parts against the exit table's rows), /metrics
 // (respmeter_verdict_seconds_total{part} over
 // respmeter_verdict_requests_total), the live page's "since start" row in
 // a real headless Chromium, and the exit's "account per request" line and
@@ -160,6 +214,10 @@ func TestAccountEverywhere(t *testing.T) {
 		CycleSeconds float64            `json:"cycle_seconds"`
 		Parts        map[string]float64 `json:"parts"`
 		Bound        string             `json:"bound"`
+		Commands     map[string]struct {
+			Requests int64              `json:"requests"`
+			Parts    map[string]float64 `json:"parts"`
+		} `json:"commands"`
 	}
 	type doc struct {
 		Verdict *struct {
@@ -205,6 +263,23 @@ func TestAccountEverywhere(t *testing.T) {
 		t.Errorf("/stats account parts add up to %.9f s, cycle %.9f", sum, acc.CycleSeconds)
 	}
 	t.Logf("/stats account: %d requests, %s, parts (s) %v", acc.Requests, acc.Bound, acc.Parts)
+	// Its commands' parts, weighted by their requests, add up to its own.
+	var cmdN int64
+	for _, c := range acc.Commands {
+		cmdN += c.Requests
+	}
+	if cmdN != acc.Requests {
+		t.Errorf("/stats account commands of %d requests, the account %d: %+v", cmdN, acc.Requests, acc.Commands)
+	}
+	for _, name := range split.PartNames {
+		var sum float64
+		for _, c := range acc.Commands {
+			sum += c.Parts[name] * float64(c.Requests)
+		}
+		if got := sum / float64(acc.Requests); math.Abs(got-acc.Parts[name]) > 1e-8 {
+			t.Errorf("%s: /stats account commands' mean %.9f s, the account's %.9f", name, got, acc.Parts[name])
+		}
+	}
 
 	// /metrics: the counters over the requests, to the nanosecond.
 	prom := httpGet(t, "http://"+admin+"/metrics")
@@ -280,6 +355,24 @@ func TestAccountEverywhere(t *testing.T) {
 	}
 	if !same(line[len(split.PartNames)+1], acc.CycleSeconds) {
 		t.Errorf("cycle: exit's account line %s ms, /stats %.6f ms", line[len(split.PartNames)+1], 1000*acc.CycleSeconds)
+	}
+	// Each command's row, as /stats account "commands" has it.
+	for name, c := range acc.Commands {
+		m := regexp.MustCompile(`(?m)^` + name + ` +(\d+) +\S+ +\S+ +(\S+) +(\S+) +(\S+) +(\S+) +(\S+) +(\S+) +(\S+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("no %s row in the exit's table", name)
+			continue
+		}
+		cp := c.Parts
+		if m[1] != strconv.FormatInt(c.Requests, 10) {
+			t.Errorf("%s: the exit's row of %s requests, /stats %d", name, m[1], c.Requests)
+		}
+		for i, want := range []float64{cp["engine"], cp["queue"] + cp["other_clients"] + cp["run_queue"], cp["run_queue"], cp["path"],
+			cp["proxy"], cp["loop_wait_request"] + cp["loop_wait_reply"], cp["injected"]} {
+			if !same(m[i+2], want) {
+				t.Errorf("%s: the exit's row column %d %s ms, /stats %.6f ms", name, i, m[i+2], 1000*want)
+			}
+		}
 	}
 	// The Totals row: engine, wait, path, proxy and loop wait.
 	tr := totalsRE.FindStringSubmatch(out)

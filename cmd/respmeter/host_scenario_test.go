@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 // test itself from /proc/PID/task/*/schedstat over the same intervals.
 // respmeter must read host-starved (its threads wait for a CPU, not a
 // busy proxy) in at least 80 % of the intervals, and its own run-queue
-// wait, summed over them, must be within ±15 % of the test's.
+// wait, summed over them, must be within ±15 % of the test's. At its exit
+// the verdict's shares recompute from the table beside it and the table's
+// rows add up to its Totals row (checkAccount), in a run whose loop wait
+// is the host's.
 func TestScenarioHostStarved(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	redistest.Retry(t, 3, scenarioHostStarved)
@@ -28,7 +32,7 @@ func TestScenarioHostStarved(t *testing.T) {
 
 func scenarioHostStarved(t testing.TB) {
 	srv := scKeyServer(t)
-	addr, admin, proc, core := scPinnedProxy(t, srv)
+	p, addr, admin, proc, core := scPinnedProxy(t, srv)
 	scBurn(t, core)
 	load := scStart(t, addr, 1, "GET", "sc:k")
 	defer load.stop()
@@ -57,6 +61,12 @@ func scenarioHostStarved(t testing.TB) {
 	if 5*starved < 4*n {
 		t.Errorf("host-starved in %d of %d intervals, want at least 80%%", starved, n)
 	}
+	load.stop()
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != exitOK {
+		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	checkAccount(t, p.stdout.String())
 }
 
 // scHostIntervals returns the next n verdicts of the respmeter process
@@ -141,7 +151,7 @@ func TestScenarioProxySaturated(t *testing.T) {
 
 func scenarioProxySaturated(t testing.TB, bin string) {
 	srv := scKeyServer(t)
-	addr, admin, proc, core := scPinnedProxy(t, srv)
+	_, addr, admin, proc, core := scPinnedProxy(t, srv)
 	scPinAway(t, scEnginePID(t, srv), core)
 	const intervals = 5
 	secs := int((scWarmUp+(intervals+3)*time.Second)/time.Second) + 1
@@ -217,20 +227,20 @@ func scPinAway(t testing.TB, pid, core int) {
 
 // scPinnedProxy starts respmeter as a process of its own with one loop in
 // front of srv, a verdict every second, pins it to one core and keeps this
-// test process off that core; it returns respmeter's listening and admin
-// (http://) addresses, its /proc directory and the core.
-func scPinnedProxy(t testing.TB, srv *redistest.Server) (addr, admin, proc string, core int) {
+// test process off that core; it returns the process, its listening and
+// admin (http://) addresses, its /proc directory and the core.
+func scPinnedProxy(t testing.TB, srv *redistest.Server) (p *proc, addr, admin, procDir string, core int) {
 	t.Helper()
-	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
+	p = start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "127.0.0.1:0",
 		"--loops", "1", "--hdr-interval", "1s", "--probe-interval", "20ms")
 	addr = p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
 	admin = "http://" + p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
 	pid := p.cmd.Process.Pid
-	proc = fmt.Sprintf("/proc/%d", pid)
-	if _, _, err := engstats.TasksSchedstat(proc); err != nil {
+	procDir = fmt.Sprintf("/proc/%d", pid)
+	if _, _, err := engstats.TasksSchedstat(procDir); err != nil {
 		t.Skipf("no schedstat for respmeter: %v", err)
 	}
 	core = scPin(t, pid)
 	scAvoid(t, core)
-	return addr, admin, proc, core
+	return p, addr, admin, procDir, core
 }

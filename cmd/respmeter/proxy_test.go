@@ -559,7 +559,7 @@ func TestProxyObservability(t *testing.T) {
 			`(; respmeter's threads waited \d+\.\dx their CPU time for a CPU)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
 		`(?m)^next: \S`,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,
-		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4} +- +-$`,
+		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4} +(?:\d+\.\d{4}|-) +\d+\.\d{4}$`,
 		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ queue \d+\.\d{4} \+ other_clients \d+\.\d{4} \+ run_queue \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop_wait_request \d+\.\d{4} \+ loop_wait_reply \d+\.\d{4} \+ injected \d+\.\d{4} = cycle \d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
@@ -570,13 +570,17 @@ func TestProxyObservability(t *testing.T) {
 		}
 	}
 	checkAccount(t, out) // the exit verdict adds up to the table beside it
-	// DEBUG SLEEP 0.02: the engine's own 20ms, next to the upstream's.
-	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
+	// DEBUG SLEEP 0.02: its 20 ms upstream in its row, which is its part
+	// of the account (the engine's own 20 ms, checked in /stats above,
+	// is in the account only where a poll within its interval saw it:
+	// it ran before the load, perhaps before the engine's second poll, and
+	// then its interval books it to the path, in its row as in Totals).
+	m := regexp.MustCompile(`(?m)^debug +1 +(\d+\.\d+) +(\d+\.\d+) `).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("no debug row with an engine time:\n%s", out)
+		t.Fatalf("no debug row:\n%s", out)
 	}
-	if up, eng := parseFloat(t, m[2]), parseFloat(t, m[3]); eng < 19 || eng > up {
-		t.Errorf("debug: upstream %s ms, engine %s ms; want 19 <= engine <= upstream", m[2], m[3])
+	if total, up := parseFloat(t, m[1]), parseFloat(t, m[2]); up < 19 || total < up {
+		t.Errorf("debug: total %s ms, upstream %s ms; want 19 <= upstream <= total", m[1], m[2])
 	}
 	if i, j := strings.Index(out, tableHeader), strings.Index(out, "\nverdict: "); i < 0 || j < i {
 		t.Errorf("the verdict does not follow the latency table:\n%s", out)

@@ -239,18 +239,43 @@ type accountJSON struct {
 	Bound  string             `json:"bound"`
 	Next   string             `json:"next"`
 	String string             `json:"string"`
+	// Commands are the exit table's rows by command label: each
+	// command's part of the account (verdict.Rows summed since start),
+	// whose parts weighted by their requests add up to Parts.
+	Commands map[string]accountCommandJSON `json:"commands"`
+}
+
+// accountCommandJSON is one command's part of the account since start:
+// its requests, and per request in seconds its mean total and upstream
+// times and its parts (split.PartNames).
+type accountCommandJSON struct {
+	Requests        int64              `json:"requests"`
+	TotalSeconds    float64            `json:"total_seconds"`
+	UpstreamSeconds float64            `json:"upstream_seconds"`
+	Parts           map[string]float64 `json:"parts"`
 }
 
 // accountDoc returns /stats "account".
 func (a *analyzer) accountDoc() *accountJSON {
-	sum := a.SinceStartSum()
+	sum, rows := a.CommandRows()
 	v := sum.Verdict()
-	return &accountJSON{
+	doc := &accountJSON{
 		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
 			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
 		Bound: v.Bound, Next: v.Next(), String: v.String(),
+		Commands: make(map[string]accountCommandJSON, len(rows)),
 	}
+	for name, rs := range rows {
+		r, _, _, _ := rs.Mean()
+		parts := make(map[string]float64, len(r.Parts))
+		for i, p := range r.Parts {
+			parts[split.PartNames[i]] = p.Seconds()
+		}
+		doc.Commands[name] = accountCommandJSON{Requests: r.Requests, TotalSeconds: r.Total.Seconds(),
+			UpstreamSeconds: r.Upstream.Seconds(), Parts: parts}
+	}
+	return doc
 }
 
 // probeJSON is /stats "probe": the PING probe's round trips, in seconds.
@@ -490,17 +515,18 @@ func (a *analyzer) statsExtraWindow(window time.Duration) map[string]any {
 // writeVerdict writes, after the latency table, the "verdict:" line (the
 // sum of every interval since start: verdict.Analyzer.SinceStart) with
 // what to do next, a line with the verdict of the latest interval that had
-// requests, and the "where the time went" table: per command, the mean
-// total, upstream, engine (the engine's own INFO commandstats; "-" when
-// unknown), engine wait and its run-queue part (the intervals' waits,
-// weighted by the command's requests in each; "-" without witnesses), path
-// (upstream - engine - wait), proxy, loop wait and injected (the delays of
-// fault injection rules, per timed command) times since start in
-// milliseconds;
-// then the Totals row as the verdict counts them (its account: the sum of
-// its intervals, loop wait and think time apart), so that the verdict's
-// shares are recomputed from it and the "account" line under it; then the
-// probe's mean PING round trip and the mean think time.
+// requests, and the "where the time went" table: per command, its part of
+// the account since start (verdict.Rows, summed over the intervals: its
+// requests, mean total and upstream, and the parts engine, wait (queue,
+// other clients and run queue), run queue, path, proxy, loop wait (of
+// requests and replies) and injected, in milliseconds; "-" for engine,
+// waits or loop wait never measured), then the Totals row, the account
+// itself (the sum of its intervals), which is the request-weighted mean of
+// the rows above it and from which the verdict's shares are recomputed, as
+// they are from the "account" line under it; then the commands left out of
+// the account (blocking, pub/sub) with their own times; then the probe's
+// mean PING round trip and the mean think time. A command timed before the
+// first interval ended has its own times only, as those left out.
 func (a *analyzer) writeVerdict(w io.Writer) error {
 	sn := a.Set().Sums() // counts, sums and means only: no histogram copies
 	engineMeans := a.EngineMeans()
@@ -531,35 +557,61 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	}
 	nameWidth = max(nameWidth, len("Totals"))
 	const opsWidth, colWidth = 12, 14
-	fmt.Fprintf(&b, "\nWhere the time went: means since start in ms; Timed = commands timed; engine = the engine's own\n")
-	fmt.Fprintf(&b, "execution time (INFO commandstats, all of its clients); wait = engine wait (its command thread busy with\n")
-	fmt.Fprintf(&b, "others, and waiting for a CPU: run queue); path = upstream - engine - wait (network, kernel); loop wait =\n")
-	fmt.Fprintf(&b, "a request or reply waiting unread for a busy proxy loop. Totals: the verdict's account, the sum of its\n")
-	fmt.Fprintf(&b, "intervals (its path less the loop wait of replies, the run-queue wait taken out of execution); its wait is\n")
-	fmt.Fprintf(&b, "queue + other_clients + run_queue and its loop wait loop_wait_request + loop_wait_reply of the account line.\n")
-	fmt.Fprintf(&b, "injected = the delays of fault injection rules (--inject), apart from every other column.\n")
+	fmt.Fprintf(&b, "\nWhere the time went: the account since start per command, means in ms; Timed = requests counted;\n")
+	fmt.Fprintf(&b, "engine = the engine's execution (INFO commandstats, less what its thread waited for a CPU while running);\n")
+	fmt.Fprintf(&b, "wait = engine wait: queue + other_clients + run_queue of the account line (run queue: its thread waiting\n")
+	fmt.Fprintf(&b, "for a CPU); loop wait = loop_wait_request + loop_wait_reply (a request or reply waiting unread for a busy\n")
+	fmt.Fprintf(&b, "or starved proxy loop); path = upstream - engine - wait - loop_wait_reply (network, kernel); injected =\n")
+	fmt.Fprintf(&b, "the delays of fault injection rules (--inject). Totals: the verdict's account, the sum of its intervals,\n")
+	fmt.Fprintf(&b, "each column the request-weighted mean of the rows above it. Under it, the commands left out of the\n")
+	fmt.Fprintf(&b, "account (blocking, pub/sub) and those timed before the first interval ended, with their own times.\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
 	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait", "injected"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
-	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, tableMillis(d)) }
 	dash := fmt.Sprintf(" %*s", colWidth, "-")
+	var rest []int // the Set's commands with no part of the account
 	rows := false
 	for i := range sn.Commands {
 		c := &sn.Commands[i]
 		if !c.Observed() {
 			continue
 		}
-		if i >= len(sn.Excluded) || !sn.Excluded[i] {
-			rows = true
+		rs, ok := a.CommandRow(c.Name)
+		if !ok || i < len(sn.Excluded) && sn.Excluded[i] {
+			rest = append(rest, i)
+			continue
 		}
+		rows = true
+		r, engineOK, waitOK, loopOK := rs.Mean()
+		fmt.Fprintf(&b, "%-*s %*d", nameWidth, c.Name, opsWidth, r.Requests)
+		b.WriteString(ms(r.Total) + ms(r.Upstream))
+		b.WriteString(accountCols(ms, dash, r.Parts, engineOK, waitOK, loopOK) + "\n")
+	}
+	if rows && sum.Requests > 0 {
+		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+		fmt.Fprintf(&b, "%-*s %*d", nameWidth, "Totals", opsWidth, sum.Requests)
+		b.WriteString(ms(since.Interval.Total/time.Duration(sum.Requests)) + ms(sum.Upstream()))
+		b.WriteString(accountCols(ms, dash, partTimes(acc.Parts()), acc.EngineKnown, acc.WaitKnown, acc.LoopWaitKnown) + "\n")
+	}
+	if len(rest) > 0 && rows {
+		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
+	}
+	for _, i := range rest {
+		// Their own times: the engine's execution (commandstats) and
+		// what is left of upstream beside it.
+		c := &sn.Commands[i]
 		eng, engKnown := engineMeans[c.Name]
-		wait, runq, waitKnown := a.WaitMean(c.Name)
 		fmt.Fprintf(&b, "%-*s %*d", nameWidth, c.Name, opsWidth, c.Phases[metrics.PhaseTotal].Count())
 		up := c.Phases[metrics.PhaseUpstream].Mean()
 		b.WriteString(ms(c.Phases[metrics.PhaseTotal].Mean()) + ms(up))
-		b.WriteString(engineCols(ms, dash, eng, wait, runq, up-eng-wait, engKnown, waitKnown, engKnown))
+		if engKnown {
+			b.WriteString(ms(eng) + dash + dash + ms(up-eng))
+		} else {
+			b.WriteString(dash + dash + dash + dash)
+		}
 		b.WriteString(ms(c.Phases[metrics.PhaseProxy].Mean()) + dash)
 		// Per timed command, as the account's: the rule's delays over
 		// every request of the command, touched or not.
@@ -569,19 +621,6 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 			b.WriteString(dash)
 		}
 		b.WriteString("\n")
-	}
-	if rows && sum.Requests > 0 {
-		b.WriteString(strings.Repeat("-", len(cols)) + "\n")
-		fmt.Fprintf(&b, "%-*s %*d", nameWidth, "Totals", opsWidth, sum.Requests)
-		b.WriteString(ms(since.Interval.Total/time.Duration(sum.Requests)) + ms(sum.Upstream()))
-		b.WriteString(engineCols(ms, dash, acc.Exec, acc.Wait, acc.RunQueue, acc.Path, acc.EngineKnown, acc.WaitKnown, true))
-		b.WriteString(ms(acc.Proxy))
-		if acc.LoopWaitKnown {
-			b.WriteString(ms(acc.Loop))
-		} else {
-			b.WriteString(dash)
-		}
-		b.WriteString(ms(acc.Injected) + "\n")
 	}
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n")
 	if sum.Requests > 0 {
@@ -620,10 +659,45 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	return err
 }
 
+// accountCols returns the engine, wait, run queue, path, proxy, loop
+// wait and injected columns of a "where the time went" row from an
+// account's parts (split.PartNames), each formatted by col: the engine's
+// when engineOK, the waits when waitOK (the engine's thread's witnesses
+// without its execution figures give a wait and no execution), the loop
+// wait when loopOK; dash stands for a figure never measured.
+func accountCols(col func(time.Duration) string, dash string, p [len(split.PartNames)]time.Duration, engineOK, waitOK, loopOK bool) string {
+	exec, queue, others, runq := p[2], p[3], p[4], p[5]
+	out := dash
+	if engineOK {
+		out = col(exec)
+	}
+	if waitOK {
+		out += col(queue+others+runq) + col(runq)
+	} else {
+		out += dash + dash
+	}
+	out += col(p[1]) + col(p[6])
+	if loopOK {
+		out += col(p[7] + p[8])
+	} else {
+		out += dash
+	}
+	return out + col(p[9])
+}
+
+// partTimes returns the times of an account's parts (split.PartNames).
+func partTimes(parts [len(split.PartNames)]split.Part) [len(split.PartNames)]time.Duration {
+	var out [len(split.PartNames)]time.Duration
+	for i, p := range parts {
+		out[i] = p.Time
+	}
+	return out
+}
+
 // engineCols returns the engine, wait, run queue and path columns of a
-// "where the time went" row, each formatted by col: the engine's only when
-// engineOK, the waits only when waitOK too, the path when pathOK; dash
-// stands for a figure not known.
+// per-shard row, each formatted by col: the engine's only when engineOK,
+// the waits only when waitOK too, the path when pathOK; dash stands for a
+// figure not known.
 func engineCols(col func(time.Duration) string, dash string, exec, wait, runq, path time.Duration, engineOK, waitOK, pathOK bool) string {
 	out := dash + dash + dash
 	switch {
@@ -685,15 +759,16 @@ func (a *analyzer) writeShards(b *strings.Builder, views []*verdict.View) {
 	const opsWidth, colWidth = 12, 14
 	b.WriteString("\nPer shard: means since start in ms of the requests and fan-out sub-requests sent to each; engine =\n")
 	b.WriteString("that engine's own execution of the commands the clients sent, weighted by its calls; wait = its\n")
-	b.WriteString("engine wait (run queue: waiting for a CPU); path = upstream - engine - wait, over the intervals in which\n")
-	b.WriteString("the engine was polled; probe = mean PING round trip to it; bound = its latest interval with requests.\n")
+	b.WriteString("engine wait (run queue: waiting for a CPU); path = upstream - engine - wait - the replies' loop wait,\n")
+	b.WriteString("over the intervals in which the engine was polled; probe = mean PING round trip to it; bound = its latest\n")
+	b.WriteString("interval with requests.\n")
 	cols := fmt.Sprintf("%-*s %*s", width, "Shard", opsWidth, "Requests")
 	for _, h := range []string{"upstream", "engine", "wait", "run queue", "path", "probe"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
 	}
 	cols += "  bound"
 	b.WriteString(strings.Repeat("-", len(cols)) + "\n" + cols + "\n" + strings.Repeat("-", len(cols)) + "\n")
-	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, millis(d)) }
+	ms := func(d time.Duration) string { return fmt.Sprintf(" %*.4f", colWidth, tableMillis(d)) }
 	dash := fmt.Sprintf(" %*s", colWidth, "-")
 	for _, v := range views {
 		m := a.shardMeansOf(v)
@@ -742,6 +817,16 @@ func migrationLine(addr string, m engstats.Migration) string {
 
 // millis returns d in milliseconds.
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// tableMillis returns d in milliseconds for a table's 4 decimals: a
+// figure that rounds to 0 from below (a part left over from rounding to
+// the nanosecond) prints as 0.0000, not -0.0000.
+func tableMillis(d time.Duration) float64 {
+	if x := millis(d); x <= -0.00005 || x > 0 {
+		return x
+	}
+	return 0
+}
 
 // shardName is a shard's row label in the per-shard table: its address,
 // and its availability zone in brackets where it has one: the configured

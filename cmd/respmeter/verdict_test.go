@@ -10,6 +10,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -92,9 +94,85 @@ func TestAnalyzer(t *testing.T) {
 		`(?m)^verdict: cycle 2ms: client 0% \| path 50% \| engine n/a \(no engine stats for these commands\) \| proxy 50% — path-bound; Little: L 2\.00 vs λW \d+\.\d\d$`,
 		`(?m)^latest interval with requests \(\d+ms, \d+ requests?, ended (\d+ms|0s) ago\): cycle 2ms: `,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,
-		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000 +- +-$`,
+		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +- +0\.0000$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +- +0\.0000$`,
 		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ queue 0\.0000 \+ other_clients 0\.0000 \+ run_queue 0\.0000 \+ proxy 1\.0000 \+ loop_wait_request 0\.0000 \+ loop_wait_reply 0\.0000 \+ injected 0\.0000 = cycle 2\.0000$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no match for %s:\n%s", re, out)
+		}
+	}
+	checkAccount(t, out)
+}
+
+// TestAnalyzerHostStarvedTable: an analyzer whose witnesses are scripted
+// (the proxy's threads' schedstat, a file the test writes, and the
+// requests of a Set) reads respmeter's threads waiting 10 times as long
+// for a CPU as they ran, 1 ms per request: the loop wait takes the path of
+// every request (each waited unread at least that long), and the exit's
+// table says so in every row as in its Totals row: each row's path and
+// loop wait are its part of the account, which the Totals row is the
+// request-weighted mean of, and the verdict's shares recompute from it
+// (checkAccount). GETs of 200 µs upstream and SETs of 400 µs, and BLPOPs
+// (left out of the account) printed under the Totals row.
+func TestAnalyzerHostStarvedTable(t *testing.T) {
+	set, _ := testSet()
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "task", "1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stat, next := filepath.Join(proc, "task", "1", "schedstat"), filepath.Join(proc, "schedstat")
+	var cpu, rq time.Duration
+	// writeStat replaces the thread's schedstat whole, so that no read
+	// finds it half written.
+	writeStat := func() {
+		if err := os.WriteFile(next, fmt.Appendf(nil, "%d %d 1\n", cpu, rq), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		redistest.ReplaceFile(t, next, stat)
+	}
+	writeStat()
+	var inFlight metrics.InFlight
+	inFlight.SetClock(time.Now())
+	a := newAnalyzer(verdict.Config{Set: set, InFlightArea: inFlight.Area, Interval: 50 * time.Millisecond, ProcSelf: proc}, 0, 0)
+	stop := startAnalyzer(t, a)
+	// A batch's requests and its threads' time are recorded under the
+	// loop's lock, which the analyzer's Set.Sums waits for before it reads
+	// the schedstat: an interval's requests come with their wait.
+	batch := func() {
+		l := set.Loop(0)
+		l.Lock()
+		for range 10 {
+			l.ObserveLocked(1, 300*time.Microsecond, 200*time.Microsecond, 200*time.Microsecond, false)
+			l.ObserveLocked(2, 500*time.Microsecond, 400*time.Microsecond, 400*time.Microsecond, false)
+		}
+		l.ObserveLocked(3, 10*time.Millisecond, 9900*time.Microsecond, 9900*time.Microsecond, false)
+		cpu, rq = cpu+20*100*time.Microsecond, rq+20*time.Millisecond
+		writeStat()
+		l.Unlock()
+	}
+	redistest.Eventually(t, 10*time.Second, func() error {
+		batch()
+		if n := a.SinceStartSum().Requests; n < 1000 {
+			return fmt.Errorf("%d requests in the account", n)
+		}
+		return nil
+	})
+	stop()
+	var buf bytes.Buffer
+	if err := a.writeVerdict(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	checkAccount(t, out)
+	for _, re := range []string{
+		`(?m)^verdict: .* — host-starved; respmeter's threads waited \d+\.\dx their CPU time for a CPU`,
+		// The replies waited unread all of their path.
+		`(?m)^get +[1-9]\d* +0\.3000 +0\.2000 +- +- +- +0\.0000 +0\.1000 +0\.2000 +0\.0000$`,
+		`(?m)^set +[1-9]\d* +0\.5000 +0\.4000 +- +- +- +0\.0000 +0\.1000 +0\.4000 +0\.0000$`,
+		`(?m)^Totals +[1-9]\d* +0\.4000 +0\.3000 +- +- +- +0\.0000 +0\.1000 +0\.3000 +0\.0000$`,
+		// BLPOP, left out of the account, under it with its own times.
+		`(?m)^Totals .*\n-+\nblpop +[1-9]\d* +10\.0000 +9\.9000 +- +- +- +- +0\.1000 +- +-$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no match for %s:\n%s", re, out)
@@ -228,5 +306,29 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 	})
 	if v := verdict("/stats?window=300ms"); *v.LastRequestsAgeSeconds < 0.3 {
 		t.Errorf("/stats?window=300ms turned idle %vs after the last requests, want >= 0.3", *v.LastRequestsAgeSeconds)
+	}
+}
+
+// TestAccountCols: a row's engine, waits and loop wait print where they
+// were measured, each on its own: the engine thread's witnesses without
+// the engine's execution figures (the verdict's "engine n/a | engine wait
+// 60%") give the wait columns and no engine column, as the verdict line
+// beside the table counts them.
+func TestAccountCols(t *testing.T) {
+	var p [10]time.Duration // split.PartNames
+	p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9] = 5, 1, 2, 3, 4, 6, 7, 8, 9
+	col := func(d time.Duration) string { return fmt.Sprintf(" %d", d) }
+	for _, tc := range []struct {
+		engine, wait, loop bool
+		want               string
+	}{
+		{true, true, true, " 1 9 4 5 6 15 9"},
+		{false, true, true, " - 9 4 5 6 15 9"},
+		{true, false, false, " 1 - - 5 6 - 9"},
+		{false, false, false, " - - - 5 6 - 9"},
+	} {
+		if got := accountCols(col, " -", p, tc.engine, tc.wait, tc.loop); got != tc.want {
+			t.Errorf("engine %v, wait %v, loop %v: %q, want %q", tc.engine, tc.wait, tc.loop, got, tc.want)
+		}
 	}
 }

@@ -67,7 +67,9 @@ function renderShards(doc) {
       for (const q of pcts) tr.appendChild(cell(ms(s[p][q]), p + "-" + q.replace(".", "")));
     }
     const v = engines[s.shard];
-    tr.appendChild(cell(v && v.engine_known ? ms(v.engine_mean_seconds) : "n/a", "engine"));
+    // The shard's account of its latest interval: the parts' names and
+    // values of its verdict (engine = its execution in the account).
+    tr.appendChild(cell(v && v.engine_known ? ms(v.engine_exec_seconds) : "n/a", "engine"));
     tr.appendChild(cell(v && v.wait_known ? ms(v.engine_wait_seconds) : "n/a", "wait"));
     tr.appendChild(cell(v && v.engine_known ? ms(v.network_seconds) : "n/a", "path"));
     tr.appendChild(cell(v ? v.bound : "–", "bound"));

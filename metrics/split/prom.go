@@ -9,11 +9,13 @@ import "github.com/prometheus/client_golang/prometheus"
 //   - respmeter_engine_utilization: the engine's command thread's busy
 //     share, 0..1 (Verdict.Utilization), only with its witnesses;
 //   - respmeter_engine_wait_seconds{part}: mean engine wait per request in
-//     seconds, part = queue (waiting for the command thread) or run_queue
-//     (the thread waiting for a CPU), only with the witnesses;
-//   - respmeter_network_path_seconds: mean network part of upstream per
-//     request in seconds (upstream − engine execution − engine wait), only
-//     when the engine reported its execution time;
+//     seconds, part = queue (waiting for the command thread behind the
+//     proxy's own requests), other_clients (behind other clients'
+//     commands) or run_queue (the thread waiting for a CPU): the account's
+//     parts of those names (Verdict.Parts), only with the witnesses;
+//   - respmeter_network_path_seconds: the account's path per request in
+//     seconds (upstream − engine execution − engine wait − the replies'
+//     loop wait), only when the engine reported its execution time;
 //   - respmeter_upstream_probe_wait_seconds: the probe PING's median round
 //     trip minus its unloaded baseline, when the probe answered enough;
 //   - respmeter_proxy_loop_wait_seconds: mean time per request its request
@@ -33,12 +35,13 @@ func NewCollector(latest func() (Verdict, bool), engine func() string) prometheu
 			"Busy share (0..1) of the engine's command thread over the latest engine poll interval: "+
 				"max(CPU + run-queue wait, command execution) / interval.", []string{"engine"}, nil),
 		wait: prometheus.NewDesc("respmeter_engine_wait_seconds",
-			"Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the "+
-				"engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), "+
+			"Mean engine wait per request over the latest verdict interval in seconds, the verdict account's parts: "+
+				"queue = waiting for the engine's command thread behind the proxy's own requests (from its utilisation "+
+				"and demand, capped by the requests in flight), other_clients = behind other clients' commands, "+
 				"run_queue = the thread waiting for a CPU (/proc schedstat).", []string{"part", "engine"}, nil),
 		network: prometheus.NewDesc("respmeter_network_path_seconds",
-			"Mean network part of the upstream phase per request over the latest verdict interval in seconds: "+
-				"upstream - engine execution - engine wait.", nil, nil),
+			"Mean network part of the upstream phase per request over the latest verdict interval in seconds, "+
+				"the verdict account's path: upstream - engine execution - engine wait - the replies' loop wait.", nil, nil),
 		probe: prometheus.NewDesc("respmeter_upstream_probe_wait_seconds",
 			"Median PING probe round trip over the latest verdict interval minus its unloaded baseline, in seconds.", nil, nil),
 		loop: prometheus.NewDesc("respmeter_proxy_loop_wait_seconds",
@@ -77,8 +80,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			engine = c.engine()
 		}
 		ch <- prometheus.MustNewConstMetric(c.util, prometheus.GaugeValue, v.Utilization, engine)
-		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, (v.EngineWait - v.RunQueueWait).Seconds(), "queue", engine)
-		ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, v.RunQueueWait.Seconds(), "run_queue", engine)
+		parts := v.Parts()
+		for _, i := range [...]int{3, 4, 5} { // queue, other_clients, run_queue
+			ch <- prometheus.MustNewConstMetric(c.wait, prometheus.GaugeValue, parts[i].Time.Seconds(), parts[i].Name, engine)
+		}
 	}
 	if v.EngineKnown {
 		ch <- prometheus.MustNewConstMetric(c.network, prometheus.GaugeValue, v.Network.Seconds())

@@ -150,12 +150,12 @@ type Class struct {
 
 // ClassWait is a command label's per-request means in a Verdict: its
 // engine execution (Exec) and engine wait (Wait, queue behind the
-// proxy's own requests, behind other commands (Others) and run queue),
-// after the cap by the label's own upstream time (Upstream).
+// proxy's own requests, behind other commands (Others) and run queue
+// (RunQueue)), after the cap by the label's own upstream time (Upstream).
 type ClassWait struct {
-	Name                         string
-	Requests                     int64
-	Upstream, Exec, Wait, Others time.Duration
+	Name                                   string
+	Requests                               int64
+	Upstream, Exec, Wait, Others, RunQueue time.Duration
 }
 
 // QueueWait is the engine-wait model: the mean time a request waits for
@@ -561,7 +561,7 @@ func (iv Interval) classWaits(engine, wait, runq, others *float64, model *time.D
 		cq, co, cr := capWait(q, o, runq0, up-e, iv.RTTFloor.Seconds())
 		w := cq + co + cr
 		out = append(out, ClassWait{Name: c.Name, Requests: c.Requests, Upstream: seconds(up), Exec: seconds(max(e, 0)),
-			Wait: seconds(w), Others: seconds(co)})
+			Wait: seconds(w), Others: seconds(co), RunQueue: seconds(cr)})
 		n += cn
 		eSum += e * cn
 		wSum += w * cn

@@ -1,6 +1,8 @@
 package split
 
 import (
+	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -228,11 +230,12 @@ func TestCollector(t *testing.T) {
 # HELP respmeter_engine_utilization Busy share (0..1) of the engine's command thread over the latest engine poll interval: max(CPU + run-queue wait, command execution) / interval.
 # TYPE respmeter_engine_utilization gauge
 respmeter_engine_utilization{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b"} 0.9
-# HELP respmeter_engine_wait_seconds Mean engine wait per request over the latest verdict interval in seconds: queue = waiting for the engine's command thread (M/M/1 from its utilisation and demand, capped by the requests in flight), run_queue = the thread waiting for a CPU (/proc schedstat).
+# HELP respmeter_engine_wait_seconds Mean engine wait per request over the latest verdict interval in seconds, the verdict account's parts: queue = waiting for the engine's command thread behind the proxy's own requests (from its utilisation and demand, capped by the requests in flight), other_clients = behind other clients' commands, run_queue = the thread waiting for a CPU (/proc schedstat).
 # TYPE respmeter_engine_wait_seconds gauge
+respmeter_engine_wait_seconds{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b",part="other_clients"} 0
 respmeter_engine_wait_seconds{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b",part="queue"} 0
 respmeter_engine_wait_seconds{engine="4f1ae0b0c3d3b8a5e0e1d2c3b4a5968778695a4b",part="run_queue"} 0.003
-# HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds: upstream - engine execution - engine wait.
+# HELP respmeter_network_path_seconds Mean network part of the upstream phase per request over the latest verdict interval in seconds, the verdict account's path: upstream - engine execution - engine wait - the replies' loop wait.
 # TYPE respmeter_network_path_seconds gauge
 respmeter_network_path_seconds 0.000179901
 # HELP respmeter_proxy_loop_wait_seconds Mean time per request over the latest verdict interval, in seconds, that its request and reply waited unread for a busy proxy event loop (from tasks handed to the loops at fixed times).
@@ -247,6 +250,22 @@ respmeter_upstream_probe_wait_seconds 0.002
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", problems, err)
+	}
+	// Behind another client's 2 ms commands: the gauges' parts are the
+	// account's, the wait behind them other_clients, not queue.
+	iv = Interval{Length: time.Second, Requests: 400, Total: 400 * 2100 * time.Microsecond, Upstream: 400 * 2 * time.Millisecond,
+		Proxy: 400 * 100 * time.Microsecond, EngineMean: 2 * time.Microsecond, InFlight: 1, Utilization: 0.8,
+		Demand: 2 * time.Microsecond, BusyKnown: true, Commands: 800, OthersResidual: 800 * time.Microsecond, RTTFloor: 50 * time.Microsecond}
+	v = iv.Verdict()
+	parts := v.Parts()
+	if parts[4].Time < time.Millisecond {
+		t.Fatalf("other_clients %v: %s", parts[4].Time, v)
+	}
+	for _, i := range []int{3, 4, 5} {
+		m := fmt.Sprintf(`respmeter_engine_wait_seconds{engine="%s",part="%s"}`, runID, parts[i].Name)
+		if got := gaugeValue(t, reg, m); math.Abs(got-parts[i].Time.Seconds()) > 1e-12 {
+			t.Errorf("%s %v, the account's %s %v", m, got, parts[i].Name, parts[i].Time)
+		}
 	}
 	ok = false
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
@@ -289,4 +308,27 @@ func TestFromShard(t *testing.T) {
 	if got := FromShard(prev, cur, "127.0.0.1:7002"); !reflect.DeepEqual(got, Interval{InFlight: -1}) {
 		t.Errorf("unknown shard: %+v, want empty", got)
 	}
+}
+
+// gaugeValue returns the value of the series (name{labels}, labels in
+// order) that reg exports, failing t when there is none.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, series string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			if mf.GetName()+"{"+strings.Join(labels, ",")+"}" == series {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no series %s", series)
+	return 0
 }

@@ -563,10 +563,8 @@ type Analyzer struct {
 	busy       *Record // the latest interval with requests
 	shards     []*View // append-only
 	sum        Sum     // every interval since start
-	// Engine wait since start per command label (seconds·requests) and
-	// the requests counted.
-	wait, runq map[string]float64
-	waitN      map[string]int64
+	// rows adds up each command label's rows (Rows) since start.
+	rows map[string]*RowSum
 	// lagSum, lagN: the loop-timing tasks' waits in the current interval.
 	lagSum         time.Duration
 	lagN, lagTotal int64
@@ -725,7 +723,7 @@ func (a *Analyzer) step(st *state, now time.Time, poll bool) {
 	if v := a.cfg.Engine; v != nil {
 		a.learnPath(v, rec)
 	}
-	a.account(st.prev, cur, rec)
+	a.account(Rows(st.prev, cur, rec.Verdict, a.labelMean(in)), rec)
 	a.log.Debug("verdict", "interval", iv.Length, "requests", iv.Requests, "in_flight", iv.InFlight,
 		"engine_mean", iv.EngineMean, "verdict", rec.Verdict.String())
 	a.mu.Lock()
@@ -872,52 +870,65 @@ func (a *Analyzer) area() int64 {
 	return a.cfg.InFlightArea()
 }
 
-// account adds the interval to the sums since start: the verdict's and,
-// per command label, its engine wait (its class's, Verdict.Classes, when
-// there is one) weighted by the label's requests.
-func (a *Analyzer) account(prev, cur *metrics.Snapshot, rec *Record) {
+// account adds the interval to the sums since start: its record's and
+// its command labels' rows.
+func (a *Analyzer) account(rows []Row, rec *Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sum.Add(rec)
-	v := rec.Verdict
-	if !v.WaitKnown || rec.Interval.Requests <= 0 {
-		return
+	if len(rows) > 0 && a.rows == nil {
+		a.rows = map[string]*RowSum{}
 	}
-	if a.wait == nil {
-		a.wait, a.runq, a.waitN = map[string]float64{}, map[string]float64{}, map[string]int64{}
-	}
-	for i := range cur.Commands {
-		n := cur.Commands[i].Phases[metrics.PhaseTotal].Count()
-		if prev != nil && i < len(prev.Commands) {
-			n -= prev.Commands[i].Phases[metrics.PhaseTotal].Count()
+	for _, r := range rows {
+		s := a.rows[r.Name]
+		if s == nil {
+			s = &RowSum{}
+			a.rows[r.Name] = s
 		}
-		if n <= 0 {
-			continue
-		}
-		name := cur.Commands[i].Name
-		wait := v.EngineWait
-		for _, c := range v.Classes {
-			if c.Name == lower(name) {
-				wait = c.Wait
-				break
-			}
-		}
-		a.wait[name] += wait.Seconds() * float64(n)
-		a.runq[name] += v.RunQueueWait.Seconds() * float64(n)
-		a.waitN[name] += n
+		s.Add(r, rec.Verdict)
 	}
 }
 
-// WaitMean returns the mean engine wait and run-queue wait of command
-// label cmd since start; ok is false when no interval had witnesses.
-func (a *Analyzer) WaitMean(cmd string) (wait, runq time.Duration, ok bool) {
+// labelMean returns the engine's mean execution of a command label for
+// Rows: the interval's engine means (in.EngineMean) where it has them,
+// else, under routing, the shards' since start (EngineMeans).
+func (a *Analyzer) labelMean(in Input) func(string) (time.Duration, bool) {
+	if in.EngineMean != nil {
+		return func(label string) (time.Duration, bool) {
+			m, _, ok := in.EngineMean(label, 1)
+			return m, ok
+		}
+	}
+	means := a.EngineMeans()
+	return func(label string) (time.Duration, bool) {
+		m, ok := means[lower(label)]
+		return m, ok
+	}
+}
+
+// CommandRow returns the sum since start of command label cmd's rows
+// (Rows): its part of the account since start; ok is false when no
+// interval had requests of it (or it is left out of the totals).
+func (a *Analyzer) CommandRow(cmd string) (s RowSum, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	n := a.waitN[cmd]
-	if n <= 0 {
-		return 0, 0, false
+	if r := a.rows[cmd]; r != nil {
+		return *r, true
 	}
-	return time.Duration(a.wait[cmd] / float64(n) * 1e9), time.Duration(a.runq[cmd] / float64(n) * 1e9), true
+	return RowSum{}, false
+}
+
+// CommandRows returns the sums since start of every command label's rows
+// (Rows), by label, read together with the account they add up to (the
+// sum of SinceStartSum), so that no interval is in one and not the other.
+func (a *Analyzer) CommandRows() (Sum, map[string]RowSum) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rows := make(map[string]RowSum, len(a.rows))
+	for name, r := range a.rows {
+		rows[name] = *r
+	}
+	return a.sinceStartSumLocked(), rows
 }
 
 // SinceStart returns the verdict since start: the sum of every interval
@@ -932,6 +943,11 @@ func (a *Analyzer) SinceStart() Record {
 func (a *Analyzer) SinceStartSum() Sum {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.sinceStartSumLocked()
+}
+
+// sinceStartSumLocked is SinceStartSum with a.mu held.
+func (a *Analyzer) sinceStartSumLocked() Sum {
 	s := a.sum
 	s.culprits = make(map[string]culprit, len(a.sum.culprits))
 	for k, c := range a.sum.culprits {

@@ -381,6 +381,7 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("%s; next %q", v, v.Next())
 				}
 			}
+			checkRows(t, Rows(in.Prev, in.Cur, v, rowMean(tc.means)), iv, v)
 			if tc.check != nil {
 				tc.check(t, iv, v)
 			}
@@ -553,7 +554,7 @@ func TestCollector(t *testing.T) {
 		{Length: time.Second, Requests: 1000, Total: 1000 * 200 * us, Upstream: 1000 * 100 * us, Proxy: 1000 * 100 * us,
 			Think: 1000 * 2 * ms, ThinkCount: 1000, EngineMean: 2 * us, InFlight: 0.2, LoopWait: 1500 * us, LoopWaitKnown: true},
 	} {
-		a.account(nil, &metrics.Snapshot{}, &Record{Interval: iv, Verdict: iv.Verdict()})
+		a.account(nil, &Record{Interval: iv, Verdict: iv.Verdict()})
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(a.Collector())
