@@ -347,6 +347,8 @@ type client struct {
 	vnode  *facadeNode
 	vhost  string
 	vcross bool
+	// vasking: the client's last command was ASKING (facadeShape.dispatch).
+	vasking bool
 	// capSecret: a request of the current read may carry a credential
 	// (mayHoldSecret, or inline); the capture's writer redacts its batch.
 	capSecret bool

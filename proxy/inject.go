@@ -92,6 +92,8 @@ const (
 	effTimeout
 	effReplyDelay
 	effReset
+	effMigrate  // injtopo.go
+	effFailover // injtopo.go: the shard frozen for the window, then failed over
 )
 
 func (e injEffect) String() string {
@@ -106,6 +108,10 @@ func (e injEffect) String() string {
 		return "reply_delay"
 	case effReset:
 		return "reset"
+	case effMigrate:
+		return "migrate"
+	case effFailover:
+		return "failover"
 	}
 	return "none"
 }
@@ -146,7 +152,9 @@ type injRule struct {
 	from, span int64
 	delay      dist   // effDelay, effReplyDelay
 	reply      []byte // effError: the error reply, "-...\r\n"
-	hits       atomic.Uint64
+	// topo: the cluster event of effMigrate and effFailover (injtopo.go).
+	topo *topoEvent
+	hits atomic.Uint64
 }
 
 // InjectCount is one rule in force: what it does, the requests it
@@ -461,13 +469,20 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 			if err = v.Decode(&on); err != nil || !on {
 				return nil, fail(v, "%s: want true", k.Value)
 			}
+		case "migrate", "failover":
+			effects++
+			r.effect = effMigrate
+			if k.Value == "failover" {
+				r.effect = effFailover
+			}
+			r.topo, err = parseTopoEvent(k.Value, v, fail)
 		case "per":
 			if v.Kind != yaml.ScalarNode || v.Value != "request" && v.Value != "connection" {
 				return nil, fail(v, "per: want request or connection, got %q", v.Value)
 			}
 			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset, migrate, failover)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -477,9 +492,14 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	case r.name == "":
 		return nil, fail(n, "rule without a name")
 	case effects == 0:
-		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout or reset)", r.name)
+		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout, reset, migrate or failover)", r.name)
 	case effects > 1:
-		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset)", r.name)
+		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset, migrate, failover)", r.name)
+	}
+	if r.topo != nil {
+		if err := checkTopoRule(r, n, fail); err != nil {
+			return nil, err
+		}
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(r.name))
@@ -623,6 +643,18 @@ func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r
 	name := c.Name()
 	parent, _, _ := strings.Cut(name, "|")
 	for _, ru := range in.rules {
+		if ru.topo != nil {
+			// A cluster event whose opening or end is due: applied
+			// before this request is routed (settle), if its timer has
+			// not yet. A migration touches no request here (the facade
+			// answers -ASK, facadeShape.dispatch).
+			if ev := ru.topo; !ev.closed.Load() && (now >= ru.from && !ev.opened.Load() || now-ru.from >= ru.span) {
+				s.p.settle(ru, now)
+			}
+			if ru.effect == effMigrate {
+				continue
+			}
+		}
 		if !ru.inWindow(now) {
 			continue
 		}
@@ -791,7 +823,12 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		s.injRule = ru
 		return false, false, at, inj, ru.delay.sample(s.l.injRand)
 	}
-	due := at + ru.delay.sample(s.l.injRand)
+	var due int64
+	if ru.effect == effFailover {
+		due = ru.from + ru.span // frozen to the window's end
+	} else {
+		due = at + ru.delay.sample(s.l.injRand)
+	}
 	if due <= now {
 		s.injRule = ru
 		return false, false, at, now - at, 0
@@ -802,6 +839,9 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	clock.add(due, func() {
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 			clock.handedOver(s.p.now() - due)
+			if ru.topo != nil {
+				s.p.settle(ru, s.p.now()) // failed over before the held requests are routed
+			}
 			if !s.gone() && s.paused == pauseInject && s.injGen == gen {
 				s.resume()
 			}
@@ -914,9 +954,13 @@ func (p *Proxy) AddInjection(in *Injection) error {
 		}
 		next.names = next.names || len(r.cliNames) > 0
 	}
+	if err := p.checkTopoRules(in); err != nil {
+		return err
+	}
 	// All checked: the new rules' windows count from now, and they go
 	// into force together.
 	in.apply(p.base, p.now())
+	p.armTopo(in)
 	next.rules = append(next.rules, in.rules...)
 	p.inject.Store(next)
 	return nil
@@ -936,6 +980,8 @@ func (p *Proxy) RemoveInjection(name string) bool {
 	for _, r := range cur.rules {
 		if name != "" && r.name != name {
 			next.rules = append(next.rules, r)
+		} else {
+			disarmTopo([]*injRule{r})
 		}
 	}
 	if len(next.rules) == len(cur.rules) {
