@@ -1927,6 +1927,9 @@ func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool
 	if e.tSent > 0 {
 		up = max(e.tReply, now) - e.tSent
 	}
+	if e.rule != nil {
+		s.markInjected(e.seq, e.tIn, e.rule, e.inj)
+	}
 	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
 	if s.capRep.Len() >= maxCaptureGroup {
 		s.flushCapture()

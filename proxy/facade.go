@@ -284,6 +284,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 					if s.tx.on {
 						s.tx.aborted = true
 					}
+					s.markInjected(e.seq, e.tIn, ru, 0)
 					s.local(e, s.redirectReply("-ASK ", slot, owner))
 					return
 				case n.i != src:

@@ -161,7 +161,7 @@ type injRule struct {
 // touched, and when it applies.
 type InjectCount struct {
 	Rule   string `json:"rule"`
-	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset
+	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset, migrate, failover
 	Count  uint64 `json:"count"`
 	// Active: the rule's window holds the time now (a rule without one
 	// always does).
@@ -806,6 +806,7 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	case effError:
 		e := s.newEntry(c.ID, now)
 		e.tIn = at
+		s.markInjected(e.seq, at, ru, 0)
 		if s.tx.on {
 			// Refused while queued: EXEC then fails (EXECABORT), as
 			// after a queuing error of the engine's.
@@ -813,11 +814,13 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		}
 		s.local(e, ru.reply)
 		return false, true, at, inj, 0
-	case effTimeout:
-		s.paused = pauseHung
-		return true, false, at, inj, 0
-	case effReset:
-		s.reset()
+	case effTimeout, effReset:
+		s.markInjected(s.seq+1, at, ru, 0) // never answered: as the request it would have been
+		if ru.effect == effReset {
+			s.reset()
+		} else {
+			s.paused = pauseHung
+		}
 		return true, false, at, inj, 0
 	case effReplyDelay:
 		s.injRule = ru
@@ -849,6 +852,17 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		})) // an error: the loop is stopping
 	})
 	return true, false, at, inj, 0
+}
+
+// markInjected marks request seq of s (read at at) in the capture, if s
+// is captured, as touched by rule ru, which injected ns: so that a replay
+// of the capture knows which commands a rule touched. A delayed request
+// or a held reply is marked with its reply (captureReply); an error, an
+// -ASK, a timeout or a reset when the rule touches it.
+func (s *client) markInjected(seq uint64, at int64, ru *injRule, ns int64) {
+	if s.capBuf != nil {
+		s.capBuf.Injected(s.capID, seq, at, ru.name, ru.effect.String(), ns)
+	}
 }
 
 // connDraw returns the per-connection draw in [0, 1) of connection conn
