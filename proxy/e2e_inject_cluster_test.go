@@ -344,3 +344,27 @@ func TestInjectMigrateSlotsRoute(t *testing.T) {
 		t.Fatalf("shard 0 has %d keys of the migrated slots, want %d", n, len(old)+len(fresh))
 	}
 }
+
+// TestInjectMigrateRemoved: removing a migrate rule while its window runs
+// ends the migration at once: the layout announced is the new one, and the
+// old owner's node answers MOVED.
+func TestInjectMigrateRemoved(t *testing.T) {
+	srvs, p, _ := startFacade(t, 3, nil)
+	nodes := p.FacadeAddrs()
+	addRules(t, p, fmt.Sprintf("rules:\n- name: reshard\n  slots: [0, 99]\n  for: 1h\n  migrate: {to: %q}\n", srvs[2].Addr()))
+	if got, want := slotOwnerPort(t, nodes[1], 0), int64(portOf(nodes[0])); got != want {
+		t.Fatalf("CLUSTER SLOTS while migrating: slot 0 on port %d, want the old owner's %d", got, want)
+	}
+	if !p.RemoveInjection("reshard") {
+		t.Fatal("no rule removed")
+	}
+	if got, want := slotOwnerPort(t, nodes[1], 0), int64(portOf(nodes[2])); got != want {
+		t.Errorf("CLUSTER SLOTS after the rule's removal: slot 0 on port %d, want the target's %d", got, want)
+	}
+	c := redis.NewClient(&redis.Options{Addr: nodes[0], DisableIdentity: true, MaxRetries: -1})
+	defer c.Close()
+	k := keysInSlots("k:", 0, 99, 1)[0]
+	if err := c.Get(context.Background(), k).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") {
+		t.Errorf("GET on the old owner's node after the removal: %v, want MOVED", err)
+	}
+}

@@ -982,7 +982,8 @@ func (p *Proxy) AddInjection(in *Injection) error {
 
 // RemoveInjection takes the rule named name out of force, or every rule
 // when name is empty; it reports whether there was one. Requests a
-// removed rule holds (a delay, a held reply, a timeout) stay held.
+// removed rule holds (a delay, a held reply, a timeout) stay held. A
+// cluster event whose window has opened ends at once (removeTopo).
 func (p *Proxy) RemoveInjection(name string) bool {
 	p.injMu.Lock()
 	defer p.injMu.Unlock()
@@ -995,7 +996,7 @@ func (p *Proxy) RemoveInjection(name string) bool {
 		if name != "" && r.name != name {
 			next.rules = append(next.rules, r)
 		} else {
-			disarmTopo([]*injRule{r})
+			p.removeTopo(r)
 		}
 	}
 	if len(next.rules) == len(cur.rules) {

@@ -194,6 +194,21 @@ func disarmTopo(rules []*injRule) {
 	}
 }
 
+// removeTopo stops the timers of rule r's cluster event, if it has one;
+// if its window has opened and not ended, it ends now: a migration
+// completes, a frozen shard fails over.
+func (p *Proxy) removeTopo(r *injRule) {
+	if r.topo == nil {
+		return
+	}
+	disarmTopo([]*injRule{r})
+	if r.topo.opened.Load() && r.topo.closed.CompareAndSwap(false, true) {
+		p.topoMu.Lock()
+		p.topoEnd(r, p.now())
+		p.topoMu.Unlock()
+	}
+}
+
 // settle applies the events of rule ru due at now (ns on the proxy's
 // clock): the opening of its window, its end, or both, each once.
 func (p *Proxy) settle(ru *injRule, now int64) {
