@@ -83,14 +83,7 @@ func TestInjectMigrateFacade(t *testing.T) {
 	// During the migration: go-redis overwrites the old keys and writes
 	// new ones; redis-cli -c writes its own, through the source's node.
 	fresh := keysInSlots("new:", lo, hi, 100)
-	for i, k := range old {
-		if err := c.Set(ctx, k, "v1", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Set(ctx, fresh[i], "n1", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	overwrite(t, c, old, fresh)
 	cli := keysInSlots("cli:", lo, hi, 5)
 	host, port, _ := strings.Cut(nodes[0], ":")
 	for _, k := range cli {
@@ -144,14 +137,7 @@ func TestInjectMigrateFacade(t *testing.T) {
 		return nil
 	})
 	c2, _ := tappedCluster(t, nodes[2])
-	for i, k := range old {
-		if v := c2.Get(ctx, k).Val(); v != "v1" {
-			t.Fatalf("GET %s after the migration: %q, want v1", k, v)
-		}
-		if v := c2.Get(ctx, fresh[i]).Val(); v != "n1" {
-			t.Fatalf("GET %s after the migration: %q, want n1", fresh[i], v)
-		}
-	}
+	readBack(t, c2, old, fresh)
 	for _, k := range cli {
 		out, err := exec.Command(redistest.Tool(t, "redis-cli"), "-c", "-h", host, "-p", port, "GET", k).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "c1") {
@@ -160,6 +146,33 @@ func TestInjectMigrateFacade(t *testing.T) {
 	}
 	if n, want := countSlotKeys(t, srvs[1], lo, hi), len(old)+len(fresh)+len(cli); n != want {
 		t.Fatalf("shard 1 has %d keys of the migrated slots, want %d", n, want)
+	}
+}
+
+// overwrite sets each key of old to v1 and each of fresh to n1, in turns,
+// through c.
+func overwrite(t *testing.T, c redis.Cmdable, old, fresh []string) {
+	t.Helper()
+	for i, k := range old {
+		if err := c.Set(context.Background(), k, "v1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(context.Background(), fresh[i], "n1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readBack checks, through c, what overwrite wrote.
+func readBack(t *testing.T, c redis.Cmdable, old, fresh []string) {
+	t.Helper()
+	for i, k := range old {
+		if v := c.Get(context.Background(), k).Val(); v != "v1" {
+			t.Fatalf("GET %s: %q, want v1", k, v)
+		}
+		if v := c.Get(context.Background(), fresh[i]).Val(); v != "n1" {
+			t.Fatalf("GET %s: %q, want n1", fresh[i], v)
+		}
 	}
 }
 
@@ -318,28 +331,14 @@ func TestInjectMigrateSlotsRoute(t *testing.T) {
 	}
 	addRules(t, p, fmt.Sprintf("rules:\n- name: reshard\n  slots: [%d, %d]\n  for: 300ms\n  migrate: {to: %q}\n", lo, hi, addrs[0]))
 	fresh := keysInSlots("new:", lo, hi, 50)
-	for i, k := range old {
-		if err := c.Set(ctx, k, "v1", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Set(ctx, fresh[i], "n1", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	overwrite(t, c, old, fresh)
 	redistest.Eventually(t, 5*time.Second, func() error {
 		if n := countSlotKeys(t, srvs[2], lo, hi); n != 0 {
 			return fmt.Errorf("shard 2 still has %d keys of the migrated slots", n)
 		}
 		return nil
 	})
-	for i, k := range old {
-		if v := c.Get(ctx, k).Val(); v != "v1" {
-			t.Fatalf("GET %s: %q, want v1", k, v)
-		}
-		if v := c.Get(ctx, fresh[i]).Val(); v != "n1" {
-			t.Fatalf("GET %s: %q, want n1", fresh[i], v)
-		}
-	}
+	readBack(t, c, old, fresh)
 	if n := countSlotKeys(t, srvs[0], lo, hi); n != len(old)+len(fresh) {
 		t.Fatalf("shard 0 has %d keys of the migrated slots, want %d", n, len(old)+len(fresh))
 	}

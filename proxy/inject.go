@@ -49,6 +49,10 @@ import (
 //     replies ready behind it (they keep their order).
 //   - reset: the client's connection is closed with a TCP RST (SO_LINGER
 //     0, as Toxiproxy's reset_peer), the request not forwarded.
+//   - migrate, failover: cluster events on respmeter's own slot map
+//     (injtopo.go): a slot range moved to another shard (-ASK through the
+//     facade while it runs, then -MOVED), a shard frozen for the window
+//     and then failed over to another address.
 //
 // A probability is drawn per request, or (per: connection) once per
 // connection: a pure function of the seed, the rule's name and the
@@ -648,7 +652,7 @@ func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r
 			// before this request is routed (settle), if its timer has
 			// not yet. A migration touches no request here (the facade
 			// answers -ASK, facadeShape.dispatch).
-			if ev := ru.topo; !ev.closed.Load() && (now >= ru.from && !ev.opened.Load() || now-ru.from >= ru.span) {
+			if ev := ru.topo; !ev.ending.Load() && (now >= ru.from && !ev.opened.Load() || now-ru.from >= ru.span) {
 				s.p.settle(ru, now)
 			}
 			if ru.effect == effMigrate {
@@ -843,7 +847,8 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 			clock.handedOver(s.p.now() - due)
 			if ru.topo != nil {
-				s.p.settle(ru, s.p.now()) // failed over before the held requests are routed
+				s.releaseFrozen(ru, gen)
+				return nil
 			}
 			if !s.gone() && s.paused == pauseInject && s.injGen == gen {
 				s.resume()

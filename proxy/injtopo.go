@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/panjf2000/gnet/v2"
 	"gopkg.in/yaml.v3"
 
 	"github.com/respmeter/respmeter/internal/respconn"
@@ -34,25 +35,28 @@ import (
 //     the old owner's node answers -MOVED and cluster clients refresh.
 //     Slot routing sends the slots' requests to the target from the start.
 //   - failover: the rule's shard is frozen for the window (its requests
-//     held, as a delay up to the window's end); when the window opens the
+//     held, as a delay up to the window's end); when the window ends the
 //     new address (to:) is promoted if it is a replica (REPLICAOF NO ONE,
-//     once it has the master's writes); when it ends, every slot of the
-//     shard is the new address's, announced at once or announce_after
-//     later, and the held requests are routed by the new map.
+//     once it has the master's writes), then every slot of the shard is
+//     the new address's, announced at once or announce_after later, and
+//     the held requests are routed by the new map.
 //
-// The events of one rule run once each (topoEvent.opened, closed), from a
+// The events of one rule run once each (topoEvent.opened, ending), from a
 // timer armed when the rule is applied or from a request that finds the
 // window over first (settle), so the map has changed before a request of
-// the new window is routed.
+// the new window is routed; the requests a failover froze wait for its
+// end (releaseFrozen).
 
 // topoEvent is the cluster event of a migrate: or failover: rule.
 type topoEvent struct {
 	to    string // the target shard (migrate) or the new address (failover)
 	late  int64  // announce_after, ns: how long the old layout is announced after the change
 	shard string // failover: the shard failed over (the rule's one shards: entry)
-	// opened and closed: the window's opening and end have been applied.
-	opened, closed atomic.Bool
-	timers         []*time.Timer
+	// opened: the window's opening has been applied; ending: its end is
+	// being applied (a failover promotes its new address first); closed:
+	// the end has been applied.
+	opened, ending, closed atomic.Bool
+	timers                 []*time.Timer
 }
 
 // announce is the layout the facade announces (CLUSTER SLOTS, SHARDS,
@@ -202,10 +206,54 @@ func (p *Proxy) removeTopo(r *injRule) {
 		return
 	}
 	disarmTopo([]*injRule{r})
-	if r.topo.opened.Load() && r.topo.closed.CompareAndSwap(false, true) {
+	if r.topo.opened.Load() {
+		p.endTopo(r)
+	}
+}
+
+// endTopo applies the end of ru's window, once: at once for a migration;
+// for a failover once its new address is promoted (promote, on a goroutine
+// of its own: the frozen requests wait for it, releaseFrozen).
+func (p *Proxy) endTopo(ru *injRule) {
+	ev := ru.topo
+	if !ev.ending.CompareAndSwap(false, true) {
+		return
+	}
+	end := func() {
 		p.topoMu.Lock()
-		p.topoEnd(r, p.now())
+		p.topoEnd(ru, p.now())
 		p.topoMu.Unlock()
+		ev.closed.Store(true)
+	}
+	if ru.effect == effMigrate {
+		end()
+		return
+	}
+	go func() {
+		p.promote(ev.shard, ev.to)
+		end()
+	}()
+}
+
+// releaseFrozen resumes s, whose request a failover rule ru froze (gen:
+// the delay's number), once the failover is over: the window's end applied
+// (endTopo), so that the request is routed by the new map. Until then it
+// looks again every millisecond; that wait past the window's end (the
+// promotion's) is respmeter's time, not injected. On s's loop.
+func (s *client) releaseFrozen(ru *injRule, gen uint64) {
+	if !ru.topo.closed.Load() {
+		s.p.settle(ru, s.p.now())
+		el := s.conn.EventLoop()
+		time.AfterFunc(time.Millisecond, func() {
+			_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				s.releaseFrozen(ru, gen)
+				return nil
+			})) // an error: the loop is stopping
+		})
+		return
+	}
+	if !s.gone() && s.paused == pauseInject && s.injGen == gen {
+		s.resume()
 	}
 }
 
@@ -213,19 +261,13 @@ func (p *Proxy) removeTopo(r *injRule) {
 // clock): the opening of its window, its end, or both, each once.
 func (p *Proxy) settle(ru *injRule, now int64) {
 	ev := ru.topo
-	if now >= ru.from && ev.opened.CompareAndSwap(false, true) {
+	if now >= ru.from && ev.opened.CompareAndSwap(false, true) && ru.effect == effMigrate {
 		p.topoMu.Lock()
-		if ru.effect == effMigrate {
-			p.migrateStart(ru)
-		} else {
-			go p.promote(ev.shard, ev.to)
-		}
+		p.migrateStart(ru)
 		p.topoMu.Unlock()
 	}
-	if now-ru.from >= ru.span && ev.closed.CompareAndSwap(false, true) {
-		p.topoMu.Lock()
-		p.topoEnd(ru, now)
-		p.topoMu.Unlock()
+	if now-ru.from >= ru.span && ev.opened.Load() {
+		p.endTopo(ru)
 	}
 }
 
