@@ -10,9 +10,9 @@
 #             announced as a fourth virtual node)
 #   42-60 s   clean
 #
-# Every second it prints the latest interval's verdict (/stats "verdict": its bound and injected
-# share, the mean cycle) and the per-shard command rates over that second (/stats?window=1s), so
-# each step shows at its time; at the end, `respmeter report` on the HDR log and memtier's totals.
+# Every second it prints the latest interval's verdict (/stats "verdict": when the interval ended,
+# counted from respmeter's start, its bound and injected share, the mean cycle) and the per-shard
+# command rates over the last second (/stats?window=1s), so each step shows at its time; at the end, `respmeter report` on the HDR log and memtier's totals.
 #
 # Usage: MEMTIER=/path/to/memtier_benchmark bench/inject-scenario.sh
 #   DURATION=60  the run (s); the steps' times are fixed as above
@@ -94,18 +94,21 @@ T0=$(date +%s.%N)
 MT_PID=$!
 STARTED+=("$MT_PID")
 
-printf '%5s %-16s %8s %10s  %s\n' "t(s)" "bound" "injected" "cycle(ms)" "per-shard rates (commands/s over the last second)"
+printf '%5s %-16s %8s %10s  %s\n' "end(s)" "bound" "injected" "cycle(ms)" "per-shard rates (commands/s over the last second)"
 while kill -0 "$MT_PID" 2>/dev/null; do
   sleep 1
   curl -s "http://127.0.0.1:$ADMIN_PORT/stats?window=1s" 2>/dev/null | T0=$T0 python3 -c '
 import json, os, sys, time
+from datetime import datetime
 try:
     d = json.load(sys.stdin)
 except Exception:
     sys.exit(0)
 v = d.get("verdict") or {}
 sh = ", ".join("%s %.0f" % (s["shard"].rsplit(":", 1)[1], s.get("rate") or 0) for s in d.get("shards") or [])
-print("%5.0f %-16s %7.1f%% %10.3f  %s" % (time.time() - float(os.environ["T0"]), v.get("bound", "-"),
+end = v.get("end")  # the interval the verdict is of, not when it was read
+t = datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() if end else time.time()
+print("%5.1f %-16s %7.1f%% %10.3f  %s" % (t - float(os.environ["T0"]), v.get("bound", "-"),
       100 * (v.get("shares") or {}).get("injected", 0), 1000 * v.get("cycle_seconds", 0), sh))
 ' || true
 done
