@@ -348,6 +348,8 @@ type client struct {
 	vnode  *facadeNode
 	vhost  string
 	vcross bool
+	// vasking: the client's last command was ASKING (facadeShape.dispatch).
+	vasking bool
 	// capSecret: a request of the current read may carry a credential
 	// (mayHoldSecret, or inline); the capture's writer redacts its batch.
 	capSecret bool
@@ -1925,6 +1927,9 @@ func (s *client) captureReply(e *request, reply []byte, now int64, streamed bool
 	var up int64
 	if e.tSent > 0 {
 		up = max(e.tReply, now) - e.tSent
+	}
+	if e.rule != nil {
+		s.markInjected(e.seq, e.tIn, e.rule, e.inj)
 	}
 	s.capRep.Add(e.seq, now, reply, streamed, now-e.tIn, up)
 	if s.capRep.Len() >= maxCaptureGroup {

@@ -362,6 +362,15 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: a\n  reply_delay: 1ms\n  delay: 1ms\n", `rules.yaml:2: rules[0]: rule "a": more than one effect`},
 		{"rules:\n- name: a\n  reset: false\n", "rules.yaml:3: rules[0]: reset: want true"},
 		{"rules:\n- name: a\n  probability: 0.5\n  per: client\n  reset: true\n", `rules.yaml:4: rules[0]: per: want request or connection, got "client"`},
+		{"rules:\n- name: m\n  slots: [0, 9]\n  migrate: {to: \"127.0.0.1:7001\"}\n", `rules.yaml:2: rules[0]: rule "m": migrate needs for:`},
+		{"rules:\n- name: m\n  for: 1s\n  migrate: {to: \"127.0.0.1:7001\"}\n", `rules.yaml:2: rules[0]: rule "m": migrate needs slots:`},
+		{"rules:\n- name: m\n  slots: [0, 9]\n  keys: \"a*\"\n  for: 1s\n  migrate: {to: \"127.0.0.1:7001\"}\n", `rules.yaml:2: rules[0]: rule "m": migrate takes no scope but slots:`},
+		{"rules:\n- name: m\n  slots: [0, 9]\n  for: 1s\n  migrate: {to: node7}\n", `rules.yaml:5: rules[0]: migrate: to: "node7" is not host:port`},
+		{"rules:\n- name: m\n  slots: [0, 9]\n  for: 1s\n  migrate: {to: \"127.0.0.1:7001\", announce_after: soon}\n", `rules.yaml:5: rules[0]: migrate: announce_after: want a duration`},
+		{"rules:\n- name: m\n  slots: [0, 9]\n  for: 1s\n  migrate: {where: x}\n", `rules.yaml:5: rules[0]: migrate: unknown key "where"`},
+		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]\n  for: 2s\n  failover: {to: \"127.0.0.1:7004\"}\n", `rules.yaml:2: rules[0]: rule "f": failover needs shards: with one address`},
+		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\"]\n  for: 2s\n  failover: {to: \"127.0.0.1:7000\"}\n", `rules.yaml:2: rules[0]: rule "f": failover: to: is the shard itself`},
+		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\"]\n  for: 2s\n  failover: \"127.0.0.1:7004\"\n", `rules.yaml:5: rules[0]: failover: want a mapping with to:`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -199,6 +199,12 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 		slotShape{}.dispatch(s, v, e, c, args, frame)
 		return
 	}
+	// asking: the command follows ASKING (Redis clears the flag after
+	// one command, outside a transaction).
+	asking := s.vasking
+	if !s.tx.on {
+		s.vasking = false
+	}
 	switch id {
 	case command.Cluster:
 		s.clusterCmd(v, e, args, frame)
@@ -210,6 +216,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 			s.hold(frame)
 		}
 		// A standalone engine refuses it (cluster support disabled).
+		s.vasking = true
 		s.local(e, okReply)
 		return
 	case command.Swapdb:
@@ -262,7 +269,30 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 				return
 			}
 		}
-		switch owner := v.t.Shard(slot); {
+		owner := v.t.Shard(slot)
+		if a := s.p.annc.Load(); a != nil {
+			// A slot a migrate rule moves (injtopo.go): its announced
+			// owner answers -ASK to the new owner, which serves it after
+			// ASKING; without ASKING, or elsewhere, -MOVED to the
+			// announced owner, as a Redis Cluster mid-resharding does.
+			if ru := a.asking(slot); ru != nil && s.p.now() < a.until {
+				src := a.v.t.Shard(slot)
+				switch {
+				case n.i == owner && asking:
+				case n.i == src && owner < len(s.p.facade.nodes):
+					ru.hits.Add(1)
+					if s.tx.on {
+						s.tx.aborted = true
+					}
+					s.markInjected(e.seq, e.tIn, ru, 0)
+					s.local(e, s.redirectReply("-ASK ", slot, owner))
+					return
+				case n.i != src:
+					owner = src
+				}
+			}
+		}
+		switch {
 		case owner == n.i:
 		case owner >= len(s.p.facade.nodes):
 			// A master with no virtual node (more masters than
@@ -273,7 +303,7 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 			if s.tx.on {
 				s.tx.aborted = true
 			}
-			s.local(e, s.movedReply(v, slot, owner))
+			s.local(e, s.redirectReply("-MOVED ", slot, owner))
 			return
 		}
 		if s.tx.on {
@@ -290,15 +320,16 @@ func (facadeShape) dispatch(s *client, v *topoView, e *request, c *routing.Call,
 	fixedShape{}.dispatch(s, v, e, c, args, frame)
 }
 
-// movedReply is "-MOVED <slot> <host>:<port>" naming the virtual node of
-// shard owner, as Redis Cluster formats it (cluster.c
-// clusterRedirectClient); a slot no shard serves gets CLUSTERDOWN.
-func (s *client) movedReply(v *topoView, slot uint16, owner int) []byte {
+// redirectReply is "-MOVED <slot> <host>:<port>" (kind "-MOVED ") or
+// "-ASK ..." naming the virtual node of shard owner, as Redis Cluster
+// formats it (cluster.c clusterRedirectClient); a slot no shard serves
+// gets CLUSTERDOWN.
+func (s *client) redirectReply(kind string, slot uint16, owner int) []byte {
 	f := s.p.facade
 	if owner < 0 || owner >= len(f.nodes) {
 		return []byte("-CLUSTERDOWN Hash slot not served\r\n")
 	}
-	b := append(s.l.scratch[:0], "-MOVED "...)
+	b := append(s.l.scratch[:0], kind...)
 	b = strconv.AppendUint(b, uint64(slot), 10)
 	b = append(b, ' ')
 	b = append(b, s.nodeHost(&f.nodes[owner])...)
@@ -455,6 +486,7 @@ func (s *client) clusterCmd(v *topoView, e *request, args [][]byte, frame []byte
 		return false
 	}
 	resp3 := s.has(cfResp3)
+	v = s.p.announced(v) // an old layout, while a cluster event keeps it announced (injtopo.go)
 	switch {
 	case eqFold(sub, "slots"):
 		if arity(2) {

@@ -49,6 +49,10 @@ import (
 //     replies ready behind it (they keep their order).
 //   - reset: the client's connection is closed with a TCP RST (SO_LINGER
 //     0, as Toxiproxy's reset_peer), the request not forwarded.
+//   - migrate, failover: cluster events on respmeter's own slot map
+//     (injtopo.go): a slot range moved to another shard (-ASK through the
+//     facade while it runs, then -MOVED), a shard frozen for the window
+//     and then failed over to another address.
 //
 // A probability is drawn per request, or (per: connection) once per
 // connection: a pure function of the seed, the rule's name and the
@@ -92,6 +96,8 @@ const (
 	effTimeout
 	effReplyDelay
 	effReset
+	effMigrate  // injtopo.go
+	effFailover // injtopo.go: the shard frozen for the window, then failed over
 )
 
 func (e injEffect) String() string {
@@ -106,6 +112,10 @@ func (e injEffect) String() string {
 		return "reply_delay"
 	case effReset:
 		return "reset"
+	case effMigrate:
+		return "migrate"
+	case effFailover:
+		return "failover"
 	}
 	return "none"
 }
@@ -146,14 +156,16 @@ type injRule struct {
 	from, span int64
 	delay      dist   // effDelay, effReplyDelay
 	reply      []byte // effError: the error reply, "-...\r\n"
-	hits       atomic.Uint64
+	// topo: the cluster event of effMigrate and effFailover (injtopo.go).
+	topo *topoEvent
+	hits atomic.Uint64
 }
 
 // InjectCount is one rule in force: what it does, the requests it
 // touched, and when it applies.
 type InjectCount struct {
 	Rule   string `json:"rule"`
-	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset
+	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset, migrate, failover
 	Count  uint64 `json:"count"`
 	// Active: the rule's window holds the time now (a rule without one
 	// always does).
@@ -461,13 +473,20 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 			if err = v.Decode(&on); err != nil || !on {
 				return nil, fail(v, "%s: want true", k.Value)
 			}
+		case "migrate", "failover":
+			effects++
+			r.effect = effMigrate
+			if k.Value == "failover" {
+				r.effect = effFailover
+			}
+			r.topo, err = parseTopoEvent(k.Value, v, fail)
 		case "per":
 			if v.Kind != yaml.ScalarNode || v.Value != "request" && v.Value != "connection" {
 				return nil, fail(v, "per: want request or connection, got %q", v.Value)
 			}
 			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset, migrate, failover)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -477,9 +496,14 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	case r.name == "":
 		return nil, fail(n, "rule without a name")
 	case effects == 0:
-		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout or reset)", r.name)
+		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout, reset, migrate or failover)", r.name)
 	case effects > 1:
-		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset)", r.name)
+		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset, migrate, failover)", r.name)
+	}
+	if r.topo != nil {
+		if err := checkTopoRule(r, n, fail); err != nil {
+			return nil, err
+		}
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(r.name))
@@ -623,6 +647,18 @@ func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r
 	name := c.Name()
 	parent, _, _ := strings.Cut(name, "|")
 	for _, ru := range in.rules {
+		if ru.topo != nil {
+			// A cluster event whose opening or end is due: applied
+			// before this request is routed (settle), if its timer has
+			// not yet. A migration touches no request here (the facade
+			// answers -ASK, facadeShape.dispatch).
+			if ev := ru.topo; !ev.ending.Load() && (now >= ru.from && !ev.opened.Load() || now-ru.from >= ru.span) {
+				s.p.settle(ru, now)
+			}
+			if ru.effect == effMigrate {
+				continue
+			}
+		}
 		if !ru.inWindow(now) {
 			continue
 		}
@@ -774,6 +810,7 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	case effError:
 		e := s.newEntry(c.ID, now)
 		e.tIn = at
+		s.markInjected(e.seq, at, ru, 0)
 		if s.tx.on {
 			// Refused while queued: EXEC then fails (EXECABORT), as
 			// after a queuing error of the engine's.
@@ -781,17 +818,24 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		}
 		s.local(e, ru.reply)
 		return false, true, at, inj, 0
-	case effTimeout:
-		s.paused = pauseHung
-		return true, false, at, inj, 0
-	case effReset:
-		s.reset()
+	case effTimeout, effReset:
+		s.markInjected(s.seq+1, at, ru, 0) // never answered: as the request it would have been
+		if ru.effect == effReset {
+			s.reset()
+		} else {
+			s.paused = pauseHung
+		}
 		return true, false, at, inj, 0
 	case effReplyDelay:
 		s.injRule = ru
 		return false, false, at, inj, ru.delay.sample(s.l.injRand)
 	}
-	due := at + ru.delay.sample(s.l.injRand)
+	var due int64
+	if ru.effect == effFailover {
+		due = ru.from + ru.span // frozen to the window's end
+	} else {
+		due = at + ru.delay.sample(s.l.injRand)
+	}
 	if due <= now {
 		s.injRule = ru
 		return false, false, at, now - at, 0
@@ -802,6 +846,10 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	clock.add(due, func() {
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 			clock.handedOver(s.p.now() - due)
+			if ru.topo != nil {
+				s.releaseFrozen(ru, gen)
+				return nil
+			}
 			if !s.gone() && s.paused == pauseInject && s.injGen == gen {
 				s.resume()
 			}
@@ -809,6 +857,17 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		})) // an error: the loop is stopping
 	})
 	return true, false, at, inj, 0
+}
+
+// markInjected marks request seq of s (read at at) in the capture, if s
+// is captured, as touched by rule ru, which injected ns: so that a replay
+// of the capture knows which commands a rule touched. A delayed request
+// or a held reply is marked with its reply (captureReply); an error, an
+// -ASK, a timeout or a reset when the rule touches it.
+func (s *client) markInjected(seq uint64, at int64, ru *injRule, ns int64) {
+	if s.capBuf != nil {
+		s.capBuf.Injected(s.capID, seq, at, ru.name, ru.effect.String(), ns)
+	}
 }
 
 // connDraw returns the per-connection draw in [0, 1) of connection conn
@@ -914,9 +973,13 @@ func (p *Proxy) AddInjection(in *Injection) error {
 		}
 		next.names = next.names || len(r.cliNames) > 0
 	}
+	if err := p.checkTopoRules(in); err != nil {
+		return err
+	}
 	// All checked: the new rules' windows count from now, and they go
 	// into force together.
 	in.apply(p.base, p.now())
+	p.armTopo(in)
 	next.rules = append(next.rules, in.rules...)
 	p.inject.Store(next)
 	return nil
@@ -924,7 +987,8 @@ func (p *Proxy) AddInjection(in *Injection) error {
 
 // RemoveInjection takes the rule named name out of force, or every rule
 // when name is empty; it reports whether there was one. Requests a
-// removed rule holds (a delay, a held reply, a timeout) stay held.
+// removed rule holds (a delay, a held reply, a timeout) stay held. A
+// cluster event whose window has opened ends at once (removeTopo).
 func (p *Proxy) RemoveInjection(name string) bool {
 	p.injMu.Lock()
 	defer p.injMu.Unlock()
@@ -936,6 +1000,8 @@ func (p *Proxy) RemoveInjection(name string) bool {
 	for _, r := range cur.rules {
 		if name != "" && r.name != name {
 			next.rules = append(next.rules, r)
+		} else {
+			p.removeTopo(r)
 		}
 	}
 	if len(next.rules) == len(cur.rules) {

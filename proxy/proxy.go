@@ -66,7 +66,12 @@ type Proxy struct {
 	inject atomic.Pointer[Injection] // the rules in force (inject.go); nil: none
 	injMu  sync.Mutex                // serialises changes of inject (AddInjection)
 	clock  injClock                  // fires injected delays (injclock.go)
-	conns  atomic.Uint64             // client connections accepted (client.injConn)
+	// annc is the layout the facade announces while a cluster event keeps
+	// an old one announced (injtopo.go; nil: the routing map); topoMu
+	// serialises the events.
+	annc   atomic.Pointer[announce]
+	topoMu sync.Mutex
+	conns  atomic.Uint64 // client connections accepted (client.injConn)
 	// keepNames: clients' names (CLIENT SETNAME, HELLO SETNAME) are kept,
 	// for the slow log or for rules scoped by client name.
 	keepNames bool
@@ -291,6 +296,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if topo != nil {
 		p.router.view.Store(newTopoView(topo))
+	}
+	if cfg.Inject != nil {
+		if err := p.checkTopoRules(cfg.Inject); err != nil {
+			return nil, fmt.Errorf("proxy: inject: %w", err)
+		}
+		p.armTopo(cfg.Inject)
 	}
 	return p, nil
 }
@@ -608,6 +619,9 @@ func (p *Proxy) Stop(ctx context.Context) error {
 	}
 	start := time.Now()
 	p.draining.Store(true)
+	if in := p.inject.Load(); in != nil {
+		disarmTopo(in.rules) // no cluster event after Stop
+	}
 	p.stopTLS()
 	if !p.waitIdle(ctx, p.cfg.DrainTimeout) && ctx.Err() == nil {
 		p.log.Warn("drain timeout; closing with requests pending", "pending", p.InFlight())

@@ -275,11 +275,19 @@ func (t *Topology) String() string {
 // addr already owns slot. WithSlot panics if slot >= NumSlots or if a new
 // address would exceed MaxShards.
 func (t *Topology) WithSlot(slot uint16, addr string) *Topology {
-	if slot >= NumSlots {
-		panic(fmt.Sprintf("routing: WithSlot: slot %d out of range", slot))
+	return t.WithSlots(slot, slot, addr)
+}
+
+// WithSlots returns a Topology in which every slot from lo to hi
+// (inclusive) is owned by addr and all else is as in t, as WithSlot does
+// for one slot; t itself when addr owns them all already. It panics if
+// lo > hi, hi >= NumSlots or a new address would exceed MaxShards.
+func (t *Topology) WithSlots(lo, hi uint16, addr string) *Topology {
+	if hi >= NumSlots || lo > hi {
+		panic(fmt.Sprintf("routing: WithSlots: slots %d-%d out of range", lo, hi))
 	}
 	i := t.Index(addr)
-	if i >= 0 && t.slots[slot] == uint16(i) {
+	if i >= 0 && !slices.ContainsFunc(t.slots[lo:hi+1], func(o uint16) bool { return o != uint16(i) }) {
 		return t
 	}
 	u := &Topology{slots: t.slots, Zones: t.Zones, IDs: t.IDs}
@@ -292,7 +300,9 @@ func (t *Topology) WithSlot(slot uint16, addr string) *Topology {
 	} else {
 		u.Addrs = t.Addrs // immutable, so shared
 	}
-	u.slots[slot] = uint16(i)
+	for s := int(lo); s <= int(hi); s++ {
+		u.slots[s] = uint16(i)
+	}
 	return u
 }
 

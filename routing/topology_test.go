@@ -468,3 +468,27 @@ func FuzzParseRedirect(f *testing.F) {
 		}
 	})
 }
+
+func TestWithSlots(t *testing.T) {
+	top, err := EvenSplit([]string{"a:1", "b:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := top.WithSlots(100, 8191, "b:1")
+	if got := u.Ranges(1); len(got) != 1 || got[0] != [2]uint16{100, 16383} {
+		t.Errorf("b:1 owns %v, want [100 16383]", got)
+	}
+	if got := u.Ranges(0); len(got) != 1 || got[0] != [2]uint16{0, 99} {
+		t.Errorf("a:1 owns %v, want [0 99]", got)
+	}
+	if top.Shard(100) != 0 {
+		t.Error("WithSlots changed its receiver")
+	}
+	if u.WithSlots(200, 300, "b:1") != u {
+		t.Error("WithSlots of slots addr owns already: a copy")
+	}
+	w := u.WithSlots(0, 5, "c:1")
+	if len(w.Addrs) != 3 || w.Shard(5) != 2 || w.Shard(6) != 0 || len(u.Addrs) != 2 {
+		t.Errorf("a new address: Addrs %v, slot 5 on %d, slot 6 on %d", w.Addrs, w.Shard(5), w.Shard(6))
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/respmeter/respmeter/internal/replay"
@@ -148,6 +150,13 @@ func writeReplayReport(out io.Writer, rep *replay.Report, slower float64) {
 			s.NewErrors, s.GoneErrors,
 			fmt.Sprintf("%d/%d/%d", s.CapturedUS[0], s.CapturedUS[1], s.CapturedUS[2]),
 			fmt.Sprintf("%d/%d/%d", s.ReplayedUS[0], s.ReplayedUS[1], s.ReplayedUS[2]), ratio)
+	}
+	if len(rep.Injected) > 0 {
+		var marks []string
+		for _, k := range slices.Sorted(maps.Keys(rep.Injected)) {
+			marks = append(marks, fmt.Sprintf("%s %d", k, rep.Injected[k]))
+		}
+		fmt.Fprintf(out, "\ninjected in the capture (sent as any other; captured times without the delays): %s\n", strings.Join(marks, ", "))
 	}
 	if sl := rep.Slower(slower); len(sl) > 0 && !late {
 		fmt.Fprintf(out, "\nslower (p99 at least %.1fx captured): %s\n", slower, strings.Join(sl, ", "))

@@ -3,7 +3,7 @@
 // "respmeter replay" sends again to any RESP engine; it also reads such
 // files back.
 //
-// File format (version 2; version 1 below). A file starts with a 20-byte
+// File format (version 3; versions 1 and 2 below). A file starts with a 20-byte
 // header, not compressed:
 //
 //	offset 0   8 bytes  magic "RESPCAP\n"
@@ -50,6 +50,16 @@
 //	                  error prefix length byte (0-32), then the prefix: the
 //	                    first word of an error reply, e.g. "WRONGTYPE";
 //	                    length 0 for other replies.
+//	'I' injected    conn, t (when the request was read), seq (the
+//	                request a fault injection rule touched), injected ns
+//	                (the delay or reply hold it drew; 0 for an error, a
+//	                timeout, a reset or an -ASK), effect length byte and
+//	                effect ("delay", "reply_delay", "error", "timeout",
+//	                "reset", "migrate", "failover"), then the rule's name
+//	                up to the end of the body. At most one per request;
+//	                it may come before or after the request's reply.
+//
+// Version 2 files are version 3 files without 'I' records.
 //
 // Version 1 files have the same header, 'C' and 'B' records, and one 'R'
 // record per reply instead of 'G' records:
@@ -60,8 +70,8 @@
 //	                (at most 32 bytes) up to the end of the body, else
 //	                nothing.
 //
-// Readers read both versions ('R' records in a version 2 file too); a
-// version 2 writer writes 'G' records only (one per reply from Buf.Reply,
+// Readers read every version ('R' records in a version 2 or 3 file too); a
+// version 2 or 3 writer writes 'G' records only (one per reply from Buf.Reply,
 // one per group from Buf.Replies: one record for a pipeline's replies,
 // each reply after the first about a third smaller than an 'R' record).
 //
@@ -88,7 +98,7 @@ const Magic = "RESPCAP\n"
 
 // Version is the format version this package writes and the newest it
 // reads (it reads every version from 1).
-const Version = 2
+const Version = 3
 
 // HeaderSize is the size in bytes of the uncompressed file header.
 const HeaderSize = 20
@@ -107,6 +117,9 @@ const (
 	KindReply byte = 'R'
 	// KindReplies is a group of replies of one connection (version 2).
 	KindReplies byte = 'G'
+	// KindInjected marks a request a fault injection rule touched
+	// (version 3).
+	KindInjected byte = 'I'
 
 	// kindCleanBatch is a KindBatch record in a Buf that the writer need
 	// not redact (Buf.Batch's clean); never in a file.
@@ -180,6 +193,14 @@ type Summary struct {
 	Size   int64  // bytes
 	Hash   uint64 // xxHash64 of the reply bytes
 	ErrPfx string // first word of an error reply, "" otherwise
+}
+
+// Injected is what a fault injection rule did to a request (a 'I'
+// record).
+type Injected struct {
+	Rule   string // the rule's name
+	Effect string // delay, reply_delay, error, timeout, reset, migrate, failover
+	Ns     int64  // the delay or reply hold drawn; 0 for the other effects
 }
 
 // IsErr reports whether the reply is an error reply.

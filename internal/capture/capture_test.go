@@ -443,10 +443,10 @@ func TestReaderBadInput(t *testing.T) {
 		{"empty", nil, ErrTruncated, "offset 0: expected a 20-byte header"},
 		{"not capture", []byte("*1\r\n$4\r\nPING\r\n"), ErrNotCapture, "offset 0: expected the magic"},
 		{"short header", good[:12], ErrTruncated, "offset 12: expected a 20-byte header"},
-		{"future version", future, ErrVersion, "offset 8: expected format version 1..2, got 3"},
+		{"future version", future, ErrVersion, "offset 8: expected format version 1..3, got 4"},
 		{"truncated frame", good[:len(good)-5], ErrTruncated, ""},
 		{"corrupt frame", append(bytes.Clone(good[:HeaderSize]), 0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff, 0xff), ErrCorrupt, "Zstandard"},
-		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B', 'G' or 'R', got 'Z'"},
+		{"unknown kind", badKind, ErrCorrupt, "offset 0: expected a record kind 'C', 'B', 'G', 'I' or 'R', got 'Z'"},
 		{"empty group", emptyGroup, ErrCorrupt, "expected at least one reply in a 'G' record of 3 bytes"},
 		{"bad group entry", badGroup, ErrCorrupt, "offset 2: expected an 8-byte reply hash in a 'G' record of 6 bytes"},
 		{"long error prefix", longPfx, ErrCorrupt, "expected an error prefix of at most 32 bytes after its length in a 'G' record"},
@@ -737,4 +737,34 @@ func cpuTime(tb testing.TB) int64 {
 		tb.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// TestCaptureInjectedMarks: a fault injection mark ('I', version 3) comes
+// back on the command it names, with the rule, the effect and the time; a
+// value-redacting capture keeps it; commands without one have none.
+func TestCaptureInjectedMarks(t *testing.T) {
+	for _, redact := range []bool{false, true} {
+		path := writeCapture(t, Options{Loops: 1, Base: 1000, RedactValues: redact}, func(c *Capture) {
+			id, _ := c.NewConn()
+			b := c.Loop(0)
+			b.Batch(id, 2000, 1, cat(cmd("GET", "a"), cmd("GET", "b"), cmd("SET", "c", "v")), true)
+			b.Injected(id, 1, 2000, "slow-get", "delay", 2_000_000)
+			b.Reply(id, 1, 2_002_500, []byte("$-1\r\n"), false, 2_000_500, 300)
+			b.Reply(id, 2, 2_002_600, []byte("$-1\r\n"), false, 2_000_600, 300)
+			b.Reply(id, 3, 2_002_700, []byte("-LOADING x\r\n"), false, 100, 0)
+			b.Injected(id, 3, 2000, "loading", "error", 0)
+		})
+		w, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds := w.Conns[0].Batches[0].Cmds
+		want := []*Injected{{Rule: "slow-get", Effect: "delay", Ns: 2_000_000}, nil, {Rule: "loading", Effect: "error"}}
+		for i, wi := range want {
+			got := cmds[i].Injected
+			if (got == nil) != (wi == nil) || got != nil && *got != *wi {
+				t.Errorf("redact %v: command %d marked %+v, want %+v", redact, i+1, got, wi)
+			}
+		}
+	}
 }

@@ -29,6 +29,8 @@ type Record struct {
 	Reply    Summary
 	Total    int64
 	Upstream int64
+	// Injected: KindInjected (Seq is the request it marks).
+	Injected Injected
 }
 
 // Reader reads a capture file's records in file order.
@@ -131,8 +133,11 @@ func (r *Reader) Next() (Record, error) {
 	switch {
 	case kind == KindConn || kind == KindBatch || kind == KindReply:
 	case kind == KindReplies && r.h.Version >= 2:
+	case kind == KindInjected && r.h.Version >= 3:
+	case r.h.Version >= 3:
+		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B', 'G', 'I' or 'R', got %q", kind), Err: ErrCorrupt}
 	case r.h.Version >= 2:
-		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B', 'G' or 'R', got %q", kind), Err: ErrCorrupt}
+		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B', 'G' or 'R' (version 2), got %q", kind), Err: ErrCorrupt}
 	default:
 		return rec, &FormatError{Offset: r.off, Want: fmt.Sprintf("a record kind 'C', 'B' or 'R' (version 1), got %q", kind), Err: ErrCorrupt}
 	}
@@ -198,6 +203,18 @@ func (r *Reader) Next() (Record, error) {
 	switch kind {
 	case KindConn:
 		rec.Reqs = body
+	case KindInjected:
+		if rec.Seq, err = get("a request number"); err != nil {
+			return rec, err
+		}
+		ns, err := get("an injected time")
+		if err != nil {
+			return rec, err
+		}
+		if len(body) < 1 || len(body) < 1+int(body[0]) {
+			return rec, bad("an effect after its length")
+		}
+		rec.Injected = Injected{Effect: string(body[1 : 1+body[0]]), Rule: string(body[1+body[0]:]), Ns: int64(ns)}
 	case KindBatch:
 		if rec.Seq, err = get("a first request number"); err != nil {
 			return rec, err
@@ -321,7 +338,10 @@ type Cmd struct {
 	Req  []byte // the request frame
 	// Reply is the captured reply's summary, nil when not recorded (the
 	// record was dropped, or the capture stopped first).
-	Reply    *Summary
+	Reply *Summary
+	// Injected is what a fault injection rule did to the request, nil
+	// when none touched it (or the file is older than version 3).
+	Injected *Injected
 	Total    int64 // ns; 0 when Reply is nil
 	Upstream int64 // ns
 }
@@ -365,6 +385,7 @@ func Load(paths ...string) (*Workload, error) {
 	var conns []*Conn
 	byKey := map[key]*Conn{}
 	replies := map[key]map[uint64]reply{}
+	marks := map[key]map[uint64]Injected{}
 	var rawBatches = map[key][]Record{}
 	for fi, p := range paths {
 		f, err := os.Open(p)
@@ -407,6 +428,13 @@ func Load(paths ...string) (*Workload, error) {
 					replies[k] = m
 				}
 				m[rec.Seq] = reply{rec.Reply, rec.Total, rec.Upstream}
+			case KindInjected:
+				m := marks[k]
+				if m == nil {
+					m = map[uint64]Injected{}
+					marks[k] = m
+				}
+				m[rec.Seq] = rec.Injected
 			}
 		}
 		r.Close()
@@ -448,6 +476,9 @@ func Load(paths ...string) (*Workload, error) {
 				if rp, ok := replies[k][seq]; ok {
 					s := rp.s
 					cmd.Reply, cmd.Total, cmd.Upstream = &s, rp.tot, rp.upstr
+				}
+				if in, ok := marks[k][seq]; ok {
+					cmd.Injected = &in
 				}
 				b.Cmds = append(b.Cmds, cmd)
 				seq++

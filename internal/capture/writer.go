@@ -196,7 +196,7 @@ func (b *Buf) begin(max int) int {
 	return at
 }
 
-// head is begin for a 'B' or 'G' record: it also appends the three
+// head is begin for a 'B', 'G' or 'I' record: it also appends the three
 // varints that start the body (conn, t, a request number).
 func (b *Buf) head(max int, conn, t, seq uint64) int {
 	at := b.begin(max)
@@ -355,6 +355,23 @@ func (b *Buf) Reply(conn, seq uint64, now int64, reply []byte, streamed bool, to
 	}
 	b.b = appendReplyEntry(b.b, false, 0, 0, reply, streamed, total, upstream)
 	b.end(KindReplies, at, room)
+}
+
+// Injected records that a fault injection rule named rule touched request
+// seq of conn, read at now: its effect and the time it injected (ns; see
+// the 'I' record in the package doc).
+func (b *Buf) Injected(conn, seq uint64, now int64, rule, effect string, ns int64) {
+	effect = effect[:min(len(effect), 255)]
+	room := 4*binary.MaxVarintLen64 + 1 + len(effect) + len(rule)
+	at := b.head(room, conn, b.t(now), seq)
+	if at < 0 {
+		return
+	}
+	b.b = binary.AppendUvarint(b.b, uint64(max(ns, 0)))
+	b.b = append(b.b, byte(len(effect)))
+	b.b = append(b.b, effect...)
+	b.b = append(b.b, rule...)
+	b.end(KindInjected, at, room)
 }
 
 // Replies records the replies g gathered for connection conn as one
@@ -572,7 +589,8 @@ func (c *Capture) run() {
 // write compresses the records of in (whole records, as a Buf holds
 // them), redacted, and returns the decompressed bytes and records written.
 // Runs of records with nothing to redact (replies, and batches the event
-// loop marked clean: their kind is set to KindBatch here, in place) go to
+// loop marked clean: their kind is set to KindBatch here, in place; fault
+// injection marks) go to
 // the encoder as they are; the others are redacted into *out first.
 func (c *Capture) write(in []byte, out *[]byte) (raw, n int64, err error) {
 	run := 0 // start of the run of records written as they are
@@ -593,7 +611,7 @@ func (c *Capture) write(in []byte, out *[]byte) (raw, n int64, err error) {
 		case kindCleanBatch:
 			in[i] = KindBatch
 			fallthrough
-		case KindReplies:
+		case KindReplies, KindInjected: // no values in them
 			i = next
 			continue
 		}

@@ -196,6 +196,14 @@ type Report struct {
 	RaceWindowSeconds float64 `json:"race_window_seconds"`
 	// Start is the schedule's start with Options.StartAt, nil without.
 	Start *Start `json:"start,omitempty"`
+	// Injected counts the replayed commands the capture marks as touched
+	// by a fault injection rule of respmeter's, by "rule effect" ("slow-get
+	// delay"). The replay does not inject them again: they go to the
+	// target as any other. A delayed command's captured time is compared
+	// without the delay (its total less the injected time); a command a
+	// rule answered itself (an error, an -ASK) has no captured reply to
+	// compare.
+	Injected map[string]int64 `json:"injected,omitempty"`
 
 	mu         sync.Mutex
 	lag        *hdrhistogram.Histogram
@@ -552,11 +560,19 @@ func (rep *Report) record(p pending, reply []byte, now time.Time, o Options) {
 	s.Count++
 	_ = s.replayed.RecordValue(max(int64(lat/time.Microsecond), 1))
 	_ = s.sent.RecordValue(max(int64(now.Sub(p.sent)/time.Microsecond), 1))
+	total := p.cmd.Total
+	if in := p.cmd.Injected; in != nil {
+		if rep.Injected == nil {
+			rep.Injected = map[string]int64{}
+		}
+		rep.Injected[in.Rule+" "+in.Effect]++
+		total -= in.Ns // the engine's and the path's time, as the replay's
+	}
 	c := p.cmd.Reply
 	if c == nil {
 		return
 	}
-	_ = s.captured.RecordValue(max(p.cmd.Total/int64(time.Microsecond), 1))
+	_ = s.captured.RecordValue(max(total/int64(time.Microsecond), 1))
 	if got.IsErr() {
 		rep.ErrorReplies++
 	}
