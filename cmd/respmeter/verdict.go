@@ -51,9 +51,11 @@ type sharesJSON struct {
 	EngineWait float64 `json:"engine_wait"`
 	RunQueue   float64 `json:"run_queue"`
 	// Proxy holds LoopWait: the time a request or reply waited unread
-	// for a busy or starved loop.
+	// for a busy or starved loop; and TLS: decrypting TLS clients'
+	// requests and encrypting their replies (the tls phase).
 	Proxy    float64 `json:"proxy"`
 	LoopWait float64 `json:"loop_wait"`
+	TLS      float64 `json:"tls"`
 	// Injected is the delays of fault injection rules (the injected
 	// phase), a share of its own.
 	Injected float64 `json:"injected"`
@@ -178,7 +180,7 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Requests:        rec.Interval.Requests,
 		CycleSeconds:    v.Cycle.Seconds(),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
+			Proxy: v.Proxy, LoopWait: v.Loop, TLS: v.TLS, Injected: v.Injected},
 		ThinkSeconds:         v.Think.Seconds(),
 		ExecSeconds:          v.Exec.Seconds(),
 		ProxySeconds:         v.ProxyTime.Seconds(),
@@ -248,7 +250,7 @@ func (a *analyzer) accountDoc() *accountJSON {
 	return &accountJSON{
 		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
+			Proxy: v.Proxy, LoopWait: v.Loop, TLS: v.TLS, Injected: v.Injected},
 		Bound: v.Bound, Next: v.Next(), String: v.String(),
 	}
 }
