@@ -177,13 +177,17 @@ func splitTLSCrypto(t testing.TB) {
 	spRoundTrips(t, c, getReq, 3, 0)
 
 	o := newCryptoOracle(t, server, ca.ClientConfig())
-	const blocks, n = 3, 12
+	const blocks, n, oracleRuns = 3, 12, 8
 	var dec, enc []time.Duration
 	s0 := spWaitTimed(t, set, command.Get, 3)
 	for range blocks {
-		dec = append(dec, o.decrypt(t, setReq), o.decrypt(t, setReq))
+		for range oracleRuns {
+			dec = append(dec, o.decrypt(t, setReq))
+		}
 		spRoundTrips(t, c, setReq, n, 0)
-		enc = append(enc, o.encrypt(t, reply), o.encrypt(t, reply))
+		for range oracleRuns {
+			enc = append(enc, o.encrypt(t, reply))
+		}
 		spRoundTrips(t, c, getReq, n, 0)
 	}
 	s1 := spWaitTimed(t, set, command.Get, 3+blocks*n)
