@@ -196,6 +196,7 @@ func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 		return
 	}
 	p.handshakeDone(metrics.TLSSideClient, start, tc)
+	quickAck(nc)
 	if p.draining.Load() {
 		_ = tc.Close()
 		return
@@ -214,6 +215,24 @@ func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 	_ = loopEnd.Close() // gnet serves its own duplicate of the descriptor
 	if err != nil {
 		p.log.Debug("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
+	}
+}
+
+// quickAck acknowledges at once what the kernel has received on nc and
+// not yet acknowledged: the client's Finished, after a server handshake.
+// crypto/tls sends its TLS 1.3 session tickets in its first flight (an
+// OpenSSL server, redis-server's, sends them after the client's Finished),
+// so nothing answers the Finished and the kernel delays its ACK, up to
+// 40 ms; a client with Nagle's algorithm on (TCP_NODELAY off: Python's
+// sockets, for one) holds its first request until that ACK comes. Setting
+// TCP_QUICKACK sends the pending ACK now (Linux: tcp(7)).
+func quickAck(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+			})
+		}
 	}
 }
 
