@@ -59,6 +59,19 @@ func (c *tlsFrameConn) ReadFrame(timeout time.Duration) ([]byte, error) {
 	}
 }
 
+// spTLSServer returns a test CA and a TLS listener's configuration with a
+// certificate of it, asking clients for none.
+func spTLSServer(t testing.TB) (*redistest.CA, *tls.Config) {
+	t.Helper()
+	ca := redistest.NewCA(t)
+	cert := ca.IssueValid("respmeter")
+	server, err := tlsconf.Server(cert.CertFile, cert.KeyFile, "", tlsconf.AuthClientsNo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, server
+}
+
 // TestSplitPathDelayTLS: with clients on respmeter's TLS listener, the
 // path still reads what a known network delay between respmeter and the
 // engine adds: the decryption and encryption (off the event loops, in the
@@ -78,12 +91,7 @@ func splitPathDelayTLS(t testing.TB) {
 	srv := redistest.Start(t)
 	srv.Do("SET", "sp:k", "v")
 	poller := spStartPoller(t, srv.Addr())
-	ca := redistest.NewCA(t)
-	cert := ca.IssueValid("respmeter")
-	server, err := tlsconf.Server(cert.CertFile, cert.KeyFile, "", tlsconf.AuthClientsNo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, server := spTLSServer(t)
 	const (
 		oneWay = time.Millisecond
 		blocks = 3
@@ -154,12 +162,7 @@ func TestSplitTLSCrypto(t *testing.T) {
 func splitTLSCrypto(t testing.TB) {
 	spMoreProcs(t)
 	srv := redistest.Start(t)
-	ca := redistest.NewCA(t)
-	cert := ca.IssueValid("respmeter")
-	server, err := tlsconf.Server(cert.CertFile, cert.KeyFile, "", tlsconf.AuthClientsNo)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, server := spTLSServer(t)
 	relay := redistest.StartDelayRelay(t, srv.Addr(), time.Millisecond)
 	p, set := proxytest.StartProxy(t, relay, func(c *proxy.Config) {
 		c.TLSListen, c.TLS = "127.0.0.1:0", server
