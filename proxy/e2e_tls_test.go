@@ -528,7 +528,8 @@ func TestTLSMemtier(t *testing.T) {
 // (quickAck) the kernel delays that ACK by 40 ms or more, and the client
 // holds its first request until then. Interleaved connections of both
 // kinds, the time from the end of the handshake to the first reply; the
-// medians must differ by under 20 ms (without quickAck: 40 ms and more).
+// medians must differ by under 20 ms (without quickAck: 40 ms and more;
+// not under -race).
 func TestTLSNagleClient(t *testing.T) {
 	t.Parallel()
 	e := tlsSetup(t, tlsconf.AuthClientsNo, nil)
@@ -565,7 +566,8 @@ func TestTLSNagleClient(t *testing.T) {
 	slices.Sort(nagle)
 	slices.Sort(noDelay)
 	t.Logf("first reply after the handshake, medians: Nagle on %v, off %v", nagle[3], noDelay[3])
-	if d := nagle[3] - noDelay[3]; d >= 20*time.Millisecond {
+	// Under -race every first reply takes tens of milliseconds: logged only.
+	if d := nagle[3] - noDelay[3]; d >= 20*time.Millisecond && !redistest.RaceEnabled() {
 		t.Errorf("a client with Nagle's algorithm on waited %v more for its first reply (%v against %v)", d, nagle[3], noDelay[3])
 	}
 }

@@ -153,7 +153,8 @@ func splitPathDelayTLS(t testing.TB) {
 // run does not decide; the tls p50s must be within [0.8, 1.6]x the
 // oracle's: the phase is wall-clock time (a thread waiting for a CPU inside
 // crypto/tls counts) and holds the record bookkeeping and copies around
-// the cipher. A plaintext client on the same proxy adds no tls.
+// the cipher (under -race, whose instrumentation differs between the two,
+// the counts only). A plaintext client on the same proxy adds no tls.
 func TestSplitTLSCrypto(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	redistest.Retry(t, 3, splitTLSCrypto)
@@ -180,7 +181,13 @@ func splitTLSCrypto(t testing.TB) {
 	spRoundTrips(t, c, getReq, 3, 0)
 
 	o := newCryptoOracle(t, server, ca.ClientConfig())
-	const blocks, n, oracleRuns = 3, 12, 8
+	blocks, n, oracleRuns := 3, 12, 8
+	timing := !redistest.RaceEnabled()
+	if !timing {
+		// Under -race the instrumented code paths differ: the counts and
+		// the plaintext client only, on a short run.
+		blocks, n, oracleRuns = 1, 3, 1
+	}
 	var dec, enc []time.Duration
 	s0 := spWaitTimed(t, set, command.Get, 3)
 	for range blocks {
@@ -193,11 +200,11 @@ func splitTLSCrypto(t testing.TB) {
 		}
 		spRoundTrips(t, c, getReq, n, 0)
 	}
-	s1 := spWaitTimed(t, set, command.Get, 3+blocks*n)
+	s1 := spWaitTimed(t, set, command.Get, int64(3+blocks*n))
 	s1 = spWaitTimed(t, set, command.Set, spCmd(s1, command.Set).Phases[metrics.PhaseTotal].Count()) // (the GETs were last)
 	setTLS := spPhase(s0, s1, command.Set, metrics.PhaseTLS)
 	getTLS := spPhase(s0, s1, command.Get, metrics.PhaseTLS)
-	if setTLS.Count() != blocks*n || getTLS.Count() != blocks*n {
+	if want := int64(blocks * n); setTLS.Count() != want || getTLS.Count() != want {
 		t.Fatalf("tls timed %d SETs and %d GETs, want %d each", setTLS.Count(), getTLS.Count(), blocks*n)
 	}
 	decP50, encP50 := spMedian(dec), spMedian(enc)
@@ -210,7 +217,7 @@ func splitTLSCrypto(t testing.TB) {
 	} {
 		ratio := float64(r.got) / float64(r.want)
 		t.Logf("%s: tls p50 %v, oracle's CPU time %v (%.2fx)", r.what, r.got, r.want, ratio)
-		if ratio < 0.8 || ratio > 1.6 {
+		if timing && (ratio < 0.8 || ratio > 1.6) {
 			t.Errorf("%s: tls p50 %v against the oracle's %v of CPU time (%.2fx); want 0.8x .. 1.6x", r.what, r.got, r.want, ratio)
 		}
 	}
@@ -225,7 +232,7 @@ func splitTLSCrypto(t testing.TB) {
 	// A plaintext client: timed, with no tls.
 	pc := redistest.Dial(t, p.Addr())
 	spRoundTrips(t, pc, getReq, n, 0)
-	s2 := spWaitTimed(t, set, command.Get, spCmd(s1, command.Get).Phases[metrics.PhaseTotal].Count()+n)
+	s2 := spWaitTimed(t, set, command.Get, spCmd(s1, command.Get).Phases[metrics.PhaseTotal].Count()+int64(n))
 	if d := spPhase(s1, s2, command.Get, metrics.PhaseTLS); d.Count() != 0 || d.Sum != 0 {
 		t.Errorf("a plaintext client's GETs added %d tls observations (%v)", d.Count(), d.Sum)
 	}

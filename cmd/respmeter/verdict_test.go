@@ -94,7 +94,7 @@ func TestAnalyzer(t *testing.T) {
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,
 		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +- +1\.0000 +- +-$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +- +0\.0000$`,
-		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ queue 0\.0000 \+ other_clients 0\.0000 \+ run_queue 0\.0000 \+ proxy 1\.0000 \+ loop_wait_request 0\.0000 \+ loop_wait_reply 0\.0000 \+ injected 0\.0000 = cycle 2\.0000$`,
+		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ queue 0\.0000 \+ other_clients 0\.0000 \+ run_queue 0\.0000 \+ proxy 1\.0000 \+ loop_wait_request 0\.0000 \+ loop_wait_reply 0\.0000 \+ injected 0\.0000 \+ tls 0\.0000 = cycle 2\.0000$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no match for %s:\n%s", re, out)
