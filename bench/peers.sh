@@ -22,7 +22,8 @@
 #   stunnel-tls          client -TLS-> stunnel4, one process with two services (TLS accepted,
 #                        forwarded over loopback to its TLS client service) -TLS-> redis
 #   e.g. TARGETS="tls-direct respmeter-tls haproxy-tls stunnel-tls" bench/peers.sh; the summary
-#   then adds a table of proxy CPU µs/op, respmeter-tls over each peer, paired per repetition.
+#   then adds a table of proxy CPU µs/op, respmeter-tls over each peer, paired per repetition,
+#   and one of handshakes per second: each TLS target also gets an hs cell (below).
 #   <any respmeter target>-b  the same with the binary RESPMETER_B: an A/B of two builds in one
 #                        interleaved run (e.g. TARGETS="respmeter respmeter-b respmeter-slots
 #                        respmeter-slots-b" RESPMETER_B=/tmp/respmeter-old); the summary then adds
@@ -39,6 +40,12 @@
 #               counts (it cannot mix 1:10); ops/s = 2*RB_N over the time of both
 #   rtt         the unloaded round trip: redis-benchmark -c 1 -P 1 -t get -n RTT_N, p50 and mean
 #               (and, with MEMTIER, memtier 1 thread x 1 connection, --ratio=1:10, RTT_TIME s)
+#   hs          TLS targets only: handshakes per second, redis-benchmark --tls -k 0 (a new connection
+#               per request: its handshake, then one GET) -c THREADS -t get -n HS_N; the proxies
+#               (respmeter-tls, haproxy-tls, stunnel-tls) each make a TLS connection to redis-server
+#               per client connection too, so each op is two handshakes there, one at tls-direct.
+#               HS_ONLY=1 runs these cells alone (no load or rtt cells; the summary stops after
+#               the handshake table).
 # Each cell records ops/s, p50/p99, and the CPU (utime+stime from /proc/PID/stat, before/after)
 # of the proxy (and its kernel part, stime, apart) and of redis-server, as µs per operation; also
 # "other CPU": the CPU time of every process outside the cell (busy time from /proc/stat minus
@@ -73,7 +80,7 @@
 #
 # Env knobs (defaults):
 #   REPS=3 TEST_TIME=6 KEYS=200000 DATA_SIZE=256 THREADS=4 CLIENTS=25 PIPELINES="1 16"
-#   RB_N=100000 RTT_N=20000 RTT_TIME=3 PROXY_THREADS=$(nproc)
+#   RB_N=100000 RTT_N=20000 RTT_TIME=3 HS_N=2000 HS_ONLY= PROXY_THREADS=$(nproc)
 #   TARGETS="direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"
 #   MEMTIER= PREDIXY= RESPMETER= (default: go build ./cmd/respmeter into OUT) RESPMETER_B=
 #   NUTCRACKER=$(command -v nutcracker) HAPROXY=$(command -v haproxy) STUNNEL=$(command -v stunnel4)
@@ -108,6 +115,8 @@ PIPELINES=${PIPELINES:-"1 16"}
 RB_N=${RB_N:-100000}
 RTT_N=${RTT_N:-20000}
 RTT_TIME=${RTT_TIME:-3}
+HS_N=${HS_N:-2000}
+HS_ONLY=${HS_ONLY:-}
 PROXY_THREADS=${PROXY_THREADS:-$(nproc)}
 TARGETS=${TARGETS:-"direct twemproxy haproxy predixy respmeter respmeter-shared respmeter-nomeasure"}
 MEMTIER=${MEMTIER:-}
@@ -238,7 +247,7 @@ fi
   [ -x "$HAPROXY" ] && echo "haproxy: $("$HAPROXY" -v | head -1)"
   [ -n "$TLS_ON" ] && echo "stunnel: $("$STUNNEL" -version 2>&1 | grep -m1 -i '^stunnel'); $(openssl version)"
   [ -n "$PREDIXY" ] && [ -x "$PREDIXY" ] && echo "predixy: $("$PREDIXY" --version 2>&1 | head -1)"
-  echo "params: REPS=$REPS TEST_TIME=$TEST_TIME KEYS=$KEYS DATA_SIZE=$DATA_SIZE THREADS=$THREADS CLIENTS=$CLIENTS PIPELINES='$PIPELINES' RB_N=$RB_N RTT_N=$RTT_N RTT_TIME=$RTT_TIME PROXY_THREADS=$PROXY_THREADS"
+  echo "params: REPS=$REPS TEST_TIME=$TEST_TIME KEYS=$KEYS DATA_SIZE=$DATA_SIZE THREADS=$THREADS CLIENTS=$CLIENTS PIPELINES='$PIPELINES' RB_N=$RB_N RTT_N=$RTT_N RTT_TIME=$RTT_TIME HS_N=$HS_N HS_ONLY=$HS_ONLY PROXY_THREADS=$PROXY_THREADS"
   echo "targets: ${active[*]}"
   for t in "${!SKIP[@]}"; do echo "not run: $t: ${SKIP[$t]}"; done
   echo "uptime before: $(uptime)"
@@ -447,6 +456,10 @@ cell() {
       timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" "${cli[@]}" -c 1 -P 1 -t get -n "$RTT_N" -r "$KEYS" -d "$DATA_SIZE" \
         --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
       ;;
+    rb-hs)
+      timeout 600 "$REDIS_BENCH" -h 127.0.0.1 -p "$port" "${cli[@]}" -k 0 -c "$THREADS" -P 1 -t get -n "$HS_N" -r "$KEYS" \
+        -d "$DATA_SIZE" --csv >"$OUT/raw/$tag.csv" 2>"$OUT/raw/$tag.err" || rcode=$?
+      ;;
   esac
   t1=$(date +%s.%N)
   pa=0 psa=0
@@ -456,9 +469,9 @@ cell() {
   ba=$(busy_ticks)
   [ "$rcode" -eq 0 ] || log "WARN: $tag exited $rcode"
   python3 - "$OUT/raw/$tag" "$tool" "$rep" "$t" "$pl" "$((pa - pb))" "$((ra - rb))" "$((ca - cb))" "$((ba - bb))" \
-    "$CLK_TCK" "$t0" "$t1" "$rcode" "$RB_N" "$RTT_N" "$((psa - psb))" >>"$CELLS" <<'PY'
+    "$CLK_TCK" "$t0" "$t1" "$rcode" "$RB_N" "$RTT_N" "$((psa - psb))" "$HS_N" >>"$CELLS" <<'PY'
 import csv, json, sys
-stem, tool, rep, t, pl, dp, dr, dc, db, hz, t0, t1, rc, rb_n, rtt_n, dps = sys.argv[1:]
+stem, tool, rep, t, pl, dp, dr, dc, db, hz, t0, t1, rc, rb_n, rtt_n, dps, hs_n = sys.argv[1:]
 hz = float(hz)
 nan = float("nan")
 ops_s = avg = p50 = p99 = sp50 = sp99 = nan
@@ -491,7 +504,7 @@ try:
             sp50, sp99 = float(s["p50_latency_ms"]), float(s["p99_latency_ms"])
         else:
             g = rows["GET"]
-            ops = int(rtt_n)
+            ops = int(hs_n if tool == "rb-hs" else rtt_n)
             ops_s, avg = float(g["rps"]), float(g["avg_latency_ms"])
             p50, p99 = float(g["p50_latency_ms"]), float(g["p99_latency_ms"])
 except Exception as e:  # a failed run leaves NaN and rc says why
@@ -511,12 +524,15 @@ T0=$(date +%s)
 for rep in $(seq "$REPS"); do
   for t in "${active[@]}"; do
     check_alive
-    for pl in $PIPELINES; do
-      [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier "$pl"
-      cell "$rep" "$t" rb "$pl"
-    done
-    cell "$rep" "$t" rb-rtt 1
-    [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier-rtt 1
+    if [ -z "$HS_ONLY" ]; then
+      for pl in $PIPELINES; do
+        [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier "$pl"
+        cell "$rep" "$t" rb "$pl"
+      done
+      cell "$rep" "$t" rb-rtt 1
+      [ -n "$MEMTIER" ] && cell "$rep" "$t" memtier-rtt 1
+    fi
+    if is_tls "$t"; then cell "$rep" "$t" rb-hs 1; fi
   done
 done
 T1=$(date +%s)
@@ -533,7 +549,7 @@ for t in "${active[@]}"; do
 done
 
 # --- summary ---------------------------------------------------------------------------------------
-python3 - "$OUT" "$NCPU" "${active[*]}" "$TARGETS" <<'PY' | tee "$OUT/summary.md"
+HS_ONLY=$HS_ONLY python3 - "$OUT" "$NCPU" "${active[*]}" "$TARGETS" <<'PY' | tee "$OUT/summary.md"
 import csv, json, math, os, statistics, sys
 out, ncpu, active, wanted = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
 nan = float("nan")
@@ -607,34 +623,35 @@ for tool in tools:
             proxy = "- | -" if t in ("direct", "tls-direct") else f"{fmt(s['proxy'], 1)} | {fmt(s['sys'], 1)}"
             print(f"| {t} | {pl} | {s['ops']:.0f}{sp} | {' | '.join(r)} | {lat} | {proxy} | {fmt(s['redis'], 1)} | {s['other']:.0f} % | {s['n']}/{s['tried']} |")
 
-print("\n#### Unloaded round trip (1 connection, pipeline 1)\n")
 rtt_tools = [x for x in ("rb-rtt", "memtier-rtt") if any(k[1] == x for k in cells)]
-hdr = "| target | redis-benchmark GET p50 µs | mean µs | added p50 µs (vs direct) |"
-sep = "|---|---|---|---|"
-if "memtier-rtt" in rtt_tools:
-    hdr += " memtier 1x1 p50 µs | mean µs | added mean µs |"
-    sep += "---|---|---|"
-print(hdr + " other CPU |")
-print(sep + "---|")
-d_rb, d_mt = stat("direct", "rb-rtt", 1), stat("direct", "memtier-rtt", 1)
-for t in wanted:
-    s = stat(t, "rb-rtt", 1)
-    if s is None:
-        print(f"| {t} | not run | | |" + (" | | |" if "memtier-rtt" in rtt_tools else "") + " |")
-        continue
-    line = f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | {(s['p50'] - d_rb['p50'])*1e3:+.0f} |" if d_rb else f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | n/a |"
+if rtt_tools:
+    print("\n#### Unloaded round trip (1 connection, pipeline 1)\n")
+    hdr = "| target | redis-benchmark GET p50 µs | mean µs | added p50 µs (vs direct) |"
+    sep = "|---|---|---|---|"
     if "memtier-rtt" in rtt_tools:
-        m = stat(t, "memtier-rtt", 1)
-        if m and d_mt:
-            line += f" {m['p50']*1e3:.0f} | {m['avg']*1e3:.0f} | {(m['avg'] - d_mt['avg'])*1e3:+.0f} |"
-        else:
-            line += " n/a | n/a | n/a |"
-    print(line + f" {s['other']:.0f} % |")
+        hdr += " memtier 1x1 p50 µs | mean µs | added mean µs |"
+        sep += "---|---|---|"
+    print(hdr + " other CPU |")
+    print(sep + "---|")
+    d_rb, d_mt = stat("direct", "rb-rtt", 1), stat("direct", "memtier-rtt", 1)
+    for t in wanted:
+        s = stat(t, "rb-rtt", 1)
+        if s is None:
+            print(f"| {t} | not run | | |" + (" | | |" if "memtier-rtt" in rtt_tools else "") + " |")
+            continue
+        line = f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | {(s['p50'] - d_rb['p50'])*1e3:+.0f} |" if d_rb else f"| {t} | {s['p50']*1e3:.0f} | {s['avg']*1e3:.0f} | n/a |"
+        if "memtier-rtt" in rtt_tools:
+            m = stat(t, "memtier-rtt", 1)
+            if m and d_mt:
+                line += f" {m['p50']*1e3:.0f} | {m['avg']*1e3:.0f} | {(m['avg'] - d_mt['avg'])*1e3:+.0f} |"
+            else:
+                line += " n/a | n/a | n/a |"
+        print(line + f" {s['other']:.0f} % |")
 
 # TLS on both sides: respmeter-tls's proxy CPU per operation over each TLS-terminating peer's,
 # paired per repetition (the targets are interleaved, so a pair shares the machine's load).
 tls_peers = [x for x in ("haproxy-tls", "stunnel-tls") if x in wanted]
-if "respmeter-tls" in wanted and tls_peers:
+if "respmeter-tls" in wanted and tls_peers and tools:
     per_rep = {}
     for r in rows:
         if r["rc"] == "0" and f(r["ops"]) > 0:
@@ -653,6 +670,30 @@ if "respmeter-tls" in wanted and tls_peers:
                 rr = f"{med(rs):.2f} ({min(rs):.2f}–{max(rs):.2f}, {len(rs)} reps)" if rs else "n/a"
                 line += f" {fmt(b['proxy'], 1) if b else 'not run'} | {rr} |"
             print(line)
+
+# TLS handshakes per second: redis-benchmark -k 0, a new connection per GET.
+hs_targets = [t for t in wanted if any(k[:2] == (t, "rb-hs") for k in cells)]
+if hs_targets:
+    base = [x for x in ("haproxy-tls", "stunnel-tls") if stat(x, "rb-hs", 1)]
+    print("\n#### TLS handshakes per second (redis-benchmark --tls -k 0: a new connection per GET; medians)\n")
+    print("A proxy's connection costs two handshakes (the client's with it, its own with redis-server), "
+          "tls-direct's one; CPU is per connection.\n")
+    print("| target | handshakes/s | " + "".join(f"× {x} | " for x in base) + "proxy CPU µs/conn | of it kernel | "
+          + "".join(f"× {x} CPU | " for x in base) + "redis µs/conn | other CPU | runs |")
+    print("|---|---|" + "---|" * len(base) + "---|---|" + "---|" * len(base) + "---|---|---|")
+    for t in hs_targets:
+        s = stat(t, "rb-hs", 1)
+        if s is None:
+            print(f"| {t} | not run |" + " |" * (5 + 2 * len(base)))
+            continue
+        bs = [stat(x, "rb-hs", 1) for x in base]
+        direct = t == "tls-direct"
+        line = f"| {t} | {s['ops']:.0f} | " + "".join(f"{fmt(ratio(s['ops'], b['ops']))} | " for b in bs)
+        line += "- | - | " if direct else f"{fmt(s['proxy'], 0)} | {fmt(s['sys'], 0)} | "
+        line += "".join("- | " if direct else f"{fmt(ratio(s['proxy'], b['proxy']))} | " for b in bs)
+        print(line + f"{fmt(s['redis'], 0)} | {s['other']:.0f} % | {s['n']}/{s['tried']} |")
+if os.environ.get("HS_ONLY"):
+    sys.exit(0)
 
 # the targets respmeter is held to
 tool = "memtier" if "memtier" in tools else "rb"

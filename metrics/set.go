@@ -64,12 +64,21 @@ const (
 	// requests a rule touched; it is part of total and of no other phase
 	// (proxy = total - upstream - injected).
 	PhaseInjected
+	// PhaseTLS is the time the proxy spent decrypting a TLS client's
+	// requests and encrypting its replies (crypto/tls, beyond the socket
+	// reads and writes under it), booked to the commands of the read batch
+	// it precedes (proxy.Config.TLSListen: "Measuring TLS" in docs/tls.md);
+	// recorded only for commands of TLS clients. It is part of total and of
+	// proxy (a sub-phase: proxy = total - upstream - injected, tls
+	// included). The engine's TLS work, and the proxy's on its engine
+	// connections, are in upstream.
+	PhaseTLS
 	// NumPhases is the number of phases; it is not a phase.
 	NumPhases
 )
 
 // String returns the phase's label value: "total", "upstream", "proxy",
-// "service", "queue" or "injected".
+// "service", "queue", "injected" or "tls".
 func (p Phase) String() string {
 	switch p {
 	case PhaseTotal:
@@ -84,6 +93,8 @@ func (p Phase) String() string {
 		return "queue"
 	case PhaseInjected:
 		return "injected"
+	case PhaseTLS:
+		return "tls"
 	}
 	return fmt.Sprintf("Phase(%d)", uint8(p))
 }
@@ -469,6 +480,14 @@ func observePhases(phases *[NumPhases]timing, total, upstream, service, injected
 	service = min(max(service, 0), upstream)
 	phases[PhaseService].observe(service)
 	phases[PhaseQueue].observe(upstream - service)
+}
+
+// TLSLocked records d as the PhaseTLS of one command of a TLS client,
+// after its ObserveLocked or ObserveInjectedLocked (whose total already
+// holds d). A cmd outside the names slice is command 0 ("other"). The
+// caller must hold the lock.
+func (l *Loop) TLSLocked(cmd int, d time.Duration) {
+	l.cmd(cmd).phases[PhaseTLS].observe(max(d, 0))
 }
 
 // CountLocked counts a command, and an error if isErr, without timing it; the

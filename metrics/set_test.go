@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,7 +76,8 @@ func TestPhaseString(t *testing.T) {
 		{metrics.PhaseService, "service"},
 		{metrics.PhaseQueue, "queue"},
 		{metrics.PhaseInjected, "injected"},
-		{metrics.NumPhases, "Phase(6)"},
+		{metrics.PhaseTLS, "tls"},
+		{metrics.NumPhases, "Phase(7)"},
 	} {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("Phase(%d).String() = %q, want %q", uint8(tc.p), got, tc.want)
@@ -193,8 +195,8 @@ func TestObserveAndMerge(t *testing.T) {
 					t.Errorf("%s: (count, errors, timed) = %v, want %v", c.Name, got, want)
 				}
 				for p, d := range c.Phases {
-					if metrics.Phase(p) == metrics.PhaseInjected {
-						continue // only for injected commands: TestObserveInjected
+					if metrics.Phase(p) == metrics.PhaseInjected || metrics.Phase(p) == metrics.PhaseTLS {
+						continue // only for injected commands and TLS clients': TestObserveInjected, TestObserveTLS
 					}
 					if d.Count() != want.timed {
 						t.Errorf("%s %s: count %d, want %d", c.Name, metrics.Phase(p), d.Count(), want.timed)
@@ -545,5 +547,47 @@ func TestObserveInjected(t *testing.T) {
 	}
 	if n := set.Phases[metrics.PhaseInjected].Count(); n != 0 {
 		t.Errorf("set injected: %d observations, want none", n)
+	}
+}
+
+// TestObserveTLS: a TLS client's command has its crypto time as the tls
+// phase, held by its total and proxy (the caller adds it to total); a
+// plaintext client's has none, and the table shows the tls block only
+// once a TLS client was timed.
+func TestObserveTLS(t *testing.T) {
+	s := metrics.NewSet(1, testNames)
+	l := s.Loop(0)
+	l.Lock()
+	l.ObserveLocked(cmdSet, 300*us, 200*us, 150*us, false)
+	l.Unlock()
+	var table strings.Builder
+	if err := s.WriteTable(&table); err != nil || strings.Contains(table.String(), "tls") {
+		t.Errorf("plaintext only: the table mentions tls (err %v):\n%s", err, table.String())
+	}
+	l.Lock()
+	l.ObserveLocked(cmdGet, 350*us, 200*us, 150*us, false) // 50 µs of it TLS
+	l.TLSLocked(cmdGet, 50*us)
+	l.Unlock()
+	sn := s.Snapshot()
+	get, set := sn.Commands[cmdGet], sn.Commands[cmdSet]
+	for _, tc := range []struct {
+		what string
+		d    metrics.Durations
+		want time.Duration
+	}{
+		{"get total", get.Phases[metrics.PhaseTotal], 350 * us},
+		{"get proxy", get.Phases[metrics.PhaseProxy], 150 * us},
+		{"get tls", get.Phases[metrics.PhaseTLS], 50 * us},
+	} {
+		if tc.d.Count() != 1 || tc.d.Sum != tc.want {
+			t.Errorf("%s: count %d sum %v, want 1, %v", tc.what, tc.d.Count(), tc.d.Sum, tc.want)
+		}
+	}
+	if n := set.Phases[metrics.PhaseTLS].Count(); n != 0 {
+		t.Errorf("set tls: %d observations, want none", n)
+	}
+	table.Reset()
+	if err := s.WriteTable(&table); err != nil || !strings.Contains(table.String(), "- tls (ms) -") {
+		t.Errorf("with a TLS client: no tls block in the table (err %v):\n%s", err, table.String())
 	}
 }

@@ -198,8 +198,8 @@ func TestShardObserveAndMerge(t *testing.T) {
 			t.Errorf("%s: count %d errors %d observed %v; want %d %d true", tc.name, tc.sh.Count, tc.sh.Errors, tc.sh.Observed(), tc.count, tc.errs)
 		}
 		for p, d := range tc.sh.Phases {
-			if metrics.Phase(p) == metrics.PhaseInjected {
-				continue // per shard, injected time is not recorded
+			if metrics.Phase(p) == metrics.PhaseInjected || metrics.Phase(p) == metrics.PhaseTLS {
+				continue // per shard, injected and tls time are not recorded
 			}
 			if d.Count() != tc.nObs {
 				t.Errorf("%s %s: %d observations, want %d", tc.name, metrics.Phase(p), d.Count(), tc.nObs)

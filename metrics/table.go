@@ -12,7 +12,7 @@ import (
 // the table; a max column follows them.
 // tablePhases are the phases the table shows (service and queue are in
 // /stats and /metrics); injected follows them when a fault injection rule
-// delayed any command.
+// delayed any command, and tls when TLS clients were timed.
 var tablePhases = [...]Phase{PhaseTotal, PhaseUpstream, PhaseProxy}
 
 func tablePcts() []float64 { return []float64{50, 99, 99.9} }
@@ -30,9 +30,9 @@ func (s *Set) WriteTable(w io.Writer) error {
 // WriteTable writes a memtier_benchmark-style text table to w: one row per
 // command counted, in command ID order, then a Totals row over all commands
 // merged. Columns are the command, its Ops (commands counted, timed or not)
-// and, for each phase (total, upstream, proxy, and injected when a fault
+// and, for each phase (total, upstream, proxy, injected when a fault
 // injection rule delayed any command: its percentiles are over the delayed
-// commands), p50, p99, p99.9 and max in milliseconds with 3 decimals; "-"
+// commands, and tls when TLS clients were timed: over their commands), p50, p99, p99.9 and max in milliseconds with 3 decimals; "-"
 // marks a command that was never timed (or never delayed). If
 // think times were recorded, a line summarizing them follows. If shards are
 // registered (Set.Shard), a second, short table follows with one row per
@@ -58,14 +58,21 @@ func (sn *Snapshot) WriteTable(w io.Writer) error {
 	if totals.Phases[PhaseInjected].Count() > 0 {
 		phases = append(phases[:len(phases):len(phases)], PhaseInjected)
 	}
+	tlsOn := totals.Phases[PhaseTLS].Count() > 0
+	if tlsOn {
+		phases = append(phases[:len(phases):len(phases)], PhaseTLS)
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "Latency in milliseconds (ms), 3 decimals; Ops = commands counted, timed or not.\n")
-	if len(phases) > len(tablePhases) {
+	if totals.Phases[PhaseInjected].Count() > 0 {
 		fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; injected = the delays of\n")
 		fmt.Fprintf(&b, "fault injection rules (over the commands they delayed); proxy = total - upstream - injected.\n")
 	} else {
 		fmt.Fprintf(&b, "total = request read .. reply written; upstream = request sent .. reply read; proxy = total - upstream.\n")
+	}
+	if tlsOn {
+		fmt.Fprintf(&b, "tls = decrypting requests and encrypting replies of TLS clients (over their commands), part of proxy.\n")
 	}
 	fmt.Fprintf(&b, "pN = Nth percentile (HdrHistogram, 3 significant digits).\n")
 

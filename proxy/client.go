@@ -109,6 +109,7 @@ type request struct {
 	heat               heat.Pending   // first key's slot and sizes for key and slot heat, only with heat on
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
+	tls                int64          // a TLS client's crypto time booked to it (ns; bookTLS), part of total
 	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
 	rule               *injRule       // the fault injection rule that delayed it or its reply (slow log), or nil
 }
@@ -316,6 +317,11 @@ type client struct {
 	name         string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut      int64
 	out          outputGuard
+	// tlsm is a TLS client's crypto meter (nil: plaintext), and tlsPend
+	// the crypto time (ns) it gave that no request has taken yet
+	// (bookTLS).
+	tlsm    *tlsMeter
+	tlsPend int64
 	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
 	// replySkipNext): under slot routing the proxy applies it itself,
 	// dropping replies, so that the requests still go to their shards.
@@ -379,7 +385,7 @@ type client struct {
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	s := &client{p: p, l: l, conn: c, peer: c.RemoteAddr(), subShard: -1}
 	if tp, ok := c.Context().(tlsPeer); ok {
-		s.peer = tp.addr
+		s.peer, s.tlsm = tp.addr, tp.meter
 	}
 	s.scan.Dialect = p.dialect
 	s.downs = p.router.downs.Load()
@@ -721,9 +727,17 @@ func (s *client) clientData(data []byte) {
 		return
 	}
 	now := p.now()
+	var crypto int64
+	if s.tlsm != nil {
+		// A TLS client: the decryption of this input and the encryption
+		// of the replies written before it, done in its bridge since the
+		// last input, are the proxy's time (bookTLS), not the client's.
+		crypto = s.tlsm.take()
+		s.tlsPend += crypto
+	}
 	if m := s.l.m; m != nil && !s.has(cfResuming) && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
 		m.Lock()
-		m.ThinkLocked(time.Duration(now - s.lastOut))
+		m.ThinkLocked(time.Duration(max(now-s.lastOut-crypto, 0)))
 		m.Unlock()
 	}
 	fromPartial := false
@@ -795,6 +809,9 @@ func (s *client) clientData(data []byte) {
 			break
 		}
 	}
+	if s.tlsm != nil {
+		s.bookTLS(first)
+	}
 	if capc != nil || s.capOf != nil {
 		s.captureBatch(capc, data[:routed], first, now)
 	}
@@ -825,6 +842,32 @@ func (s *client) clientData(data []byte) {
 	}
 	s.markDirty()
 	s.l.flushAll()
+}
+
+// bookTLS books a TLS client's pending crypto time (tlsPend) to the
+// requests this input made (numbered from first on), in equal shares, the
+// remainder to the first: a read's decryption is shared by the requests it
+// carried, the encryption of the replies written since the last read with
+// them (the reply's own encryption is done after the loop wrote it, when
+// its timing is already recorded). Input that completes no request leaves
+// it pending for the next that does.
+func (s *client) bookTLS(first uint64) {
+	if s.tlsPend == 0 || s.seq < first {
+		return
+	}
+	k := 0
+	for i := s.q.len() - 1; i >= 0 && s.q.at(i).seq >= first; i-- {
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	share := s.tlsPend / int64(k)
+	for i := s.q.len() - k; i < s.q.len(); i++ {
+		s.q.at(i).tls = share
+	}
+	s.q.at(s.q.len() - k).tls += s.tlsPend - share*int64(k)
+	s.tlsPend = 0
 }
 
 // backlog returns the bytes of the client's requests that its own engine
@@ -1429,11 +1472,14 @@ func (s *client) flush() {
 				m.CountLocked(int(e.cmd), isErr)
 				continue
 			}
-			total := time.Duration(tOut - e.tIn)
+			total := time.Duration(tOut - e.tIn + e.tls)
 			if e.inj == 0 {
 				m.ObserveLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), isErr)
 			} else {
 				m.ObserveInjectedLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), time.Duration(e.inj), isErr)
+			}
+			if s.tlsm != nil {
+				m.TLSLocked(int(e.cmd), time.Duration(e.tls))
 			}
 			if h := m.Heat(); h != nil && len(e.ps) > 0 {
 				h.EndLocked(&e.heat, e.key.Bytes(), int(e.cmd), e.ps[0].mshard, total, time.Duration(e.svc))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -183,7 +184,8 @@ func (p *Proxy) acceptTLS(s *tlsServer) {
 // serveTLS does the server handshake of nc and hands the decrypted stream
 // to an event loop as a client connection.
 func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
-	tc := tls.Server(nc, p.cfg.TLS)
+	raw := &timedConn{Conn: nc}
+	tc := tls.Server(raw, p.cfg.TLS)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, p.handshakeTimeout())
 	err := tc.HandshakeContext(ctx)
@@ -194,16 +196,18 @@ func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 		return
 	}
 	p.handshakeDone(metrics.TLSSideClient, start, tc)
+	quickAck(nc)
 	if p.draining.Load() {
 		_ = tc.Close()
 		return
 	}
-	loopEnd, err := p.bridge(tc)
+	meter := new(tlsMeter)
+	loopEnd, err := p.bridge(tc, raw, meter)
 	if err != nil {
 		p.log.Warn("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
 		return
 	}
-	ctx = gnet.NewContext(context.Background(), tlsPeer{addr: nc.RemoteAddr(), local: nc.LocalAddr(), node: s.node})
+	ctx = gnet.NewContext(context.Background(), tlsPeer{addr: nc.RemoteAddr(), local: nc.LocalAddr(), node: s.node, meter: meter})
 	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, loopEnd))
 	if err == nil {
 		err = (<-ch).Err
@@ -214,14 +218,70 @@ func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 	}
 }
 
+// quickAck acknowledges at once what the kernel has received on nc and
+// not yet acknowledged: the client's Finished, after a server handshake.
+// crypto/tls sends its TLS 1.3 session tickets in its first flight (an
+// OpenSSL server, redis-server's, sends them after the client's Finished),
+// so nothing answers the Finished and the kernel delays its ACK, up to
+// 40 ms; a client with Nagle's algorithm on (TCP_NODELAY off: Python's
+// sockets, for one) holds its first request until that ACK comes. Setting
+// TCP_QUICKACK sends the pending ACK now (Linux: tcp(7)).
+func quickAck(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_QUICKACK, 1)
+			})
+		}
+	}
+}
+
 // tlsPeer is the context of a TLS client's bridged connection until its
 // OnOpen: the addresses of the TLS connection (the bridge's socket pair
 // has none): its peer's, which the client reports as its own, and the
-// local one the client reached; and the facade's virtual node whose
-// listener accepted it (-1: TLSListen's).
+// local one the client reached; the facade's virtual node whose
+// listener accepted it (-1: TLSListen's); and the meter of its bridge's
+// crypto time.
 type tlsPeer struct {
 	addr, local net.Addr
 	node        int
+	meter       *tlsMeter
+}
+
+// tlsMeter is the crypto time of one TLS client's bridge: the time its
+// two goroutines spent inside tls.Conn Read and Write less the time the
+// socket reads and writes under them took (timedConn), that is decrypting
+// and encrypting records (and the copies and record bookkeeping around
+// them), in ns. The bridge adds to it before it passes the bytes on, so
+// the event loop that reads a request finds its decryption here
+// (client.bookTLS).
+type tlsMeter struct {
+	crypto atomic.Int64
+}
+
+// take returns the crypto time added since the last take.
+func (m *tlsMeter) take() int64 { return m.crypto.Swap(0) }
+
+// timedConn is the TCP connection under a TLS client's tls.Conn, timing
+// the reads and writes crypto/tls makes on it (in ns, each direction on
+// its own: the bridge's two goroutines read and write at once).
+type timedConn struct {
+	net.Conn
+	rd, wr atomic.Int64
+}
+
+func (c *timedConn) Read(b []byte) (int, error) {
+	t := time.Now()
+	n, err := c.Conn.Read(b)
+	c.rd.Add(int64(time.Since(t)))
+	return n, err
+}
+
+func (c *timedConn) Write(b []byte) (int, error) {
+	t := time.Now()
+	n, err := c.Conn.Write(b)
+	c.wr.Add(int64(time.Since(t)))
+	return n, err
 }
 
 // dialUpstream connects to the engine at addr: over TLS when
@@ -244,7 +304,7 @@ func (p *Proxy) dialUpstream(addr string) (net.Conn, error) {
 		return nil, err
 	}
 	p.handshakeDone(metrics.TLSSideUpstream, start, tc)
-	return p.bridge(tc)
+	return p.bridge(tc, nil, nil)
 }
 
 func (p *Proxy) handshakeDone(side string, start time.Time, tc *tls.Conn) {
@@ -323,8 +383,9 @@ func HandshakeReason(err error) string {
 // end two goroutines copy to and from tc: the decrypted stream of tc, as
 // a plain connection gnet can enroll. Either side closing ends both: the
 // peer's end of stream is passed on as a half close, so replies still
-// queued on the loop are written first.
-func (p *Proxy) bridge(tc *tls.Conn) (*net.UnixConn, error) {
+// queued on the loop are written first. With a meter (a client's: raw is
+// the connection under tc), the goroutines add their crypto time to it.
+func (p *Proxy) bridge(tc *tls.Conn, raw *timedConn, meter *tlsMeter) (*net.UnixConn, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		_ = tc.Close()
@@ -345,12 +406,20 @@ func (p *Proxy) bridge(tc *tls.Conn) (*net.UnixConn, error) {
 	done.Add(2)
 	go func() { // peer -> loop: decrypt
 		defer done.Done()
-		_, _ = io.Copy(pumpEnd, tc)
+		if meter == nil {
+			_, _ = io.Copy(pumpEnd, tc)
+		} else {
+			pump(pumpEnd, tc, &raw.rd, meter)
+		}
 		_ = pumpEnd.CloseWrite()
 	}()
 	go func() { // loop -> peer: encrypt
 		defer done.Done()
-		_, _ = io.Copy(tc, pumpEnd)
+		if meter == nil {
+			_, _ = io.Copy(tc, pumpEnd)
+		} else {
+			pump(tc, pumpEnd, &raw.wr, meter)
+		}
 		_ = tc.Close()
 	}()
 	go func() {
@@ -358,6 +427,35 @@ func (p *Proxy) bridge(tc *tls.Conn) (*net.UnixConn, error) {
 		_ = pumpEnd.Close()
 	}()
 	return loopEnd, nil
+}
+
+// pump copies src to dst as io.Copy does, adding to meter the time spent
+// in the tls.Conn's call (src's Read when decrypting, dst's Write when
+// encrypting) less the socket time under it that sock (timedConn's rd or
+// wr) counts, before it passes the bytes on.
+func pump(dst io.Writer, src io.Reader, sock *atomic.Int64, meter *tlsMeter) {
+	buf := make([]byte, 32<<10)
+	_, decrypt := src.(*tls.Conn)
+	for {
+		t, s0 := time.Now(), sock.Load()
+		n, err := src.Read(buf)
+		if decrypt {
+			meter.crypto.Add(max(int64(time.Since(t))-(sock.Load()-s0), 0))
+		}
+		if n > 0 {
+			t, s0 = time.Now(), sock.Load()
+			_, werr := dst.Write(buf[:n])
+			if !decrypt {
+				meter.crypto.Add(max(int64(time.Since(t))-(sock.Load()-s0), 0))
+			}
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // fileConn makes a *net.UnixConn of descriptor fd (closing fd).

@@ -20,9 +20,9 @@ import (
 // time went" table (writeVerdict).
 const (
 	sharesRE = `cycle \S+: client (\d+)% \| path (\d+)% \| engine (?:(\d+)%|n/a[^|]*)` +
-		`(?: \| engine wait (\d+)%(?: \(run queue \d+%\))?)? \| proxy (\d+)%(?: \(loop wait (\d+)%\))?(?: \| injected (\d+)%)? — `
+		`(?: \| engine wait (\d+)%(?: \(run queue \d+%\))?)? \| proxy (\d+)%(?: \((?:tls \d+%(?:, )?)?(?:loop wait (\d+)%)?\))?(?: \| injected (\d+)%)? — `
 	partsRE = `account per request \(ms\): think (\S+) \+ path (\S+) \+ engine (\S+) \+ queue (\S+) \+ ` +
-		`other_clients (\S+) \+ run_queue (\S+) \+ proxy (\S+) \+ loop_wait_request (\S+) \+ loop_wait_reply (\S+) \+ injected (\S+) = cycle (\S+)$`
+		`other_clients (\S+) \+ run_queue (\S+) \+ proxy (\S+) \+ loop_wait_request (\S+) \+ loop_wait_reply (\S+) \+ injected (\S+) \+ tls (\S+) = cycle (\S+)$`
 )
 
 var (
@@ -150,7 +150,8 @@ func checkShares(t testing.TB, what string, v, a []string, out string) (path, en
 	// The verdict line's groups: wait = queue + other_clients +
 	// run_queue, loop wait = loop_wait_request + loop_wait_reply.
 	think := f(a[1])
-	path, eng, wait, proxy, loop, inj = f(a[2]), f(a[3]), f(a[4])+f(a[5])+f(a[6]), f(a[7]), f(a[8])+f(a[9]), f(a[10])
+	// proxy holds tls (the Totals row's proxy and the verdict's share).
+	path, eng, wait, proxy, loop, inj = f(a[2]), f(a[3]), f(a[4])+f(a[5])+f(a[6]), f(a[7])+f(a[11]), f(a[8])+f(a[9]), f(a[10])
 	for _, c := range []struct {
 		name  string
 		share string
@@ -377,7 +378,7 @@ func TestAccountEverywhere(t *testing.T) {
 	// The Totals row: engine, wait, path, proxy and loop wait.
 	tr := totalsRE.FindStringSubmatch(out)
 	pp := acc.Parts
-	for i, want := range []float64{pp["engine"], pp["queue"] + pp["other_clients"] + pp["run_queue"], pp["path"], pp["proxy"],
+	for i, want := range []float64{pp["engine"], pp["queue"] + pp["other_clients"] + pp["run_queue"], pp["path"], pp["proxy"] + pp["tls"],
 		pp["loop_wait_request"] + pp["loop_wait_reply"], pp["injected"]} {
 		if !same(tr[i+1], want) {
 			t.Errorf("Totals column %d: %s ms, /stats %.6f ms", i, tr[i+1], 1000*want)

@@ -167,11 +167,11 @@ func TestLivePage(t *testing.T) {
 		b, err := strconv.Atoi(s)
 		return err == nil && b >= a+2
 	})
-	// The verdict bar: the ten parts of the account (split.PartNames),
+	// The verdict bar: the eleven parts of the account (split.PartNames),
 	// which sum to 100 %.
 	evalUntil("verdict bar summing to 100 %", `(() => {
 		const segs = [...document.querySelectorAll('#verdict-bar div')];
-		if (segs.length !== 10) return "";
+		if (segs.length !== 11) return "";
 		return String(segs.reduce((s, d) => s + parseFloat(d.style.width), 0));
 	})()`, func(s string) bool { f, err := strconv.ParseFloat(s, 64); return err == nil && f > 99.5 && f < 100.5 })
 

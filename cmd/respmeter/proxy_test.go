@@ -554,13 +554,13 @@ func TestProxyObservability(t *testing.T) {
 	out := p.stdout.String()
 	for _, re := range []string{
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
-			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \(loop wait \d+%\))?( \| injected \d+%)? — ` + verdictBounds[1:len(verdictBounds)-1] +
+			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \((tls \d+%(, )?)?(loop wait \d+%)?\))?( \| injected \d+%)? — ` + verdictBounds[1:len(verdictBounds)-1] +
 			`(; engine thread \d+% busy(, \d+% with \S+ \(\S+ each\) from other clients)?)?` +
 			`(; respmeter's threads waited \d+\.\dx their CPU time for a CPU)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
 		`(?m)^next: \S`,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,
 		`(?m)^get +[1-9]\d* +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +\d+\.\d{4} +-?\d+\.\d{4} +\d+\.\d{4} +(?:\d+\.\d{4}|-) +\d+\.\d{4}$`,
-		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ queue \d+\.\d{4} \+ other_clients \d+\.\d{4} \+ run_queue \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop_wait_request \d+\.\d{4} \+ loop_wait_reply \d+\.\d{4} \+ injected \d+\.\d{4} = cycle \d+\.\d{4}$`,
+		`(?m)^account per request \(ms\): think \d+\.\d{4} \+ path \d+\.\d{4} \+ engine \d+\.\d{4} \+ queue \d+\.\d{4} \+ other_clients \d+\.\d{4} \+ run_queue \d+\.\d{4} \+ proxy \d+\.\d{4} \+ loop_wait_request \d+\.\d{4} \+ loop_wait_reply \d+\.\d{4} \+ injected \d+\.\d{4} \+ tls \d+\.\d{4} = cycle \d+\.\d{4}$`,
 		`(?m)^Totals +[1-9]\d* `,
 		`(?m)^probe: PING round trip mean \d+\.\d{3} ms, p99 \d+\.\d{3} ms over [1-9]\d* PINGs, 0 errors$`,
 		`(?m)^think: mean \d+\.\d{3} ms over [1-9]\d* gaps`,

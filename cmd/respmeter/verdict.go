@@ -51,9 +51,11 @@ type sharesJSON struct {
 	EngineWait float64 `json:"engine_wait"`
 	RunQueue   float64 `json:"run_queue"`
 	// Proxy holds LoopWait: the time a request or reply waited unread
-	// for a busy or starved loop.
+	// for a busy or starved loop; and TLS: decrypting TLS clients'
+	// requests and encrypting their replies (the tls phase).
 	Proxy    float64 `json:"proxy"`
 	LoopWait float64 `json:"loop_wait"`
+	TLS      float64 `json:"tls"`
 	// Injected is the delays of fault injection rules (the injected
 	// phase), a share of its own.
 	Injected float64 `json:"injected"`
@@ -178,7 +180,7 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Requests:        rec.Interval.Requests,
 		CycleSeconds:    v.Cycle.Seconds(),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
+			Proxy: v.Proxy, LoopWait: v.Loop, TLS: v.TLS, Injected: v.Injected},
 		ThinkSeconds:         v.Think.Seconds(),
 		ExecSeconds:          v.Exec.Seconds(),
 		ProxySeconds:         v.ProxyTime.Seconds(),
@@ -262,7 +264,7 @@ func (a *analyzer) accountDoc() *accountJSON {
 	doc := &accountJSON{
 		Requests: sum.Requests, CycleSeconds: v.Cycle.Seconds(), Parts: partsJSON(sum.Account().Parts()),
 		Shares: sharesJSON{Client: v.Client, Path: v.Path, Engine: v.Engine, EngineWait: v.Wait, RunQueue: v.RunQueue,
-			Proxy: v.Proxy, LoopWait: v.Loop, Injected: v.Injected},
+			Proxy: v.Proxy, LoopWait: v.Loop, TLS: v.TLS, Injected: v.Injected},
 		Bound: v.Bound, Next: v.Next(), String: v.String(),
 		Commands: make(map[string]accountCommandJSON, len(rows)),
 	}
@@ -562,9 +564,11 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	fmt.Fprintf(&b, "wait = engine wait: queue + other_clients + run_queue of the account line (run queue: its thread waiting\n")
 	fmt.Fprintf(&b, "for a CPU); loop wait = loop_wait_request + loop_wait_reply (a request or reply waiting unread for a busy\n")
 	fmt.Fprintf(&b, "or starved proxy loop); path = upstream - engine - wait - loop_wait_reply (network, kernel); injected =\n")
-	fmt.Fprintf(&b, "the delays of fault injection rules (--inject). Totals: the verdict's account, the sum of its intervals,\n")
-	fmt.Fprintf(&b, "each column the request-weighted mean of the rows above it. Under it, the commands left out of the\n")
-	fmt.Fprintf(&b, "account (blocking, pub/sub) and those timed before the first interval ended, with their own times.\n")
+	fmt.Fprintf(&b, "the delays of fault injection rules (--inject); proxy = proxy + tls of the account line. A request\n")
+	fmt.Fprintf(&b, "waits unread (loop_wait_request) before its total starts, so loop wait can exceed total. Totals: the\n")
+	fmt.Fprintf(&b, "verdict's account, the sum of its intervals, each column the request-weighted mean of the rows above\n")
+	fmt.Fprintf(&b, "it. Under it, the commands left out of the account (blocking, pub/sub) and those timed before the\n")
+	fmt.Fprintf(&b, "first interval ended, with their own times.\n")
 	cols := fmt.Sprintf("%-*s %*s", nameWidth, "Command", opsWidth, "Timed")
 	for _, h := range []string{"total", "upstream", "engine", "wait", "run queue", "path", "proxy", "loop wait", "injected"} {
 		cols += fmt.Sprintf(" %*s", colWidth, h+" (ms)")
@@ -659,8 +663,8 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 	return err
 }
 
-// accountCols returns the engine, wait, run queue, path, proxy, loop
-// wait and injected columns of a "where the time went" row from an
+// accountCols returns the engine, wait, run queue, path, proxy (its tls
+// part included), loop wait and injected columns of a "where the time went" row from an
 // account's parts (split.PartNames), each formatted by col: the engine's
 // when engineOK, the waits when waitOK (the engine's thread's witnesses
 // without its execution figures give a wait and no execution), the loop
@@ -676,7 +680,7 @@ func accountCols(col func(time.Duration) string, dash string, p [len(split.PartN
 	} else {
 		out += dash + dash
 	}
-	out += col(p[1]) + col(p[6])
+	out += col(p[1]) + col(p[6]+p[10]) // proxy: its processing and its tls part
 	if loopOK {
 		out += col(p[7] + p[8])
 	} else {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/metrics/verdict"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -96,7 +97,7 @@ func TestAnalyzer(t *testing.T) {
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,
 		`(?m)^get +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +- +0\.0000$`,
 		`(?m)^Totals +[1-9]\d* +2\.0000 +1\.0000 +- +- +- +1\.0000 +1\.0000 +- +0\.0000$`,
-		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ queue 0\.0000 \+ other_clients 0\.0000 \+ run_queue 0\.0000 \+ proxy 1\.0000 \+ loop_wait_request 0\.0000 \+ loop_wait_reply 0\.0000 \+ injected 0\.0000 = cycle 2\.0000$`,
+		`(?m)^account per request \(ms\): think 0\.0000 \+ path 1\.0000 \+ engine 0\.0000 \+ queue 0\.0000 \+ other_clients 0\.0000 \+ run_queue 0\.0000 \+ proxy 1\.0000 \+ loop_wait_request 0\.0000 \+ loop_wait_reply 0\.0000 \+ injected 0\.0000 \+ tls 0\.0000 = cycle 2\.0000$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no match for %s:\n%s", re, out)
@@ -315,8 +316,8 @@ func TestStatsWindowHoldsVerdict(t *testing.T) {
 // 60%") give the wait columns and no engine column, as the verdict line
 // beside the table counts them.
 func TestAccountCols(t *testing.T) {
-	var p [10]time.Duration // split.PartNames
-	p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9] = 5, 1, 2, 3, 4, 6, 7, 8, 9
+	var p [len(split.PartNames)]time.Duration
+	p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10] = 5, 1, 2, 3, 4, 5, 7, 8, 9, 1
 	col := func(d time.Duration) string { return fmt.Sprintf(" %d", d) }
 	for _, tc := range []struct {
 		engine, wait, loop bool

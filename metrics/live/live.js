@@ -2,12 +2,12 @@
 // Plain JavaScript, no dependencies; everything is served from the binary.
 "use strict";
 
-const phases = ["total", "upstream", "proxy", "service", "queue", "injected"];
+const phases = ["total", "upstream", "proxy", "service", "queue", "injected", "tls"];
 const pcts = ["p50", "p99", "p99.9"];
 // The account's parts (split.PartNames), as /stats "parts", the exit's
 // "account per request" line and respmeter_verdict_seconds_total name them.
 const partNames = ["think", "path", "engine", "queue", "other_clients", "run_queue", "proxy",
-  "loop_wait_request", "loop_wait_reply", "injected"];
+  "loop_wait_request", "loop_wait_reply", "injected", "tls"];
 
 const $ = (id) => document.getElementById(id);
 

@@ -37,6 +37,9 @@ type Interval struct {
 	// part of Total, of no other phase, and its own part of the verdict,
 	// never engine, path or proxy.
 	Injected time.Duration
+	// TLS is the sum of the tls phase (metrics.PhaseTLS: decrypting TLS
+	// clients' requests and encrypting their replies), a part of Proxy.
+	TLS time.Duration
 	// Think is the sum of the ThinkCount think times (reply out to next
 	// request in, on connections with nothing pending).
 	Think      time.Duration
@@ -218,6 +221,7 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 		Upstream:   c.Phases[metrics.PhaseUpstream].Sum,
 		Proxy:      c.Phases[metrics.PhaseProxy].Sum,
 		Injected:   c.Phases[metrics.PhaseInjected].Sum,
+		TLS:        c.Phases[metrics.PhaseTLS].Sum,
 		Think:      cur.Think.Sum,
 		ThinkCount: cur.Think.Count(),
 		InFlight:   -1,
@@ -229,6 +233,7 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 		iv.Upstream -= p.Phases[metrics.PhaseUpstream].Sum
 		iv.Proxy -= p.Phases[metrics.PhaseProxy].Sum
 		iv.Injected -= p.Phases[metrics.PhaseInjected].Sum
+		iv.TLS -= p.Phases[metrics.PhaseTLS].Sum
 		iv.Think -= prev.Think.Sum
 		iv.ThinkCount -= prev.Think.Count()
 	}
@@ -295,6 +300,11 @@ type Verdict struct {
 	// of its own, never counted as engine, path or proxy.
 	Injected     float64
 	InjectedTime time.Duration
+	// TLS is the share of Proxy spent decrypting TLS clients' requests and
+	// encrypting their replies (the tls phase), and TLSTime its mean per
+	// request; the engine's TLS work is in Engine and Path.
+	TLS     float64
+	TLSTime time.Duration
 	// EngineKnown is false when the engine reported nothing: then Path
 	// holds all of upstream.
 	EngineKnown bool
@@ -501,6 +511,7 @@ func (iv Interval) Verdict() Verdict {
 	a.Wait, a.RunQueue, a.Others = seconds(wait), seconds(runq), seconds(others)
 	a.Proxy, a.Loop = seconds(max(iv.Proxy.Seconds()/n, 0)), seconds(loopWait)
 	a.Injected = seconds(max(iv.Injected.Seconds()/n, 0))
+	a.TLS = min(seconds(max(iv.TLS.Seconds()/n, 0)), a.Proxy)
 	if iv.ProxyHostKnown {
 		a.ProxyHostKnown = true
 		a.ProxyCPU, a.ProxyRunQueue = iv.ProxyCPU, iv.ProxyRunQueue
@@ -597,6 +608,9 @@ type Account struct {
 	// Injected is the delays fault injection rules added (the injected
 	// phase), apart from every other part.
 	Injected time.Duration
+	// TLS is the part of Proxy spent decrypting TLS clients' requests and
+	// encrypting their replies (the tls phase).
+	TLS time.Duration
 	// LoopReply is the part of Loop a reply waited unread (taken from the
 	// upstream phase; the rest of Loop is taken from the think time), so
 	// that upstream = Path + Exec + Wait + LoopReply.
@@ -631,21 +645,23 @@ type Part struct {
 
 // PartNames are the names of Account.Parts, in order.
 var PartNames = [...]string{"think", "path", "engine", "queue", "other_clients", "run_queue", "proxy",
-	"loop_wait_request", "loop_wait_reply", "injected"}
+	"loop_wait_request", "loop_wait_reply", "injected", "tls"}
 
 // Parts returns the account's parts, which add up to its cycle: think,
 // path (the network), engine (execution), queue (waiting for the engine's
 // command thread behind the proxy's own requests), other_clients (behind
 // other clients' commands), run_queue (the engine's thread waiting for a
-// CPU), proxy (processing), loop_wait_request and loop_wait_reply (a
-// request or a reply waiting unread for a busy or starved proxy loop) and
-// injected (the delays of fault injection rules: the injected phase).
+// CPU), proxy (processing, tls not included), loop_wait_request and
+// loop_wait_reply (a request or a reply waiting unread for a busy or
+// starved proxy loop), injected (the delays of fault injection rules: the
+// injected phase) and tls (decrypting TLS clients' requests and encrypting
+// their replies: the tls phase, the rest of the proxy's processing).
 // Wait is queue + other_clients + run_queue, Loop the two loop waits, and
 // upstream = path + engine + Wait + loop_wait_reply. Every view of the
 // account takes its figures from here.
 func (a Account) Parts() [len(PartNames)]Part {
 	t := [len(PartNames)]time.Duration{a.Think, a.Path, a.Exec, max(a.Wait-a.RunQueue-a.Others, 0), a.Others, a.RunQueue,
-		a.Proxy, max(a.Loop-a.LoopReply, 0), a.LoopReply, a.Injected}
+		max(a.Proxy-a.TLS, 0), max(a.Loop-a.LoopReply, 0), a.LoopReply, a.Injected, a.TLS}
 	var out [len(PartNames)]Part
 	for i, name := range PartNames {
 		out[i] = Part{Name: name, Time: t[i]}
@@ -656,7 +672,7 @@ func (a Account) Parts() [len(PartNames)]Part {
 // Parts returns the verdict's account per request (Account.Parts).
 func (v Verdict) Parts() [len(PartNames)]Part {
 	return Account{Think: v.Think, Path: v.Network, Exec: v.Exec, Wait: v.EngineWait, RunQueue: v.RunQueueWait,
-		Others: v.OthersWait, Proxy: v.ProxyTime, Loop: v.LoopWait, LoopReply: v.LoopReply, Injected: v.InjectedTime}.Parts()
+		Others: v.OthersWait, Proxy: v.ProxyTime, Loop: v.LoopWait, LoopReply: v.LoopReply, Injected: v.InjectedTime, TLS: v.TLSTime}.Parts()
 }
 
 // Verdict returns the shares and the outcome of the account; Little's
@@ -682,6 +698,7 @@ func (a Account) Verdict() Verdict {
 	v.Client, v.Path, v.Engine, v.Wait, v.Proxy = parts[0].Seconds()/c, parts[1].Seconds()/c, parts[2].Seconds()/c, parts[3].Seconds()/c, parts[4].Seconds()/c
 	v.RunQueue, v.Loop = a.RunQueue.Seconds()/c, a.Loop.Seconds()/c
 	v.Injected, v.InjectedTime = max(a.Injected, 0).Seconds()/c, max(a.Injected, 0)
+	v.TLS, v.TLSTime = max(a.TLS, 0).Seconds()/c, max(a.TLS, 0)
 	v.Exec, v.EngineWait, v.RunQueueWait, v.Network = a.Exec, a.Wait, a.RunQueue, a.Path
 	v.LoopWait, v.Think, v.ProxyTime, v.OthersWait = a.Loop, a.Think, a.Proxy, a.Others
 	v.LoopReply = a.LoopReply
@@ -783,8 +800,13 @@ func (v Verdict) String() string {
 		}
 	}
 	prx := fmt.Sprintf("%.0f%%", 100*v.Proxy)
-	if v.LoopWaitKnown {
+	switch {
+	case v.LoopWaitKnown && v.TLSTime > 0:
+		prx += fmt.Sprintf(" (tls %.0f%%, loop wait %.0f%%)", 100*v.TLS, 100*v.Loop)
+	case v.LoopWaitKnown:
 		prx += fmt.Sprintf(" (loop wait %.0f%%)", 100*v.Loop)
+	case v.TLSTime > 0:
+		prx += fmt.Sprintf(" (tls %.0f%%)", 100*v.TLS)
 	}
 	if v.InjectedTime > 0 {
 		prx += fmt.Sprintf(" | injected %.0f%%", 100*v.Injected)

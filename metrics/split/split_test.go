@@ -183,7 +183,7 @@ func TestVerdict(t *testing.T) {
 			if near := parts - v.Cycle; near > time.Microsecond || near < -time.Microsecond {
 				t.Errorf("parts add up to %v, cycle %v", parts, v.Cycle)
 			}
-			if inj := v.Parts()[len(PartNames)-1]; inj.Name != "injected" || inj.Time != v.InjectedTime ||
+			if inj := v.Parts()[9]; inj.Name != "injected" || inj.Time != v.InjectedTime ||
 				v.InjectedTime != time.Duration(int64(tc.iv.Injected)/max(tc.iv.Requests, 1)) {
 				t.Errorf("injected part %v, InjectedTime %v; want %v per request", inj, v.InjectedTime, tc.iv.Injected/time.Duration(max(tc.iv.Requests, 1)))
 			}

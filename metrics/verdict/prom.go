@@ -11,7 +11,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //   - respmeter_verdict_seconds_total{part}: the parts summed over those
 //     requests, in seconds (split.Account.Parts: think, path, engine,
 //     queue, other_clients, run_queue, proxy, loop_wait_request,
-//     loop_wait_reply, injected; Sum.Totals).
+//     loop_wait_reply, injected, tls; Sum.Totals).
 //
 // upstream = path + engine + queue + other_clients + run_queue +
 // loop_wait_reply; the cycle is all of them together. Intervals without
@@ -24,7 +24,7 @@ func (a *Analyzer) Collector() prometheus.Collector {
 		seconds: prometheus.NewDesc("respmeter_verdict_seconds_total",
 			"The verdict's account since start, summed over its requests, in seconds, by part: "+
 				"upstream = path + engine + queue + other_clients + run_queue + loop_wait_reply; "+
-				"the request cycle adds think, proxy, loop_wait_request and injected (fault injection rules' delays).", []string{"part"}, nil),
+				"the request cycle adds think, proxy, loop_wait_request, injected (fault injection rules' delays) and tls (TLS clients' decryption and encryption; proxy is the rest).", []string{"part"}, nil),
 	}
 }
 

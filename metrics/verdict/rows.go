@@ -25,8 +25,8 @@ type Row struct {
 // Rows splits the account of the interval whose verdict is v over the
 // command labels of the requests timed between the snapshots prev (nil:
 // since start) and cur (those left out of the totals, blocking and
-// pub/sub, are left out here too). Per label: the proxy's processing and
-// the injected delays are the label's own; the engine's execution, its
+// pub/sub, are left out here too). Per label: the proxy's processing, its
+// TLS clients' crypto (tls) and the injected delays are the label's own; the engine's execution, its
 // wait, run-queue wait and wait behind other clients are the label's class
 // (split.ClassWait) where the verdict has one, and else those the verdict
 // leaves for the requests of no class, the execution shared out among
@@ -51,7 +51,7 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 		c := &cur.Commands[i]
 		r := Row{Name: c.Name, Requests: c.Phases[metrics.PhaseTotal].Count()}
 		r.Total, r.Upstream = c.Phases[metrics.PhaseTotal].Sum, c.Phases[metrics.PhaseUpstream].Sum
-		proxy, injected := c.Phases[metrics.PhaseProxy].Sum, c.Phases[metrics.PhaseInjected].Sum
+		proxy, injected, tls := c.Phases[metrics.PhaseProxy].Sum, c.Phases[metrics.PhaseInjected].Sum, c.Phases[metrics.PhaseTLS].Sum
 		if prev != nil && i < len(prev.Commands) {
 			p := &prev.Commands[i]
 			r.Requests -= p.Phases[metrics.PhaseTotal].Count()
@@ -59,6 +59,7 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 			r.Upstream -= p.Phases[metrics.PhaseUpstream].Sum
 			proxy -= p.Phases[metrics.PhaseProxy].Sum
 			injected -= p.Phases[metrics.PhaseInjected].Sum
+			tls -= p.Phases[metrics.PhaseTLS].Sum
 		}
 		if r.Requests <= 0 {
 			continue
@@ -67,7 +68,10 @@ func Rows(prev, cur *metrics.Snapshot, v split.Verdict, mean func(label string) 
 		up += r.Upstream
 		k := time.Duration(r.Requests)
 		r.Total, r.Upstream = r.Total/k, r.Upstream/k
-		r.Parts[partProxy], r.Parts[partInjected] = max(proxy/k, 0), max(injected/k, 0)
+		// The proxy phase holds the tls phase; the account's proxy part
+		// is the rest (split.Account.Parts).
+		r.Parts[partTLS] = min(max(tls/k, 0), max(proxy/k, 0))
+		r.Parts[partProxy], r.Parts[partInjected] = max(proxy/k, 0)-r.Parts[partTLS], max(injected/k, 0)
 		rows = append(rows, r)
 	}
 	if n == 0 {
@@ -249,6 +253,7 @@ const (
 	partLoopRequest
 	partLoopReply
 	partInjected
+	partTLS
 )
 
 // seconds converts s seconds to a Duration, rounded to the nanosecond.

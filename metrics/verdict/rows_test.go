@@ -191,3 +191,37 @@ func TestRowsWaitCapped(t *testing.T) {
 	}
 	t.Logf("%s; rows %+v", v, rows)
 }
+
+// TestRowsTLS: a TLS client's crypto time (the tls phase, inside its proxy
+// phase) is its row's tls part and the rest of its proxy phase its proxy
+// part, so that the rows add up to the account's tls and proxy parts: 1000
+// GETs with 50 µs of proxy time of which 20 µs tls, 1000 SETs of a
+// plaintext client with 50 µs of proxy time and no tls.
+func TestRowsTLS(t *testing.T) {
+	set, observe := testSet()
+	prev := set.Sums()
+	observe(1, 1000, 250*us, 200*us, 50*us) // get
+	observe(2, 1000, 250*us, 200*us, 50*us) // set
+	l := set.Loop(0)
+	l.Lock()
+	for range 1000 {
+		l.TLSLocked(1, 20*us)
+	}
+	l.Unlock()
+	means := map[string]time.Duration{"get": 2 * us, "set": 2 * us}
+	in := Input{Prev: prev, Cur: set.Sums(), Length: time.Second, InFlightArea: int64(0.5 * float64(time.Second)), Labels: labels,
+		EngineMean: func(cmd string, n int64) (time.Duration, int64, bool) { m, ok := means[cmd]; return m, n, ok }}
+	iv := Build(in)
+	v := iv.Verdict()
+	rows := Rows(in.Prev, in.Cur, v, rowMean(means))
+	checkRows(t, rows, iv, v)
+	if len(rows) != 2 {
+		t.Fatalf("rows %+v", rows)
+	}
+	get, set2 := rows[0], rows[1]
+	near(t, "GET tls (µs)", float64(get.Parts[partTLS])/1e3, 20, 0.001)
+	near(t, "GET proxy (µs)", float64(get.Parts[partProxy])/1e3, 30, 0.001)
+	near(t, "SET tls (µs)", float64(set2.Parts[partTLS])/1e3, 0, 0.001)
+	near(t, "SET proxy (µs)", float64(set2.Parts[partProxy])/1e3, 50, 0.001)
+	near(t, "account tls (µs)", float64(v.Parts()[partTLS].Time)/1e3, 10, 0.001)
+}

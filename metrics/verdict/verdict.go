@@ -399,11 +399,12 @@ func (s *Sum) Account() split.Account {
 	r := float64(s.Requests)
 	d := func(x float64) time.Duration { return time.Duration(x / r * float64(time.Second)) }
 	// split.PartNames: think, path, engine, queue, other_clients,
-	// run_queue, proxy, loop_wait_request, loop_wait_reply, injected.
+	// run_queue, proxy, loop_wait_request, loop_wait_reply, injected,
+	// tls (proxy less tls, then tls).
 	p := &s.parts
 	a.Think, a.Path, a.Exec, a.Wait = d(p[0]), d(p[1]), d(p[2]), d(p[3]+p[4]+p[5])
-	a.Others, a.RunQueue, a.Proxy, a.Loop, a.LoopReply = d(p[4]), d(p[5]), d(p[6]), d(p[7]+p[8]), d(p[8])
-	a.Injected = d(p[9])
+	a.Others, a.RunQueue, a.Proxy, a.Loop, a.LoopReply = d(p[4]), d(p[5]), d(p[6]+p[10]), d(p[7]+p[8]), d(p[8])
+	a.Injected, a.TLS = d(p[9]), d(p[10])
 	a.ModelWait = d(s.model)
 	a.Utilization, a.UpInFlight = s.util/r, s.upInFlight/r
 	a.EngineKnown, a.WaitKnown, a.LoopWaitKnown = s.engineKnown, s.waitKnown, s.loopKnown
