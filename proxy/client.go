@@ -820,6 +820,13 @@ func (s *client) clientData(data []byte) {
 	default:
 		s.partial = append(s.partial[:0], tail...)
 	}
+	// One large request (up to proto-max-bulk-len, 512 MiB) grew the
+	// buffer: let it go once it is mostly free, as the write buffers do,
+	// with the loop's argument scratch, whose slices point into it.
+	if cap(s.partial) > 1<<20 && len(s.partial) < cap(s.partial)/4 {
+		s.partial = append([]byte(nil), s.partial...)
+		clear(s.l.args[:cap(s.l.args)])
+	}
 	s.markDirty()
 	s.l.flushAll()
 }
