@@ -8,7 +8,6 @@ import (
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
-	"github.com/respmeter/respmeter/metrics/heat"
 )
 
 // BenchmarkHeatCPU reports what `respmeter proxy --heat` (1 request in 64
@@ -72,13 +71,7 @@ func BenchmarkHeatCPU(b *testing.B) {
 				sent += ops
 			}
 			b.StopTimer()
-			var doc heat.Slots
-			getJSON(b, "http://"+onAdmin+"/slots", &doc)
-			var counted int64
-			for _, s := range doc.Slots {
-				counted += s.Requests
-			}
-			if counted < sent {
+			if counted := slotRequests(b, onAdmin); counted < sent {
 				b.Fatalf("the slots count %d requests, %d were sent", counted, sent)
 			}
 			reportPaired(b, offNs, onNs, 1.03)

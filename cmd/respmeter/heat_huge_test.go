@@ -255,7 +255,7 @@ func quoted(k string) string {
 
 // slotRequests returns the requests the proxy at admin counted in its
 // slot heat.
-func slotRequests(t *testing.T, admin string) int64 {
+func slotRequests(t testing.TB, admin string) int64 {
 	t.Helper()
 	var doc heat.Slots
 	getJSON(t, "http://"+admin+"/slots", &doc)
