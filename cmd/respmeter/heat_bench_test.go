@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"testing"
 
@@ -39,13 +40,13 @@ import (
 // and on a loaded machine most commands could pass the default 10 ms.
 // metrics/heat's BenchmarkRecord and proxy/'s BenchmarkHeat measure the
 // heat code alone, in memory, without the system calls. Run it alone on a
-// quiet machine (about 1.5 minutes there):
+// quiet machine (2-3 s a round and depth on a busy 2-core machine):
 //
 //	go test -run '^$' -bench HeatCPU -benchtime 40x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
 	bench := redistest.Tool(b, "redis-benchmark")
 	srv := redistest.Start(b)
-	off, offAddr, _ := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s")
+	off, offAddr, offAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s")
 	on, onAddr, onAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s", "--heat")
 	sides := [2]cpuSide{{off, offAddr}, {on, onAddr}}
 	var sent int64
@@ -75,6 +76,9 @@ func BenchmarkHeatCPU(b *testing.B) {
 				b.Fatalf("the slots count %d requests, %d were sent", counted, sent)
 			}
 			reportPaired(b, offNs, onNs, 1.03)
+			// The Go collector's cycles are part of each side's CPU:
+			// logged, to tell them apart from heat's own work.
+			b.Logf("GC cycles since start: heat off %s, heat on %s", gcCycles(b, offAdmin), gcCycles(b, onAdmin))
 		})
 	}
 }
@@ -141,4 +145,14 @@ func reportPaired(b *testing.B, off, on []float64, bound float64) {
 	default:
 		b.Logf("%d rounds: on/off median %.4f, 95 %% interval [%.4f, %.4f]: within %.2f NOT shown", len(ratios), med, lo, hi, bound)
 	}
+}
+
+// gcCycles returns the garbage collections the process serving admin has
+// run (go_gc_duration_seconds_count of its /metrics).
+func gcCycles(b *testing.B, admin string) string {
+	m := regexp.MustCompile(`(?m)^go_gc_duration_seconds_count (\S+)$`).FindStringSubmatch(httpGet(b, "http://"+admin+"/metrics"))
+	if m == nil {
+		return "?"
+	}
+	return m[1]
 }
