@@ -840,6 +840,15 @@ func (s *client) clientData(data []byte) {
 	default:
 		s.partial = append(s.partial[:0], tail...)
 	}
+	// One large request (up to proto-max-bulk-len, 512 MiB) grew the
+	// buffer: let it go once it is mostly free, as the write buffers do,
+	// with the loop's argument scratch and routed call, which point into
+	// it.
+	if cap(s.partial) > 1<<20 && len(s.partial) < cap(s.partial)/4 {
+		s.partial = append([]byte(nil), s.partial...)
+		clear(s.l.args[:cap(s.l.args)])
+		s.l.call.Forget()
+	}
 	s.markDirty()
 	s.l.flushAll()
 }

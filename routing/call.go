@@ -50,6 +50,14 @@ func (r *Resolver) Classify(c *Call, id command.ID, args [][]byte) {
 	}
 }
 
+// Forget drops c's references into the request it classified (its
+// arguments and keys), keeping its own buffer: a caller that lets a large
+// request's bytes go lets them go from c too.
+func (c *Call) Forget() {
+	clear(c.keys[:cap(c.keys)])
+	*c = Call{keys: c.keys[:0]}
+}
+
 // Name returns the command's metric label (Resolver.Name).
 func (c *Call) Name() string { return c.r.Name(c.ID) }
 
