@@ -68,14 +68,18 @@ func TestHeatReshardFile(t *testing.T) {
 // go-redis clients read keys through "respmeter proxy": with plain key
 // names the hot-keys table lists them, a key holding HTML shows as text
 // (no element made of it) and a slot heat strip is drawn; with
-// --key-names hash no key name appears in the page, /keys, /slots or
-// /metrics.
+// --key-names hash no key name appears in the page, /keys, /slots,
+// /metrics or the slow log, respmeter's own or the engine's (/slowlog,
+// every command logged by respmeter and the engine alike); with plain
+// names the slow logs hold them.
 func TestLivePageHeat(t *testing.T) {
 	browser := chromiumPath(t)
 	srv := redistest.Start(t)
+	srv.Do("CONFIG", "SET", "slowlog-log-slower-than", "0")
 	for _, names := range []string{"plain", "hash"} {
 		t.Run(names, func(t *testing.T) {
-			_, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--heat", "--key-names", names, "--heat-sample", "1")
+			_, addr, admin := startProxy(t, srv.Addr(), "--loops", "2", "--heat", "--key-names", names, "--heat-sample", "1",
+				"--slowlog-threshold", "0")
 			startLoad(t, addr, 2, func(ctx context.Context, c *redis.Client, i int) error {
 				k := "secret-customer-" + strconv.Itoa(i%7)
 				if i%5 == 0 {
@@ -106,7 +110,7 @@ func TestLivePageHeat(t *testing.T) {
 				t.Errorf("a key name became an element (err %v)", err)
 			}
 			var outputs []string
-			for _, path := range []string{"/keys", "/slots", "/metrics"} {
+			for _, path := range []string{"/keys", "/slots", "/metrics", "/slowlog", "/slowlog?engine=1"} {
 				resp, err := http.Get("http://" + admin + path)
 				if err != nil {
 					t.Fatal(err)
@@ -123,6 +127,9 @@ func TestLivePageHeat(t *testing.T) {
 				}
 				if names == "plain" && i == len(outputs)-1 && (!strings.Contains(out, "secret-customer-") || !strings.Contains(out, "<img src=x id=injected>")) {
 					t.Errorf("plain names: the page does not show the keys as text:\n%s", out)
+				}
+				if names == "plain" && (i == 3 || i == 4) && !strings.Contains(out, "secret-customer-") {
+					t.Errorf("plain names: slow log %d holds no key:\n%s", i, out)
 				}
 			}
 		})

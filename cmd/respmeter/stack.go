@@ -131,13 +131,21 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		adminErr: make(chan error, 1),
 		tls:      ts,
 	}
-	if cfg.Heat {
-		h, err := newHeat(cfg, loops, names)
-		if err != nil {
-			return nil, err
-		}
-		st.set.SetHeat(h)
+	kn, err := heat.ParseNames(cfg.KeyNames)
+	if err != nil {
+		return nil, err
 	}
+	// --key-names reaches the slow log's keys (its own and the engines'),
+	// hashed with the heat's seed when there is heat.
+	keyShow := heat.KeyShowOf(kn)
+	if cfg.Heat {
+		h := newHeat(cfg, loops, names, kn)
+		st.set.SetHeat(h)
+		if keyShow != nil {
+			keyShow = h.KeyShow()
+		}
+	}
+	st.slowlog.SetKeyShow(keyShow)
 	st.window = metrics.NewWindow(st.set, windowInterval, windowIntervals)
 	st.window.Lazy(windowIdle)
 	reg, err := st.registry()
@@ -196,7 +204,7 @@ func startStack(cfg configs.Config, log *slog.Logger) (_ *stack, err error) {
 		return nil, err
 	}
 	p := st.proxy
-	st.slowlog.SetEngine(engineSlowlog(cfg, st.tls.upstream, cmds, p.ShardAddrs))
+	st.slowlog.SetEngine(engineSlowlog(cfg, st.tls.upstream, cmds, p.ShardAddrs, keyShow))
 	an.SetProxy(p.InFlightArea, p.LoopLag)
 	startView(an.Engine(), bgCtx, &st.bg)
 	st.tls.watch(bgCtx, &st.bg)
@@ -553,18 +561,14 @@ func startView(v *verdict.View, ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// newHeat returns the key and slot heat of cfg (heat_sample, key_names),
+// newHeat returns the key and slot heat of cfg (heat_sample) with key names kn,
 // with the slow log's threshold: slow requests always enter the top keys.
-func newHeat(cfg configs.Config, loops int, names []string) (*heat.Set, error) {
-	kn, err := heat.ParseNames(cfg.KeyNames)
-	if err != nil {
-		return nil, err
-	}
+func newHeat(cfg configs.Config, loops int, names []string, kn heat.Names) *heat.Set {
 	slow := time.Duration(cfg.SlowlogThreshold)
 	if slow < 0 {
 		slow = 0 // slow log off: sampling only
 	}
-	return heat.NewSet(loops, heat.Config{Sample: cfg.HeatSample, SlowThreshold: slow, Names: kn, Commands: names}), nil
+	return heat.NewSet(loops, heat.Config{Sample: cfg.HeatSample, SlowThreshold: slow, Names: kn, Commands: names})
 }
 
 // metricsExport returns the /metrics cardinality budget of cfg
@@ -668,7 +672,8 @@ func (c injectCollector) Collect(ch chan<- prometheus.Metric) {
 // engineSlowlog returns what /slowlog?engine=1 reads: the command log
 // (COMMANDLOG or SLOWLOG) of each engine addrs names, all at once, each
 // entry labelled and keyed by respmeter's command table cmds.
-func engineSlowlog(cfg configs.Config, upTLS *tlsconf.Dialer, cmds *routing.Resolver, addrs func() []string) func(context.Context) []slowlog.EngineLog {
+func engineSlowlog(cfg configs.Config, upTLS *tlsconf.Dialer, cmds *routing.Resolver, addrs func() []string,
+	show func([]byte, bool) (string, bool)) func(context.Context) []slowlog.EngineLog {
 	r := slowlog.EngineReader{
 		Login: respconn.Options{User: cfg.UpstreamUser, Password: cfg.UpstreamPassword, TLS: upTLS},
 		Count: cfg.SlowlogLen, Timeout: time.Duration(cfg.DialTimeout),
@@ -677,6 +682,7 @@ func engineSlowlog(cfg configs.Config, upTLS *tlsconf.Dialer, cmds *routing.Reso
 			cmds.Classify(&c, cmds.Lookup(args[0]), args)
 			return c.Name(), c.KeyPos()
 		},
+		Show: show,
 	}
 	return func(ctx context.Context) []slowlog.EngineLog {
 		as := addrs()

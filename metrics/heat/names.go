@@ -134,6 +134,44 @@ func (n Names) show(id *keyID, seed uint64) (string, bool) {
 	return q[1 : len(q)-1], id.long
 }
 
+// ShowKey returns how a key's first bytes (cut: truncated) are shown
+// under n, for the outputs that keep a key of their own (the slow log):
+// escaped as Go's strconv.Quote does (without the quotes), its pattern, or
+// its hash keyed by seed. A key of at most MaxKeyBytes bytes hashes as the
+// summaries show it; a cut key hashes its bytes kept. It never returns
+// key's bytes under NamesHash.
+func (n Names) ShowKey(key []byte, truncated bool, seed uint64) (string, bool) {
+	switch n {
+	case NamesHash:
+		var d xxhash.Digest
+		d.ResetWithSeed(seed)
+		_, _ = d.Write(key)
+		return fmt.Sprintf("%016x", d.Sum64()), false
+	case NamesPattern:
+		b := append([]byte(nil), key...)
+		key = b[:rollUp(b, len(b))]
+	}
+	q := strconv.Quote(string(key))
+	return q[1 : len(q)-1], truncated
+}
+
+// KeyShow returns ShowKey under n with the seed of s's hashes, so a key
+// hashes alike in the slow log and in the summaries.
+func (s *Set) KeyShow() func(key []byte, truncated bool) (string, bool) {
+	n, seed := s.cfg.Names, s.seed
+	return func(key []byte, truncated bool) (string, bool) { return n.ShowKey(key, truncated, seed) }
+}
+
+// KeyShowOf returns ShowKey under n with a random seed of its own, for a
+// run without heat; nil under NamesPlain (the slow log's own escaping).
+func KeyShowOf(n Names) func(key []byte, truncated bool) (string, bool) {
+	if n == NamesPlain {
+		return nil
+	}
+	seed := randSeed()
+	return func(key []byte, truncated bool) (string, bool) { return n.ShowKey(key, truncated, seed) }
+}
+
 // randSeed returns a random 64-bit value (crypto/rand, which does not
 // fail on Linux).
 func randSeed() uint64 {

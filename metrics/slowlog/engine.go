@@ -88,6 +88,9 @@ type EngineReader struct {
 	// position of its first key in args (-1 for none), as the proxy finds
 	// them for its own entries. args are the engine's logged arguments.
 	Label func(args [][]byte) (label string, keyPos int)
+	// Show shows a first key as Log.SetKeyShow's function does; nil
+	// escapes it.
+	Show func(key []byte, truncated bool) (string, bool)
 }
 
 // readerName is the CLIENT SETNAME of EngineReader's connections.
@@ -193,7 +196,7 @@ func (r EngineReader) parse(kind string, v respconn.Value) ([]EngineEntry, error
 				if i := strings.LastIndex(string(k), "... ("); i >= 0 && strings.HasSuffix(string(k), " more bytes)") {
 					k, cut = k[:i], true
 				}
-				e.FirstKey, e.KeyTruncated = escapeKey(string(k), cut)
+				e.FirstKey, e.KeyTruncated = showKey(r.Show, string(k), cut)
 			}
 		}
 		if len(f) > 4 {

@@ -157,6 +157,7 @@ type Log struct {
 	nextID int64
 
 	engine func(context.Context) []EngineLog // SetEngine's; nil: none
+	show   func(key []byte, truncated bool) (string, bool) // SetKeyShow's; nil: escapeKey
 }
 
 // New returns a Log keeping the capacity most recent entries (DefaultCapacity
@@ -205,7 +206,7 @@ func (l *Log) Add(e Entry) {
 	}
 	// Copy everything outside the lock: the caller may have built the
 	// strings over memory it reuses (unsafe.String over a read buffer).
-	e.FirstKey, e.KeyTruncated = escapeKey(e.FirstKey, e.KeyTruncated)
+	e.FirstKey, e.KeyTruncated = showKey(l.show, e.FirstKey, e.KeyTruncated)
 	e.Command = strings.Clone(e.Command)
 	e.Client = strings.Clone(e.Client)
 	e.ClientName = strings.Clone(e.ClientName)
@@ -260,7 +261,7 @@ func (l *Log) slot() *item {
 // toEntry returns the Entry of an item; from a Rec, it builds the strings,
 // the Phases map and the Time. The Phases map of an item from Add is
 // shared with the ring.
-func (it *item) toEntry() Entry {
+func (it *item) toEntry(show func([]byte, bool) (string, bool)) Entry {
 	if !it.isRec {
 		e := it.entry
 		e.ID = it.id
@@ -278,7 +279,7 @@ func (it *item) toEntry() Entry {
 	if r.Client.IsValid() {
 		e.Client = r.Client.String()
 	}
-	e.FirstKey, e.KeyTruncated = escapeKey(string(r.Key.Bytes()), r.Key.Truncated())
+	e.FirstKey, e.KeyTruncated = showKey(show, string(r.Key.Bytes()), r.Key.Truncated())
 	service := min(r.Service, r.Upstream)
 	e.Phases = map[string]float64{
 		"total":    r.Total.Seconds(),
@@ -326,7 +327,7 @@ func (l *Log) entries(count int) ([]Entry, int) {
 		if i < 0 {
 			i = len(l.ring) - 1
 		}
-		out[k] = l.ring[i].toEntry()
+		out[k] = l.ring[i].toEntry(l.show)
 	}
 	return out, l.n
 }
@@ -344,6 +345,24 @@ func (l *Log) Reset() {
 	defer l.mu.Unlock()
 	clear(l.ring) // let the strings and maps go
 	l.next, l.n = 0, 0
+}
+
+// SetKeyShow sets how entries show their first key (and the engine's
+// entries, through EngineReader.Show): show gets the raw key cut to
+// MaxKeyBytes and whether it was cut (heat.Names.ShowKey: --key-names);
+// nil escapes it (escapeKey). Call it before the Log is used.
+func (l *Log) SetKeyShow(show func(key []byte, truncated bool) (string, bool)) { l.show = show }
+
+// showKey cuts the raw key to MaxKeyBytes and shows it by show, or by
+// escapeKey when show is nil. The result never aliases key.
+func showKey(show func([]byte, bool) (string, bool), key string, truncated bool) (string, bool) {
+	if show == nil || key == "" {
+		return escapeKey(key, truncated)
+	}
+	if len(key) > MaxKeyBytes {
+		key, truncated = key[:MaxKeyBytes], true
+	}
+	return show([]byte(key), truncated)
 }
 
 // escapeKey cuts the raw key to MaxKeyBytes bytes, or-ing truncated with
