@@ -156,7 +156,7 @@ type Log struct {
 	n      int    // entries held, <= len(ring)
 	nextID int64
 
-	engine func(context.Context) []EngineLog // SetEngine's; nil: none
+	engine func(context.Context) []EngineLog               // SetEngine's; nil: none
 	show   func(key []byte, truncated bool) (string, bool) // SetKeyShow's; nil: escapeKey
 }
 
