@@ -660,7 +660,7 @@ func (a *analyzer) writeVerdict(w io.Writer) error {
 		}
 	}
 	if n := sn.Think.Count(); n > 0 {
-		fmt.Fprintf(&b, "think: mean %.3f ms over %d gaps between a reply and the next request\n", millis(sn.Think.Mean()), n)
+		fmt.Fprintf(&b, "think: mean %.3f ms over %d gaps between a reply and the next request read (raw gaps: the account moves time a request waited unread to loop_wait_request)\n", millis(sn.Think.Mean()), n)
 	} else {
 		b.WriteString("think: none recorded\n")
 	}
