@@ -815,7 +815,7 @@ func TestCaptureBadFile(t *testing.T) {
 	}{
 		{"truncated", b[:len(b)-3], "capture: truncated at offset"},
 		{"short", b[:10], "capture: truncated at offset 10: expected a 20-byte header"},
-		{"future", future, "unsupported format version at offset 8: expected format version 1..2, got 3"},
+		{"future", future, fmt.Sprintf("unsupported format version at offset 8: expected format version 1..%d, got %d", capture.Version, capture.Version+1)},
 		{"not", []byte("hello world, not a capture"), "not a capture file at offset 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,12 +38,13 @@ const (
 
 var hdrTestNames = []string{"other", "get", "set", "ping"}
 
-// phaseTags returns the interval-log tags of cmd's phases, but injected:
-// only commands a fault injection rule delayed have it (none here).
+// phaseTags returns the interval-log tags of cmd's phases, but injected and
+// tls: only commands a fault injection rule delayed and TLS clients'
+// commands have them (none here).
 func phaseTags(cmd string) []string {
 	var tags []string
 	for p := range metrics.NumPhases {
-		if p != metrics.PhaseInjected {
+		if p != metrics.PhaseInjected && p != metrics.PhaseTLS {
 			tags = append(tags, cmd+"."+p.String())
 		}
 	}
@@ -51,8 +52,8 @@ func phaseTags(cmd string) []string {
 }
 
 // timedPhases is the number of phases every timed command has: all but
-// injected.
-const timedPhases = int(metrics.NumPhases) - 1
+// injected (a fault injection rule's) and tls (a TLS client's).
+const timedPhases = int(metrics.NumPhases) - 2
 
 // batch is what one test step records on loop 0 of a Set, under one lock,
 // so that a Snapshot (and so an interval of the log) sees all of it or
