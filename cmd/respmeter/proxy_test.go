@@ -688,8 +688,11 @@ func TestProxyLimits(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +- +\d+\.\d{4} +- +-$`).MatchString(out) {
-		t.Errorf("no ping row with unknown engine and path:\n%s", out)
+	// No engine poll: the engine's columns are unknown; the row's path is
+	// its part of the account, which books the upstream the engine's
+	// figures cannot explain to the path (or to a reply's loop wait).
+	if !regexp.MustCompile(`(?m)^ping +1 +\d+\.\d{4} +\d+\.\d{4} +- +- +- +\d+\.\d{4} +\d+\.\d{4} +(?:\d+\.\d{4}|-) +\d+\.\d{4}$`).MatchString(out) {
+		t.Errorf("no ping row with unknown engine:\n%s", out)
 	}
 }
 
