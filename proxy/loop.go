@@ -84,23 +84,26 @@ type loop struct {
 	flushQueued bool
 	// later holds routed clients whose replies wait for the end of the
 	// pass (deferClient); inTask is set while the task writes them.
-	later   []*client
-	inTask  bool
-	dirty   []*client // clients with replies to write at the end of the callback
-	resume  []*client // clients whose pause ended
-	shared  []*link   // shared upstream connections (see loop.sharedLink)
-	rpool   []*request
-	call    routing.Call // the request being routed, classified once (client.route)
-	slots   []uint16
-	group   []int32
-	mg      *merger   // reply merging scratch (merge.go)
-	replies [][]byte  // scratch: a request's part replies
-	pos     [][]int32 // scratch: an MGET's key positions per part
-	num     []byte
-	scratch []byte
-	capKeys []byte // the key positions of a read's requests (capture.AppendKeyPos)
-	sf      *resp.ReplyFramer
-	hscan   resp.RequestScanner // splits held requests
+	later  []*client
+	inTask bool
+	dirty  []*client // clients with replies to write at the end of the callback
+	resume []*client // clients whose pause ended
+	// inFlushAll is set while flushAll runs (it is entered again from a
+	// write that fails: see flushAll).
+	inFlushAll bool
+	shared     []*link // shared upstream connections (see loop.sharedLink)
+	rpool      []*request
+	call       routing.Call // the request being routed, classified once (client.route)
+	slots      []uint16
+	group      []int32
+	mg         *merger   // reply merging scratch (merge.go)
+	replies    [][]byte  // scratch: a request's part replies
+	pos        [][]int32 // scratch: an MGET's key positions per part
+	num        []byte
+	scratch    []byte
+	capKeys    []byte // the key positions of a read's requests (capture.AppendKeyPos)
+	sf         *resp.ReplyFramer
+	hscan      resp.RequestScanner // splits held requests
 	// last is the command name looked up last, as the client spelt it,
 	// and its ID (see lookup).
 	last struct {
@@ -202,7 +205,32 @@ func (l *loop) commitIn() {
 // per link), then each touched client's ready replies (one write per
 // client). A shared link is written once per pass of the event loop
 // instead (see deferShared).
+//
+// A write may close its connection before it returns: gnet's Conn.Write
+// closes a connection whose write(2) fails (EPIPE, ECONNRESET: an engine
+// killed between two writes) and calls OnClose inside the Write (gnet
+// v2.9.7 conn.write), whose handlers (link.fail, a client's close) end
+// with a flushAll of their own. That inner call returns at once: the
+// outer one goes on and takes what the close queued (the failed requests'
+// error replies, links and clients it touched) in further passes, so
+// nothing waits for the next callback and no list is walked twice.
 func (l *loop) flushAll() {
+	if l.inFlushAll {
+		return
+	}
+	l.inFlushAll = true
+	for {
+		l.flushPass()
+		if len(l.touched) == 0 && len(l.dirty) == 0 && len(l.resume) == 0 {
+			break
+		}
+	}
+	l.inFlushAll = false
+}
+
+// flushPass is one pass of flushAll over the touched links, the dirty
+// clients and the clients to resume.
+func (l *loop) flushPass() {
 	l.commitIn()
 	if len(l.touched) > 0 {
 		var t int64
@@ -210,7 +238,8 @@ func (l *loop) flushAll() {
 			t = l.p.now()
 		}
 		deferring := l.deferShared()
-		for i, ln := range l.touched {
+		for i := 0; i < len(l.touched); i++ { // a failed write may touch more (link.fail)
+			ln := l.touched[i]
 			l.touched[i] = nil
 			if ln.owner == nil && deferring && !ln.dead {
 				l.deferred = append(l.deferred, ln) // stays touched until written
@@ -308,7 +337,10 @@ func (l *loop) writeDeferred() {
 	if l.m != nil {
 		t = l.p.now()
 	}
-	for i, ln := range l.deferred {
+	// A write that fails closes its link at once (see flushAll), whose
+	// flushAll may defer more links: they are written here too.
+	for i := 0; i < len(l.deferred); i++ {
+		ln := l.deferred[i]
 		if !ln.dead {
 			ln.write(t)
 		}
