@@ -613,6 +613,21 @@ func scAvoid(t testing.TB, core int) {
 	}
 	set(&rest)
 	t.Cleanup(func() { set(&all) })
+	// As many Ps as the cores left, as the Go runtime sizes GOMAXPROCS
+	// for a process started with that affinity: with more, the process's
+	// own threads queue for each other on the one core left of two (the
+	// test process's threads waited 0.85-0.98 times their CPU time for a
+	// CPU on an idle 2-core machine, GOMAXPROCS 2), which the tests that
+	// judge only the intervals without a starved host would read as the
+	// host's other work.
+	scAddProcs(t, rest.Count()-all.Count())
+}
+
+// scAddProcs changes GOMAXPROCS by n (at least 1 left) until the test
+// ends.
+func scAddProcs(t testing.TB, n int) {
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)+n, 1))
+	t.Cleanup(func() { runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)-n, 1)) })
 }
 
 // scBurn runs a CPU burner pinned to core, at the default priority, until
@@ -648,6 +663,11 @@ func scBurn(t testing.TB, core int) (tid int) {
 		t.Skipf("pin the burner to core %d: %v", core, err)
 	}
 	t.Cleanup(func() { close(stop); <-done })
+	// A P of its own: the burner stands for another process's work on
+	// the engine's core, and holding one of this process's Ps it would
+	// keep respmeter's loops and the clients from running (Go-level
+	// waits that the proxy's loop wait shows, proxy-saturated).
+	scAddProcs(t, 1)
 	return tid
 }
 
