@@ -145,6 +145,10 @@ func Build(in Input) split.Interval {
 // into iv.OthersResidual by the proxy's requests of each label). The
 // culprit is the label whose calls leave the most of that residual, its
 // busy share that of its calls other to the proxy's requests.
+// CulpritMin is the least share of all labels' residual work (Σ calls ×
+// mean² / 2T) that the culprit's calls must leave to be named.
+const CulpritMin = 0.05
+
 func others(iv *split.Interval, in Input) {
 	w := in.Witness
 	if len(w.Work) == 0 || w.Interval <= 0 {
@@ -232,6 +236,13 @@ func others(iv *split.Interval, in Input) {
 			iv.Culprit, iv.CulpritBusy = in.Labels[i], b
 			iv.CulpritMean = wk.Time / time.Duration(wk.Calls)
 		}
+	}
+	if top < CulpritMin*all {
+		// No label's calls leave a material part of the residual work:
+		// none is named (a script's inner calls, counted apart from the
+		// script and not sent by the proxy, would otherwise be named
+		// for next to nothing: "TIME (0s each)").
+		iv.Culprit, iv.CulpritBusy, iv.CulpritMean = "", 0, 0
 	}
 	iv.OthersBusy = min(busy, 1)
 	// Other clients' commands keep the thread no busier than its event

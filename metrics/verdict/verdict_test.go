@@ -224,6 +224,25 @@ func TestOutcomes(t *testing.T) {
 			},
 		},
 		{
+			// The same scripts each calling GET 1,000 times inside (0.28 µs
+			// a call, 14 % of the interval): commandstats counts the inner
+			// calls apart from the scripts, and the proxy sent none of
+			// them, but they leave next to none of the residual work: no
+			// culprit is named (not "GET (0s each) from other clients").
+			name:  "engine-saturated, scripts' inner calls",
+			loads: []load{{5, 500, 20200 * us, 20 * ms, 0}},
+			means: map[string]time.Duration{"eval": 2 * ms}, area: 10.1,
+			in: Input{WitnessOK: true, ProbeBase: 50 * us, Witness: engstats.Witness{Interval: time.Second, Commands: 500500, MainCPU: time.Second,
+				HasMainCPU: true, Exec: time.Second, Work: work(map[string]int64{"eval": 500, "get": 500000},
+					map[string]time.Duration{"eval": time.Second, "get": 140 * ms})}},
+			bound: "engine-saturated",
+			check: func(t *testing.T, _ split.Interval, v split.Verdict) {
+				if v.Culprit != "" {
+					t.Errorf("a script's inner calls named: %s", v)
+				}
+			},
+		},
+		{
 			// Cheap commands (memtier GET), the engine sharing its core with
 			// two burners: 180 µs of run queue per command against 2 µs of
 			// execution, one request in flight.
