@@ -64,11 +64,12 @@
 # the suite's server.crt. The engine gets the TLS settings the suite gives its own servers
 # (tls-cert-file, tls-key-file, tls-client-cert-file, tls-client-key-file, tls-ca-cert-file,
 # tls-dh-params-file, tls-replication yes; tls-auth-clients left at yes). Under --tls runtest
-# leaves out the units tagged tls:skip (all also external:skip). unit/tls (TLS_LAST) reconfigures
-# the engine's TLS listener (tls-auth-clients, tls-protocols, tls-ciphers, tls-port, the key file)
-# and, in external mode, makes the engine a replica of itself; so in the TLS modes it runs alone,
-# after the others, in a second runtest against the same engine (not when RUNTEST_ARGS has
-# --single: then the units are the caller's).
+# leaves out the units tagged tls:skip (unit/cluster, external:skip too). unit/tls (TLS_LAST)
+# reconfigures the engine's TLS listener (tls-auth-clients, tls-protocols, tls-ciphers, tls-port,
+# the key file) and, in external mode, applies to the engine itself the settings of a replica it
+# means to start (tls-cert-file) and makes it a replica; so in the TLS modes it runs alone, after
+# the others, in a second runtest against the same engine (not when RUNTEST_ARGS has --single:
+# then the units are the caller's).
 #
 # Usage: bench/redis-suite.sh                      every mode, one after another
 #        MODES="direct shared" JOBS=2 bench/redis-suite.sh
