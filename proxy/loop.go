@@ -84,26 +84,27 @@ type loop struct {
 	flushQueued bool
 	// later holds routed clients whose replies wait for the end of the
 	// pass (deferClient); inTask is set while the task writes them.
-	later  []*client
-	inTask bool
-	dirty  []*client // clients with replies to write at the end of the callback
-	resume []*client // clients whose pause ended
+	later   []*client
+	inTask  bool
+	dirty   []*client // clients with replies to write at the end of the callback
+	resume  []*client // clients whose pause ended
+	shared  []*link   // shared upstream connections (see loop.sharedLink)
+	rpool   []*request
+	call    routing.Call // the request being routed, classified once (client.route)
+	slots   []uint16
+	group   []int32
+	mg      *merger   // reply merging scratch (merge.go)
+	replies [][]byte  // scratch: a request's part replies
+	pos     [][]int32 // scratch: an MGET's key positions per part
+	num     []byte
+	scratch []byte
+	capKeys []byte // the key positions of a read's requests (capture.AppendKeyPos)
+	sf      *resp.ReplyFramer
+	hscan   resp.RequestScanner // splits held requests
+
 	// inFlushAll is set while flushAll runs (it is entered again from a
 	// write that fails: see flushAll).
 	inFlushAll bool
-	shared     []*link // shared upstream connections (see loop.sharedLink)
-	rpool      []*request
-	call       routing.Call // the request being routed, classified once (client.route)
-	slots      []uint16
-	group      []int32
-	mg         *merger   // reply merging scratch (merge.go)
-	replies    [][]byte  // scratch: a request's part replies
-	pos        [][]int32 // scratch: an MGET's key positions per part
-	num        []byte
-	scratch    []byte
-	capKeys    []byte // the key positions of a read's requests (capture.AppendKeyPos)
-	sf         *resp.ReplyFramer
-	hscan      resp.RequestScanner // splits held requests
 	// last is the command name looked up last, as the client spelt it,
 	// and its ID (see lookup).
 	last struct {

@@ -134,6 +134,10 @@ func Build(in Input) split.Interval {
 	return iv
 }
 
+// CulpritMin is the least share of all labels' residual work (Σ calls ×
+// mean² / 2T) that the culprit's calls must leave to be named.
+const CulpritMin = 0.05
+
 // others fills in iv the commands other than each of the proxy's
 // requests: per label, the engine's calls over the witness's interval,
 // of which the proxy's requests of that label in the verdict's (scaled to
@@ -145,10 +149,6 @@ func Build(in Input) split.Interval {
 // into iv.OthersResidual by the proxy's requests of each label). The
 // culprit is the label whose calls leave the most of that residual, its
 // busy share that of its calls other to the proxy's requests.
-// CulpritMin is the least share of all labels' residual work (Σ calls ×
-// mean² / 2T) that the culprit's calls must leave to be named.
-const CulpritMin = 0.05
-
 func others(iv *split.Interval, in Input) {
 	w := in.Witness
 	if len(w.Work) == 0 || w.Interval <= 0 {
