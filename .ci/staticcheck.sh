@@ -6,9 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STATICCHECK_VERSION=${STATICCHECK_VERSION:-2026.2.2}
+# The module version (v0.8.2 is staticcheck 2026.2.2): the Go module proxy
+# serves semver versions; a release name such as 2026.2.2 is a branch-style
+# query it may refuse.
+STATICCHECK_VERSION=${STATICCHECK_VERSION:-v0.8.2}
 bin="$(go env GOPATH)/bin/staticcheck"
-if ! "$bin" -version 2>/dev/null | grep -q "^staticcheck $STATICCHECK_VERSION "; then
+if ! "$bin" -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
 	go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
 "$bin" ./...
