@@ -555,7 +555,7 @@ func TestProxyObservability(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^verdict: cycle \S+: client \d+% \| path \d+% \| engine (\d+%|n/a \(no engine stats for these commands\))` +
 			`( \| engine wait \d+%( \(run queue \d+%\))?)? \| proxy \d+%( \((tls \d+%(, )?)?(loop wait \d+%)?\))?( \| injected \d+%)? — ` + verdictBounds[1:len(verdictBounds)-1] +
-			`(; engine thread \d+% busy(, \d+% with \S+ \(\S+ each\) from other clients)?)?` +
+			`(; engine thread \d+% busy(, \d+% with \S+ \(\S+ each\)( from other clients| through respmeter| \(\d+% through respmeter\)))?)?` +
 			`(; respmeter's threads waited \d+\.\dx their CPU time for a CPU)?; Little: L \d+\.\d\d vs λW \d+\.\d\d$`,
 		`(?m)^next: \S`,
 		`(?m)^Command +Timed +total \(ms\) +upstream \(ms\) +engine \(ms\) +wait \(ms\) +run queue \(ms\) +path \(ms\) +proxy \(ms\) +loop wait \(ms\) +injected \(ms\)$`,

@@ -119,11 +119,13 @@ type verdictJSON struct {
 	ProxyRunQueueSeconds float64 `json:"proxy_run_queue_seconds"`
 	// The wait behind other clients' commands per request (part of
 	// engine_wait_seconds) and the command of theirs that kept the engine
-	// busiest ("" when none): its share of the interval and mean.
+	// busiest ("" when none): its share of the interval, its mean and
+	// the share of its calls sent through respmeter (0..1).
 	OthersWaitSeconds  float64 `json:"others_wait_seconds"`
 	Culprit            string  `json:"culprit"`
 	CulpritBusy        float64 `json:"culprit_busy"`
 	CulpritMeanSeconds float64 `json:"culprit_mean_seconds"`
+	CulpritSent        float64 `json:"culprit_sent"`
 	// Parts is the account per request in seconds by part
 	// (split.PartNames; they add up to cycle_seconds), as
 	// respmeter_verdict_seconds_total, the table and the live page name
@@ -211,6 +213,7 @@ func newVerdictJSON(rec *verdict.Record) *verdictJSON {
 		Culprit:              v.Culprit,
 		CulpritBusy:          v.CulpritBusy,
 		CulpritMeanSeconds:   v.CulpritMean.Seconds(),
+		CulpritSent:          v.CulpritSent,
 		Parts:                partsJSON(v.Parts()),
 		Next:                 v.Next(),
 		String:               v.String(),

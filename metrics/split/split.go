@@ -113,12 +113,15 @@ type Interval struct {
 	// leaves 1 ms on average, a 1 µs one nothing). Culprit is the label
 	// of the other clients' command that leaves the most of that residual,
 	// CulpritBusy its share of the interval and CulpritMean its mean
-	// execution. All zero when unknown.
+	// execution; CulpritSent is the share of those calls that came
+	// through respmeter (0..1: another of its clients' DEBUG loop is
+	// 1, a loop sent to the engine directly 0). All zero when unknown.
 	OthersBusy     float64
 	OthersResidual time.Duration
 	Culprit        string
 	CulpritBusy    float64
 	CulpritMean    time.Duration
+	CulpritSent    float64
 	// Classes, when known, are the interval's requests per command label
 	// with the residual work of every other command each one finds, so
 	// that a GET queued behind 2 ms commands (another client's, proxied
@@ -343,11 +346,13 @@ type Verdict struct {
 	// OthersWait is the part of EngineWait spent behind other clients'
 	// commands (OthersWait; after the cap), Culprit the command label of
 	// those that kept the engine busiest, with CulpritBusy (its share of
-	// the interval, 0..1) and CulpritMean (its mean execution).
+	// the interval, 0..1), CulpritMean (its mean execution) and
+	// CulpritSent (the share of them sent through respmeter, 0..1).
 	OthersWait  time.Duration
 	Culprit     string
 	CulpritBusy float64
 	CulpritMean time.Duration
+	CulpritSent float64
 	// Classes are the per-label means of Interval.Classes, nil without
 	// them; their request-weighted means make up Exec and EngineWait for
 	// the requests they hold.
@@ -407,7 +412,8 @@ func (iv Interval) Verdict() Verdict {
 	}
 	n := float64(iv.Requests)
 	upstream := iv.Upstream.Seconds() / n
-	a := Account{Requests: iv.Requests, Culprit: iv.Culprit, CulpritBusy: iv.CulpritBusy, CulpritMean: iv.CulpritMean}
+	a := Account{Requests: iv.Requests, Culprit: iv.Culprit, CulpritBusy: iv.CulpritBusy, CulpritMean: iv.CulpritMean,
+		CulpritSent: iv.CulpritSent}
 	engine := 0.0
 	if iv.EngineMean > 0 {
 		a.EngineKnown = true
@@ -622,10 +628,11 @@ type Account struct {
 	// Utilization is the engine thread's busy share, UpInFlight the mean
 	// number of the proxy's requests in the upstream phase.
 	Utilization, UpInFlight float64
-	// Culprit, CulpritBusy, CulpritMean: see Interval.
+	// Culprit, CulpritBusy, CulpritMean, CulpritSent: see Interval.
 	Culprit     string
 	CulpritBusy float64
 	CulpritMean time.Duration
+	CulpritSent float64
 	// The proxy's threads' CPU and run-queue wait (ProxyHostKnown), and
 	// that wait per request (ProxyWait).
 	ProxyCPU, ProxyRunQueue, ProxyWait time.Duration
@@ -704,7 +711,7 @@ func (a Account) Verdict() Verdict {
 	v.LoopReply = a.LoopReply
 	v.Classes = a.Classes
 	if a.Others > 0 && a.CulpritBusy >= CulpritBusy {
-		v.Culprit, v.CulpritBusy, v.CulpritMean = a.Culprit, a.CulpritBusy, a.CulpritMean
+		v.Culprit, v.CulpritBusy, v.CulpritMean, v.CulpritSent = a.Culprit, a.CulpritBusy, a.CulpritMean, a.CulpritSent
 	}
 	if a.ProxyHostKnown && a.ProxyCPU > 0 {
 		v.ProxyHostKnown = true
@@ -761,8 +768,8 @@ func (v Verdict) Next() string {
 		return "the engine waits for a CPU: give its process a core of its own (taskset) and move CPU-heavy neighbours away"
 	case "engine-busy":
 		if v.Culprit != "" {
-			return fmt.Sprintf("other clients' %s commands keep the engine busy %.0f%% of the time (%v each): find them (SLOWLOG GET, CLIENT LIST) and shorten, split or move them",
-				strings.ToUpper(v.Culprit), 100*v.CulpritBusy, v.CulpritMean.Round(time.Microsecond))
+			return fmt.Sprintf("%s commands keep the engine busy %.0f%% of the time (%v each)%s: find them (SLOWLOG GET, CLIENT LIST, respmeter's slow log) and shorten, split or move them",
+				strings.ToUpper(v.Culprit), 100*v.CulpritBusy, v.CulpritMean.Round(time.Microsecond), v.culpritFrom())
 		}
 		return "other clients' commands keep the engine busy: find them (SLOWLOG GET, CLIENT LIST) and shorten, split or move them"
 	case "engine-saturated":
@@ -771,6 +778,20 @@ func (v Verdict) Next() string {
 		return "the commands' own execution dominates: cheaper commands (smaller values, fewer keys per call)"
 	}
 	return ""
+}
+
+// culpritFrom says who sent the culprit's calls, from CulpritSent:
+// " from other clients" (engine clients other than respmeter's, under 5 %
+// through it), " through respmeter" (95 % or more: other requests than
+// those waiting, from its clients), or the share through it.
+func (v Verdict) culpritFrom() string {
+	switch {
+	case v.CulpritSent < 0.05:
+		return " from other clients"
+	case v.CulpritSent >= 0.95:
+		return " through respmeter"
+	}
+	return fmt.Sprintf(" (%.0f%% through respmeter)", 100*v.CulpritSent)
 }
 
 // seconds converts s seconds to a Duration, rounded to the nanosecond.
@@ -820,8 +841,8 @@ func (v Verdict) String() string {
 		}
 	}
 	if v.Culprit != "" {
-		fmt.Fprintf(&b, ", %.0f%% with %s (%v each) from other clients", 100*v.CulpritBusy, strings.ToUpper(v.Culprit),
-			v.CulpritMean.Round(time.Microsecond))
+		fmt.Fprintf(&b, ", %.0f%% with %s (%v each)%s", 100*v.CulpritBusy, strings.ToUpper(v.Culprit),
+			v.CulpritMean.Round(time.Microsecond), v.culpritFrom())
 	}
 	if v.ProxyHostKnown && v.Bound == "host-starved" {
 		fmt.Fprintf(&b, "; respmeter's threads waited %.1fx their CPU time for a CPU", v.ProxyStarved)

@@ -235,6 +235,7 @@ func others(iv *split.Interval, in Input) {
 			top = r
 			iv.Culprit, iv.CulpritBusy = in.Labels[i], b
 			iv.CulpritMean = wk.Time / time.Duration(wk.Calls)
+			iv.CulpritSent = min(float64(proxied[in.Labels[i]].n)*scale/float64(wk.Calls), 1)
 		}
 	}
 	if top < CulpritMin*all {
@@ -242,7 +243,7 @@ func others(iv *split.Interval, in Input) {
 		// none is named (a script's inner calls, counted apart from the
 		// script and not sent by the proxy, would otherwise be named
 		// for next to nothing: "TIME (0s each)").
-		iv.Culprit, iv.CulpritBusy, iv.CulpritMean = "", 0, 0
+		iv.Culprit, iv.CulpritBusy, iv.CulpritMean, iv.CulpritSent = "", 0, 0, 0
 	}
 	iv.OthersBusy = min(busy, 1)
 	// Other clients' commands keep the thread no busier than its event
@@ -349,8 +350,8 @@ type Sum struct {
 }
 
 type culprit struct {
-	busy, mean float64 // weighted by requests
-	n          float64
+	busy, mean, sent float64 // weighted by requests
+	n                float64
 }
 
 // Add adds an interval's record.
@@ -396,6 +397,7 @@ func (s *Sum) Add(rec *Record) {
 		c := s.culprits[v.Culprit]
 		c.busy += v.CulpritBusy * r
 		c.mean += v.CulpritMean.Seconds() * r
+		c.sent += v.CulpritSent * r
 		c.n += r
 		s.culprits[v.Culprit] = c
 	}
@@ -426,6 +428,7 @@ func (s *Sum) Account() split.Account {
 			top = c.busy
 			a.Culprit, a.CulpritBusy = name, c.busy/r
 			a.CulpritMean = time.Duration(c.mean / c.n * float64(time.Second))
+			a.CulpritSent = c.sent / c.n
 		}
 	}
 	return a

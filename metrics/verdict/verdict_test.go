@@ -366,8 +366,12 @@ func TestOutcomes(t *testing.T) {
 				}
 				near(t, "others' residual, GET-weighted (ms)", millis(iv.OthersResidual), 0.6*0.8, 0.001)
 				near(t, "wait (ms)", millis(v.EngineWait), (600*2.448+400*millis(v.Classes[1].Wait))/1000, 0.002)
-				if v.Culprit != "debug" || math.Abs(v.CulpritBusy-0.8) > 0.001 || v.CulpritMean != 2*ms {
-					t.Errorf("culprit %q %v %v: %s", v.Culprit, v.CulpritBusy, v.CulpritMean, v)
+				// Every DEBUG came through respmeter: the line says so,
+				// not "from other clients".
+				if v.Culprit != "debug" || math.Abs(v.CulpritBusy-0.8) > 0.001 || v.CulpritMean != 2*ms || v.CulpritSent != 1 ||
+					!strings.Contains(v.String(), "80% with DEBUG (2ms each) through respmeter") ||
+					!strings.Contains(v.Next(), "(2ms each) through respmeter") {
+					t.Errorf("culprit %q %v %v sent %v: %s; next: %s", v.Culprit, v.CulpritBusy, v.CulpritMean, v.CulpritSent, v, v.Next())
 				}
 			},
 		},
@@ -448,6 +452,40 @@ func near(t *testing.T, what string, got, want, tol float64) {
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// TestCulpritSent: who sent the culprit's calls, per interval and summed
+// over intervals (weighted by their requests): an interval in which
+// another client of respmeter looped DEBUG (all of them through it) and
+// one in which a client of the engine did (none) read "(25% through
+// respmeter)" since start, where the first has 300 of the 1,200
+// requests.
+func TestCulpritSent(t *testing.T) {
+	iv := func(requests int64, sent float64) split.Interval {
+		return split.Interval{Length: time.Second, Requests: requests, Total: time.Duration(requests) * 2600 * us,
+			Upstream: time.Duration(requests) * 2500 * us, EngineMean: 2 * us, InFlight: 1, Utilization: 0.8, Demand: 2 * us,
+			BusyKnown: true, RTTFloor: 50 * us, OthersBusy: 0.8, OthersResidual: 800 * us,
+			Culprit: "debug", CulpritBusy: 0.8, CulpritMean: 2 * ms, CulpritSent: sent}
+	}
+	var s Sum
+	for _, c := range []struct {
+		iv   split.Interval
+		want string
+	}{
+		{iv(300, 1), "80% with DEBUG (2ms each) through respmeter"},
+		{iv(900, 0), "80% with DEBUG (2ms each) from other clients"},
+	} {
+		rec := &Record{Interval: c.iv, Verdict: c.iv.Verdict()}
+		if rec.Verdict.Bound != "engine-busy" || !strings.Contains(rec.Verdict.String(), c.want) {
+			t.Errorf("interval: %s; want %q", rec.Verdict, c.want)
+		}
+		s.Add(rec)
+	}
+	v := s.Verdict()
+	near(t, "sent since start", v.CulpritSent, 0.25, 1e-9)
+	if !strings.Contains(v.String(), "80% with DEBUG (2ms each) (25% through respmeter)") {
+		t.Errorf("since start: %s", v)
+	}
+}
 
 // TestSumOfIntervals: the account since start is the sum of its
 // intervals (each part per request weighted by the interval's requests),
