@@ -154,9 +154,14 @@ wait_until() { # SECONDS CMD...: poll CMD every 0.2 s, bounded
 
 proxy_ok() { [ "$(cli "$PROXY_PORT" ping)" = PONG ] && { [ -z "$CLUSTERED" ] || cluster_ok; }; }
 
+# The harness reads two gauges of /metrics, by name (client_golang's name[] filter): the whole
+# exposition (270-430 KB) took over the scrape's 2 s to render and send on the overloaded host,
+# and a transfer cut before respmeter_requests_in_flight read as no answer.
+GAUGES='metrics?name[]=go_goroutines&name[]=respmeter_requests_in_flight'
+
 scrape() { # one line of metrics.tsv: time goroutines fds(/proc) rss_kib inflight
   local m fds rss
-  m=$(timeout 2 curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null || true)
+  m=$(timeout 2 curl -gs "http://127.0.0.1:$ADMIN_PORT/$GAUGES" 2>/dev/null || true)
   fds=$(ls "/proc/$PROXY_PID/fd" 2>/dev/null | wc -l || true)
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$PROXY_PID/status" 2>/dev/null || echo 0)
   printf '%s\t%s\t%s\t%s\t%s\n' "$(now)" \
@@ -164,7 +169,7 @@ scrape() { # one line of metrics.tsv: time goroutines fds(/proc) rss_kib infligh
     "$(awk '$1 == "respmeter_requests_in_flight" {print $2}' <<<"$m")"
 }
 
-inflight() { timeout 2 curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null | awk '$1 == "respmeter_requests_in_flight" {print $2}'; }
+inflight() { timeout 2 curl -gs "http://127.0.0.1:$ADMIN_PORT/$GAUGES" 2>/dev/null | awk '$1 == "respmeter_requests_in_flight" {print $2}'; }
 
 # round NAME OK-CMD...: run one bounded round and append "name start end ok detail" to rounds.tsv.
 # OK-CMD prints a one-line detail and exits 0 when the round passed.
@@ -328,7 +333,7 @@ fault() {
   t1=$(now)
   # in flight back within the load's concurrency (a request never answered stays counted)
   local fl=""
-  if wait_until 10 bash -c "v=\$(timeout 2 curl -s http://127.0.0.1:$ADMIN_PORT/metrics | awk '\$1 == \"respmeter_requests_in_flight\" {print \$2}'); [ -n \"\$v\" ] && [ \"\${v%.*}\" -le $INFLIGHT_LOAD_MAX ]"; then
+  if wait_until 10 bash -c "v=\$(timeout 2 curl -gs 'http://127.0.0.1:$ADMIN_PORT/$GAUGES' | awk '\$1 == \"respmeter_requests_in_flight\" {print \$2}'); [ -n \"\$v\" ] && [ \"\${v%.*}\" -le $INFLIGHT_LOAD_MAX ]"; then
     fl=$(inflight)
   else
     ok=0
