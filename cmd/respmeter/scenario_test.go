@@ -191,6 +191,12 @@ func scVerdicts(t testing.TB, st *stack, l *scLoad, also ...*scLoad) []*verdict.
 // interval's verdict record as it is collected.
 func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Record), also ...*scLoad) []*verdict.Record {
 	t.Helper()
+	return scVerdictsN(t, st, l, scIntervals, each, also...)
+}
+
+// scVerdictsN is scVerdictsEach collecting n intervals.
+func scVerdictsN(t testing.TB, st *stack, l *scLoad, n int, each func(*verdict.Record), also ...*scLoad) []*verdict.Record {
+	t.Helper()
 	time.Sleep(scWarmUp)
 	start := st.analyzer.Latest()
 	redistest.Eventually(t, 5*st.analyzer.Interval(), func() error {
@@ -205,7 +211,7 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 	}
 	var out []*verdict.Record
 	last := st.analyzer.Latest()
-	redistest.Eventually(t, time.Duration(scIntervals+3)*st.analyzer.Interval(), func() error {
+	redistest.Eventually(t, time.Duration(n+3)*st.analyzer.Interval(), func() error {
 		if cur := st.analyzer.Latest(); cur != last {
 			out = append(out, cur)
 			last = cur
@@ -213,7 +219,7 @@ func scVerdictsEach(t testing.TB, st *stack, l *scLoad, each func(*verdict.Recor
 				each(cur)
 			}
 		}
-		if len(out) < scIntervals {
+		if len(out) < n {
 			return fmt.Errorf("only %d verdict intervals", len(out))
 		}
 		return nil
@@ -445,6 +451,9 @@ func scenarioPathDelay(t testing.TB) {
 // engine-starved in the next two).
 const scStarvedInterval = 3 * time.Second
 
+// scStarvedIntervals is how many of them TestScenarioEngineStarved judges.
+const scStarvedIntervals = 5
+
 // TestScenarioEngineStarved: redis-server pinned to one core at nice 5,
 // one closed-loop client of a CPU-bound Lua loop (20,000 iterations: ~0.4
 // ms of CPU a call on an idle core), then a CPU burner at nice 0 pinned to
@@ -452,12 +461,18 @@ const scStarvedInterval = 3 * time.Second
 // against the burner's 1024, sched(7)) leaves it a quarter of the core
 // while the burner runs, so each call waits milliseconds for the CPU; the
 // client measures its round trip before and with the burner. respmeter
-// must say engine-starved in every interval with the burner, its run-queue
-// wait per request between the engine's own (schedstat, read by the test)
-// per command and all of it over the requests. Judged, like
-// TestScenarioSaturatedDefaults, only in the intervals in which this
-// process's threads waited for a CPU less than half as long as they ran;
-// with fewer than two it skips, saying so with its figures.
+// must say engine-starved in at least 80 % of scStarvedIntervals intervals
+// with the burner, its run-queue wait per request between the engine's own
+// (schedstat, read by the test) per command and all of it over the
+// requests. Judged only in the intervals in which this process's threads
+// waited for a CPU less than half as long as they ran; with fewer than
+// three it skips, saying so with its figures. Not every interval: this
+// process (respmeter and the client) shares the one core the test leaves
+// it, and in a CI run one interval in three or four had respmeter's loops
+// waiting longer than the engine (loop wait 46-55 % of the cycle, the
+// engine's run queue 32-36 %: proxy-saturated) or the client's goroutine
+// late (client-bound), with the process's threads waiting 0.25-0.40x
+// their CPU time.
 func TestScenarioEngineStarved(t *testing.T) {
 	redistest.SkipIfUnavailable(t)
 	redistest.Retry(t, 3, scenarioEngineStarved)
@@ -495,7 +510,7 @@ func scenarioEngineStarved(t testing.TB) {
 		engWaits, engRan = append(engWaits, w), append(engRan, n)
 	}
 	self(nil)
-	recs := scVerdictsEach(t, st, load, self)
+	recs := scVerdictsN(t, st, load, scStarvedIntervals, self)
 	load.stop()
 	sb := scMean(before)
 	t.Logf("before the burner: %s; client %v", sb, baseline)
@@ -514,7 +529,8 @@ func scenarioEngineStarved(t testing.TB) {
 	// loop wait 48 % of the cycle against the engine's run queue 33 %,
 	// proxy-saturated). Scenario intervals are scStarvedInterval long, so
 	// the read a few milliseconds late hardly moves the ratio.
-	judged := 0
+	judged, starved := 0, 0
+	var others []string
 	for i, r := range recs {
 		cpu, rq := cpus[i+1]-cpus[i], waits[i+1]-waits[i]
 		t.Logf("interval %d: %d requests, the test process's threads %v on a CPU, %v waiting for one (%.2fx); %s",
@@ -523,13 +539,18 @@ func scenarioEngineStarved(t testing.TB) {
 			continue
 		}
 		judged++
-		if r.Verdict.Bound != "engine-starved" {
-			t.Errorf("interval %d: verdict %q, want %q (%s)", i, r.Verdict.Bound, "engine-starved", r.Verdict)
+		if r.Verdict.Bound == "engine-starved" {
+			starved++
+		} else {
+			others = append(others, fmt.Sprintf("interval %d: %s", i, r.Verdict))
 		}
 	}
-	if judged < 2 {
+	if judged < 3 {
 		t.Skipf("in only %d of %d intervals did this process's threads wait for a CPU less than half as long as they ran "+
 			"(the host's other work starved respmeter and the client): the verdict cannot be judged in this run", judged, len(recs))
+	}
+	if starved*5 < judged*4 {
+		t.Errorf("engine-starved in %d of %d judged intervals, want at least 80%%; the others:\n%s", starved, judged, strings.Join(others, "\n"))
 	}
 	// The amount, over all the intervals, against the engine's own
 	// run-queue wait as the test read it (schedstat): at least its mean
