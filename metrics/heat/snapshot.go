@@ -197,6 +197,7 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 		all := map[keyID]*merged{}
 		for li, l := range s.loops {
 			l.mu.Lock()
+			l.applySamples()
 			l.sum[r].copyTo(scratch)
 			z = max(z, l.zMax[r])
 			l.mu.Unlock()
