@@ -179,6 +179,16 @@ func (l *Loop) ShardObserveLocked(shard int, total, upstream, service time.Durat
 	observePhases(&sh.phases, total, upstream, service, 0)
 }
 
+// ShardTLSLocked records d as the PhaseTLS of one command of a TLS client
+// sent to shard, after its ShardObserveLocked (whose total already holds
+// d), as TLSLocked does for the command's own stats. A shard outside [0,
+// MaxShards] is ignored. The caller must hold the lock.
+func (l *Loop) ShardTLSLocked(shard int, d time.Duration) {
+	if sh := l.shard(shard); sh != nil {
+		sh.phases[PhaseTLS].observe(max(d, 0))
+	}
+}
+
 // ShardCountLocked counts a command sent to shard, and an error if isErr,
 // without timing it (as CountLocked). A shard outside [0, MaxShards] is
 // ignored. The caller must hold the lock.

@@ -1504,6 +1504,10 @@ func (s *client) flush() {
 					// migration's write pause on the source shows there.
 					m.ShardObserveLocked(p.mshard, total-time.Duration(e.inj)-time.Duration(p.tSent-p.tFirst),
 						time.Duration(p.tReply-p.tSent), time.Duration(p.tReply-p.svcFrom), isErr)
+					if s.tlsm != nil {
+						// Each part's total is its command's, crypto included.
+						m.ShardTLSLocked(p.mshard, time.Duration(e.tls))
+					}
 				default:
 					m.ShardCountLocked(p.mshard, isErr)
 				}

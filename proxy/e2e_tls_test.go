@@ -571,3 +571,71 @@ func TestTLSNagleClient(t *testing.T) {
 		t.Errorf("a client with Nagle's algorithm on waited %v more for its first reply (%v against %v)", d, nagle[3], noDelay[3])
 	}
 }
+
+// TestTLSShardPhase: under hash-slot routing, a TLS client's crypto time
+// is booked on the shard each command went to as it is on the command, so
+// that the shard's verdict can name it: after 300 SETs and GETs through
+// the TLS listener, every command the shard timed has a tls observation,
+// and the shard's tls sum lies between the SETs' and GETs' and all the
+// commands'; a plaintext client's commands then add to the shard's
+// commands and not to its tls.
+func TestTLSShardPhase(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
+		c.Listen, c.Route, c.Shards = "127.0.0.1:0", proxy.RouteSlots, []string{e.srv.Addr()}
+	})
+	ctx := context.Background()
+	c := e.client(t, e.ca.ClientConfig())
+	for i := range 150 {
+		k := "shardtls:" + strconv.Itoa(i)
+		if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2eWaitCount(t, e.set, "get", 150)
+	shard := func(sn *metrics.Snapshot) *metrics.ShardStats {
+		for i := range sn.Shards {
+			if sn.Shards[i].Name == e.srv.Addr() {
+				return &sn.Shards[i]
+			}
+		}
+		t.Fatalf("no shard %s in %d shards", e.srv.Addr(), len(sn.Shards))
+		return nil
+	}
+	sn := e.set.Snapshot()
+	sh := shard(sn)
+	var all, setGet time.Duration
+	for _, cs := range sn.Commands {
+		all += cs.Phases[metrics.PhaseTLS].Sum
+		if cs.Name == "set" || cs.Name == "get" {
+			setGet += cs.Phases[metrics.PhaseTLS].Sum
+		}
+	}
+	timed, tlsN, tlsSum := sh.Phases[metrics.PhaseTotal].Count(), sh.Phases[metrics.PhaseTLS].Count(), sh.Phases[metrics.PhaseTLS].Sum
+	if timed < 300 || tlsN != timed {
+		t.Errorf("shard timed %d commands, %d with a tls phase; want at least 300, all of them", timed, tlsN)
+	}
+	if setGet <= 0 || tlsSum < setGet || tlsSum > all {
+		t.Errorf("shard's tls sum %v; want between the SETs' and GETs' %v and all commands' %v", tlsSum, setGet, all)
+	}
+
+	// A plaintext client: the shard's commands grow, its tls does not.
+	pc := redis.NewClient(&redis.Options{Addr: e.p.Addr(), DisableIdentity: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = pc.Close() })
+	for i := range 50 {
+		if err := pc.Get(ctx, "shardtls:"+strconv.Itoa(i)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2eWaitCount(t, e.set, "get", 200)
+	sh = shard(e.set.Snapshot())
+	if n := sh.Phases[metrics.PhaseTotal].Count(); n < timed+50 {
+		t.Errorf("shard timed %d commands after the plaintext client's 50 GETs, want at least %d", n, timed+50)
+	}
+	if n, s := sh.Phases[metrics.PhaseTLS].Count(), sh.Phases[metrics.PhaseTLS].Sum; n != tlsN || s != tlsSum {
+		t.Errorf("plaintext GETs changed the shard's tls phase: %d observations, %v (was %d, %v)", n, s, tlsN, tlsSum)
+	}
+}

@@ -292,11 +292,13 @@ func TestFromShard(t *testing.T) {
 	l.ShardObserveLocked(a, 10*ms, 8*ms, 8*ms, false)
 	l.ShardObserveLocked(b, 10*ms, 3*ms, 3*ms, false)
 	l.ShardObserveLocked(a, 3*ms, 2*ms, 2*ms, false)
+	// The GET's client is a TLS one: 0.5 ms of its proxy time is crypto.
+	l.ShardTLSLocked(a, ms/2)
 	l.Unlock()
 	cur := set.Sums()
 
 	got := FromShard(prev, cur, "127.0.0.1:7000")
-	want := Interval{Requests: 2, Total: 13 * ms, Upstream: 10 * ms, Proxy: 3 * ms, InFlight: -1}
+	want := Interval{Requests: 2, Total: 13 * ms, Upstream: 10 * ms, Proxy: 3 * ms, TLS: ms / 2, InFlight: -1}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("shard a: %+v, want %+v", got, want)
 	}
@@ -307,6 +309,16 @@ func TestFromShard(t *testing.T) {
 	}
 	if got := FromShard(prev, cur, "127.0.0.1:7002"); !reflect.DeepEqual(got, Interval{InFlight: -1}) {
 		t.Errorf("unknown shard: %+v, want empty", got)
+	}
+	// The shard's verdict names its TLS clients' crypto as the overall
+	// one does: a quarter of shard a's 2 ms of proxy time per request.
+	iv := FromShard(prev, cur, "127.0.0.1:7000")
+	v := iv.Verdict()
+	if want := 0.5 / 13.0; math.Abs(v.TLS-want) > 1e-9 {
+		t.Errorf("shard a's verdict: tls share %.4f, want %.4f", v.TLS, want)
+	}
+	if txt := v.String(); !strings.Contains(txt, "(tls 4%") {
+		t.Errorf("shard a's verdict does not name tls: %q", txt)
 	}
 }
 
