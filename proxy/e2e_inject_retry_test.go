@@ -92,8 +92,15 @@ rules:
 	if r.TryAgainRetries != int64(hits) {
 		t.Errorf("routing retried %d -TRYAGAINs, want every one injected: %d", r.TryAgainRetries, hits)
 	}
-	sn := set.Snapshot()
-	pen := sn.RedirectPenalty
+	// Each SET is recorded once its reply is written: the last may be
+	// recorded after the client read it.
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if got := proxytest.Command(t, set, "set").Count; got != n {
+			return fmt.Errorf("%d SETs recorded, want %d", got, n)
+		}
+		return nil
+	})
+	pen := set.Snapshot().RedirectPenalty
 	cmd := proxytest.Command(t, set, "set")
 	if pen.Count() == 0 || pen.Count() > n || pen.Percentile(0) < 9900*time.Microsecond {
 		t.Fatalf("redirect penalty: %d, min %v; want one per retried SET, each at least the first back-off (10 ms)", pen.Count(), pen.Percentile(0))
@@ -268,5 +275,61 @@ func TestInjectTryAgainWindowFacade(t *testing.T) {
 	}
 	if got := setsRun(t, srvs); got != 1 {
 		t.Errorf("the engines ran %d SETs, want 1 (the slot-routed one, once)", got)
+	}
+}
+
+// TestInjectTryAgainPipelined: a pipeline of a SET that a retry rule
+// answers -TRYAGAIN for 300 ms and a GET behind it. The GET waits behind
+// the retried SET (the client's input is held, as behind a delay): both
+// are answered once the window closes, in order; the SET's wait is routing's
+// (upstream, redirect penalty), the GET's injected.
+func TestInjectTryAgainPipelined(t *testing.T) {
+	_, p, set, in := startRetry(t, `rules:
+- name: rehashing
+  commands: [SET]
+  keys: "t:*"
+  for: 300ms
+  error: "`+tryAgainText+`"
+  retry: true
+`)
+	c := injectClient(t, p.Addr(), 5*time.Second)
+	ctx := context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var get *redis.StringCmd
+	start := time.Now()
+	if _, err := c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Set(ctx, "t:1", "v", 0)
+		get = pl.Get(ctx, "t:1")
+		return nil
+	}); err != nil {
+		t.Fatalf("pipeline: %v", err)
+	}
+	el := time.Since(start)
+	if get.Val() != "v" {
+		t.Errorf("GET behind the retried SET: %q, want v (run after it)", get.Val())
+	}
+	if in.Hits(0) < 2 {
+		t.Skipf("the pipeline was read %v after the window opened: too slow a machine to see the retries", el)
+	}
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if s, g := proxytest.Command(t, set, "set").Count, proxytest.Command(t, set, "get").Count; s != 1 || g != 1 {
+			return fmt.Errorf("%d SETs and %d GETs recorded, want 1 each", s, g)
+		}
+		return nil
+	})
+	setCmd, getCmd := proxytest.Command(t, set, "set"), proxytest.Command(t, set, "get")
+	if up := setCmd.Phases[metrics.PhaseUpstream].Max(); up < 290*time.Millisecond {
+		t.Errorf("the SET's upstream: %v, want the retries' waits (the window, 300 ms)", up)
+	}
+	if n := setCmd.Phases[metrics.PhaseInjected].Count(); n != 0 {
+		t.Errorf("the SET has an injected phase (%d): its waits are routing's", n)
+	}
+	if inj := getCmd.Phases[metrics.PhaseInjected]; inj.Count() != 1 || inj.Max() < 290*time.Millisecond {
+		t.Errorf("the GET's injected phase: %d, max %v; want its wait behind the SET (the window, 300 ms)", inj.Count(), inj.Max())
+	}
+	if own := getCmd.Phases[metrics.PhaseProxy].Max(); own > 50*time.Millisecond {
+		t.Errorf("the GET's proxy time: %v: its wait behind the SET is booked as respmeter's own", own)
 	}
 }
