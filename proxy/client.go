@@ -380,6 +380,18 @@ type client struct {
 	// through (a delay or a reply delay; nil: none), and injDelayed the
 	// rule of the request a delay holds, until it passes.
 	injRule, injDelayed *injRule
+	// A -TRYAGAIN retried by routing (a rule with retry:, inject.go's
+	// tryAgain): injTry[0] is the rule that answered the request held,
+	// injTryAt when it first did, injTries the retries so far, injRetry
+	// that the next request routed is that one (matched against the rule
+	// again). injBook is the number of a retried request that went on to
+	// its shard, whose retries are booked at the end of the batch from
+	// injBookAt (bookRetried); 0: none.
+	injTry              [1]*injRule
+	injTryAt, injBookAt int64
+	injBook             uint64
+	injTries            uint8
+	injRetry            bool
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {

@@ -371,6 +371,11 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\", \"127.0.0.1:7001\"]\n  for: 2s\n  failover: {to: \"127.0.0.1:7004\"}\n", `rules.yaml:2: rules[0]: rule "f": failover needs shards: with one address`},
 		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\"]\n  for: 2s\n  failover: {to: \"127.0.0.1:7000\"}\n", `rules.yaml:2: rules[0]: rule "f": failover: to: is the shard itself`},
 		{"rules:\n- name: f\n  shards: [\"127.0.0.1:7000\"]\n  for: 2s\n  failover: \"127.0.0.1:7004\"\n", `rules.yaml:5: rules[0]: failover: want a mapping with to:`},
+		{"rules:\n- name: r\n  retry: true\n  delay: 1ms\n", `rules.yaml:3: rules[0]: rule "r": retry: only with an error: whose text starts with TRYAGAIN`},
+		{"rules:\n- name: r\n  error: \"LOADING loading\"\n  retry: true\n", `rules.yaml:4: rules[0]: rule "r": retry: only with an error: whose text starts with TRYAGAIN`},
+		{"rules:\n- name: r\n  error: \"TRYAGAINX x\"\n  retry: true\n", `rules.yaml:4: rules[0]: rule "r": retry: only with an error: whose text starts with TRYAGAIN`},
+		{"rules:\n- name: r\n  error: \"TRYAGAIN x\"\n  retry: yes please\n", `rules.yaml:4: rules[0]: retry: want true or false`},
+		{`{"rules": [{"name": "r", "error": "-TRYAGAIN x", "retry": true}, {"name": "s", "reset": true, "retry": true}]}`, `rules.yaml:1: rules[1]: rule "s": retry: only with an error:`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

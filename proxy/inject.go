@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -10,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,7 +41,11 @@ import (
 //     as a delayed one and held behind it counts its wait as injected too.
 //   - error: the request is answered with the rule's error reply and never
 //     forwarded (a rule can only answer with an error: a command the
-//     engine did not see never gets a success reply).
+//     engine did not see never gets a success reply). With retry: a
+//     -TRYAGAIN is retried by routing as an engine's is (tryAgain): the
+//     request is held for link.tryAgain's back-off and then matched
+//     against the rule again, up to maxTryAgain times; its waits are
+//     booked as an engine's -TRYAGAIN's (bookRetried), not injected.
 //   - timeout: the request is held and never answered, nor is anything
 //     the client sends after it, until the client closes its connection.
 //   - reply_delay: the request is forwarded at once; its reply, once the
@@ -85,6 +91,8 @@ type Injection struct {
 	// client's name (CLIENT SETNAME, HELLO SETNAME) with or without the
 	// slow log.
 	names bool
+	// file names the rule file in errors (ParseInjection's name).
+	file string
 }
 
 // injEffect is what a rule does to a request it matches.
@@ -156,6 +164,9 @@ type injRule struct {
 	from, span int64
 	delay      dist   // effDelay, effReplyDelay
 	reply      []byte // effError: the error reply, "-...\r\n"
+	// retry: effError with a -TRYAGAIN reply that respmeter's routing
+	// retries as an engine's (client.inject, link.tryAgain's schedule).
+	retry bool
 	// topo: the cluster event of effMigrate and effFailover (injtopo.go).
 	topo *topoEvent
 	hits atomic.Uint64
@@ -306,6 +317,7 @@ func LoadInjection(path string) (*Injection, error) {
 //	  per: connection          # ...or once per connection
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}, or {hdr_log: path.hlog, tag: get.upstream}
 //	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true
+//	  retry: true              # with error: "TRYAGAIN ...": respmeter's routing retries it
 func ParseInjection(name string, data []byte) (*Injection, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -314,7 +326,7 @@ func ParseInjection(name string, data []byte) (*Injection, error) {
 	fail := func(n *yaml.Node, format string, a ...any) error {
 		return fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, a...))
 	}
-	in := &Injection{seed: 1}
+	in := &Injection{seed: 1, file: name}
 	if len(doc.Content) == 0 {
 		return in, nil
 	}
@@ -370,6 +382,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	}
 	r := &injRule{line: n.Line, prob: 1}
 	effects := 0
+	var retry *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -480,13 +493,18 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 				r.effect = effFailover
 			}
 			r.topo, err = parseTopoEvent(k.Value, v, fail)
+		case "retry":
+			if err = v.Decode(&r.retry); err != nil {
+				return nil, fail(v, "retry: want true or false")
+			}
+			retry = v
 		case "per":
 			if v.Kind != yaml.ScalarNode || v.Value != "request" && v.Value != "connection" {
 				return nil, fail(v, "per: want request or connection, got %q", v.Value)
 			}
 			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, timeout, reset, migrate, failover)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, retry, timeout, reset, migrate, failover)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -504,6 +522,9 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 		if err := checkTopoRule(r, n, fail); err != nil {
 			return nil, err
 		}
+	}
+	if r.retry && (r.effect != effError || !bytes.HasPrefix(r.reply[1:], tryAgainErr)) {
+		return nil, fail(retry, "rule %q: retry: only with an error: whose text starts with TRYAGAIN (respmeter retries no other error)", r.name)
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(r.name))
@@ -639,14 +660,15 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// match returns the first rule whose scope holds request c of s (routed
-// by v, read at now: ns on the proxy's clock), or nil. Each scope is
+// match returns the first of rules (in's, or one of them) whose scope
+// holds request c of s (routed by v, read at now: ns on the proxy's
+// clock), or nil. Each scope is
 // tested only if the rule has it, the cheap ones first; a probability is
 // drawn only for a request otherwise in scope.
-func (in *Injection) match(s *client, v *topoView, c *routing.Call, now int64, r *rand.Rand) *injRule {
+func (in *Injection) match(rules []*injRule, s *client, v *topoView, c *routing.Call, now int64, r *rand.Rand) *injRule {
 	name := c.Name()
 	parent, _, _ := strings.Cut(name, "|")
-	for _, ru := range in.rules {
+	for _, ru := range rules {
 		if ru.topo != nil {
 			// A cluster event whose opening or end is due: applied
 			// before this request is routed (settle), if its timer has
@@ -801,13 +823,23 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	if s.l.injRand == nil {
 		s.l.injRand = rand.New(rand.NewPCG(in.seed, uint64(s.l.idx)))
 	}
-	ru := in.match(s, v, c, now, s.l.injRand)
+	if s.injRetry {
+		// The request a -TRYAGAIN retry holds, its back-off over.
+		return s.retryTryAgain(in, v, c, now, at)
+	}
+	ru := in.match(in.rules, s, v, c, now, s.l.injRand)
 	if ru == nil {
 		return false, false, at, inj, 0
 	}
 	ru.hits.Add(1)
 	switch ru.effect {
 	case effError:
+		if ru.retry && !s.tx.on && !s.p.shape.single(s) {
+			// Retried as an engine's -TRYAGAIN is (link.tryAgain; not in
+			// a transaction, nor for a client bound to one shard).
+			s.injTry[0], s.injTryAt, s.injTries = ru, now, 0
+			return s.tryAgain(ru, c, now, at, inj)
+		}
 		e := s.newEntry(c.ID, now)
 		e.tIn = at
 		s.markInjected(e.seq, at, ru, 0)
@@ -840,7 +872,17 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		s.injRule = ru
 		return false, false, at, now - at, 0
 	}
-	s.paused, s.injFrom, s.injDue, s.injPass, s.injDelayed = pauseInject, at, due, true, ru
+	s.injPass, s.injDelayed = true, ru
+	s.injPause(ru, at, due)
+	return true, false, at, inj, 0
+}
+
+// injPause holds s, and the request it was routing, read at at, with the
+// input after it (pauseInject) until due (ns on the proxy's clock): a
+// timer on the delays' clock (injclock.go) resumes it then. A frozen
+// shard's rule (ru.topo) releases it instead (releaseFrozen).
+func (s *client) injPause(ru *injRule, at, due int64) {
+	s.paused, s.injFrom, s.injDue = pauseInject, at, due
 	s.injGen++
 	gen, el, clock := s.injGen, s.conn.EventLoop(), &s.p.clock
 	clock.add(due, func() {
@@ -856,7 +898,87 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 			return nil
 		})) // an error: the loop is stopping
 	})
+}
+
+// tryAgain answers request c of s (read at at, inj injected before it was
+// matched) with rule ru's -TRYAGAIN as routing answers an engine's
+// (link.tryAgain): the request and the input after it are held for a
+// back-off of tryAgainWait, doubling up to tryAgainWaitMax, and the rule is
+// then evaluated again (retryTryAgain); after maxTryAgain retries the
+// client gets the error. s.injTry[0] is ru and s.injTryAt the time its
+// first -TRYAGAIN was injected. Each retry counts as the metrics'
+// TryAgain, and the wait from the first -TRYAGAIN as redirect penalty.
+func (s *client) tryAgain(ru *injRule, c *routing.Call, now, at, inj int64) (pause, answered bool, _, _, hold int64) {
+	m := s.p.cfg.Metrics
+	if s.injTries >= maxTryAgain {
+		penalty := now - s.injTryAt
+		s.injTry[0], s.injTryAt, s.injTries = nil, 0, 0
+		e := s.newEntry(c.ID, now)
+		e.tIn = at
+		s.markInjected(e.seq, at, ru, 0)
+		s.local(e, ru.reply)
+		if lm := s.l.m; lm != nil {
+			lm.Lock()
+			lm.RedirectPenaltyLocked(time.Duration(penalty))
+			lm.Unlock()
+		}
+		return false, true, at, inj, 0
+	}
+	wait := min(tryAgainWait<<s.injTries, tryAgainWaitMax)
+	s.injTries++
+	if m != nil {
+		m.TryAgain()
+	}
+	s.injRetry = true
+	s.injPause(ru, at, now+int64(wait))
 	return true, false, at, inj, 0
+}
+
+// retryTryAgain matches the request that s.injTry[0] answered -TRYAGAIN,
+// its back-off over, against that rule again, as an engine answers the
+// re-sent request again: a rule still in force and matching it (its
+// window, its probability, drawn again) answers again (tryAgain); else the
+// request goes on as one no rule touched, and its retries are booked as an
+// engine's -TRYAGAIN's are (bookRetried, at the end of the batch). The
+// other rules are not matched again: the request was matched against them
+// when it was read.
+func (s *client) retryTryAgain(in *Injection, v *topoView, c *routing.Call, now, at int64) (pause, answered bool, _, inj, hold int64) {
+	s.injRetry = false
+	ru := s.injTry[0]
+	inj = s.injTryAt - at // a wait behind a delayed request, before its first -TRYAGAIN
+	if slices.Contains(in.rules, ru) && in.match(s.injTry[:], s, v, c, now, s.l.injRand) != nil {
+		ru.hits.Add(1)
+		return s.tryAgain(ru, c, now, at, inj)
+	}
+	s.injRule = ru // the slow log and a capture name the rule
+	s.injBook, s.injBookAt = s.seq+1, s.injTryAt
+	s.injTry[0], s.injTryAt, s.injTries = nil, 0, 0
+	return false, false, at, inj, 0
+}
+
+// bookRetried books the retries of request s.injBook, which a retry rule
+// answered -TRYAGAIN (first at s.injBookAt) and which then went on to its
+// shard, as link.tryAgain books an engine's: from the first -TRYAGAIN on
+// the request is in upstream (its tSent, and each part's first send,
+// tFirst, so a shard's figures count it from the send that it answered),
+// and a redirect penalty runs (each part's redirAt; client.complete). A
+// request respmeter answered itself has no part, and stays untimed.
+func (s *client) bookRetried() {
+	seq, at := s.injBook, s.injBookAt
+	s.injBook, s.injBookAt = 0, 0
+	for i := s.q.len() - 1; i >= 0; i-- {
+		e := s.q.at(i)
+		if e.seq > seq {
+			continue
+		}
+		if e.seq == seq && len(e.ps) > 0 {
+			e.tSent = at
+			for j := range e.ps {
+				e.ps[j].tFirst, e.ps[j].redirAt = at, at
+			}
+		}
+		return
+	}
 }
 
 // markInjected marks request seq of s (read at at) in the capture, if s
@@ -973,7 +1095,7 @@ func (p *Proxy) AddInjection(in *Injection) error {
 		}
 		next.names = next.names || len(r.cliNames) > 0
 	}
-	if err := p.checkTopoRules(in); err != nil {
+	if err := p.checkRules(in); err != nil {
 		return err
 	}
 	// All checked: the new rules' windows count from now, and they go
@@ -983,6 +1105,22 @@ func (p *Proxy) AddInjection(in *Injection) error {
 	next.rules = append(next.rules, in.rules...)
 	p.inject.Store(next)
 	return nil
+}
+
+// checkRules refuses the rules of in that the proxy's shape cannot apply:
+// a -TRYAGAIN retried by respmeter (retry:) where it does not route
+// requests by hash slot (one engine, pinned clients: there the client is
+// the engine's, and retries a -TRYAGAIN itself), and cluster events where
+// respmeter does not own the slot map (checkTopoRules). An error names the
+// file, the rule's line and its place.
+func (p *Proxy) checkRules(in *Injection) error {
+	for i, r := range in.rules {
+		if r.retry && p.cfg.Route != RouteSlots && p.cfg.Route != RouteFacade {
+			return fmt.Errorf("%s:%d: rules[%d]: rule %q: retry needs route slots or facade (respmeter retries -TRYAGAIN where it routes by hash slot; with route %s the client does)",
+				in.file, r.line, i, r.name, p.cfg.Route)
+		}
+	}
+	return p.checkTopoRules(in)
 }
 
 // RemoveInjection takes the rule named name out of force, or every rule
@@ -1018,7 +1156,13 @@ func (p *Proxy) RemoveInjection(name string) bool {
 // client, the input it held is all processed and nothing more is timed
 // from its read.
 func (s *client) injectEnd() {
+	if s.injBook != 0 {
+		s.bookRetried()
+	}
 	if s.paused == 0 {
 		s.injFrom, s.injDue = 0, 0
+		// A request a -TRYAGAIN retry held that was routed with no rule
+		// in force (all removed meanwhile) is not retried again.
+		s.injRetry, s.injTry[0], s.injTryAt, s.injTries = false, nil, 0, 0
 	}
 }

@@ -164,7 +164,7 @@ func (p *Proxy) checkTopoRules(in *Injection) error {
 			continue
 		}
 		if p.router.cluster || (p.cfg.Route != RouteSlots && p.cfg.Route != RouteFacade) {
-			return errors.New("rules[" + strconv.Itoa(i) + "]: rule " + strconv.Quote(r.name) + ": " + r.effect.String() +
+			return errors.New(in.file + ":" + strconv.Itoa(r.line) + ": rules[" + strconv.Itoa(i) + "]: rule " + strconv.Quote(r.name) + ": " + r.effect.String() +
 				" needs route slots or facade over shards (respmeter's own slot map)")
 		}
 	}

@@ -298,7 +298,7 @@ func New(cfg Config) (*Proxy, error) {
 		p.router.view.Store(newTopoView(topo))
 	}
 	if cfg.Inject != nil {
-		if err := p.checkTopoRules(cfg.Inject); err != nil {
+		if err := p.checkRules(cfg.Inject); err != nil {
 			return nil, fmt.Errorf("proxy: inject: %w", err)
 		}
 		p.armTopo(cfg.Inject)

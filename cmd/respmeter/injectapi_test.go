@@ -22,8 +22,9 @@ import (
 // the admin token an add or remove is refused (401) and changes nothing;
 // with it, added rules apply at once and are counted in the list and in
 // respmeter_inject_total, with each rule's window and whether it is
-// active now; a bad rule file (its line and rule named, YAML or JSON) or a
-// name in force already changes nothing; removing a rule ends its effect, and
+// active now; a bad rule file (its line and rule named, YAML or JSON), a
+// name in force already or a rule the proxy's shape cannot apply (a
+// -TRYAGAIN retried, over one engine) changes nothing; removing a rule ends its effect, and
 // removing one not in force is a 404.
 func TestInjectAPI(t *testing.T) {
 	srv := redistest.Start(t)
@@ -139,6 +140,11 @@ func TestInjectAPI(t *testing.T) {
 	dup := write("dup.yaml", "rules:\n- name: fresh\n  error: ERR x\n- name: no-set\n  error: ERR y\n")
 	if _, errOut, code := withToken("add", dup); code != 1 || !strings.Contains(errOut, `409 Conflict: rules[1]: rule "no-set": name in force already`) {
 		t.Errorf("inject add of a name in force: exit %d, %s", code, errOut)
+	}
+	// retry: on one engine, where the client retries -TRYAGAIN itself.
+	retry := write("retry.json", `{"rules": [{"name": "rehashing", "commands": ["SET"], "error": "TRYAGAIN x", "retry": true}]}`)
+	if _, errOut, code := withToken("add", retry); code != 1 || !strings.Contains(errOut, `409 Conflict: body:1: rules[0]: rule "rehashing": retry needs route slots or facade`) {
+		t.Errorf("inject add of a retry rule over one engine: exit %d, %s", code, errOut)
 	}
 	if out := listed(); out != want {
 		t.Errorf("inject list after refused adds:\n%s\nwant:\n%s", out, want)
