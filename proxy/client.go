@@ -1490,6 +1490,14 @@ func (s *client) flush() {
 		for _, e := range done {
 			isErr := e.failed()
 			if e.tSent == 0 || e.tReply == 0 {
+				if e.inj > 0 && e.agg == aggLocal && tOut != 0 {
+					// Held by a rule (a delay, a frozen shard), then
+					// answered by respmeter itself (the facade's -MOVED
+					// after a failover): its wait is injected time, and
+					// nothing of it went upstream.
+					m.ObserveInjectedLocked(int(e.cmd), time.Duration(tOut-e.tIn+e.tls), 0, 0, time.Duration(e.inj), isErr)
+					continue
+				}
 				m.CountLocked(int(e.cmd), isErr)
 				continue
 			}

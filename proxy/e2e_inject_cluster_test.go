@@ -21,7 +21,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/proxy"
+	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
 )
 
@@ -209,7 +211,7 @@ func TestInjectFailoverFacade(t *testing.T) {
 	srvs[1].DoT(t, "CONFIG", "SET", "repl-diskless-sync-delay", "0") // the replica syncs at once
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(srvs[1].Port()))
 	// A fourth, spare virtual node: the promoted replica's.
-	p, _ := startRouted(t, proxy.RouteFacade, addrs, func(c *proxy.Config) {
+	p, set := startRouted(t, proxy.RouteFacade, addrs, func(c *proxy.Config) {
 		c.FacadeListen = []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"}
 	})
 	nodes := p.FacadeAddrs()
@@ -258,6 +260,12 @@ func TestInjectFailoverFacade(t *testing.T) {
 	}
 	if p.Injection().Hits(0) == 0 {
 		t.Error("the rule froze no request")
+	}
+	// The frozen SETs, answered -MOVED by their node once the failover is
+	// over, are timed, their wait injected: the SETs' injected time holds
+	// most of the client's slowest SET.
+	if inj := proxytest.Command(t, set, "set").Phases[metrics.PhaseInjected]; inj.Count() == 0 || inj.Sum < slowest/2 {
+		t.Errorf("SET's injected phase: %d observations, %v in all; want the freeze the slowest SET (%v) waited", inj.Count(), inj.Sum, slowest)
 	}
 	// The replica is the shard's master now, announced as the spare node,
 	// and holds every write, the last ones included.
