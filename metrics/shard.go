@@ -179,6 +179,23 @@ func (l *Loop) ShardObserveLocked(shard int, total, upstream, service time.Durat
 	observePhases(&sh.phases, total, upstream, service, 0)
 }
 
+// ShardObserveInjectedLocked is ShardObserveLocked for a command that a
+// fault injection rule delayed by injected (or that waited behind such a
+// command), total holding it: injected is its own phase (PhaseInjected)
+// and proxy = total - upstream - injected, as ObserveInjectedLocked
+// records the command's own stats.
+func (l *Loop) ShardObserveInjectedLocked(shard int, total, upstream, service, injected time.Duration, isErr bool) {
+	sh := l.shard(shard)
+	if sh == nil {
+		return
+	}
+	sh.count++
+	if isErr {
+		sh.errors++
+	}
+	observePhases(&sh.phases, total, upstream, service, injected)
+}
+
 // ShardTLSLocked records d as the PhaseTLS of one command of a TLS client
 // sent to shard, after its ShardObserveLocked (whose total already holds
 // d), as TLSLocked does for the command's own stats. A shard outside [0,

@@ -1522,8 +1522,14 @@ func (s *client) flush() {
 					// the shard that answered it from its last send on: the
 					// hops before went to their own shards (link.hop), so a
 					// migration's write pause on the source shows there.
-					m.ShardObserveLocked(p.mshard, total-time.Duration(e.inj)-time.Duration(p.tSent-p.tFirst),
-						time.Duration(p.tReply-p.tSent), time.Duration(p.tReply-p.svcFrom), isErr)
+					// An injected delay is the shard's injected phase, as
+					// it is the command's.
+					shTotal, up, svc := total-time.Duration(p.tSent-p.tFirst), time.Duration(p.tReply-p.tSent), time.Duration(p.tReply-p.svcFrom)
+					if e.inj == 0 {
+						m.ShardObserveLocked(p.mshard, shTotal, up, svc, isErr)
+					} else {
+						m.ShardObserveInjectedLocked(p.mshard, shTotal, up, svc, time.Duration(e.inj), isErr)
+					}
 					if s.tlsm != nil {
 						// Each part's total is its command's, crypto included.
 						m.ShardTLSLocked(p.mshard, time.Duration(e.tls))

@@ -9,12 +9,16 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/respmeter/respmeter/internal/redistest"
+	"github.com/respmeter/respmeter/metrics"
+	"github.com/respmeter/respmeter/metrics/split"
 	"github.com/respmeter/respmeter/proxy"
 	"github.com/respmeter/respmeter/proxy/proxytest"
 	"github.com/respmeter/respmeter/routing"
@@ -440,5 +444,74 @@ func TestInjectShardFacade(t *testing.T) {
 	}
 	if got := in.Hits(0); got != uint64(hits) {
 		t.Errorf("rule counted %d, the client saw %d", got, hits)
+	}
+}
+
+// TestInjectShardPhase: under slot routing over two engines, a 20 ms delay
+// on the second engine's GETs is that shard's injected phase, as it is the
+// GETs': its injected observations are the rule's hits and sum at least
+// 20 ms each (less 5 %), the first shard's are none, and the second shard's verdict
+// names the injected share.
+func TestInjectShardPhase(t *testing.T) {
+	srvs := []*redistest.Server{redistest.Start(t), redistest.Start(t)}
+	addrs := []string{srvs[0].Addr(), srvs[1].Addr()}
+	const delay = 20 * time.Millisecond
+	in, err := proxy.ParseInjection("rules.yaml", []byte(fmt.Sprintf(`rules:
+- name: far-shard
+  commands: [GET]
+  shards: [%q]
+  delay: %s
+`, addrs[1], delay)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, set := proxytest.StartProxy(t, "", func(c *proxy.Config) {
+		c.Route, c.Shards, c.Inject = proxy.RouteSlots, addrs, in
+	})
+	c := injectClient(t, p.Addr(), 5*time.Second)
+	ctx := context.Background()
+	for i := range 60 {
+		if err := c.Get(ctx, "shardphase:"+strconv.Itoa(i)).Err(); err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+	}
+	hits := int64(in.Counts()[0].Count)
+	if hits < 10 || hits > 50 {
+		t.Fatalf("the rule delayed %d of 60 GETs: the keys do not spread over the two shards", hits)
+	}
+	sn := set.Snapshot()
+	redistest.Eventually(t, 2*time.Second, func() error {
+		sn = set.Snapshot()
+		if n := proxytest.Command(t, set, "get").Phases[metrics.PhaseTotal].Count(); n < 60 {
+			return fmt.Errorf("%d GETs timed", n)
+		}
+		return nil
+	})
+	for i, addr := range addrs {
+		var sh *metrics.ShardStats
+		for j := range sn.Shards {
+			if sn.Shards[j].Name == addr {
+				sh = &sn.Shards[j]
+			}
+		}
+		if sh == nil {
+			t.Fatalf("no shard %s", addr)
+		}
+		inj := sh.Phases[metrics.PhaseInjected]
+		switch {
+		case i == 0 && inj.Count() != 0:
+			t.Errorf("shard 0 has %d injected observations (%v), want none", inj.Count(), inj.Sum)
+		case i == 1 && (inj.Count() != hits || inj.Sum < time.Duration(hits)*delay*95/100):
+			// The delays' clock fires a delay within microseconds of its
+			// due time, either side.
+			t.Errorf("shard 1: %d injected observations, %v; want the rule's %d hits, at least %v", inj.Count(), inj.Sum, hits, time.Duration(hits)*delay*95/100)
+		}
+	}
+	v := split.FromShard(nil, sn, addrs[1]).Verdict()
+	if v.Injected < 0.5 {
+		t.Errorf("shard 1's verdict: injected share %.3f, want most of its time (20 ms of each GET)", v.Injected)
+	}
+	if txt := v.String(); !strings.Contains(txt, "injected") {
+		t.Errorf("shard 1's verdict does not name injected: %q", txt)
 	}
 }

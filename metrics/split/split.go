@@ -245,10 +245,11 @@ func FromSnapshots(prev, cur *metrics.Snapshot) Interval {
 
 // FromShard returns the request sums of the shard labelled name (its
 // address, metrics.Set.Shard) between two cumulative snapshots of the same
-// Set (prev may be nil: since start): Requests, Total, Upstream, Proxy and
-// TLS (TLS clients' crypto, part of Proxy) of the commands and fan-out sub-requests sent to that shard, Upstream
+// Set (prev may be nil: since start): Requests, Total, Upstream, Proxy,
+// Injected (fault injection's delays) and TLS (TLS clients' crypto, part
+// of Proxy) of the commands and fan-out sub-requests sent to that shard, Upstream
 // being each sub-request's own round trip to the shard and Total its
-// command's (so Proxy = Total − Upstream). The shard stats have no
+// command's (so Proxy = Total − Upstream − Injected). The shard stats have no
 // per-command split, so blocking and pub/sub commands, left out of
 // FromSnapshots' totals, are counted here. Think, Length, EngineMean and
 // the witnesses are left for the caller; InFlight is −1 (not sampled per
@@ -264,12 +265,14 @@ func FromShard(prev, cur *metrics.Snapshot, name string) Interval {
 	iv.Upstream = c.Phases[metrics.PhaseUpstream].Sum
 	iv.Proxy = c.Phases[metrics.PhaseProxy].Sum
 	iv.TLS = c.Phases[metrics.PhaseTLS].Sum
+	iv.Injected = c.Phases[metrics.PhaseInjected].Sum
 	if p := shardStats(prev, name); p != nil {
 		iv.Requests -= p.Phases[metrics.PhaseTotal].Count()
 		iv.Total -= p.Phases[metrics.PhaseTotal].Sum
 		iv.Upstream -= p.Phases[metrics.PhaseUpstream].Sum
 		iv.Proxy -= p.Phases[metrics.PhaseProxy].Sum
 		iv.TLS -= p.Phases[metrics.PhaseTLS].Sum
+		iv.Injected -= p.Phases[metrics.PhaseInjected].Sum
 	}
 	return iv
 }
