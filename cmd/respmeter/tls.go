@@ -35,7 +35,7 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 	ts := tlsSides{metrics: metrics.NewTLS()}
 	rlog := log.With("component", "tls")
 	if cfg.TLSListen != "" || cfg.FacadeTLS {
-		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, rlog)
+		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, tlsconf.Suites{}, rlog)
 		if err != nil {
 			return ts, err
 		}
@@ -43,7 +43,7 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 	}
 	if cfg.UpstreamTLS {
 		r, err := tlsconf.NewClientReloader(cfg.UpstreamTLSCACertFile, cfg.UpstreamTLSCertFile, cfg.UpstreamTLSKeyFile,
-			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify, rlog)
+			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify, tlsconf.Suites{}, rlog)
 		if err != nil {
 			return ts, err
 		}
@@ -120,7 +120,7 @@ func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tlsconf.
 	if (f.cert == "") != (f.key == "") {
 		return nil, usageError(cmd, errors.New("give --cert and --key together"))
 	}
-	c, err := tlsconf.Client(f.caCert, f.cert, f.key, f.sni, f.insecure)
+	c, err := tlsconf.Client(f.caCert, f.cert, f.key, f.sni, f.insecure, tlsconf.Suites{})
 	if err != nil {
 		return nil, failure(err)
 	}

@@ -53,9 +53,9 @@ type Reloader struct {
 // NewServerReloader reads the client-facing side's files as Server does
 // and returns its Reloader; the first read's error is returned, as
 // Server's. log receives the reloads' outcomes.
-func NewServerReloader(certFile, keyFile, caFile, authClients string, log *slog.Logger) (*Reloader, error) {
+func NewServerReloader(certFile, keyFile, caFile, authClients string, s Suites, log *slog.Logger) (*Reloader, error) {
 	r := &Reloader{side: "client", files: nonEmpty(certFile, keyFile, caFile), log: log,
-		load: func() (*tls.Config, error) { return Server(certFile, keyFile, caFile, authClients) }}
+		load: func() (*tls.Config, error) { return Server(certFile, keyFile, caFile, authClients, s) }}
 	r.cfg = &tls.Config{
 		MinVersion: MinVersion,
 		// Every handshake gets the configuration read last, whole: its
@@ -74,9 +74,9 @@ func NewServerReloader(certFile, keyFile, caFile, authClients string, log *slog.
 // when given) and the client certificate (certFile and keyFile, when
 // given). The first read's error is returned, as Client's. log receives
 // the reloads' outcomes.
-func NewClientReloader(caFile, certFile, keyFile, serverName string, insecure bool, log *slog.Logger) (*Reloader, error) {
+func NewClientReloader(caFile, certFile, keyFile, serverName string, insecure bool, s Suites, log *slog.Logger) (*Reloader, error) {
 	r := &Reloader{side: "upstream", files: nonEmpty(caFile, certFile, keyFile), log: log,
-		load: func() (*tls.Config, error) { return Client(caFile, certFile, keyFile, serverName, insecure) }}
+		load: func() (*tls.Config, error) { return Client(caFile, certFile, keyFile, serverName, insecure, s) }}
 	return r, r.first()
 }
 
