@@ -92,6 +92,8 @@ type proxyFlags struct {
 	tlsCACertFile       string
 	tlsAuthClients      string
 	tlsHandshakeTimeout time.Duration
+	tlsProtocols        string
+	tlsCiphers          string
 	upstreamTLS         bool
 	facadeTLS           bool
 	upTLSCACertFile     string
@@ -99,6 +101,8 @@ type proxyFlags struct {
 	upTLSKeyFile        string
 	upTLSServerName     string
 	upTLSInsecure       bool
+	upTLSProtocols      string
+	upTLSCiphers        string
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -176,6 +180,8 @@ comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout).
 	fs.StringVar(&f.tlsCACertFile, "tls-ca-cert-file", d.TLSCACertFile, "PEM CA `file` client certificates are verified against")
 	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "client certs `policy`: no, optional, yes")
 	fs.DurationVar(&f.tlsHandshakeTimeout, "tls-handshake-timeout", time.Duration(d.TLSHandshakeTimeout), "bound of each TLS handshake, either side")
+	fs.StringVar(&f.tlsProtocols, "tls-protocols", d.TLSProtocols, "TLS `versions` allowed, \"TLSv1.2 TLSv1.3\"; default: both")
+	fs.StringVar(&f.tlsCiphers, "tls-ciphers", d.TLSCiphers, "TLS 1.2 cipher `suites`, OpenSSL names a:b; default: Go's")
 	fs.BoolVar(&f.facadeTLS, "facade-tls", d.FacadeTLS, "--route facade: virtual nodes serve TLS only")
 	fs.BoolVar(&f.upstreamTLS, "upstream-tls", d.UpstreamTLS, "TLS to the engines, certificates verified")
 	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "engines' PEM CA `file`; default: the system's roots")
@@ -183,6 +189,8 @@ comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout).
 	fs.StringVar(&f.upTLSKeyFile, "upstream-tls-key-file", d.UpstreamTLSKeyFile, "PEM private key `file` of it")
 	fs.StringVar(&f.upTLSServerName, "upstream-tls-server-name", d.UpstreamTLSServerName, "engines' certificate `name`; default: the host dialed")
 	fs.BoolVar(&f.upTLSInsecure, "upstream-tls-insecure-skip-verify", d.UpstreamTLSInsecureSkipVerify, "accept any engine certificate (tests only; warned)")
+	fs.StringVar(&f.upTLSProtocols, "upstream-tls-protocols", d.UpstreamTLSProtocols, "TLS `versions` towards the engines; default: both")
+	fs.StringVar(&f.upTLSCiphers, "upstream-tls-ciphers", d.UpstreamTLSCiphers, "TLS 1.2 `suites` towards the engines; default: Go's")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "`level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "`format` on stderr: text or json")
 	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit
