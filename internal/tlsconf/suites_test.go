@@ -3,7 +3,10 @@ package tlsconf
 import (
 	"crypto/tls"
 	"fmt"
+	"maps"
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -85,5 +88,31 @@ func TestOpenSSLNames(t *testing.T) {
 	}
 	if seen < 15 {
 		t.Errorf("openssl listed %d of the table's suites, want at least 15:\n%s", seen, out)
+	}
+}
+
+// TestSuitesDocumented: docs/tls.md's table gives every TLS 1.2 suite Go
+// implements, with its OpenSSL name and whether Go lists it as insecure,
+// as this Go version does.
+func TestSuitesDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/tls.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `([A-Z0-9-]+)` \\| `(TLS_[A-Z0-9_]+)` \\| (secure|insecure) \\|$")
+	doc := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		doc[m[2]] = m[1] + " " + m[3]
+	}
+	want := map[string]string{}
+	for i, list := range [][]*tls.CipherSuite{tls.CipherSuites(), tls.InsecureCipherSuites()} {
+		for _, s := range list {
+			if slices.Contains(s.SupportedVersions, tls.VersionTLS12) {
+				want[s.Name] = openSSLNames[s.ID] + " " + []string{"secure", "insecure"}[i]
+			}
+		}
+	}
+	if !maps.Equal(doc, want) {
+		t.Errorf("docs/tls.md's suites table:\n%v\nwant:\n%v", doc, want)
 	}
 }
