@@ -128,22 +128,18 @@ func (a *app) proxyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "proxy [flags]",
 		Short: "Run the measuring proxy in front of one Redis-compatible server or several shards",
-		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every command unchanged to
---upstream (or, with --route, to the shard that owns it) and time it. --admin serves the live page
-/, /metrics (Prometheus), /stats (JSON) and /slowlog. Every --hdr-interval the verdict says where
-the request cycle went: client, path, engine, engine wait or proxy. SIGUSR1 prints the latency
-table and the verdict; SIGINT or SIGTERM stops accepting, waits up to --drain-timeout for replies
-in flight, prints the same and exits 0.
+		Long: `Run the measuring proxy: accept Redis clients on --listen, forward each command unchanged to
+--upstream (or, with --route, to its shard) and time it. --admin serves the live page /, /metrics
+(Prometheus), /stats (JSON) and /slowlog. Every --hdr-interval the verdict says where the request
+cycle went: client, path, engine, engine wait or proxy. SIGUSR1 prints the latency table and the
+verdict; SIGINT/SIGTERM stops accepting, waits up to --drain-timeout for replies, prints, exits 0.
 
-Settings, lowest precedence first: defaults, the --config file (YAML; configs/passthrough.yaml
-documents every key), environment variables RESPMETER_<KEY> (RESPMETER_DRAIN_TIMEOUT; lists
-comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout). Sizes: bytes,
-64MiB, 1GiB (powers of 1024), MB, GB (powers of 1000). Every flag: docs/configuration.md.`,
+Settings, lowest first: defaults, --config (YAML; configs/passthrough.yaml has every key),
+RESPMETER_<KEY> (RESPMETER_DRAIN_TIMEOUT; lists comma-separated; RESPMETER_CONFIG names the file),
+flags (--drain-timeout). Sizes: bytes, 64MiB, 1GiB, 100MB, 1GB. Every flag: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
-  respmeter proxy --route slots --cluster 127.0.0.1:7000
   respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 \
-      --facade-listen 127.0.0.1:7100,127.0.0.1:7101
-  respmeter proxy --upstream 127.0.0.1:6379 --upstream-mode shared --upstream-conns 2`,
+      --facade-listen 127.0.0.1:7100,127.0.0.1:7101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
 	}
