@@ -23,8 +23,9 @@ import (
 // suites: a command gets the handshake's error and the failed upstream
 // handshakes are counted. With RESPMETER_UPSTREAM_TLS_CIPHERS=AES128-SHA256
 // (warned at start: Go lists the suite as insecure) go-redis gets through
-// respmeter the replies it gets from the engine directly, and every
-// upstream handshake negotiated TLS 1.2 with that suite.
+// respmeter the replies it gets from the engine directly, every upstream
+// handshake negotiated TLS 1.2 with that suite, and the side connections
+// reach the engine too.
 func TestProxyTLSUpstreamCiphers(t *testing.T) {
 	ca := redistest.NewCA(t)
 	srv := redistest.StartTLSRSA(t, ca, "--tls-auth-clients", "no", "--tls-ciphers", "AES128-SHA256", "--tls-protocols", "TLSv1.2")
@@ -74,6 +75,13 @@ func TestProxyTLSUpstreamCiphers(t *testing.T) {
 		}
 		if strings.Contains(body, `respmeter_tls_handshake_errors_total{reason="other",side="upstream"}`) {
 			t.Errorf("failed upstream handshakes counted:\n%s", body)
+		}
+		// The side connections (command table, probe, poller) dial with
+		// the same suites: the engine's table is read, the engine answers.
+		p.waitFor(t, p.stderr, `msg="engine answering" component=engine-probe`)
+		p.waitFor(t, p.stderr, `msg="engine answering" component=engine-poller`)
+		if strings.Contains(p.stderr.String(), "command table not read") {
+			t.Errorf("the engine's command table was not read:\n%s", p.stderr)
 		}
 	})
 }
