@@ -37,6 +37,7 @@ const WatchInterval = 5 * time.Second
 // client certificate and its key. Each dial to an engine takes the
 // configuration read last whole (Dialer.Config), so crypto/tls verifies
 // the engine against the CA pool of that moment, for the host dialed.
+// The versions and cipher suites (Suites) stay those given at start.
 type Reloader struct {
 	side  string   // "client" or "upstream", for logs
 	files []string // what Watch reads for a change

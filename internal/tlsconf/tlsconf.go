@@ -1,8 +1,10 @@
 // Package tlsconf builds the crypto/tls configurations of respmeter's two
 // sides from certificate files: the server side that clients connect to
 // (Redis's tls-cert-file, tls-key-file, tls-ca-cert-file and
-// tls-auth-clients) and the client side that connects to the engines.
-// Errors name the files, never their content.
+// tls-auth-clients) and the client side that connects to the engines,
+// each with the versions and TLS 1.2 cipher suites of Redis's
+// tls-protocols and tls-ciphers (Suites). Errors name the files, never
+// their content.
 package tlsconf
 
 import (
