@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // Sentinel errors, wrapped by FieldError so callers can test with errors.Is.
@@ -372,6 +374,18 @@ type Config struct {
 	// client that connects and sends nothing is closed after it. Default
 	// 10s.
 	TLSHandshakeTimeout Duration `yaml:"tls_handshake_timeout"`
+	// TLSProtocols is Redis's tls-protocols for the TLS listener: the
+	// versions allowed, "TLSv1.2" and "TLSv1.3" separated by spaces;
+	// "" (the default) allows both. TLSCiphers is Redis's tls-ciphers:
+	// the TLS 1.2 cipher suites allowed, OpenSSL's or IANA's names
+	// separated by ':' ("ECDHE-RSA-AES128-GCM-SHA256"); "" (the default)
+	// is Go's default list. Suites Go lists as insecure are allowed only
+	// when named, and warned about at start. Go's crypto/tls cannot
+	// restrict the TLS 1.3 suites (Redis's tls-ciphersuites) nor let the
+	// server's order win (tls-prefer-server-ciphers): neither has a key.
+	// The names are checked by internal/tlsconf.ParseSuites.
+	TLSProtocols string `yaml:"tls_protocols"`
+	TLSCiphers   string `yaml:"tls_ciphers"`
 	// FacadeTLS makes Route "facade"'s virtual nodes serve TLS only, with
 	// TLSCertFile and TLSKeyFile (and TLSCACertFile and TLSAuthClients for
 	// client certificates), as the nodes of a Redis Cluster with
@@ -399,6 +413,11 @@ type Config struct {
 	// UpstreamTLSInsecureSkipVerify accepts any engine certificate, with
 	// a warning logged at start: for tests only. Default false.
 	UpstreamTLSInsecureSkipVerify bool `yaml:"upstream_tls_insecure_skip_verify"`
+	// UpstreamTLSProtocols and UpstreamTLSCiphers are TLSProtocols and
+	// TLSCiphers for every connection to the engines, with the same
+	// syntax and defaults.
+	UpstreamTLSProtocols string `yaml:"upstream_tls_protocols"`
+	UpstreamTLSCiphers   string `yaml:"upstream_tls_ciphers"`
 }
 
 // MetricsPhaseNames are the phases Config.MetricsPhases may list, in the
@@ -925,6 +944,23 @@ func (c *Config) checkTLS() []*FieldError {
 			add(invalid("facade_tls", "needs tls_cert_file and tls_key_file").reads("tls_cert_file", "tls_key_file"))
 		}
 	}
+	if _, err := tlsconf.ParseSuites(c.TLSProtocols, ""); err != nil {
+		add(invalid("tls_protocols", "%v", err))
+	} else if _, err := tlsconf.ParseSuites(c.TLSProtocols, c.TLSCiphers); err != nil {
+		add(invalid("tls_ciphers", "%v", err).reads("tls_protocols"))
+	}
+	if _, err := tlsconf.ParseSuites(c.UpstreamTLSProtocols, ""); err != nil {
+		add(invalid("upstream_tls_protocols", "%v", err))
+	} else if _, err := tlsconf.ParseSuites(c.UpstreamTLSProtocols, c.UpstreamTLSCiphers); err != nil {
+		add(invalid("upstream_tls_ciphers", "%v", err).reads("upstream_tls_protocols"))
+	}
+	if c.TLSListen == "" && !c.FacadeTLS {
+		for key, v := range map[string]string{"tls_protocols": c.TLSProtocols, "tls_ciphers": c.TLSCiphers} {
+			if v != "" {
+				add(invalid(key, "only with tls_listen or facade_tls").reads("tls_listen"))
+			}
+		}
+	}
 	if c.TLSListen != "" || c.FacadeTLS {
 		if (c.TLSAuthClients == "yes" || c.TLSAuthClients == "optional") && c.TLSCACertFile == "" {
 			add(invalid("tls_auth_clients", "%s needs tls_ca_cert_file (or tls_auth_clients no)", c.TLSAuthClients).reads("tls_ca_cert_file"))
@@ -946,6 +982,8 @@ func (c *Config) checkTLS() []*FieldError {
 			"upstream_tls_key_file":             c.UpstreamTLSKeyFile != "",
 			"upstream_tls_server_name":          c.UpstreamTLSServerName != "",
 			"upstream_tls_insecure_skip_verify": c.UpstreamTLSInsecureSkipVerify,
+			"upstream_tls_protocols":            c.UpstreamTLSProtocols != "",
+			"upstream_tls_ciphers":              c.UpstreamTLSCiphers != "",
 		} {
 			if v {
 				add(invalid(key, "only with upstream_tls true").reads("upstream_tls"))

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // EnvPrefix starts every environment variable that overrides a key:
@@ -73,6 +75,8 @@ var fields = []field{
 	{"tls_ca_cert_file", func(c *Config) any { return &c.TLSCACertFile }},
 	{"tls_auth_clients", func(c *Config) any { return &c.TLSAuthClients }},
 	{"tls_handshake_timeout", func(c *Config) any { return &c.TLSHandshakeTimeout }},
+	{"tls_protocols", func(c *Config) any { return &c.TLSProtocols }},
+	{"tls_ciphers", func(c *Config) any { return &c.TLSCiphers }},
 	{"facade_tls", func(c *Config) any { return &c.FacadeTLS }},
 	{"upstream_tls", func(c *Config) any { return &c.UpstreamTLS }},
 	{"upstream_tls_ca_cert_file", func(c *Config) any { return &c.UpstreamTLSCACertFile }},
@@ -80,6 +84,8 @@ var fields = []field{
 	{"upstream_tls_key_file", func(c *Config) any { return &c.UpstreamTLSKeyFile }},
 	{"upstream_tls_server_name", func(c *Config) any { return &c.UpstreamTLSServerName }},
 	{"upstream_tls_insecure_skip_verify", func(c *Config) any { return &c.UpstreamTLSInsecureSkipVerify }},
+	{"upstream_tls_protocols", func(c *Config) any { return &c.UpstreamTLSProtocols }},
+	{"upstream_tls_ciphers", func(c *Config) any { return &c.UpstreamTLSCiphers }},
 }
 
 // lookupField returns the field for key, or false.
@@ -212,7 +218,9 @@ func decode(c *Config, name string, data []byte) (map[string]int, []*FieldError)
 		f, ok := lookupField(key)
 		if !ok {
 			e := fail(k.Line, key, true, "")
-			if s := suggest(key); s != "" {
+			if strings.HasSuffix(key, "tls_ciphersuites") {
+				e.Reason = tlsconf.ErrCipherSuites13.Error() // Redis's key, which Go cannot do
+			} else if s := suggest(key); s != "" {
 				e.Reason = fmt.Sprintf("did you mean %q?", s)
 			}
 			errs = append(errs, e)

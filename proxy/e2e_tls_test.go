@@ -55,11 +55,11 @@ func tlsSetup(t testing.TB, authClients string, mod func(*tlsEnv, *proxy.Config)
 	e.srv = redistest.StartTLS(t, e.ca)
 	pc := e.ca.IssueValid("respmeter")
 	uc := e.ca.IssueValid("respmeter-upstream")
-	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, e.ca.CertFile, authClients)
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, e.ca.CertFile, authClients, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstream, err := tlsconf.Client(e.ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	upstream, err := tlsconf.Client(e.ca.CertFile, uc.CertFile, uc.KeyFile, "", false, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
 		other := redistest.NewCA(t)
 		uc := e.ca.IssueValid("respmeter-upstream")
-		up, err := tlsconf.Client(other.CertFile, uc.CertFile, uc.KeyFile, "", false)
+		up, err := tlsconf.Client(other.CertFile, uc.CertFile, uc.KeyFile, "", false, tlsconf.Suites{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -75,11 +75,11 @@ func tlsClusterProxy(t *testing.T, route string, mod func(*proxy.Config)) (*redi
 func tlsClusterConfigs(t *testing.T, ca *redistest.CA) (server *tls.Config, upstream *tlsconf.Dialer) {
 	t.Helper()
 	pc, uc := ca.IssueValid("respmeter"), ca.IssueValid("respmeter-upstream")
-	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo)
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, ca.CertFile, tlsconf.AuthClientsNo, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false)
+	up, err := tlsconf.Client(ca.CertFile, uc.CertFile, uc.KeyFile, "", false, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}

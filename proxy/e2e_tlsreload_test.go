@@ -67,10 +67,10 @@ func TestTLSReload(t *testing.T) {
 		first.CopyTo(t, certFile, keyFile)
 		e.ca.IssueValid("upstream-first").CopyTo(t, upCert, upKey)
 		var err error
-		if server, err = tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, c.Logger); err != nil {
+		if server, err = tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, tlsconf.Suites{}, c.Logger); err != nil {
 			t.Fatal(err)
 		}
-		if upstream, err = tlsconf.NewClientReloader(e.ca.CertFile, upCert, upKey, "", false, c.Logger); err != nil {
+		if upstream, err = tlsconf.NewClientReloader(e.ca.CertFile, upCert, upKey, "", false, tlsconf.Suites{}, c.Logger); err != nil {
 			t.Fatal(err)
 		}
 		c.TLS, c.UpstreamTLS = server.Config(), upstream.Dialer()
@@ -166,7 +166,7 @@ func TestTLSReloadUpstreamCA(t *testing.T) {
 		redistest.ReplaceFile(t, e.ca.CertFile, caFile)
 		uc := e.ca.IssueValid("respmeter-upstream")
 		var err error
-		if upstream, err = tlsconf.NewClientReloader(caFile, uc.CertFile, uc.KeyFile, "", false, c.Logger); err != nil {
+		if upstream, err = tlsconf.NewClientReloader(caFile, uc.CertFile, uc.KeyFile, "", false, tlsconf.Suites{}, c.Logger); err != nil {
 			t.Fatal(err)
 		}
 		e.srv.DoT(t, "ACL", "SETUSER", user, "on", ">"+password, "~*", "&*", "+@all")

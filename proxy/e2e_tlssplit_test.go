@@ -65,7 +65,7 @@ func spTLSServer(t testing.TB) (*redistest.CA, *tls.Config) {
 	t.Helper()
 	ca := redistest.NewCA(t)
 	cert := ca.IssueValid("respmeter")
-	server, err := tlsconf.Server(cert.CertFile, cert.KeyFile, "", tlsconf.AuthClientsNo)
+	server, err := tlsconf.Server(cert.CertFile, cert.KeyFile, "", tlsconf.AuthClientsNo, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}

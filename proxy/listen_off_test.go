@@ -21,7 +21,7 @@ func TestListenOffPlaceholder(t *testing.T) {
 	srv := redistest.Start(t)
 	ca := redistest.NewCA(t)
 	pc := ca.IssueValid("respmeter")
-	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, "", tlsconf.AuthClientsNo)
+	server, err := tlsconf.Server(pc.CertFile, pc.KeyFile, "", tlsconf.AuthClientsNo, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}

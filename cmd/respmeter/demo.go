@@ -439,7 +439,7 @@ func (a *app) demoLoadCmd() *cobra.Command {
 			var tc *tls.Config
 			if caFile != "" {
 				var err error
-				if tc, err = tlsconf.Client(caFile, "", "", "", false); err != nil {
+				if tc, err = tlsconf.Client(caFile, "", "", "", false, tlsconf.Suites{}); err != nil {
 					return failure(err)
 				}
 			}
@@ -547,7 +547,7 @@ func newDemoTLS() (_ *demoTLS, err error) {
 	if err := ca.IssueFiles("redis-server", from, to, dt.engine.certFile, dt.engine.keyFile); err != nil {
 		return nil, err
 	}
-	if dt.engine.client, err = tlsconf.Client(dt.caFile, "", "", "", false); err != nil {
+	if dt.engine.client, err = tlsconf.Client(dt.caFile, "", "", "", false, tlsconf.Suites{}); err != nil {
 		return nil, err
 	}
 	return dt, nil

@@ -58,6 +58,10 @@ var proxyFlagGroup = map[string]string{
 	"upstream-tls-cert-file":            "tls",
 	"upstream-tls-key-file":             "tls",
 	"upstream-tls-server-name":          "tls",
+	"upstream-tls-protocols":            "tls",
+	"upstream-tls-ciphers":              "tls",
+	"tls-protocols":                     "tls",
+	"tls-ciphers":                       "tls",
 	"upstream-tls-insecure-skip-verify": "tls",
 
 	"route":            "routing",

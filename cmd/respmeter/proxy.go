@@ -92,6 +92,8 @@ type proxyFlags struct {
 	tlsCACertFile       string
 	tlsAuthClients      string
 	tlsHandshakeTimeout time.Duration
+	tlsProtocols        string
+	tlsCiphers          string
 	upstreamTLS         bool
 	facadeTLS           bool
 	upTLSCACertFile     string
@@ -99,6 +101,8 @@ type proxyFlags struct {
 	upTLSKeyFile        string
 	upTLSServerName     string
 	upTLSInsecure       bool
+	upTLSProtocols      string
+	upTLSCiphers        string
 }
 
 // sizeFlag is a pflag.Value holding a configs.Size: "64MiB", "1GiB",
@@ -124,22 +128,18 @@ func (a *app) proxyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "proxy [flags]",
 		Short: "Run the measuring proxy in front of one Redis-compatible server or several shards",
-		Long: `Run the measuring proxy: accept Redis clients on --listen, forward every command unchanged to
---upstream (or, with --route, to the shard that owns it) and time it. --admin serves the live page
-/, /metrics (Prometheus), /stats (JSON) and /slowlog. Every --hdr-interval the verdict says where
-the request cycle went: client, path, engine, engine wait or proxy. SIGUSR1 prints the latency
-table and the verdict; SIGINT or SIGTERM stops accepting, waits up to --drain-timeout for replies
-in flight, prints the same and exits 0.
+		Long: `Run the measuring proxy: accept Redis clients on --listen, forward each command unchanged to
+--upstream (or, with --route, to its shard) and time it. --admin serves the live page /, /metrics
+(Prometheus), /stats (JSON) and /slowlog. Every --hdr-interval the verdict says where the request
+cycle went: client, path, engine, engine wait or proxy. SIGUSR1 prints the latency table and the
+verdict; SIGINT/SIGTERM stops accepting, waits up to --drain-timeout for replies, prints, exits 0.
 
-Settings, lowest precedence first: defaults, the --config file (YAML; configs/passthrough.yaml
-documents every key), environment variables RESPMETER_<KEY> (RESPMETER_DRAIN_TIMEOUT; lists
-comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout). Sizes: bytes,
-64MiB, 1GiB (powers of 1024), MB, GB (powers of 1000). Every flag: docs/configuration.md.`,
+Settings, lowest first: defaults, --config (YAML; configs/passthrough.yaml has every key),
+RESPMETER_<KEY> (RESPMETER_DRAIN_TIMEOUT; lists comma-separated; RESPMETER_CONFIG names the file),
+flags (--drain-timeout). Sizes: bytes, 64MiB, 1GiB, 100MB, 1GB. Every flag: docs/configuration.md.`,
 		Example: `  respmeter proxy --listen 127.0.0.1:6380 --upstream 127.0.0.1:6379
-  respmeter proxy --route slots --cluster 127.0.0.1:7000
   respmeter proxy --route facade --shards 127.0.0.1:7000,127.0.0.1:7001 \
-      --facade-listen 127.0.0.1:7100,127.0.0.1:7101
-  respmeter proxy --upstream 127.0.0.1:6379 --upstream-mode shared --upstream-conns 2`,
+      --facade-listen 127.0.0.1:7100,127.0.0.1:7101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runProxy(cmd, &f) },
 	}
@@ -176,6 +176,8 @@ comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout).
 	fs.StringVar(&f.tlsCACertFile, "tls-ca-cert-file", d.TLSCACertFile, "PEM CA `file` client certificates are verified against")
 	fs.StringVar(&f.tlsAuthClients, "tls-auth-clients", d.TLSAuthClients, "client certs `policy`: no, optional, yes")
 	fs.DurationVar(&f.tlsHandshakeTimeout, "tls-handshake-timeout", time.Duration(d.TLSHandshakeTimeout), "bound of each TLS handshake, either side")
+	fs.StringVar(&f.tlsProtocols, "tls-protocols", d.TLSProtocols, "TLS `versions` allowed, \"TLSv1.2 TLSv1.3\"; default: both")
+	fs.StringVar(&f.tlsCiphers, "tls-ciphers", d.TLSCiphers, "TLS 1.2 cipher `suites`, OpenSSL names a:b; default: Go's")
 	fs.BoolVar(&f.facadeTLS, "facade-tls", d.FacadeTLS, "--route facade: virtual nodes serve TLS only")
 	fs.BoolVar(&f.upstreamTLS, "upstream-tls", d.UpstreamTLS, "TLS to the engines, certificates verified")
 	fs.StringVar(&f.upTLSCACertFile, "upstream-tls-ca-cert-file", d.UpstreamTLSCACertFile, "engines' PEM CA `file`; default: the system's roots")
@@ -183,6 +185,8 @@ comma-separated; RESPMETER_CONFIG names the file), then flags (--drain-timeout).
 	fs.StringVar(&f.upTLSKeyFile, "upstream-tls-key-file", d.UpstreamTLSKeyFile, "PEM private key `file` of it")
 	fs.StringVar(&f.upTLSServerName, "upstream-tls-server-name", d.UpstreamTLSServerName, "engines' certificate `name`; default: the host dialed")
 	fs.BoolVar(&f.upTLSInsecure, "upstream-tls-insecure-skip-verify", d.UpstreamTLSInsecureSkipVerify, "accept any engine certificate (tests only; warned)")
+	fs.StringVar(&f.upTLSProtocols, "upstream-tls-protocols", d.UpstreamTLSProtocols, "TLS `versions` towards the engines; default: both")
+	fs.StringVar(&f.upTLSCiphers, "upstream-tls-ciphers", d.UpstreamTLSCiphers, "TLS 1.2 `suites` towards the engines; default: Go's")
 	fs.StringVar(&f.logLevel, "log-level", d.LogLevel, "`level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", d.LogFormat, "`format` on stderr: text or json")
 	f.clientOutputLimit.v, f.clientQueryLimit.v = d.ClientOutputLimit, d.ClientQueryLimit

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/respmeter/respmeter/configs"
+	"github.com/respmeter/respmeter/internal/tlsconf"
 )
 
 // flagError is every command's cobra FlagErrorFunc: a usage error, with
@@ -20,6 +21,9 @@ func flagError(cmd *cobra.Command, err error) error {
 		return usageError(cmd, err)
 	}
 	name, _, _ = strings.Cut(name, "=")
+	if strings.HasSuffix(name, "tls-ciphersuites") { // Redis's and redis-cli's, which Go cannot do
+		return usageError(cmd, fmt.Errorf("%w (%w)", err, tlsconf.ErrCipherSuites13))
+	}
 	if s := suggestFlags(cmd, name); len(s) > 0 {
 		err = fmt.Errorf("%w (did you mean %s?)", err, strings.Join(s, " or "))
 	}

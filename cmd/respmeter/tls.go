@@ -30,20 +30,28 @@ type tlsSides struct {
 
 // newTLSSides reads the certificate files cfg names (the errors name the
 // files, never their content) and warns when the engines' certificates go
-// unverified.
+// unverified, and of each cipher suite named that Go lists as insecure.
 func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 	ts := tlsSides{metrics: metrics.NewTLS()}
 	rlog := log.With("component", "tls")
 	if cfg.TLSListen != "" || cfg.FacadeTLS {
-		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, rlog)
+		suites, err := sideSuites("tls", cfg.TLSProtocols, cfg.TLSCiphers, rlog)
+		if err != nil {
+			return ts, err
+		}
+		r, err := tlsconf.NewServerReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCACertFile, cfg.TLSAuthClients, suites, rlog)
 		if err != nil {
 			return ts, err
 		}
 		ts.server, ts.reloaders = r.Config(), append(ts.reloaders, r)
 	}
 	if cfg.UpstreamTLS {
+		suites, err := sideSuites("upstream_tls", cfg.UpstreamTLSProtocols, cfg.UpstreamTLSCiphers, rlog)
+		if err != nil {
+			return ts, err
+		}
 		r, err := tlsconf.NewClientReloader(cfg.UpstreamTLSCACertFile, cfg.UpstreamTLSCertFile, cfg.UpstreamTLSKeyFile,
-			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify, rlog)
+			cfg.UpstreamTLSServerName, cfg.UpstreamTLSInsecureSkipVerify, suites, rlog)
 		if err != nil {
 			return ts, err
 		}
@@ -57,6 +65,20 @@ func newTLSSides(cfg configs.Config, log *slog.Logger) (tlsSides, error) {
 		}
 	}
 	return ts, nil
+}
+
+// sideSuites reads one side's protocols and ciphers (configs.Validate
+// has checked them) and warns of each suite named that Go lists as
+// insecure; prefix is the side's keys' ("tls", "upstream_tls").
+func sideSuites(prefix, protocols, ciphers string, log *slog.Logger) (tlsconf.Suites, error) {
+	s, err := tlsconf.ParseSuites(protocols, ciphers)
+	if err != nil {
+		return s, fmt.Errorf("%s_ciphers: %w", prefix, err)
+	}
+	for _, name := range s.Insecure {
+		log.Warn("a TLS cipher suite Go lists as insecure is allowed, as "+prefix+"_ciphers names it", "cipher", name)
+	}
+	return s, nil
 }
 
 // watch reloads each side's certificates when their files change, every
@@ -91,6 +113,7 @@ type clientTLSFlags struct {
 	caCert, cert, key string
 	sni               string
 	insecure          bool
+	ciphers           string
 }
 
 // register adds the flags to fs.
@@ -101,16 +124,18 @@ func (f *clientTLSFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "PEM private key `file` of --cert")
 	fs.StringVar(&f.sni, "sni", "", "server `name` sent and verified (default: the host of --target)")
 	fs.BoolVar(&f.insecure, "insecure", false, "accept any certificate of the target (warned; for tests)")
+	fs.StringVar(&f.ciphers, "tls-ciphers", "", "TLS 1.2 cipher `suites` offered, OpenSSL names joined by ':' (default: Go's)")
 }
 
 // config returns the TLS the flags ask for, nil without --tls
 // (internal/tlsconf builds it). A TLS flag without --tls, or --cert
 // without --key, is a usage error; a file that cannot be read is a
-// failure, named (never its content). --insecure is warned about on
-// stderr.
+// failure, named (never its content), as is a --tls-ciphers name Go
+// cannot do. --insecure, and each suite Go lists as insecure that
+// --tls-ciphers names, are warned about on stderr.
 func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tlsconf.Dialer, error) {
 	if !f.on {
-		for _, name := range []string{"cacert", "cert", "key", "sni", "insecure"} {
+		for _, name := range []string{"cacert", "cert", "key", "sni", "insecure", "tls-ciphers"} {
 			if cmd.Flags().Changed(name) {
 				return nil, usageError(cmd, fmt.Errorf("--%s needs --tls", name))
 			}
@@ -120,9 +145,16 @@ func (f *clientTLSFlags) config(cmd *cobra.Command, stderr io.Writer) (*tlsconf.
 	if (f.cert == "") != (f.key == "") {
 		return nil, usageError(cmd, errors.New("give --cert and --key together"))
 	}
-	c, err := tlsconf.Client(f.caCert, f.cert, f.key, f.sni, f.insecure)
+	suites, err := tlsconf.ParseSuites("", f.ciphers)
+	if err != nil {
+		return nil, usageError(cmd, fmt.Errorf("--tls-ciphers: %w", err))
+	}
+	c, err := tlsconf.Client(f.caCert, f.cert, f.key, f.sni, f.insecure, suites)
 	if err != nil {
 		return nil, failure(err)
+	}
+	for _, name := range suites.Insecure {
+		fmt.Fprintf(stderr, "respmeter: warning: --tls-ciphers offers %s, which Go lists as insecure\n", name)
 	}
 	if f.insecure {
 		fmt.Fprintln(stderr, "respmeter: warning: --insecure: the target's certificate is not verified; anyone on the path can read and change the traffic")

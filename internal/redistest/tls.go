@@ -93,6 +93,22 @@ func ReplaceFile(t testing.TB, src, dst string) {
 	}
 }
 
+// IssueRSA is Issue with an RSA key (tlsconf.CA.IssueRSA), for the TLS
+// 1.2 suites of RSA key exchange and RSA signatures.
+func (ca *CA) IssueRSA(name string, notBefore, notAfter time.Time) Cert {
+	t := ca.t
+	t.Helper()
+	c := Cert{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
+	if err := ca.ca.IssueRSAFiles(name, notBefore, notAfter, c.CertFile, c.KeyFile); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	var err error
+	if c.TLS, err = tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	return c
+}
+
 // IssueValid issues a certificate for name valid from an hour ago for a
 // day.
 func (ca *CA) IssueValid(name string) Cert {
@@ -118,10 +134,33 @@ func (ca *CA) ClientConfig(cert ...Cert) *tls.Config {
 // engine was built without TLS.
 func StartTLS(t testing.TB, ca *CA, args ...string) *Server {
 	t.Helper()
+	return startTLS(t, ca, ca.IssueValid("engine"), false, args)
+}
+
+// StartTLSRSA is StartTLS with an RSA certificate for the engine
+// (CA.IssueRSA), which an engine restricted to TLS 1.2 suites of RSA key
+// exchange or RSA signatures (--tls-ciphers AES128-SHA256) needs. Client
+// and Do offer every TLS 1.2 suite Go implements, insecure ones included,
+// so that they reach the engine whatever suites args leave it.
+func StartTLSRSA(t testing.TB, ca *CA, args ...string) *Server {
+	t.Helper()
+	return startTLS(t, ca, ca.IssueRSA("engine-rsa", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)), true, args)
+}
+
+// startTLS starts the engine of StartTLS presenting srvCert; allSuites
+// makes its own client offer every suite Go implements.
+func startTLS(t testing.TB, ca *CA, srvCert Cert, allSuites bool, args []string) *Server {
+	t.Helper()
 	bin := SkipIfUnavailable(t)
-	srvCert := ca.IssueValid("engine")
 	clientCert := ca.IssueValid("engine-client")
 	s := &Server{t: t, tls: ca.ClientConfig(clientCert)}
+	if allSuites {
+		for _, list := range [][]*tls.CipherSuite{tls.CipherSuites(), tls.InsecureCipherSuites()} {
+			for _, cs := range list {
+				s.tls.CipherSuites = append(s.tls.CipherSuites, cs.ID)
+			}
+		}
+	}
 	argv := append([]string{
 		"--tls-cert-file", srvCert.CertFile, "--tls-key-file", srvCert.KeyFile,
 		"--tls-ca-cert-file", ca.CertFile,

@@ -1,9 +1,11 @@
 package tlsconf
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -17,7 +19,8 @@ import (
 
 // CA is a certificate authority made on the spot, for throwaway
 // certificates on loopback: respmeter demo --tls's, and the tests'. Its key
-// lives in memory only; ECDSA P-256 throughout.
+// lives in memory only; ECDSA P-256 throughout, but for IssueRSA's
+// certificates.
 type CA struct {
 	// Cert is the CA's certificate; CertPEM the same, PEM-encoded.
 	Cert    *x509.Certificate
@@ -64,6 +67,22 @@ func (ca *CA) Issue(name string, notBefore, notAfter time.Time) (certPEM, keyPEM
 	if err != nil {
 		return nil, nil, fmt.Errorf("tls: key: %w", err)
 	}
+	return ca.issue(name, notBefore, notAfter, key, x509.KeyUsageDigitalSignature)
+}
+
+// IssueRSA is Issue with an RSA 2048-bit key, which the TLS 1.2 suites
+// of RSA key exchange and RSA signatures need (OpenSSL's AES128-SHA256,
+// ECDHE-RSA-AES128-GCM-SHA256).
+func (ca *CA) IssueRSA(name string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tls: key: %w", err)
+	}
+	return ca.issue(name, notBefore, notAfter, key, x509.KeyUsageDigitalSignature|x509.KeyUsageKeyEncipherment)
+}
+
+// issue issues the certificate of Issue and IssueRSA for key.
+func (ca *CA) issue(name string, notBefore, notAfter time.Time, key crypto.Signer, usage x509.KeyUsage) (certPEM, keyPEM []byte, err error) {
 	ca.mu.Lock()
 	ca.serial++
 	serial := ca.serial
@@ -73,12 +92,12 @@ func (ca *CA) Issue(name string, notBefore, notAfter time.Time) (certPEM, keyPEM
 		Subject:      pkix.Name{CommonName: name},
 		NotBefore:    notBefore,
 		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+		KeyUsage:     usage,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tls: certificate: %w", err)
 	}
@@ -92,14 +111,26 @@ func (ca *CA) Issue(name string, notBefore, notAfter time.Time) (certPEM, keyPEM
 // IssueFiles issues a certificate for name as Issue does and writes it
 // and its key to certFile and keyFile (mode 0600).
 func (ca *CA) IssueFiles(name string, notBefore, notAfter time.Time, certFile, keyFile string) error {
-	c, k, err := ca.Issue(name, notBefore, notAfter)
-	if err != nil {
-		return err
+	return writeIssued(certFile, keyFile)(ca.Issue(name, notBefore, notAfter))
+}
+
+// IssueRSAFiles is IssueFiles with IssueRSA's key.
+func (ca *CA) IssueRSAFiles(name string, notBefore, notAfter time.Time, certFile, keyFile string) error {
+	return writeIssued(certFile, keyFile)(ca.IssueRSA(name, notBefore, notAfter))
+}
+
+// writeIssued returns a function writing an issued certificate and key
+// to certFile and keyFile (mode 0600).
+func writeIssued(certFile, keyFile string) func(c, k []byte, err error) error {
+	return func(c, k []byte, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(certFile, c, 0o600); err != nil {
+			return err
+		}
+		return os.WriteFile(keyFile, k, 0o600)
 	}
-	if err := os.WriteFile(certFile, c, 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(keyFile, k, 0o600)
 }
 
 func pemBlock(typ string, der []byte) []byte {

@@ -37,6 +37,7 @@ const WatchInterval = 5 * time.Second
 // client certificate and its key. Each dial to an engine takes the
 // configuration read last whole (Dialer.Config), so crypto/tls verifies
 // the engine against the CA pool of that moment, for the host dialed.
+// The versions and cipher suites (Suites) stay those given at start.
 type Reloader struct {
 	side  string   // "client" or "upstream", for logs
 	files []string // what Watch reads for a change
@@ -53,9 +54,9 @@ type Reloader struct {
 // NewServerReloader reads the client-facing side's files as Server does
 // and returns its Reloader; the first read's error is returned, as
 // Server's. log receives the reloads' outcomes.
-func NewServerReloader(certFile, keyFile, caFile, authClients string, log *slog.Logger) (*Reloader, error) {
+func NewServerReloader(certFile, keyFile, caFile, authClients string, s Suites, log *slog.Logger) (*Reloader, error) {
 	r := &Reloader{side: "client", files: nonEmpty(certFile, keyFile, caFile), log: log,
-		load: func() (*tls.Config, error) { return Server(certFile, keyFile, caFile, authClients) }}
+		load: func() (*tls.Config, error) { return Server(certFile, keyFile, caFile, authClients, s) }}
 	r.cfg = &tls.Config{
 		MinVersion: MinVersion,
 		// Every handshake gets the configuration read last, whole: its
@@ -74,9 +75,9 @@ func NewServerReloader(certFile, keyFile, caFile, authClients string, log *slog.
 // when given) and the client certificate (certFile and keyFile, when
 // given). The first read's error is returned, as Client's. log receives
 // the reloads' outcomes.
-func NewClientReloader(caFile, certFile, keyFile, serverName string, insecure bool, log *slog.Logger) (*Reloader, error) {
+func NewClientReloader(caFile, certFile, keyFile, serverName string, insecure bool, s Suites, log *slog.Logger) (*Reloader, error) {
 	r := &Reloader{side: "upstream", files: nonEmpty(caFile, certFile, keyFile), log: log,
-		load: func() (*tls.Config, error) { return Client(caFile, certFile, keyFile, serverName, insecure) }}
+		load: func() (*tls.Config, error) { return Client(caFile, certFile, keyFile, serverName, insecure, s) }}
 	return r, r.first()
 }
 

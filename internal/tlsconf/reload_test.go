@@ -51,7 +51,7 @@ func serverSetup(t *testing.T) (ca *redistest.CA, certFile, keyFile string, firs
 	first, second = ca.IssueValid("first"), ca.IssueValid("second")
 	first.CopyTo(t, certFile, keyFile)
 	logs = new(logBuf)
-	r, err := tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, slog.New(slog.NewTextHandler(logs, nil)))
+	r, err := tlsconf.NewServerReloader(certFile, keyFile, "", tlsconf.AuthClientsNo, tlsconf.Suites{}, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestServerReloadCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := oldCA.IssueValid("server")
-	r, err := tlsconf.NewServerReloader(srv.CertFile, srv.KeyFile, caFile, tlsconf.AuthClientsYes, slog.New(slog.DiscardHandler))
+	r, err := tlsconf.NewServerReloader(srv.CertFile, srv.KeyFile, caFile, tlsconf.AuthClientsYes, tlsconf.Suites{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestClientReloadCertificate(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
 	first, second := ca.IssueValid("first"), ca.IssueValid("second")
 	first.CopyTo(t, certFile, keyFile)
-	r, err := tlsconf.NewClientReloader(ca.CertFile, certFile, keyFile, "", false, slog.New(slog.DiscardHandler))
+	r, err := tlsconf.NewClientReloader(ca.CertFile, certFile, keyFile, "", false, tlsconf.Suites{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestClientReloadCA(t *testing.T) {
 	a, b := redistest.NewCA(t), redistest.NewCA(t)
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	redistest.ReplaceFile(t, a.CertFile, caFile)
-	r, err := tlsconf.NewClientReloader(caFile, "", "", "", false, slog.New(slog.DiscardHandler))
+	r, err := tlsconf.NewClientReloader(caFile, "", "", "", false, tlsconf.Suites{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestClientReloadCA(t *testing.T) {
 	if got := d.Config(onB).ServerName; got != "127.0.0.1" {
 		t.Errorf("server name for %s: %q, want the host dialed", onB, got)
 	}
-	named, err := tlsconf.NewClientReloader(caFile, "", "", "engine.example", false, slog.New(slog.DiscardHandler))
+	named, err := tlsconf.NewClientReloader(caFile, "", "", "engine.example", false, tlsconf.Suites{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

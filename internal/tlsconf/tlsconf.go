@@ -1,8 +1,10 @@
 // Package tlsconf builds the crypto/tls configurations of respmeter's two
 // sides from certificate files: the server side that clients connect to
 // (Redis's tls-cert-file, tls-key-file, tls-ca-cert-file and
-// tls-auth-clients) and the client side that connects to the engines.
-// Errors name the files, never their content.
+// tls-auth-clients) and the client side that connects to the engines,
+// each with the versions and TLS 1.2 cipher suites of Redis's
+// tls-protocols and tls-ciphers (Suites). Errors name the files, never
+// their content.
 package tlsconf
 
 import (
@@ -29,8 +31,9 @@ const (
 // Server returns the configuration of the client-facing TLS listener:
 // the certificate and key of certFile and keyFile (PEM), client
 // certificates verified against caFile (PEM; needed unless authClients is
-// "no") as authClients says, TLS 1.2 at least, Go's default cipher suites.
-func Server(certFile, keyFile, caFile, authClients string) (*tls.Config, error) {
+// "no") as authClients says, the versions and TLS 1.2 cipher suites of s
+// (its zero value: TLS 1.2 and 1.3, Go's default suites).
+func Server(certFile, keyFile, caFile, authClients string, s Suites) (*tls.Config, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("tls: a certificate file and a key file are needed")
 	}
@@ -38,7 +41,8 @@ func Server(certFile, keyFile, caFile, authClients string) (*tls.Config, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tls: load certificate %s and key %s: %w", certFile, keyFile, err)
 	}
-	c := &tls.Config{MinVersion: MinVersion, Certificates: []tls.Certificate{cert}}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}}
+	s.apply(c)
 	switch authClients {
 	case AuthClientsNo, "":
 		c.ClientAuth = tls.NoClientCert
@@ -63,10 +67,13 @@ func Server(certFile, keyFile, caFile, authClients string) (*tls.Config, error) 
 // Client returns the configuration of the connections to the engines:
 // their certificates verified against caFile (PEM; "" uses the system's
 // roots) and serverName (""; each engine's host name as dialed), a client
-// certificate from certFile and keyFile when given, TLS 1.2 at least.
-// insecure skips verifying the engine's certificate (the caller warns).
-func Client(caFile, certFile, keyFile, serverName string, insecure bool) (*tls.Config, error) {
-	c := &tls.Config{MinVersion: MinVersion, ServerName: serverName, InsecureSkipVerify: insecure}
+// certificate from certFile and keyFile when given, the versions and TLS
+// 1.2 cipher suites of s (its zero value: TLS 1.2 and 1.3, Go's default
+// suites). insecure skips verifying the engine's certificate (the caller
+// warns).
+func Client(caFile, certFile, keyFile, serverName string, insecure bool, s Suites) (*tls.Config, error) {
+	c := &tls.Config{ServerName: serverName, InsecureSkipVerify: insecure}
+	s.apply(c)
 	if caFile != "" {
 		var err error
 		if c.RootCAs, err = pool(caFile); err != nil {

@@ -25,7 +25,7 @@ func TestServer(t *testing.T) {
 		{"yes", "", 0, "needs a CA certificate file"},
 		{"maybe", ca.CertFile, 0, `auth-clients "maybe"`},
 	} {
-		cfg, err := tlsconf.Server(c.CertFile, c.KeyFile, tc.caFile, tc.auth)
+		cfg, err := tlsconf.Server(c.CertFile, c.KeyFile, tc.caFile, tc.auth, tlsconf.Suites{})
 		switch {
 		case tc.err != "":
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -60,8 +60,8 @@ func TestKeyNotInErrors(t *testing.T) {
 		return strings.Split(string(raw), "\n")[1]
 	}
 	for _, keyFile := range []string{b.KeyFile, garbage} {
-		_, err1 := tlsconf.Server(a.CertFile, keyFile, "", "no")
-		_, err2 := tlsconf.Client("", a.CertFile, keyFile, "", false)
+		_, err1 := tlsconf.Server(a.CertFile, keyFile, "", "no", tlsconf.Suites{})
+		_, err2 := tlsconf.Client("", a.CertFile, keyFile, "", false, tlsconf.Suites{})
 		for _, err := range []error{err1, err2} {
 			if err == nil {
 				t.Fatalf("%s: no error for a key that does not match", keyFile)
@@ -79,17 +79,17 @@ func TestKeyNotInErrors(t *testing.T) {
 func TestClient(t *testing.T) {
 	ca := redistest.NewCA(t)
 	c := ca.IssueValid("client")
-	cfg, err := tlsconf.Client(ca.CertFile, c.CertFile, c.KeyFile, "redis.internal", false)
+	cfg, err := tlsconf.Client(ca.CertFile, c.CertFile, c.KeyFile, "redis.internal", false, tlsconf.Suites{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.RootCAs == nil || cfg.ServerName != "redis.internal" || len(cfg.Certificates) != 1 || cfg.InsecureSkipVerify || cfg.MinVersion != tls.VersionTLS12 {
 		t.Errorf("config %+v", cfg)
 	}
-	if _, err := tlsconf.Client("", c.CertFile, "", "", false); err == nil {
+	if _, err := tlsconf.Client("", c.CertFile, "", "", false, tlsconf.Suites{}); err == nil {
 		t.Error("a certificate without its key accepted")
 	}
-	if _, err := tlsconf.Client(c.KeyFile, "", "", "", false); err == nil {
+	if _, err := tlsconf.Client(c.KeyFile, "", "", "", false, tlsconf.Suites{}); err == nil {
 		t.Error("a key file accepted as CA certificates")
 	}
 }
