@@ -11,8 +11,9 @@
 #   42-60 s   clean
 #
 # Every second it prints the latest interval's verdict (/stats "verdict": when the interval ended,
-# counted from respmeter's start, its bound and injected share, the mean cycle) and the per-shard
-# command rates over the last second (/stats?window=1s), so each step shows at its time; at the end, `respmeter report` on the HDR log and memtier's totals.
+# counted from respmeter's start, its bound and injected share, the mean cycle), the per-shard
+# command rates over the last second (/stats?window=1s) and each shard's injected share in its own
+# verdict of that interval (/stats "shard_engines"), so each step shows at its time and shard; at the end, `respmeter report` on the HDR log and memtier's totals.
 #
 # Usage: MEMTIER=/path/to/memtier_benchmark bench/inject-scenario.sh
 #   DURATION=60  the run (s); the steps' times are fixed as above
@@ -106,10 +107,13 @@ except Exception:
     sys.exit(0)
 v = d.get("verdict") or {}
 sh = ", ".join("%s %.0f" % (s["shard"].rsplit(":", 1)[1], s.get("rate") or 0) for s in d.get("shards") or [])
+# The injected share in each shard verdict of the same interval.
+inj = ", ".join("%s %.0f%%" % (s["shard"].rsplit(":", 1)[1], 100 * ((s.get("verdict") or {}).get("shares") or {}).get("injected", 0))
+                for s in d.get("shard_engines") or [])
 end = v.get("end")  # the interval the verdict is of, not when it was read
 t = datetime.fromisoformat(end.replace("Z", "+00:00")).timestamp() if end else time.time()
-print("%5.1f %-16s %7.1f%% %10.3f  %s" % (t - float(os.environ["T0"]), v.get("bound", "-"),
-      100 * (v.get("shares") or {}).get("injected", 0), 1000 * v.get("cycle_seconds", 0), sh))
+print("%5.1f %-16s %7.1f%% %10.3f  %s | injected by shard: %s" % (t - float(os.environ["T0"]), v.get("bound", "-"),
+      100 * (v.get("shares") or {}).get("injected", 0), 1000 * v.get("cycle_seconds", 0), sh, inj))
 ' || true
 done
 wait "$MT_PID" || log "memtier exited with $?; see $OUT/logs/memtier.log"
