@@ -168,15 +168,7 @@ func (l *Loop) shard(i int) *shardStats {
 // ObserveLocked, separately. A shard outside [0, MaxShards] is ignored. The
 // caller must hold the lock.
 func (l *Loop) ShardObserveLocked(shard int, total, upstream, service time.Duration, isErr bool) {
-	sh := l.shard(shard)
-	if sh == nil {
-		return
-	}
-	sh.count++
-	if isErr {
-		sh.errors++
-	}
-	observePhases(&sh.phases, total, upstream, service, 0)
+	l.ShardObserveInjectedLocked(shard, total, upstream, service, 0, isErr)
 }
 
 // ShardObserveInjectedLocked is ShardObserveLocked for a command that a

@@ -305,25 +305,7 @@ func TestInjectClusterEventsNeedShardMap(t *testing.T) {
   for: 1s
   migrate: {to: "127.0.0.1:7001"}
 `
-	in, err := proxy.ParseInjection("rules.yaml", []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = proxy.New(proxy.Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:6379", Inject: in})
-	if err == nil || !strings.Contains(err.Error(), `rules[1]: rule "reshard": migrate needs route slots or facade over shards`) {
-		t.Errorf("New with a migrate rule over one engine: %v", err)
-	}
-	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:6379"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, _ = proxy.ParseInjection("rules.yaml", []byte(file))
-	if err := p.AddInjection(in); err == nil {
-		t.Error("AddInjection of a migrate rule over one engine: no error")
-	}
-	if p.Injection() != nil {
-		t.Errorf("rules in force after a refused file: %+v", p.Injection().Counts())
-	}
+	refusedOverOneEngine(t, "rules.yaml", file, `rules[1]: rule "reshard": migrate needs route slots or facade over shards`, "migrate")
 }
 
 // TestInjectMigrateSlotsRoute: under --route slots the clients see no

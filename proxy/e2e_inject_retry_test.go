@@ -199,32 +199,41 @@ func TestInjectTryAgainExhausted(t *testing.T) {
 // accepted.
 func TestInjectTryAgainNeedsRouting(t *testing.T) {
 	const body = `{"rules": [{"name": "slow", "delay": "1ms"}, {"name": "rehashing", "commands": ["SET"], "error": "TRYAGAIN x", "retry": true}]}`
-	in, err := proxy.ParseInjection("body", []byte(body))
+	refusedOverOneEngine(t, "body", body, `body:1: rules[1]: rule "rehashing": retry needs route slots or facade`, "retry")
+	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Route: proxy.RouteSlots, Shards: []string{"127.0.0.1:6379", "127.0.0.1:6380"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := proxy.ParseInjection("body", []byte(body))
+	if err := p.AddInjection(in); err != nil {
+		t.Errorf("AddInjection of a retry rule under route slots: %v", err)
+	}
+}
+
+// refusedOverOneEngine checks that the rules of data (a file or body
+// named name), of which a rule of effect what needs a slot map respmeter
+// routes by, are refused whole over one engine: by New, with want in its
+// error, and by AddInjection, which leaves no rule in force.
+func refusedOverOneEngine(t *testing.T, name, data, want, what string) {
+	t.Helper()
+	in, err := proxy.ParseInjection(name, []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = proxy.New(proxy.Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:6379", Inject: in})
-	if want := `body:1: rules[1]: rule "rehashing": retry needs route slots or facade`; err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("New with a retry rule over one engine: %v, want %s", err, want)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("New with a %s rule over one engine: %v, want %s", what, err, want)
 	}
 	p, err := proxy.New(proxy.Config{Listen: "127.0.0.1:0", Upstream: "127.0.0.1:6379"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, _ = proxy.ParseInjection("body", []byte(body))
+	in, _ = proxy.ParseInjection(name, []byte(data))
 	if err := p.AddInjection(in); err == nil {
-		t.Error("AddInjection of a retry rule over one engine: no error")
+		t.Errorf("AddInjection of a %s rule over one engine: no error", what)
 	}
 	if p.Injection() != nil {
-		t.Errorf("rules in force after a refused body: %+v", p.Injection().Counts())
-	}
-	p, err = proxy.New(proxy.Config{Listen: "127.0.0.1:0", Route: proxy.RouteSlots, Shards: []string{"127.0.0.1:6379", "127.0.0.1:6380"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, _ = proxy.ParseInjection("body", []byte(body))
-	if err := p.AddInjection(in); err != nil {
-		t.Errorf("AddInjection of a retry rule under route slots: %v", err)
+		t.Errorf("rules in force after a refused %s: %+v", name, p.Injection().Counts())
 	}
 }
 
