@@ -299,7 +299,7 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.Inject != nil {
 		if err := p.checkRules(cfg.Inject); err != nil {
-			return nil, fmt.Errorf("proxy: inject: %w", err)
+			return nil, fmt.Errorf("%w: inject: %w", ErrConfig, err)
 		}
 		p.armTopo(cfg.Inject)
 	}

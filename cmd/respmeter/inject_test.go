@@ -85,12 +85,24 @@ func TestProxyInject(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("rules:\n- name: x\n  delay: 2ms\n  colour: red\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "off", "--inject", bad)
-	if code := p.wait(t); code == 0 {
-		t.Errorf("a bad rule file: exit 0")
+	// A configuration error, as every other: exit 2. So is a rule the
+	// proxy's routing cannot apply, and a file that is not there.
+	retry := filepath.Join(dir, "retry.yaml")
+	if err := os.WriteFile(retry, []byte("rules:\n- name: r\n  error: TRYAGAIN x\n  retry: true\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if want := bad + `:4: rules[0]: unknown key "colour"`; !strings.Contains(p.stderr.String(), want) {
-		t.Errorf("stderr lacks %q:\n%s", want, p.stderr)
+	for _, tc := range []struct{ file, want string }{
+		{bad, bad + `:4: rules[0]: unknown key "colour"`},
+		{retry, retry + `:2: rules[0]: rule "r": retry needs route slots or facade`},
+		{filepath.Join(dir, "none.yaml"), "none.yaml: no such file or directory"},
+	} {
+		p := start(t, nil, "proxy", "--listen", "127.0.0.1:0", "--upstream", srv.Addr(), "--admin", "off", "--inject", tc.file)
+		if code := p.wait(t); code != exitUsage {
+			t.Errorf("rule file %s: exit %d, want %d", filepath.Base(tc.file), code, exitUsage)
+		}
+		if !strings.Contains(p.stderr.String(), tc.want) {
+			t.Errorf("stderr lacks %q:\n%s", tc.want, p.stderr)
+		}
 	}
 }
 

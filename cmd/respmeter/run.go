@@ -50,7 +50,14 @@ func usageError(cmd *cobra.Command, err error) error {
 func configError(err error) error { return &exitError{code: exitUsage, err: err} }
 
 // failure returns an exitFailure error; err nil means already reported.
-func failure(err error) error { return &exitError{code: exitFailure, err: err} }
+// An err that already carries an exit code (a configError found while
+// starting) keeps it.
+func failure(err error) error {
+	if ee := (*exitError)(nil); errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: exitFailure, err: err}
+}
 
 // app is one invocation of the CLI: its output streams and its view of the
 // environment. Nothing about it is global, so tests may run several.

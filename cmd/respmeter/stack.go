@@ -345,7 +345,7 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 	if cfg.Inject != "" {
 		in, err := proxy.LoadInjection(cfg.Inject)
 		if err != nil {
-			return fmt.Errorf("--inject: %w", err)
+			return configError(fmt.Errorf("--inject: %w", err))
 		}
 		pcfg.Inject = in
 		if n := st.loops + 1; runtime.GOMAXPROCS(0) < n {
@@ -355,6 +355,9 @@ func (st *stack) startProxy(reg prometheus.Registerer, cmds *routing.Resolver, l
 		}
 	}
 	p, err := proxy.New(pcfg)
+	if errors.Is(err, proxy.ErrConfig) {
+		return configError(err)
+	}
 	if err == nil {
 		err = p.Start()
 	}
