@@ -944,15 +944,15 @@ func (c *Config) checkTLS() []*FieldError {
 			add(invalid("facade_tls", "needs tls_cert_file and tls_key_file").reads("tls_cert_file", "tls_key_file"))
 		}
 	}
-	if _, err := tlsconf.ParseSuites(c.TLSProtocols, ""); err != nil {
-		add(invalid("tls_protocols", "%v", err))
-	} else if _, err := tlsconf.ParseSuites(c.TLSProtocols, c.TLSCiphers); err != nil {
-		add(invalid("tls_ciphers", "%v", err).reads("tls_protocols"))
-	}
-	if _, err := tlsconf.ParseSuites(c.UpstreamTLSProtocols, ""); err != nil {
-		add(invalid("upstream_tls_protocols", "%v", err))
-	} else if _, err := tlsconf.ParseSuites(c.UpstreamTLSProtocols, c.UpstreamTLSCiphers); err != nil {
-		add(invalid("upstream_tls_ciphers", "%v", err).reads("upstream_tls_protocols"))
+	for _, side := range []struct{ prefix, protocols, ciphers string }{
+		{"tls", c.TLSProtocols, c.TLSCiphers},
+		{"upstream_tls", c.UpstreamTLSProtocols, c.UpstreamTLSCiphers},
+	} {
+		if _, err := tlsconf.ParseSuites(side.protocols, ""); err != nil {
+			add(invalid(side.prefix+"_protocols", "%v", err))
+		} else if _, err := tlsconf.ParseSuites(side.protocols, side.ciphers); err != nil {
+			add(invalid(side.prefix+"_ciphers", "%v", err).reads(side.prefix + "_protocols"))
+		}
 	}
 	if c.TLSListen == "" && !c.FacadeTLS {
 		for key, v := range map[string]string{"tls_protocols": c.TLSProtocols, "tls_ciphers": c.TLSCiphers} {
