@@ -21,8 +21,9 @@ import (
 // may ride on it only while a fresh connection without credentials would be
 // accepted too. respmeter checks that (authCheck: a PING on a new
 // connection to each engine, answered -NOAUTH when a password is required)
-// at Start, every Config.AuthCheck, and soon after a command that may change
-// it passes through (CONFIG SET, ACL) or a shared connection gets -NOAUTH.
+// at Start, every Config.AuthCheck, and as soon as the engine has answered
+// a command that may change it (CONFIG SET, ACL SETUSER, ...) or a shared
+// connection gets -NOAUTH.
 // While the engines require a password, every client uses private
 // connections (a client that sends AUTH always does), so the engine itself
 // answers -NOAUTH to a client without credentials: stricter than Redis for
@@ -167,14 +168,13 @@ func (p *Proxy) closeAuthConns() {
 	}
 }
 
-// watchAuth keeps p.authRequired up to date until ctx ends: every interval,
-// at once when a new client waits (authNow), and soon after a nudge
-// (requestAuthCheck: the command that may change the engine's
-// authentication is applied first).
+// watchAuth keeps p.authRequired up to date until ctx ends: every interval
+// and at once when asked (authNow: a new client waits, or
+// requestAuthCheck).
 func (p *Proxy) watchAuth(ctx context.Context, every time.Duration) {
 	defer close(p.authDone)
 	defer p.closeAuthConns()
-	periodicNow(ctx, every, p.authNudge, p.authNow, func() {
+	periodicNow(ctx, every, nil, p.authNow, func() {
 		seq := p.authStarted.Add(1)
 		p.setAuthRequired(p.authCheck(ctx))
 		p.authPassed.Store(seq)
@@ -212,18 +212,42 @@ func (p *Proxy) setAuthRequired(req bool) {
 	}
 }
 
-// requestAuthCheck asks watchAuth for a check soon (never blocks).
+// requestAuthCheck asks watchAuth for a check at once (never blocks): the
+// engine has answered a command that may have changed its authentication
+// (eAuthChange), so the check sees the change.
 func (p *Proxy) requestAuthCheck() {
-	if p.authNudge == nil {
+	if p.authNow == nil {
 		return
 	}
 	select {
-	case p.authNudge <- struct{}{}:
-	default:
+	case p.authNow <- struct{}{}:
+	default: // one is asked for already, and starts after this
 	}
 }
 
 // mayChangeAuth reports whether a request may change what the engine asks
-// of a new connection: CONFIG SET (requirepass), ACL (SETUSER, DELUSER,
-// LOAD, ...).
-func mayChangeAuth(id command.ID) bool { return id == command.Config || id == command.Acl }
+// of a new connection: CONFIG SET (requirepass) and ACL but its read-only
+// subcommands (SETUSER, DELUSER, LOAD, and any the list does not know).
+// CONFIG GET, ACL GETUSER and the like, which some clients and
+// redis-benchmark send at connect, change nothing.
+func mayChangeAuth(id command.ID, args [][]byte) bool {
+	switch {
+	case id == command.Config:
+		return len(args) > 1 && eqFold(args[1], "set")
+	case id == command.Acl:
+		if len(args) < 2 {
+			return false
+		}
+		for _, ro := range aclReadOnly {
+			if eqFold(args[1], ro) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// aclReadOnly are the ACL subcommands that change no user (Redis's ACL
+// command reference).
+var aclReadOnly = [...]string{"cat", "dryrun", "genpass", "getuser", "help", "list", "log", "users", "whoami"}

@@ -75,15 +75,16 @@ const (
 
 // request.flags
 const (
-	eQuit      uint16 = 1 << iota // QUIT: close the client after this reply
-	eInTx                         // queued inside MULTI: redirects are relayed, not followed
-	eWritten                      // the reply went to the client's write buffer directly
-	eExecAbort                    // EXEC of an aborted transaction: answer EXECABORT
-	eSilent                       // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
-	eQuietQuit                    // QUIT whose reply is dropped: close after the next output, if any
-	eSync                         // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
-	eExecCross                    // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
-	eNodeIDs                      // CLUSTER GETSLOTMIGRATIONS on a virtual node: the engine's node ids become virtual ones (facadeNodeIDs)
+	eQuit       uint16 = 1 << iota // QUIT: close the client after this reply
+	eInTx                          // queued inside MULTI: redirects are relayed, not followed
+	eWritten                       // the reply went to the client's write buffer directly
+	eExecAbort                     // EXEC of an aborted transaction: answer EXECABORT
+	eSilent                        // sent under CLIENT REPLY OFF/SKIP: the reply is dropped
+	eQuietQuit                     // QUIT whose reply is dropped: close after the next output, if any
+	eSync                          // SYNC/PSYNC: its reply starts a replication stream (see link.onData)
+	eExecCross                     // with eExecAbort: a transaction over several slots (facade): answer CROSSSLOT
+	eNodeIDs                       // CLUSTER GETSLOTMIGRATIONS on a virtual node: the engine's node ids become virtual ones (facadeNodeIDs)
+	eAuthChange                    // may change the engine's authentication (mayChangeAuth): an auth check once it is answered
 )
 
 // request is one request of a client.
@@ -280,6 +281,7 @@ type client struct {
 		slot    int // -1: not known yet
 		shard   int // -1: not known yet
 		aborted bool
+		auth    bool // a queued command may change the engine's authentication (eAuthChange at EXEC)
 	}
 
 	flags clientFlag
@@ -963,9 +965,6 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if mayHoldSecret(id) {
 		s.capSecret = true
 	}
-	if mayChangeAuth(id) {
-		s.p.requestAuthCheck()
-	}
 	if kind, reason := s.needsPause(c, args); kind != 0 {
 		s.paused, s.pauseReason = kind, reason
 		return true
@@ -1005,6 +1004,21 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	}
 	if s.tx.on {
 		e.flags |= eInTx
+	}
+	if s.p.authNow != nil {
+		// A change of the engine's authentication is checked once the
+		// engine has answered it: for a queued one, once EXEC is.
+		switch {
+		case id == command.Exec || id == command.Discard:
+			if s.tx.auth && id == command.Exec {
+				e.flags |= eAuthChange
+			}
+			s.tx.auth = false
+		case mayChangeAuth(id, args) && s.tx.on:
+			s.tx.auth = true
+		case mayChangeAuth(id, args):
+			e.flags |= eAuthChange
+		}
 	}
 	if s.replyMode != replyOn || id == command.Reset {
 		s.applyReplyMode(e, id, args)
@@ -1728,6 +1742,9 @@ func (s *client) complete(e *request, i int, reply []byte, now int64, streamed b
 	}
 	e.tReply = max(e.tReply, now)
 	e.left--
+	if e.left == 0 && e.flags&eAuthChange != 0 {
+		s.p.requestAuthCheck()
+	}
 	e.heat.Reply(reply) // nil when streamed: link.onData adds the pieces
 	s.markDirty()
 	if streamed || e.agg == aggRelay && e.left == 0 && s.q.len() > 0 && s.q.front() == e && e.flags&(eExecAbort|eSilent) == 0 && e.hold == 0 {

@@ -89,7 +89,6 @@ type Proxy struct {
 	// authRequired: some engine refuses connections without a password,
 	// so no client without AUTH uses shared connections (auth.go).
 	authRequired atomic.Bool
-	authNudge    chan struct{}
 	authStop     context.CancelFunc
 	authDone     chan struct{}
 
@@ -334,7 +333,7 @@ func (p *Proxy) Start() error {
 	}
 	if p.shared {
 		ctx, stop := context.WithCancel(context.Background())
-		p.authStop, p.authNudge, p.authDone = stop, make(chan struct{}, 1), make(chan struct{})
+		p.authStop, p.authDone = stop, make(chan struct{})
 		p.authNow = make(chan struct{}, 1)
 		p.setAuthRequired(p.authCheck(ctx))
 		go p.watchAuth(ctx, p.cfg.AuthCheck)
