@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
-	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/respmeter/respmeter/internal/redistest"
 	engstats "github.com/respmeter/respmeter/metrics/engine"
@@ -15,64 +21,79 @@ import (
 // sampled into the top keys, every one counted in its slot) costs in the
 // proxy's own CPU per command, through real sockets, with a confidence
 // interval that says whether the difference is resolved: two proxies in
-// front of one redis-server, one with heat and one without, measured in
-// b.N short rounds (-benchtime 40x: 40 rounds). A round drives each proxy
-// in turn with the same redis-benchmark run (-c 50, SET and GET of
-// 100-byte values over 100,000 random keys, -P 1 or 16), heat off first
-// in even rounds and heat on first in odd ones, so that a load that
-// drifts over the run falls on both sides alike; one unmeasured round
-// warms both up first. A side's CPU is its process's time on a CPU summed
-// over its threads (/proc/PID/task/TID/schedstat, in ns), over the
-// commands the round sent through it.
+// front of one redis-server, one with heat and one without, each driven
+// by 50 client connections that stay open for the whole run, measured in
+// b.N rounds (-benchtime 100x: 100 rounds).
 //
-// Each round gives a ratio, heat on over heat off; the benchmark reports
-// their median ("on/off"), the ends of its 95 % confidence interval by
-// order statistics ("on/off-lo", "on/off-hi": distribution-free, about ±2
-// binomial standard deviations of ranks around the median, so it needs
-// some 20 rounds to be narrow), the pooled ratio of the sums
-// ("on/off-sum") and the two sides' CPU per command ("off-µs/op",
-// "on-µs/op"), and logs whether the interval's upper end is within 1.03:
-// only then does the run show "≤ 3 % CPU per operation". It fails when
-// the heat proxy's slots do not hold every command.
+// A round is 8 turns, heat off and heat on alternating in the order
+// ABBAABBA (BAABBAAB in odd rounds), so that a load or a host that drifts
+// within a round falls on both sides alike. In a turn one side's 50
+// connections each send 25 pipelines of 16 commands (-P 16: 20,000
+// commands in all) or 40 single commands (-P 1: 2,000), SET and GET
+// alternating, of 100-byte values over 100,000 random keys (as
+// redis-benchmark -d 100 -r 100000; the keys are written first, so that
+// every GET finds its value), and each reply is checked byte for byte.
+// A side's CPU is its process's time on a CPU summed over its threads
+// (/proc/PID/task/TID/schedstat, in ns) over the turn. The connections
+// are opened before the first round, so a turn's CPU is the proxy's
+// per-command work alone, without connection set-up (a redis-benchmark
+// run reconnects its 50 clients: some 30 ms of the proxy's CPU, a share
+// that dilutes a ratio the more, the shorter the turns); the load
+// generator writes prepared requests and reads the replies' known lengths
+// (no allocation), so that its own pauses do not reshape the proxy's
+// batches. One unmeasured round warms both up first.
+//
+// Each round gives a ratio, heat on over heat off, of the two sides'
+// CPU per command; the benchmark reports their median ("on/off"), the
+// ends of its 95 % confidence interval by order statistics ("on/off-lo",
+// "on/off-hi": distribution-free, about ±2 binomial standard deviations of
+// ranks around the median, so it needs some 20 rounds to be narrow), the
+// pooled ratio of the sums ("on/off-sum") and the two sides' CPU per
+// command ("off-µs/op", "on-µs/op"), and logs whether the interval's upper
+// end is within 1.03: only then does the run show "≤ 3 % CPU per
+// operation". It fails when the heat proxy's slots do not hold every
+// command.
 //
 // Both proxies keep the slow log at 1 s: heat takes every command at or
 // over the slow log's threshold into its top keys, whatever the sampling,
 // and on a loaded machine most commands could pass the default 10 ms.
 // metrics/heat's BenchmarkRecord and proxy/'s BenchmarkHeat measure the
 // heat code alone, in memory, without the system calls. Run it alone on a
-// quiet machine (2-3 s a round and depth on a busy 2-core machine):
+// quiet machine (about 1 s a round and depth on a 2-core machine):
 //
-//	go test -run '^$' -bench HeatCPU -benchtime 40x ./cmd/respmeter/
+//	go test -run '^$' -bench HeatCPU -benchtime 100x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
-	bench := redistest.Tool(b, "redis-benchmark")
 	srv := redistest.Start(b)
+	fillHeatKeys(b, srv.Addr())
 	off, offAddr, offAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s")
 	on, onAddr, onAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s", "--heat")
-	sides := [2]cpuSide{{off, offAddr}, {on, onAddr}}
-	var sent int64
 	for _, pipe := range []int{1, 16} {
 		b.Run("p"+strconv.Itoa(pipe), func(b *testing.B) {
-			// About 0.3 s of proxy CPU per side and round on a quiet
-			// 2-core machine.
-			n := 10_000
-			if pipe > 1 {
-				n = 100_000
+			perConn := 25 // pipelines per connection and turn
+			if pipe == 1 {
+				perConn = 40
 			}
-			args := []string{"-c", "50", "-n", strconv.Itoa(n), "-P", strconv.Itoa(pipe),
-				"-d", "100", "-t", "set,get", "-r", "100000", "-q"}
-			ops := 2 * int64(n) // -t set,get: n of each
-			// A warm-up round, not measured.
-			pairedRound(b, bench, sides, 0, args)
-			sent += ops
+			sides := [2]*cpuSide{newCPUSide(b, off, offAddr, pipe), newCPUSide(b, on, onAddr, pipe)}
+			before := slotRequests(b, onAdmin)
+			// Rounds of ABBAABBA, BAABBAAB: (first+order[j])%2 is turn j's side.
+			order := [8]int{0, 1, 1, 0, 0, 1, 1, 0}
+			round := func(first int) (ns [2]int64) {
+				for _, o := range order {
+					i := (first + o) % 2
+					ns[i] += sides[i].turn(b, perConn)
+				}
+				return ns
+			}
+			ops := int64(4 * heatConns * perConn * pipe) // each side's commands in a round
+			round(0)                                     // warm-up, not measured
 			var offNs, onNs []float64
 			b.ResetTimer()
 			for i := range b.N {
-				ns := pairedRound(b, bench, sides, i%2, args)
+				ns := round(i % 2)
 				offNs, onNs = append(offNs, float64(ns[0])/float64(ops)), append(onNs, float64(ns[1])/float64(ops))
-				sent += ops
 			}
 			b.StopTimer()
-			if counted := slotRequests(b, onAdmin); counted < sent {
+			if sent, counted := int64(b.N+1)*ops, slotRequests(b, onAdmin)-before; counted < sent {
 				b.Fatalf("the slots count %d requests, %d were sent", counted, sent)
 			}
 			reportPaired(b, offNs, onNs, 1.03)
@@ -83,36 +104,127 @@ func BenchmarkHeatCPU(b *testing.B) {
 	}
 }
 
-// cpuSide is one proxy of a side-by-side CPU benchmark and its listening
-// address.
-type cpuSide struct {
-	p    *proc
-	addr string
+// The load of BenchmarkHeatCPU: heatConns connections per proxy (as
+// redis-benchmark's default -c 50), keys key:0 .. key:99999, 100-byte
+// values, heatPrepared pipelines prepared per connection and sent in turn.
+const (
+	heatConns    = 50
+	heatKeys     = 100_000
+	heatPrepared = 64
+)
+
+var heatValue = strings.Repeat("x", 100)
+
+// heatGetReply is a GET's reply to a key fillHeatKeys wrote.
+var heatGetReply = "$100\r\n" + heatValue + "\r\n"
+
+// fillHeatKeys writes every key of the load on the engine at addr, so that
+// each GET of a turn finds its value and its reply's length is known.
+func fillHeatKeys(b *testing.B, addr string) {
+	b.Helper()
+	c, err := redistest.DialConn(addr, 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	const batch = 1000
+	for k := 0; k < heatKeys; k += batch {
+		var req []byte
+		for i := k; i < k+batch; i++ {
+			req = append(req, redistest.Cmd("SET", "key:"+strconv.Itoa(i), heatValue)...)
+		}
+		if err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if got, err := c.ReadN(batch*len("+OK\r\n"), 10*time.Second); err != nil || string(got) != strings.Repeat("+OK\r\n", batch) {
+			b.Fatalf("filling the keys: %q %v", got, err)
+		}
+	}
 }
 
-// pairedRound runs redis-benchmark (bench) with args through each side in
-// turn, sides[first] first, and returns the CPU each side's process took
-// meanwhile, in ns.
-func pairedRound(b *testing.B, bench string, sides [2]cpuSide, first int, args []string) (ns [2]int64) {
+// cpuSide is one proxy of a side-by-side CPU benchmark: its process and
+// the client connections that drive it, each with its prepared pipelines
+// and their replies.
+type cpuSide struct {
+	dir   string // /proc/PID
+	conns [heatConns]net.Conn
+	reqs  [heatConns][heatPrepared][]byte
+	want  []byte // the replies of every pipeline (SET and GET alternate)
+	next  int    // the prepared pipeline each connection sends next
+}
+
+func newCPUSide(b *testing.B, p *proc, addr string, depth int) *cpuSide {
 	b.Helper()
-	for k := range 2 {
-		i := (first + k) % 2
-		_, port, _ := net.SplitHostPort(sides[i].addr)
-		dir := "/proc/" + strconv.Itoa(sides[i].p.cmd.Process.Pid)
-		cpu0, _, err := engstats.TasksSchedstat(dir)
-		if err != nil {
-			b.Fatal(err)
+	s := &cpuSide{dir: "/proc/" + strconv.Itoa(p.cmd.Process.Pid)}
+	for j := range depth {
+		if j%2 == 0 {
+			s.want = append(s.want, "+OK\r\n"...)
+		} else {
+			s.want = append(s.want, heatGetReply...)
 		}
-		if out, err := exec.Command(bench, append([]string{"-h", "127.0.0.1", "-p", port}, args...)...).CombinedOutput(); err != nil {
-			b.Fatalf("redis-benchmark through %s: %v\n%s", sides[i].addr, err, out)
-		}
-		cpu1, _, err := engstats.TasksSchedstat(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ns[i] = int64(cpu1 - cpu0)
 	}
-	return ns
+	rng := rand.New(rand.NewPCG(uint64(depth), 1))
+	for i := range s.conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		s.conns[i] = c
+		for k := range s.reqs[i] {
+			var req []byte
+			for j := range depth {
+				key := "key:" + strconv.Itoa(rng.IntN(heatKeys))
+				if j%2 == 0 {
+					req = append(req, redistest.Cmd("SET", key, heatValue)...)
+				} else {
+					req = append(req, redistest.Cmd("GET", key)...)
+				}
+			}
+			s.reqs[i][k] = req
+		}
+	}
+	return s
+}
+
+// turn has each of s's connections send n of its prepared pipelines, one
+// at a time, checking every reply, and returns the CPU s's process took
+// meanwhile, in ns.
+func (s *cpuSide) turn(b *testing.B, n int) int64 {
+	b.Helper()
+	cpu0, _, err := engstats.TasksSchedstat(s.dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(s.conns))
+	for i, c := range s.conns {
+		wg.Go(func() {
+			got := make([]byte, len(s.want))
+			for k := range n {
+				req := s.reqs[i][(s.next+k)%heatPrepared]
+				if _, err := c.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, s.want) {
+					errs <- fmt.Errorf("replies %q (%v), want %q", got, err, s.want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.next += n
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	cpu1, _, err := engstats.TasksSchedstat(s.dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return int64(cpu1 - cpu0)
 }
 
 // reportPaired reports paired CPU-per-command figures of rounds, off[i]
