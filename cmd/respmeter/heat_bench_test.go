@@ -23,7 +23,7 @@ import (
 // interval that says whether the difference is resolved: two proxies in
 // front of one redis-server, one with heat and one without, each driven
 // by 50 client connections that stay open for the whole run, measured in
-// b.N rounds (-benchtime 100x: 100 rounds).
+// b.N rounds (-benchtime 300x: 300 rounds).
 //
 // A round is 8 turns, heat off and heat on alternating in the order
 // ABBAABBA (BAABBAAB in odd rounds), so that a load or a host that drifts
@@ -59,9 +59,9 @@ import (
 // and on a loaded machine most commands could pass the default 10 ms.
 // metrics/heat's BenchmarkRecord and proxy/'s BenchmarkHeat measure the
 // heat code alone, in memory, without the system calls. Run it alone on a
-// quiet machine (about 1 s a round and depth on a 2-core machine):
+// quiet machine (about 0.6 s a round and depth on a 2-core machine):
 //
-//	go test -run '^$' -bench HeatCPU -benchtime 100x ./cmd/respmeter/
+//	go test -run '^$' -bench HeatCPU -benchtime 300x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	fillHeatKeys(b, srv.Addr())
