@@ -110,7 +110,7 @@ type request struct {
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
 	tls                int64          // a TLS client's crypto time booked to it (ns; bookTLS), part of total
-	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
+	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); holdWire: paced (injwire.go); 0: none
 	rule               *injRule       // the fault injection rule that delayed it or its reply (slow log), or nil
 }
 
@@ -392,6 +392,9 @@ type client struct {
 	injBook             uint64
 	injTries            uint8
 	injRetry            bool
+	// wire is the reply a bandwidth or slicer rule paces (injwire.go),
+	// nil until the client's first.
+	wire *wirePace
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
