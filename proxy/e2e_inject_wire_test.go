@@ -128,8 +128,9 @@ func TestInjectBandwidth(t *testing.T) {
 	if by1s < len(want)*3/10 || by1s > len(want)*7/10 {
 		t.Errorf("%d of %d bytes by 1 s, want about half: not paced", by1s, len(want))
 	}
-	if d := <-otherDone; d > 500*time.Millisecond {
-		t.Errorf("the other client's GET took %v, want it unaffected", d)
+	otherTook := <-otherDone
+	if otherTook > 500*time.Millisecond {
+		t.Errorf("the other client's GET took %v, want it unaffected", otherTook)
 	}
 	if n := in.Hits(0); n != 1 {
 		t.Errorf("rule counted %d, want 1", n)
@@ -151,6 +152,7 @@ func TestInjectBandwidth(t *testing.T) {
 	if d := get.Phases[metrics.PhaseProxy].Max(); d > 300*time.Millisecond {
 		t.Errorf("GET proxy max %v: the pacing leaked into respmeter's own time", d)
 	}
+	t.Logf("last byte after %v (truth %v), %d of %d bytes by 1 s, in %d reads; injected %v; the other client's GET %v", seen, truth, by1s, len(want), len(reads), h.Max(), otherTook)
 	var ent *slowlog.Entry
 	redistest.Eventually(t, 2*time.Second, func() error {
 		for _, e := range sl.Entries() {
@@ -217,6 +219,7 @@ func TestInjectSlicer(t *testing.T) {
 	if inj < 13*20*time.Millisecond || inj%(20*time.Millisecond) > time.Millisecond && inj%(20*time.Millisecond) < 19*time.Millisecond {
 		t.Errorf("GET injected %v, want a multiple of the 20 ms delay, at least 13 of them", inj)
 	}
+	t.Logf("%d reads (%d over 1500 bytes), median gap %v, span %v; injected %v", len(reads), big, gaps[len(gaps)/2], span, inj)
 	if d := span - inj; d < -60*time.Millisecond || d > 60*time.Millisecond {
 		t.Errorf("the client's reads spanned %v, respmeter's injected time is %v", span, inj)
 	}

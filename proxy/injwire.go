@@ -93,8 +93,8 @@ func (s *client) paceReply(e *request) bool {
 		w = new(wirePace)
 		s.wire = w
 	}
-	if w.armed {
-		return true
+	if w.armed && w.e == e && w.seq == e.seq {
+		return true // its timer writes the next slice
 	}
 	now := s.p.now()
 	ru := &e.rule.wire
