@@ -393,8 +393,10 @@ type client struct {
 	injTries            uint8
 	injRetry            bool
 	// wire is the reply a bandwidth or slicer rule paces (injwire.go),
-	// nil until the client's first.
-	wire *wirePace
+	// nil until the client's first; injUpEnd when the last request such a
+	// rule paced upstream was due (paceRequest).
+	wire     *wirePace
+	injUpEnd int64
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -978,7 +980,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if in := s.p.inject.Load(); in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
-		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
+		if pause, answered, tIn, inj, hold = s.inject(in, v, c, len(frame), now); pause || answered {
 			return pause
 		}
 		rule = s.injRule

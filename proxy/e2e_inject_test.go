@@ -386,7 +386,6 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: w\n  slicer: {average_size: 64, size_variation: 64, delay: 1ms}\n", "rules.yaml:3: rules[0]: slicer: size_variation 64: want less than average_size 64"},
 		{"rules:\n- name: w\n  slicer:\n    average_size: 64\n    delay: 0s\n", `rules.yaml:5: rules[0]: slicer: delay: want a duration more than 0 such as 1ms, got "0s"`},
 		{"rules:\n- name: w\n  slicer: {average_size: 64, delay: 1ms, jitter: 1ms}\n", `rules.yaml:3: rules[0]: slicer: unknown key "jitter"`},
-		{"rules:\n- name: w\n  bandwidth: 1KB/s\n  direction: upstream\n", `rules.yaml:4: rules[0]: rule "w": direction: upstream is not supported`},
 		{"rules:\n- name: w\n  bandwidth: 1KB/s\n  direction: down\n", `rules.yaml:4: rules[0]: direction: want downstream or upstream, got "down"`},
 		{"rules:\n- name: w\n  delay: 1ms\n  direction: downstream\n", `rules.yaml:4: rules[0]: rule "w": direction: only with bandwidth or slicer`},
 		{`{"rules": [{"name": "a", "bandwidth": "1MiB/s"}, {"name": "b", "slicer": {"average_size": 8, "size_variation": 9, "delay": "1ms"}}]}`, `rules.yaml:1: rules[1]: slicer: size_variation 9: want less than average_size 8`},
@@ -403,7 +402,7 @@ func TestInjectRuleFileErrors(t *testing.T) {
 	if err != nil || len(in.Counts()) != 1 {
 		t.Errorf("the simplest file: %v", err)
 	}
-	in, err = proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: a\n  bandwidth: 1.5MiB/s\n  direction: downstream\n- name: b\n  slicer: {average_size: 64, size_variation: 32, delay: 1ms}\n"))
+	in, err = proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: a\n  bandwidth: 1.5MiB/s\n  direction: downstream\n- name: b\n  slicer: {average_size: 64, size_variation: 32, delay: 1ms}\n  direction: upstream\n"))
 	if err != nil || len(in.Counts()) != 2 || in.Counts()[0].Effect != "bandwidth" || in.Counts()[1].Effect != "slicer" {
 		t.Errorf("wire effects: %v %+v", err, in)
 	}

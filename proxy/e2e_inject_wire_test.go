@@ -325,3 +325,78 @@ func TestInjectWireLeave(t *testing.T) {
 		t.Errorf("over the output limit: closed %v after %d bytes, want evicted before the whole reply (150,011 bytes)", closed, len(got))
 	}
 }
+
+// TestInjectWireUpstream: direction: upstream paces the requests, which
+// go to the engine whole when their last byte, or slice, would have
+// passed. Two SETs of 100,000-byte values, pipelined, under bandwidth:
+// 100KB/s: the engine has neither after 300 ms, the raw client reads the
+// first +OK about 1 s after it wrote them and the second about 2 s (one
+// stream: the second is paced after the first), the values arrive
+// intact, and respmeter books those waits as the SETs' injected phase.
+// A SET of 20,000 bytes under slicer (1000 ± 500 bytes, 20 ms apart) is
+// answered after its slices' delays, at least 13 of them, as respmeter's
+// injected phase reads.
+func TestInjectWireUpstream(t *testing.T) {
+	redistest.MoreProcs(t) // the delays' clock holds a thread (Config.Inject)
+	srv := redistest.Start(t)
+	val, cut := wireValue(100_000), wireValue(20_000)
+	p, set, in := injectSetup(t, srv, "rules:\n- name: thin-up\n  keys: \"up*\"\n  bandwidth: 100KB/s\n  direction: upstream\n"+
+		"- name: chop-up\n  keys: \"cut*\"\n  slicer: {average_size: 1000, size_variation: 500, delay: 20ms}\n  direction: upstream\n")
+	c := redistest.Dial(t, p.Addr())
+	req := redistest.Cmd("SET", "up1", val)
+	t0 := time.Now()
+	c.Send(t, append(req, redistest.Cmd("SET", "up2", val)...))
+	time.Sleep(300 * time.Millisecond)
+	if n := srv.DoT(t, "EXISTS", "up1", "up2"); n != int64(0) {
+		t.Errorf("after 300 ms the engine has %v of the two keys, want none (the first is due at 1 s)", n)
+	}
+	var at [2]time.Duration
+	for i := range at {
+		if b, err := c.ReadFrame(10 * time.Second); err != nil || string(b) != "+OK\r\n" {
+			t.Fatalf("SET %d: %q, %v", i+1, b, err)
+		}
+		at[i] = time.Since(t0)
+	}
+	truth := time.Duration(float64(len(req)) / 100_000 * float64(time.Second))
+	for i, d := range at {
+		if w := truth * time.Duration(i+1); d < w-50*time.Millisecond || d > w+600*time.Millisecond {
+			t.Errorf("SET %d answered after %v, want about %v", i+1, d, w)
+		}
+	}
+	for _, k := range []string{"up1", "up2"} {
+		if v := srv.DoT(t, "GET", k); v != val {
+			t.Errorf("the engine's %s differs from the value sent", k)
+		}
+	}
+	c.Send(t, redistest.Cmd("SET", "cut1", cut))
+	t1 := time.Now()
+	if b, err := c.ReadFrame(10 * time.Second); err != nil || string(b) != "+OK\r\n" {
+		t.Fatalf("SET cut1: %q, %v", b, err)
+	}
+	cutTook := time.Since(t1)
+	if v := srv.DoT(t, "GET", "cut1"); v != cut {
+		t.Errorf("the engine's cut1 differs from the value sent")
+	}
+	redistest.Eventually(t, 2*time.Second, func() error {
+		if n := proxytest.Command(t, set, "set").Count; n != 3 {
+			return fmt.Errorf("%d SETs timed, want 3", n)
+		}
+		return nil
+	})
+	st := proxytest.Command(t, set, "set")
+	h := st.Phases[metrics.PhaseInjected]
+	t.Logf("SETs answered after %v and %v (truth %v each), the sliced one after %v; injected %v, %v, %v", at[0], at[1], truth, cutTook, h.Percentile(0), h.Percentile(50), h.Max())
+	if lo, mid := h.Percentile(0), h.Percentile(50); h.Count() != 3 || lo < 13*20*time.Millisecond || lo > cutTook ||
+		mid < truth*95/100 || mid > truth*105/100 || h.Max() < 2*truth*95/100 || h.Max() > 2*truth*105/100 {
+		t.Errorf("SET injected: %d timings, %v, %v, %v; want the sliced one's delays (%v seen), then %v and %v", h.Count(), lo, mid, h.Max(), cutTook, truth, 2*truth)
+	}
+	if d := cutTook - h.Percentile(0); d < -60*time.Millisecond || d > 60*time.Millisecond {
+		t.Errorf("the sliced SET took %v, respmeter's injected time is %v", cutTook, h.Percentile(0))
+	}
+	if d := st.Phases[metrics.PhaseProxy].Max(); d > 300*time.Millisecond {
+		t.Errorf("SET proxy max %v: the pacing leaked into respmeter's own time", d)
+	}
+	if a, b := in.Hits(0), in.Hits(1); a != 2 || b != 1 {
+		t.Errorf("rules counted %d and %d, want 2 and 1", a, b)
+	}
+}

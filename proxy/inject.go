@@ -59,7 +59,9 @@ import (
 //     goes to the client paced (injwire.go: at a rate, or in slices a
 //     delay apart, as Toxiproxy's bandwidth and slicer toxics pace a
 //     connection's downstream). The pacing is the request's injected
-//     phase, as a reply delay's hold is.
+//     phase, as a reply delay's hold is. Upstream (direction:), the
+//     request is held as a delay's until its last byte or slice would
+//     have passed (paceRequest), then forwarded whole.
 //   - migrate, failover: cluster events on respmeter's own slot map
 //     (injtopo.go): a slot range moved to another shard (-ASK through the
 //     facade while it runs, then -MOVED), a shard frozen for the window
@@ -331,6 +333,7 @@ func LoadInjection(path string) (*Injection, error) {
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}, or {hdr_log: path.hlog, tag: get.upstream}
 //	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true,
 //	                           # bandwidth: 100KB/s, slicer: {average_size: 64, size_variation: 32, delay: 1ms}
+//	  direction: upstream      # bandwidth and slicer: pace the requests, not the replies
 //	  retry: true              # with error: "TRYAGAIN ...": respmeter's routing retries it
 func ParseInjection(name string, data []byte) (*Injection, error) {
 	var doc yaml.Node
@@ -519,6 +522,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 				return nil, fail(v, "direction: want downstream or upstream, got %q", v.Value)
 			}
 			direction = v
+			r.wire.up = v.Value == "upstream"
 		case "retry":
 			if err = v.Decode(&r.retry); err != nil {
 				return nil, fail(v, "retry: want true or false")
@@ -545,8 +549,6 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset, migrate, failover, bandwidth, slicer)", r.name)
 	case direction != nil && r.effect != effBandwidth && r.effect != effSlicer:
 		return nil, fail(direction, "rule %q: direction: only with bandwidth or slicer", r.name)
-	case direction != nil && direction.Value == "upstream":
-		return nil, fail(direction, "rule %q: direction: upstream is not supported: respmeter paces the replies to the client (downstream) only", r.name)
 	}
 	if r.topo != nil {
 		if err := checkTopoRule(r, n, fail); err != nil {
@@ -827,15 +829,15 @@ func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
 	return false
 }
 
-// inject applies the rules to request c of s, read at now, before it is
-// routed (client.route), and reports what route does next: pause (the
+// inject applies the rules to request c of s (size bytes), read at now,
+// before it is routed (client.route), and reports what route does next: pause (the
 // request and the input after it wait: a delay or a timeout; or the
 // client was reset), or answered (e was queued and answered with an
 // injected error). Otherwise route goes on with the request; at is then
 // the time it counts from (its own read, or that of a delayed request it
 // was held behind), inj its injected time so far, and hold how long its
 // reply is to be held (ns; a reply delay, holdReply).
-func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) (pause, answered bool, at, inj, hold int64) {
+func (s *client) inject(in *Injection, v *topoView, c *routing.Call, size int, now int64) (pause, answered bool, at, inj, hold int64) {
 	at = now
 	if s.injFrom != 0 && s.has(cfResuming) {
 		// Held behind a delayed request (read with it): timed from that
@@ -892,13 +894,18 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 		s.injRule = ru
 		return false, false, at, inj, ru.delay.sample(s.l.injRand)
 	case effBandwidth, effSlicer:
-		s.injRule = ru
-		return false, false, at, inj, holdWire
+		if !ru.wire.up {
+			s.injRule = ru
+			return false, false, at, inj, holdWire
+		}
 	}
 	var due int64
-	if ru.effect == effFailover {
+	switch ru.effect {
+	case effFailover:
 		due = ru.from + ru.span // frozen to the window's end
-	} else {
+	case effBandwidth, effSlicer:
+		due = s.paceRequest(ru, at, size) // upstream (injwire.go)
+	default:
 		due = at + ru.delay.sample(s.l.injRand)
 	}
 	if due <= now {

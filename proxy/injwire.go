@@ -14,10 +14,13 @@ import (
 	"github.com/respmeter/respmeter/internal/resp"
 )
 
-// Wire effects of fault injection (bandwidth, slicer): the reply to a
-// request a rule matches goes to the client paced, as Toxiproxy's
-// bandwidth and slicer toxics pace a connection's downstream bytes
-// (Shopify/toxiproxy README, "Toxics"). The reply is collected whole (not
+// Wire effects of fault injection (bandwidth, slicer), as Toxiproxy's
+// bandwidth and slicer toxics pace a connection's bytes (Shopify/toxiproxy
+// README, "Toxics"). Upstream (client to engine), the request a rule
+// matches is held as a delay's is (client.injPause) until its last byte
+// would have passed at the rate, or its last slice (paceRequest), and then
+// forwarded whole. Downstream (the default), its reply goes to the client
+// paced. The reply is collected whole (not
 // cut through, as a reply delay's) and held at the head of the client's
 // queue, where it counts against the client output limit as any reply
 // held; paceReply then writes it a slice at a time, each on a timer of the
@@ -36,8 +39,10 @@ const holdWire = -1
 const bandwidthSlice = 10 * time.Millisecond
 
 // wireRule is a wire effect's parameters: rate for bandwidth; avg, vary
-// and gap for slicer.
+// and gap for slicer; up: the requests are paced (direction: upstream),
+// not the replies.
 type wireRule struct {
+	up   bool
 	rate float64 // bytes per second (bandwidth)
 	avg  int     // bytes: the average slice (slicer)
 	vary int     // bytes: a slice is avg ± up to vary, drawn uniformly
@@ -62,6 +67,24 @@ func (w *wireRule) next(off, size int, from, prev int64, r *rand.Rand) (int, int
 		return n, from // the first slice at once
 	}
 	return n, prev + w.gap
+}
+
+// paceRequest returns when a request of size bytes that s read at at,
+// matched by wire rule ru upstream, is to be forwarded: when its last
+// slice would be written, paced as paceReply paces a reply, from when the
+// client's last request paced upstream was due (s.injUpEnd) or from at if
+// later, so that a pipeline is paced as one stream.
+func (s *client) paceRequest(ru *injRule, at int64, size int) int64 {
+	from := max(at, s.injUpEnd)
+	if s.injUpEnd > at {
+		from += ru.wire.gap // a slicer's delay after the last slice before
+	}
+	due := from
+	for off, n := 0, 0; off < size; off += n {
+		n, due = ru.wire.next(off, size, from, due, s.l.injRand)
+	}
+	s.injUpEnd = due
+	return due
 }
 
 // wirePace is the paced reply of a client (client.wire): the one at the
