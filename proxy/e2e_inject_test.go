@@ -406,6 +406,11 @@ func TestInjectRuleFileErrors(t *testing.T) {
 	if err != nil || len(in.Counts()) != 2 || in.Counts()[0].Effect != "bandwidth" || in.Counts()[1].Effect != "slicer" {
 		t.Errorf("wire effects: %v %+v", err, in)
 	}
+	// As an /inject body: JSON.
+	in, err = proxy.ParseInjection("body", []byte(`{"rules": [{"name": "c", "bandwidth": "100KB/s", "direction": "upstream"}, {"name": "d", "slicer": {"average_size": 64, "delay": "1ms"}}]}`))
+	if err != nil || len(in.Counts()) != 2 || in.Counts()[1].Effect != "slicer" {
+		t.Errorf("wire effects in JSON: %v %+v", err, in)
+	}
 }
 
 // TestInjectKeepsOrder: a delayed request is not overtaken by the
