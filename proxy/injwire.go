@@ -16,18 +16,21 @@ import (
 
 // Wire effects of fault injection (bandwidth, slicer), as Toxiproxy's
 // bandwidth and slicer toxics pace a connection's bytes (Shopify/toxiproxy
-// README, "Toxics"). Upstream (client to engine), the request a rule
-// matches is held as a delay's is (client.injPause) until its last byte
-// would have passed at the rate, or its last slice (paceRequest), and then
-// forwarded whole. Downstream (the default), its reply goes to the client
-// paced. The reply is collected whole (not
-// cut through, as a reply delay's) and held at the head of the client's
-// queue, where it counts against the client output limit as any reply
-// held; paceReply then writes it a slice at a time, each on a timer of the
-// delays' clock (injclock.go) that re-enters the client's event loop, so
-// the replies behind it keep their order. The time from its reply's
-// arrival to its last slice is the request's injected phase, and the wait
-// of the replies ready behind it is theirs (releaseWaiters).
+// README, "Toxics").
+//
+// Downstream (the default), the reply to a request a rule matches goes to
+// the client paced. It is collected whole (not cut through, as a reply
+// delay's) and held at the head of the client's queue, where it counts
+// against the client output limit as any reply held; paceReply then
+// writes it a slice at a time, each on a timer of the delays' clock
+// (injclock.go) that re-enters the client's event loop, so the replies
+// behind it keep their order. The time from its reply's arrival to its
+// last slice is the request's injected phase, and the wait of the replies
+// ready behind it is theirs (releaseWaiters).
+//
+// Upstream, the request is held as a delay's is (client.injPause) until
+// its last byte, or its last slice, would have passed (paceRequest), and
+// then forwarded whole.
 
 // holdWire is request.hold of a request whose reply a wire rule paces
 // (paceReply); a positive hold is a reply delay's.
