@@ -111,7 +111,7 @@ type request struct {
 	blocks             bool           // the command may block (routing.Call.Blocks)
 	inj                int64          // injected time (ns): a delay rule's, or the wait behind one (inject.go)
 	tls                int64          // a TLS client's crypto time booked to it (ns; bookTLS), part of total
-	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); 0: none
+	hold, holdDue      int64          // a reply delay (ns) and, once armed, when it ends (holdReply); holdWire: paced (injwire.go); 0: none
 	rule               *injRule       // the fault injection rule that delayed it or its reply (slow log), or nil
 }
 
@@ -394,6 +394,11 @@ type client struct {
 	injBook             uint64
 	injTries            uint8
 	injRetry            bool
+	// wire is the reply a bandwidth or slicer rule paces (injwire.go),
+	// nil until the client's first; injUpEnd when the last request such a
+	// rule paced upstream was due (paceRequest).
+	wire     *wirePace
+	injUpEnd int64
 }
 
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
@@ -974,7 +979,7 @@ func (s *client) route(v *topoView, args [][]byte, frame []byte, now int64) (pau
 	if in := s.p.inject.Load(); in != nil {
 		// Fault injection (inject.go); without rules, this branch only.
 		var pause, answered bool
-		if pause, answered, tIn, inj, hold = s.inject(in, v, c, now); pause || answered {
+		if pause, answered, tIn, inj, hold = s.inject(in, v, c, len(frame), now); pause || answered {
 			return pause
 		}
 		rule = s.injRule

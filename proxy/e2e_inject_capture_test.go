@@ -15,7 +15,8 @@ import (
 // TestInjectCaptureMarks: a capture marks the commands a rule touched (the
 // rule, its effect, the delay drawn), and only those; a replay of it counts
 // them by rule and compares a delayed command's captured time without the
-// delay.
+// delay. A reply a bandwidth rule paces is captured as it came in, before
+// its pacing: marked with no injected time.
 func TestInjectCaptureMarks(t *testing.T) {
 	e := e2eSetup(t)
 	ctx := context.Background()
@@ -27,6 +28,9 @@ func TestInjectCaptureMarks(t *testing.T) {
 - name: loading
   keys: "err:*"
   error: "LOADING Redis is loading the dataset in memory"
+- name: thin
+  keys: "wide:*"
+  bandwidth: 10KB/s
 `)
 	path := filepath.Join(t.TempDir(), "c.respcap")
 	if err := e.p.StartCapture(proxy.CaptureConfig{File: path}); err != nil {
@@ -40,6 +44,7 @@ func TestInjectCaptureMarks(t *testing.T) {
 		t.Fatalf("GET err:1: %v", err)
 	}
 	_ = c.Get(ctx, "slow:2").Err()
+	_ = c.Get(ctx, "wide:1").Err()
 	if _, err := e.p.StopCapture(); err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +74,7 @@ func TestInjectCaptureMarks(t *testing.T) {
 		"*2\r\n$3\r\nget\r\n$6\r\nslow:1\r\n": {Rule: "slow-get", Effect: "delay", Ns: 3_000_000},
 		"*2\r\n$3\r\nget\r\n$6\r\nslow:2\r\n": {Rule: "slow-get", Effect: "delay", Ns: 3_000_000},
 		"*2\r\n$3\r\nget\r\n$5\r\nerr:1\r\n":  {Rule: "loading", Effect: "error"},
+		"*2\r\n$3\r\nget\r\n$6\r\nwide:1\r\n": {Rule: "thin", Effect: "bandwidth"},
 	}
 	if len(marks) != len(want) || n < 4 {
 		t.Fatalf("marks %v on %d commands, want %v", marks, n, want)
@@ -82,8 +88,8 @@ func TestInjectCaptureMarks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Injected["slow-get delay"] != 2 || rep.Injected["loading error"] != 1 {
-		t.Errorf("replay counted %v, want slow-get delay 2, loading error 1", rep.Injected)
+	if rep.Injected["slow-get delay"] != 2 || rep.Injected["loading error"] != 1 || rep.Injected["thin bandwidth"] != 1 {
+		t.Errorf("replay counted %v, want slow-get delay 2, loading error 1, thin bandwidth 1", rep.Injected)
 	}
 	// HdrHistogram's 3 significant digits: within 1 %.
 	if p := rep.PerCommand["get"]; p == nil || p.CapturedUS[2] < engineUS*99/100 || p.CapturedUS[2] > engineUS*101/100+1 {

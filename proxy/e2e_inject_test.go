@@ -376,6 +376,19 @@ func TestInjectRuleFileErrors(t *testing.T) {
 		{"rules:\n- name: r\n  error: \"TRYAGAINX x\"\n  retry: true\n", `rules.yaml:4: rules[0]: rule "r": retry: only with an error: whose text starts with TRYAGAIN`},
 		{"rules:\n- name: r\n  error: \"TRYAGAIN x\"\n  retry: yes please\n", `rules.yaml:4: rules[0]: retry: want true or false`},
 		{`{"rules": [{"name": "r", "error": "-TRYAGAIN x", "retry": true}, {"name": "s", "reset": true, "retry": true}]}`, `rules.yaml:1: rules[1]: rule "s": retry: only with an error:`},
+		{"rules:\n- name: w\n  bandwidth: 100\n", `rules.yaml:3: rules[0]: bandwidth: want a rate more than 0 such as 100KB/s`},
+		{"rules:\n- name: w\n  bandwidth: 0KB/s\n", `rules.yaml:3: rules[0]: bandwidth: want a rate more than 0`},
+		{"rules:\n- name: w\n  bandwidth: 1 kb/s\n", `rules.yaml:3: rules[0]: bandwidth: want a rate more than 0`},
+		{"rules:\n- name: w\n  bandwidth: 1KB/s\n  reply_delay: 1ms\n", `rules.yaml:2: rules[0]: rule "w": more than one effect`},
+		{"rules:\n- name: w\n  slicer: 64\n", "rules.yaml:3: rules[0]: slicer: want {average_size: BYTES, size_variation: BYTES, delay: DURATION}"},
+		{"rules:\n- name: w\n  slicer: {average_size: 64}\n", "rules.yaml:3: rules[0]: slicer: want {average_size: BYTES, size_variation: BYTES, delay: DURATION} (average_size and delay needed)"},
+		{"rules:\n- name: w\n  slicer: {average_size: 0, delay: 1ms}\n", "rules.yaml:3: rules[0]: slicer: average_size: want a number of bytes"},
+		{"rules:\n- name: w\n  slicer: {average_size: 64, size_variation: 64, delay: 1ms}\n", "rules.yaml:3: rules[0]: slicer: size_variation 64: want less than average_size 64"},
+		{"rules:\n- name: w\n  slicer:\n    average_size: 64\n    delay: 0s\n", `rules.yaml:5: rules[0]: slicer: delay: want a duration more than 0 such as 1ms, got "0s"`},
+		{"rules:\n- name: w\n  slicer: {average_size: 64, delay: 1ms, jitter: 1ms}\n", `rules.yaml:3: rules[0]: slicer: unknown key "jitter"`},
+		{"rules:\n- name: w\n  bandwidth: 1KB/s\n  direction: down\n", `rules.yaml:4: rules[0]: direction: want downstream or upstream, got "down"`},
+		{"rules:\n- name: w\n  delay: 1ms\n  direction: downstream\n", `rules.yaml:4: rules[0]: rule "w": direction: only with bandwidth or slicer`},
+		{`{"rules": [{"name": "a", "bandwidth": "1MiB/s"}, {"name": "b", "slicer": {"average_size": 8, "size_variation": 9, "delay": "1ms"}}]}`, `rules.yaml:1: rules[1]: slicer: size_variation 9: want less than average_size 8`},
 	} {
 		in, err := proxy.ParseInjection("rules.yaml", []byte(tc.file))
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
@@ -388,6 +401,15 @@ func TestInjectRuleFileErrors(t *testing.T) {
 	in, err := proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: slow-get\n  commands: [GET]\n  delay: 2ms\n"))
 	if err != nil || len(in.Counts()) != 1 {
 		t.Errorf("the simplest file: %v", err)
+	}
+	in, err = proxy.ParseInjection("rules.yaml", []byte("rules:\n- name: a\n  bandwidth: 1.5MiB/s\n  direction: downstream\n- name: b\n  slicer: {average_size: 64, size_variation: 32, delay: 1ms}\n  direction: upstream\n"))
+	if err != nil || len(in.Counts()) != 2 || in.Counts()[0].Effect != "bandwidth" || in.Counts()[1].Effect != "slicer" {
+		t.Errorf("wire effects: %v %+v", err, in)
+	}
+	// As an /inject body: JSON.
+	in, err = proxy.ParseInjection("body", []byte(`{"rules": [{"name": "c", "bandwidth": "100KB/s", "direction": "upstream"}, {"name": "d", "slicer": {"average_size": 64, "delay": "1ms"}}]}`))
+	if err != nil || len(in.Counts()) != 2 || in.Counts()[1].Effect != "slicer" {
+		t.Errorf("wire effects in JSON: %v %+v", err, in)
 	}
 }
 

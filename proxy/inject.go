@@ -55,6 +55,13 @@ import (
 //     replies ready behind it (they keep their order).
 //   - reset: the client's connection is closed with a TCP RST (SO_LINGER
 //     0, as Toxiproxy's reset_peer), the request not forwarded.
+//   - bandwidth, slicer: the request is forwarded at once; its reply
+//     goes to the client paced (injwire.go: at a rate, or in slices a
+//     delay apart, as Toxiproxy's bandwidth and slicer toxics pace a
+//     connection's downstream). The pacing is the request's injected
+//     phase, as a reply delay's hold is. Upstream (direction:), the
+//     request is held as a delay's until its last byte or slice would
+//     have passed (paceRequest), then forwarded whole.
 //   - migrate, failover: cluster events on respmeter's own slot map
 //     (injtopo.go): a slot range moved to another shard (-ASK through the
 //     facade while it runs, then -MOVED), a shard frozen for the window
@@ -104,8 +111,10 @@ const (
 	effTimeout
 	effReplyDelay
 	effReset
-	effMigrate  // injtopo.go
-	effFailover // injtopo.go: the shard frozen for the window, then failed over
+	effMigrate   // injtopo.go
+	effFailover  // injtopo.go: the shard frozen for the window, then failed over
+	effBandwidth // injwire.go: the reply paced at a rate
+	effSlicer    // injwire.go: the reply written in slices, a delay apart
 )
 
 func (e injEffect) String() string {
@@ -124,6 +133,10 @@ func (e injEffect) String() string {
 		return "migrate"
 	case effFailover:
 		return "failover"
+	case effBandwidth:
+		return "bandwidth"
+	case effSlicer:
+		return "slicer"
 	}
 	return "none"
 }
@@ -169,6 +182,8 @@ type injRule struct {
 	retry bool
 	// topo: the cluster event of effMigrate and effFailover (injtopo.go).
 	topo *topoEvent
+	// wire: the pacing of effBandwidth and effSlicer (injwire.go).
+	wire wireRule
 	hits atomic.Uint64
 }
 
@@ -176,7 +191,7 @@ type injRule struct {
 // touched, and when it applies.
 type InjectCount struct {
 	Rule   string `json:"rule"`
-	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset, migrate, failover
+	Effect string `json:"effect"` // delay, reply_delay, error, timeout, reset, migrate, failover, bandwidth, slicer
 	Count  uint64 `json:"count"`
 	// Active: the rule's window holds the time now (a rule without one
 	// always does).
@@ -316,7 +331,9 @@ func LoadInjection(path string) (*Injection, error) {
 //	  probability: 0.1         # (0, 1], drawn per request...
 //	  per: connection          # ...or once per connection
 //	  delay: 2ms               # or {dist: lognormal, median: 1ms, sigma: 0.5}, or {hdr_log: path.hlog, tag: get.upstream}
-//	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true
+//	  error: "LOADING ..."     # or: reply_delay: (as delay), timeout: true, reset: true,
+//	                           # bandwidth: 100KB/s, slicer: {average_size: 64, size_variation: 32, delay: 1ms}
+//	  direction: upstream      # bandwidth and slicer: pace the requests, not the replies
 //	  retry: true              # with error: "TRYAGAIN ...": respmeter's routing retries it
 func ParseInjection(name string, data []byte) (*Injection, error) {
 	var doc yaml.Node
@@ -382,7 +399,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	}
 	r := &injRule{line: n.Line, prob: 1}
 	effects := 0
-	var retry *yaml.Node
+	var retry, direction *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		var err error
@@ -493,6 +510,19 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 				r.effect = effFailover
 			}
 			r.topo, err = parseTopoEvent(k.Value, v, fail)
+		case "bandwidth", "slicer":
+			effects++
+			r.effect = effBandwidth
+			if k.Value == "slicer" {
+				r.effect = effSlicer
+			}
+			r.wire, err = parseWire(k, v, fail)
+		case "direction":
+			if v.Kind != yaml.ScalarNode || v.Value != "downstream" && v.Value != "upstream" {
+				return nil, fail(v, "direction: want downstream or upstream, got %q", v.Value)
+			}
+			direction = v
+			r.wire.up = v.Value == "upstream"
 		case "retry":
 			if err = v.Decode(&r.retry); err != nil {
 				return nil, fail(v, "retry: want true or false")
@@ -504,7 +534,7 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 			}
 			r.perConn = v.Value == "connection"
 		default:
-			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, retry, timeout, reset, migrate, failover)", k.Value)
+			return nil, fail(k, "unknown key %q (want name, commands, keys, slots, shards, clients, read_only, write, at, for, probability, per, delay, reply_delay, error, retry, timeout, reset, migrate, failover, bandwidth, slicer, direction)", k.Value)
 		}
 		if err != nil {
 			return nil, err
@@ -514,9 +544,11 @@ func parseRule(n *yaml.Node, fail failFunc, dir string) (*injRule, error) {
 	case r.name == "":
 		return nil, fail(n, "rule without a name")
 	case effects == 0:
-		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout, reset, migrate or failover)", r.name)
+		return nil, fail(n, "rule %q: no effect (delay, reply_delay, error, timeout, reset, migrate, failover, bandwidth or slicer)", r.name)
 	case effects > 1:
-		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset, migrate, failover)", r.name)
+		return nil, fail(n, "rule %q: more than one effect (delay, reply_delay, error, timeout, reset, migrate, failover, bandwidth, slicer)", r.name)
+	case direction != nil && r.effect != effBandwidth && r.effect != effSlicer:
+		return nil, fail(direction, "rule %q: direction: only with bandwidth or slicer", r.name)
 	}
 	if r.topo != nil {
 		if err := checkTopoRule(r, n, fail); err != nil {
@@ -797,15 +829,15 @@ func (ru *injRule) inCommands(c *routing.Call, name, parent string) bool {
 	return false
 }
 
-// inject applies the rules to request c of s, read at now, before it is
-// routed (client.route), and reports what route does next: pause (the
+// inject applies the rules to request c of s (size bytes), read at now,
+// before it is routed (client.route), and reports what route does next: pause (the
 // request and the input after it wait: a delay or a timeout; or the
 // client was reset), or answered (e was queued and answered with an
 // injected error). Otherwise route goes on with the request; at is then
 // the time it counts from (its own read, or that of a delayed request it
 // was held behind), inj its injected time so far, and hold how long its
 // reply is to be held (ns; a reply delay, holdReply).
-func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) (pause, answered bool, at, inj, hold int64) {
+func (s *client) inject(in *Injection, v *topoView, c *routing.Call, size int, now int64) (pause, answered bool, at, inj, hold int64) {
 	at = now
 	if s.injFrom != 0 && s.has(cfResuming) {
 		// Held behind a delayed request (read with it): timed from that
@@ -861,11 +893,19 @@ func (s *client) inject(in *Injection, v *topoView, c *routing.Call, now int64) 
 	case effReplyDelay:
 		s.injRule = ru
 		return false, false, at, inj, ru.delay.sample(s.l.injRand)
+	case effBandwidth, effSlicer:
+		if !ru.wire.up {
+			s.injRule = ru
+			return false, false, at, inj, holdWire
+		}
 	}
 	var due int64
-	if ru.effect == effFailover {
+	switch ru.effect {
+	case effFailover:
 		due = ru.from + ru.span // frozen to the window's end
-	} else {
+	case effBandwidth, effSlicer:
+		due = s.paceRequest(ru, at, size) // upstream (injwire.go)
+	default:
 		due = at + ru.delay.sample(s.l.injRand)
 	}
 	if due <= now {
@@ -1024,6 +1064,9 @@ func (s *client) reset() {
 // (injclock.go) that releases e and flushes the client when due; advance
 // stops at e meanwhile, so the replies behind it keep their order.
 func (s *client) holdReply(e *request) bool {
+	if e.hold == holdWire {
+		return s.paceReply(e) // a wire rule's (injwire.go)
+	}
 	if e.holdDue != 0 {
 		return true // armed: its timer releases it
 	}
@@ -1056,13 +1099,20 @@ func (s *client) releaseReply(e *request, due int64) {
 		e.inj += due - e.tReply
 	}
 	e.hold, e.holdDue = 0, 0
+	s.releaseWaiters(0, due)
+}
+
+// releaseWaiters books as injected the wait of each reply ready behind the
+// head of s's queue, whose hold ran from from to due: from when it came in
+// (from at the earliest) to due, up to the next held one.
+func (s *client) releaseWaiters(from, due int64) {
 	for i := 1; i < s.q.len(); i++ {
 		x := s.q.at(i)
 		if !x.ready || x.hold != 0 {
 			break
 		}
-		if x.tReply > 0 && x.tReply < due {
-			x.inj += due - x.tReply
+		if t := max(x.tReply, from); x.tReply > 0 && t < due {
+			x.inj += due - t
 		}
 	}
 }

@@ -53,9 +53,11 @@
 //	'I' injected    conn, t (when the request was read), seq (the
 //	                request a fault injection rule touched), injected ns
 //	                (the delay or reply hold it drew; 0 for an error, a
-//	                timeout, a reset or an -ASK), effect length byte and
-//	                effect ("delay", "reply_delay", "error", "timeout",
-//	                "reset", "migrate", "failover"), then the rule's name
+//	                timeout, a reset, an -ASK or a reply paced by
+//	                bandwidth or slicer, captured before its pacing),
+//	                effect length byte and effect ("delay",
+//	                "reply_delay", "error", "timeout", "reset", "migrate",
+//	                "failover", "bandwidth", "slicer"), then the rule's name
 //	                up to the end of the body. At most one per request;
 //	                it may come before or after the request's reply.
 //
@@ -199,7 +201,7 @@ type Summary struct {
 // record).
 type Injected struct {
 	Rule   string // the rule's name
-	Effect string // delay, reply_delay, error, timeout, reset, migrate, failover
+	Effect string // delay, reply_delay, error, timeout, reset, migrate, failover, bandwidth, slicer
 	Ns     int64  // the delay or reply hold drawn; 0 for the other effects
 }
 
