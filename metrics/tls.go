@@ -50,7 +50,7 @@ func NewTLS() *TLS {
 		}, []string{"side", "version", "cipher"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "respmeter_tls_handshake_errors_total",
-			Help: "Failed TLS handshakes by side and reason (plaintext, timeout, unknown_ca, expired, bad_certificate, no_certificate, protocol_version, eof, shutdown, other).",
+			Help: "Failed TLS handshakes by side and reason (plaintext, timeout, unknown_ca, expired, bad_certificate, no_certificate, protocol_version, cipher, handshake_failure, eof, shutdown, other).",
 		}, []string{"side", "reason"}),
 	}
 }

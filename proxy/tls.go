@@ -328,9 +328,14 @@ func (p *Proxy) handshakeFailed(side, peer string, err error) {
 // plaintext engine), "timeout", "eof" (closed or cut during the
 // handshake), "unknown_ca", "expired", "bad_certificate" (any other
 // certificate verification failure), "no_certificate" (a client without a
-// certificate under tls-auth-clients yes), "protocol_version",
-// "shutdown" (cut by Stop) and "other". A failure the peer saw is known by its alert (RFC 8446 6.2),
-// which crypto/tls reports as "remote error: tls: <description>".
+// certificate under tls-auth-clients yes), "protocol_version", "cipher"
+// (no cipher suite both sides allow, found on respmeter's side),
+// "handshake_failure" (the peer's handshake_failure alert: it found no
+// acceptable set of parameters, RFC 5246 7.2.2 — OpenSSL sends it for no
+// shared cipher suite, and over TLS 1.2 for a missing client certificate),
+// "shutdown" (cut by Stop) and "other". A failure the peer saw is known by
+// its alert (RFC 8446 6.2), which crypto/tls reports as "remote error:
+// tls: <description>".
 func HandshakeReason(err error) string {
 	var (
 		rh      tls.RecordHeaderError
@@ -364,6 +369,9 @@ func HandshakeReason(err error) string {
 	if strings.Contains(msg, "unsupported versions") || strings.Contains(msg, "protocol version") {
 		return "protocol_version"
 	}
+	if strings.Contains(msg, "no cipher suite supported by both") || strings.Contains(msg, "unconfigured cipher suite") {
+		return "cipher"
+	}
 	if _, alert, ok := strings.Cut(msg, "remote error: tls: "); ok {
 		switch alert {
 		case "unknown certificate authority":
@@ -374,6 +382,8 @@ func HandshakeReason(err error) string {
 			return "no_certificate"
 		case "bad certificate", "unsupported certificate", "revoked certificate", "unknown certificate":
 			return "bad_certificate"
+		case "handshake failure", "insufficient security":
+			return "handshake_failure"
 		}
 	}
 	return "other"

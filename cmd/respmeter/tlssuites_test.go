@@ -21,7 +21,7 @@ import (
 // leaves one (--tls-ciphers AES128-SHA256 --tls-protocols TLSv1.2, with
 // an RSA certificate) is unreachable through respmeter with Go's default
 // suites: a command gets the handshake's error and the failed upstream
-// handshakes are counted. With RESPMETER_UPSTREAM_TLS_CIPHERS=AES128-SHA256
+// handshakes are counted, by the engine's alert (handshake_failure). With RESPMETER_UPSTREAM_TLS_CIPHERS=AES128-SHA256
 // (warned at start: Go lists the suite as insecure) go-redis gets through
 // respmeter the replies it gets from the engine directly, every upstream
 // handshake negotiated TLS 1.2 with that suite, and the side connections
@@ -46,14 +46,14 @@ func TestProxyTLSUpstreamCiphers(t *testing.T) {
 		if want := "-ERR upstream " + srv.Addr() + " unreachable: remote error: tls: handshake failure\r\n"; got != want || err != nil {
 			t.Fatalf("SET through respmeter with Go's suites: %q, %v; want %q", got, err, want)
 		}
-		want := regexp.MustCompile(`(?m)^respmeter_tls_handshake_errors_total\{reason="other",side="upstream"\} [1-9]`)
+		want := regexp.MustCompile(`(?m)^respmeter_tls_handshake_errors_total\{reason="handshake_failure",side="upstream"\} [1-9]`)
 		redistest.Eventually(t, 5*time.Second, func() error {
 			if body := httpGet(t, "http://"+admin+"/metrics"); !want.MatchString(body) {
 				return fmt.Errorf("/metrics has no %s", want)
 			}
 			return nil
 		})
-		p.waitFor(t, p.stderr, `msg="TLS handshake failed" .*side=upstream .*reason=other err="remote error: tls: handshake failure"`)
+		p.waitFor(t, p.stderr, `msg="TLS handshake failed" .*side=upstream .*reason=handshake_failure err="remote error: tls: handshake failure"`)
 	})
 
 	t.Run("AES128-SHA256", func(t *testing.T) {
@@ -73,7 +73,7 @@ func TestProxyTLSUpstreamCiphers(t *testing.T) {
 		if len(negotiated) != 1 || negotiated[0][1] != "TLS_RSA_WITH_AES_128_CBC_SHA256" || negotiated[0][2] != "TLS 1.2" {
 			t.Errorf("upstream handshakes negotiated %q, want TLS 1.2 TLS_RSA_WITH_AES_128_CBC_SHA256 only", negotiated)
 		}
-		if strings.Contains(body, `respmeter_tls_handshake_errors_total{reason="other",side="upstream"}`) {
+		if strings.Contains(body, `respmeter_tls_handshake_errors_total{reason="handshake_failure",side="upstream"}`) {
 			t.Errorf("failed upstream handshakes counted:\n%s", body)
 		}
 		// The side connections (command table, probe, poller) dial with
@@ -112,8 +112,8 @@ func suitesWorkload(t *testing.T, c *redis.Client, prefix string) []any {
 // stops at TLS 1.2 (counted as reason protocol_version) and serves one
 // with TLS 1.3; with --tls-protocols TLSv1.2 and --tls-ciphers
 // ECDHE-ECDSA-AES128-GCM-SHA256 it refuses a client offering only
-// another suite and serves one offering that one, which the client-side
-// handshakes then show.
+// another suite (counted as reason cipher) and serves one offering that
+// one, which the client-side handshakes then show.
 func TestProxyTLSClientProtocols(t *testing.T) {
 	ca := redistest.NewCA(t)
 	srv := redistest.Start(t)
@@ -162,6 +162,7 @@ func TestProxyTLSClientProtocols(t *testing.T) {
 		if err := ping(addr, other); err == nil || !strings.Contains(err.Error(), "handshake failure") {
 			t.Errorf("PING from a client offering another suite: %v, want a handshake failure alert", err)
 		}
+		metric(t, admin, `(?m)^respmeter_tls_handshake_errors_total\{reason="cipher",side="client"\} [1-9]\d*$`)
 		same := ca.ClientConfig()
 		same.CipherSuites = []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}
 		if err := ping(addr, same); err != nil {
