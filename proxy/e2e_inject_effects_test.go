@@ -91,12 +91,9 @@ func TestInjectReplyDelayForwardsFirst(t *testing.T) {
 	// Metrics: each INCR's injected time is its 1 s hold; the pipeline's
 	// GET b and GET c waited behind it (injected, most of 1 s), GET a and
 	// the other client's GETs did not.
-	redistest.Eventually(t, 2*time.Second, func() error {
-		if n := proxytest.Command(t, set, "incr").Count; n != 2 {
-			return fmt.Errorf("%d INCRs timed, want 2", n)
-		}
-		return nil
-	})
+	if c := e2eWaitCount(t, set, "incr", 2); c.Count != 2 {
+		t.Fatalf("%d INCRs timed, want 2", c.Count)
+	}
 	incr := proxytest.Command(t, set, "incr")
 	if h := incr.Phases[metrics.PhaseInjected]; h.Count() != 2 || h.Percentile(0) < 950*time.Millisecond || h.Max() > 1050*time.Millisecond {
 		t.Errorf("INCR injected: %d timings, %v to %v, want 2 of 1s", h.Count(), h.Percentile(0), h.Max())

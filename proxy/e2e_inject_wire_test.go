@@ -135,12 +135,9 @@ func TestInjectBandwidth(t *testing.T) {
 	if n := in.Hits(0); n != 1 {
 		t.Errorf("rule counted %d, want 1", n)
 	}
-	redistest.Eventually(t, 2*time.Second, func() error {
-		if n := proxytest.Command(t, set, "get").Count; n != 2 {
-			return fmt.Errorf("%d GETs timed, want 2", n)
-		}
-		return nil
-	})
+	if c := e2eWaitCount(t, set, "get", 2); c.Count != 2 {
+		t.Fatalf("%d GETs timed, want 2", c.Count)
+	}
 	get := proxytest.Command(t, set, "get")
 	h := get.Phases[metrics.PhaseInjected]
 	if inj := h.Max(); h.Count() != 1 || inj < truth*95/100 || inj > truth*105/100 || inj > seen {
@@ -209,12 +206,9 @@ func TestInjectSlicer(t *testing.T) {
 		t.Errorf("median gap between reads %v, want about the 20 ms delay", g)
 	}
 	span := reads[len(reads)-1].at - reads[0].at
-	redistest.Eventually(t, 2*time.Second, func() error {
-		if n := proxytest.Command(t, set, "get").Count; n != 1 {
-			return fmt.Errorf("%d GETs timed, want 1", n)
-		}
-		return nil
-	})
+	if c := e2eWaitCount(t, set, "get", 1); c.Count != 1 {
+		t.Fatalf("%d GETs timed, want 1", c.Count)
+	}
 	inj := proxytest.Command(t, set, "get").Phases[metrics.PhaseInjected].Max()
 	if inj < 13*20*time.Millisecond || inj%(20*time.Millisecond) > time.Millisecond && inj%(20*time.Millisecond) < 19*time.Millisecond {
 		t.Errorf("GET injected %v, want a multiple of the 20 ms delay, at least 13 of them", inj)
@@ -377,12 +371,9 @@ func TestInjectWireUpstream(t *testing.T) {
 	if v := srv.DoT(t, "GET", "cut1"); v != cut {
 		t.Errorf("the engine's cut1 differs from the value sent")
 	}
-	redistest.Eventually(t, 2*time.Second, func() error {
-		if n := proxytest.Command(t, set, "set").Count; n != 3 {
-			return fmt.Errorf("%d SETs timed, want 3", n)
-		}
-		return nil
-	})
+	if c := e2eWaitCount(t, set, "set", 3); c.Count != 3 {
+		t.Fatalf("%d SETs timed, want 3", c.Count)
+	}
 	st := proxytest.Command(t, set, "set")
 	h := st.Phases[metrics.PhaseInjected]
 	t.Logf("SETs answered after %v and %v (truth %v each), the sliced one after %v; injected %v, %v, %v", at[0], at[1], truth, cutTook, h.Percentile(0), h.Percentile(50), h.Max())
