@@ -210,7 +210,7 @@ flags (--drain-timeout). Sizes: bytes, 64MiB, 1GiB, 100MB, 1GB. Every flag: docs
 	fs.DurationVar(&f.captureDuration, "capture-duration", 0, "stop the capture after this long; 0: at exit")
 	fs.Float64Var(&f.captureSample, "capture-sample", 1, "`fraction` (0,1] of client connections captured")
 	fs.StringVar(&f.captureRedact, "capture-redact", "", "`what`: \"values\" replaces request values by filler")
-	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, resets)")
+	fs.StringVar(&f.inject, "inject", d.Inject, "fault injection rule `file` (YAML: delays, errors, pacing)")
 	return cmd
 }
 
