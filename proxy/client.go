@@ -319,10 +319,10 @@ type client struct {
 	name         string  // client name set by CLIENT SETNAME / HELLO SETNAME, for the slow log
 	lastOut      int64
 	out          outputGuard
-	// tlsm is a TLS client's crypto meter (nil: plaintext), and tlsPend
-	// the crypto time (ns) it gave that no request has taken yet
+	// tio is a TLS client's record layer (nil: plaintext), and tlsPend
+	// the crypto time (ns) it measured that no request has taken yet
 	// (bookTLS).
-	tlsm    *tlsMeter
+	tio     *tlsIO
 	tlsPend int64
 	// replyMode is the client's CLIENT REPLY mode (replyOn, replyOff,
 	// replySkipNext): under slot routing the proxy applies it itself,
@@ -404,7 +404,7 @@ type client struct {
 func newClient(p *Proxy, c gnet.Conn, l *loop) *client {
 	s := &client{p: p, l: l, conn: c, peer: c.RemoteAddr(), subShard: -1}
 	if tp, ok := c.Context().(tlsPeer); ok {
-		s.peer, s.tlsm = tp.addr, tp.meter
+		s.peer, s.tio = tp.addr, tp.tio
 	}
 	s.scan.Dialect = p.dialect
 	s.downs = p.router.downs.Load()
@@ -711,7 +711,34 @@ func (s *client) local(e *request, reply []byte) {
 // clientTraffic frames the client's requests and routes each one.
 func (s *client) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
+	if s.tio != nil {
+		var err error
+		data, err = s.tio.decrypt(data)
+		if len(data) > 0 {
+			s.clientData(data)
+		}
+		if err != nil {
+			s.tlsFailed(c, err)
+		}
+		return
+	}
 	s.clientData(data)
+}
+
+// tlsFailed ends a TLS client's input: after its close_notify (io.EOF) the
+// client is served until its connection closes, as a plaintext client
+// that half-closed is; after a failure of the record layer (a forged or
+// corrupted record, a fatal alert) the connection is closed, with the
+// alert crypto/tls sent.
+func (s *client) tlsFailed(c gnet.Conn, err error) {
+	if errors.Is(err, io.EOF) {
+		return
+	}
+	s.p.log.Debug("TLS client's records refused", "client", s.peer.String(), "err", err)
+	if out := s.tio.pending(); len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	_ = c.Close()
 }
 
 // clientData processes bytes from the client.
@@ -747,11 +774,11 @@ func (s *client) clientData(data []byte) {
 	}
 	now := p.now()
 	var crypto int64
-	if s.tlsm != nil {
+	if s.tio != nil {
 		// A TLS client: the decryption of this input and the encryption
-		// of the replies written before it, done in its bridge since the
-		// last input, are the proxy's time (bookTLS), not the client's.
-		crypto = s.tlsm.take()
+		// of the replies written since the last input are the proxy's
+		// time (bookTLS), not the client's.
+		crypto = s.tio.take()
 		s.tlsPend += crypto
 	}
 	if m := s.l.m; m != nil && !s.has(cfResuming) && s.q.len() == 0 && s.lastOut != 0 && len(s.partial) == 0 {
@@ -828,7 +855,7 @@ func (s *client) clientData(data []byte) {
 			break
 		}
 	}
-	if s.tlsm != nil {
+	if s.tio != nil {
 		s.bookTLS(first)
 	}
 	if capc != nil || s.capOf != nil {
@@ -1483,10 +1510,14 @@ func (s *client) flush() {
 		s.closing(csAfterReplies)
 	}
 	if len(s.wbuf) > 0 {
+		out := s.wbuf
+		if s.tio != nil {
+			out = s.tio.encrypt(out)
+		}
 		if s.linger != nil {
-			s.linger.write(s.wbuf)
+			s.linger.write(out)
 		} else {
-			_, _ = s.conn.Write(s.wbuf)
+			_, _ = s.conn.Write(out)
 		}
 		if m := s.l.m; m != nil {
 			m.AddClientBytes(0, len(s.wbuf))
@@ -1526,7 +1557,7 @@ func (s *client) flush() {
 			} else {
 				m.ObserveInjectedLocked(int(e.cmd), total, time.Duration(e.tReply-e.tSent), time.Duration(e.svc), time.Duration(e.inj), isErr)
 			}
-			if s.tlsm != nil {
+			if s.tio != nil {
 				m.TLSLocked(int(e.cmd), time.Duration(e.tls))
 			}
 			if h := m.Heat(); h != nil && len(e.ps) > 0 {
@@ -1549,7 +1580,7 @@ func (s *client) flush() {
 					} else {
 						m.ShardObserveInjectedLocked(p.mshard, shTotal, up, svc, time.Duration(e.inj), isErr)
 					}
-					if s.tlsm != nil {
+					if s.tio != nil {
 						// Each part's total is its command's, crypto included.
 						m.ShardTLSLocked(p.mshard, time.Duration(e.tls))
 					}

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"slices"
 	"time"
 
@@ -27,6 +29,7 @@ type link struct {
 	addr   string  // host:port
 	mshard int     // metrics shard index; -1 when not measuring
 	c      gnet.Conn
+	tio    *tlsIO // the record layer under --upstream-tls; nil: plaintext
 	rf     *resp.ReplyFramer
 	q      ring[linkRef]
 	wb     []byte // requests to write at the end of the batch (or once connected)
@@ -199,7 +202,7 @@ func (ln *link) write(t int64) {
 		// Only the replayed state goes out, at once; the rest waits for
 		// its replies (replayed).
 		if n := ln.gateBytes; n > 0 {
-			_, _ = ln.c.Write(ln.wb[:n])
+			ln.send(ln.wb[:n])
 			if m := ln.l.m; m != nil {
 				m.AddUpstreamBytes(0, n)
 			}
@@ -233,7 +236,7 @@ func (ln *link) write(t int64) {
 		}
 		ln.l.watchStalls()
 	}
-	_, _ = ln.c.Write(ln.wb)
+	ln.send(ln.wb)
 	if ln.wn > 0 && ln.p.cfg.UpstreamTimeout > 0 {
 		ln.l.watchUpstreams()
 	}
@@ -251,6 +254,14 @@ func (ln *link) write(t int64) {
 		ln.wb = ln.wb[:0]
 	}
 	ln.wn = 0
+}
+
+// send writes b to the engine, sealed in TLS records over --upstream-tls.
+func (ln *link) send(b []byte) {
+	if ln.tio != nil {
+		b = ln.tio.encrypt(b)
+	}
+	_, _ = ln.c.Write(b)
 }
 
 // opened runs when the dial completed.
@@ -274,7 +285,29 @@ func (ln *link) opened(c gnet.Conn) gnet.Action {
 // traffic frames the shard's replies and hands each to its request.
 func (ln *link) traffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
-	ln.onData(data)
+	ln.input(c, data)
+}
+
+// input handles bytes read from the engine, decrypted first over TLS. A
+// failure of the record layer closes the connection, which fails its
+// requests as a connection the engine cut does; its close_notify is
+// followed by the end of the connection, handled then.
+func (ln *link) input(c gnet.Conn, data []byte) {
+	if ln.tio == nil {
+		ln.onData(data)
+		return
+	}
+	plain, err := ln.tio.decrypt(data)
+	if out := ln.tio.pending(); len(out) > 0 {
+		_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
+	}
+	if len(plain) > 0 {
+		ln.onData(plain)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		ln.p.log.Warn("TLS engine's records refused", "upstream", ln.addr, "err", err)
+		_ = c.Close()
+	}
 }
 
 // drain reads, without blocking, what the engine sent before the
@@ -286,7 +319,7 @@ func (ln *link) drain(c gnet.Conn) {
 		if n <= 0 || err != nil {
 			return
 		}
-		ln.onData(buf[:n])
+		ln.input(c, buf[:n])
 	}
 }
 
@@ -810,7 +843,7 @@ func (ln *link) shutdown() {
 
 // dialLink connects a shard link off the loop and enrolls it on el.
 func (p *Proxy) dialLink(ln *link, el gnet.EventLoop) {
-	p.dialOn(el, ln.addr, ln, ln.dialFailed)
+	p.dialOn(el, ln)
 }
 
 // engineProtoErr starts the error Redis sends before closing a connection

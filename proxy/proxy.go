@@ -752,6 +752,11 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	switch u := c.Context().(type) {
 	case *link:
 		p.loopFor(c.EventLoop()).ups[c] = struct{}{}
+		if u.tio != nil {
+			// Records that came with the handshake's end are decrypted
+			// now, not when more bytes arrive.
+			_ = c.Wake(nil)
+		}
 		return nil, u.opened(c)
 	}
 	if p.draining.Load() {
@@ -765,7 +770,11 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		if m := p.cfg.Metrics; m != nil {
 			m.ClientRejected()
 		}
-		return []byte("-ERR max number of clients reached\r\n"), gnet.Close
+		msg := []byte("-ERR max number of clients reached\r\n")
+		if tp, ok := c.Context().(tlsPeer); ok {
+			msg = tp.tio.encrypt(msg)
+		}
+		return msg, gnet.Close
 	}
 	if m := p.cfg.Metrics; m != nil {
 		m.ClientOpened()
@@ -779,26 +788,33 @@ func (p *Proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	c.SetContext(s)
 	s.open()
+	if s.tio != nil {
+		// A request that came with the handshake's end is already in
+		// crypto/tls's buffer: no more bytes may arrive to start its read.
+		_ = c.Wake(nil)
+	}
 	return nil, gnet.None
 }
 
-// dialOn connects to addr off the loop, then hands the socket to event
-// loop el (gnet Enroll) with ctxValue as its context, so the upstream's
-// callbacks run on the same goroutine as its client's. A failure comes back
-// to the loop through Execute, as failed(err).
-func (p *Proxy) dialOn(el gnet.EventLoop, addr string, ctxValue any, failed func(error)) {
+// dialOn connects ln to its engine off the loop, then hands the socket to
+// event loop el (gnet Enroll) with ln as its context, so its callbacks run
+// on the same goroutine as its client's. A TLS link's record layer is set
+// before the Enroll, and the loop uses it from the link's OnOpen on. A
+// failure comes back to the loop through Execute, as ln.dialFailed(err).
+func (p *Proxy) dialOn(el gnet.EventLoop, ln *link) {
 	fail := func(err error) {
 		_ = el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-			failed(err)
+			ln.dialFailed(err)
 			return nil
 		}))
 	}
-	conn, err := p.dialUpstream(addr)
+	conn, tio, err := p.dialUpstream(ln.addr)
 	if err != nil {
 		fail(err)
 		return
 	}
-	ch, err := el.Enroll(gnet.NewContext(context.Background(), ctxValue), conn)
+	ln.tio = tio
+	ch, err := el.Enroll(gnet.NewContext(context.Background(), ln), conn)
 	if err != nil {
 		_ = conn.Close()
 		fail(err)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,15 +20,15 @@ import (
 )
 
 // TLS on both sides feeds the one client core and the one upstream link
-// (docs/tls.md, "Design"). crypto/tls runs on goroutines, off the event
-// loops: a TLS connection is accepted (or dialed) and its handshake done
-// there, bounded by TLSHandshakeTimeout, then it is bridged to a gnet
-// connection through a Unix socket pair: one end is enrolled on an event
-// loop (gnet EventLoop.Enroll, Engine.Register) and served exactly as a
-// plaintext TCP connection, the other end is copied to and from the
-// tls.Conn by two goroutines, which decrypt and encrypt. A handshake
-// that never finishes therefore holds a goroutine until its timeout, never
-// a loop.
+// (docs/tls.md, "Design"). A TLS connection is accepted (or dialed) on a
+// goroutine, which does the handshake there, bounded by
+// TLSHandshakeTimeout, so a handshake's public-key work or a client that
+// never finishes one cannot hold an event loop. Its TCP socket is then
+// enrolled on an event loop (gnet EventLoop.Enroll, Engine.Register) and
+// the record layer runs there: the loop hands crypto/tls the ciphertext it
+// read and serves the plaintext that comes out exactly as a plaintext
+// connection's bytes, and what the loop writes is encrypted on its way out
+// (tlsIO).
 
 // DefaultTLSHandshakeTimeout bounds a TLS handshake when
 // Config.TLSHandshakeTimeout is 0.
@@ -181,11 +180,12 @@ func (p *Proxy) acceptTLS(s *tlsServer) {
 	}
 }
 
-// serveTLS does the server handshake of nc and hands the decrypted stream
-// to an event loop as a client connection.
+// serveTLS does the server handshake of nc and hands the connection to an
+// event loop as a client connection, its record layer in a tlsIO.
 func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
-	raw := &timedConn{Conn: nc}
-	tc := tls.Server(raw, p.cfg.TLS)
+	tio := &tlsIO{nc: nc, timed: true}
+	tc := tls.Server(tio, p.cfg.TLS)
+	tio.tc = tc
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, p.handshakeTimeout())
 	err := tc.HandshakeContext(ctx)
@@ -201,18 +201,13 @@ func (p *Proxy) serveTLS(s *tlsServer, nc net.Conn) {
 		_ = tc.Close()
 		return
 	}
-	meter := new(tlsMeter)
-	loopEnd, err := p.bridge(tc, raw, meter)
-	if err != nil {
-		p.log.Warn("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
-		return
-	}
-	ctx = gnet.NewContext(context.Background(), tlsPeer{addr: nc.RemoteAddr(), local: nc.LocalAddr(), node: s.node, meter: meter})
-	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, loopEnd))
+	tio.onLoop = true
+	ctx = gnet.NewContext(context.Background(), tlsPeer{addr: nc.RemoteAddr(), local: nc.LocalAddr(), node: s.node, tio: tio})
+	ch, err := p.eng.Register(gnet.NewNetConnContext(ctx, nc))
 	if err == nil {
 		err = (<-ch).Err
 	}
-	_ = loopEnd.Close() // gnet serves its own duplicate of the descriptor
+	_ = nc.Close() // gnet serves its own duplicate of the descriptor
 	if err != nil {
 		p.log.Debug("TLS client not served", "client", nc.RemoteAddr().String(), "err", err)
 	}
@@ -236,75 +231,197 @@ func quickAck(nc net.Conn) {
 	}
 }
 
-// tlsPeer is the context of a TLS client's bridged connection until its
-// OnOpen: the addresses of the TLS connection (the bridge's socket pair
-// has none): its peer's, which the client reports as its own, and the
-// local one the client reached; the facade's virtual node whose
-// listener accepted it (-1: TLSListen's); and the meter of its bridge's
-// crypto time.
+// tlsPeer is the context of a TLS client's connection until its OnOpen:
+// the addresses of the TLS connection, its peer's and the local one the
+// client reached; the facade's virtual node whose listener accepted it (-1:
+// TLSListen's); and its record layer.
 type tlsPeer struct {
 	addr, local net.Addr
 	node        int
-	meter       *tlsMeter
+	tio         *tlsIO
 }
 
-// tlsMeter is the crypto time of one TLS client's bridge: the time its
-// two goroutines spent inside tls.Conn Read and Write less the time the
-// socket reads and writes under them took (timedConn), that is decrypting
-// and encrypting records (and the copies and record bookkeeping around
-// them), in ns. The bridge adds to it before it passes the bytes on, so
-// the event loop that reads a request finds its decryption here
-// (client.bookTLS).
-type tlsMeter struct {
-	crypto atomic.Int64
+// tlsIO is the record layer of one TLS connection served by an event loop,
+// and crypto/tls's transport (its net.Conn). During the handshake, on its
+// goroutine, it passes crypto/tls's reads and writes to the TCP connection
+// nc. Once the connection is on a loop (onLoop) crypto/tls never touches
+// the socket: decrypt lends it the ciphertext the loop read, and what it
+// writes (records, alerts) is collected in out for the loop to send. A
+// read with nothing lent returns errWouldBlock, a temporary net.Error,
+// which crypto/tls passes back without ending the connection, keeping a
+// partial record for the next read (crypto/tls's readRecordOrCCS: only an
+// error that is not a temporary net.Error is kept as the connection's).
+// After the handshake it is used by its loop only.
+type tlsIO struct {
+	tc     *tls.Conn
+	nc     net.Conn
+	onLoop bool
+	in     []byte // ciphertext lent for one decrypt
+	out    []byte // ciphertext written by tc, not yet sent
+	plain  []byte // the last decrypt's plaintext
+	// timed: a client's, whose crypto time (ns in tc's Read and Write,
+	// the record layer's work: no socket I/O happens in them on the loop)
+	// accumulates in crypto until the client takes it (client.bookTLS).
+	timed  bool
+	crypto int64
 }
 
-// take returns the crypto time added since the last take.
-func (m *tlsMeter) take() int64 { return m.crypto.Swap(0) }
+// errWouldBlock is tlsIO's read with no ciphertext left: temporary, so
+// crypto/tls keeps the connection usable.
+var errWouldBlock error = wouldBlock{}
 
-// timedConn is the TCP connection under a TLS client's tls.Conn, timing
-// the reads and writes crypto/tls makes on it (in ns, each direction on
-// its own: the bridge's two goroutines read and write at once).
-type timedConn struct {
-	net.Conn
-	rd, wr atomic.Int64
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "tls: no more ciphertext read" }
+func (wouldBlock) Timeout() bool   { return false }
+func (wouldBlock) Temporary() bool { return true }
+
+// maxTLSRecord is the most plaintext one TLS record carries (RFC 8446
+// 5.1), the room decrypt keeps free for each read.
+const maxTLSRecord = 16 << 10
+
+// decrypt gives tc the ciphertext data (a slice of the loop's read
+// buffer: tc keeps a partial record in its own buffer) and returns the
+// plaintext of every record it completes, valid until the next decrypt.
+// err is io.EOF once the peer sent close_notify, or the record layer's
+// failure (a bad record, an alert): the connection is then to be closed,
+// after any alert tc wrote (pending) is sent.
+func (t *tlsIO) decrypt(data []byte) (plain []byte, err error) {
+	var start time.Time
+	if t.timed {
+		start = time.Now()
+	}
+	t.in = data
+	t.plain = t.plain[:0]
+	for {
+		if cap(t.plain)-len(t.plain) < maxTLSRecord {
+			t.plain = append(t.plain, make([]byte, maxTLSRecord)...)[:len(t.plain)]
+		}
+		n, rerr := t.tc.Read(t.plain[len(t.plain):cap(t.plain)])
+		t.plain = t.plain[:len(t.plain)+n]
+		if rerr != nil {
+			if rerr != errWouldBlock {
+				err = rerr
+			}
+			break
+		}
+	}
+	t.in = nil
+	if t.timed {
+		t.crypto += int64(time.Since(start))
+	}
+	return t.plain, err
 }
 
-func (c *timedConn) Read(b []byte) (int, error) {
-	t := time.Now()
-	n, err := c.Conn.Read(b)
-	c.rd.Add(int64(time.Since(t)))
-	return n, err
+// encrypt returns b sealed in records (and anything tc wrote before, such
+// as a reply to the peer's KeyUpdate), valid until the next encrypt or
+// decrypt.
+func (t *tlsIO) encrypt(b []byte) []byte {
+	var start time.Time
+	if t.timed {
+		start = time.Now()
+	}
+	_, _ = t.tc.Write(b)
+	if t.timed {
+		t.crypto += int64(time.Since(start))
+	}
+	return t.pending()
 }
 
-func (c *timedConn) Write(b []byte) (int, error) {
-	t := time.Now()
-	n, err := c.Conn.Write(b)
-	c.wr.Add(int64(time.Since(t)))
-	return n, err
+// pending returns, and forgets, what tc wrote that is not yet sent.
+func (t *tlsIO) pending() []byte {
+	out := t.out
+	if cap(out) > 1<<20 {
+		t.out = nil // a large reply's buffer is not kept
+	} else {
+		t.out = t.out[:0]
+	}
+	return out
 }
 
-// dialUpstream connects to the engine at addr: over TLS when
-// cfg.UpstreamTLS is set, returning the loop's end of the bridge to the
-// verified TLS connection; never falling back to plaintext.
-func (p *Proxy) dialUpstream(addr string) (net.Conn, error) {
+// take returns the crypto time added since the last take, in ns.
+func (t *tlsIO) take() int64 {
+	c := t.crypto
+	t.crypto = 0
+	return c
+}
+
+func (t *tlsIO) Read(b []byte) (int, error) {
+	if !t.onLoop {
+		return t.nc.Read(b)
+	}
+	if len(t.in) == 0 {
+		return 0, errWouldBlock
+	}
+	n := copy(b, t.in)
+	t.in = t.in[n:]
+	return n, nil
+}
+
+func (t *tlsIO) Write(b []byte) (int, error) {
+	if !t.onLoop {
+		return t.nc.Write(b)
+	}
+	t.out = append(t.out, b...)
+	return len(b), nil
+}
+
+// Close closes the socket during the handshake (a timeout, a failure);
+// on the loop gnet owns it.
+func (t *tlsIO) Close() error {
+	if !t.onLoop {
+		return t.nc.Close()
+	}
+	return nil
+}
+
+func (t *tlsIO) LocalAddr() net.Addr  { return t.nc.LocalAddr() }
+func (t *tlsIO) RemoteAddr() net.Addr { return t.nc.RemoteAddr() }
+
+func (t *tlsIO) SetDeadline(d time.Time) error {
+	if !t.onLoop {
+		return t.nc.SetDeadline(d)
+	}
+	return nil
+}
+
+func (t *tlsIO) SetReadDeadline(d time.Time) error {
+	if !t.onLoop {
+		return t.nc.SetReadDeadline(d)
+	}
+	return nil
+}
+
+func (t *tlsIO) SetWriteDeadline(d time.Time) error {
+	if !t.onLoop {
+		return t.nc.SetWriteDeadline(d)
+	}
+	return nil
+}
+
+// dialUpstream connects to the engine at addr. Over TLS (cfg.UpstreamTLS
+// set) it returns the TCP connection of the verified TLS connection and its
+// record layer, to be enrolled on a loop; never falling back to plaintext.
+func (p *Proxy) dialUpstream(addr string) (net.Conn, *tlsIO, error) {
 	nc, err := p.dialer.Dial("tcp", addr)
 	if err != nil || p.cfg.UpstreamTLS == nil {
-		return nc, err
+		return nc, nil, err
 	}
 	// The one TLS dial of every engine connection (respconn.DialNet's
 	// too): the configuration in use at this moment, the engine verified
 	// for the server name configured or else the host dialed.
+	tio := &tlsIO{nc: nc}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), p.handshakeTimeout())
-	tc, err := p.cfg.UpstreamTLS.Handshake(ctx, nc, addr)
+	tc, err := p.cfg.UpstreamTLS.Handshake(ctx, tio, addr)
 	cancel()
 	if err != nil {
 		p.handshakeFailed(metrics.TLSSideUpstream, addr, err)
-		return nil, err
+		return nil, nil, err
 	}
 	p.handshakeDone(metrics.TLSSideUpstream, start, tc)
-	return p.bridge(tc, nil, nil)
+	tio.tc, tio.onLoop = tc, true
+	return nc, tio, nil
 }
 
 func (p *Proxy) handshakeDone(side string, start time.Time, tc *tls.Conn) {
@@ -387,94 +504,4 @@ func HandshakeReason(err error) string {
 		}
 	}
 	return "other"
-}
-
-// bridge returns the event loop's end of a Unix socket pair whose other
-// end two goroutines copy to and from tc: the decrypted stream of tc, as
-// a plain connection gnet can enroll. Either side closing ends both: the
-// peer's end of stream is passed on as a half close, so replies still
-// queued on the loop are written first. With a meter (a client's: raw is
-// the connection under tc), the goroutines add their crypto time to it.
-func (p *Proxy) bridge(tc *tls.Conn, raw *timedConn, meter *tlsMeter) (*net.UnixConn, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		_ = tc.Close()
-		return nil, err
-	}
-	loopEnd, err1 := fileConn(fds[0])
-	pumpEnd, err2 := fileConn(fds[1])
-	if err := errors.Join(err1, err2); err != nil {
-		for _, c := range []net.Conn{loopEnd, pumpEnd} {
-			if c != nil {
-				_ = c.Close()
-			}
-		}
-		_ = tc.Close()
-		return nil, err
-	}
-	var done sync.WaitGroup
-	done.Add(2)
-	go func() { // peer -> loop: decrypt
-		defer done.Done()
-		if meter == nil {
-			_, _ = io.Copy(pumpEnd, tc)
-		} else {
-			pump(pumpEnd, tc, &raw.rd, meter)
-		}
-		_ = pumpEnd.CloseWrite()
-	}()
-	go func() { // loop -> peer: encrypt
-		defer done.Done()
-		if meter == nil {
-			_, _ = io.Copy(tc, pumpEnd)
-		} else {
-			pump(tc, pumpEnd, &raw.wr, meter)
-		}
-		_ = tc.Close()
-	}()
-	go func() {
-		done.Wait()
-		_ = pumpEnd.Close()
-	}()
-	return loopEnd, nil
-}
-
-// pump copies src to dst as io.Copy does, adding to meter the time spent
-// in the tls.Conn's call (src's Read when decrypting, dst's Write when
-// encrypting) less the socket time under it that sock (timedConn's rd or
-// wr) counts, before it passes the bytes on.
-func pump(dst io.Writer, src io.Reader, sock *atomic.Int64, meter *tlsMeter) {
-	buf := make([]byte, 32<<10)
-	_, decrypt := src.(*tls.Conn)
-	for {
-		t, s0 := time.Now(), sock.Load()
-		n, err := src.Read(buf)
-		if decrypt {
-			meter.crypto.Add(max(int64(time.Since(t))-(sock.Load()-s0), 0))
-		}
-		if n > 0 {
-			t, s0 = time.Now(), sock.Load()
-			_, werr := dst.Write(buf[:n])
-			if !decrypt {
-				meter.crypto.Add(max(int64(time.Since(t))-(sock.Load()-s0), 0))
-			}
-			if werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// fileConn makes a *net.UnixConn of descriptor fd (closing fd).
-func fileConn(fd int) (*net.UnixConn, error) {
-	f := os.NewFile(uintptr(fd), "tls-bridge")
-	c, err := net.FileConn(f)
-	_ = f.Close()
-	if err != nil {
-		return nil, err
-	}
-	return c.(*net.UnixConn), nil
 }

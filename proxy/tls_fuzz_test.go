@@ -1,7 +1,9 @@
 package proxy_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"testing"
 	"time"
@@ -46,6 +48,53 @@ func FuzzTLSListener(f *testing.F) {
 			if _, err := c.Read(buf); err != nil {
 				if isTimeout(err) {
 					t.Fatalf("not closed within %v of the handshake timeout %v", 20*timeout, timeout)
+				}
+				break
+			}
+		}
+		if err := good.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("a TLS client after the input: %v", err)
+		}
+	})
+}
+
+// FuzzTLSRecords feeds arbitrary bytes to the record layer a TLS client
+// meets once its handshake is done, which runs on the event loop: after a
+// PING answered, the input goes on the client's socket as it is, then a
+// half close. The proxy closes the connection, never panics, and serves
+// a TLS client after every input.
+func FuzzTLSRecords(f *testing.F) {
+	e := tlsSetup(f, tlsconf.AuthClientsNo, nil)
+	f.Add([]byte{})
+	f.Add([]byte("*1\r\n$4\r\nPING\r\n"))                                    // plaintext after the handshake
+	f.Add([]byte{0x17, 0x03, 0x03, 0x00, 0x20, 0x01})                        // an application data record, cut
+	f.Add(bytes.Repeat([]byte{0x17, 0x03, 0x03, 0x00, 0x01, 0x00}, 3))       // records too short for their tag
+	f.Add([]byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28})                  // an alert in the clear
+	f.Add(append([]byte{0x17, 0x03, 0x03, 0x40, 0x11}, make([]byte, 64)...)) // a record over the size limit
+	good := e.client(f, e.ca.ClientConfig())
+	cfg := e.ca.ClientConfig()
+	cfg.ServerName = "127.0.0.1"
+	f.Fuzz(func(t *testing.T, in []byte) {
+		raw, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		_ = raw.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Client(raw, cfg)
+		if _, err := tc.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4096)
+		if n, err := tc.Read(buf); err != nil || string(buf[:n]) != "+PONG\r\n" {
+			t.Fatalf("PING before the input: %q, %v", buf[:n], err)
+		}
+		_, _ = raw.Write(in) // the proxy may have closed already
+		_ = raw.(*net.TCPConn).CloseWrite()
+		for {
+			if _, err := raw.Read(buf); err != nil {
+				if isTimeout(err) {
+					t.Fatal("not closed within 5 s of the input and its half close")
 				}
 				break
 			}
