@@ -162,6 +162,8 @@ for t in respmeter respmeter-shared respmeter-nomeasure respmeter-pinned respmet
   PORT[$t-b]=$((PORT[$t] + 20))
   ADMIN[$t-b]=$((ADMIN[$t] + 20))
 done
+PORT[respmeter-tls-b]=$((BASE_PORT + 33)) # +20 is respmeter-tls's admin port
+ADMIN[respmeter-tls-b]=$((ADMIN[respmeter-tls] + 20))
 RESPMETER_B=${RESPMETER_B:-}
 TWEM_STATS_PORT=$((BASE_PORT + 11))
 declare -A PID=()
@@ -188,6 +190,7 @@ for t in $TARGETS; do
   case $t in
     direct | respmeter | respmeter-shared | respmeter-nomeasure | respmeter-pinned | respmeter-slots | respmeter-capture) ;;
     tls-direct | respmeter-tls) command -v openssl >/dev/null || SKIP[$t]="no openssl" ;;
+    respmeter-tls-b) command -v openssl >/dev/null && [ -n "$RESPMETER_B" ] && [ -x "$RESPMETER_B" ] || SKIP[$t]="no openssl, or RESPMETER_B unset" ;;
     haproxy-tls) [ -x "$HAPROXY" ] && command -v openssl >/dev/null || SKIP[$t]="no haproxy or openssl" ;;
     stunnel-tls) [ -x "$STUNNEL" ] && command -v openssl >/dev/null || SKIP[$t]="no stunnel4 or openssl (apt-get install -y stunnel4)" ;;
     respmeter*-b) [ -n "$RESPMETER_B" ] && [ -x "$RESPMETER_B" ] || SKIP[$t]="RESPMETER_B unset or not executable" ;;
@@ -407,7 +410,7 @@ EOF
           --upstream-tls-ca-cert-file "$TLS_DIR/ca.crt") ;;
       esac
       local listen=127.0.0.1:$port upstream=127.0.0.1:$REDIS_PORT
-      if [ "$t" = respmeter-tls ]; then listen=off upstream=127.0.0.1:${PORT[tls-direct]}; fi
+      if [ "${t%-b}" = respmeter-tls ]; then listen=off upstream=127.0.0.1:${PORT[tls-direct]}; fi
       echo "$bin proxy --listen $listen --upstream $upstream --admin 127.0.0.1:${ADMIN[$t]} --loops $PROXY_THREADS --log-level warn ${extra[*]:-}" >"$OUT/conf/$t.cmd"
       start_bg "$t" "$bin" proxy --listen "$listen" --upstream "$upstream" \
         --admin "127.0.0.1:${ADMIN[$t]}" --loops "$PROXY_THREADS" --log-level warn "${extra[@]}"

@@ -422,6 +422,43 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 	}
 }
 
+// TestTLSUpstreamNoClientCert: an engine that wants a client certificate
+// (tls-auth-clients yes) and a proxy with none. Over TLS 1.3 the engine
+// refuses after the proxy's side of the handshake ended, with a
+// certificate_required alert: the client gets a prompt error naming the
+// engine and the alert, and the refusal is counted as no_certificate.
+func TestTLSUpstreamNoClientCert(t *testing.T) {
+	t.Parallel()
+	e := tlsSetup(t, tlsconf.AuthClientsNo, func(e *tlsEnv, c *proxy.Config) {
+		up, err := tlsconf.Client(e.ca.CertFile, "", "", "", false, tlsconf.Suites{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.UpstreamTLS = tlsconf.NewDialer(up)
+	})
+	c, err := tls.Dial("tcp", e.addr, e.ca.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(redistest.Cmd("PING")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if want := "-ERR upstream " + e.srv.Addr() + " "; !strings.HasPrefix(got, want) || !strings.Contains(got, "certificate required") || err != nil {
+		t.Errorf("PING through a proxy without the client certificate the engine wants: %q, %v; want %q... naming the certificate_required alert", got, err, want)
+	}
+	if err := redistest.Await(2*time.Second, 5*time.Millisecond, func() error {
+		if n := e.tm.HandshakeErrors(metrics.TLSSideUpstream, "no_certificate"); n == 0 {
+			return errors.New("no upstream no_certificate failure counted")
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestTLSRedisBenchmark: redis-benchmark --tls (50 clients, pipelines of
 // 16) through the TLS listener to the TLS engine: no error, and every SET
 // and GET counted exactly once, as the engine's own commandstats count

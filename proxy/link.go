@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/respmeter/respmeter/internal/resp"
+	"github.com/respmeter/respmeter/metrics"
 	"github.com/respmeter/respmeter/routing"
 	"github.com/respmeter/respmeter/routing/command"
 )
@@ -30,11 +31,15 @@ type link struct {
 	mshard int     // metrics shard index; -1 when not measuring
 	c      gnet.Conn
 	tio    *tlsIO // the record layer under --upstream-tls; nil: plaintext
-	rf     *resp.ReplyFramer
-	q      ring[linkRef]
-	wb     []byte // requests to write at the end of the batch (or once connected)
-	wn     int    // requests in wb
-	cur    []byte // the reply being received, when it spans reads
+	// tlsRead: the engine's records gave plaintext; tlsErr: the record
+	// layer failed, the cause the requests on the connection get.
+	tlsRead bool
+	tlsErr  error
+	rf      *resp.ReplyFramer
+	q       ring[linkRef]
+	wb      []byte // requests to write at the end of the batch (or once connected)
+	wn      int    // requests in wb
+	cur     []byte // the reply being received, when it spans reads
 	// lastReply is when the previous reply completed (service of a
 	// pipelined request starts there).
 	lastReply int64
@@ -290,8 +295,13 @@ func (ln *link) traffic(c gnet.Conn) {
 
 // input handles bytes read from the engine, decrypted first over TLS. A
 // failure of the record layer closes the connection, which fails its
-// requests as a connection the engine cut does; its close_notify is
-// followed by the end of the connection, handled then.
+// requests as a connection the engine cut does, the failure named in their
+// error; its close_notify is followed by the end of the connection,
+// handled then. An alert before any reply is the engine refusing the
+// handshake after respmeter's side of it ended: over TLS 1.3 the server
+// checks the client's certificate after the client's Finished (RFC 8446
+// 4.4.2.4), so a missing or refused one shows only now. It is counted and
+// logged as the handshake failure it is.
 func (ln *link) input(c gnet.Conn, data []byte) {
 	if ln.tio == nil {
 		ln.onData(data)
@@ -302,10 +312,16 @@ func (ln *link) input(c gnet.Conn, data []byte) {
 		_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
 	}
 	if len(plain) > 0 {
+		ln.tlsRead = true
 		ln.onData(plain)
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		ln.p.log.Warn("TLS engine's records refused", "upstream", ln.addr, "err", err)
+	if err != nil && !errors.Is(err, io.EOF) && ln.tlsErr == nil {
+		ln.tlsErr = err
+		if !ln.tlsRead {
+			ln.p.handshakeFailed(metrics.TLSSideUpstream, ln.addr, err)
+		} else {
+			ln.p.log.Warn("TLS engine's records refused", "upstream", ln.addr, "err", err)
+		}
 		_ = c.Close()
 	}
 }
@@ -734,6 +750,9 @@ func (ln *link) fail(reply []byte, lost bool) {
 
 // closed runs when the shard connection closed.
 func (ln *link) closed(err error) {
+	if ln.tlsErr != nil {
+		err = ln.tlsErr
+	}
 	if m := ln.p.cfg.Metrics; m != nil && ln.c != nil {
 		m.UpstreamClosed()
 	}
