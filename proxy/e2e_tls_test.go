@@ -148,7 +148,7 @@ func TestTLSBothSides(t *testing.T) {
 	e := tlsSetup(t, tlsconf.AuthClientsNo, func(_ *tlsEnv, c *proxy.Config) { c.SlowLog = sl })
 	checkTLSWorkload(t, e)
 
-	// The slow log names the TLS client's own address, not the bridge's.
+	// The slow log names the TLS client's own address.
 	if len(sl.Entries()) == 0 {
 		t.Error("nothing in the slow log")
 	}

@@ -74,8 +74,8 @@ func spTLSServer(t testing.TB) (*redistest.CA, *tls.Config) {
 
 // TestSplitPathDelayTLS: with clients on respmeter's TLS listener, the
 // path still reads what a known network delay between respmeter and the
-// engine adds: the decryption and encryption (off the event loops, in the
-// TLS bridge) stay out of the upstream phase. Two proxies serving TLS in
+// engine adds: the decryption and encryption of the client's records (its
+// tls phase) stay out of the upstream phase. Two proxies serving TLS in
 // front of the same engine, each behind a plaintext delay relay (0, the
 // baseline, and 5 ms each way: large against the wake-up costs of hops
 // that idle behind the delay, TestSplitPathDelay), 300 sequential GETs
@@ -149,7 +149,8 @@ func splitPathDelayTLS(t testing.TB) {
 // same run between the blocks, is the CPU time of this thread
 // (CLOCK_THREAD_CPUTIME_ID, locked to it) that crypto/tls takes, as a
 // server with the same certificate, to decrypt the same request and to
-// encrypt the same reply in the bridge's 32 KiB writes, over a socket it
+// encrypt the same reply in 32 KiB writes (the proxy encrypts a streamed
+// reply piece by piece, as the engine's bytes arrive), over a socket it
 // never waits on. Medians on both sides, so that a preempted command or
 // run does not decide; the tls p50s must be within [0.8, 1.6]x the
 // oracle's: the phase is wall-clock time (a thread waiting for a CPU inside
@@ -326,8 +327,8 @@ func threadCPU(t testing.TB) time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// encrypt returns the CPU time the server takes to encrypt b in the
-// bridge's 32 KiB writes.
+// encrypt returns the CPU time the server takes to encrypt b in 32 KiB
+// writes.
 func (o *cryptoOracle) encrypt(t testing.TB, b []byte) time.Duration {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -343,7 +344,7 @@ func (o *cryptoOracle) encrypt(t testing.TB, b []byte) time.Duration {
 }
 
 // decrypt returns the CPU time the server takes to decrypt b, as the
-// client's one write sent it, in the bridge's 32 KiB reads.
+// client's one write sent it, in 32 KiB reads.
 func (o *cryptoOracle) decrypt(t testing.TB, b []byte) time.Duration {
 	o.craw.out.Reset()
 	if _, err := o.cli.Write(b); err != nil {
