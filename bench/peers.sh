@@ -793,13 +793,15 @@ for name, t, want, pl, a, b in floor_table(
 # cells) is the most its user-space code may take. When respmeter's kernel time alone reaches the
 # allowance, no user-space work meets the target; only fewer or cheaper system calls would. The
 # user space of respmeter-nomeasure (frame and forward, no timing) shows what is left without
-# measuring at all.
+# measuring at all. With TLS on both sides, respmeter-tls against haproxy-tls at pipeline 16
+# (≤ 1.2×): its user space holds the record layer's work (crypto/tls), as haproxy's holds OpenSSL's.
 for name, t, want, pl, a, b in floor_table(
         "Issue-20 CPU targets and their floors",
         ["target", "peer CPU", "allowed", "respmeter CPU (× peer)", "of it kernel", "left for user space",
          "user space now", "user space, --measure=false", "verdict"], "≤",
         (("respmeter", "haproxy", 1.1, 1), ("respmeter", "haproxy", 1.0, 16),
-         ("respmeter-shared", "predixy", 1.0, 1), ("respmeter-shared", "predixy", 1.0, 16))):
+         ("respmeter-shared", "predixy", 1.0, 1), ("respmeter-shared", "predixy", 1.0, 16),
+         ("respmeter-tls", "haproxy-tls", 1.2, 16))):
     nm = stat("respmeter-nomeasure", tool, pl) if t == "respmeter" else None
     allowed = b["proxy"] * want
     left, user = allowed - a["sys"], a["proxy"] - a["sys"]
