@@ -713,7 +713,7 @@ func (s *client) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	if s.tio != nil {
 		var err error
-		data, err = s.tio.decrypt(data)
+		data, err = s.tio.decrypt(data, &s.l.tlsPlain)
 		if len(data) > 0 {
 			s.clientData(data)
 		}

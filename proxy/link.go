@@ -307,7 +307,7 @@ func (ln *link) input(c gnet.Conn, data []byte) {
 		ln.onData(data)
 		return
 	}
-	plain, err := ln.tio.decrypt(data)
+	plain, err := ln.tio.decrypt(data, &ln.l.tlsPlain)
 	if out := ln.tio.pending(); len(out) > 0 {
 		_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
 	}

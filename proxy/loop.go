@@ -27,6 +27,10 @@ type loop struct {
 	el  gnet.EventLoop
 	idx int           // order of creation: picks the loop's capture buffer
 	m   *metrics.Loop // nil when not measuring
+	// tlsPlain is the plaintext of the last TLS read on this loop
+	// (tlsIO.decrypt): one buffer for all of the loop's TLS connections,
+	// as gnet's read buffer is, not one per connection.
+	tlsPlain []byte
 	// inflight counts the requests of this loop's clients sent and not yet
 	// answered. It is per loop, not one counter for the proxy, because an
 	// atomic add on a cache line that the other loops also write moves the

@@ -258,7 +258,6 @@ type tlsIO struct {
 	onLoop bool
 	in     []byte // ciphertext lent for one decrypt
 	out    []byte // ciphertext written by tc, not yet sent
-	plain  []byte // the last decrypt's plaintext
 	// timed: a client's, whose crypto time (ns in tc's Read and Write,
 	// the record layer's work: no socket I/O happens in them on the loop)
 	// accumulates in crypto until the client takes it (client.bookTLS).
@@ -282,23 +281,25 @@ const maxTLSRecord = 16 << 10
 
 // decrypt gives tc the ciphertext data (a slice of the loop's read
 // buffer: tc keeps a partial record in its own buffer) and returns the
-// plaintext of every record it completes, valid until the next decrypt.
-// err is io.EOF once the peer sent close_notify, or the record layer's
-// failure (a bad record, an alert): the connection is then to be closed,
-// after any alert tc wrote (pending) is sent.
-func (t *tlsIO) decrypt(data []byte) (plain []byte, err error) {
+// plaintext of every record it completes, written in *scratch (the loop's
+// tlsPlain, grown as needed): valid, as gnet's read buffer, until the
+// next read on the loop; what the client core or link keeps of it, it
+// copies. err is io.EOF once the peer sent close_notify, or the record
+// layer's failure (a bad record, an alert): the connection is then to be
+// closed, after any alert tc wrote (pending) is sent.
+func (t *tlsIO) decrypt(data []byte, scratch *[]byte) (plain []byte, err error) {
 	var start time.Time
 	if t.timed {
 		start = time.Now()
 	}
 	t.in = data
-	t.plain = t.plain[:0]
+	plain = (*scratch)[:0]
 	for {
-		if cap(t.plain)-len(t.plain) < maxTLSRecord {
-			t.plain = append(t.plain, make([]byte, maxTLSRecord)...)[:len(t.plain)]
+		if cap(plain)-len(plain) < maxTLSRecord {
+			plain = append(plain, make([]byte, maxTLSRecord)...)[:len(plain)]
 		}
-		n, rerr := t.tc.Read(t.plain[len(t.plain):cap(t.plain)])
-		t.plain = t.plain[:len(t.plain)+n]
+		n, rerr := t.tc.Read(plain[len(plain):cap(plain)])
+		plain = plain[:len(plain)+n]
 		if rerr != nil {
 			if rerr != errWouldBlock {
 				err = rerr
@@ -307,10 +308,13 @@ func (t *tlsIO) decrypt(data []byte) (plain []byte, err error) {
 		}
 	}
 	t.in = nil
+	if cap(plain) <= 1<<20 {
+		*scratch = plain // a large read's buffer is not kept
+	}
 	if t.timed {
 		t.crypto += int64(time.Since(start))
 	}
-	return t.plain, err
+	return plain, err
 }
 
 // encrypt returns b sealed in records (and anything tc wrote before, such
