@@ -714,6 +714,9 @@ func (s *client) clientTraffic(c gnet.Conn) {
 	if s.tio != nil {
 		var err error
 		data, err = s.tio.decrypt(data, &s.l.tlsPlain)
+		if out := s.tio.pending(); len(out) > 0 {
+			_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
+		}
 		if len(data) > 0 {
 			s.clientData(data)
 		}
@@ -728,16 +731,13 @@ func (s *client) clientTraffic(c gnet.Conn) {
 // tlsFailed ends a TLS client's input: after its close_notify (io.EOF) the
 // client is served until its connection closes, as a plaintext client
 // that half-closed is; after a failure of the record layer (a forged or
-// corrupted record, a fatal alert) the connection is closed, with the
-// alert crypto/tls sent.
+// corrupted record, a fatal alert) the connection is closed, after the
+// alert crypto/tls wrote (clientTraffic sent it).
 func (s *client) tlsFailed(c gnet.Conn, err error) {
 	if errors.Is(err, io.EOF) {
 		return
 	}
 	s.p.log.Debug("TLS client's records refused", "client", s.peer.String(), "err", err)
-	if out := s.tio.pending(); len(out) > 0 {
-		_, _ = c.Write(out)
-	}
 	_ = c.Close()
 }
 
