@@ -393,17 +393,7 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 		c.UpstreamTLS = tlsconf.NewDialer(up)
 	})
 	start := time.Now()
-	c, err := tls.Dial("tcp", e.addr, e.ca.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(redistest.Cmd("PING")); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(c)
-	got, err := r.ReadString('\n')
+	r, got, err := tlsPing(t, e)
 	if !strings.HasPrefix(got, "-ERR upstream "+e.srv.Addr()+" unreachable: tls: failed to verify certificate") || err != nil {
 		t.Errorf("PING through a proxy that cannot verify the engine: %q, %v; want an -ERR upstream ... certificate line", got, err)
 	}
@@ -422,6 +412,25 @@ func TestTLSUpstreamWrongCA(t *testing.T) {
 	}
 }
 
+// tlsPing sends PING on a new TLS connection to the proxy (closed at the
+// test's end; reads and writes within 5 s) and returns the connection's
+// reader and the first line read.
+func tlsPing(t *testing.T, e *tlsEnv) (*bufio.Reader, string, error) {
+	t.Helper()
+	c, err := tls.Dial("tcp", e.addr, e.ca.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(redistest.Cmd("PING")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	return r, line, err
+}
+
 // TestTLSUpstreamNoClientCert: an engine that wants a client certificate
 // (tls-auth-clients yes) and a proxy with none. Over TLS 1.3 the engine
 // refuses after the proxy's side of the handshake ended, with a
@@ -436,16 +445,7 @@ func TestTLSUpstreamNoClientCert(t *testing.T) {
 		}
 		c.UpstreamTLS = tlsconf.NewDialer(up)
 	})
-	c, err := tls.Dial("tcp", e.addr, e.ca.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write(redistest.Cmd("PING")); err != nil {
-		t.Fatal(err)
-	}
-	got, err := bufio.NewReader(c).ReadString('\n')
+	_, got, err := tlsPing(t, e)
 	if want := "-ERR upstream " + e.srv.Addr() + " "; !strings.HasPrefix(got, want) || !strings.Contains(got, "certificate required") || err != nil {
 		t.Errorf("PING through a proxy without the client certificate the engine wants: %q, %v; want %q... naming the certificate_required alert", got, err, want)
 	}
