@@ -713,10 +713,7 @@ func (s *client) clientTraffic(c gnet.Conn) {
 	data, _ := c.Next(-1)
 	if s.tio != nil {
 		var err error
-		data, err = s.tio.decrypt(data, &s.l.tlsPlain)
-		if out := s.tio.pending(); len(out) > 0 {
-			_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
-		}
+		data, err = s.tio.read(c, data, &s.l.tlsPlain)
 		if len(data) > 0 {
 			s.clientData(data)
 		}
@@ -732,7 +729,7 @@ func (s *client) clientTraffic(c gnet.Conn) {
 // client is served until its connection closes, as a plaintext client
 // that half-closed is; after a failure of the record layer (a forged or
 // corrupted record, a fatal alert) the connection is closed, after the
-// alert crypto/tls wrote (clientTraffic sent it).
+// alert crypto/tls wrote (tlsIO.read sent it).
 func (s *client) tlsFailed(c gnet.Conn, err error) {
 	if errors.Is(err, io.EOF) {
 		return

@@ -307,10 +307,7 @@ func (ln *link) input(c gnet.Conn, data []byte) {
 		ln.onData(data)
 		return
 	}
-	plain, err := ln.tio.decrypt(data, &ln.l.tlsPlain)
-	if out := ln.tio.pending(); len(out) > 0 {
-		_, _ = c.Write(out) // crypto/tls's answer to a KeyUpdate, or its alert
-	}
+	plain, err := ln.tio.read(c, data, &ln.l.tlsPlain)
 	if len(plain) > 0 {
 		ln.tlsRead = true
 		ln.onData(plain)

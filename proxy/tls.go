@@ -317,6 +317,17 @@ func (t *tlsIO) decrypt(data []byte, scratch *[]byte) (plain []byte, err error) 
 	return plain, err
 }
 
+// read decrypts what the loop read from c (decrypt) and sends at once what
+// crypto/tls wrote while reading: its answer to a KeyUpdate, or the alert
+// of a failure.
+func (t *tlsIO) read(c gnet.Conn, data []byte, scratch *[]byte) ([]byte, error) {
+	plain, err := t.decrypt(data, scratch)
+	if out := t.pending(); len(out) > 0 {
+		_, _ = c.Write(out)
+	}
+	return plain, err
+}
+
 // encrypt returns b sealed in records (and anything tc wrote before, such
 // as a reply to the peer's KeyUpdate), valid until the next encrypt or
 // decrypt.
