@@ -146,3 +146,45 @@ func threadCPU(tb testing.TB) int64 {
 	}
 	return ts.Nano()
 }
+
+// BenchmarkApplySamples is how long applying a full sample batch holds a
+// loop: the wait of the request whose End fills it, one request in some
+// 8,000 at the default sampling. Every request is sampled into all three
+// rankings (3 x sampleBatchLen additions), each of a key new to the
+// summaries, which are full and evict at each one, and the summaries are
+// out of the CPU's caches (16 MiB written in between, as a loop's system
+// calls and other work would). ns/op is one batch's application.
+func BenchmarkApplySamples(b *testing.B) {
+	h := NewSet(1, Config{Sample: 1})
+	l := h.Loop(0)
+	var p Pending
+	var key []byte
+	i := 0
+	record := func() {
+		key = strconv.AppendInt(append(key[:0], "key:"...), int64(i), 10)
+		i++
+		l.BeginKey(&p, key, true, 36)
+		p.Reply([]byte("+OK\r\n"))
+		l.EndLocked(&p, key, 1, 0, 50*time.Microsecond, 10*time.Microsecond)
+	}
+	for range 10 * 1024 { // the summaries full
+		record()
+	}
+	junk := make([]byte, 16<<20)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		for l.nsamples < sampleBatchLen-1 {
+			record()
+		}
+		for j := 0; j < len(junk); j += 64 {
+			junk[j]++
+		}
+		b.StartTimer()
+		record() // fills the batch: applies it
+	}
+	b.StopTimer()
+	if l.nsamples != 0 {
+		b.Fatalf("the batch holds %d samples after the timed End, want it applied", l.nsamples)
+	}
+}

@@ -20,7 +20,7 @@
 // their batch (2 KiB) and 16,384 x 32 bytes (512 KiB) of wide counters
 // they spill into when one would overflow, plus 3 x Capacity entries of
 // about 0.5 KiB (1.5 MiB at the default 1,024) and a batch of 32 sampled
-// requests waiting for them (5 KiB). There is no package-level state.
+// requests waiting for them (4.5 KiB). There is no package-level state.
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
@@ -110,7 +110,7 @@ func NewSet(loops int, cfg Config) *Set {
 	loops = max(loops, 1)
 	s := &Set{cfg: cfg, loops: make([]*Loop, loops), start: cfg.Now(), seed: randSeed()}
 	for i := range s.loops {
-		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1}
+		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1, slow: cfg.SlowThreshold}
 		l.z = cfg.thresholds()
 		l.zMax = l.z
 		for r := range l.sum {
@@ -173,7 +173,11 @@ type sample struct {
 }
 
 // sampleBatchLen is the number of sampled requests a loop's sample batch
-// holds: 32 x 160 bytes, some 2,000 requests at the default sampling.
+// holds: 32 x 144 bytes, some 2,000 requests at the default sampling.
+// Applying it holds the loop for 3 x 32 summary additions (some 25
+// microseconds with the summaries out of the CPU's caches, in
+// BenchmarkApplySamples); a batch of 128 costs a sampled request a fifth
+// less but holds the loop three times as long.
 const sampleBatchLen = 32
 
 // batchLen is the number of requests a loop's batch holds: 128 x 16 bytes
@@ -191,21 +195,29 @@ type Loop struct {
 	mu  sync.Locker
 	cfg *Config
 	sum [numRankings]*summary
+
+	// What every request reads or writes (EndLocked) comes next, in the
+	// object's first two cache lines (a large object is page-aligned):
+	// between two requests of a loop its system calls push heat's lines
+	// out of the L1 cache, and each line a request needs is one more
+	// wait.
+
+	// nbatch and nsamples are how much of batch and samples is filled.
+	nbatch, nsamples int
+	rnd              uint64        // xorshift64 state for sampling
+	slow             time.Duration // cfg.SlowThreshold
 	// z are the rankings' sampling thresholds (retune), zMax the largest
 	// each has had, for the error bound; seen, seenBytes and seenEngine
 	// sum the requests applied from the batch, which retune averages.
 	z, zMax                     [numRankings]int64
 	seen, seenBytes, seenEngine int64
-	rnd                         uint64 // xorshift64 state for sampling
-	// samples holds the sampled requests not yet in the summaries,
-	// samples[:nsamples] (applySamples).
-	samples  [sampleBatchLen]sample
-	nsamples int
+	touched                     uint32 // applyBatch's and applySamples's load-only passes' sums, kept so that they run
 	// batch holds the slot counters' latest additions, batch[:nbatch]
 	// (applyBatch).
-	batch   [batchLen]slotDelta
-	nbatch  int
-	touched uint32 // applyBatch's first pass's sum, kept so that it runs
+	batch [batchLen]slotDelta
+	// samples holds the sampled requests not yet in the summaries,
+	// samples[:nsamples] (applySamples).
+	samples [sampleBatchLen]sample
 	// narrow are the slot counters every request goes to, wide what they
 	// spilled; a slot's counters are the sum of the two.
 	narrow [NumSlots]slotNarrow
@@ -362,7 +374,7 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 	l.rnd = r
 	eng := int64(engine)
 	var w [numRankings]int64
-	if l.cfg.SlowThreshold > 0 && total >= l.cfg.SlowThreshold {
+	if l.slow > 0 && total >= l.slow {
 		w = [numRankings]int64{1, b, eng} // slow: counted as it is
 	} else {
 		w[ByRequests] = sampled(1, z[ByRequests], r)
@@ -392,15 +404,24 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 // caller holds mu. A summary's heap, table and positions (36 KiB at the
 // default capacity) do not stay in the CPU's caches over the 64 requests
 // between two sampled ones, and one add walks them in some twenty cache
-// misses; applying a batch ranking by ranking, they are missed once per
-// batch rather than once per request. Only the entries added to stay
-// misses.
+// misses; applying a batch ranking by ranking, most of their lines are
+// missed once per batch rather than once per request. Only the entries
+// added to stay misses.
 func (l *Loop) applySamples() {
 	batch := l.samples[:l.nsamples]
 	for i := range batch {
 		l.cfg.Names.identify(&batch[i].id)
 	}
 	for rk, sum := range l.sum {
+		// A load-only pass first, as in applyBatch: each sample's home
+		// slot in the summary's table, so that the misses of the
+		// batch's first probes are in flight together.
+		var touch uint32
+		mask := uint64(len(sum.table) - 1)
+		for i := range batch {
+			touch += uint32(sum.table[batch[i].id.hash&mask].ent)
+		}
+		l.touched += touch
 		for i := range batch {
 			sm := &batch[i]
 			if x := sm.w[rk]; x > 0 {
