@@ -409,7 +409,7 @@ T0=$(date +%s)
 for path in $PATHS; do run_path "$path"; done
 T1=$(date +%s)
 
-# Issue 20's slot-routing target and its floor, from the rows above: --route slots may cost at
+# The slot-routing CPU target and its floor, from the rows above: --route slots may cost at
 # most 1.5x --route pinned's proxy CPU per op (same engines, tool and pipeline). The floor is
 # what no user-space work can take away: slots' kernel time (a pipeline over 3 shards is 3 engine
 # writes and 3 engine reads where pinned makes one of each) plus pinned's user-space time (slots
@@ -431,7 +431,7 @@ floors() {
           if (!(q in cpu)) continue
           if (!n++) {
             print ""
-            print "Issue 20: proxy CPU µs/op against --route pinned (target: at most 1.5x), and the floor: (the path'"'"'s kernel time + pinned'"'"'s user-space time) over pinned'"'"'s CPU"
+            print "Slot routing: proxy CPU µs/op against --route pinned (target: at most 1.5x), and the floor: (the path'"'"'s kernel time + pinned'"'"'s user-space time) over pinned'"'"'s CPU"
             print ""
             print "| path | tool | P | proxy µs/op | pinned µs/op | × pinned | of it kernel | floor × pinned | verdict |"
             print "|---|---|---|---|---|---|---|---|---|"

@@ -75,7 +75,7 @@
 # Requirements: bash, redis-server, redis-cli, redis-benchmark 7.x (redis-server redis-tools),
 # nutcracker and haproxy (Debian packages), python3, awk, go (unless RESPMETER names a built
 # binary). Optional: MEMTIER, PREDIXY (memtier_benchmark 2.3.0 and predixy 7.0.1 built from their
-# public sources; BENCHMARKS.md, "Issue 6", gives the steps).
+# public sources; BENCHMARKS.md, "respmeter and other proxies", gives the steps).
 # A target whose program is missing is reported as "not run".
 #
 # Env knobs (defaults):
@@ -700,7 +700,7 @@ if os.environ.get("HS_ONLY"):
 
 # the targets respmeter is held to
 tool = "memtier" if "memtier" in tools else "rb"
-print(f"\n#### Issue-6 targets (ops/s and CPU from {names[tool].split(' (')[0]}, medians)\n")
+print(f"\n#### Throughput and latency targets (ops/s and CPU from {names[tool].split(' (')[0]}, medians)\n")
 print("| target | figure | verdict |")
 print("|---|---|---|")
 def verdict(ok):
@@ -787,7 +787,7 @@ for name, t, want, pl, a, b in floor_table(
     print(f"| {name} | {fmt(b['own'], 1)} | {fmt(allowed, 1)} | {fmt(a['floor'], 1)} | "
           f"{fmt(allowed - a['floor'], 1)} | {fmt(a['proxy'] - a['sys'], 1)} |")
 
-# Issue 20's CPU targets, with their floor: respmeter's CPU per op is its kernel time (system calls,
+# The CPU targets, with their floor: respmeter's CPU per op is its kernel time (system calls,
 # and the Go runtime's sleeps and wake-ups) plus its user-space time. A target allows `want` x the
 # peer's CPU per op; what is left of that after respmeter's own kernel time (measured in its own
 # cells) is the most its user-space code may take. When respmeter's kernel time alone reaches the
@@ -796,7 +796,7 @@ for name, t, want, pl, a, b in floor_table(
 # measuring at all. With TLS on both sides, respmeter-tls against haproxy-tls at pipeline 16
 # (≤ 1.2×): its user space holds the record layer's work (crypto/tls), as haproxy's holds OpenSSL's.
 for name, t, want, pl, a, b in floor_table(
-        "Issue-20 CPU targets and their floors",
+        "CPU targets and their floors",
         ["target", "peer CPU", "allowed", "respmeter CPU (× peer)", "of it kernel", "left for user space",
          "user space now", "user space, --measure=false", "verdict"], "≤",
         (("respmeter", "haproxy", 1.1, 1), ("respmeter", "haproxy", 1.0, 16),

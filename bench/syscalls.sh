@@ -20,7 +20,7 @@
 # sleeps and wake-ups (Go's sysmon `nanosleep`, futexes), context switches.
 #
 # Requirements: bash, redis-server, redis-cli, haproxy, perf (linux-perf, with tracefs: run as
-# root), awk, MEMTIER (a memtier_benchmark, built as BENCHMARKS.md "Issue 6" shows), go
+# root), awk, MEMTIER (a memtier_benchmark, built as BENCHMARKS.md "respmeter and other proxies" shows), go
 # (unless RESPMETER names a built binary). Optional: PREDIXY.
 #
 # Env knobs (defaults):

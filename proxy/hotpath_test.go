@@ -416,8 +416,9 @@ func pipeTrip(s *client, cl *memConn, links []*link, req, reply []byte) {
 // BenchmarkPipeline16 is a pipeline of 16 GETs whose keys hash to all
 // three shards, through --route slots (split per shard, put back in
 // order) and through --route pinned (all to one shard, the perfectly
-// routing client); b.N counts commands. Issue 20's target compares the
-// two.
+// routing client); b.N counts commands. The slot-routing CPU target
+// (BENCHMARKS.md, "CPU targets and their floors": at most 1.5x) compares
+// the two.
 func BenchmarkPipeline16(b *testing.B) {
 	var req []byte
 	for i := range 16 {
