@@ -164,8 +164,14 @@ type slotDelta struct {
 // key's identity and what the summaries record of it, with its weight in
 // each ranking (0: not sampled there).
 type sample struct {
-	id            keyID
-	w             [numRankings]int64
+	id keyID
+	w  [numRankings]int64
+	observation
+}
+
+// observation is what a key's statistics record of one sampled request
+// (keyStats.record), 40 bytes.
+type observation struct {
 	cmd, shard    int32 // shard -1: unknown
 	total, engine time.Duration
 	repBytes      int64
@@ -425,7 +431,7 @@ func (l *Loop) applySamples() {
 		for i := range batch {
 			sm := &batch[i]
 			if x := sm.w[rk]; x > 0 {
-				sum.add(&sm.id, x).st.record(sm)
+				sum.add(&sm.id, x).st.record(&sm.observation)
 			}
 		}
 	}
@@ -557,9 +563,18 @@ const (
 	maxCmdsShown = 4  // distinct commands kept per key; others count as "other"
 )
 
-// keyStats are the sampled statistics of one monitored key.
+// keyStats are the sampled statistics of one monitored key. A summary's
+// entry records its key's first observation in first alone, and its body
+// (the fields after first) only from the second on: with many distinct
+// keys most entries are replaced before their key is sampled again, and
+// a replacement then writes the entry's first three cache lines instead
+// of all eight (the histograms' 0.3 KiB). While n is 1 the body is stale
+// (the previous key's) and merge reads first instead; merge's own result
+// is always whole.
 type keyStats struct {
-	n        int64 // observations
+	n     int64       // observations
+	first observation // the one observation while n is 1
+	// The body.
 	cmds     [maxCmdsShown]struct{ id, n int32 }
 	cmdOther int32
 	shard    int32 // last shard index + 1
@@ -581,11 +596,26 @@ func log2Bucket(v int64, n int) int {
 	return min(bits.Len64(uint64(v-1)), n-1)
 }
 
-func (s *keyStats) record(sm *sample) {
-	cmd, total, engine := sm.cmd, sm.total, sm.engine
+// record adds o to the statistics of a summary's entry (see keyStats).
+func (s *keyStats) record(o *observation) {
+	switch s.n {
+	case 0:
+		s.first, s.n = *o, 1
+		return
+	case 1:
+		first := s.first
+		*s = keyStats{}
+		s.add(&first)
+	}
+	s.add(o)
+}
+
+// add adds o to the body.
+func (s *keyStats) add(o *observation) {
+	cmd, total, engine := o.cmd, o.total, o.engine
 	s.n++
-	if sm.shard >= 0 {
-		s.shard = sm.shard + 1
+	if o.shard >= 0 {
+		s.shard = o.shard + 1
 	}
 	found := false
 	for i := range s.cmds {
@@ -604,11 +634,11 @@ func (s *keyStats) record(sm *sample) {
 	if !found {
 		s.cmdOther++
 	}
-	s.repMax = max(s.repMax, sm.repBytes)
-	s.rep[log2Bucket(sm.repBytes, sizeBuckets)]++
-	if sm.elems >= 0 {
-		s.elemsMax = max(s.elemsMax, sm.elems)
-		s.elemsSum += sm.elems
+	s.repMax = max(s.repMax, o.repBytes)
+	s.rep[log2Bucket(o.repBytes, sizeBuckets)]++
+	if o.elems >= 0 {
+		s.elemsMax = max(s.elemsMax, o.elems)
+		s.elemsSum += o.elems
 		s.elemsN++
 	}
 	s.total[log2Bucket(int64(total/time.Microsecond), latBuckets)]++

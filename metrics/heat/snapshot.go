@@ -315,8 +315,13 @@ func (s *Set) cmdName(id int) string {
 	return "other"
 }
 
-// merge adds o's statistics to s.
+// merge adds o's statistics, a summary entry's, to s.
 func (s *keyStats) merge(o *keyStats) {
+	if o.n == 1 {
+		var one keyStats // o's body is stale: its one observation is first
+		one.add(&o.first)
+		o = &one
+	}
 	s.n += o.n
 	for _, c := range o.cmds {
 		if c.n == 0 {

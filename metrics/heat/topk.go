@@ -42,11 +42,12 @@ type entry struct {
 
 // reset makes e the entry of id, of count and err, with no statistics.
 // Field by field: a composite literal assigned to *e is built on the stack
-// first and then copied, 0.5 KiB twice.
+// first and then copied, 0.5 KiB twice. The statistics' body is left as
+// it is: record clears it at the key's second observation (keyStats).
 func (e *entry) reset(id *keyID, count, err int64) {
 	e.id = *id
 	e.count, e.err = count, err
-	e.st = keyStats{}
+	e.st.n = 0
 }
 
 // heapItem is one position of the summary's min-heap: an entry's count
@@ -144,7 +145,7 @@ func (s *summary) add(id *keyID, w int64) *entry {
 	e.reset(id, m+w, m)
 	pos, _ = s.find(id) // the removal may have moved slots
 	s.table[pos] = tableSlot{hash: uint32(id.hash), ent: x + 1}
-	s.heap[0].count, s.heap[0].hash = e.count, uint32(id.hash)
+	s.heap[0].count, s.heap[0].hash = m+w, uint32(id.hash) // not e.count: its line may still be on its way
 	s.down(0)
 	return e
 }

@@ -3,7 +3,10 @@ package heat
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 func idOf(s string) keyID {
@@ -93,6 +96,46 @@ func TestHeader(t *testing.T) {
 	} {
 		if got := header([]byte(in)); got != want {
 			t.Errorf("header(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestReplacedEntryStats checks that a key taking the place of an evicted
+// one shows its own statistics only: an entry's body is written from its
+// key's second observation on, and until then holds the evicted key's.
+func TestReplacedEntryStats(t *testing.T) {
+	h := NewSet(1, Config{Sample: 1, Capacity: 16, Commands: []string{"other", "get", "set"}})
+	l := h.Loop(0)
+	req := func(key string, cmd int, reply string, total time.Duration) {
+		var p Pending
+		k := l.Begin(&p, "get", [][]byte{[]byte("get"), []byte(key)}, 1, 30)
+		p.Reply([]byte(reply))
+		l.End(&p, k, cmd, 0, total, total/2)
+	}
+	big := "*3\r\n$300\r\n" + strings.Repeat("x", 300) + "\r\n"
+	for i := range 16 { // the summary full of keys seen three times each
+		for range 3 {
+			req(fmt.Sprintf("old:%d", i), 1, big, 5*time.Millisecond)
+		}
+	}
+	find := func(want string) Key {
+		t.Helper()
+		for _, k := range h.Keys(100, nil).ByRequests {
+			if k.Key == want {
+				return k
+			}
+		}
+		t.Fatalf("%s is not among the top keys", want)
+		return Key{}
+	}
+	for n := 1; n <= 3; n++ {
+		req("new", 2, "+OK\r\n", 100*time.Microsecond)
+		k := find("new")
+		want := [][2]int64{{128, int64(n)}} // 100 µs: the bucket (64, 128]
+		if k.Samples != int64(n) || len(k.Commands) != 1 || k.Commands["set"] != 1 ||
+			k.ReplyBytesMax != 5 || k.ElementsMax != 0 || !slices.Equal(k.TotalMicros, want) {
+			t.Fatalf("after %d requests: %d samples, commands %v, reply max %d, elements max %d, total µs %v; want %d, set only, 5, 0, %v",
+				n, k.Samples, k.Commands, k.ReplyBytesMax, k.ElementsMax, k.TotalMicros, n, want)
 		}
 	}
 }
