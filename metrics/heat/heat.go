@@ -567,8 +567,8 @@ const (
 // entry records its key's first observation in first alone, and its body
 // (the fields after first) only from the second on: with many distinct
 // keys most entries are replaced before their key is sampled again, and
-// a replacement then writes the entry's first three cache lines instead
-// of all eight (the histograms' 0.3 KiB). While n is 1 the body is stale
+// a replacement then writes the entry's first 144 bytes (three or four
+// cache lines) instead of all its 0.5 KiB. While n is 1 the body is stale
 // (the previous key's) and merge reads first instead; merge's own result
 // is always whole.
 type keyStats struct {
