@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,8 +24,9 @@ import (
 // proxy's own CPU per command, through real sockets, with a confidence
 // interval that says whether the difference is resolved: two proxies in
 // front of one redis-server, one with heat and one without, each driven
-// by 50 client connections that stay open for the whole run, measured in
-// b.N rounds (-benchtime 300x: 300 rounds).
+// by 50 client connections that stay open for the whole epoch, measured
+// in b.N rounds (-benchtime 600x: 600 rounds) in epochs of 50, each epoch
+// with a pair of proxies of its own.
 //
 // A round is 8 turns, heat off and heat on alternating in the order
 // ABBAABBA (BAABBAAB in odd rounds), so that a load or a host that drifts
@@ -41,18 +44,18 @@ import (
 // that dilutes a ratio the more, the shorter the turns); the load
 // generator writes prepared requests and reads the replies' known lengths
 // (no allocation), so that its own pauses do not reshape the proxy's
-// batches. One unmeasured round warms both up first.
+// batches. One unmeasured round warms each epoch's pair up first.
 //
-// Each round gives a ratio, heat on over heat off, of the two sides'
-// CPU per command; the benchmark reports their median ("on/off"), the
-// ends of its 95 % confidence interval by order statistics ("on/off-lo",
-// "on/off-hi": distribution-free, about ±2 binomial standard deviations of
-// ranks around the median, so it needs some 20 rounds to be narrow), the
-// pooled ratio of the sums ("on/off-sum") and the two sides' CPU per
-// command ("off-µs/op", "on-µs/op"), and logs whether the interval's upper
-// end is within 1.03: only then does the run show "≤ 3 % CPU per
-// operation". It fails when the heat proxy's slots do not hold every
-// command.
+// Each epoch gives a ratio, heat on over heat off, of the two sides' CPU
+// over its rounds; the benchmark reports their mean ("on/off") and the
+// ends of its 95 % confidence interval ("on/off-lo", "on/off-hi"; see
+// reportPaired: Student's t over the epochs, so that what holds for a
+// whole epoch, such as where each process's memory landed, is part of
+// the interval), the pooled ratio of the sums ("on/off-sum") and the two
+// sides' CPU per command ("off-µs/op", "on-µs/op"), and logs whether the
+// interval's upper end is within 1.03: only then does the run show "≤ 3 %
+// CPU per operation". It fails when the heat proxy's slots do not hold
+// every command.
 //
 // Both proxies keep the slow log at 1 s: heat takes every command at or
 // over the slow log's threshold into its top keys, whatever the sampling,
@@ -61,46 +64,107 @@ import (
 // heat code alone, in memory, without the system calls. Run it alone on a
 // quiet machine (about 0.6 s a round and depth on a 2-core machine):
 //
-//	go test -run '^$' -bench HeatCPU -benchtime 300x ./cmd/respmeter/
+//	go test -run '^$' -bench HeatCPU -benchtime 600x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
 	srv := redistest.Start(b)
 	fillHeatKeys(b, srv.Addr())
-	off, offAddr, offAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s")
-	on, onAddr, onAdmin := startProxy(b, srv.Addr(), "--slowlog-threshold", "1s", "--heat")
 	for _, pipe := range []int{1, 16} {
 		b.Run("p"+strconv.Itoa(pipe), func(b *testing.B) {
 			perConn := 25 // pipelines per connection and turn
 			if pipe == 1 {
 				perConn = 40
 			}
-			sides := [2]*cpuSide{newCPUSide(b, off, offAddr, pipe), newCPUSide(b, on, onAddr, pipe)}
-			before := slotRequests(b, onAdmin)
+			ops := int64(4 * heatConns * perConn * pipe) // each side's commands in a round
 			// Rounds of ABBAABBA, BAABBAAB: (first+order[j])%2 is turn j's side.
 			order := [8]int{0, 1, 1, 0, 0, 1, 1, 0}
-			round := func(first int) (ns [2]int64) {
-				for _, o := range order {
-					i := (first + o) % 2
-					ns[i] += sides[i].turn(b, perConn)
-				}
-				return ns
-			}
-			ops := int64(4 * heatConns * perConn * pipe) // each side's commands in a round
-			round(0)                                     // warm-up, not measured
-			var offNs, onNs []float64
+			var offNs, onNs, epochs []float64
+			var gcs []string // each epoch's GC cycles, heat off/heat on
 			b.ResetTimer()
-			for i := range b.N {
-				ns := round(i % 2)
-				offNs, onNs = append(offNs, float64(ns[0])/float64(ops)), append(onNs, float64(ns[1])/float64(ops))
+			for done := 0; done < b.N; {
+				n := min(heatEpochRounds, b.N-done)
+				b.StopTimer()
+				e := startCPUEpoch(b, srv.Addr(), pipe, len(epochs))
+				round := func(first int) (ns [2]int64) {
+					for _, o := range order {
+						i := (first + o) % 2
+						ns[i] += e.sides[i].turn(b, perConn)
+					}
+					return ns
+				}
+				round(0) // warm-up, not measured
+				b.StartTimer()
+				var sumOff, sumOn float64
+				for i := range n {
+					ns := round((done + i) % 2)
+					offNs, onNs = append(offNs, float64(ns[0])/float64(ops)), append(onNs, float64(ns[1])/float64(ops))
+					sumOff, sumOn = sumOff+float64(ns[0]), sumOn+float64(ns[1])
+				}
+				b.StopTimer()
+				// The proxy records a command once its reply is written, so
+				// the last replies may reach the client first.
+				redistest.Eventually(b, 5*time.Second, func() error {
+					if counted, sent := slotRequests(b, e.admin[1]), int64(n+1)*ops; counted < sent {
+						return fmt.Errorf("the slots count %d requests, %d were sent", counted, sent)
+					}
+					return nil
+				})
+				// The Go collector's cycles are part of each side's CPU:
+				// logged, to tell them apart from heat's own work.
+				gcs = append(gcs, gcCycles(b, e.admin[0])+"/"+gcCycles(b, e.admin[1]))
+				e.stop(b)
+				b.StartTimer()
+				epochs = append(epochs, sumOn/sumOff)
+				done += n
 			}
 			b.StopTimer()
-			if sent, counted := int64(b.N+1)*ops, slotRequests(b, onAdmin)-before; counted < sent {
-				b.Fatalf("the slots count %d requests, %d were sent", counted, sent)
-			}
-			reportPaired(b, offNs, onNs, 1.03)
-			// The Go collector's cycles are part of each side's CPU:
-			// logged, to tell them apart from heat's own work.
-			b.Logf("GC cycles since start: heat off %s, heat on %s", gcCycles(b, offAdmin), gcCycles(b, onAdmin))
+			// One line each (a benchmark's log keeps its first lines only).
+			b.Logf("epochs' on/off: %.4f", epochs)
+			b.Logf("epochs' GC cycles, heat off/heat on: %s", strings.Join(gcs, " "))
+			reportPaired(b, offNs, onNs, epochs, 1.03)
 		})
+	}
+}
+
+// heatEpochRounds is the rounds of one epoch of BenchmarkHeatCPU: each
+// epoch starts its own pair of proxies, so that the run samples as many
+// of the processes' placements in memory and on the CPUs.
+const heatEpochRounds = 50
+
+// cpuEpoch is one epoch's pair of proxies, heat off (0) and heat on (1),
+// with their admin addresses and connections.
+type cpuEpoch struct {
+	procs [2]*proc
+	admin [2]string
+	sides [2]*cpuSide
+}
+
+// startCPUEpoch starts epoch k's two proxies in front of upstream, the
+// one started first alternating from epoch to epoch, and opens their
+// connections for pipelines of depth commands.
+func startCPUEpoch(b *testing.B, upstream string, depth, k int) *cpuEpoch {
+	b.Helper()
+	e := &cpuEpoch{}
+	args := [2][]string{{"--slowlog-threshold", "1s"}, {"--slowlog-threshold", "1s", "--heat"}}
+	for j := range 2 {
+		i := (k + j) % 2
+		var addr string
+		e.procs[i], addr, e.admin[i] = startProxy(b, upstream, args[i]...)
+		e.sides[i] = newCPUSide(b, e.procs[i], addr, depth)
+	}
+	return e
+}
+
+// stop closes e's connections and stops its proxies.
+func (e *cpuEpoch) stop(b *testing.B) {
+	b.Helper()
+	for i, p := range e.procs {
+		for _, c := range e.sides[i].conns {
+			_ = c.Close()
+		}
+		p.signal(b, syscall.SIGINT)
+		if code := p.wait(b); code != exitOK {
+			b.Fatalf("proxy exited %d\nstderr:\n%s", code, p.stderr)
+		}
 	}
 }
 
@@ -228,13 +292,19 @@ func (s *cpuSide) turn(b *testing.B, n int) int64 {
 }
 
 // reportPaired reports paired CPU-per-command figures of rounds, off[i]
-// and on[i] measured in round i: each side's mean ("off-µs/op",
-// "on-µs/op"), the median of the rounds' ratios on/off ("on/off") with
-// the ends of its approximate 95 % confidence interval by order
-// statistics ("on/off-lo", "on/off-hi"; quantileCI), and the pooled ratio
-// of the sums ("on/off-sum"). It logs whether the interval's upper end is
-// within bound, the one claim the run can make.
-func reportPaired(b *testing.B, off, on []float64, bound float64) {
+// and on[i] measured in round i, and of epochs, each epoch's pooled ratio
+// on/off over its rounds: each side's mean ("off-µs/op", "on-µs/op"),
+// the pooled ratio of the sums ("on/off-sum"), the epochs' mean ratio
+// ("on/off") and the ends of its 95 % confidence interval ("on/off-lo",
+// "on/off-hi"). The interval is the batch-means one, Student's t over the
+// epochs' ratios: rounds of one pair of processes are not independent of
+// each other (each process's placement in memory and on the CPUs, and the
+// host's state, hold for many rounds), so an interval over rounds would
+// leave that variance out; over epochs it is in. It logs the rounds'
+// median with its interval by order statistics (quantileCI) for
+// comparison, and whether the epochs' interval's upper end is within
+// bound, the one claim the run can make.
+func reportPaired(b *testing.B, off, on, epochs []float64, bound float64) {
 	var sumOff, sumOn float64
 	ratios := make([]float64, len(off))
 	for i := range off {
@@ -245,18 +315,52 @@ func reportPaired(b *testing.B, off, on []float64, bound float64) {
 	b.ReportMetric(sumOff/n/1e3, "off-µs/op")
 	b.ReportMetric(sumOn/n/1e3, "on-µs/op")
 	b.ReportMetric(sumOn/sumOff, "on/off-sum")
-	med, lo, hi := median(ratios), quantileCI(ratios, 0.5, -2), quantileCI(ratios, 0.5, 2)
-	b.ReportMetric(med, "on/off")
+	if len(ratios) >= 10 {
+		b.Logf("%d rounds: median %.4f, interval over rounds [%.4f, %.4f]", len(ratios),
+			median(ratios), quantileCI(ratios, 0.5, -2), quantileCI(ratios, 0.5, 2))
+	}
+	k := len(epochs)
+	var mean, ss float64
+	for _, r := range epochs {
+		mean += r / float64(k)
+	}
+	for _, r := range epochs {
+		ss += (r - mean) * (r - mean)
+	}
+	b.ReportMetric(mean, "on/off")
+	if k < 3 {
+		b.Logf("%d epochs: too few for an interval (-benchtime %dx)", k, 3*heatEpochRounds)
+		return
+	}
+	half := tQuantile95(k-1) * math.Sqrt(ss/float64(k-1)/float64(k))
+	lo, hi := mean-half, mean+half
 	b.ReportMetric(lo, "on/off-lo")
 	b.ReportMetric(hi, "on/off-hi")
-	switch {
-	case len(ratios) < 10:
-		b.Logf("%d rounds: too few for an interval (-benchtime 40x)", len(ratios))
-	case hi <= bound:
-		b.Logf("%d rounds: on/off median %.4f, 95 %% interval [%.4f, %.4f]: within %.2f shown", len(ratios), med, lo, hi, bound)
-	default:
-		b.Logf("%d rounds: on/off median %.4f, 95 %% interval [%.4f, %.4f]: within %.2f NOT shown", len(ratios), med, lo, hi, bound)
+	verdict := "NOT shown"
+	if hi <= bound {
+		verdict = "shown"
 	}
+	b.Logf("%d epochs of up to %d rounds: on/off mean %.4f, 95 %% interval [%.4f, %.4f]: within %.2f %s",
+		k, heatEpochRounds, mean, lo, hi, bound, verdict)
+}
+
+// tQuantile95 returns the 0.975 quantile of Student's t distribution of
+// df degrees of freedom (df >= 1), the half-width factor of a two-sided
+// 95 % interval; between the tabled values, the one of the next smaller
+// df, which is larger: the interval errs wide.
+func tQuantile95(df int) float64 {
+	table := [...]struct {
+		df int
+		t  float64
+	}{{1, 12.706}, {2, 4.303}, {3, 3.182}, {4, 2.776}, {5, 2.571}, {6, 2.447}, {7, 2.365}, {8, 2.306},
+		{9, 2.262}, {10, 2.228}, {12, 2.179}, {15, 2.131}, {20, 2.086}, {30, 2.042}, {60, 2.000}, {120, 1.980}}
+	t := table[0].t
+	for _, e := range table {
+		if e.df <= df {
+			t = e.t
+		}
+	}
+	return t
 }
 
 // gcCycles returns the garbage collections the process serving admin has

@@ -180,7 +180,7 @@ type observation struct {
 
 // sampleBatchLen is the number of sampled requests a loop's sample batch
 // holds: 32 x 144 bytes, some 2,000 requests at the default sampling.
-// Applying it holds the loop for 3 x 32 summary additions (some 25
+// Applying it holds the loop for 3 x 32 summary additions (some 22
 // microseconds with the summaries out of the CPU's caches, in
 // BenchmarkApplySamples); a batch of 128 costs a sampled request a fifth
 // less but holds the loop three times as long.
