@@ -19,8 +19,9 @@
 // 16,384 x 16 bytes (256 KiB) of slot counters every request goes to,
 // their batch (2 KiB) and 16,384 x 32 bytes (512 KiB) of wide counters
 // they spill into when one would overflow, plus 3 x Capacity entries of
-// about 0.5 KiB (1.5 MiB at the default 1,024) and a batch of 32 sampled
-// requests waiting for them (4.5 KiB). There is no package-level state.
+// about 0.5 KiB (1.5 MiB at the default 1,024), each summary's filter
+// (64 KiB at the default) and a batch of 32 sampled requests waiting for
+// them (4.5 KiB). There is no package-level state.
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
@@ -407,12 +408,13 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 }
 
 // applySamples adds the sample batch to the summaries and empties it; the
-// caller holds mu. A summary's heap, table and positions (36 KiB at the
-// default capacity) do not stay in the CPU's caches over the 64 requests
-// between two sampled ones, and one add walks them in some twenty cache
-// misses; applying a batch ranking by ranking, most of their lines are
-// missed once per batch rather than once per request. Only the entries
-// added to stay misses.
+// caller holds mu. A summary's heap, table, positions and filter (100 KiB
+// at the default capacity) do not stay in the CPU's caches over the 64
+// requests between two sampled ones; an add that replaces a key walks
+// them in some twenty cache misses, one the filter keeps out in two (its
+// table slot and its bucket). Applying a batch ranking by ranking, the
+// lines many additions share (the heap's top levels) are missed once per
+// batch rather than once per request.
 func (l *Loop) applySamples() {
 	batch := l.samples[:l.nsamples]
 	for i := range batch {
@@ -431,7 +433,9 @@ func (l *Loop) applySamples() {
 		for i := range batch {
 			sm := &batch[i]
 			if x := sm.w[rk]; x > 0 {
-				sum.add(&sm.id, x).st.record(&sm.observation)
+				if e := sum.add(&sm.id, x); e != nil {
+					e.st.record(&sm.observation)
+				}
 			}
 		}
 	}

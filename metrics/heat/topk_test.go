@@ -16,12 +16,13 @@ func idOf(s string) keyID {
 	return id
 }
 
-// TestSummaryBounds checks Space-Saving's guarantees on a weighted Zipf
-// stream against exact counts: every monitored key's true weight lies in
-// [count-err, count], every key heavier than the smallest count is
-// monitored, the hash table finds every entry after evictions and holds
-// no other, and the heap's copies of the counts and hashes equal the
-// entries'.
+// TestSummaryBounds checks Filtered Space-Saving's guarantees on a
+// weighted Zipf stream against exact counts: every monitored key's true
+// weight lies in [count-err, count], every unmonitored key's is at most
+// its bucket's filter counter, which is at most the smallest count, so
+// every key heavier than that is monitored; the hash table finds every
+// entry after evictions and holds no other, and the heap's copies of the
+// counts and hashes equal the entries'.
 func TestSummaryBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	z := rand.NewZipf(rng, 1.1, 1, 49_999)
@@ -64,8 +65,12 @@ func TestSummaryBounds(t *testing.T) {
 	}
 	m := s.min()
 	for k, w := range truth {
-		if w > m && !monitored[k] {
-			t.Errorf("%s weighs %d > min %d but is not monitored", k, w, m)
+		if monitored[k] {
+			continue
+		}
+		id := idOf(k)
+		if a := s.alpha[s.bucket(uint32(id.hash))]; w > a || a > m {
+			t.Errorf("%s is not monitored: weighs %d, its bucket's counter is %d, the smallest count %d; want weight <= counter <= smallest", k, w, a, m)
 		}
 	}
 	for i := 1; i < len(s.heap); i++ {
@@ -103,6 +108,9 @@ func TestHeader(t *testing.T) {
 // TestReplacedEntryStats checks that a key taking the place of an evicted
 // one shows its own statistics only: an entry's body is written from its
 // key's second observation on, and until then holds the evicted key's.
+// On the way it checks the filter: a new key enters a summary whose
+// smallest count is 3 on its third request of weight 1, when its
+// bucket's counter (2) plus its weight reaches that count.
 func TestReplacedEntryStats(t *testing.T) {
 	h := NewSet(1, Config{Sample: 1, Capacity: 16, Commands: []string{"other", "get", "set"}})
 	l := h.Loop(0)
@@ -128,9 +136,20 @@ func TestReplacedEntryStats(t *testing.T) {
 		t.Fatalf("%s is not among the top keys", want)
 		return Key{}
 	}
+	for range 2 {
+		req("new", 2, "+OK\r\n", 100*time.Microsecond)
+		for _, k := range h.Keys(100, nil).ByRequests {
+			if k.Key == "new" {
+				t.Fatalf("new is among the top keys after a request of weight 1 with the smallest count 3: %+v", k)
+			}
+		}
+	}
 	for n := 1; n <= 3; n++ {
 		req("new", 2, "+OK\r\n", 100*time.Microsecond)
 		k := find("new")
+		if n == 1 && (k.Estimate != 3 || k.Error != 2) {
+			t.Errorf("new entered with estimate %v, error %v; want 3, 2 (its bucket's 2 and its own 1)", k.Estimate, k.Error)
+		}
 		want := [][2]int64{{128, int64(n)}} // 100 µs: the bucket (64, 128]
 		if k.Samples != int64(n) || len(k.Commands) != 1 || k.Commands["set"] != 1 ||
 			k.ReplyBytesMax != 5 || k.ElementsMax != 0 || !slices.Equal(k.TotalMicros, want) {
