@@ -111,8 +111,8 @@ func newSummary(capacity int) *summary {
 
 // alphaPerSlot is the filter's counters per slot of the table: 8,192
 // counters (64 KiB) at the default capacity. Fewer let more keys replace
-// one: a half as many, about one in 2.3 of 100,000 keys taken at random;
-// as many, one in 1.4 (one in 1.0 with no filter).
+// one: with half as many, about one in 2.3 of 100,000 keys taken at
+// random; with as many, one in 1.4 (one in 1.0 with no filter).
 const alphaPerSlot = 4
 
 // bucket returns the filter bucket of a key whose hash has the low 32
