@@ -12,6 +12,7 @@
 package redisproc
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -196,7 +197,18 @@ func (p *Proc) launch(ctx context.Context) error {
 	defer deadline.Stop()
 	for {
 		if ping(addr, pingTimeout, p.opts.TLS) == nil {
-			return nil
+			if ready(logPath) {
+				return nil
+			}
+			// An answer, but not this process's: it logs that it is ready
+			// before it answers anything, so another engine holds the
+			// port (taken between FreePort and this bind, by a test
+			// process running beside this one) and this one is exiting
+			// on its bind error. Using that engine would mix two tests'
+			// commands.
+			_ = p.Kill()
+			return fmt.Errorf("redisproc: port %d answers, but not %s started on it: %s",
+				port, filepath.Base(p.bin), tail(logPath, logTailLines))
 		}
 		select {
 		case <-done:
@@ -213,6 +225,15 @@ func (p *Proc) launch(ctx context.Context) error {
 		case <-time.After(pingInterval):
 		}
 	}
+}
+
+// ready reports whether the log at path has the line Redis and Valkey
+// write once they listen, before they answer a command: "Ready to accept
+// connections" (Redis 7.0), followed by " tcp" or " tls" (7.2 and later,
+// Valkey).
+func ready(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte("Ready to accept connections"))
 }
 
 // forget clears p.cmd if it is still cmd (a process that exited by itself).

@@ -192,6 +192,25 @@ func TestServerPortTaken(t *testing.T) {
 	}
 }
 
+// TestServerPortTakenByEngine: a port another engine holds answers PING
+// while the engine started on it exits on its bind error; Start must not
+// take that answer for its own (two test processes side by side that
+// drew the same free port each used the other's engine): a given port
+// held so fails, as one held by any listener does, and with Port 0 Start
+// would try another.
+func TestServerPortTakenByEngine(t *testing.T) {
+	bin := testBin(t)
+	other := start(t, Options{})
+	p, err := Start(context.Background(), Options{Bin: bin, Dir: t.TempDir(), Port: other.Port()})
+	if err == nil {
+		_ = p.Kill()
+		t.Fatalf("Start on port %d, which another engine holds, succeeded", other.Port())
+	}
+	if !strings.Contains(err.Error(), "answers, but not") && !strings.Contains(err.Error(), "exited during start-up") {
+		t.Fatalf("Start on a port another engine holds = %v, want an error saying so", err)
+	}
+}
+
 // TestServerOptionsErrors: no Dir, a missing binary and an ended context
 // fail without starting anything.
 func TestServerOptionsErrors(t *testing.T) {
