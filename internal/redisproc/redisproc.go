@@ -196,16 +196,17 @@ func (p *Proc) launch(ctx context.Context) error {
 	deadline := time.NewTimer(p.opts.StartTimeout)
 	defer deadline.Stop()
 	for {
-		if ping(addr, pingTimeout, p.opts.TLS) == nil {
-			if ready(logPath) {
+		if pid, err := ping(addr, pingTimeout, p.opts.TLS); err == nil {
+			// An answer, but is it this process's? Another engine may hold
+			// the port (taken between FreePort and this bind, by a test
+			// process running beside this one) while this one exits on
+			// its bind error; using that engine would mix two tests'
+			// commands. INFO's process_id says whose it is; without it
+			// (a password, or INFO denied), the log: an engine logs that
+			// it is ready before it answers anything.
+			if pid == cmd.Process.Pid || pid <= 0 && ready(logPath) {
 				return nil
 			}
-			// An answer, but not this process's: it logs that it is ready
-			// before it answers anything, so another engine holds the
-			// port (taken between FreePort and this bind, by a test
-			// process running beside this one) and this one is exiting
-			// on its bind error. Using that engine would mix two tests'
-			// commands.
 			_ = p.Kill()
 			return fmt.Errorf("redisproc: port %d answers, but not %s started on it: %s",
 				port, filepath.Base(p.bin), tail(logPath, logTailLines))
@@ -228,9 +229,10 @@ func (p *Proc) launch(ctx context.Context) error {
 }
 
 // ready reports whether the log at path has the line Redis and Valkey
-// write once they listen, before they answer a command: "Ready to accept
-// connections" (Redis 7.0), followed by " tcp" or " tls" (7.2 and later,
-// Valkey).
+// write at notice level once they listen, before they answer a command:
+// "Ready to accept connections" (Redis 7.0), followed by " tcp" or " tls"
+// (7.2 and later, Valkey). An engine that wants a password and logs only
+// warnings (--loglevel warning) so never counts as started.
 func ready(path string) bool {
 	b, err := os.ReadFile(path)
 	return err == nil && bytes.Contains(b, []byte("Ready to accept connections"))
@@ -246,25 +248,38 @@ func (p *Proc) forget(cmd *exec.Cmd) {
 }
 
 // ping sends PING and accepts +PONG or -NOAUTH (the engine is up but wants
-// a password).
-func ping(addr string, timeout time.Duration, tc *tls.Config) error {
+// a password). After +PONG it returns the engine's process id from INFO
+// server (0 when INFO is denied or lacks it); after -NOAUTH, -1.
+func ping(addr string, timeout time.Duration, tc *tls.Config) (int, error) {
 	var td *tlsconf.Dialer
 	if tc != nil {
 		td = tlsconf.NewDialer(tc)
 	}
 	c, err := respconn.Dial(context.Background(), addr, respconn.Options{Timeout: timeout, TLS: td})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer c.Close()
 	v, err := c.Do(timeout, "PING")
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if v.Str != "PONG" && !(v.IsError() && strings.HasPrefix(v.Str, "NOAUTH")) {
-		return fmt.Errorf("unexpected PING reply %v", v)
+	if v.IsError() && strings.HasPrefix(v.Str, "NOAUTH") {
+		return -1, nil
 	}
-	return nil
+	if v.Str != "PONG" {
+		return 0, fmt.Errorf("unexpected PING reply %v", v)
+	}
+	v, err = c.Do(timeout, "INFO", "server")
+	if err != nil {
+		return 0, err
+	}
+	if v.IsError() {
+		return 0, nil
+	}
+	_, rest, _ := strings.Cut(v.Str, "process_id:")
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	return pid, nil
 }
 
 // tail returns the last n lines of the file at path joined by " | ".

@@ -211,6 +211,16 @@ func TestServerPortTakenByEngine(t *testing.T) {
 	}
 }
 
+// TestServerQuietLog: an engine that logs only warnings (as `respmeter
+// demo` starts one) writes no "Ready to accept connections"; Start knows
+// it for its own by INFO's process_id.
+func TestServerQuietLog(t *testing.T) {
+	p := start(t, Options{Args: []string{"--loglevel", "warning"}})
+	if pid, err := ping(p.Addr(), time.Second, nil); err != nil || pid != p.Pid() {
+		t.Fatalf("the engine on %s has pid %d (%v), want %d", p.Addr(), pid, err, p.Pid())
+	}
+}
+
 // TestServerOptionsErrors: no Dir, a missing binary and an ended context
 // fail without starting anything.
 func TestServerOptionsErrors(t *testing.T) {
