@@ -278,7 +278,8 @@ func ping(addr string, timeout time.Duration, tc *tls.Config) (int, error) {
 		return 0, nil
 	}
 	_, rest, _ := strings.Cut(v.Str, "process_id:")
-	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	line, _, _ := strings.Cut(rest, "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
 	return pid, nil
 }
 
