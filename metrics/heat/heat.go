@@ -13,15 +13,17 @@
 // Concurrency and cost follow package metrics: each event loop owns one
 // Loop and is its only writer; Begin, Reply and End do not allocate. A
 // scrape (Set.Keys, Set.Slots) locks each Loop briefly to sum its slot
-// table (adding its batch first) or copy its summaries (adding its sample
-// batch first), then merges the copies outside the lock. Memory is bounded by the slot table and the
-// summaries' capacity whatever the number of distinct keys: per loop,
-// 16,384 x 16 bytes (256 KiB) of slot counters every request goes to,
-// their batch (2 KiB) and 16,384 x 32 bytes (512 KiB) of wide counters
-// they spill into when one would overflow, plus 3 x Capacity entries of
-// about 0.5 KiB (1.5 MiB at the default 1,024), each summary's filter
-// (64 KiB at the default) and a batch of 32 sampled requests waiting for
-// them (4.5 KiB). There is no package-level state.
+// table (adding its batch first) or copy a ranking's top keys (adding its
+// sample batch first), then merges the copies outside the lock. Memory is
+// bounded by the slot table and the summaries' capacity whatever the
+// number of distinct keys: per loop, 16,384 x 16 bytes (256 KiB) of slot
+// counters every request goes to, their batch (2 KiB) and 16,384 x 32
+// bytes (512 KiB) of wide counters they spill into when one would
+// overflow, plus 3 x Capacity entries of 568 bytes (1.7 MiB at the
+// default 1,024), the summaries' filter (32 x Capacity buckets of 32
+// bytes: 1 MiB at the default), their table, heaps and positions (150 KiB
+// at the default) and a batch of 32 sampled requests waiting for them
+// (4.5 KiB). There is no package-level state.
 //
 // Sampling: each ranking samples by threshold sampling (see sampled): a
 // request enters the requests ranking with probability 1/Sample and weight
@@ -114,9 +116,7 @@ func NewSet(loops int, cfg Config) *Set {
 		l := &Loop{mu: &sync.Mutex{}, cfg: &s.cfg, rnd: randSeed() | 1, slow: cfg.SlowThreshold}
 		l.z = cfg.thresholds()
 		l.zMax = l.z
-		for r := range l.sum {
-			l.sum[r] = newSummary(cfg.Capacity)
-		}
+		l.sum = newSummaries(cfg.Capacity)
 		s.loops[i] = l
 	}
 	return s
@@ -181,10 +181,9 @@ type observation struct {
 
 // sampleBatchLen is the number of sampled requests a loop's sample batch
 // holds: 32 x 144 bytes, some 2,000 requests at the default sampling.
-// Applying it holds the loop for 3 x 32 summary additions (some 22
-// microseconds with the summaries out of the CPU's caches, in
-// BenchmarkApplySamples); a batch of 128 costs a sampled request a fifth
-// less but holds the loop three times as long.
+// Applying it holds the loop for 32 additions to the three rankings (some
+// 7 microseconds with the summaries out of the CPU's caches, in
+// BenchmarkApplySamples, where every addition replaces a key).
 const sampleBatchLen = 32
 
 // batchLen is the number of requests a loop's batch holds: 128 x 16 bytes
@@ -201,7 +200,7 @@ type Loop struct {
 	// recorder already holds while it records (ShareLock).
 	mu  sync.Locker
 	cfg *Config
-	sum [numRankings]*summary
+	sum *summaries
 
 	// What every request reads or writes (EndLocked) comes next, in the
 	// object's first two cache lines (a large object is page-aligned):
@@ -408,35 +407,28 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 }
 
 // applySamples adds the sample batch to the summaries and empties it; the
-// caller holds mu. A summary's heap, table, positions and filter (100 KiB
-// at the default capacity) do not stay in the CPU's caches over the 64
-// requests between two sampled ones; an add that replaces a key walks
-// them in some twenty cache misses, one the filter keeps out in two (its
-// table slot and its bucket). Applying a batch ranking by ranking, the
-// lines many additions share (the heap's top levels) are missed once per
-// batch rather than once per request.
+// caller holds mu. The summaries' table, filter, heaps and entries (some
+// 2.8 MiB at the default capacity) do not stay in the CPU's caches over
+// the 64 requests between two sampled ones: a sampled request costs its
+// table slot and its filter line, and one that replaces a key walks a
+// dozen more. A load-only pass first, as in applyBatch: each sample's
+// home slot in the table and its filter line, so that the misses of the
+// batch's first reads are in flight together.
 func (l *Loop) applySamples() {
 	batch := l.samples[:l.nsamples]
+	s := l.sum
+	mask := uint64(len(s.table) - 1)
+	var touch uint32
 	for i := range batch {
-		l.cfg.Names.identify(&batch[i].id)
+		id := &batch[i].id
+		l.cfg.Names.identify(id)
+		touch += uint32(s.table[id.hash&mask].ent) + uint32(s.bucket(uint32(id.hash))[0])
 	}
-	for rk, sum := range l.sum {
-		// A load-only pass first, as in applyBatch: each sample's home
-		// slot in the summary's table, so that the misses of the
-		// batch's first probes are in flight together.
-		var touch uint32
-		mask := uint64(len(sum.table) - 1)
-		for i := range batch {
-			touch += uint32(sum.table[batch[i].id.hash&mask].ent)
-		}
-		l.touched += touch
-		for i := range batch {
-			sm := &batch[i]
-			if x := sm.w[rk]; x > 0 {
-				if e := sum.add(&sm.id, x); e != nil {
-					e.st.record(&sm.observation)
-				}
-			}
+	l.touched += touch
+	for i := range batch {
+		sm := &batch[i]
+		if e := s.add(&sm.id, &sm.w); e != nil {
+			e.st.record(&sm.observation)
 		}
 	}
 	l.nsamples = 0
@@ -567,12 +559,13 @@ const (
 	maxCmdsShown = 4  // distinct commands kept per key; others count as "other"
 )
 
-// keyStats are the sampled statistics of one monitored key. A summary's
-// entry records its key's first observation in first alone, and its body
-// (the fields after first) only from the second on: with many distinct
-// keys most entries are replaced before their key is sampled again, and
-// a replacement then writes the entry's first 144 bytes (three or four
-// cache lines) instead of all its 0.5 KiB. While n is 1 the body is stale
+// keyStats are the sampled statistics of one monitored key: of each
+// sampled request of the key, whichever rankings took it, since its entry
+// was made. An entry records its key's first observation in first alone,
+// and its body (the fields after first) only from the second on: with
+// many distinct keys most entries are replaced before their key is
+// sampled again, and a replacement then writes the entry's first 176
+// bytes (three or four cache lines) instead of all its 568. While n is 1 the body is stale
 // (the previous key's) and merge reads first instead; merge's own result
 // is always whole.
 type keyStats struct {
@@ -600,7 +593,7 @@ func log2Bucket(v int64, n int) int {
 	return min(bits.Len64(uint64(v-1)), n-1)
 }
 
-// record adds o to the statistics of a summary's entry (see keyStats).
+// record adds o to the statistics of an entry (see keyStats).
 func (s *keyStats) record(o *observation) {
 	switch s.n {
 	case 0:

@@ -26,7 +26,9 @@ type Key struct {
 	Slot      int     `json:"slot"`
 	Shard     string  `json:"shard,omitempty"`
 	// Samples is the number of sampled requests behind the statistics
-	// below.
+	// below: every request of the key that any ranking sampled since the
+	// key last entered one of a loop's summaries (the three rankings of a
+	// loop keep one set of statistics per key), summed over loops.
 	Samples int64 `json:"samples"`
 	// Commands is the command mix of the samples: fraction by label (at
 	// most 4 labels, the rest under "other").
@@ -180,9 +182,9 @@ func shardName(names []string, idx1 int32) string {
 	return ""
 }
 
-// merged is one key's entry merged over loops.
+// merged is one key of a ranking merged over loops.
 type merged struct {
-	e       entry
+	ranked
 	missing int64 // sum of the smallest counts of the loops that do not monitor it
 }
 
@@ -190,7 +192,7 @@ type merged struct {
 func (s *Set) Keys(n int, shardNames []string) Keys {
 	secs := s.cfg.Now().Sub(s.start).Seconds()
 	out := Keys{Names: s.cfg.Names.String(), Sample: s.cfg.Sample, Capacity: s.cfg.Capacity, Seconds: secs}
-	scratch := newSummary(s.cfg.Capacity)
+	var scratch []ranked
 	for r := range numRankings {
 		var mins []int64
 		var z int64 // the largest sampling threshold of any loop
@@ -198,32 +200,34 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 		for li, l := range s.loops {
 			l.mu.Lock()
 			l.applySamples()
-			l.sum[r].copyTo(scratch)
+			var m int64
+			scratch, m = l.sum.view(r, scratch[:0])
 			z = max(z, l.zMax[r])
 			l.mu.Unlock()
-			m := scratch.min()
 			mins = append(mins, m)
-			for i := range scratch.ents {
-				e := &scratch.ents[i]
+			here := make(map[keyID]bool, len(scratch))
+			for i := range scratch {
+				e := &scratch[i]
 				mk := e.id
 				mk.slot = 0 // a pattern's keys span slots: the first one seen stands
+				here[mk] = true
 				g, ok := all[mk]
 				if !ok {
-					g = &merged{e: entry{id: e.id}}
+					g = &merged{ranked: ranked{id: e.id}}
 					// Absent from the loops before this one.
 					for _, pm := range mins[:li] {
 						g.missing += pm
 					}
 					all[mk] = g
 				}
-				g.e.count += e.count
-				g.e.err += e.err
-				g.e.st.merge(&e.st)
+				g.count += e.count
+				g.err += e.err
+				g.st.merge(&e.st)
 			}
 			// Absent from this loop: the keys merged so far that it lacks.
 			if m > 0 {
 				for id, g := range all {
-					if _, ok := scratch.find(&id); !ok {
+					if !here[id] {
 						g.missing += m
 					}
 				}
@@ -234,10 +238,10 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 			list = append(list, g)
 		}
 		slices.SortFunc(list, func(a, b *merged) int {
-			if c := cmp.Compare(b.e.count+b.missing, a.e.count+a.missing); c != 0 {
+			if c := cmp.Compare(b.count+b.missing, a.count+a.missing); c != 0 {
 				return c
 			}
-			return cmp.Compare(a.e.id.hash, b.e.id.hash)
+			return cmp.Compare(a.id.hash, b.id.hash)
 		})
 		keys := make([]Key, 0, min(n, len(list)))
 		for _, g := range list[:min(n, len(list))] {
@@ -258,11 +262,11 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 // key builds ranking r's Key of g; z is the ranking's largest sampling
 // threshold.
 func (s *Set) key(r int, z int64, g *merged, secs float64, shardNames []string) Key {
-	st := &g.e.st
-	name, cut := s.cfg.Names.show(&g.e.id, s.seed)
-	count := float64(g.e.count + g.missing)
+	st := &g.st
+	name, cut := s.cfg.Names.show(&g.id, s.seed)
+	count := float64(g.count + g.missing)
 	// Space-Saving: the count overestimates by at most err (+ missing).
-	ssErr := float64(g.e.err + g.missing)
+	ssErr := float64(g.err + g.missing)
 	// Sampling (threshold sampling, see sampled): the variance of a
 	// key's estimate is at most z x its total, z the largest threshold
 	// its requests met; three standard deviations.
@@ -277,7 +281,7 @@ func (s *Set) key(r int, z int64, g *merged, secs float64, shardNames []string) 
 	k := Key{
 		Key: name, Truncated: cut,
 		Estimate: count * unit, Error: (ssErr + smpErr) * unit,
-		Slot: int(g.e.id.slot), Shard: shardName(shardNames, st.shard),
+		Slot: int(g.id.slot), Shard: shardName(shardNames, st.shard),
 		Samples:       st.n,
 		Commands:      map[string]float64{},
 		ReplyBytesMax: st.repMax,

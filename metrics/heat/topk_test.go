@@ -16,67 +16,99 @@ func idOf(s string) keyID {
 	return id
 }
 
-// TestSummaryBounds checks Filtered Space-Saving's guarantees on a
-// weighted Zipf stream against exact counts: every monitored key's true
-// weight lies in [count-err, count], every unmonitored key's is at most
-// its bucket's filter counter, which is at most the smallest count, so
-// every key heavier than that is monitored; the hash table finds every
-// entry after evictions and holds no other, and the heap's copies of the
-// counts and hashes equal the entries'.
+// TestSummaryBounds checks Filtered Space-Saving's guarantees in each of
+// the three rankings, fed different weights of one Zipf stream (a
+// ranking takes a request only now and then, as sampling does), against
+// exact counts: every monitored key's true weight lies in [count-err,
+// count], every unmonitored key's is at most its bucket's filter counter,
+// which is at most the smallest count, so every key heavier than that is
+// monitored. And the shared store: the hash table holds exactly the
+// entries some ranking monitors, each once, the free list exactly the
+// others, and each heap's positions, counts and hashes equal its
+// entries'.
 func TestSummaryBounds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	z := rand.NewZipf(rng, 1.1, 1, 49_999)
-	s := newSummary(200)
-	truth := map[string]int64{}
+	const capacity = 200
+	s := newSummaries(capacity)
+	truth := [numRankings]map[string]int64{{}, {}, {}}
 	for range 300_000 {
 		k := fmt.Sprintf("key:%d", z.Uint64())
-		w := int64(1 + rng.IntN(4))
-		truth[k] += w
+		var w [numRankings]int64
+		w[ByRequests] = int64(1 + rng.IntN(4))
+		if rng.IntN(3) == 0 {
+			w[ByBytes] = int64(1 + rng.IntN(1000))
+		}
+		if rng.IntN(5) == 0 {
+			w[ByEngine] = int64(1 + rng.IntN(50))
+		}
+		for r := range w {
+			truth[r][k] += w[r]
+		}
 		id := idOf(k)
-		s.add(&id, w)
+		s.add(&id, &w)
 	}
-	if len(s.ents) != 200 {
-		t.Fatalf("%d entries, want 200", len(s.ents))
+	live := map[int32]bool{}
+	for r := range numRankings {
+		k := &s.rk[r]
+		if len(k.heap) != capacity {
+			t.Fatalf("ranking %d monitors %d keys, want %d", r, len(k.heap), capacity)
+		}
+		monitored := map[string]bool{}
+		for i, it := range k.heap {
+			e := &s.ents[it.ent]
+			name := string(e.id.bytes[:e.id.n])
+			monitored[name] = true
+			live[it.ent] = true
+			if tr := truth[r][name]; tr > e.count[r] || tr < e.count[r]-e.err[r] {
+				t.Errorf("ranking %d, %s: true %d outside [%d, %d]", r, name, tr, e.count[r]-e.err[r], e.count[r])
+			}
+			if k.pos[it.ent] != int32(i) || it.count != e.count[r] || it.hash != uint32(e.id.hash) {
+				t.Errorf("ranking %d: heap item %d %+v, entry position %d count %d hash %#x", r, i, it, k.pos[it.ent], e.count[r], uint32(e.id.hash))
+			}
+			if i > 0 && it.count < k.heap[(i-1)/heapArity].count {
+				t.Fatalf("ranking %d: heap order broken at %d", r, i)
+			}
+		}
+		m := s.min(r)
+		for name, w := range truth[r] {
+			if monitored[name] {
+				continue
+			}
+			id := idOf(name)
+			if a := s.bucket(uint32(id.hash))[r]; w > a || a > m {
+				t.Errorf("ranking %d: %s is not monitored: weighs %d, its bucket's counter is %d, the smallest count %d; want weight <= counter <= smallest", r, name, w, a, m)
+			}
+		}
 	}
-	monitored := map[string]bool{}
-	for i := range s.ents {
-		e := &s.ents[i]
-		k := string(e.id.bytes[:e.id.n])
-		monitored[k] = true
-		tr := truth[k]
-		if tr > e.count || tr < e.count-e.err {
-			t.Errorf("%s: true %d outside [%d, %d]", k, tr, e.count-e.err, e.count)
-		}
-		if pos, ok := s.find(&e.id); !ok || s.table[pos].ent-1 != int32(i) || s.table[pos].hash != uint32(e.id.hash) {
-			t.Errorf("%s: table lookup lost entry %d", k, i)
-		}
-		if h := s.heap[s.pos[i]]; h.ent != int32(i) || h.count != e.count || h.hash != uint32(e.id.hash) {
-			t.Errorf("%s: heap item %+v, want entry %d count %d hash %#x", k, h, i, e.count, uint32(e.id.hash))
+	for x := range s.ents {
+		for r := range numRankings {
+			if p := s.rk[r].pos[x]; p >= 0 && s.rk[r].heap[p].ent != int32(x) {
+				t.Errorf("entry %d: position %d in ranking %d holds entry %d", x, p, r, s.rk[r].heap[p].ent)
+			}
 		}
 	}
 	used := 0
 	for _, ts := range s.table {
-		if ts.ent != 0 {
-			used++
-		}
-	}
-	if used != len(s.ents) {
-		t.Errorf("%d table slots in use, want %d", used, len(s.ents))
-	}
-	m := s.min()
-	for k, w := range truth {
-		if monitored[k] {
+		if ts.ent == 0 {
 			continue
 		}
-		id := idOf(k)
-		if a := s.alpha[s.bucket(uint32(id.hash))]; w > a || a > m {
-			t.Errorf("%s is not monitored: weighs %d, its bucket's counter is %d, the smallest count %d; want weight <= counter <= smallest", k, w, a, m)
+		used++
+		if x := ts.ent - 1; !live[x] {
+			t.Errorf("the table holds entry %d, which no ranking monitors", x)
 		}
 	}
-	for i := 1; i < len(s.heap); i++ {
-		if s.less(i, (i-1)/heapArity) {
-			t.Fatalf("heap order broken at %d", i)
+	for x := range live {
+		e := &s.ents[x]
+		if pos, ok := s.find(&e.id); !ok || s.table[pos].ent-1 != x || s.table[pos].hash != uint32(e.id.hash) {
+			t.Errorf("%s: table lookup lost entry %d", e.id.bytes[:e.id.n], x)
 		}
+	}
+	if used != len(live) || len(s.free) != len(s.ents)-len(live) {
+		t.Errorf("%d table slots and %d free entries for %d live entries of %d", used, len(s.free), len(live), len(s.ents))
+	}
+	if len(live) == capacity {
+		t.Errorf("the rankings monitor the same %d keys: the test's weights do not tell them apart", len(live))
 	}
 }
 
@@ -157,4 +189,52 @@ func TestReplacedEntryStats(t *testing.T) {
 				n, k.Samples, k.Commands, k.ReplyBytesMax, k.ElementsMax, k.TotalMicros, n, want)
 		}
 	}
+}
+
+// TestSummariesShareEntries checks the store the rankings share: a key
+// that two rankings monitor has one entry holding both counts, it stays
+// while either monitors it, and it is freed, out of the table, when the
+// last one replaces it.
+func TestSummariesShareEntries(t *testing.T) {
+	s := newSummaries(16)
+	k := idOf("k")
+	e1 := s.add(&k, &[numRankings]int64{1, 0, 0})
+	e2 := s.add(&k, &[numRankings]int64{0, 7, 0})
+	if e1 == nil || e1 != e2 || e1.count != [numRankings]int64{1, 7, 0} {
+		t.Fatalf("entries %p and %p, counts %v; want one entry counting 1, 7, 0", e1, e2, e2.count)
+	}
+	if live := len(s.ents) - len(s.free); live != 1 {
+		t.Fatalf("%d live entries, want 1", live)
+	}
+	fill := func(r int, prefix string, w int64) {
+		for i := range 16 {
+			id := idOf(fmt.Sprintf("%s:%d", prefix, i))
+			var ws [numRankings]int64
+			ws[r] = w
+			s.add(&id, &ws)
+		}
+	}
+	fill(ByRequests, "a", 5) // 15 fill the ranking, the 16th replaces k (count 1)
+	if s.rk[ByRequests].pos[e1Index(s, e1)] >= 0 {
+		t.Fatal("k is still monitored by requests after 16 keys of weight 5 filled it")
+	}
+	if _, ok := s.find(&k); !ok {
+		t.Fatal("k's entry left the table while the bytes ranking still monitors it")
+	}
+	fill(ByBytes, "b", 100)
+	if _, ok := s.find(&k); ok {
+		t.Fatal("k's entry is still in the table after both rankings replaced it")
+	}
+	if live := len(s.ents) - len(s.free); live != 32 {
+		t.Fatalf("%d live entries, want 32 (16 keys in each of two rankings)", live)
+	}
+}
+
+func e1Index(s *summaries, e *entry) int {
+	for i := range s.ents {
+		if &s.ents[i] == e {
+			return i
+		}
+	}
+	return -1
 }
