@@ -29,7 +29,8 @@ import (
 // hugeKeysEnv turns TestHeatHugeBinaryKeys on: it moves 3 GiB of key
 // bytes through the proxy to a redis-server (the proxy's RSS peaks near
 // 2.5 GiB, redis-server's near 1 GiB; 1-2 minutes on a busy 2-core
-// machine), too heavy for every CI run.
+// machine): .ci/test runs it once, alone and without the race detector,
+// and go test without it skips it.
 const hugeKeysEnv = "RESPMETER_TEST_HUGE_KEYS"
 
 // binaryKeys are key names that JSON, Prometheus's text format and HTML
