@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 // around the loop's batch (none full, one full, full and some) and checks
 // after each that Slots holds every one of them exactly: requests, bytes,
 // engine time and shard per slot, whatever is still waiting in the batch.
+// The keys mix plain ones, hash tags, the empty key and keys longer than
+// MaxKeyBytes whose hash tag lies past it (End, as the proxy, is given
+// only their first MaxKeyBytes bytes).
 func TestSlotsCountEveryRequest(t *testing.T) {
 	h := NewSet(2, Config{})
 	args := [][]byte{[]byte("get"), nil}
@@ -31,6 +35,14 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 		for range n {
 			l := h.Loop(i % 2)
 			key := []byte("k:" + strconv.Itoa(i*7919))
+			switch i % 5 {
+			case 1:
+				key = []byte("{user" + strconv.Itoa(i%7) + "}:cart")
+			case 2:
+				key = []byte(strings.Repeat("x", MaxKeyBytes+i%3) + "{tag" + strconv.Itoa(i) + "}")
+			case 3:
+				key = []byte{}
+			}
 			args[1] = key
 			var p Pending
 			k := l.Begin(&p, "get", args, 1, 20+i%5)
@@ -38,7 +50,7 @@ func TestSlotsCountEveryRequest(t *testing.T) {
 			slot := int(routing.Slot(key))
 			shard := slot % 3 // a slot's shard, as a cluster's is
 			engine := time.Duration(1000 + i)
-			l.End(&p, k, 1, shard, 2*engine, engine)
+			l.End(&p, k[:min(len(k), MaxKeyBytes)], 1, shard, 2*engine, engine)
 			w := truth[slot]
 			if w == nil {
 				w = &want{}
@@ -277,5 +289,40 @@ func TestHugeBinaryKeys(t *testing.T) {
 				t.Errorf("a key's bytes shown with hashed names:\n%s", keysDoc)
 			}
 		})
+	}
+}
+
+// TestSampledKeySlot: a top key shows its own hash slot, for a plain key,
+// a hash tag, and a key longer than MaxKeyBytes whose tag lies past what
+// End is given.
+func TestSampledKeySlot(t *testing.T) {
+	h := NewSet(1, Config{Sample: 1})
+	l := h.Loop(0)
+	keys := []string{"plain:1", "{user42}:cart", strings.Repeat("y", 2*MaxKeyBytes) + "{far}"}
+	for _, key := range keys {
+		var p Pending
+		k := l.Begin(&p, "get", [][]byte{[]byte("get"), []byte(key)}, 1, 30)
+		p.Reply([]byte("+OK\r\n"))
+		l.End(&p, k[:min(len(k), MaxKeyBytes)], 1, 0, time.Millisecond, time.Microsecond)
+	}
+	got := h.Keys(10, nil).ByRequests
+	if len(got) != len(keys) {
+		t.Fatalf("%d top keys, want %d", len(got), len(keys))
+	}
+	for _, key := range keys {
+		want := int(routing.Slot([]byte(key)))
+		q := strconv.Quote(key[:min(len(key), MaxKeyBytes)])
+		found := false
+		for _, k := range got {
+			if k.Key == q[1:len(q)-1] {
+				found = true
+				if k.Slot != want {
+					t.Errorf("%s: slot %d, want %d", k.Key, k.Slot, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%.20s... is not among the top keys %+v", key, got)
+		}
 	}
 }
