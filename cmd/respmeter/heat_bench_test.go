@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -65,7 +66,20 @@ import (
 // quiet machine (about 0.6 s a round and depth on a 2-core machine):
 //
 //	go test -run '^$' -bench HeatCPU -benchtime 600x ./cmd/respmeter/
+//
+// With $RESPMETER_HEAT_BASE set to a git revision, the "off" side is that
+// revision's build with heat on: the ratio is then this build's heat over
+// the base's, side by side, which tells whether a change to heat made it
+// cheaper where two runs against heat off, minutes apart, cannot (their
+// intervals are about ±1 % each):
+//
+//	RESPMETER_HEAT_BASE=main go test -run '^$' -bench 'HeatCPU/p16' -benchtime 600x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
+	var base string // the "off" side's program: "" for this build without heat
+	if rev := os.Getenv(heatBaseEnv); rev != "" {
+		base = buildRevision(b, rev)
+		b.Logf("the off side is %s's build with heat on", rev)
+	}
 	srv := redistest.Start(b)
 	fillHeatKeys(b, srv.Addr())
 	for _, pipe := range []int{1, 16} {
@@ -83,7 +97,7 @@ func BenchmarkHeatCPU(b *testing.B) {
 			for done := 0; done < b.N; {
 				n := min(heatEpochRounds, b.N-done)
 				b.StopTimer()
-				e := startCPUEpoch(b, srv.Addr(), pipe, len(epochs))
+				e := startCPUEpoch(b, srv.Addr(), base, pipe, len(epochs))
 				round := func(first int) (ns [2]int64) {
 					for _, o := range order {
 						i := (first + o) % 2
@@ -138,17 +152,26 @@ type cpuEpoch struct {
 	sides [2]*cpuSide
 }
 
+// heatBaseEnv names the git revision whose build, with heat on, is
+// BenchmarkHeatCPU's "off" side instead of this build without heat.
+const heatBaseEnv = "RESPMETER_HEAT_BASE"
+
 // startCPUEpoch starts epoch k's two proxies in front of upstream, the
 // one started first alternating from epoch to epoch, and opens their
-// connections for pipelines of depth commands.
-func startCPUEpoch(b *testing.B, upstream string, depth, k int) *cpuEpoch {
+// connections for pipelines of depth commands. With base, a respmeter
+// program, side 0 is base with heat on.
+func startCPUEpoch(b *testing.B, upstream, base string, depth, k int) *cpuEpoch {
 	b.Helper()
 	e := &cpuEpoch{}
 	args := [2][]string{{"--slowlog-threshold", "1s"}, {"--slowlog-threshold", "1s", "--heat"}}
+	exe := [2]string{}
+	if base != "" {
+		args[0], exe[0] = args[1], base
+	}
 	for j := range 2 {
 		i := (k + j) % 2
 		var addr string
-		e.procs[i], addr, e.admin[i] = startProxy(b, upstream, args[i]...)
+		e.procs[i], addr, e.admin[i] = startProxyExe(b, exe[i], upstream, args[i]...)
 		e.sides[i] = newCPUSide(b, e.procs[i], addr, depth)
 	}
 	return e

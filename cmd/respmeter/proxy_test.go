@@ -99,8 +99,19 @@ func TestProxyRedis(t *testing.T) {
 // returns it with the two addresses it logged.
 func startProxy(t testing.TB, upstream string, args ...string) (p *proc, addr, admin string) {
 	t.Helper()
-	p = start(t, nil, append([]string{"proxy",
-		"--listen", "127.0.0.1:0", "--upstream", upstream, "--admin", "127.0.0.1:0"}, args...)...)
+	return startProxyExe(t, "", upstream, args...)
+}
+
+// startProxyExe is startProxy with the program exe: "" for the test
+// binary, or a respmeter built from another revision (buildRevision).
+func startProxyExe(t testing.TB, exe, upstream string, args ...string) (p *proc, addr, admin string) {
+	t.Helper()
+	args = append([]string{"proxy", "--listen", "127.0.0.1:0", "--upstream", upstream, "--admin", "127.0.0.1:0"}, args...)
+	if exe == "" {
+		p = start(t, nil, args...)
+	} else {
+		p = startExe(t, exe, nil, args...)
+	}
 	addr = p.waitFor(t, p.stderr, logAddr("proxy listening"))[1]
 	admin = p.waitFor(t, p.stderr, logAddr("admin listening"))[1]
 	return p, addr, admin
