@@ -16,25 +16,29 @@ import (
 const churnBaseEnv = "RESPMETER_CHURN_BASE"
 
 // buildRevision builds ./cmd/respmeter at git revision rev of the
-// repository holding the working directory into a temporary directory
-// (git archive, go build) and returns the binary's path.
+// repository holding the working directory (git archive, go build), or
+// from the work tree itself, uncommitted changes included, when rev is
+// "", and returns the binary's path, in a temporary directory.
 func buildRevision(b *testing.B, rev string) string {
 	b.Helper()
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		b.Fatalf("git rev-parse: %v", err)
 	}
-	dir := b.TempDir()
-	archive := exec.Command("sh", "-c", "git -C \"$1\" archive \"$2\" | tar -x -C \"$3\"", "sh",
-		string(top[:len(top)-1]), rev, dir)
-	if out, err := archive.CombinedOutput(); err != nil {
-		b.Fatalf("git archive %s: %v\n%s", rev, err, out)
+	src := string(top[:len(top)-1])
+	if rev != "" {
+		dir := b.TempDir()
+		archive := exec.Command("sh", "-c", "git -C \"$1\" archive \"$2\" | tar -x -C \"$3\"", "sh", src, rev, dir)
+		if out, err := archive.CombinedOutput(); err != nil {
+			b.Fatalf("git archive %s: %v\n%s", rev, err, out)
+		}
+		src = dir
 	}
-	bin := filepath.Join(dir, "respmeter-base")
+	bin := filepath.Join(b.TempDir(), "respmeter")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/respmeter")
-	build.Dir = dir
+	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build at %s: %v\n%s", rev, err, out)
+		b.Fatalf("go build at %q: %v\n%s", rev, err, out)
 	}
 	return bin
 }

@@ -75,10 +75,12 @@ import (
 //
 //	RESPMETER_HEAT_BASE=main go test -run '^$' -bench 'HeatCPU/p16' -benchtime 600x ./cmd/respmeter/
 func BenchmarkHeatCPU(b *testing.B) {
-	var base string // the "off" side's program: "" for this build without heat
+	var exe [2]string // each side's program: "" for the test binary
 	if rev := os.Getenv(heatBaseEnv); rev != "" {
-		base = buildRevision(b, rev)
-		b.Logf("the off side is %s's build with heat on", rev)
+		// Both sides built alike: the test binary's own heap and
+		// start-up would be a difference of their own.
+		exe = [2]string{buildRevision(b, rev), buildRevision(b, "")}
+		b.Logf("the off side is %s's build with heat on, the on side this work tree's", rev)
 	}
 	srv := redistest.Start(b)
 	fillHeatKeys(b, srv.Addr())
@@ -97,7 +99,7 @@ func BenchmarkHeatCPU(b *testing.B) {
 			for done := 0; done < b.N; {
 				n := min(heatEpochRounds, b.N-done)
 				b.StopTimer()
-				e := startCPUEpoch(b, srv.Addr(), base, pipe, len(epochs))
+				e := startCPUEpoch(b, srv.Addr(), exe, pipe, len(epochs))
 				round := func(first int) (ns [2]int64) {
 					for _, o := range order {
 						i := (first + o) % 2
@@ -158,15 +160,15 @@ const heatBaseEnv = "RESPMETER_HEAT_BASE"
 
 // startCPUEpoch starts epoch k's two proxies in front of upstream, the
 // one started first alternating from epoch to epoch, and opens their
-// connections for pipelines of depth commands. With base, a respmeter
-// program, side 0 is base with heat on.
-func startCPUEpoch(b *testing.B, upstream, base string, depth, k int) *cpuEpoch {
+// connections for pipelines of depth commands. exe are the sides'
+// programs ("": the test binary); where side 0 has one of its own, it
+// runs with heat on too.
+func startCPUEpoch(b *testing.B, upstream string, exe [2]string, depth, k int) *cpuEpoch {
 	b.Helper()
 	e := &cpuEpoch{}
 	args := [2][]string{{"--slowlog-threshold", "1s"}, {"--slowlog-threshold", "1s", "--heat"}}
-	exe := [2]string{}
-	if base != "" {
-		args[0], exe[0] = args[1], base
+	if exe[0] != "" {
+		args[0] = args[1]
 	}
 	for j := range 2 {
 		i := (k + j) % 2

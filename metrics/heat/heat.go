@@ -413,16 +413,20 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 // table slot and its filter line, and one that replaces a key walks a
 // dozen more. A load-only pass first, as in applyBatch: each sample's
 // home slot in the table and its filter line, so that the misses of the
-// batch's first reads are in flight together.
+// batch's first reads are in flight together. It is a loop of its own,
+// after the keys' hashes: with a hash's work between them, only a few
+// loads would be in flight at a time.
 func (l *Loop) applySamples() {
 	batch := l.samples[:l.nsamples]
+	for i := range batch {
+		l.cfg.Names.identify(&batch[i].id)
+	}
 	s := l.sum
 	mask := uint64(len(s.table) - 1)
 	var touch uint32
 	for i := range batch {
-		id := &batch[i].id
-		l.cfg.Names.identify(id)
-		touch += uint32(s.table[id.hash&mask].ent) + uint32(s.bucket(uint32(id.hash))[0])
+		h := batch[i].id.hash
+		touch += uint32(s.table[h&mask].ent) + uint32(s.bucket(uint32(h))[0])
 	}
 	l.touched += touch
 	for i := range batch {
