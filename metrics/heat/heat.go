@@ -180,7 +180,8 @@ type observation struct {
 }
 
 // sampleBatchLen is the number of sampled requests a loop's sample batch
-// holds: 32 x 144 bytes, some 2,000 requests at the default sampling.
+// holds: 32 x 144 bytes, some 1,000 to 2,000 requests at the default
+// sampling (the rankings' samples overlap in part).
 // Applying it holds the loop for 32 additions to the three rankings (some
 // 7 microseconds with the summaries out of the CPU's caches, in
 // BenchmarkApplySamples, where every addition replaces a key).
@@ -408,8 +409,8 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 
 // applySamples adds the sample batch to the summaries and empties it; the
 // caller holds mu. The summaries' table, filter, heaps and entries (some
-// 2.8 MiB at the default capacity) do not stay in the CPU's caches over
-// the 64 requests between two sampled ones: a sampled request costs its
+// 2.9 MiB at the default capacity) do not stay in the CPU's caches over
+// the 30 to 60 requests between two sampled ones: a sampled request costs its
 // table slot and its filter line, and one that replaces a key walks a
 // dozen more. A load-only pass first, as in applyBatch: each sample's
 // home slot in the table and its filter line, so that the misses of the
@@ -569,9 +570,9 @@ const (
 // and its body (the fields after first) only from the second on: with
 // many distinct keys most entries are replaced before their key is
 // sampled again, and a replacement then writes the entry's first 176
-// bytes (three or four cache lines) instead of all its 568. While n is 1 the body is stale
-// (the previous key's) and merge reads first instead; merge's own result
-// is always whole.
+// bytes (three or four cache lines) instead of all its 568. While n is 1
+// the body is stale (the previous key's) and merge reads first instead;
+// merge's own result is always whole.
 type keyStats struct {
 	n     int64       // observations
 	first observation // the one observation while n is 1

@@ -46,8 +46,8 @@ import "math/bits"
 // by count, and the hash table is open addressing (linear probing,
 // backward-shift deletion).
 //
-// An entry is about 0.5 KiB (its statistics' histograms), so the entries
-// (1.5 MiB at the default 1,024 per ranking) do not stay in the CPU's
+// An entry is 568 bytes (mostly its statistics' histograms), so the entries
+// (1.7 MiB at the default 1,024 per ranking) do not stay in the CPU's
 // caches between sampled requests. The heaps and the table are therefore
 // laid out so that their work reads only themselves: a heap item carries
 // its entry's count in that ranking (a copy; add keeps the two equal) and
