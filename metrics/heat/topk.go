@@ -126,9 +126,8 @@ type summaries struct {
 // ranking is one ranking's summary: its heap of the entries it monitors
 // and each entry's position there.
 type ranking struct {
-	heap  []heapItem // a min-heap by count; len <= cap
-	pos   []int32    // pos[x]: entry x's position in heap, -1 when not monitored; len 3*cap
-	total int64      // sum of the weights added
+	heap []heapItem // a min-heap by count; len <= cap
+	pos  []int32    // pos[x]: entry x's position in heap, -1 when not monitored; len 3*cap
 }
 
 func newSummaries(capacity int) *summaries {
@@ -210,7 +209,6 @@ func (s *summaries) add(id *keyID, w *[numRankings]int64) *entry {
 			continue
 		}
 		k := &s.rk[r]
-		k.total += wr
 		if x >= 0 {
 			if i := k.pos[x]; i >= 0 {
 				e := &s.ents[x]
