@@ -370,14 +370,11 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 			l.applyBatch()
 		}
 	}
-	// xorshift64 (Marsaglia 2003): one draw r per request, independent of
-	// the workload's order, shared by the three rankings. Each decision is
-	// an integer multiply and compare (sampled); a request none takes
-	// (about 63 in 64 at the default) does nothing more.
-	r := l.rnd
-	r ^= r << 13
-	r ^= r >> 7
-	r ^= r << 17
+	// One draw r per request, independent of the workload's order, shared
+	// by the three rankings. Each decision is an integer multiply and
+	// compare (sampled); a request none takes (about 63 in 64 at the
+	// default) does nothing more.
+	r := xorshift(l.rnd)
 	l.rnd = r
 	eng := int64(engine)
 	var w [numRankings]int64
@@ -537,6 +534,16 @@ func (l *Loop) retune() {
 func (c *Config) thresholds() [numRankings]int64 {
 	n := int64(c.Sample)
 	return [numRankings]int64{n, n << 10, n * int64(10*time.Microsecond)}
+}
+
+// xorshift returns the draw after r (nonzero) of the xorshift64
+// generator (Marsaglia, "Xorshift RNGs", 2003), a loop's source of
+// sampling decisions.
+func xorshift(r uint64) uint64 {
+	r ^= r << 13
+	r ^= r >> 7
+	r ^= r << 17
+	return r
 }
 
 // sampled returns the weight with which a request of value v enters a

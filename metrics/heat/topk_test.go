@@ -168,6 +168,18 @@ func TestReplacedEntryStats(t *testing.T) {
 		t.Fatalf("%s is not among the top keys", want)
 		return Key{}
 	}
+	// The statistics are the key's entry's, which every ranking that
+	// takes the key adds to. The bytes ranking takes a request of fewer
+	// bytes than its threshold by a random draw (sampled), which must
+	// keep new out of it here: new's 35 bytes are under a quarter of the
+	// threshold, so draws of at least a quarter of the range do, and the
+	// loop's next five draws are made so. (The engine-time ranking's
+	// threshold is under new's 50 µs: it counts each of new's requests
+	// as it is, far under its smallest count, 7.5 ms: new never enters.)
+	if z := l.z[ByBytes]; z < 4*35 {
+		t.Fatalf("bytes threshold %d: new's requests could enter the bytes ranking", z)
+	}
+	l.rnd = highDraws(5, 1<<62)
 	for range 2 {
 		req("new", 2, "+OK\r\n", 100*time.Microsecond)
 		for _, k := range h.Keys(100, nil).ByRequests {
@@ -187,6 +199,26 @@ func TestReplacedEntryStats(t *testing.T) {
 			k.ReplyBytesMax != 5 || k.ElementsMax != 0 || !slices.Equal(k.TotalMicros, want) {
 			t.Fatalf("after %d requests: %d samples, commands %v, reply max %d, elements max %d, total µs %v; want %d, set only, 5, 0, %v",
 				n, k.Samples, k.Commands, k.ReplyBytesMax, k.ElementsMax, k.TotalMicros, n, want)
+		}
+	}
+}
+
+// highDraws returns a state of the loops' generator (xorshift) whose
+// next n draws are all at least min. The states tried are spread over
+// the range (a Weyl sequence): from a small state, xorshift's first
+// draws are small too.
+func highDraws(n int, min uint64) uint64 {
+	const step = 0x9e3779b97f4a7c15 // 2^64 / the golden ratio
+	for seed := uint64(step); ; seed += step {
+		r, ok := seed, true
+		for range n {
+			if r = xorshift(r); r < min {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return seed
 		}
 	}
 }
