@@ -20,8 +20,8 @@
 // counters every request goes to, their batch (2 KiB) and 16,384 x 32
 // bytes (512 KiB) of wide counters they spill into when one would
 // overflow, plus 3 x Capacity entries of 568 bytes (1.7 MiB at the
-// default 1,024), the summaries' filter (8 x Capacity buckets of 32
-// bytes: 256 KiB at the default), their table, heaps and positions (150 KiB
+// default 1,024), the summaries' filter (32 x Capacity buckets of 32
+// bytes: 1 MiB at the default), their table, heaps and positions (150 KiB
 // at the default) and a batch of 32 sampled requests waiting for them
 // (4.5 KiB). There is no package-level state.
 //
@@ -406,7 +406,7 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 
 // applySamples adds the sample batch to the summaries and empties it; the
 // caller holds mu. The summaries' table, filter, heaps and entries (some
-// 2.1 MiB at the default capacity) do not stay in the CPU's caches over
+// 2.8 MiB at the default capacity) do not stay in the CPU's caches over
 // the 30 to 60 requests between two sampled ones: a sampled request costs its
 // table slot and its filter line, and one that replaces a key walks a
 // dozen more. A load-only pass first, as in applyBatch: each sample's

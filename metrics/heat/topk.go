@@ -24,9 +24,8 @@ import "math/bits"
 // whose bucket has seen little weight out, where plain Space-Saving lets
 // each unmonitored key replace one: over 100,000 keys taken at random,
 // with the default capacity and filterPerKey buckets, about one
-// unmonitored key's weight in four replaces a key (the others cost two
-// cache lines, not a dozen or more); with Zipf(1.1) keys one in
-// seventeen.
+// unmonitored key's weight in ten replaces a key (the others cost two
+// cache lines, not a dozen or more); with Zipf(1.1) keys one in 86.
 //
 // Summaries merge (Agarwal et al., "Mergeable Summaries", PODS 2012): a
 // key absent from a full summary received at most that summary's smallest
@@ -101,13 +100,15 @@ type tableSlot struct {
 type filterBucket [numRankings + 1]int64
 
 // filterPerKey is the filter's buckets per key a ranking can monitor:
-// 8,192 buckets (256 KiB) at the default capacity. Fewer let more keys
+// 32,768 buckets (1 MiB) at the default capacity. Fewer let more keys
 // replace one: over 100,000 keys taken at random, one unmonitored key's
-// weight in four replaces a key with 8 buckets per key, one in six with
-// 16, one in ten with 32 (1 MiB), one in 1.0 with no filter; but 32
-// buckets per key measured no cheaper than 8 through the proxy
-// (BENCHMARKS.md), so the smaller filter.
-const filterPerKey = 8
+// weight in ten replaces a key with 32 buckets per key, one in six with
+// 16, one in four with 8 (256 KiB), one in 1.0 with no filter; with
+// Zipf(1.1) keys one in 86 with 32, one in 18 with 8. In the proxy's
+// profile under a pipelined load the summaries' functions took about
+// 3 ns a request less with 32 than with 8 (BENCHMARKS.md), for 768 KiB
+// more per loop.
+const filterPerKey = 32
 
 // summaries are a loop's three rankings' weighted Filtered Space-Saving
 // summaries of at most cap keys each, over one store of entries.
