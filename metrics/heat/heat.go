@@ -25,17 +25,17 @@
 // at the default) and a batch of 32 sampled requests waiting for them
 // (4.5 KiB). There is no package-level state.
 //
-// Sampling: each ranking samples by threshold sampling (see sampled): a
-// request enters the requests ranking with probability 1/Sample and weight
-// Sample; the bytes ranking takes it with probability bytes/z and the
-// engine ranking with probability engine/z, each at weight z, or always,
-// at its own value, when it reaches z. For bytes and engine time z is
-// Sample times the loop's mean per request so far (retune), so each
-// ranking samples about one request in Sample; the bytes threshold is at
-// most Sample KiB, so a big key's reply is never missed. The estimates
-// are unbiased. A request at or over Config.SlowThreshold (the
-// slow log's) always enters every ranking at its own value. Slot counters
-// count every request exactly.
+// Sampling: each ranking samples by threshold sampling (see sampled),
+// all three from one draw per request: a request enters a ranking of
+// threshold z with probability v/z and weight z, v its value there (1,
+// its bytes, its engine time), or always, at its own value, when v
+// reaches z. The thresholds are Sample, and Sample times the loop's mean
+// bytes and engine time per request so far, all times one scale (1 to 3,
+// retune) that makes the rankings together take about one request in
+// Sample; the bytes threshold is at most Sample KiB, so a big key's reply
+// is never missed. The estimates are unbiased. A request at or over
+// Config.SlowThreshold (the slow log's) always enters every ranking at
+// its own value. Slot counters count every request exactly.
 package heat
 
 import (
@@ -70,8 +70,8 @@ const (
 
 // Config configures a Set.
 type Config struct {
-	// Sample is N of "one request in N" entering the top-K summaries;
-	// values below 1 mean 64.
+	// Sample is N of "one request in N" entering the top-K summaries
+	// (any of the three rankings; see retune); values below 1 mean 64.
 	Sample int
 	// Capacity is the number of keys each loop's summary of each ranking
 	// monitors (Space-Saving's counters); values below 16 mean 1024. The
@@ -224,6 +224,7 @@ type Loop struct {
 	// ranking took since seen was winFrom, from which retune estimates it.
 	scale           float64
 	takenZ, winFrom int64
+	taken           int64  // the requests some ranking took, slow ones included
 	touched         uint32 // applyBatch's and applySamples's load-only passes' sums, kept so that they run
 	// batch holds the slot counters' latest additions, batch[:nbatch]
 	// (applyBatch).
@@ -395,6 +396,7 @@ func (l *Loop) EndLocked(p *Pending, key []byte, cmd, shard int, total, engine t
 		}
 		l.takenZ += z[ByRequests] // for retune's scale
 	}
+	l.taken++
 	// Sampled: kept in the loop's sample batch, which applySamples adds
 	// to the summaries when it is full or a scrape reads them.
 	sm := &l.samples[l.nsamples]

@@ -381,6 +381,9 @@ func TestSamplingTakesOneInSample(t *testing.T) {
 	for _, s := range samples {
 		taken += s
 	}
+	if got.Requests != n || got.Sampled != taken {
+		t.Errorf("/keys counts %d requests, %d sampled; want %d and the entries' %d", got.Requests, got.Sampled, n, taken)
+	}
 	// Scale 1 throughout would take about n/31 (some 16,900); the first
 	// window runs at scale 1 and the scale then settles, so the whole run
 	// takes a few percent more than n/sample (8,192).

@@ -75,13 +75,18 @@ type Imbalance struct {
 
 // Keys is the /keys document.
 type Keys struct {
-	Names        string  `json:"key_names"`
-	Sample       int     `json:"sample"` // one request in Sample
-	Capacity     int     `json:"capacity"`
-	Seconds      float64 `json:"seconds"` // since start
-	ByRequests   []Key   `json:"by_requests"`
-	ByBytes      []Key   `json:"by_bytes"`
-	ByEngineTime []Key   `json:"by_engine_time"`
+	Names    string  `json:"key_names"`
+	Sample   int     `json:"sample"` // one request in Sample
+	Capacity int     `json:"capacity"`
+	Seconds  float64 `json:"seconds"` // since start
+	// Requests are the requests with a key the loops have counted, and
+	// Sampled those some ranking took (about one in Sample, plus every
+	// one at or over the slow log's threshold).
+	Requests     int64 `json:"requests"`
+	Sampled      int64 `json:"sampled"`
+	ByRequests   []Key `json:"by_requests"`
+	ByBytes      []Key `json:"by_bytes"`
+	ByEngineTime []Key `json:"by_engine_time"`
 }
 
 // Slots is the /slots document: the slots with requests, in slot order,
@@ -200,6 +205,10 @@ func (s *Set) Keys(n int, shardNames []string) Keys {
 		for li, l := range s.loops {
 			l.mu.Lock()
 			l.applySamples()
+			if r == 0 {
+				out.Requests += l.seen + int64(l.nbatch)
+				out.Sampled += l.taken
+			}
 			var m int64
 			scratch, m = l.sum.view(r, scratch[:0])
 			z = max(z, l.zMax[r])
